@@ -1,0 +1,19 @@
+"""mpilaunch: MPI / Horovod and TensorFlow PS jobs on clusters without SSH.
+
+Kept import-light on purpose: ``mpilaunch-rsh`` and the per-rank wrapper
+start once per worker / rank and must not pay for the orchestration code.
+"""
+
+__version__ = "0.1.0"
+
+
+def run(command, **options):
+    """Run a job and return a :class:`mpilaunch.job.JobResult`.
+
+    ``command`` is a list of strings; ``options`` are JobSpec fields, e.g.
+    ``mpilaunch.run(["python", "train.py"], np=4, slots_per_worker=2)``.
+    """
+    from .job import run_spec
+    from .spec import JobSpec
+
+    return run_spec(JobSpec(command=tuple(command), **options))

@@ -1,0 +1,63 @@
+"""The small interface every backend implements.
+
+``job.py`` drives every backend through these hooks, in this order:
+``allocate`` -> ``wait_ready`` -> ``exec_context`` (written to the context
+file the shim reads) -> mpirun runs -> ``describe_workers`` (for reports)
+-> ``release`` (always, on every exit path; must be idempotent and must not
+raise).
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from ..spec import JobSpec, Plan
+
+
+class BaseBackend(ABC):
+    name = "base"
+
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path):
+        self.spec = spec
+        self.plan = plan
+        self.rundir = rundir
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec: JobSpec) -> int | None:
+        """GPUs of one node, when the backend can tell (used when --gpus-per-node is absent)."""
+        return None
+
+    @abstractmethod
+    def allocate(self) -> None:
+        """Create the sleeping workers. Returns without waiting for them."""
+
+    @abstractmethod
+    def wait_ready(self, deadline: float, progress) -> None:
+        """Block until every worker can take exec sessions (all or nothing).
+
+        Raises AllocationError with the cluster's own reasons on timeout.
+        ``deadline`` is a ``time.monotonic()`` value; ``progress(ready, total)``
+        is called as workers come up.
+        """
+
+    @abstractmethod
+    def exec_context(self) -> dict:
+        """The transport part of the shim's context file (transport name + workers)."""
+
+    def hostnames(self) -> dict[str, str]:
+        """Worker name -> the host name written into the hostfile."""
+        return {w.name: w.name for w in self.plan.workers}
+
+    def rank_prefix(self) -> list[str]:
+        """How a worker starts mpilaunch's per-rank wrapper (its Python may differ from ours)."""
+        return [sys.executable, "-m", "mpilaunch.rank"]
+
+    def describe_workers(self) -> dict[str, dict]:
+        """Worker name -> facts for reports (host, state, exit status, ...)."""
+        return {w.name: {} for w in self.plan.workers}
+
+    @abstractmethod
+    def release(self) -> None:
+        """Free every worker, container and process. Idempotent, never raises."""

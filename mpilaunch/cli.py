@@ -1,0 +1,175 @@
+"""Command-line parsing only: build a JobSpec and hand it to job.run_spec."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import EXIT_INTERRUPTED, MpilaunchError, UsageError
+from .spec import BACKENDS, LAUNCHERS, MPI_FLAVOURS, JobSpec, K8sOptions, PsOptions, YarnOptions
+
+SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "agent")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message, f"see '{self.prog} --help'")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
+    return key, value
+
+
+def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=prog,
+        usage=f"{prog} [run] [OPTIONS] -- COMMAND [ARGS...]",
+        description="Launch MPI / Horovod and TensorFlow PS jobs on local workers, Kubernetes or YARN without SSH.",
+    )
+    size = p.add_argument_group("sizing")
+    size.add_argument("--gpus", type=int, help="total GPUs = MPI ranks, one rank per GPU")
+    size.add_argument("--gpus-per-node", type=int, help="GPUs per worker (default: discovered, else 8)")
+    size.add_argument("--np", type=int, help="ranks for CPU-only jobs")
+    size.add_argument("--slots-per-worker", type=int, help="spread --np ranks over ceil(N/S) workers")
+    size.add_argument("--hostfile", help="local backend: take worker names and slots from this hostfile")
+    size.add_argument("--bind-gpus", action="store_true", help="each rank sees only its own GPU (off: Horovod picks local_rank itself)")
+
+    run = p.add_argument_group("backend and MPI")
+    run.add_argument("--backend", default=os.environ.get("MPILAUNCH_BACKEND", "local"), help=f"one of {', '.join(BACKENDS)} (default: local or $MPILAUNCH_BACKEND)")
+    run.add_argument("--mpi", default="auto", help=f"one of {', '.join(MPI_FLAVOURS)}")
+    run.add_argument("--mpirun", help="path of the mpirun to use")
+    run.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]", help="export a variable to every rank (repeatable)")
+    run.add_argument("--mpi-args", default="", help="extra arguments for mpirun, as one string")
+    run.add_argument("--launcher", default="auto", help=f"where mpirun runs: one of {', '.join(LAUNCHERS)}")
+
+    ctl = p.add_argument_group("job control")
+    ctl.add_argument("--name", help="job name (default: generated)")
+    ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
+    ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
+    ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
+    ctl.add_argument("--dry-run", action="store_true", help="print the plan, hostfile, mpirun command and environment; create nothing")
+    ctl.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+    k8s = p.add_argument_group("kubernetes")
+    k8s.add_argument("--image")
+    k8s.add_argument("--namespace")
+    k8s.add_argument("--context")
+    k8s.add_argument("--kubeconfig")
+    k8s.add_argument("--node-selector", action="append", default=[], type=_key_value, metavar="K=V")
+    k8s.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
+    k8s.add_argument("--priority-class")
+    k8s.add_argument("--gang", default="none", help="none, volcano or scheduler-plugins")
+
+    yarn = p.add_argument_group("yarn")
+    yarn.add_argument("--queue")
+    yarn.add_argument("--node-label")
+    yarn.add_argument("--memory", default="2 GiB")
+    yarn.add_argument("--vcores", type=int, default=1)
+    yarn.add_argument("--env-archive")
+
+    ps = p.add_argument_group("parameter-server mode")
+    ps.add_argument("--mode", default="allreduce", help="allreduce (default) or ps")
+    ps.add_argument("--ps", type=int, default=0)
+    ps.add_argument("--workers", type=int, default=0)
+    ps.add_argument("--chief", action="store_true")
+    ps.add_argument("--evaluator", action="store_true")
+    ps.add_argument("--tensorboard", action="store_true")
+    ps.add_argument("-r", "--cluster-requirement", dest="requirement", help='YARN-DTF form, e.g. "ps:2,worker:4"')
+    ps.add_argument("-i", "--input")
+    ps.add_argument("-o", "--output")
+    ps.add_argument("-s", "--script")
+    return p
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def spec_from_args(args, command: list[str]) -> JobSpec:
+    import shlex
+
+    return JobSpec(
+        command=tuple(command),
+        gpus=args.gpus,
+        gpus_per_node=args.gpus_per_node,
+        np=args.np,
+        slots_per_worker=args.slots_per_worker,
+        backend=args.backend,
+        mpi=args.mpi,
+        mpirun=args.mpirun,
+        env=tuple(args.env),
+        mpi_args=tuple(shlex.split(args.mpi_args)),
+        launcher=args.launcher,
+        name=args.name,
+        start_timeout=args.start_timeout,
+        timeout=args.timeout,
+        output_dir=args.output_dir,
+        dry_run=args.dry_run,
+        bind_gpus=args.bind_gpus,
+        hostfile=args.hostfile,
+        mode=args.mode,
+        k8s=K8sOptions(
+            image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
+            node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
+            priority_class=args.priority_class, gang=args.gang,
+        ),
+        yarn=YarnOptions(queue=args.queue, node_label=args.node_label, memory=args.memory,
+                         vcores=args.vcores, env_archive=args.env_archive),
+        ps=PsOptions(ps=args.ps, workers=args.workers, chief=args.chief, evaluator=args.evaluator,
+                     tensorboard=args.tensorboard, input_path=args.input, output_path=args.output,
+                     script=args.script),
+    )
+
+
+def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
+    options, command = split_command(argv)
+    args = build_parser().parse_args(options)
+    return spec_from_args(args, command), args
+
+
+def cmd_run(argv: list[str]) -> int:
+    from .job import run_spec
+
+    spec, args = parse_run(argv)
+    result = run_spec(spec, quiet=args.quiet)
+    if result.exit_code != 0 and result.failure:
+        print(f"mpilaunch: error: {result.failure}", file=sys.stderr)
+    return result.exit_code
+
+
+def dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "agent":
+        from .agent import main as agent_main
+
+        return agent_main(argv[1:]) or 0
+    if argv and argv[0] in ("render", "status", "logs", "delete"):
+        from . import manage
+
+        return manage.main(argv[0], argv[1:])
+    if argv and argv[0] == "run":
+        argv = argv[1:]
+    return cmd_run(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = dispatch(argv)
+    except MpilaunchError as e:
+        print(e.format(), file=sys.stderr)
+        code = e.exit_code
+    except KeyboardInterrupt:
+        print("mpilaunch: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

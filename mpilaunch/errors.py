@@ -1,0 +1,42 @@
+"""Errors that map to the exit codes of the command-line contract.
+
+Every error carries a one-line message and a hint; the CLI prints them as
+``mpilaunch: error: MESSAGE`` + ``  hint: HINT`` and exits with ``exit_code``.
+"""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2
+EXIT_ALLOCATION = 3
+EXIT_INTERRUPTED = 130
+
+
+class MpilaunchError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def format(self) -> str:
+        text = f"mpilaunch: error: {self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class UsageError(MpilaunchError):
+    """Bad input: wrong options, impossible sizing, missing programs or files."""
+
+    exit_code = EXIT_USAGE
+
+
+class AllocationError(MpilaunchError):
+    """Workers could not be allocated or did not become ready in time."""
+
+    exit_code = EXIT_ALLOCATION
+
+
+class Interrupted(MpilaunchError):
+    exit_code = EXIT_INTERRUPTED

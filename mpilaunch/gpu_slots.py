@@ -1,0 +1,162 @@
+"""GPUs -> workers x slots, and slot -> GPU device mapping.
+
+Sizing is pure; discovery asks ``nvidia-smi`` (the one tool every GPU node
+has) and honours an existing ``CUDA_VISIBLE_DEVICES`` the way CUDA does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+
+from .errors import UsageError
+from .spec import Plan, WorkerPlan
+
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def worker_name(job_name: str, index: int) -> str:
+    return f"{job_name}-worker-{index}"
+
+
+def _divisor_choices(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0 and d <= limit] or [1]
+
+
+def size_gpu_job(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """Total GPUs -> (workers, GPUs per worker). One rank per GPU."""
+    if gpus < 1:
+        raise UsageError(
+            f"--gpus must be at least 1, got {gpus}",
+            "give the total number of GPUs (= MPI ranks), e.g. --gpus 8; for CPU-only jobs use --np",
+        )
+    if gpus_per_node < 1:
+        raise UsageError(
+            f"--gpus-per-node must be at least 1, got {gpus_per_node}",
+            "give the GPUs of one worker, e.g. --gpus-per-node 8",
+        )
+    if gpus <= gpus_per_node:
+        return 1, gpus
+    if gpus % gpus_per_node == 0:
+        return gpus // gpus_per_node, gpus_per_node
+    lower = gpus - gpus % gpus_per_node
+    upper = lower + gpus_per_node
+    divisors = ", ".join(str(d) for d in _divisor_choices(gpus, gpus_per_node))
+    raise UsageError(
+        f"--gpus {gpus} is not a multiple of --gpus-per-node {gpus_per_node}",
+        f"use --gpus {lower} or --gpus {upper} (or up to {gpus_per_node}), "
+        f"or a --gpus-per-node that divides {gpus}: {divisors}",
+    )
+
+
+def size_cpu_job(np: int, slots_per_worker: int | None) -> tuple[int, list[int]]:
+    """--np N [--slots-per-worker S] -> (workers, slots of each worker)."""
+    if np < 1:
+        raise UsageError(f"--np must be at least 1, got {np}", "give the number of MPI ranks, e.g. --np 4")
+    if slots_per_worker is None:
+        slots_per_worker = np
+    if slots_per_worker < 1:
+        raise UsageError(
+            f"--slots-per-worker must be at least 1, got {slots_per_worker}",
+            "give the ranks per worker, e.g. --slots-per-worker 2",
+        )
+    workers = math.ceil(np / slots_per_worker)
+    slots = [slots_per_worker] * workers
+    slots[-1] = np - slots_per_worker * (workers - 1)
+    return workers, slots
+
+
+def plan_job(
+    job_name: str,
+    *,
+    gpus: int | None,
+    gpus_per_node: int | None,
+    np: int | None,
+    slots_per_worker: int | None,
+    discovered_gpus_per_node: int | None = None,
+) -> Plan:
+    """Build the worker plan from the sizing options of the contract."""
+    if gpus is not None and np is not None:
+        raise UsageError("--gpus and --np are mutually exclusive", "use --gpus for GPU jobs, --np for CPU-only jobs")
+    if gpus is None and np is None:
+        raise UsageError("say how big the job is", "give --gpus N (one rank per GPU) or --np N (CPU ranks)")
+    if gpus is not None:
+        if slots_per_worker is not None:
+            raise UsageError(
+                "--slots-per-worker only applies to --np jobs",
+                "with --gpus, the slots of a worker are its GPUs: use --gpus-per-node",
+            )
+        per_node = gpus_per_node or discovered_gpus_per_node or DEFAULT_GPUS_PER_NODE
+        count, per_worker = size_gpu_job(gpus, per_node)
+        workers = tuple(
+            WorkerPlan(worker_name(job_name, i), slots=per_worker, gpus=per_worker) for i in range(count)
+        )
+    else:
+        if gpus_per_node is not None:
+            raise UsageError("--gpus-per-node only applies to --gpus jobs", "use --slots-per-worker with --np")
+        count, slots = size_cpu_job(np, slots_per_worker)
+        workers = tuple(WorkerPlan(worker_name(job_name, i), slots=s, gpus=0) for i, s in enumerate(slots))
+    return Plan(job_name=job_name, workers=workers)
+
+
+# ---------------------------------------------------------------- discovery
+
+
+def parse_visible_devices(value: str | None) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES -> device ids, None when unset (all visible)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value in ("", "-1", "none", "NoDevFiles"):
+        return []
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def parse_nvidia_smi_indices(output: str) -> list[str]:
+    """Output of ``nvidia-smi --query-gpu=index --format=csv,noheader``."""
+    return [line.strip() for line in output.splitlines() if line.strip().isdigit()]
+
+
+def discover_local_gpus(environ: dict | None = None) -> list[str]:
+    """GPU ids usable by this process: nvidia-smi's list filtered by CUDA_VISIBLE_DEVICES."""
+    environ = os.environ if environ is None else environ
+    visible = parse_visible_devices(environ.get("CUDA_VISIBLE_DEVICES"))
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if smi is None:
+        return visible or []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return visible or []
+    physical = parse_nvidia_smi_indices(out)
+    if visible is None:
+        return physical
+    # CUDA_VISIBLE_DEVICES may name UUIDs; keep those as given.
+    return [d for d in visible if d in physical or not d.isdigit()]
+
+
+def partition_devices(devices: list[str], plan: Plan) -> dict[str, list[str]]:
+    """Give each worker of a local job its own GPUs, in order."""
+    needed = plan.gpus
+    if needed > len(devices):
+        raise UsageError(
+            f"the job needs {needed} GPUs but this machine has {len(devices)} usable"
+            + (f" ({','.join(devices)})" if devices else ""),
+            "lower --gpus, or check nvidia-smi and CUDA_VISIBLE_DEVICES",
+        )
+    out: dict[str, list[str]] = {}
+    cursor = 0
+    for w in plan.workers:
+        out[w.name] = devices[cursor : cursor + w.gpus]
+        cursor += w.gpus
+    return out
+
+
+def rank_device(local_rank: int, devices: list[str]) -> str:
+    """Slot -> GPU: local rank i of a worker gets the worker's i-th GPU."""
+    return devices[local_rank % len(devices)]

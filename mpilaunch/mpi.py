@@ -1,0 +1,248 @@
+"""Detect the MPI flavour and build the exact mpirun argv + environment.
+
+Everything here except :func:`detect` and :func:`find_mpirun` is pure: it
+takes the plan, paths and the launcher's environment and returns data, so
+each flavour's command line is unit-tested without running anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_")
+FORWARDED_NAMES = ("PYTHONPATH",)
+
+# Open MPI runs at most plm_rsh_num_concurrent agents at once and keeps one
+# per daemon alive: below the host count, a large launch stalls forever.
+MIN_NUM_CONCURRENT = 128
+# PRRTE's routing tree needs a radix at least this large for wide flat launches
+# (field notes: N=96 hangs with the default).
+MIN_ROUTED_RADIX = 64
+
+
+@dataclass(frozen=True)
+class MpiInfo:
+    flavour: str  # openmpi | mpich | intel
+    version: str
+    path: str
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0]) if self.version[:1].isdigit() else 0
+
+    @property
+    def hostfile_flavour(self) -> str:
+        return "openmpi" if self.flavour == "openmpi" else self.flavour
+
+
+@dataclass(frozen=True)
+class MpirunCommand:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added to the launcher's environment
+
+    def shell(self) -> str:
+        return shlex.join(self.argv)
+
+
+def parse_version_output(text: str) -> tuple[str, str] | None:
+    """``mpirun --version`` output -> (flavour, version), or None if unknown."""
+    m = re.search(r"\((?:Open MPI|OpenRTE)\)\s+(\d+[\w.]*)", text)
+    if m:
+        return "openmpi", m.group(1)
+    m = re.search(r"Intel\(R\) MPI Library.*?Version\s+(\d+[\w.]*)", text, re.S)
+    if m:
+        return "intel", m.group(1)
+    m = re.search(r"HYDRA build details:.*?Version:\s+(\d+[\w.]*)", text, re.S)
+    if m:
+        return "mpich", m.group(1)
+    return None
+
+
+def detect(path: str) -> MpiInfo:
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        raise UsageError(f"cannot run {path}: {e.strerror or e}", "check --mpirun or your PATH") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{path} --version did not answer in 30 s", "check the MPI installation") from None
+    parsed = parse_version_output(proc.stdout + proc.stderr)
+    if parsed is None:
+        raise UsageError(
+            f"{path} is not Open MPI, MPICH or Intel MPI (could not read its --version)",
+            "point --mpirun at the mpirun of a supported MPI",
+        )
+    return MpiInfo(flavour=parsed[0], version=parsed[1], path=path)
+
+
+# Names to try for each requested flavour; Debian installs flavour-suffixed links.
+_CANDIDATES = {
+    "auto": ("mpirun", "mpiexec"),
+    "openmpi": ("mpirun.openmpi", "mpirun", "mpiexec"),
+    "mpich": ("mpiexec.hydra", "mpirun.mpich", "mpiexec.mpich", "mpiexec", "mpirun"),
+    "intel": ("mpiexec.hydra", "mpirun", "mpiexec"),
+}
+
+
+def find_mpirun(flavour: str, explicit: str | None, path_env: str | None = None) -> MpiInfo:
+    if explicit:
+        resolved = shutil.which(explicit, path=path_env) if os.sep not in explicit else explicit
+        if not resolved or not os.access(resolved, os.X_OK):
+            raise UsageError(f"--mpirun {explicit} not found or not executable", "give the full path to mpirun")
+        info = detect(resolved)
+        if flavour != "auto" and info.flavour != flavour:
+            raise UsageError(
+                f"--mpirun {explicit} is {info.flavour} {info.version}, not {flavour}",
+                f"use --mpi {info.flavour} or point --mpirun at a {flavour} mpirun",
+            )
+        return info
+    seen = []
+    for name in _CANDIDATES[flavour]:
+        resolved = shutil.which(name, path=path_env)
+        if not resolved or os.path.realpath(resolved) in seen:
+            continue
+        seen.append(os.path.realpath(resolved))
+        try:
+            info = detect(resolved)
+        except UsageError:
+            continue
+        if flavour in ("auto", info.flavour):
+            return info
+    wanted = "an mpirun" if flavour == "auto" else f"a {flavour} mpirun"
+    raise UsageError(
+        f"no mpirun found ({wanted} on PATH)",
+        "install one (pip install 'mpilaunch[mpi]' gives Open MPI 5) or pass --mpirun PATH",
+    )
+
+
+def forwarded_names(environ: dict[str, str], user_env: tuple[str, ...]) -> list[str]:
+    """Variables every rank must see: NCCL_*, HOROVOD_*, PYTHONPATH and -x names."""
+    names = sorted(
+        n for n in environ if n.startswith(FORWARDED_PREFIXES) or n in FORWARDED_NAMES
+    )
+    for item in user_env:
+        name = item.split("=", 1)[0]
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def resolve_env(names: list[str], user_env: tuple[str, ...], environ: dict[str, str]) -> dict[str, str]:
+    """Name -> value for forwarding; -x NAME=VALUE wins, -x NAME takes the launcher's value."""
+    explicit = dict(item.split("=", 1) for item in user_env if "=" in item)
+    out = {}
+    for name in names:
+        if name in explicit:
+            out[name] = explicit[name]
+        elif name in environ:
+            out[name] = environ[name]
+    return out
+
+
+def agent_env(shim: str, hostfile: str) -> dict[str, str]:
+    """Agent and hostfile under every name any flavour reads.
+
+    Set for all flavours so that tools run *inside* the job (horovodrun,
+    a nested mpirun) find the same agent; Open MPI 5 ignores the OMPI_
+    names (field notes), Open MPI 4 ignores the PRTE_ ones.
+    """
+    return {
+        "OMPI_MCA_plm_rsh_agent": shim,
+        "OMPI_MCA_orte_default_hostfile": hostfile,
+        "PRTE_MCA_plm_ssh_agent": shim,
+        "PRTE_MCA_prte_default_hostfile": hostfile,
+        "HYDRA_LAUNCHER": "rsh",
+        "HYDRA_LAUNCHER_EXEC": shim,
+        "HYDRA_HOST_FILE": hostfile,
+        "I_MPI_HYDRA_BOOTSTRAP": "rsh",
+        "I_MPI_HYDRA_BOOTSTRAP_EXEC": shim,
+        "I_MPI_HYDRA_HOST_FILE": hostfile,
+    }
+
+
+def build_mpirun(
+    info: MpiInfo,
+    *,
+    ranks: int,
+    hosts: int,
+    hostfile: str,
+    shim: str,
+    command: list[str],
+    environ: dict[str, str],
+    user_env: tuple[str, ...] = (),
+    extra_args: tuple[str, ...] = (),
+    as_root: bool = False,
+) -> MpirunCommand:
+    """The exact mpirun argv and added environment for one job."""
+    names = forwarded_names(environ, user_env)
+    values = resolve_env(names, user_env, environ)
+    env = agent_env(shim, hostfile)
+    concurrent = str(max(MIN_NUM_CONCURRENT, hosts))
+    if info.flavour == "openmpi":
+        argv = [info.path]
+        if as_root:
+            argv.append("--allow-run-as-root")
+        argv += ["-np", str(ranks), "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none"]
+        if info.major >= 5:
+            argv += ["--output", "tag"]
+            mca = "--prtemca"
+            params = {
+                "plm_ssh_agent": shim,
+                "plm_ssh_no_tree_spawn": "1",
+                "plm_ssh_num_concurrent": concurrent,
+                "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
+            }
+            env.update({f"PRTE_MCA_{k}": v for k, v in params.items()})
+        else:
+            argv += ["--tag-output"]
+            mca = "--mca"
+            params = {
+                "plm_rsh_agent": shim,
+                "plm_rsh_no_tree_spawn": "1",
+                "plm_rsh_num_concurrent": concurrent,
+                "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
+            }
+            env.update({f"OMPI_MCA_{k}": v for k, v in params.items()})
+        for key, value in params.items():
+            argv += [mca, key, value]
+        for name in names:
+            if name in values:
+                argv += ["-x", f"{name}={values[name]}"]
+    else:
+        argv = [info.path, "-n", str(ranks), "-f", hostfile]
+        if info.flavour == "intel":
+            argv += ["-bootstrap", "rsh", "-bootstrap-exec", shim]
+        else:
+            argv += ["-launcher", "rsh", "-launcher-exec", shim]
+        # Forward only what the job needs: the launcher's own HOSTNAME, PATH
+        # etc. must not override the worker's.
+        argv += ["-genvnone", "-prepend-rank"]
+        for name in names:
+            if name in values:
+                argv += ["-genv", name, values[name]]
+    argv += list(extra_args)
+    argv += list(command)
+    return MpirunCommand(argv=argv, env=env)
+
+
+# ------------------------------------------------------------ tagged output
+
+_OMPI_TAG = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:\s?(?P<text>.*)$", re.S)
+_HYDRA_TAG = re.compile(r"^\[(?P<rank>\d+)\]\s?(?P<text>.*)$", re.S)
+
+
+def parse_tagged_line(line: str) -> tuple[int | None, str | None, str]:
+    """Split one tagged output line into (rank, stream, text); untagged -> (None, None, line)."""
+    m = _OMPI_TAG.match(line)
+    if m:
+        return int(m["rank"]), m["stream"], m["text"]
+    m = _HYDRA_TAG.match(line)
+    if m:
+        return int(m["rank"]), None, m["text"]
+    return None, None, line

@@ -1,0 +1,66 @@
+"""Collect mpirun's tagged output: echo it, split it per rank, catch rank status lines."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from pathlib import Path
+
+from .mpi import parse_tagged_line
+from .rank import parse_status
+
+TAIL_LINES = 20
+
+
+class RankOutput:
+    """Thread-safe sink for the lines of mpirun's stdout and stderr."""
+
+    def __init__(self, echo_out, echo_err, output_dir: Path | None = None):
+        self.echo = {"stdout": echo_out, "stderr": echo_err}
+        self.output_dir = output_dir
+        self.tails: dict[int, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
+        self.launcher_tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
+        self.statuses: list[tuple[int, str, int]] = []  # in arrival order
+        self._logs: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def _log(self, rank: int):
+        if self.output_dir is None:
+            return None
+        if rank not in self._logs:
+            self._logs[rank] = open(self.output_dir / f"rank-{rank}.log", "a", encoding="utf-8")
+        return self._logs[rank]
+
+    def feed(self, stream: str, line: str) -> None:
+        rank, _tag_stream, text = parse_tagged_line(line.rstrip("\n"))
+        status = parse_status(text)
+        with self._lock:
+            if status is not None:
+                self.statuses.append(status)
+                return
+            echo = self.echo[stream]
+            echo.write(line if line.endswith("\n") else line + "\n")
+            echo.flush()
+            if rank is None:
+                self.launcher_tail.append(text)
+                return
+            self.tails[rank].append(text)
+            log = self._log(rank)
+            if log is not None:
+                log.write(text + "\n")
+
+    def pump(self, stream: str, pipe) -> threading.Thread:
+        def run():
+            for raw in iter(pipe.readline, b""):
+                self.feed(stream, raw.decode("utf-8", "replace"))
+            pipe.close()
+
+        thread = threading.Thread(target=run, name=f"pump-{stream}", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        with self._lock:
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()

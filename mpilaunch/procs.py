@@ -1,0 +1,62 @@
+"""Process-tree helpers for teardown (launcher side; uses psutil)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """PIDs of this user's processes whose environment has NAME=VALUE.
+
+    The environment survives setsid and double forks, so it finds daemonized
+    MPI daemons that left every process group we know of.
+    """
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal a process and all its descendants; gone processes are fine."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def terminate_group(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM a process group, then SIGKILL it and the tree after ``grace`` seconds."""
+    import psutil
+
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        psutil.Process(pid).wait(timeout=grace)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        kill_tree(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

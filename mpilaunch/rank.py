@@ -1,0 +1,92 @@
+"""Per-rank wrapper: ``python -m mpilaunch.rank [--bind-gpus] -- CMD...``.
+
+mpirun starts this in place of the user's program on every rank. It runs the
+program, forwards termination signals to it, and prints one status line on
+stderr that the launcher reads from mpirun's tagged output. That is how
+mpilaunch knows *which* rank failed, on which worker, with which exit code,
+for every MPI flavour alike (mpirun's own exit code and messages differ).
+Standard library only: one of these starts per rank.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+STATUS_PREFIX = "mpilaunch-rank-status:"
+
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+_LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
+
+
+def first_env(names, environ) -> str | None:
+    for name in names:
+        if environ.get(name, "") != "":
+            return environ[name]
+    return None
+
+
+def format_status(rank: str, worker: str, code: int) -> str:
+    return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}"
+
+
+def parse_status(text: str) -> tuple[int, str, int] | None:
+    """The wrapper's status line -> (rank, worker, exit code)."""
+    text = text.strip()
+    if not text.startswith(STATUS_PREFIX):
+        return None
+    fields = dict(item.split("=", 1) for item in text[len(STATUS_PREFIX):].split() if "=" in item)
+    try:
+        return int(fields["rank"]), fields.get("worker", "?"), int(fields["exit"])
+    except (KeyError, ValueError):
+        return None
+
+
+def bound_devices(environ) -> str | None:
+    """--bind-gpus: local rank i sees only the i-th GPU of its worker."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    local = first_env(_LOCAL_RANK_VARS, environ)
+    if not visible or local is None:
+        return None
+    devices = [d for d in visible.split(",") if d]
+    return devices[int(local) % len(devices)] if devices else None
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    bind = False
+    while argv and argv[0] != "--":
+        if argv[0] == "--bind-gpus":
+            bind = True
+        argv.pop(0)
+    command = argv[1:]
+    env = dict(os.environ)
+    if bind:
+        device = bound_devices(env)
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+    rank = first_env(_RANK_VARS, env) or "?"
+    worker = env.get("MPILAUNCH_WORKER", "?")
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as e:
+        print(f"mpilaunch: error: rank {rank}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
+        print(format_status(rank, worker, 127), file=sys.stderr, flush=True)
+        return 127
+
+    def forward(signum, _frame):
+        child.send_signal(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    code = child.wait()
+    if code < 0:
+        code = 128 - code
+    print(format_status(rank, worker, code), file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Value objects: what the user asked for (JobSpec) and what we will build (Plan).
+
+Both are frozen dataclasses validated on construction, with ``to_dict`` so a
+plan can be printed by ``--dry-run`` and stored in ``report.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+BACKENDS = ("local", "k8s", "yarn")
+MPI_FLAVOURS = ("auto", "openmpi", "mpich", "intel")
+LAUNCHERS = ("auto", "local", "cluster")
+MODES = ("allreduce", "ps")
+
+# Kubernetes object names and YARN application names both accept this.
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+
+
+def _as_dict(obj) -> dict:
+    return dataclasses.asdict(obj)
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    image: str | None = None
+    namespace: str | None = None
+    context: str | None = None
+    kubeconfig: str | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[str, ...] = ()
+    priority_class: str | None = None
+    gang: str = "none"
+
+    def __post_init__(self):
+        if self.gang not in ("none", "volcano", "scheduler-plugins"):
+            raise UsageError(
+                f"unknown --gang {self.gang!r}",
+                "choose one of: none, volcano, scheduler-plugins",
+            )
+
+
+@dataclass(frozen=True)
+class YarnOptions:
+    queue: str | None = None
+    node_label: str | None = None
+    memory: str = "2 GiB"
+    vcores: int = 1
+    env_archive: str | None = None
+
+
+@dataclass(frozen=True)
+class PsOptions:
+    ps: int = 0
+    workers: int = 0
+    chief: bool = False
+    evaluator: bool = False
+    tensorboard: bool = False
+    input_path: str | None = None
+    output_path: str | None = None
+    script: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    command: tuple[str, ...]
+    gpus: int | None = None
+    gpus_per_node: int | None = None
+    np: int | None = None
+    slots_per_worker: int | None = None
+    backend: str = "local"
+    mpi: str = "auto"
+    mpirun: str | None = None
+    env: tuple[str, ...] = ()  # -x NAME[=VALUE]
+    mpi_args: tuple[str, ...] = ()
+    launcher: str = "auto"
+    name: str | None = None
+    start_timeout: float = 300.0
+    timeout: float | None = None
+    output_dir: str | None = None
+    dry_run: bool = False
+    bind_gpus: bool = False
+    hostfile: str | None = None
+    mode: str = "allreduce"
+    k8s: K8sOptions = field(default_factory=K8sOptions)
+    yarn: YarnOptions = field(default_factory=YarnOptions)
+    ps: PsOptions = field(default_factory=PsOptions)
+
+    def __post_init__(self):
+        if not self.command:
+            raise UsageError(
+                "no command given",
+                "put the program after '--', e.g. mpilaunch --np 4 -- python train.py",
+            )
+        if self.backend not in BACKENDS:
+            raise UsageError(
+                f"unknown backend {self.backend!r}", f"choose one of: {', '.join(BACKENDS)}"
+            )
+        if self.mpi not in MPI_FLAVOURS:
+            raise UsageError(
+                f"unknown MPI flavour {self.mpi!r}", f"choose one of: {', '.join(MPI_FLAVOURS)}"
+            )
+        if self.launcher not in LAUNCHERS:
+            raise UsageError(
+                f"unknown launcher {self.launcher!r}", f"choose one of: {', '.join(LAUNCHERS)}"
+            )
+        if self.mode not in MODES:
+            raise UsageError(f"unknown mode {self.mode!r}", "choose one of: allreduce, ps")
+        if self.start_timeout <= 0:
+            raise UsageError(
+                f"--start-timeout must be positive, got {self.start_timeout:g}",
+                "give the seconds to wait for workers, e.g. --start-timeout 300",
+            )
+        if self.timeout is not None and self.timeout <= 0:
+            raise UsageError(
+                f"--timeout must be positive, got {self.timeout:g}",
+                "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out",
+            )
+        if self.name is not None and not _NAME_RE.match(self.name):
+            raise UsageError(
+                f"invalid job name {self.name!r}",
+                "use lowercase letters, digits and '-', at most 42 characters, "
+                "starting and ending with a letter or digit",
+            )
+        for item in self.env:
+            name = item.split("=", 1)[0]
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise UsageError(
+                    f"invalid -x {item!r}", "use -x NAME or -x NAME=VALUE with a valid variable name"
+                )
+
+    def to_dict(self) -> dict:
+        return _as_dict(self)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    name: str
+    slots: int
+    gpus: int  # GPUs this worker requests (0 for CPU-only jobs)
+
+
+@dataclass(frozen=True)
+class Plan:
+    job_name: str
+    workers: tuple[WorkerPlan, ...]
+
+    def __post_init__(self):
+        if not self.workers:
+            raise ValueError("a plan needs at least one worker")
+
+    @property
+    def ranks(self) -> int:
+        return sum(w.slots for w in self.workers)
+
+    @property
+    def gpus(self) -> int:
+        return sum(w.gpus for w in self.workers)
+
+    @property
+    def slots_per_worker(self) -> int:
+        return max(w.slots for w in self.workers)
+
+    def rank_to_worker(self) -> list[str]:
+        """Rank i -> worker name, as ``-map-by slot`` fills the hostfile in order."""
+        out: list[str] = []
+        for w in self.workers:
+            out.extend([w.name] * w.slots)
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "job_name": self.job_name,
+            "ranks": self.ranks,
+            "gpus": self.gpus,
+            "workers": [_as_dict(w) for w in self.workers],
+        }
