@@ -90,7 +90,17 @@ _CANDIDATES = {
 }
 
 
+def search_path(path_env: str | None) -> str:
+    """PATH, then this Python's scripts directory: ``pip install mpilaunch[mpi]``
+    puts Open MPI's mpirun there, which is not always on PATH (pyenv, venvs)."""
+    import sysconfig
+
+    path = path_env if path_env is not None else os.environ.get("PATH", "")
+    return os.pathsep.join(p for p in (path, sysconfig.get_path("scripts")) if p)
+
+
 def find_mpirun(flavour: str, explicit: str | None, path_env: str | None = None) -> MpiInfo:
+    path_env = search_path(path_env)
     if explicit:
         resolved = shutil.which(explicit, path=path_env) if os.sep not in explicit else explicit
         if not resolved or not os.access(resolved, os.X_OK):

