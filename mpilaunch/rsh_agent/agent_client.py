@@ -1,0 +1,338 @@
+"""Client side of the exec-agent protocol (see ``protocol.py``).
+
+Used by the shim (hot path: only ``_socket``, ``select``, ``_signal`` and
+``os``, no ``socket.py``/``signal.py`` which pull in ``enum``/``selectors``)
+and by the orchestrator (``ping`` to wait for agents, ``run_command`` to run
+something in a worker).
+"""
+
+import os
+import select
+import _socket
+
+from mpilaunch.rsh_agent import protocol as P
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+_OUT_HIGH_WATER = 1 << 20  # stop reading stdin while this much is unsent
+
+
+class AgentError(ConnectionError):
+    """The agent could not be reached, refused us, or the connection died."""
+
+
+def read_secret(path: str) -> bytes:
+    """Read a job secret file; refuse one that group or others may read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if mode & 0o044:
+            raise PermissionError(
+                f"secret file {path} is readable by group or others "
+                f"(mode {mode & 0o777:o}); chmod 600 it"
+            )
+        data = b""
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    secret = data.strip()
+    if not secret:
+        raise ValueError(f"secret file {path} is empty")
+    return secret
+
+
+def _connect(address: str, timeout: float):
+    host, port = P.parse_address(address)
+    last = None
+    try:
+        infos = _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM)
+    except OSError as exc:
+        raise AgentError(f"cannot resolve agent address {address}: {exc}") from None
+    for family, stype, proto, _, sockaddr in infos:
+        sock = _socket.socket(family, stype, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            last = exc
+            sock.close()
+    raise AgentError(f"cannot connect to agent at {address}: {last}")
+
+
+def _recv_exact(sock, n: int, address: str) -> bytes:
+    data = b""
+    while len(data) < n:
+        try:
+            chunk = sock.recv(n - len(data))
+        except TimeoutError:
+            raise AgentError(f"agent at {address} did not answer the handshake in time") from None
+        except OSError as exc:
+            raise AgentError(f"connection to agent at {address} failed: {exc}") from None
+        if not chunk:
+            raise AgentError(
+                f"agent at {address} closed the connection during the handshake "
+                "(wrong job secret, or not an mpilaunch agent)"
+            )
+        data += chunk
+    return data
+
+
+def _open_session(address: str, secret: bytes, timeout: float):
+    """Connect and authenticate both ways; return a blocking socket."""
+    sock = _connect(address, timeout)
+    try:
+        try:
+            server_nonce = P.parse_server_hello(_recv_exact(sock, P.SERVER_HELLO_LEN, address))
+        except P.ProtocolError as exc:
+            raise AgentError(f"{address}: {exc}") from None
+        client_nonce = P.new_nonce()
+        sock.sendall(P.client_hello(secret, server_nonce, client_nonce))
+        proof = _recv_exact(sock, P.MAC_LEN, address)
+        if not P.compare_digest(proof, P.server_proof(secret, server_nonce, client_nonce)):
+            raise AgentError(f"agent at {address} failed to prove it knows the job secret")
+        return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def ping(address: str, secret: bytes, timeout: float = 5.0) -> bool:
+    """True when an agent answers an authenticated no-op at ``address``."""
+    try:
+        sock = _open_session(address, secret, timeout)
+    except (AgentError, OSError, ValueError):
+        return False
+    try:
+        sock.sendall(P.frame(P.PING))
+        buf = bytearray()
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return False
+            buf += chunk
+            for ftype, _ in P.pop_frames(buf, P.AGENT_TYPES):
+                return ftype == P.PONG
+    except (OSError, P.ProtocolError):
+        return False
+    finally:
+        sock.close()
+
+
+class _Sink:
+    """Where a remote stream goes: a file descriptor or a bytearray."""
+
+    __slots__ = ("fd", "buf")
+
+    def __init__(self, target):
+        if isinstance(target, bytearray):
+            self.fd, self.buf = None, target
+        elif target is None:
+            self.fd, self.buf = None, None  # discard
+        else:
+            self.fd = target if isinstance(target, int) else target.fileno()
+            self.buf = None
+
+    def write(self, data: bytes) -> None:
+        if self.buf is not None:
+            self.buf += data
+        elif self.fd is not None:
+            _write_all(self.fd, data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            # mpirun may hand us a non-blocking pipe; wait instead of dropping.
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            poller.poll(1000)
+            continue
+        except BrokenPipeError:
+            return  # reader is gone; keep draining so the remote side is not stuck
+        view = view[n:]
+
+
+class _SignalForwarder:
+    """Queue SIGINT/SIGTERM/SIGHUP so the run loop sends them to the agent."""
+
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self):
+        import _signal
+
+        self._signal = _signal
+        self.pending = []
+        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._saved = {}
+        self._saved_wakeup = _signal.set_wakeup_fd(self.wfd)
+        for name in self.SIGNALS:
+            num = getattr(_signal, name)
+            self._saved[num] = _signal.signal(num, self._handle)
+
+    def _handle(self, signum, _frame):
+        self.pending.append(signum)
+
+    def drain(self) -> list:
+        try:
+            while os.read(self.rfd, 512):
+                pass
+        except BlockingIOError:
+            pass
+        sigs, self.pending = self.pending, []
+        return sigs
+
+    def close(self):
+        for num, handler in self._saved.items():
+            self._signal.signal(num, handler)
+        self._signal.set_wakeup_fd(self._saved_wakeup)
+        os.close(self.rfd)
+        os.close(self.wfd)
+
+
+def run_command(
+    address: str,
+    secret: bytes,
+    command: str,
+    *,
+    env: dict | None = None,
+    cwd: str | None = None,
+    stdin=None,
+    stdout=1,
+    stderr=2,
+    timeout: float | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    forward_signals: bool = False,
+) -> int:
+    """Run ``/bin/sh -c command`` through the agent; return its exit status.
+
+    ``stdin``: None (remote stdin is empty) or a file descriptor/file object
+    to stream until EOF.  ``stdout``/``stderr``: a file descriptor, a file
+    object, a ``bytearray`` to collect into, or None to discard.  Signals
+    128+N mean the remote command died of signal N.  ``forward_signals``
+    (main thread only) relays SIGINT/SIGTERM/SIGHUP to the remote session.
+    Raises AgentError when the agent cannot be reached or the connection
+    dies, TimeoutError after ``timeout`` seconds (the remote session is
+    killed by the agent when we hang up).
+    """
+    deadline = None if timeout is None else _monotonic() + timeout
+    forwarder = _SignalForwarder() if forward_signals else None
+    try:
+        sock = _open_session(address, secret, connect_timeout)
+        try:
+            return _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder)
+        finally:
+            sock.close()
+    finally:
+        if forwarder is not None:
+            forwarder.close()
+
+
+def run_capture(address: str, secret: bytes, command: str, **kwargs):
+    """``run_command`` collecting output: returns ``(status, stdout, stderr)`` bytes."""
+    out, err = bytearray(), bytearray()
+    status = run_command(address, secret, command, stdout=out, stderr=err, **kwargs)
+    return status, bytes(out), bytes(err)
+
+
+def _monotonic() -> float:
+    import time  # builtin module, only needed when a timeout is used
+
+    return time.monotonic()
+
+
+def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder):
+    out = bytearray(P.frame(P.RUN, P.encode_run(command, env, cwd)))
+    stdin_fd = None
+    if stdin is None:
+        out += P.frame(P.STDIN)
+    else:
+        stdin_fd = stdin if isinstance(stdin, int) else stdin.fileno()
+    sinks = {P.STDOUT: _Sink(stdout), P.STDERR: _Sink(stderr)}
+    sock.setblocking(False)
+    sfd = sock.fileno()
+    poller = select.poll()
+    POLLIN, POLLOUT = select.POLLIN, select.POLLOUT
+    poller.register(sfd, POLLIN | POLLOUT)
+    stdin_registered = False
+    if stdin_fd is not None:
+        poller.register(stdin_fd, POLLIN)
+        stdin_registered = True
+    if forwarder is not None:
+        poller.register(forwarder.rfd, POLLIN)
+        for signum in forwarder.drain():  # arrived before we were connected
+            out += P.frame(P.SIGNAL, P.encode_int(signum))
+    inbuf = bytearray()
+    while True:
+        wait_ms = None
+        if deadline is not None:
+            left = deadline - _monotonic()
+            if left <= 0:
+                raise TimeoutError(f"remote command on {address} timed out")
+            wait_ms = int(left * 1000) + 1
+        for fd, ev in poller.poll(wait_ms):
+            if fd == sfd:
+                if ev & (POLLIN | select.POLLHUP | select.POLLERR):
+                    try:
+                        data = sock.recv(P.CHUNK * 4)
+                    except BlockingIOError:
+                        data = None
+                    except OSError as exc:
+                        raise AgentError(f"connection to agent at {address} failed: {exc}") from None
+                    if data == b"":
+                        raise AgentError(f"lost connection to agent at {address}")
+                    if data:
+                        inbuf += data
+                        try:
+                            frames = P.pop_frames(inbuf, P.AGENT_TYPES)
+                        except P.ProtocolError as exc:
+                            raise AgentError(f"agent at {address}: {exc}") from None
+                        for ftype, payload in frames:
+                            sink = sinks.get(ftype)
+                            if sink is not None:
+                                sink.write(payload)
+                            elif ftype == P.EXIT:
+                                return P.decode_int(payload)
+                            elif ftype == P.ERROR:
+                                raise AgentError(payload.decode("utf-8", "replace"))
+                if ev & POLLOUT and out:
+                    try:
+                        n = sock.send(out)
+                    except BlockingIOError:
+                        n = 0
+                    except OSError as exc:
+                        raise AgentError(f"connection to agent at {address} failed: {exc}") from None
+                    del out[:n]
+            elif fd == stdin_fd:
+                try:
+                    data = os.read(stdin_fd, P.CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if ev & select.POLLNVAL:
+                    data = b""
+                out += P.frame(P.STDIN, data)
+                if not data:
+                    poller.unregister(stdin_fd)
+                    stdin_fd = None
+                    stdin_registered = False
+            elif forwarder is not None and fd == forwarder.rfd:
+                for signum in forwarder.drain():
+                    out += P.frame(P.SIGNAL, P.encode_int(signum))
+        # Back-pressure: stop reading stdin while the agent is not taking it.
+        if stdin_fd is not None:
+            if len(out) > _OUT_HIGH_WATER and stdin_registered:
+                poller.unregister(stdin_fd)
+                stdin_registered = False
+            elif len(out) <= _OUT_HIGH_WATER and not stdin_registered:
+                poller.register(stdin_fd, POLLIN)
+                stdin_registered = True
+        poller.modify(sfd, POLLIN | POLLOUT if out else POLLIN)

@@ -1,0 +1,262 @@
+"""``mpilaunch-rsh``: the rsh/ssh agent that mpirun runs once per worker.
+
+    mpilaunch-rsh [ssh-like options] HOST WORD...
+
+Open MPI passes the daemon command as several shell-quoted words, MPICH
+hydra as one or more words, Intel MPI adds ssh options (``-x``, ``-q``,
+``-o X`` ...) in front.  Like ssh, the words are joined with spaces and the
+remote side runs them with ``/bin/sh -c``.  The worker is looked up in the
+job's context file (``$MPILAUNCH_CONTEXT``) and reached through the
+transport it names; the remote exit status becomes ours, 255 when the
+connection fails.
+
+Hot path: mpirun may start hundreds of these at once, so this module and
+everything it imports use only built-in or C stdlib modules (no ``json``:
+the context is parsed by a small JSON reader that falls back to ``json``).
+"""
+
+import os
+import sys
+
+PROG = "mpilaunch-rsh"
+CONTEXT_ENV = "MPILAUNCH_CONTEXT"
+
+# ssh options that take a value (the value may be attached: -p22, -oX=Y).
+_SSH_OPTS_WITH_VALUE = set("bcDEeFIiJLlmOopQRSWwB")
+# ssh flags without a value; unknown ones are skipped too (they cannot take
+# a value we know of, and failing the launch over a cosmetic flag helps no one).
+_SSH_NO_STDIN = "n"
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_argv(argv):
+    """Return ``(host, command, no_stdin)`` from the agent's arguments."""
+    i = 0
+    no_stdin = False
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        j = 1
+        while j < len(arg):
+            opt = arg[j]
+            if opt in _SSH_OPTS_WITH_VALUE:
+                if j + 1 == len(arg):  # value is the next argument
+                    i += 1
+                    if i >= len(argv):
+                        raise UsageError(f"option -{opt} needs a value")
+                break
+            if opt == _SSH_NO_STDIN:
+                no_stdin = True
+            j += 1
+        i += 1
+    rest = argv[i:]
+    if len(rest) < 2:
+        raise UsageError("usage: mpilaunch-rsh [options] HOST COMMAND...")
+    host = rest[0].rpartition("@")[2]  # ssh's user@host
+    return host, " ".join(rest[1:]), no_stdin
+
+
+# --- tiny JSON reader (saves importing json -> re, enum on every launch) ------
+
+_WS = " \t\n\r"
+_ESC = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_NUM_CHARS = set("+-0123456789.eE")
+
+
+def _skip(s, i):
+    while i < len(s) and s[i] in _WS:
+        i += 1
+    return i
+
+
+def _value(s, i):
+    i = _skip(s, i)
+    c = s[i]
+    if c == "{":
+        obj = {}
+        i = _skip(s, i + 1)
+        if s[i] == "}":
+            return obj, i + 1
+        while True:
+            i = _skip(s, i)
+            if s[i] != '"':
+                raise ValueError("expected a key")
+            key, i = _string(s, i + 1)
+            i = _skip(s, i)
+            if s[i] != ":":
+                raise ValueError("expected ':'")
+            obj[key], i = _value(s, i + 1)
+            i = _skip(s, i)
+            if s[i] == "}":
+                return obj, i + 1
+            if s[i] != ",":
+                raise ValueError("expected ',' or '}'")
+            i += 1
+    if c == "[":
+        arr = []
+        i = _skip(s, i + 1)
+        if s[i] == "]":
+            return arr, i + 1
+        while True:
+            item, i = _value(s, i)
+            arr.append(item)
+            i = _skip(s, i)
+            if s[i] == "]":
+                return arr, i + 1
+            if s[i] != ",":
+                raise ValueError("expected ',' or ']'")
+            i += 1
+    if c == '"':
+        return _string(s, i + 1)
+    for word, val in (("true", True), ("false", False), ("null", None)):
+        if s.startswith(word, i):
+            return val, i + len(word)
+    j = i
+    while j < len(s) and s[j] in _NUM_CHARS:
+        j += 1
+    text = s[i:j]
+    if not text:
+        raise ValueError("unexpected character")
+    return (float(text) if any(x in text for x in ".eE") else int(text)), j
+
+
+def _string(s, i):
+    parts = []
+    while True:
+        j = i
+        while s[j] != '"' and s[j] != "\\":
+            if s[j] < " ":
+                raise ValueError("control character in string")
+            j += 1
+        parts.append(s[i:j])
+        if s[j] == '"':
+            return "".join(parts), j + 1
+        esc = s[j + 1]
+        if esc == "u":
+            code = int(s[j + 2 : j + 6], 16)
+            i = j + 6
+            if 0xD800 <= code < 0xDC00 and s.startswith("\\u", i):
+                low = int(s[i + 2 : i + 6], 16)
+                if 0xDC00 <= low < 0xE000:
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                    i += 6
+            parts.append(chr(code))
+        else:
+            parts.append(_ESC[esc])
+            i = j + 2
+
+
+def loads_json(text: str):
+    """Parse JSON; anything this reader does not accept goes to ``json``."""
+    try:
+        value, end = _value(text, 0)
+        if _skip(text, end) == len(text):
+            return value
+    except (ValueError, IndexError, KeyError):
+        pass
+    import json  # slow path: exact errors (and any corner case we do not handle)
+
+    return json.loads(text)
+
+
+def load_context(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        context = loads_json(f.read())
+    if not isinstance(context, dict):
+        raise ValueError("context must be a JSON object")
+    return context
+
+
+def _error(message: str) -> int:
+    try:
+        os.write(2, f"{PROG}: error: {message}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+    return 255
+
+
+def _load_transport(name: str):
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"bad transport name {name!r}")
+    module = f"mpilaunch.rsh_agent.transports.{name}"
+    __import__(module)
+    return sys.modules[module]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        host, command, no_stdin = parse_argv(argv)
+    except UsageError as exc:
+        return _error(str(exc))
+    path = os.environ.get(CONTEXT_ENV)
+    if not path:
+        return _error(f"${CONTEXT_ENV} is not set; mpilaunch-rsh runs under mpilaunch only")
+    try:
+        context = load_context(path)
+    except (OSError, ValueError) as exc:
+        return _error(f"cannot read context {path}: {exc}")
+    workers = context.get("workers") or {}
+    worker = workers.get(host)
+    if worker is None:
+        known = ", ".join(sorted(workers)) or "none"
+        return _error(f"unknown worker '{host}' (known: {known})")
+    try:
+        transport = _load_transport(context.get("transport") or "agent")
+    except (ImportError, ValueError) as exc:
+        return _error(f"cannot load transport {context.get('transport')!r}: {exc}")
+    if no_stdin:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+    try:
+        status = transport.run(context, worker, command)
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError, KeyError) as exc:  # AgentError is a ConnectionError
+        return _error(f"{host}: {exc}")
+    return status if 0 <= status <= 255 else 255
+
+
+# --- fast launcher ------------------------------------------------------------------
+
+
+def write_launcher(path: str, python: str | None = None) -> str:
+    """Write an executable ``mpilaunch-rsh`` that starts Python with ``-I -S``.
+
+    ``-S`` skips ``site`` (site-packages .pth files can cost tens of
+    milliseconds per start, e.g. ones that import certifi); the package
+    directory is put on ``sys.path`` explicitly instead.  Point mpirun's rsh
+    agent at the returned path when launch latency matters.
+    """
+    python = python or sys.executable
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    body = (
+        "import sys\n"
+        f"sys.path.insert(0, {package_parent!r})\n"
+        "from mpilaunch.rsh_agent.shim import main\n"
+        "sys.exit(main())\n"
+    )
+    shebang = f"#!{python} -IS\n"
+    if len(shebang) > 127 or " " in python:  # kernel shebang limits: go through sh
+        body_lit = body.replace("'", "'\"'\"'")
+        text = f"#!/bin/sh\nexec '{python}' -IS -c '{body_lit}' \"$@\"\n"
+    else:
+        text = shebang + body
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Transport through ``mpilaunch agent`` (local and YARN backends)."""
+
+import os
+
+from mpilaunch.rsh_agent import agent_client
+
+
+def forwarded_env(context: dict) -> dict:
+    """The shim's own values of the variables the context asks to forward."""
+    names = context.get("forward_env") or ()
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def run(context: dict, worker: dict, command: str) -> int:
+    secret = agent_client.read_secret(context["secret_file"])
+    return agent_client.run_command(
+        worker["address"],
+        secret,
+        command,
+        env=forwarded_env(context),
+        cwd=context.get("cwd") or None,
+        stdin=0,
+        stdout=1,
+        stderr=2,
+        connect_timeout=float(context.get("connect_timeout", agent_client.DEFAULT_CONNECT_TIMEOUT)),
+        forward_signals=True,
+    )
