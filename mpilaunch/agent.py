@@ -465,7 +465,12 @@ class Agent:
             self.sel.unregister(fd)
             del self.pipe_owner[fd]
         sess.pipes.pop(fd, None)
-        os.close(fd)
+        # Close through the file object: a bare os.close() would leave Popen's
+        # file object to close the same number again later, by then possibly
+        # a new client's socket.
+        for stream in (sess.proc.stdout, sess.proc.stderr):
+            if stream is not None and not stream.closed and stream.fileno() == fd:
+                stream.close()
 
     def _pause_pipes(self, sess, pause):
         if sess.paused == pause:
