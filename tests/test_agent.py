@@ -260,6 +260,13 @@ def test_many_sessions_at_once(agent):
     assert elapsed < 15, f"{n} concurrent 0.5 s sessions took {elapsed:.1f} s"
 
 
+def test_many_quick_sessions_in_a_row(agent):
+    """Regression: finished sessions' pipe fds must not be closed twice (they get
+    reused by the next connection's socket)."""
+    for i in range(150):
+        assert agent.run(f"echo {i}") == (0, f"{i}\n".encode(), b"")
+
+
 def test_ping(agent, tmp_path):
     assert agent_client.ping(agent.address, SECRET, 5)
     assert not agent_client.ping(agent.address, b"wrong", 5)
