@@ -39,6 +39,12 @@ _SESSION_MARK = SESSION_ENV.encode() + b"="
 
 HANDSHAKE_TIMEOUT = 10.0
 KILL_GRACE = 1.0  # SIGTERM first, SIGKILL whatever is left this much later
+# When the agent itself stops it is usually being killed too (YARN sends
+# SIGKILL 250 ms after SIGTERM by default), so it escalates much sooner.
+STOP_GRACE = 0.25
+# Parent-death signal: a dedicated one, because the kernel also sends it when
+# the *thread* that spawned us exits; on receipt we check the pid really died.
+PDEATH_SIGNAL = signal.SIGUSR2
 SCAN_INTERVAL = 0.5  # re-check lingering/killed sessions at least this often
 OUT_HIGH_WATER = 1 << 20  # pause reading a session's pipes above this backlog
 OUT_LOW_WATER = 1 << 18
@@ -251,7 +257,7 @@ class Agent:
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, PDEATH_SIGNAL):
             # A Python-level handler is needed for the C handler to write the
             # wakeup byte; the loop does the real work.
             signal.signal(sig, lambda *_: None)
@@ -262,7 +268,7 @@ class Agent:
         if pid is None:
             return
         if pid == os.getppid():
-            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            _prctl(PR_SET_PDEATHSIG, PDEATH_SIGNAL)
         try:
             self.pidfd = os.pidfd_open(pid)
             self.sel.register(self.pidfd, selectors.EVENT_READ, self._on_exit_pid)
@@ -281,9 +287,24 @@ class Agent:
         while self.stopping is None:
             timeout = self._next_timeout()
             for key, events in self.sel.select(timeout):
-                key.data(key, events)
-            self._tick()
+                try:
+                    key.data(key, events)
+                except Exception as exc:  # never let one bad connection stop the agent
+                    self._internal_error(key, exc)
+            try:
+                self._tick()
+            except Exception as exc:
+                self._internal_error(None, exc)
         return self._shutdown()
+
+    def _internal_error(self, key, exc):
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        self.log(f"internal error: {exc!r} at {os.path.basename(where.filename)}:{where.lineno}")
+        conn = self.conns.get(key.fd) if key is not None else None
+        if conn is not None:
+            self._client_gone(conn, f"internal error: {exc!r}")
 
     def stop(self, reason: str) -> None:
         if self.stopping is None:
@@ -301,6 +322,8 @@ class Agent:
                 self._reap()
             elif signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 self.stop(f"received {signal.Signals(signum).name}")
+            elif signum == PDEATH_SIGNAL and self.exit_with_pid and _pid_gone(self.exit_with_pid):
+                self.stop(f"parent process {self.exit_with_pid} exited")
 
     def _on_exit_pid(self, key, events):
         self.stop(f"process {self.exit_with_pid} exited")
@@ -743,7 +766,7 @@ class Agent:
                 _killpg(sess.pid, signal.SIGTERM)
         for pid in descendants(self.mypid):
             _kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.kill_grace
+        deadline = time.monotonic() + min(self.kill_grace, STOP_GRACE)
         while time.monotonic() < deadline and descendants(self.mypid):
             self._reap()
             time.sleep(0.02)
