@@ -316,7 +316,7 @@ def test_random_bytes_oversized_and_half_open_run_nothing(tmp_path):
                 pass
             s.close()
         # Serves other clients while the half-open one sits there, then drops it.
-        assert a.run(f"echo ok")[1] == b"ok\n"
+        assert a.run("echo ok")[1] == b"ok\n"
         half_open.settimeout(5)
         half_open.recv(P.SERVER_HELLO_LEN)
         assert half_open.recv(10) == b"", "half-open connection was not timed out"

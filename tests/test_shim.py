@@ -9,14 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from mpilaunch.rsh_agent import shim
-from test_agent import SECRET, AgentProc, _env, session_processes, wait_for_file, wait_until
+from test_agent import AgentProc, _env, session_processes, wait_for_file, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 SHIM = [sys.executable, "-m", "mpilaunch.rsh_agent.shim"]
@@ -156,6 +155,36 @@ def test_sigterm_to_shim_kills_remote_process_group(cluster, tmp_path):
     p.send_signal(signal.SIGTERM)
     assert p.wait(15) == 128 + signal.SIGTERM
     assert wait_until(lambda: not session_processes(sid), 10), session_processes(sid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_sigint_and_sighup_are_forwarded(cluster, tmp_path, sig):
+    _, env = cluster
+    sidfile = tmp_path / "sid"
+    p = subprocess.Popen(SHIM + ["w1", f"echo $MPILAUNCH_SESSION > {sidfile}; exec sleep 300"], env=env, cwd=REPO)
+    sid = wait_for_file(sidfile)
+    assert wait_until(lambda: session_processes(sid))
+    p.send_signal(sig)
+    assert p.wait(15) == 128 + sig
+    assert wait_until(lambda: not session_processes(sid), 10), session_processes(sid)
+
+
+def test_remote_side_that_survives_the_signal_is_killed_after_the_grace(tmp_path):
+    """Background jobs of a non-interactive sh ignore SIGINT; the shim hangs up
+    after the context's signal_grace and the agent kills the rest."""
+    a = AgentProc(tmp_path / "a", name="solo")
+    try:
+        ctx = write_context(tmp_path / "ctx.json", {"h": a}, a.secret_file, signal_grace=0.5)
+        env = dict(_env(), MPILAUNCH_CONTEXT=str(ctx))
+        sidfile = tmp_path / "sid"
+        p = subprocess.Popen(SHIM + ["h", f"echo $MPILAUNCH_SESSION > {sidfile}; sleep 300 & wait"], env=env, cwd=REPO)
+        sid = wait_for_file(sidfile)
+        assert wait_until(lambda: len(session_processes(sid)) >= 2)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(15) == 128 + signal.SIGINT
+        assert wait_until(lambda: not session_processes(sid), 10), session_processes(sid)
+    finally:
+        a.stop()
 
 
 def test_sigkill_to_shim_kills_remote_side(cluster, tmp_path):

@@ -213,6 +213,7 @@ def run_command(
     timeout: float | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     forward_signals: bool = False,
+    hangup_after_signal: float | None = None,
 ) -> int:
     """Run ``/bin/sh -c command`` through the agent; return its exit status.
 
@@ -220,7 +221,11 @@ def run_command(
     to stream until EOF.  ``stdout``/``stderr``: a file descriptor, a file
     object, a ``bytearray`` to collect into, or None to discard.  Signals
     128+N mean the remote command died of signal N.  ``forward_signals``
-    (main thread only) relays SIGINT/SIGTERM/SIGHUP to the remote session.
+    (main thread only) relays SIGINT/SIGTERM/SIGHUP to the remote session;
+    with ``hangup_after_signal`` we give up waiting that many seconds after
+    the first relayed signal and hang up (the agent then kills whatever is
+    left of the session, e.g. background jobs that ignore SIGINT), returning
+    128+signal.
     Raises AgentError when the agent cannot be reached or the connection
     dies, TimeoutError after ``timeout`` seconds (the remote session is
     killed by the agent when we hang up).
@@ -230,7 +235,8 @@ def run_command(
     try:
         sock = _open_session(address, secret, connect_timeout)
         try:
-            return _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder)
+            return _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder,
+                             hangup_after_signal)
         finally:
             sock.close()
     finally:
@@ -251,7 +257,7 @@ def _monotonic() -> float:
     return time.monotonic()
 
 
-def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder):
+def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder, hangup_after):
     out = bytearray(P.frame(P.RUN, P.encode_run(command, env, cwd)))
     stdin_fd = None
     if stdin is None:
@@ -273,6 +279,7 @@ def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline,
         for signum in forwarder.drain():  # arrived before we were connected
             out += P.frame(P.SIGNAL, P.encode_int(signum))
     inbuf = bytearray()
+    first_signal = None  # (signum, hang up at) once a signal was relayed
     while True:
         wait_ms = None
         if deadline is not None:
@@ -280,6 +287,11 @@ def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline,
             if left <= 0:
                 raise TimeoutError(f"remote command on {address} timed out")
             wait_ms = int(left * 1000) + 1
+        if first_signal is not None:
+            left = first_signal[1] - _monotonic()
+            if left <= 0:
+                return 128 + first_signal[0]  # closing the socket ends the session
+            wait_ms = min(wait_ms if wait_ms is not None else 1 << 30, int(left * 1000) + 1)
         for fd, ev in poller.poll(wait_ms):
             if fd == sfd:
                 if ev & (POLLIN | select.POLLHUP | select.POLLERR):
@@ -330,6 +342,8 @@ def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline,
             elif forwarder is not None and fd == forwarder.rfd:
                 for signum in forwarder.drain():
                     out += P.frame(P.SIGNAL, P.encode_int(signum))
+                    if first_signal is None and hangup_after is not None:
+                        first_signal = (signum, _monotonic() + hangup_after)
         # Back-pressure: stop reading stdin while the agent is not taking it.
         if stdin_fd is not None:
             if len(out) > _OUT_HIGH_WATER and stdin_registered:

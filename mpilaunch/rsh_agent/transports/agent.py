@@ -4,6 +4,10 @@ import os
 
 from mpilaunch.rsh_agent import agent_client
 
+# After relaying SIGINT/SIGTERM/SIGHUP, wait this long for the remote side to
+# exit, then hang up so the agent kills the rest (ssh would just die).
+SIGNAL_GRACE = 3.0
+
 
 def forwarded_env(context: dict) -> dict:
     """The shim's own values of the variables the context asks to forward."""
@@ -24,4 +28,5 @@ def run(context: dict, worker: dict, command: str) -> int:
         stderr=2,
         connect_timeout=float(context.get("connect_timeout", agent_client.DEFAULT_CONNECT_TIMEOUT)),
         forward_signals=True,
+        hangup_after_signal=float(context.get("signal_grace", SIGNAL_GRACE)),
     )
