@@ -18,6 +18,7 @@ Variants:
             mpilaunch points mpirun at; skips site-packages .pth files)
   module    ``python -m mpilaunch.rsh_agent.shim`` (same start-up as the
             ``mpilaunch-rsh`` console script: ``site`` and every .pth run)
+  python    ``python -IS -c pass``: the interpreter's own start-up floor
   baseline  ``/bin/sh`` one-liner that runs the command locally
 
 Prints a table, the ratio to the baseline, a burst test (``--burst`` shims
@@ -165,6 +166,7 @@ def main() -> int:
             variants = {
                 "launcher": [launcher, "-x", "w0", "true"],
                 "module": [sys.executable, "-m", "mpilaunch.rsh_agent.shim", "-x", "w0", "true"],
+                "python": [sys.executable, "-IS", "-c", "pass"],
                 "baseline": [str(floor), "w0", "true"],
             }
             if console:
