@@ -56,7 +56,8 @@ HADOOP_VERSION = "3.5.0"  # keep in sync with pom.xml
 CACHE_DIR = os.environ.get(
     "MPILAUNCH_YARN_CACHE", os.path.expanduser("~/.cache/mpilaunch-yarn"))
 HADOOP_HOME = os.path.join(CACHE_DIR, "hadoop-" + HADOOP_VERSION)
-LIB_DIR = os.path.join(HADOOP_HOME, "lib")
+LIB_DIR = os.path.join(HADOOP_HOME, "lib")  # daemons (pom.xml)
+CLIENT_DIR = os.path.join(HADOOP_HOME, "client")  # clients, skein AM (pom-client.xml)
 BIN_DIR = os.path.join(CACHE_DIR, "bin")
 YARN_SHIM = os.path.join(BIN_DIR, "yarn")
 DEFAULT_CLI_WORKDIR = os.path.join(tempfile.gettempdir(), "mpilaunch-yarn-testbed")
@@ -249,7 +250,8 @@ class YarnCluster:
     def __init__(self, workdir=None, num_nodemanagers=2, gpus_per_node=4,
                  memory_mb=8192, vcores=8, node_label="gpu",
                  labeled_nodes=None, java_home=None, keep_workdir=None,
-                 rm_heap="512m", nm_heap="256m", startup_timeout=120.0):
+                 rm_heap="512m", nm_heap="256m", startup_timeout=120.0,
+                 container_java_tool_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"):
         if num_nodemanagers < 1:
             raise ValueError("need at least one NodeManager")
         self._own_workdir = workdir is None
@@ -267,6 +269,9 @@ class YarnCluster:
         self.rm_heap = rm_heap
         self.nm_heap = nm_heap
         self.startup_timeout = startup_timeout
+        # JAVA_TOOL_OPTIONS forced into every container (e.g. the skein AM,
+        # whose JVM flags are fixed by skein); None/"" for none.
+        self.container_java_tool_options = container_java_tool_options
         self.queues = ["default", "ml"]
         self.token = uuid.uuid4().hex
         self.conf_dir = None
@@ -323,7 +328,16 @@ class YarnCluster:
         self._daemon_path = path
 
         core = {
-            "fs.defaultFS": "file:///",
+            # skein 0.8.2's driver NPEs when the staging FS and the local FS
+            # are both file:/// (Utils.equalFs: srcHost.equals(dstHost) with
+            # null hosts: "Cannot invoke String.equals(Object) because srcHost
+            # is null").  A viewfs:// default FS whose mount table falls back
+            # to the local file system sidesteps it; skein stages under the
+            # viewfs home dir <workdir>/home/.skein/<app id>.
+            "fs.defaultFS": "viewfs://testbed/",
+            "fs.viewfs.mounttable.testbed.link." + w: "file://" + w,
+            "fs.viewfs.mounttable.testbed.linkFallback": "file:///",
+            "fs.viewfs.mounttable.testbed.homedir": os.path.join(w, "home"),
             "hadoop.tmp.dir": os.path.join(w, "tmp"),
             "hadoop.security.authentication": "simple",
             # RM REST admin calls (node labels, app kill) run as this user
@@ -340,7 +354,7 @@ class YarnCluster:
                 "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler",
             "yarn.resourcemanager.recovery.enabled": "false",
             "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "250",
-            "yarn.resourcemanager.system-metrics-publisher.enabled": "false",
+            "yarn.system-metrics-publisher.enabled": "false",
             "yarn.timeline-service.enabled": "false",
             "yarn.log-aggregation-enable": "false",
             "yarn.acl.enable": "false",
@@ -367,9 +381,23 @@ class YarnCluster:
                 "CLASSPATH_PREPEND_DISTCACHE,HADOOP_YARN_HOME,HADOOP_HOME,PATH,LANG,TZ",
             # Every container process carries this marker, so stop() can find
             # (and kill) daemonized leftovers that escaped the process group.
+            # PATH is set here because the env-whitelist does not work for it
+            # with the DefaultContainerExecutor: launch_container.sh does
+            # `export PATH=${PATH:-<NM's PATH>}` but runs under a bash started
+            # with an empty environment, which has already set its built-in
+            # default PATH (/usr/local/bin:...:/bin:/sbin:.).  admin-env is
+            # forced in (appended, ':'-separated, after a PATH the app sets).
             "yarn.nodemanager.admin-env":
-                "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,%s=%s" % (MARKER_VAR, self.token),
-            "yarn.application.classpath": "$HADOOP_CONF_DIR,%s/*" % LIB_DIR,
+                "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,%s=%s,PATH=%s%s" % (
+                    MARKER_VAR, self.token, path,
+                    (",JAVA_TOOL_OPTIONS=" + self.container_java_tool_options)
+                    if self.container_java_tool_options else ""),
+            # NM shutdown waits sleep-delay + process-kill-wait (+1 s) for
+            # its containers to die (default ~7 s)
+            "yarn.nodemanager.process-kill-wait.ms": "1000",
+            # what skein puts after .skein.jar on its ApplicationMaster's
+            # CLASSPATH: the shaded client jars, as `yarn classpath` prints
+            "yarn.application.classpath": "$HADOOP_CONF_DIR,%s/*" % CLIENT_DIR,
         }
         if self.gpus_per_node is not None:
             yarn.update({
@@ -446,10 +474,7 @@ class YarnCluster:
             "YARN_CONF_DIR": self.conf_dir,
             "HADOOP_HOME": HADOOP_HOME,
             "SKEIN_CONFIG": os.path.join(w, "skein"),
-            # skein stages files under the driver's FileSystem home dir
-            # (file:///, i.e. $user.home/.skein/<app>); keep it in workdir.
-            "SKEIN_DRIVER_JAVA_OPTIONS": "-Duser.home=%s %s" % (
-                os.path.join(w, "home"), " ".join(JPMS_OPTS + JVM_TUNING)),
+            "SKEIN_DRIVER_JAVA_OPTIONS": " ".join(JPMS_OPTS + JVM_TUNING),
         }
 
     def _capacity_scheduler(self):
@@ -588,23 +613,29 @@ class YarnCluster:
                 raise YarnTestbedError("node labels not applied: %s" % json.dumps(nodes)[:2000])
             time.sleep(0.2)
 
-    def stop(self, timeout=10.0):
+    def stop(self, timeout=4.0, graceful=True):
         """Stop NMs and the RM and kill every process they started.
 
-        NodeManagers get SIGTERM (they stop their containers: SIGTERM to each
-        container's process group, SIGKILL 250 ms later); after ``timeout``
-        their process groups get SIGKILL.  Then /proc is swept for anything
-        still carrying this cluster's marker (container processes that
-        daemonized out of their process group), any process whose cwd is
-        under the workdir, and skein drivers using this cluster's
-        SKEIN_CONFIG; all of them get SIGKILL.
+        graceful: NodeManagers get SIGTERM first (they stop their containers:
+        SIGTERM to each container's process group, SIGKILL 250 ms later) and
+        SIGKILL to their process group after ``timeout`` s (a NodeManager
+        with running applications hangs in shutdown after "Done waiting for
+        Applications to be Finished", so this timeout is usually hit then);
+        the RM likewise.  Not graceful: SIGKILL right away.
+        Then /proc is swept (``sweep()``) for anything still carrying this
+        cluster's marker variable (container processes that daemonized out of
+        their process group), any process whose cwd is a container dir of
+        this cluster, and skein drivers using this cluster's SKEIN_CONFIG;
+        all of them get SIGKILL.  Idempotent.
         """
         if not self._started and not self.rm_pid:
             return
+        if not graceful:
+            timeout = 0
         nm_pids = [nm["pid"] for nm in self.nodemanagers if nm.get("pid")]
         self._terminate(nm_pids, timeout)
         if self.rm_pid:
-            self._terminate([self.rm_pid], timeout / 2)
+            self._terminate([self.rm_pid], min(timeout, 3.0))
         self.sweep()
         for proc in self._procs.values():
             try:
@@ -623,9 +654,9 @@ class YarnCluster:
                 shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _terminate(self, pids, timeout):
+        sig = signal.SIGTERM if timeout > 0 else signal.SIGKILL
         for pid in pids:
-            for target in (lambda: os.killpg(pid, signal.SIGTERM),
-                           lambda: os.kill(pid, signal.SIGTERM)):
+            for target in (lambda: os.killpg(pid, sig), lambda: os.kill(pid, sig)):
                 try:
                     target()
                     break
@@ -812,10 +843,24 @@ class YarnCluster:
             if isinstance(cs, dict):
                 cs = [cs]
             for c in cs:
-                if app_id and app_id not in c.get("id", ""):
+                if app_id and not c.get("id", "").startswith(
+                        "container_" + app_id.split("_", 1)[-1] + "_"):
                     continue
                 c = dict(c, nm_index=nm["index"], node_id=nm["node_id"])
                 out.append(c)
+        return out
+
+    def app_resources(self, app_id, kind="used"):
+        """Resources of an app per node partition, from the RM app report's
+        resourceInfo.resourceUsagesByPartition: {partition: {"memory-mb": ..,
+        "vcores": .., "yarn.io/gpu": ..}} (partition "" is the default one;
+        kind: used, reserved, pending, amUsed).  Includes the AM container."""
+        info = self.app_info(app_id)
+        out = {}
+        for part in ((info.get("resourceInfo") or {}).get("resourceUsagesByPartition") or []):
+            r = part.get(kind) or {}
+            out[part.get("partitionName", "")] = {
+                n: resource_value(r, n) for n in ("memory-mb", "vcores", "yarn.io/gpu")}
         return out
 
     def kill_app(self, app_id):
@@ -849,11 +894,16 @@ def _node_gpus(node):
 
 def resource_value(resource, name):
     """Value of resource ``name`` ('memory-mb', 'vcores', 'yarn.io/gpu') in a
-    REST resource dict (the form with 'resourceInformations')."""
-    ris = ((resource or {}).get("resourceInformations") or {}).get("resourceInformation") or []
-    for ri in ris:
+    REST resource dict: either the node/partition form
+    {"resourceInformations": {"resourceInformation": [{"name", "value"}...]}}
+    or the container form {"entry": [{"key", "value"}...]}."""
+    resource = resource or {}
+    for ri in ((resource.get("resourceInformations") or {}).get("resourceInformation") or []):
         if ri.get("name") == name:
             return int(ri.get("value") or 0)
+    for e in resource.get("entry") or []:
+        if e.get("key") == name:
+            return int(e.get("value") or 0)
     return 0
 
 
