@@ -90,17 +90,15 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
     )
 
 
-def shim_path() -> str:
-    """The shim mpirun will call: the console script next to our Python, else on PATH."""
-    beside = Path(sys.executable).parent / SHIM_NAME
-    if beside.exists():
-        return str(beside)
-    import shutil
+def shim_path(rundir: Path) -> str:
+    """The shim mpirun will call: a per-job launcher that starts Python with -IS.
 
-    found = shutil.which(SHIM_NAME)
-    if not found:
-        raise UsageError(f"{SHIM_NAME} is not installed", "reinstall mpilaunch: pip install mpilaunch")
-    return found
+    mpirun starts one shim per worker; skipping ``site`` keeps each start near
+    the bare interpreter's cost (site-packages .pth files can add tens of ms).
+    """
+    from .rsh_agent.shim import write_launcher
+
+    return write_launcher(str(rundir / SHIM_NAME))
 
 
 def rank_command(spec: JobSpec, prefix: list[str]) -> list[str]:
@@ -116,7 +114,7 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str,
         ranks=plan.ranks,
         hosts=len(plan.workers),
         hostfile=str(rundir / "hostfile"),
-        shim=shim_path(),
+        shim=shim_path(rundir),
         command=rank_command(spec, backend.rank_prefix()),
         environ=environ,
         user_env=spec.env,
@@ -236,6 +234,10 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     environ = dict(os.environ if environ is None else environ)
+    if spec.mode == "ps":
+        from .ps_job import run_ps
+
+        return run_ps(spec, stdout=stdout, stderr=stderr, environ=environ, quiet=quiet)
     backend_cls = backends.load(spec.backend)
     job_name = job_name_for(spec)
     plan = make_plan(spec, backend_cls, job_name)

@@ -245,13 +245,15 @@ def build_mpirun(
 
 _OMPI_TAG = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:\s?(?P<text>.*)$", re.S)
 _HYDRA_TAG = re.compile(r"^\[(?P<rank>\d+)\]\s?(?P<text>.*)$", re.S)
+# Open MPI 4.1 appends an empty tag to a rank's last line ("text[1,3]<stdout>:").
+_OMPI_TRAILING_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:\s*$")
 
 
 def parse_tagged_line(line: str) -> tuple[int | None, str | None, str]:
     """Split one tagged output line into (rank, stream, text); untagged -> (None, None, line)."""
     m = _OMPI_TAG.match(line)
     if m:
-        return int(m["rank"]), m["stream"], m["text"]
+        return int(m["rank"]), m["stream"], _OMPI_TRAILING_TAG.sub("", m["text"])
     m = _HYDRA_TAG.match(line)
     if m:
         return int(m["rank"]), None, m["text"]

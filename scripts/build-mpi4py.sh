@@ -6,6 +6,7 @@
 # testing the other flavours for real needs an mpi4py linked to each of them.
 # Results are cached per flavour+version under ~/.cache/mpilaunch-mpi4py/.
 source "$(dirname "$0")/lib.sh"
+apt_ensure patchelf
 MPI4PY_VERSION="${MPI4PY_VERSION:-4.1.2}"
 PY="${PYTHON:-python3}"
 root="$MPILAUNCH_CACHE/mpilaunch-mpi4py"
@@ -19,6 +20,15 @@ for flavour in openmpi mpich; do
   rm -rf "$dest"
   MPICC="$mpicc" "$PY" -m pip install -q --no-binary=mpi4py --no-deps --no-cache-dir \
     --target "$dest" "mpi4py==$MPI4PY_VERSION"
+  # Python's own LDFLAGS put its lib dir first in the extension's RUNPATH, and
+  # PyPI's Open MPI 5 installs a libmpi.so.40 there (the same soname as Debian's
+  # 4.1): put this MPI's lib dir first so the extension loads the MPI it was
+  # built for.
+  libdir=$("$mpicc" -show | tr ' ' '\n' | sed -n 's/^-L//p' | head -1)
+  for so in "$dest"/mpi4py/*.so; do
+    old=$(patchelf --print-rpath "$so")
+    patchelf --set-rpath "$libdir${old:+:$old}" "$so"
+  done
   touch "$dest/.done"
   ln -sfn "$dest" "$root/$flavour"
 done

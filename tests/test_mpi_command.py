@@ -113,6 +113,7 @@ def test_extra_args_go_before_the_command():
     [
         ("[1,3]<stdout>:hello\n", (3, "stdout", "hello\n")),
         ("[1,0]<stderr>: oops", (0, "stderr", "oops")),
+        ("[1,1]<stdout>:last[1,1]<stdout>:", (1, "stdout", "last")),
         ("[2] text", (2, None, "text")),
         ("plain line", (None, None, "plain line")),
     ],

@@ -1,0 +1,44 @@
+"""Helpers for tests that run the mpilaunch command line for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def mpilaunch_env(install = None, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    if install is not None and install.pythonpath:
+        env["PYTHONPATH"] = install.pythonpath
+    env.update(extra)
+    return env
+
+
+def run_mpilaunch(args, install = None, env_extra=None, timeout=240, **popen):
+    cmd = [sys.executable, "-m", "mpilaunch"]
+    if install is not None:
+        cmd += ["--mpirun", install.mpirun]
+    cmd += list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=mpilaunch_env(install, **(env_extra or {})), **popen)
+
+
+def leftover_processes(job_name: str) -> list[str]:
+    """Processes of a job still alive: anything whose command line or environment names it."""
+    found = []
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
+        if p.info["pid"] == me:
+            continue
+        cmd = " ".join(p.info["cmdline"] or [])
+        env = p.info["environ"] or {}
+        if job_name in cmd or env.get("MPILAUNCH_WORKER", "").startswith(job_name + "-"):
+            found.append(f"{p.info['pid']}: {cmd[:120]}")
+    return found

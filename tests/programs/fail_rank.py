@@ -1,0 +1,14 @@
+"""Rank FAIL_RANK prints a few lines and exits FAIL_CODE; the others wait to be killed."""
+
+import os
+import sys
+import time
+
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK") or 0)
+if rank == int(os.environ.get("FAIL_RANK", "3")):
+    for i in range(3):
+        print(f"rank {rank} working step {i}", flush=True)
+    print(f"rank {rank} about to fail", flush=True)
+    sys.exit(int(os.environ.get("FAIL_CODE", "7")))
+print(f"rank {rank} started", flush=True)
+time.sleep(float(os.environ.get("SLEEP", "120")))

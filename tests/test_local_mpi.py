@@ -1,0 +1,117 @@
+"""Real MPI jobs through the shim and the exec agents on the local backend.
+
+Each flavour (Open MPI 5 from PyPI, Open MPI 4.1 and MPICH 4.0 from Debian)
+runs a real mpi4py allreduce; every rank must report the worker the hostfile
+assigned it, which only an exec agent sets.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch
+
+pytestmark = pytest.mark.mpi
+
+
+def json_lines(text):
+    out = []
+    for line in text.splitlines():
+        start = line.find("{")
+        if start >= 0:
+            try:
+                out.append(json.JSONDecoder().raw_decode(line[start:])[0])
+            except ValueError:
+                pass
+    return out
+
+
+def test_allreduce_each_rank_on_its_assigned_worker(mpi_install, tmp_path):
+    name = f"place-{mpi_install.id}"
+    proc = run_mpilaunch(
+        ["--name", name, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
+         "--", sys.executable, "tests/programs/placement.py"],
+        mpi_install,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranks = sorted(json_lines(proc.stdout), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert {r["sum"] for r in ranks} == {10}
+    assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
+    assert all(r["library"].startswith(mpi_install.library) for r in ranks), ranks[0]["library"]
+    # Two workers = two distinct agent sessions (one daemon per worker).
+    assert len({r["session"] for r in ranks}) == 2
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == 0
+    assert [r["exit_code"] for r in report["ranks"]] == [0, 0, 0, 0]
+    assert {"allocate_s", "run_s", "total_s"} <= set(report["timings"])
+    assert (tmp_path / "rank-3.log").read_text().count('"rank": 3') == 1
+    assert leftover_processes(name) == []
+
+
+def test_rank_exit_code_propagates_and_names_the_rank(mpi_install, tmp_path):
+    name = f"fail-{mpi_install.id}"
+    proc = run_mpilaunch(
+        ["--name", name, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
+         "--", sys.executable, "tests/programs/fail_rank.py"],
+        mpi_install, env_extra={"FAIL_RANK": "3", "FAIL_CODE": "7"},
+    )
+    assert proc.returncode == 7, proc.stdout + proc.stderr
+    assert f"rank 3 on worker {name}-worker-1 exited with code 7" in proc.stderr
+    assert "rank 3 about to fail" in proc.stderr  # the failing rank's last lines
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == 7
+    assert report["ranks"][3]["exit_code"] == 7
+    assert leftover_processes(name) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_no_process_behind(openmpi5, sig):
+    name = f"sig-{sig.name.lower()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mpilaunch", "--name", name, "--np", "4", "--slots-per-worker", "2", "-q",
+         "--", sys.executable, "tests/programs/fail_rank.py"],
+        cwd=REPO, env=mpilaunch_env(openmpi5, FAIL_RANK="-1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = 0
+    deadline = time.monotonic() + 90
+    while started < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        started += "started" in line
+    assert started == 4, "ranks did not start"
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    assert leftover_processes(name) == []
+
+
+def test_timeout_stops_the_job_and_cleans_up(openmpi5):
+    name = "timeout-job"
+    t0 = time.monotonic()
+    proc = run_mpilaunch(
+        ["--name", name, "--np", "2", "--slots-per-worker", "1", "--timeout", "5", "-q",
+         "--", sys.executable, "tests/programs/fail_rank.py"],
+        openmpi5, env_extra={"FAIL_RANK": "-1"},
+    )
+    assert proc.returncode == 124, proc.stderr
+    assert "--timeout" in proc.stderr
+    assert time.monotonic() - t0 < 60
+    assert leftover_processes(name) == []
+
+
+def test_python_api_returns_per_rank_status(openmpi5, monkeypatch):
+    import mpilaunch
+
+    for k, v in mpilaunch_env(openmpi5).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(REPO)
+    result = mpilaunch.run([sys.executable, "-c", "pass"], np=2, slots_per_worker=1, name="api-job")
+    assert result.exit_code == 0 and result.ok
+    assert [(r.rank, r.exit_code) for r in result.ranks] == [(0, 0), (1, 0)]
+    assert [r.worker for r in result.ranks] == ["api-job-worker-0", "api-job-worker-1"]
+    assert result.timings["run_s"] > 0
