@@ -302,8 +302,10 @@ class YarnCluster:
         self._started = True
         try:
             self._configure()
-            self._start_rm()
+            # all JVMs at once: NMs retry the RM every 200 ms until it is up
+            self._start_rm(wait=False)
             self._start_nms()
+            self._wait_rm()
             self._wait_nodes()
             self._setup_labels()
             self._save_state()
@@ -354,6 +356,8 @@ class YarnCluster:
                 "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler",
             "yarn.resourcemanager.recovery.enabled": "false",
             "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "250",
+            "yarn.resourcemanager.connect.retry-interval.ms": "200",
+            "yarn.resourcemanager.connect.max-wait.ms": "120000",
             "yarn.system-metrics-publisher.enabled": "false",
             "yarn.timeline-service.enabled": "false",
             "yarn.log-aggregation-enable": "false",
@@ -540,9 +544,13 @@ class YarnCluster:
         self._procs[proc.pid] = proc
         return proc.pid, log
 
-    def _start_rm(self):
+    def _start_rm(self, wait=True):
         self.rm_pid, self._rm_log = self._spawn(
             "resourcemanager", self.conf_dir, self.rm_heap, RM_CLASS)
+        if wait:
+            self._wait_rm()
+
+    def _wait_rm(self):
         deadline = time.time() + self.startup_timeout
         while True:
             try:
