@@ -135,7 +135,7 @@ def main(argv=None):
                 procs[pid] = {"cid": env["CONTAINER_ID"], "ppid": int(stat[1]), "pgid": int(stat[2]),
                               "sid": int(stat[3]), "cmd": cmd}
         summary["container_processes"] = procs
-        with open(os.path.join(outdir, sorted(os.listdir(outdir))[0])) as f:
+        with open(os.path.join(outdir, sorted(f for f in os.listdir(outdir) if f.endswith(".txt"))[0])) as f:
             summary["container_sample_txt"] = f.read()
 
         # kill and look at what survives
