@@ -152,12 +152,11 @@ def main(argv=None):
             t = time.time()
             left_before = yc.leftover_processes()
             wd = yc.workdir
-            yc.keep_workdir = True
             yc.stop()
             summary["stop_s"] = round(time.time() - t, 2)
             summary["leftovers_before_stop"] = left_before
             yc.workdir = wd
-            summary["leftovers_after_stop"] = yc.leftover_processes()
+            summary["leftovers_after_stop"] = yc.leftover_processes()  # reads /proc only
     json.dump(summary, sys.stdout, indent=1, default=str)
     print()
 
