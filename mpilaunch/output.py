@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from .mpi import parse_tagged_line
-from .rank import parse_status
+from .rank import STATUS_PREFIX, parse_status
 
 TAIL_LINES = 20
 
@@ -37,7 +37,10 @@ class RankOutput:
         with self._lock:
             if status is not None:
                 self.statuses.append(status)
-                return
+                before = text[: text.find(STATUS_PREFIX)].strip(" \0")
+                if not before:
+                    return
+                line, text = before + "\n", before
             echo = self.echo[stream]
             echo.write(line if line.endswith("\n") else line + "\n")
             echo.flush()

@@ -33,11 +33,15 @@ def format_status(rank: str, worker: str, code: int) -> str:
 
 
 def parse_status(text: str) -> tuple[int, str, int] | None:
-    """The wrapper's status line -> (rank, worker, exit code)."""
-    text = text.strip()
-    if not text.startswith(STATUS_PREFIX):
+    """The wrapper's status line -> (rank, worker, exit code).
+
+    Searched anywhere in the line: MPI runtimes sometimes glue a NUL or the
+    unterminated tail of an earlier write in front of it.
+    """
+    start = text.find(STATUS_PREFIX)
+    if start < 0:
         return None
-    fields = dict(item.split("=", 1) for item in text[len(STATUS_PREFIX):].split() if "=" in item)
+    fields = dict(item.split("=", 1) for item in text[start + len(STATUS_PREFIX):].split() if "=" in item)
     try:
         return int(fields["rank"]), fields.get("worker", "?"), int(fields["exit"])
     except (KeyError, ValueError):
@@ -70,7 +74,9 @@ def main(argv=None) -> int:
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     try:
-        child = subprocess.Popen(command, env=env)
+        # close_fds=False: MPICH's PMI hands each rank its connection as an
+        # inherited descriptor (PMI_FD); closing it breaks MPI_Init.
+        child = subprocess.Popen(command, env=env, close_fds=False)
     except OSError as e:
         print(f"mpilaunch: error: rank {rank}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
         print(format_status(rank, worker, 127), file=sys.stderr, flush=True)

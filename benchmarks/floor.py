@@ -1,0 +1,37 @@
+"""The cost floor of any exec-based launch, shared by the benchmarks.
+
+A one-line ``/bin/sh`` rsh agent that runs the daemon command locally: what a
+fake-host launch costs with no exec channel at all. The floor's mpirun gets
+the same flags, hostfile layout and rank count as mpilaunch's (it is built by
+the same ``mpi.build_mpirun``), minus the per-rank wrapper.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from mpilaunch import hostfile, mpi  # noqa: E402
+
+SH_AGENT = '#!/bin/sh\n# rsh agent floor: drop the host, run the daemon here\nshift\nexec /bin/sh -c "$*"\n'
+
+
+def write_sh_agent(directory: Path) -> str:
+    path = directory / "sh-agent"
+    path.write_text(SH_AGENT)
+    path.chmod(0o755)
+    return str(path)
+
+
+def floor_command(info: mpi.MpiInfo, directory: Path, workers: int, slots: int, command: list[str]) -> mpi.MpirunCommand:
+    hosts = [(f"floor-worker-{i}", slots) for i in range(workers)]
+    hf = directory / "floor-hostfile"
+    hf.write_text(hostfile.render(hosts, info.hostfile_flavour))
+    return mpi.build_mpirun(
+        info, ranks=workers * slots, hosts=workers, hostfile=str(hf), shim=write_sh_agent(directory),
+        command=command, environ=dict(os.environ), as_root=os.geteuid() == 0,
+    )

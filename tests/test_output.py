@@ -1,0 +1,34 @@
+"""Splitting mpirun's tagged output per rank and catching rank status lines."""
+
+import io
+
+from mpilaunch.output import RankOutput
+from mpilaunch.rank import format_status, parse_status
+
+
+def test_status_lines_are_consumed_not_echoed(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    sink = RankOutput(out, err, tmp_path)
+    sink.feed("stdout", "[1,0]<stdout>: hello\n")
+    sink.feed("stderr", "[1,1]<stderr>: " + format_status("1", "w-1", 7) + "\n")
+    sink.feed("stderr", "[1,0]<stderr>: \0 " + format_status("0", "w-0", 0) + "\n")
+    sink.feed("stderr", "[2] " + format_status("2", "w-1", 0) + "\n")
+    sink.feed("stderr", "untagged launcher message\n")
+    sink.close()
+    assert sink.statuses == [(1, "w-1", 7), (0, "w-0", 0), (2, "w-1", 0)]
+    assert "mpilaunch-rank-status" not in out.getvalue() + err.getvalue()
+    assert (tmp_path / "rank-0.log").read_text() == "hello\n"
+    assert list(sink.launcher_tail) == ["untagged launcher message"]
+
+
+def test_text_glued_before_a_status_line_is_kept():
+    out, err = io.StringIO(), io.StringIO()
+    sink = RankOutput(out, err)
+    sink.feed("stderr", "[1,3]<stderr>: partial" + format_status("3", "w", 1) + "\n")
+    assert sink.statuses == [(3, "w", 1)]
+    assert list(sink.tails[3]) == ["partial"]
+
+
+def test_parse_status_rejects_garbage():
+    assert parse_status("mpilaunch-rank-status: rank=x exit=1") is None
+    assert parse_status("nothing here") is None
