@@ -300,6 +300,9 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         ignore_interrupts()
         if proc is not None and proc.poll() is None:
             terminate_group(proc.pid)
+        extra = backend.job_finished(result.exit_code, result.failure)
+        if extra and result.failure:
+            result.failure = f"{result.failure}\n{extra}"
         workers = backend.describe_workers()
         backend.release()
         output.close()

@@ -54,6 +54,14 @@ class BaseBackend(ABC):
         """How a worker starts mpilaunch's per-rank wrapper (its Python may differ from ours)."""
         return [sys.executable, "-m", "mpilaunch.rank"]
 
+    def job_finished(self, exit_code: int, failure: str | None) -> str | None:
+        """Called once with the job's outcome, before ``describe_workers`` and ``release``.
+
+        Cluster backends use it to set the application's final status; the
+        text returned (if any) is appended to the failure report.
+        """
+        return None
+
     def describe_workers(self) -> dict[str, dict]:
         """Worker name -> facts for reports (host, state, exit status, ...)."""
         return {w.name: {} for w in self.plan.workers}
