@@ -72,7 +72,7 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     yarn.add_argument("--env-archive")
 
     ps = p.add_argument_group("parameter-server mode")
-    ps.add_argument("--mode", default="allreduce", help="allreduce (default) or ps")
+    ps.add_argument("--mode", help="allreduce (default) or ps (implied by --ps, --workers, -r)")
     ps.add_argument("--ps", type=int, default=0)
     ps.add_argument("--workers", type=int, default=0)
     ps.add_argument("--chief", action="store_true")
@@ -114,7 +114,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         dry_run=args.dry_run,
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,
-        mode=args.mode,
+        mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers) else "allreduce"),
         k8s=K8sOptions(
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
             node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
@@ -124,7 +124,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
                          vcores=args.vcores, env_archive=args.env_archive),
         ps=PsOptions(ps=args.ps, workers=args.workers, chief=args.chief, evaluator=args.evaluator,
                      tensorboard=args.tensorboard, input_path=args.input, output_path=args.output,
-                     script=args.script),
+                     script=args.script, requirement=args.requirement),
     )
 
 

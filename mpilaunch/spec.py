@@ -63,6 +63,7 @@ class PsOptions:
     input_path: str | None = None
     output_path: str | None = None
     script: str | None = None
+    requirement: str | None = None  # YARN-DTF -r "ps:2,worker:4"
 
 
 @dataclass(frozen=True)
