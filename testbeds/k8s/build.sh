@@ -13,7 +13,7 @@
 # Usage: build.sh [--print-bindir] [component...]
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.32.13}"
+K8S_VERSION="${K8S_VERSION:-v1.33.13}"
 ETCD_VERSION="${ETCD_VERSION:-v3.5.21}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 
@@ -30,7 +30,7 @@ if [[ "${1:-}" == "--print-bindir" ]]; then
     exit 0
 fi
 
-# staging version: v1.32.13 -> v0.32.13
+# staging version: v1.33.13 -> v0.33.13
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -122,7 +122,12 @@ build_k8s() {
         need "$c" || { log "$c $K8S_VERSION: cached"; continue; }
         log "building $c $K8S_VERSION (this takes minutes the first time)"
         local t0=$SECONDS
-        (cd "$dir" && go build -trimpath -ldflags="$LDFLAGS" -o "$dir/$c.out" "k8s.io/kubernetes/cmd/$c")
+        (cd "$dir" && go build -trimpath -ldflags="$LDFLAGS" -o "$dir/$c.out" "k8s.io/kubernetes/cmd/$c") || {
+            log "building $c failed. If the errors say a k8s.io/<staging>@$STAGING_VERSION zip is" \
+                "'not available' (403), the module proxy lacks that version: choose another" \
+                "K8S_VERSION whose staging modules are all published."
+            exit 1
+        }
         install_bin "$c" "$dir/$c.out"
         log "$c built in $((SECONDS - t0))s"
     done

@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"
 
-K8S_VERSION = os.environ.get("K8S_VERSION", "v1.32.13")
+K8S_VERSION = os.environ.get("K8S_VERSION", "v1.33.13")
 ETCD_VERSION = os.environ.get("ETCD_VERSION", "v3.5.21")
 KWOK_VERSION = os.environ.get("KWOK_VERSION", "v0.8.0")
 
@@ -205,9 +205,9 @@ class _PKI:
         self.ca_key = d / "ca.key"
 
     def _key(self, path: Path) -> None:
-        _run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", path])
         # PKCS#8, which every component accepts
-        _run(["openssl", "pkcs8", "-topk8", "-nocrypt", "-in", path, "-out", path])
+        _run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+              "-out", path])
         os.chmod(path, 0o600)
 
     def make_ca(self) -> None:
