@@ -72,7 +72,7 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     yarn.add_argument("--env-archive")
 
     ps = p.add_argument_group("parameter-server mode")
-    ps.add_argument("--mode", help="allreduce (default) or ps (implied by --ps, --workers, -r)")
+    ps.add_argument("--mode", help="allreduce (default) or ps (implied by -r and the other options of this group)")
     ps.add_argument("--ps", type=int, default=0)
     ps.add_argument("--workers", type=int, default=0)
     ps.add_argument("--chief", action="store_true")
@@ -114,7 +114,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         dry_run=args.dry_run,
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,
-        mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers) else "allreduce"),
+        mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers or args.chief or args.evaluator or args.tensorboard) else "allreduce"),
         k8s=K8sOptions(
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
             node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),

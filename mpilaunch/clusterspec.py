@@ -74,7 +74,7 @@ def parse_requirement(text: str) -> tuple[tuple[str, int], ...]:
         if not _JOB_RE.match(name):
             raise UsageError(
                 f"bad job name {name!r} in cluster requirement {text!r}",
-                "job names are lowercase letters, digits and '_', starting with a letter (e.g. ps, worker, chief)",
+                "job names are up to 15 lowercase letters, digits and '_', starting with a letter (e.g. ps, worker, chief)",
             )
         if name == TENSORBOARD:
             raise UsageError(
