@@ -393,7 +393,10 @@ class YarnCluster:
             # forced in (appended, ':'-separated, after a PATH the app sets).
             "yarn.nodemanager.admin-env":
                 "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,%s=%s,PATH=%s%s" % (
-                    MARKER_VAR, self.token, path,
+                    MARKER_VAR, self.token,
+                    # containers find the fake nvidia-smi as they would the
+                    # real one on a GPU node (mpilaunch maps slots to GPUs)
+                    path + (os.pathsep + FAKE_GPU_BIN if self.gpus_per_node else ""),
                     (",JAVA_TOOL_OPTIONS=" + self.container_java_tool_options)
                     if self.container_java_tool_options else ""),
             # NM shutdown waits sleep-delay + process-kill-wait (+1 s) for

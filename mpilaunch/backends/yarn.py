@@ -1,0 +1,511 @@
+"""YARN backend: one skein application whose worker containers host exec agents.
+
+* ``allocate`` submits one application (``--name``) with one skein service,
+  ``worker``, of N containers (``--memory``, ``--vcores``, ``yarn.io/gpu`` =
+  GPUs per worker, ``--queue``, ``--node-label``). Each container runs
+  ``mpilaunch.backends.yarn_container``, which starts ``mpilaunch agent``
+  and publishes its address in skein's key-value store.
+* The job secret goes into that key-value store (mutual TLS with the
+  ApplicationMaster, per-application credentials made here); containers read
+  it with ``ApplicationClient.from_current()`` and hand it to the agent on
+  stdin. It is never on a command line, in an environment or in
+  ``launch_container.sh``.
+* ``wait_ready`` is all or nothing: every worker's agent must answer ``ping``
+  before ``--start-timeout``; otherwise the error carries what YARN says
+  (application state and diagnostics, pending container requests) and the
+  application is killed.
+* mpirun runs on the submitting machine (``--launcher local``; ``auto``
+  resolves to it) and reaches the containers through ``mpilaunch-rsh`` and the
+  agents. The hostfile holds the worker names (``<job>-worker-<i>``), which do
+  not resolve, so mpirun hands every daemon to the shim.
+* ``job_finished`` ends the application with final status SUCCEEDED or FAILED
+  (killed on allocation failure or interrupt) and, on failure, reports every
+  worker container (host, state, exit status), tf-yarn style.
+
+skein is imported with this module; ``backends.load`` turns its absence into
+an install hint (``pip install 'mpilaunch[yarn]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import skein
+
+from ..errors import AllocationError, UsageError
+from .base import BaseBackend
+from .local import write_secret
+from .yarn_container import SECRET_KEY, WORKER_KEY
+
+SERVICE = "worker"
+KV_PREFIX = "mpilaunch/"
+ENV_DIR = "mpilaunch-env"  # where --env-archive is unpacked in each container
+MASTER_MEMORY = "256 MiB"
+POLL = 0.25
+TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
+# What the shim passes to the agents with each daemon command. mpirun runs on
+# this machine with this MPI, so its daemons need the same one in the
+# containers; with --env-archive the archive's environment wins instead.
+FORWARD_ENV = (
+    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OPAL_PREFIX", "PRTE_PREFIX",
+    "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+)
+FORWARD_ENV_WITH_ARCHIVE = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+
+def _state(value) -> str:
+    return str(value).rsplit(".", 1)[-1]
+
+
+def _short(text: str | None, limit: int = 400) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _client(log=False) -> "skein.Client":
+    try:
+        # Fresh credentials for our own driver: nothing written to ~/.skein.
+        return skein.Client(log=log, security=skein.Security.new_credentials())
+    except (skein.exceptions.DriverError, skein.exceptions.SkeinError, OSError) as e:
+        raise AllocationError(
+            f"cannot start the skein driver to talk to YARN: {_short(str(e))}",
+            "check JAVA_HOME, HADOOP_CONF_DIR and that `yarn classpath --glob` works on this machine",
+        ) from None
+
+
+class Backend(BaseBackend):
+    name = "yarn"
+
+    def __init__(self, spec, plan, rundir):
+        super().__init__(spec, plan, rundir)
+        if spec.launcher == "cluster":
+            raise UsageError(
+                "--launcher cluster is not available on the yarn backend yet",
+                "use --launcher local (what auto means for yarn): mpirun runs on this machine "
+                "and reaches the YARN containers through their exec agents",
+            )
+        opts = spec.yarn
+        if opts.env_archive and not os.path.isfile(opts.env_archive):
+            raise UsageError(f"--env-archive {opts.env_archive} does not exist",
+                             "give a venv-pack or conda-pack archive (.tar.gz)")
+        if opts.vcores < 1:
+            raise UsageError(f"--vcores must be at least 1, got {opts.vcores}", "e.g. --vcores 4")
+        self.secret_file = rundir / "secret"
+        self.client = None
+        self.app = None
+        self.app_id: str | None = None
+        self.security = None
+        self.workers_info: dict[str, dict] = {}  # from the kv store
+        self.addresses: dict[str, str] = {}
+        self.containers: dict[str, dict] = {}  # worker name -> last known container facts
+        self.outcome: int | None = None
+        self.failure: str | None = None
+        self._released = False
+        self._secret_put = False
+
+    # ------------------------------------------------------------ spec
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return max(w.gpus for w in self.plan.workers)
+
+    def _service_script(self) -> str:
+        lines = ["set -e"]
+        if self.spec.yarn.env_archive:
+            env = f'"$PWD/{ENV_DIR}"'
+            lines += [
+                f'if [ -f {env}/bin/activate ]; then . {env}/bin/activate; fi',
+                f'export PATH={env}/bin:"$PATH"',
+                f'export MPILAUNCH_PYTHON={env}/bin/python',
+                'exec "$MPILAUNCH_PYTHON" -m mpilaunch.backends.yarn_container',
+            ]
+        else:
+            lines.append(f"exec {shlex.quote(sys.executable)} -m mpilaunch.backends.yarn_container")
+        return "\n".join(lines) + "\n"
+
+    def _service_env(self) -> dict[str, str]:
+        env = {
+            "MPILAUNCH_YARN_JOB": self.plan.job_name,
+            "MPILAUNCH_YARN_GPUS": str(self.gpus_per_worker),
+            "MPILAUNCH_YARN_KV": KV_PREFIX,
+        }
+        if not self.spec.yarn.env_archive:
+            # The same mpilaunch as here, even when it is not installed but
+            # imported from a checkout.
+            import mpilaunch
+
+            package_root = str(Path(mpilaunch.__file__).resolve().parent.parent)
+            paths = [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
+
+    def application_spec(self, security=None) -> "skein.ApplicationSpec":
+        opts = self.spec.yarn
+        try:
+            resources = skein.Resources(memory=opts.memory, vcores=opts.vcores, gpus=self.gpus_per_worker)
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"invalid YARN resources: {e}", "e.g. --memory '4 GiB' --vcores 4") from None
+        files = {}
+        if opts.env_archive:
+            files[ENV_DIR] = skein.File(source=os.path.abspath(opts.env_archive), type="archive")
+        service = skein.Service(
+            instances=len(self.plan.workers),
+            resources=resources,
+            script=self._service_script(),
+            env=self._service_env(),
+            files=files,
+            node_label=opts.node_label or "",
+            max_restarts=0,
+        )
+        master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY, vcores=1), security=security)
+        return skein.ApplicationSpec(
+            name=self.plan.job_name,
+            queue=opts.queue or "default",
+            tags={"mpilaunch"},
+            max_attempts=1,
+            master=master,
+            services={SERVICE: service},
+        )
+
+    def render(self) -> str:
+        return self.application_spec().to_yaml()
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        client = _client()
+        try:
+            label = spec.yarn.node_label or ""
+            counts = [n.total_resources.gpus for n in client.get_nodes(states=["RUNNING"])
+                      if label in (n.node_labels or set()) or (not label and not n.node_labels)]
+        except Exception:
+            return None
+        finally:
+            client.close()
+        return max(counts, default=0) or None
+
+    def allocate(self) -> None:
+        write_secret(self.secret_file)
+        self.client = _client(log=str(self.rundir / "skein-driver.log"))
+        self.security = skein.Security.new_credentials()
+        try:
+            self.app_id = self.client.submit(self.application_spec(self.security))
+        except skein.exceptions.SkeinError as e:
+            raise AllocationError(
+                f"YARN refused the application: {_short(str(e))}",
+                "check --queue, --node-label, --memory, --vcores and --gpus-per-node against the cluster",
+            ) from None
+
+    def _report(self):
+        return self.client.application_report(self.app_id)
+
+    def _connect(self) -> bool:
+        """Connect to the ApplicationMaster once it runs and hand it the secret."""
+        report = self._report()
+        state = _state(report.state)
+        if state in TERMINAL_STATES:
+            raise AllocationError(
+                f"YARN application {self.app_id} ended ({state}) before its workers were ready: "
+                f"{_short(report.diagnostics) or 'no diagnostics'}",
+                "check the queue, node label and resources; `yarn logs` has the ApplicationMaster's log",
+            )
+        if state != "RUNNING":
+            return False
+        self.app = self.client.connect(self.app_id, wait=False, security=self.security)
+        from ..rsh_agent.agent_client import read_secret
+
+        self.app.kv[KV_PREFIX + SECRET_KEY] = read_secret(str(self.secret_file))
+        self._secret_put = True
+        return True
+
+    def _refresh_containers(self) -> list:
+        if self.app is None:
+            return []
+        try:
+            containers = self.app.get_containers(services=[SERVICE], states=list(skein.model.ContainerState))
+        except Exception:
+            return []
+        for c in containers:
+            name = f"{self.plan.job_name}-{SERVICE}-{c.instance}"
+            self.containers[name] = {
+                "container": c.yarn_container_id or None,
+                "node": c.yarn_node_http_address or None,
+                "state": _state(c.state),
+                "exit": _short(c.exit_message, 300) or None,
+            }
+        return containers
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        from ..rsh_agent.agent_client import ping, read_secret
+
+        secret = read_secret(str(self.secret_file))
+        total = len(self.plan.workers)
+        next_check = 0.0
+        while True:
+            if self.app is None:
+                self._connect()
+            if self.app is not None:
+                for key, value in self.app.kv.get_prefix(KV_PREFIX + WORKER_KEY).items():
+                    name = key[len(KV_PREFIX + WORKER_KEY):]
+                    if name in self.addresses:
+                        continue
+                    info = json.loads(value)
+                    self.workers_info[name] = info
+                    if ping(info["address"], secret, timeout=2.0):
+                        self.addresses[name] = info["address"]
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 1.0
+                    self._raise_if_a_container_ended()
+            progress(len(self.addresses), total)
+            if len(self.addresses) == total:
+                self._refresh_containers()
+                return
+            if time.monotonic() > deadline:
+                raise AllocationError(self._not_ready_message(total), self._not_ready_hint())
+            time.sleep(POLL)
+
+    def _raise_if_a_container_ended(self) -> None:
+        for c in self._refresh_containers():
+            state = _state(c.state)
+            if state in ("FAILED", "KILLED", "SUCCEEDED"):
+                name = f"{self.plan.job_name}-{SERVICE}-{c.instance}"
+                raise AllocationError(
+                    f"worker {name} (YARN container {c.yarn_container_id} on {c.yarn_node_http_address}) "
+                    f"ended ({state}) before it was ready: {_short(c.exit_message) or 'no exit message'}",
+                    "see the container's stderr (mpilaunch logs NAME --backend yarn)",
+                )
+
+    def _not_ready_message(self, total: int) -> str:
+        missing = sorted(w.name for w in self.plan.workers if w.name not in self.addresses)
+        parts = [f"{len(missing)} of {total} workers not ready before --start-timeout "
+                 f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})"]
+        try:
+            report = self._report()
+            parts.append(f"YARN application {self.app_id} is {_state(report.state)} in queue {report.queue}"
+                         + (f": {_short(report.diagnostics)}" if report.diagnostics else ""))
+        except Exception as e:
+            parts.append(f"YARN application {self.app_id}: no report ({_short(str(e), 120)})")
+        if self.app is not None:
+            containers = self._refresh_containers()
+            pending = [c for c in containers if _state(c.state) in ("WAITING", "REQUESTED")]
+            running = [c for c in containers if _state(c.state) == "RUNNING"]
+            opts = self.spec.yarn
+            want = f"memory={opts.memory}, vcores={opts.vcores}, yarn.io/gpu={self.gpus_per_worker}"
+            if opts.node_label:
+                want += f", node label {opts.node_label}"
+            parts.append(f"{len(pending)} container requests pending ({want}), {len(running)} running")
+        else:
+            parts.append("the ApplicationMaster never started")
+        return "; ".join(parts)
+
+    def _not_ready_hint(self) -> str:
+        return ("the cluster may lack free resources in this queue/partition: lower --gpus, --memory or "
+                "--vcores, pick another --queue/--node-label, or raise --start-timeout")
+
+    def exec_context(self) -> dict:
+        forward = FORWARD_ENV_WITH_ARCHIVE if self.spec.yarn.env_archive else FORWARD_ENV
+        return {
+            "transport": "agent",
+            "secret_file": str(self.secret_file),
+            "forward_env": list(forward),
+            # Daemons start in their container's directory (this machine's
+            # cwd need not exist on the NodeManagers).
+            "cwd": None,
+            "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
+        }
+
+    def rank_prefix(self) -> list[str]:
+        if self.spec.yarn.env_archive:
+            # The archive's python, whose absolute path only the container knows.
+            return ["/bin/sh", "-c", 'exec "$MPILAUNCH_PYTHON" -m mpilaunch.rank "$@"', "mpilaunch-rank"]
+        return [sys.executable, "-m", "mpilaunch.rank"]
+
+    def describe_workers(self) -> dict[str, dict]:
+        out = {}
+        for w in self.plan.workers:
+            info = self.workers_info.get(w.name, {})
+            facts = self.containers.get(w.name, {})
+            out[w.name] = {
+                "application": self.app_id,
+                "container": facts.get("container") or info.get("container"),
+                "host": facts.get("node") or info.get("host"),
+                "address": self.addresses.get(w.name),
+                "state": facts.get("state", "not started"),
+                "exit": facts.get("exit"),
+                "gpus": info.get("gpus", []),
+                "gpu_source": info.get("gpu_source"),
+            }
+        return out
+
+    # ------------------------------------------------------------ end
+
+    def job_finished(self, exit_code: int, failure: str | None) -> str | None:
+        self.outcome, self.failure = exit_code, failure
+        if exit_code == 0 or self.app is None:
+            return None
+        try:
+            return self._failure_report(failure or "")
+        except Exception:
+            return None
+
+    def _failure_report(self, failure: str) -> str:
+        from ..rsh_agent.agent_client import ping, read_secret
+
+        secret = read_secret(str(self.secret_file))
+        # A container killed under the job ends mpirun before the
+        # ApplicationMaster has heard of it; give YARN a moment to say so.
+        deadline = time.monotonic() + (5.0 if "before any rank failed" in failure else 0.0)
+        while True:
+            self._refresh_containers()
+            ended = [n for n, c in self.containers.items() if c["state"] != "RUNNING"]
+            if ended or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        lines = [f"YARN application {self.app_id} (queue {self.spec.yarn.queue or 'default'}), worker containers:"]
+        for w in self.plan.workers:
+            c = self.containers.get(w.name, {})
+            state = c.get("state", "unknown")
+            if state == "RUNNING" and w.name in self.addresses and not ping(self.addresses[w.name], secret, 2.0):
+                state = "RUNNING (agent not answering)"
+            line = f"  {w.name}  {c.get('container') or '-'}  on {c.get('node') or '-'}  {state}"
+            if c.get("exit"):
+                line += f"  exit: {c['exit']}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            if self.app_id is not None and self.client is not None:
+                self._finish_application()
+        except Exception:
+            pass
+        finally:
+            for obj in (self.app, self.client):
+                try:
+                    if obj is not None:
+                        obj.close()
+                except Exception:
+                    pass
+
+    def _finish_application(self) -> None:
+        ended_ok = self.outcome == 0
+        graceful = self.app is not None and self.outcome not in (None, 3, 130)
+        try:
+            if graceful:
+                status = "SUCCEEDED" if ended_ok else "FAILED"
+                diagnostics = "mpilaunch: job succeeded" if ended_ok else \
+                    "mpilaunch: " + (self.failure or f"job failed with exit code {self.outcome}").splitlines()[0]
+                self.app.shutdown(status, diagnostics=diagnostics[:1000])
+            else:
+                self.client.kill_application(self.app_id)
+        except Exception:
+            self.client.kill_application(self.app_id)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if _state(self._report().state) in TERMINAL_STATES:
+                    return
+            except Exception:
+                pass
+            time.sleep(POLL)
+        self.client.kill_application(self.app_id)
+
+    # ------------------------------------------------------------ manage
+
+    @classmethod
+    def _find_apps(cls, client, name: str) -> list:
+        apps = client.get_applications(name=name, states=list(skein.model.ApplicationState))
+        if not apps:
+            raise UsageError(f"no YARN application named {name!r}",
+                             "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
+        return sorted(apps, key=lambda a: a.start_time or 0)
+
+    @classmethod
+    def manage_status(cls, args, stream) -> int:
+        client = _client()
+        try:
+            for report in cls._find_apps(client, args.name):
+                print(f"{report.id}  {report.name}  state={_state(report.state)} "
+                      f"final={_state(report.final_status)}  queue={report.queue}  user={report.user}", file=stream)
+                if report.diagnostics:
+                    print(f"  diagnostics: {_short(report.diagnostics, 300)}", file=stream)
+                for c in _node_containers(client, report.id):
+                    print(f"  {c.get('id')}  on {c.get('nodeId')}  {c.get('state')}"
+                          f"  exit={c.get('exitCode')}", file=stream)
+        finally:
+            client.close()
+        return 0
+
+    @classmethod
+    def manage_logs(cls, args, stream) -> int:
+        client = _client()
+        try:
+            report = cls._find_apps(client, args.name)[-1]
+            containers = _node_containers(client, report.id)
+            for c in containers:
+                for log_name in ("stderr", "stdout"):
+                    text = _http_text(f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{log_name}")
+                    if text:
+                        print(f"==> {c['id']} {log_name} <==", file=stream)
+                        stream.write(text if text.endswith("\n") else text + "\n")
+            if not containers:
+                try:
+                    logs = client.application_logs(report.id)
+                    stream.write(logs.dumps() if hasattr(logs, "dumps") else str(logs))
+                except Exception as e:
+                    print(f"no logs for {report.id}: the NodeManagers no longer hold them and "
+                          f"log aggregation gave none ({_short(str(e), 200)})", file=stream)
+        finally:
+            client.close()
+        return 0
+
+    @classmethod
+    def manage_delete(cls, args, stream) -> int:
+        client = _client()
+        try:
+            for report in cls._find_apps(client, args.name):
+                if _state(report.state) not in TERMINAL_STATES:
+                    client.kill_application(report.id)
+                    print(f"killed {report.id} ({report.name})", file=stream)
+                else:
+                    print(f"{report.id} already {_state(report.state)}", file=stream)
+        finally:
+            client.close()
+        return 0
+
+
+def _http_text(url: str) -> str | None:
+    import urllib.request
+
+    try:
+        req = urllib.request.Request(url, headers={"Accept": "application/json, text/plain"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _node_containers(client, app_id: str) -> list[dict]:
+    """The application's containers as the NodeManagers still report them."""
+    suffix = "container_" + app_id.split("_", 1)[-1] + "_"
+    out = []
+    for node in client.get_nodes():
+        text = _http_text(f"http://{node.http_address}/ws/v1/node/containers")
+        try:
+            items = ((json.loads(text or "{}").get("containers") or {}).get("container")) or []
+        except ValueError:
+            continue
+        for c in [items] if isinstance(items, dict) else items:
+            if c.get("id", "").startswith(suffix):
+                out.append(dict(c, _http=node.http_address))
+    return sorted(out, key=lambda c: c["id"])
