@@ -162,6 +162,9 @@ class Backend(BaseBackend):
             files=files,
             node_label=opts.node_label or "",
             max_restarts=0,
+            # The launcher decides the application's fate (and reports which
+            # container ended); skein must not shut it down on its own.
+            allow_failures=True,
         )
         master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY, vcores=1), security=security)
         return skein.ApplicationSpec(

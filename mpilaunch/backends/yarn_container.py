@@ -230,4 +230,15 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except SystemExit as e:
+        log(f"error: {e.code}")
+        code = 1
+    except Exception as e:
+        log(f"error: {e!r}")
+        code = 1
+    sys.stderr.flush()
+    # skein's gRPC/kv threads can keep a normal interpreter exit waiting, and
+    # YARN only sees the container end when this process is gone.
+    os._exit(code)
