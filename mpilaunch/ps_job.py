@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends, clusterspec
+from . import backends, clusterspec, mpi
 from .clusterspec import Task
 from .errors import AllocationError, Interrupted, MpilaunchError, UsageError
 from .job import (
@@ -70,6 +70,13 @@ class PsPlan:
 
 
 def make_ps_plan(spec: JobSpec, job_name: str) -> PsPlan:
+    for flag, value in (("--np", spec.np), ("--gpus", spec.gpus), ("--hostfile", spec.hostfile),
+                        ("--slots-per-worker", spec.slots_per_worker)):
+        if value is not None:
+            raise UsageError(
+                f"{flag} sizes allreduce jobs, not PS mode",
+                'size PS jobs with --ps N --workers N [--chief] [--evaluator] or -r "ps:2,worker:4"',
+            )
     jobs = clusterspec.requirements_from_options(spec.ps)
     tasks = clusterspec.task_list(jobs, spec.ps.tensorboard)
     gpus = spec.gpus_per_node or 0  # GPUs for each compute task (chief, worker)
@@ -90,6 +97,17 @@ def read_script(path: str | None) -> dict | None:
     except OSError as e:
         raise UsageError(f"cannot read --script {path}: {e.strerror}", "give an existing, readable file") from None
     return {"name": os.path.basename(path), "data": base64.b64encode(data).decode("ascii")}
+
+
+def user_environment(spec: JobSpec, environ: dict) -> dict[str, str]:
+    """``-x NAME[=VALUE]`` for every task, as for allreduce ranks."""
+    return mpi.resolve_env([item.split("=", 1)[0] for item in spec.env], spec.env, environ)
+
+
+def task_message(spec: JobSpec, cluster: dict, task: Task, environ: dict, script) -> dict:
+    """What a task starter receives on stdin once the ClusterSpec is complete."""
+    env = {**user_environment(spec, environ), **clusterspec.task_environment(cluster, task, spec.ps)}
+    return {"env": env, "script": script}
 
 
 def python_prefix(backend) -> list[str]:
@@ -226,7 +244,7 @@ class TaskOutput:
 # ------------------------------------------------------------------ dry run
 
 
-def print_dry_run(spec, ps_plan: PsPlan, backend, script, stream) -> None:
+def print_dry_run(spec, ps_plan: PsPlan, backend, script, environ, stream) -> None:
     tasks = ps_plan.tasks
     addresses = clusterspec.placeholder_addresses(tasks, ps_plan.job_name)
     cluster = clusterspec.cluster_spec(tasks, addresses)
@@ -242,7 +260,7 @@ def print_dry_run(spec, ps_plan: PsPlan, backend, script, stream) -> None:
     for t in tasks:
         print(f"task {t.id}:", file=stream)
         print(f"  command: {starter_command(spec, t, python)}", file=stream)
-        env = clusterspec.task_environment(cluster, t, spec.ps)
+        env = task_message(spec, cluster, t, environ, None)["env"]
         if script:
             env["DTF_TASK_SCRIPT"] = f"<task dir>/{script['name']}"
         for key in sorted(env):
@@ -275,7 +293,7 @@ def run_ps(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False
     os.chmod(rundir, 0o700)
     backend = backend_cls(spec, ps_plan.plan, rundir)
     if spec.dry_run:
-        print_dry_run(spec, ps_plan, backend, script, stdout)
+        print_dry_run(spec, ps_plan, backend, script, environ, stdout)
         _remove_tree(rundir)
         return JobResult(job_name=job_name, exit_code=0)
 
@@ -310,8 +328,7 @@ def run_ps(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False
             cluster = clusterspec.cluster_spec(ps_plan.tasks, addresses)
             t_run = time.monotonic()
             for run in runs:
-                env = clusterspec.task_environment(cluster, run.task, spec.ps)
-                _send(run, {"env": env, "script": script}, t_run)
+                _send(run, task_message(spec, cluster, run.task, environ, script), t_run)
                 if run.task.type == clusterspec.TENSORBOARD:
                     tensorboard_url = f"http://{run.address}/"
                     print(f"mpilaunch: TensorBoard for {spec.ps.output_path}: {tensorboard_url}", file=stderr, flush=True)

@@ -43,7 +43,8 @@ TASK_PROGRAM = textwrap.dedent('''
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     server.bind(("0.0.0.0", int(os.environ["MPILAUNCH_TASK_PORT"])))
     server.listen()
-    record = {k: v for k, v in os.environ.items() if k.startswith(("DTF_", "TF_", "MPILAUNCH_TASK", "MPILAUNCH_WORKER"))}
+    record = {k: v for k, v in os.environ.items()
+              if k.startswith(("DTF_", "TF_", "MPILAUNCH_TASK", "MPILAUNCH_WORKER", "USER_"))}
     record.update(pid=os.getpid(), argv=sys.argv)
     if "DTF_TASK_SCRIPT" in os.environ:
         record["script"] = open(os.environ["DTF_TASK_SCRIPT"]).read()
@@ -96,6 +97,7 @@ BAD = {
     "both-forms": (["-r", "worker:2", "--ps", "1"], "both size the job"),
     "two-chiefs": (["-r", "chief:2,worker:1"], "one chief task"),
     "missing-script": (["--workers", "1", "-s", "/nonexistent/train.py"], "cannot read --script"),
+    "allreduce-sizing": (["--workers", "1", "--np", "4"], "--np sizes allreduce jobs"),
 }
 
 
@@ -178,13 +180,29 @@ def test_chief_success_ends_the_job_and_terminates_ps_and_workers(tmp_path, task
 
 def test_without_chief_all_workers_succeeding_ends_the_job(tmp_path, task_program):
     name = "psnochief"
-    proc = run_mpilaunch(["--name", name, "-q", "-r", "ps:1,worker:3", "--output-dir", str(tmp_path),
-                          "--", sys.executable, str(task_program), "--out", str(tmp_path)])
+    proc = run_mpilaunch(["--name", name, "-q", "-r", "ps:1,worker:3", "--evaluator", "--output-dir", str(tmp_path),
+                          "-x", "USER_A=1", "-x", "USER_B", "--", sys.executable, str(task_program), "--out", str(tmp_path)],
+                         env_extra={"USER_B": "from-launcher"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert [(t["task"], t["status"]) for t in report["tasks"]] == [
-        ("worker:0", "succeeded"), ("worker:1", "succeeded"), ("worker:2", "succeeded"), ("ps:0", "terminated")]
+        ("worker:0", "succeeded"), ("worker:1", "succeeded"), ("worker:2", "succeeded"), ("ps:0", "terminated"),
+        ("evaluator:0", "terminated")]
     assert all(t["duration_s"] is not None and t["address"] for t in report["tasks"])
+    records = task_records(tmp_path)
+    assert {(r["USER_A"], r["USER_B"]) for r in records.values()} == {("1", "from-launcher")}
+    assert "chief" not in json.loads(records["evaluator-0"]["TF_CONFIG"])["cluster"]
+    assert_all_gone(name, records)
+
+
+def test_timeout_stops_the_job_with_124(tmp_path, task_program):
+    name = "pstimeout"
+    proc = run_mpilaunch(["--name", name, "-q", "--chief", "--ps", "1", "--timeout", "3", "--output-dir", str(tmp_path),
+                          "--", sys.executable, str(task_program), "--out", str(tmp_path), "--finish-after", "120"])
+    assert proc.returncode == 124, proc.stderr
+    assert "ran past --timeout 3s" in proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert {t["status"] for t in report["tasks"]} == {"terminated"}
     assert_all_gone(name, task_records(tmp_path))
 
 
