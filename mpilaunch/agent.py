@@ -872,6 +872,24 @@ def _raise_fd_limit():
         pass
 
 
+# MPI names shared-memory segments and session directories after the host
+# name and local rank, under TMPDIR and /dev/shm. Two workers on one machine
+# (local backend, two YARN containers on one NodeManager) would map each
+# other's segments and crash (seen: Open MPI 4 vader segfaults), so every
+# worker gets a private directory for both, as a separate machine would have.
+PRIVATE_DIR_VARS = (
+    "TMPDIR",
+    "OMPI_MCA_btl_vader_backing_directory",
+    "OMPI_MCA_btl_sm_backing_directory",
+    "OMPI_MCA_shmem_mmap_backing_file_base_dir",
+)
+
+
+def private_dir_env(directory: str, given: dict) -> dict:
+    """Defaults for PRIVATE_DIR_VARS; values passed with --env win."""
+    return {name: given.get(name, directory) for name in PRIVATE_DIR_VARS}
+
+
 def main(argv=None) -> int:
     """Run the agent until SIGTERM/SIGINT or --exit-with-pid; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -886,14 +904,23 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"mpilaunch: error: agent cannot listen on {args.listen}: {exc}", file=sys.stderr)
         return 2
-    agent = Agent(args.name, secret, listener, extra_env=dict(args.env), exit_with_pid=args.exit_with_pid,
+    import shutil
+    import tempfile
+
+    private = tempfile.mkdtemp(prefix=f"mpilaunch-{os.path.basename(args.name)}-")
+    extra_env = dict(args.env)
+    extra_env.update(private_dir_env(private, extra_env))
+    agent = Agent(args.name, secret, listener, extra_env=extra_env, exit_with_pid=args.exit_with_pid,
                   handshake_timeout=args.handshake_timeout, kill_grace=args.kill_grace)
     address = _advertised_address(listener, P.parse_address(args.listen)[0] if ":" in args.listen else args.listen,
                                   args.advertise)
     if args.address_file:
         _write_atomically(args.address_file, address)
     agent.log(f"listening on {address} (pid {os.getpid()})")
-    return agent.serve()
+    try:
+        return agent.serve()
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ for flavour in openmpi mpich; do
   # 4.1): put this MPI's lib dir first so the extension loads the MPI it was
   # built for.
   libdir=$("$mpicc" -show | tr ' ' '\n' | sed -n 's/^-L//p' | head -1)
+  libdir=$(dirname "$(readlink -f "$libdir/libmpi.so" 2>/dev/null || readlink -f "$libdir/libmpich.so")")
   for so in "$dest"/mpi4py/*.so; do
     old=$(patchelf --print-rpath "$so")
     patchelf --set-rpath "$libdir${old:+:$old}" "$so"
