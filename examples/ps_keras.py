@@ -38,11 +38,18 @@ def run_server(resolver) -> None:
     server.join()
 
 
+def _device(variable) -> str:
+    try:
+        return variable.device  # tf.Variable (Keras 2)
+    except AttributeError:
+        return variable.value.device  # Keras 3 wraps the tf.Variable
+
+
 def run_chief(resolver, steps: int, output: str | None) -> None:
     import keras
 
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
-    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         model = keras.Sequential([
             keras.Input((4,)),
@@ -75,7 +82,7 @@ def run_chief(resolver, steps: int, output: str | None) -> None:
     results = [coordinator.schedule(train_step, args=(per_worker_iter,)) for _ in range(steps)]
     coordinator.join()
     losses = [float(r.fetch()) for r in results]
-    devices = sorted({getattr(v, "value", v).device for v in variables})
+    devices = sorted({_device(v) for v in variables})
     summary = {
         "cluster": resolver.cluster_spec().as_dict(),
         "steps": len(losses),
