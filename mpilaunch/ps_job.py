@@ -27,6 +27,7 @@ import collections
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -429,7 +430,7 @@ def _stop_all(runs: list[TaskRun]) -> None:
     live = [r for r in live if r.exit_code is None]
     for run in live:
         try:
-            os.killpg(run.proc.pid, 15)
+            os.killpg(run.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     _wait_exit(live, time.monotonic() + SIGNAL_WAIT)
