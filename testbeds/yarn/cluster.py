@@ -136,9 +136,36 @@ def ensure_installed(quiet=True):
 
 
 def _free_ports(n):
+    """n free ports *below* the ephemeral range.
+
+    Ports from bind(0) are ephemeral ones: between picking them here and the
+    JVMs binding them, the daemons' own outgoing connections (NMs retry the
+    RM every 200 ms) can take them as source ports ("Address already in
+    use", seen under load). Ports under the ephemeral range are never handed
+    out that way.
+    """
+    import random
+
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
     socks = []
     try:
-        for _ in range(n):
+        candidates = random.sample(range(10000, max(10001 + n, low)), min(4000, max(1, low - 10000)))
+        for port in candidates:
+            if len(socks) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        while len(socks) < n:  # fall back to ephemeral ports
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             socks.append(s)
