@@ -456,7 +456,9 @@ class Backend(BaseBackend):
             report = cls._find_apps(client, args.name)[-1]
             containers = _node_containers(client, report.id)
             for c in containers:
-                for log_name in ("stderr", "stdout"):
+                names = [f for f in c.get("containerLogFiles") or ["stdout", "stderr"]
+                         if f not in ("launch_container.sh", "directory.info")]
+                for log_name in names:
                     text = _http_text(f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{log_name}")
                     if text:
                         print(f"==> {c['id']} {log_name} <==", file=stream)

@@ -1,0 +1,407 @@
+"""The YARN backend against a real YARN (testbeds/yarn): RM + 3 NodeManagers.
+
+NodeManagers 0 and 1 are the default partition, NodeManager 2 carries the
+exclusive node label ``gpu`` (queue ``ml`` only); each has 4 fake GPUs
+(``yarn.io/gpu``; the fake nvidia-smi is on the containers' PATH). One
+cluster serves the whole module. Set MPILAUNCH_YARN_TESTBED_DIR to the
+workdir of a cluster started with ``python -m testbeds.yarn.cluster up
+--nodemanagers 3 --workdir DIR`` to reuse it.
+
+Programs that must be observed while they run print one JSON line per rank
+and then wait for a release file, so the test can compare what the ranks say
+with what the ResourceManager reports for the live application.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from conftest import require
+from helpers import REPO, leftover_processes, mpilaunch_env
+
+pytestmark = pytest.mark.yarn
+
+HOLD = r"""
+import json, os, sys, time
+if os.environ.get("USE_MPI", "1") == "1":
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank, total = comm.rank, comm.allreduce(comm.rank + 1, op=MPI.SUM)
+else:
+    rank, total = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1")), None
+print("RANKINFO " + json.dumps({
+    "rank": rank, "sum": total,
+    "worker": os.environ.get("MPILAUNCH_WORKER"),
+    "container": os.environ.get("CONTAINER_ID"),
+    "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    "marker": os.environ.get("ENV_ARCHIVE_MARKER"),
+    "cwd": os.getcwd(),
+}), flush=True)
+release = os.environ.get("RELEASE_FILE")
+deadline = time.time() + 300
+while release and not os.path.exists(release) and time.time() < deadline:
+    time.sleep(0.2)
+sys.exit(int(os.environ.get("EXIT_CODE", "0")))
+"""
+
+
+@pytest.fixture(scope="module")
+def yarn():
+    try:
+        from testbeds.yarn.cluster import YarnCluster
+    except ImportError as e:
+        require(f"YARN testbed not importable: {e}")
+    try:
+        import skein  # noqa: F401
+    except ImportError:
+        require("skein not installed (pip install 'mpilaunch[yarn]')")
+    shared = os.environ.get("MPILAUNCH_YARN_TESTBED_DIR")
+    cluster = None
+    try:
+        if shared:
+            cluster = YarnCluster.attach(shared)
+        else:
+            cluster = YarnCluster(num_nodemanagers=3).start()
+    except Exception as e:  # the testbed's own error names the cause
+        require(f"YARN testbed did not start: {e}")
+    yield cluster
+    if not shared:
+        cluster.stop(graceful=False)
+
+
+@pytest.fixture
+def openmpi_env(openmpi5, yarn):
+    return {"env": mpilaunch_env(openmpi5, **yarn.env) | {"PATH": os.pathsep.join(
+        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": openmpi5.mpirun}
+
+
+def start(args, ctx, extra_env=None):
+    cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"], *args]
+    return subprocess.Popen(cmd, cwd=REPO, env={**ctx["env"], **(extra_env or {})}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def read_ranks(proc, count, timeout=180):
+    """RANKINFO lines from the job's stdout, as they are printed."""
+    ranks, seen = [], []
+    deadline = time.monotonic() + timeout
+    while len(ranks) < count and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if "RANKINFO " in line:
+            ranks.append(json.loads(line.split("RANKINFO ", 1)[1]))
+    assert len(ranks) == count, "".join(seen) + proc.stderr.read() if proc.poll() is not None else "".join(seen)
+    return sorted(ranks, key=lambda r: r["rank"])
+
+
+def app_by_name(yarn, name):
+    """The newest application of that name (a reused cluster may hold older ones)."""
+    apps = sorted((a for a in yarn.apps() if a["name"] == name), key=lambda a: a["startedTime"])
+    assert apps, f"no application named {name}"
+    return apps[-1]
+
+
+def worker_containers(yarn, app_id):
+    """RM view of the running worker containers (the AM's is _000001)."""
+    return {c["containerId"]: c for c in yarn.app_containers(app_id) if not c["containerId"].endswith("_000001")}
+
+
+def node_index(yarn, node_id):
+    return next(nm["index"] for nm in yarn.nodemanagers if nm["node_id"] == node_id)
+
+
+def assert_released(yarn, name, final_status):
+    app = yarn.wait_app(app_by_name(yarn, name)["id"], timeout=30)
+    assert app["finalStatus"] == final_status, app
+    assert yarn.app_containers(app["id"]) == []
+    deadline = time.monotonic() + 10
+    while leftover_processes(name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftover_processes(name) == []
+    # Nothing of this application is left on the NodeManagers either.
+    ours = [pid for pid, cmd in yarn.leftover_processes().items() if app["id"].split("_", 1)[1] in _cwd(pid)]
+    assert ours == []
+    return app
+
+
+def _cwd(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def secret_of(name):
+    paths = glob.glob(f"/tmp/mpilaunch-{name}-*/secret")
+    assert len(paths) == 1, paths
+    with open(paths[0]) as f:
+        return f.read().strip()
+
+
+def processes_mentioning(text):
+    hits = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        for what in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{pid}/{what}", "rb") as f:
+                    if text.encode() in f.read():
+                        hits.append(f"{pid} {what}")
+            except OSError:
+                pass
+    return hits
+
+
+def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_path):
+    name = "yarn-place"
+    (tmp_path / "hold.py").write_text(HOLD)
+    release = tmp_path / "release"
+    proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "512 MiB", "--vcores", "2",
+                  "--output-dir", str(tmp_path / "out"), "-q", "-x", f"RELEASE_FILE={release}",
+                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    try:
+        ranks = read_ranks(proc, 4)
+        app = app_by_name(yarn, name)
+        assert app["state"] == "RUNNING" and app["queue"].endswith("default")
+        rm = worker_containers(yarn, app["id"])
+        assert len(rm) == 2
+        for c in rm.values():
+            res = c["allocatedResources"]
+            from testbeds.yarn.cluster import resource_value
+
+            assert resource_value(res, "memory-mb") == 512
+            assert resource_value(res, "vcores") == 2
+            assert resource_value(res, "yarn.io/gpu") == 0
+        # Every rank ran in the container the RM gave its worker.
+        assert {r["sum"] for r in ranks} == {10}
+        assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
+        by_worker = {}
+        for r in ranks:
+            by_worker.setdefault(r["worker"], set()).add(r["container"])
+        assert all(len(cs) == 1 for cs in by_worker.values()), by_worker
+        assert {next(iter(cs)) for cs in by_worker.values()} == set(rm)
+
+        # The secret: on no command line or environment, in no launch script.
+        secret = secret_of(name)
+        assert len(secret) >= 32
+        assert processes_mentioning(secret) == []
+        scripts = glob.glob(os.path.join(yarn.workdir, "nm*", "**", "launch_container.sh"), recursive=True)
+        ours = [s for s in scripts if app["id"].split("_", 1)[1] in s]
+        assert len(ours) >= 3 * 1  # AM + 2 workers (local dir and/or log dir copies)
+        for script in ours:
+            with open(script, errors="replace") as f:
+                assert secret not in f.read(), script
+    finally:
+        release.touch()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {w["container"] for w in report["workers"].values()} == set(rm)
+    assert report["timings"]["allocate_s"] > 0
+    assert_released(yarn, name, "SUCCEEDED")
+
+
+def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_path):
+    name = "yarn-gpu8"
+    (tmp_path / "hold.py").write_text(HOLD)
+    release = tmp_path / "release"
+    proc = start(["--name", name, "--gpus", "8", "--gpus-per-node", "4", "--memory", "256 MiB", "-q",
+                  "-x", f"RELEASE_FILE={release}", "-x", "USE_MPI=0",
+                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    try:
+        ranks = read_ranks(proc, 8)
+        app = app_by_name(yarn, name)
+        rm = worker_containers(yarn, app["id"])
+        from testbeds.yarn.cluster import resource_value
+
+        assert sorted(resource_value(c["allocatedResources"], "yarn.io/gpu") for c in rm.values()) == [4, 4]
+        # The default partition is NodeManagers 0 and 1: one 4-GPU container each.
+        assert sorted(node_index(yarn, c["nodeId"]) for c in rm.values()) == [0, 1]
+        assert yarn.app_resources(app["id"])[""]["yarn.io/gpu"] == 8
+        for r in ranks:
+            assert r["cuda"] == "0,1,2,3", r  # the container's GPUs, physical ids
+        assert {r["container"] for r in ranks} == set(rm)
+    finally:
+        release.touch()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    assert_released(yarn, name, "SUCCEEDED")
+
+
+def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, tmp_path):
+    name = "yarn-fail"
+    proc = start(["--name", name, "--gpus", "4", "--queue", "ml", "--node-label", "gpu", "--memory", "256 MiB", "-q",
+                  "-x", "FAIL_RANK=2", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 7, out + err
+    assert f"rank 2 on worker {name}-worker-0 exited with code 7" in err
+    assert "rank 2 about to fail" in err
+    app = assert_released(yarn, name, "FAILED")
+    assert app["queue"].endswith("ml")
+    # tf-yarn style report: the worker container, its host and state.
+    assert f"{name}-worker-0  container_{app['id'].split('_', 1)[1]}_01_000002" in err
+    # The worker ran on the labelled NodeManager, with GPUs accounted by the RM.
+    logs = glob.glob(os.path.join(yarn.nodemanagers[2]["log_dir"], app["id"], "*_000002"))
+    assert logs, "worker container did not run on the gpu-labelled node"
+    gpu_seconds = [e for e in (app.get("resourceSecondsMap") or {}).get("entry", []) if e["key"] == "yarn.io/gpu"]
+    assert gpu_seconds and int(gpu_seconds[0]["value"]) > 0, app.get("resourceSecondsMap")
+
+
+def test_killed_worker_fails_the_job_and_names_its_container(yarn, openmpi_env):
+    name = "yarn-kill"
+    proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
+                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    started = 0
+    deadline = time.monotonic() + 180
+    while started < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        started += "started" in line
+    assert started == 4, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+    victim = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+              if f"--name\0{name}-worker-1\0".encode() in _cmdline(int(p)) and b"mpilaunch.agent" in _cmdline(int(p))]
+    assert len(victim) == 1
+    container = _environ(victim[0]).get("CONTAINER_ID")
+    t0 = time.monotonic()
+    os.kill(victim[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode != 0, out + err
+    report_line = [line for line in err.splitlines() if container in line]
+    assert report_line and f"{name}-worker-1" in report_line[0] and "FAILED" in report_line[0], err
+    assert_released(yarn, name, "FAILED")
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(item.split("=", 1) for item in f.read().decode(errors="replace").split("\0") if "=" in item)
+    except OSError:
+        return {}
+
+
+def test_ctrl_c_kills_the_application(yarn, openmpi_env):
+    name = "yarn-sigint"
+    proc = start(["--name", name, "--np", "2", "--slots-per-worker", "1", "--memory", "256 MiB", "-q",
+                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    started = 0
+    deadline = time.monotonic() + 180
+    while started < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        started += "started" in line
+    assert started == 2
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert_released(yarn, name, "KILLED")
+
+
+def test_status_logs_delete_by_name(yarn, openmpi_env, tmp_path):
+    name = "yarn-manage"
+    (tmp_path / "hold.py").write_text(HOLD)
+    proc = start(["--name", name, "--np", "2", "--slots-per-worker", "1", "--memory", "256 MiB", "-q",
+                  "-x", f"RELEASE_FILE={tmp_path / 'never'}", "-x", "USE_MPI=0",
+                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    try:
+        read_ranks(proc, 2)
+        app_id = app_by_name(yarn, name)["id"]
+
+        def manage(*args):
+            return subprocess.run([sys.executable, "-m", "mpilaunch", *args, name, "--backend", "yarn"],
+                                  cwd=REPO, env=openmpi_env["env"], capture_output=True, text=True, timeout=120)
+
+        status = manage("status")
+        assert status.returncode == 0, status.stderr
+        assert app_id in status.stdout and "state=RUNNING" in status.stdout
+        logs = manage("logs")
+        assert logs.returncode == 0, logs.stderr
+        assert f"worker {name}-worker-1 in container_" in logs.stdout  # the container's own log
+        delete = manage("delete")
+        assert delete.returncode == 0 and f"killed {app_id}" in delete.stdout, delete.stdout + delete.stderr
+        # The job notices its application is gone.
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0, out + err
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # mpilaunch then kills its application
+            proc.communicate(timeout=60)
+    assert_released(yarn, name, "KILLED")
+    missing = subprocess.run(
+        [sys.executable, "-m", "mpilaunch", "status", "no-such-job", "--backend", "yarn"],
+        cwd=REPO, env=openmpi_env["env"], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "no YARN application named 'no-such-job'" in missing.stderr
+
+
+def test_allocation_timeout_reports_pending_requests_and_kills(yarn, openmpi_env):
+    name = "yarn-toobig"
+    proc = start(["--name", name, "--gpus", "8", "--gpus-per-node", "4", "--queue", "ml", "--node-label", "gpu",
+                  "--memory", "256 MiB", "--start-timeout", "25", "-q",
+                  "--", sys.executable, "-c", "pass"], openmpi_env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out + err
+    app_id = app_by_name(yarn, name)["id"]
+    assert "1 of 2 workers not ready before --start-timeout" in err, err
+    assert app_id in err and "1 container requests pending" in err and "yarn.io/gpu=4" in err, err
+    assert_released(yarn, name, "KILLED")
+
+
+def test_env_archive_python_runs_agents_and_ranks(yarn, openmpi_env, tmp_path):
+    """A tiny packed environment: its bin/python marks the environment, then runs ours."""
+    env_dir = tmp_path / "env"
+    (env_dir / "bin").mkdir(parents=True)
+    wrapper = env_dir / "bin" / "python"
+    wrapper.write_text(f"#!/bin/sh\nexport ENV_ARCHIVE_MARKER=packed-env\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    archive = tmp_path / "env.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(env_dir, arcname=".")
+    (tmp_path / "hold.py").write_text(HOLD)
+    name = "yarn-envarch"
+    proc = start(["--name", name, "--np", "2", "--slots-per-worker", "1", "--memory", "256 MiB", "-q",
+                  "--env-archive", str(archive), "-x", "USE_MPI=0",
+                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out + err
+    ranks = [json.loads(line.split("RANKINFO ", 1)[1]) for line in out.splitlines() if "RANKINFO " in line]
+    assert len(ranks) == 2
+    assert {r["marker"] for r in ranks} == {"packed-env"}, ranks
+    assert_released(yarn, name, "SUCCEEDED")
+
+
+def test_dry_run_renders_the_application_and_cluster_launcher_is_refused(openmpi5):
+    pytest.importorskip("skein")
+    env = mpilaunch_env(openmpi5)
+    dry = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--name", "dry", "--gpus", "8",
+                          "--gpus-per-node", "4", "--queue", "ml", "--node-label", "gpu", "--dry-run",
+                          "--", "true"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "instances: 2" in dry.stdout and "gpus: 4" in dry.stdout and "node_label: gpu" in dry.stdout
+    assert "queue: ml" in dry.stdout
+    cluster = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--launcher", "cluster",
+                              "--np", "2", "--", "true"], cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert cluster.returncode == 2 and "--launcher cluster" in cluster.stderr
