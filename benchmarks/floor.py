@@ -17,12 +17,20 @@ sys.path.insert(0, str(REPO))
 
 from mpilaunch import hostfile, mpi  # noqa: E402
 
-SH_AGENT = '#!/bin/sh\n# rsh agent floor: drop the host, run the daemon here\nshift\nexec /bin/sh -c "$*"\n'
+# Each fake host gets a private TMPDIR and shared-memory directory, as real
+# hosts (and mpilaunch's agents) have: sharing them crashes Open MPI.
+SH_AGENT = """#!/bin/sh
+# rsh agent floor: run the daemon here, in the fake host's private dirs
+d="{base}/$1"; shift
+mkdir -p "$d"
+export TMPDIR="$d" OMPI_MCA_btl_vader_backing_directory="$d" OMPI_MCA_btl_sm_backing_directory="$d"
+exec /bin/sh -c "$*"
+"""
 
 
 def write_sh_agent(directory: Path) -> str:
     path = directory / "sh-agent"
-    path.write_text(SH_AGENT)
+    path.write_text(SH_AGENT.format(base=directory / "hosts"))
     path.chmod(0o755)
     return str(path)
 
