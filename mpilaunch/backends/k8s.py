@@ -1,0 +1,671 @@
+"""Kubernetes backend: sleeping worker pods, exec API instead of SSH.
+
+What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
+``mpilaunch render`` prints them):
+
+* a root ConfigMap ``<job>`` (hostfile, plan, the launcher's ``launch.json``)
+  that owns every other object through ownerReferences: deleting it, or
+  ``mpilaunch delete NAME``, garbage-collects the job;
+* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
+  ``create/get pods/exec`` on this job's worker pods by name, nothing else;
+* a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
+  launcher, ready or not);
+* one Pod per worker, ``<job>-worker-<i>``, sleeping, with ``nvidia.com/gpu``
+  limits, node selector, tolerations, priority class, a memory ``/dev/shm``;
+* optionally a PodGroup (``--gang volcano|scheduler-plugins``);
+* with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
+  pod runs :mod:`mpilaunch.backends.k8s_launcher` with the job's
+  ServiceAccount: it waits for the workers itself (no launcher racing
+  workers), detects the image's MPI and runs mpirun with ``mpilaunch-rsh``.
+  The CLI streams its log and takes its exit status.
+
+``wait_ready`` is all or nothing: every worker Ready before
+``--start-timeout``, else ``AllocationError`` (exit 3) quoting the cluster
+(scheduler messages such as ``0/16 nodes are available: 16 Insufficient
+nvidia.com/gpu``, image pull errors) — and ``release`` deletes everything on
+every exit path.
+
+The exec transport (:mod:`mpilaunch.rsh_agent.transports.k8s`) is a stdlib
+websocket client: one TLS connection per daemon, no kubectl and no client
+library per shim. The ``kubernetes`` package is used only to read
+kubeconfigs (exec plugins, auth providers); API calls use a small stdlib
+REST client (:mod:`.k8s_api`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..errors import AllocationError, UsageError
+from .base import BaseBackend
+from .k8s_api import Api, ApiError, resolve
+
+JOB_LABEL = "mpilaunch/job"
+ROLE_LABEL = "mpilaunch/role"
+GPU_RESOURCE = "nvidia.com/gpu"
+WORKER_CONTAINER = "worker"
+LAUNCHER_CONTAINER = "launcher"
+PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
+SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
+# Container states that will not fix themselves: fail the allocation at once.
+FATAL_WAITING = {
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
+}
+POLL = 0.5
+
+
+def _templates():
+    try:
+        import jinja2
+    except ImportError:
+        raise UsageError("the k8s backend needs the Python package 'jinja2'", "pip install 'mpilaunch[k8s]'") from None
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("mpilaunch", "templates"),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+    )
+
+
+def parse_toleration(text: str) -> dict:
+    """``KEY[=VALUE][:EFFECT]`` -> a toleration (``Exists`` without a value)."""
+    body, _, effect = text.partition(":")
+    key, eq, value = body.partition("=")
+    if not key and not effect:
+        raise UsageError(f"invalid --toleration {text!r}", "use KEY[=VALUE]:EFFECT, e.g. nvidia.com/gpu:NoSchedule")
+    tol = {"key": key, "operator": "Equal" if eq else "Exists"}
+    if eq:
+        tol["value"] = value
+    if effect:
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise UsageError(f"invalid toleration effect {effect!r}", "use NoSchedule, PreferNoSchedule or NoExecute")
+        tol["effect"] = effect
+    return tol
+
+
+def launcher_mode(spec) -> str:
+    return "local" if spec.launcher == "local" else "cluster"
+
+
+def _pod_ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+
+
+def _pod_problem(pod: dict) -> tuple[str | None, bool]:
+    """Why a pod is not ready: ``(message, fatal)``."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase in ("Failed", "Succeeded"):
+        reason = status.get("reason") or phase
+        return f"pod {phase.lower()} ({reason}: {status.get('message') or 'no message'})", True
+    for cs in status.get("containerStatuses") or ():
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING:
+            return f"{waiting['reason']}: {waiting.get('message') or cs.get('image')}", True
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            return f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})", True
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return (cond.get("message") or cond.get("reason") or "not scheduled").strip(), False
+    if not status.get("conditions"):
+        return "not scheduled yet", False
+    return f"{phase or 'Pending'}, not Ready", False
+
+
+def summarize(problems: dict[str, str], limit: int = 3) -> str:
+    """Group identical reasons: ``12 pods: <reason> (a, b, c, ...)``."""
+    groups: dict[str, list[str]] = {}
+    for pod, reason in problems.items():
+        groups.setdefault(reason, []).append(pod)
+    parts = []
+    for reason, pods in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(sorted(pods)[:limit]) + (", ..." if len(pods) > limit else "")
+        parts.append(f"{len(pods)} pod{'s' if len(pods) != 1 else ''} ({shown}): {reason}")
+    return "; ".join(parts)
+
+
+class Backend(BaseBackend):
+    name = "k8s"
+
+    def __init__(self, spec, plan, rundir):
+        super().__init__(spec, plan, rundir)
+        self.opts = spec.k8s
+        self.job = plan.job_name
+        self.launcher = launcher_mode(spec)
+        # job.py's hook: mpirun runs in the launcher pod, this backend follows it
+        self.launcher_in_cluster = self.launcher == "cluster"
+        self.launcher_name = f"{self.job}-launcher"
+        self._creds: dict | None = None
+        self._api: Api | None = None
+        self._namespace: str | None = None
+        self.root_uid: str | None = None
+        self.created: list[tuple[str, str, str]] = []  # (apiVersion, plural, name)
+        self.launcher_pod: str | None = None
+        self.pods: dict[str, dict] = {}
+
+    # ------------------------------------------------------------ cluster access
+
+    @property
+    def namespace(self) -> str:
+        if self._namespace is None:
+            if self.opts.namespace:
+                self._namespace = self.opts.namespace
+            else:
+                try:
+                    self._namespace = self._credentials()["namespace"]
+                except UsageError:
+                    self._namespace = "default"  # render without a cluster
+        return self._namespace
+
+    def _credentials(self) -> dict:
+        if self._creds is None:
+            self._creds = resolve(self.opts.kubeconfig, self.opts.context, self.opts.namespace, self.rundir)
+        return self._creds
+
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            self._api = Api(self._credentials())
+        return self._api
+
+    @classmethod
+    def remote_mpi_info(cls, spec):
+        """job.py asks when there is no mpirun here: the launcher pod brings its own."""
+        return _remote_mpi_info(spec) if launcher_mode(spec) == "cluster" else None
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        """Largest ``nvidia.com/gpu`` allocatable among the nodes the job may use."""
+        try:
+            creds = resolve(spec.k8s.kubeconfig, spec.k8s.context, spec.k8s.namespace, None)
+            selector = ",".join(f"{k}={v}" for k, v in spec.k8s.node_selector) or None
+            nodes = Api(creds, timeout=15).get("v1", "nodes", namespace=None, labelSelector=selector)["items"]
+        except (UsageError, ApiError, OSError, ValueError):
+            return None
+        counts = []
+        for node in nodes:
+            value = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+            try:
+                counts.append(int(value))
+            except (TypeError, ValueError):
+                continue
+        return max(counts) if counts and max(counts) > 0 else None
+
+    # ------------------------------------------------------------ manifests
+
+    def _check_image(self) -> str:
+        if not self.opts.image:
+            raise UsageError("--backend k8s needs --image", "give the worker image, e.g. --image myorg/horovod:latest")
+        return self.opts.image
+
+    def launch_spec(self) -> dict:
+        """What the launcher pod needs to run mpirun (mounted as /etc/mpilaunch/launch.json)."""
+        spec = self.spec
+        env = []
+        for item in spec.env:  # -x NAME takes its value here, not in the launcher pod
+            name = item.split("=", 1)[0]
+            if "=" not in item and name in os.environ:
+                item = f"{name}={os.environ[name]}"
+            env.append(item)
+        for name, value in sorted(os.environ.items()):
+            if name.startswith(("NCCL_", "HOROVOD_")) and not any(e.split("=", 1)[0] == name for e in env):
+                env.append(f"{name}={value}")
+        return {
+            "job": self.job,
+            "namespace": self.namespace,
+            "container": WORKER_CONTAINER,
+            "workers": [[w.name, w.slots] for w in self.plan.workers],
+            "mpi": spec.mpi,
+            "command": list(spec.command),
+            "bind_gpus": spec.bind_gpus,
+            "env": env,
+            "mpi_args": list(spec.mpi_args),
+            "rank_python": os.environ.get(PYTHON_ENV, "python3"),
+            "start_timeout": spec.start_timeout,
+        }
+
+    def _values(self) -> dict:
+        opts = self.opts
+        labels = {JOB_LABEL: self.job}
+        worker_labels = {**labels, ROLE_LABEL: "worker"}
+        annotations = {}
+        if opts.gang == "scheduler-plugins":
+            worker_labels["scheduling.x-k8s.io/pod-group"] = self.job
+        elif opts.gang == "volcano":
+            annotations["scheduling.k8s.io/group-name"] = self.job
+        from .. import hostfile
+
+        return {
+            "job": self.job,
+            "namespace": self.namespace,
+            "labels": labels,
+            "worker_labels": worker_labels,
+            "launcher_labels": {**labels, ROLE_LABEL: "launcher"},
+            "pod_annotations": annotations,
+            "image": self._check_image(),
+            "container": WORKER_CONTAINER,
+            "workers": list(self.plan.workers),
+            "worker_names": [w.name for w in self.plan.workers],
+            "gpu_resource": GPU_RESOURCE,
+            "total_gpus": self.plan.gpus,
+            "node_selector": dict(opts.node_selector),
+            "tolerations": [parse_toleration(t) for t in opts.tolerations],
+            "priority_class": opts.priority_class,
+            "gang": opts.gang,
+            "scheduler_name": SCHEDULERS.get(opts.gang),
+            "schedule_timeout": int(self.spec.start_timeout),
+            "launcher_name": self.launcher_name,
+            "launcher_command": ["python3", "-m", "mpilaunch.backends.k8s_launcher", "/etc/mpilaunch/launch.json"],
+            "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers], "openmpi"),
+            "plan_json": json.dumps(self.plan.to_dict(), indent=1),
+            "launch_json": json.dumps(self.launch_spec(), indent=1) if self.launcher == "cluster" else "",
+        }
+
+    def manifests(self) -> list[tuple[str, str]]:
+        """``(group, yaml text)`` in creation order; group: root, setup, workers, launcher."""
+        env = _templates()
+        values = self._values()
+        docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
+        if self.launcher == "cluster":
+            docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
+        docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))
+        if self.opts.gang != "none":
+            docs.append(("setup", env.get_template("k8s-podgroup.yaml.j2").render(values)))
+        worker = env.get_template("k8s-worker.yaml.j2")
+        for w in self.plan.workers:
+            docs.append(("workers", worker.render({**values, "worker": w})))
+        if self.launcher == "cluster":
+            docs.append(("launcher", env.get_template("k8s-launcher.yaml.j2").render(values)))
+        return docs
+
+    def objects(self) -> list[tuple[str, dict]]:
+        import yaml
+
+        out = []
+        for group, text in self.manifests():
+            for obj in yaml.safe_load_all(text):
+                if obj:
+                    out.append((group, obj))
+        return out
+
+    def render(self) -> str:
+        head = (f"# mpilaunch job {self.job} in namespace {self.namespace}: objects are created in this order;\n"
+                f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before).\n")
+        return head + "".join(f"---\n{text.strip()}\n" for _, text in self.manifests())
+
+    # ------------------------------------------------------------ life cycle
+
+    def allocate(self) -> None:
+        objects = self.objects()  # usage errors (image, tolerations) before touching the cluster
+        api = self.api
+        root = objects[0][1]
+        try:
+            made = api.create(root)
+        except ApiError as e:
+            if e.status == 409:
+                raise UsageError(
+                    f"a job named {self.job} already exists in namespace {self.namespace}",
+                    f"choose another --name, or remove it with: mpilaunch delete {self.job} --backend k8s",
+                ) from None
+            raise AllocationError(f"cannot create ConfigMap {self.job}: {e.message}", _api_hint(e)) from None
+        self.root_uid = made["metadata"]["uid"]
+        self.created.append(("v1", "configmaps", self.job))
+        owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
+
+        def create(obj: dict) -> None:
+            obj["metadata"]["ownerReferences"] = [owner]
+            api_version, kind = obj["apiVersion"], obj["kind"]
+            from .k8s_api import PLURALS
+
+            try:
+                api.create(obj)
+            except ApiError as e:
+                if e.status == 404 and kind == "PodGroup":
+                    raise UsageError(
+                        f"--gang {self.opts.gang}: the PodGroup API ({api_version}) is not installed in this cluster",
+                        "install the scheduler's CRDs, or use --gang none",
+                    ) from None
+                raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {e.message}", _api_hint(e)) from None
+            self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
+
+        for group in ("setup", "workers", "launcher"):
+            batch = [obj for g, obj in objects if g == group]
+            if not batch:
+                continue
+            with ThreadPoolExecutor(max_workers=min(8, len(batch))) as pool:
+                for future in [pool.submit(create, obj) for obj in batch]:
+                    future.result()
+
+    def _list_pods(self) -> list[dict]:
+        return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        names = [w.name for w in self.plan.workers]
+        total = len(names)
+        while True:
+            try:
+                pods = self._list_pods()
+            except (ApiError, OSError) as e:
+                if time.monotonic() > deadline:
+                    raise AllocationError(f"cannot list the job's pods: {e}", "check the API server") from None
+                time.sleep(POLL)
+                continue
+            by_name = {p["metadata"]["name"]: p for p in pods}
+            self.pods = by_name
+            launcher = [p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"]
+            if launcher:
+                self.launcher_pod = launcher[0]["metadata"]["name"]
+            ready = [n for n in names if n in by_name and _pod_ready(by_name[n])]
+            progress(len(ready), total)
+            problems, fatal = {}, {}
+            for n in names:
+                if n in ready:
+                    continue
+                if n not in by_name:
+                    problems[n] = "pod missing"
+                    continue
+                message, is_fatal = _pod_problem(by_name[n])
+                (fatal if is_fatal else problems)[n] = message
+            launcher_ok = self.launcher != "cluster"
+            if self.launcher == "cluster" and launcher:
+                message, is_fatal = _pod_problem(launcher[0])
+                if is_fatal and (launcher[0].get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    fatal[self.launcher_pod] = message
+                launcher_ok = (launcher[0].get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+                if not launcher_ok and not is_fatal:
+                    problems[self.launcher_pod] = message
+            if fatal:
+                raise AllocationError(
+                    f"workers cannot start: {summarize(fatal)}",
+                    "fix the image or pod settings; nothing was left in the cluster",
+                )
+            if len(ready) == total and launcher_ok:
+                return
+            if time.monotonic() > deadline:
+                if self.launcher == "cluster" and not launcher and len(ready) == total:
+                    problems[self.launcher_name] = self._job_events(self.launcher_name) or "launcher pod not created"
+                reasons = summarize(problems) or "unknown"
+                extra = self._events_for(list(problems)[:3])
+                raise AllocationError(
+                    f"{total - len(ready)} of {total} workers not ready after --start-timeout "
+                    f"{self.spec.start_timeout:g}s: {reasons}{extra}",
+                    "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
+                )
+            time.sleep(POLL)
+
+    def _events_for(self, pods: list[str]) -> str:
+        """Recent warning events of a few pods that conditions do not show."""
+        seen = []
+        for pod in pods:
+            try:
+                events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={pod}")["items"]
+            except (ApiError, OSError):
+                return ""
+            for ev in events:
+                if ev.get("type") == "Warning" and ev.get("reason") != "FailedScheduling":
+                    text = f"{ev.get('reason')}: {ev.get('message', '').strip()}"
+                    if text not in seen:
+                        seen.append(text)
+        return (" [events: " + "; ".join(seen[:3]) + "]") if seen else ""
+
+    def _job_events(self, name: str) -> str | None:
+        try:
+            events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={name}")["items"]
+        except (ApiError, OSError):
+            return None
+        msgs = [f"{e.get('reason')}: {e.get('message')}" for e in events if e.get("type") == "Warning"]
+        return msgs[-1] if msgs else None
+
+    def exec_context(self) -> dict:
+        creds = dict(self._credentials())
+        creds.pop("token", None)  # in memory only when no rundir; never the case here
+        return {
+            "transport": "k8s",
+            **creds,
+            "container": WORKER_CONTAINER,
+            "workers": {w.name: {"pod": w.name} for w in self.plan.workers},
+        }
+
+    def rank_prefix(self) -> list[str]:
+        return [os.environ.get(PYTHON_ENV, "python3"), "-m", "mpilaunch.rank"]
+
+    # ------------------------------------------------------------ cluster launcher
+
+    def run_launcher(self, output, deadline: float | None) -> int | None:
+        """Follow the launcher pod: its log into ``output``, its exit code back.
+
+        None when ``deadline`` passed first (job.py reports the timeout).
+        """
+        pod = self.launcher_pod
+        stop = threading.Event()
+        follower = threading.Thread(target=self._follow_log, args=(pod, output, stop), daemon=True)
+        follower.start()
+        code = None
+        try:
+            while True:
+                try:
+                    current = self.api.get("v1", "pods", pod)
+                except ApiError as e:
+                    if e.status == 404:
+                        output.feed("stderr", f"mpilaunch: launcher pod {pod} disappeared\n")
+                        return 1
+                    current = None
+                except OSError:
+                    current = None
+                if current is not None:
+                    code = _launcher_exit(current)
+                    if code is not None:
+                        return code
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                time.sleep(POLL)
+        finally:
+            stop.set()
+            follower.join(timeout=10 if code is not None else 1)
+
+    def _follow_log(self, pod: str, output, stop: threading.Event) -> None:
+        """Stream the launcher's log, reconnecting after drops without repeating lines."""
+        last_ts, seen_at_last = None, 0
+        warned = False
+        while not stop.is_set():
+            query = {"container": LAUNCHER_CONTAINER, "follow": "true", "timestamps": "true"}
+            if last_ts:
+                query["sinceTime"] = last_ts.split(".")[0] + "Z" if "." in last_ts else last_ts
+            path = self.api.collection_path("v1", "pods", self.namespace) + f"/{pod}/log"
+            try:
+                conn, resp = self.api.request("GET", path, query=query, stream=True, timeout=3600)
+            except (ApiError, OSError) as e:
+                if not warned:
+                    warned = True
+                    output.feed("stderr", f"mpilaunch: waiting for the launcher's log ({str(e)[:200]})\n")
+                stop.wait(2.0)
+                continue
+            skipped = 0
+            try:
+                for raw in iter(resp.readline, b""):
+                    line = raw.decode("utf-8", "replace")
+                    ts, _, text = line.partition(" ")
+                    if last_ts is not None and ts <= last_ts:
+                        if ts == last_ts and skipped < seen_at_last:
+                            skipped += 1
+                            continue
+                        if ts < last_ts:
+                            continue
+                    if ts == last_ts:
+                        seen_at_last += 1
+                    else:
+                        last_ts, seen_at_last = ts, 1
+                    output.feed("stdout", text)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            stop.wait(0.5)
+
+    # ------------------------------------------------------------ reports, teardown
+
+    def describe_workers(self) -> dict[str, dict]:
+        out = {}
+        for w in self.plan.workers:
+            pod = self.pods.get(w.name) or {}
+            status = pod.get("status") or {}
+            out[w.name] = {
+                "pod": w.name,
+                "namespace": self.namespace,
+                "node": (pod.get("spec") or {}).get("nodeName"),
+                "pod_ip": status.get("podIP"),
+                "phase": status.get("phase"),
+                "gpus": w.gpus,
+            }
+        return out
+
+    def release(self) -> None:
+        if self.root_uid is None:
+            return
+        try:
+            _delete_job(self.api, self.job, self.created, wait=20.0)
+        except Exception as e:  # never raise from teardown
+            print(f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); "
+                  f"run: mpilaunch delete {self.job} --backend k8s", file=sys.stderr)
+        self.root_uid = None
+
+    # ------------------------------------------------------------ manage
+
+    @classmethod
+    def _manage_api(cls, args) -> Api:
+        return Api(resolve(args.kubeconfig, args.context, args.namespace, None))
+
+    @classmethod
+    def manage_status(cls, args, stream) -> int:
+        api = cls._manage_api(args)
+        try:
+            root = api.get("v1", "configmaps", args.name)
+        except ApiError as e:
+            if e.status == 404:
+                raise UsageError(f"no job {args.name} in namespace {api.namespace}", "list jobs with: kubectl get configmap -l mpilaunch/job") from None
+            raise
+        plan = json.loads((root.get("data") or {}).get("plan.json") or "{}")
+        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
+        print(f"job {args.name}  namespace {api.namespace}  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
+              f"created {root['metadata'].get('creationTimestamp')}", file=stream)
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            status = pod.get("status") or {}
+            role = (pod["metadata"].get("labels") or {}).get(ROLE_LABEL, "?")
+            code = _launcher_exit(pod) if role == "launcher" else None
+            print(f"  {pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
+                  f"ready={_pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
+                  + (f" exit={code}" if code is not None else ""), file=stream)
+        return 0
+
+    @classmethod
+    def manage_logs(cls, args, stream) -> int:
+        api = cls._manage_api(args)
+        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
+        if not pods:
+            raise UsageError(
+                f"job {args.name} has no launcher pod in namespace {api.namespace}",
+                "jobs run with --launcher local print their output on the submitting machine; workers only sleep",
+            )
+        path = api.collection_path("v1", "pods", api.namespace) + f"/{pods[0]['metadata']['name']}/log"
+        conn, resp = api.request("GET", path, query={"container": LAUNCHER_CONTAINER}, stream=True)
+        try:
+            for raw in iter(resp.readline, b""):
+                stream.write(raw.decode("utf-8", "replace"))
+        finally:
+            conn.close()
+        return 0
+
+    @classmethod
+    def manage_delete(cls, args, stream) -> int:
+        api = cls._manage_api(args)
+        try:
+            api.get("v1", "configmaps", args.name)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
+            if not pods:
+                raise UsageError(f"no job {args.name} in namespace {api.namespace}", None) from None
+        _delete_job(api, args.name, [], wait=30.0)
+        print(f"deleted job {args.name} in namespace {api.namespace}", file=stream)
+        return 0
+
+
+def _launcher_exit(pod: dict) -> int | None:
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or ():
+        if cs.get("name") == LAUNCHER_CONTAINER:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if terminated is not None:
+                return int(terminated.get("exitCode", 1))
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return 0
+    if phase == "Failed":
+        return 1
+    return None
+
+
+def _api_hint(e: ApiError) -> str:
+    if e.status == 403:
+        return "your credentials lack a permission (see the message); ask the cluster admin or use another --namespace"
+    if e.status == 422:
+        return "the cluster rejected an object; check --node-selector/--toleration/--priority-class values"
+    return "check the API server and your kubeconfig"
+
+
+_KINDS = [
+    ("batch/v1", "jobs"), ("v1", "pods"), ("v1", "services"),
+    ("rbac.authorization.k8s.io/v1", "rolebindings"), ("rbac.authorization.k8s.io/v1", "roles"),
+    ("v1", "serviceaccounts"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
+    ("scheduling.x-k8s.io/v1alpha1", "podgroups"),
+]
+
+
+def _delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: float) -> None:
+    """Delete the root (garbage collection) and, not to depend on the GC's
+    pace, everything labelled with the job; wait until its pods are gone."""
+    selector = f"{JOB_LABEL}={job}"
+    background = {"propagationPolicy": "Background"}
+    api.delete("v1", "configmaps", job, **background)
+    errors = []
+    names = {(v, p) for v, p, _ in created}
+    for api_version, plural in _KINDS:
+        if created and (api_version, plural) not in names:
+            continue
+        try:
+            if plural in ("pods", "jobs"):
+                api.delete_collection(api_version, plural, selector, **background)
+            else:
+                items = api.get(api_version, plural, labelSelector=selector)["items"]
+                for item in items:
+                    api.delete(api_version, plural, item["metadata"]["name"], **background)
+        except ApiError as e:
+            if e.status not in (404, 405):
+                errors.append(f"{plural}: {e.message}")
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            if not api.get("v1", "pods", labelSelector=selector)["items"]:
+                break
+        except (ApiError, OSError):
+            break
+        time.sleep(0.3)
+    if errors:
+        raise RuntimeError("; ".join(errors))
+
+
+def _remote_mpi_info(spec):
+    from ..mpi import MpiInfo
+
+    flavour = "openmpi" if spec.mpi == "auto" else spec.mpi
+    return MpiInfo(flavour=flavour, version="5 (the image's; detected in the launcher pod)", path="mpirun")
