@@ -18,7 +18,14 @@ def cmd_render(argv: list[str]) -> int:
     spec, args = parse_run(argv)
     from dataclasses import replace
 
-    run_spec(replace(spec, dry_run=True), quiet=True)
+    import io
+
+    buf = io.StringIO()
+    run_spec(replace(spec, dry_run=True), stdout=buf, quiet=True)
+    head, sep, manifests = buf.getvalue().partition("\nmanifests:\n")
+    if sep:  # a cluster backend: applicable YAML, the plan as comments above it
+        head = "".join(line + "\n" if line.startswith("#") else f"# {line}\n" for line in head.splitlines())
+    sys.stdout.write(head + manifests if sep else head)
     return 0
 
 
