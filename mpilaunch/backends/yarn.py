@@ -103,6 +103,7 @@ class Backend(BaseBackend):
         self.security = None
         self.workers_info: dict[str, dict] = {}  # from the kv store
         self.addresses: dict[str, str] = {}
+        self.ready_at: dict[str, float] = {}  # wall clock when its agent first answered
         self.containers: dict[str, dict] = {}  # worker name -> last known container facts
         self.outcome: int | None = None
         self.failure: str | None = None
@@ -263,12 +264,15 @@ class Backend(BaseBackend):
                     self.workers_info[name] = info
                     if ping(info["address"], secret, timeout=2.0):
                         self.addresses[name] = info["address"]
+                        self.ready_at[name] = round(time.time(), 3)
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + 1.0
                     self._raise_if_a_container_ended()
             progress(len(self.addresses), total)
             if len(self.addresses) == total:
                 self._refresh_containers()
+                # Every agent holds it now; the key-value store need not.
+                self.app.kv.discard(KV_PREFIX + SECRET_KEY)
                 return
             if time.monotonic() > deadline:
                 raise AllocationError(self._not_ready_message(total), self._not_ready_hint())
@@ -340,6 +344,7 @@ class Backend(BaseBackend):
                 "container": facts.get("container") or info.get("container"),
                 "host": facts.get("node") or info.get("host"),
                 "address": self.addresses.get(w.name),
+                "ready_at": self.ready_at.get(w.name),
                 "state": facts.get("state", "not started"),
                 "exit": facts.get("exit"),
                 "gpus": info.get("gpus", []),
