@@ -1,0 +1,417 @@
+"""The Kubernetes backend against a real control plane (testbeds/k8s).
+
+kube-apiserver, controller-manager, scheduler and etcd v1.33 run for real;
+kwok fakes 16 nodes x 8 GPUs and runs every command exec'd into a pod as a
+local process. kwok gives exec'd commands no pod-specific environment, so
+each test gives each worker pod its own (``set_pod_exec``): ``POD_NAME``,
+``MPILAUNCH_WORKER`` (how a rank proves it came through *that* pod's exec),
+and private TMPDIR / shared-memory directories (two Open MPI "hosts" on one
+machine must not share segment names). Pods never run their own command,
+so the cluster-launcher test plays the kubelet: it runs the launcher pod's
+entry point locally with the job ServiceAccount's own token in an
+in-cluster-like environment, then reports its exit status on the pod.
+
+Set MPILAUNCH_K8S_TESTBED_DIR to the workdir of a cluster started with
+``python -m testbeds.k8s.cluster up --nodes 16 --gpus 8 --workdir DIR`` to
+reuse it instead of starting one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import require
+from helpers import REPO, leftover_processes, mpilaunch_env
+
+pytestmark = pytest.mark.k8s
+
+KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs"
+
+
+class _Attached:
+    """A cluster started elsewhere (``cluster up``), with the KubeCluster helpers."""
+
+    def __init__(self, workdir: str):
+        from testbeds.k8s.cluster import KubeCluster
+
+        state = json.loads(Path(workdir, "cluster.json").read_text())
+        c = KubeCluster.__new__(KubeCluster)
+        c.workdir = Path(workdir)
+        c.kubeconfig = Path(state["kubeconfig"])
+        c.server = state["server"]
+        c.kubectl_bin = state["kubectl"]
+        c.marker = state["marker"]
+        c.exec_dir = Path(state["exec_dir"])
+        c.pki = type("Pki", (), {"ca_crt": Path(workdir, "pki", "ca.crt")})()
+        self.cluster = c
+
+
+@pytest.fixture(scope="session")
+def kube():
+    try:
+        from testbeds.k8s.cluster import KubeCluster
+    except ImportError as e:
+        require(f"Kubernetes testbed not importable: {e}")
+    try:
+        import jinja2  # noqa: F401
+        import kubernetes  # noqa: F401
+    except ImportError as e:
+        require(f"the k8s extra is not installed ({e.name}): pip install 'mpilaunch[k8s]'")
+    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
+    if shared:
+        yield _Attached(shared).cluster
+        return
+    cluster = KubeCluster()
+    try:
+        cluster.start()
+        cluster.create_nodes(16, gpus=8)
+    except Exception as e:  # the testbed's own error names the cause (no binaries, no openssl, ...)
+        cluster.stop()
+        require(f"Kubernetes testbed did not start: {e}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def k8s_env(kube, openmpi5):
+    env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable)
+    return env
+
+
+def give_pods_their_env(kube, job: str, workers: int, root: Path) -> None:
+    """What a real pod has and kwok's exec lacks: its own name, tmp and shm dirs."""
+    for i in range(workers):
+        pod = f"{job}-worker-{i}"
+        d = root / pod
+        d.mkdir(parents=True, exist_ok=True)
+        kube.set_pod_exec(pod, workdir=str(REPO), env={
+            "POD_NAME": pod, "MPILAUNCH_WORKER": pod, "TMPDIR": str(d),
+            "OMPI_MCA_btl_vader_backing_directory": str(d),
+            "OMPI_MCA_btl_sm_backing_directory": str(d),
+        })
+
+
+def forget_pod_env(kube, job: str, workers: int) -> None:
+    names = [f"exec/{job}-worker-{i}" for i in range(workers)]
+    kube.kubectl("delete", "--ignore-not-found", "--wait=false", *names, check=False)
+
+
+def leftover_objects(kube, job: str, timeout: float = 20.0) -> list[str]:
+    """Objects of the job still in the API after ``timeout`` (garbage collection is asynchronous)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = kube.kubectl("get", KINDS, "-l", f"mpilaunch/job={job}", "-o", "name").stdout.split()
+        out += [n for n in kube.kubectl("get", "configmap", job, "-o", "name", "--ignore-not-found").stdout.split()]
+        if not out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.5)
+
+
+def start(args, env, **kw):
+    return subprocess.Popen([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", *args],
+                            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ranks_from(stdout: str) -> list[dict]:
+    out = []
+    for line in stdout.splitlines():
+        text = line.split(">:", 1)[1].strip() if ">:" in line else line.strip()
+        if text.startswith("{") and '"rank"' in text:
+            out.append(json.loads(text))
+    return sorted(out, key=lambda r: r["rank"])
+
+
+# ------------------------------------------------------------------ sizing and exec path
+
+
+def test_gpus_128_makes_16_workers_of_8_and_runs_through_exec(kube, k8s_env, tmp_path):
+    """--gpus 128 on 16 x 8-GPU nodes: 16 pods limited to 8 GPUs, slots=8 each, 128 ranks exec'd."""
+    job = "k8s-size128"
+    give_pods_their_env(kube, job, 16, tmp_path)
+    release = tmp_path / "release"
+    seen = {}
+
+    def watch():
+        def ready():
+            pods = kube.get_json("pods", "-l", f"mpilaunch/job={job}")["items"]
+            root = kube.kubectl("get", "configmap", job, "-o", "json", "--ignore-not-found").stdout
+            if len(pods) == 16 and all(p["status"].get("phase") == "Running" for p in pods) and root:
+                seen["pods"], seen["root"] = pods, json.loads(root)
+                return True
+            return False
+        try:
+            wait_for(ready, 120, "16 running worker pods")
+        finally:
+            release.touch()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    # Every rank waits for the release file, so the pods can be inspected while the job runs.
+    waiter = f"while [ ! -e {release} ]; do sleep 0.2; done; echo rank-on-$MPILAUNCH_WORKER"
+    try:
+        proc = start(["--name", job, "--gpus", "128", "--launcher", "local", "-q", "--", "sh", "-c", waiter],
+                     k8s_env)
+        out, err = proc.communicate(timeout=240)
+        watcher.join(timeout=5)
+        assert proc.returncode == 0, err[-3000:]
+        pods = seen["pods"]
+        assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"{job}-worker-{i}" for i in range(16))
+        for p in pods:
+            (container,) = p["spec"]["containers"]
+            assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+            assert p["spec"]["hostname"] == p["metadata"]["name"] and p["spec"]["subdomain"] == job
+        assert len({p["spec"]["nodeName"] for p in pods}) == 16  # 8 GPUs each: one pod per node
+        hostfile = seen["root"]["data"]["hostfile"].split("\n")
+        assert [line for line in hostfile if line] == [f"{job}-worker-{i} slots=8" for i in range(16)]
+        lines = [line.split(">:", 1)[1].strip() for line in out.splitlines() if "rank-on-" in line]
+        assert len(lines) == 128
+        per_pod = {f"rank-on-{job}-worker-{i}": 0 for i in range(16)}
+        for line in lines:
+            per_pod[line] += 1
+        assert set(per_pod.values()) == {8}, per_pod
+    finally:
+        forget_pod_env(kube, job, 16)
+    assert leftover_objects(kube, job) == []
+
+
+def test_allreduce_runs_on_its_pods_through_the_exec_api(kube, k8s_env, tmp_path):
+    """A real mpi4py allreduce, 4 ranks on 2 pods x 2 GPUs; each rank proves its pod."""
+    job = "k8s-allreduce"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    try:
+        proc = start(["--name", job, "--gpus", "4", "--gpus-per-node", "2", "--launcher", "local", "-q",
+                      "--output-dir", str(tmp_path / "out"), "--", sys.executable, "tests/programs/placement.py"],
+                     k8s_env)
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+    finally:
+        forget_pod_env(kube, job, 2)
+    ranks = ranks_from(out)
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert {r["sum"] for r in ranks} == {10} and {r["size"] for r in ranks} == {4}
+    assert [r["worker"] for r in ranks] == [f"{job}-worker-0"] * 2 + [f"{job}-worker-1"] * 2
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["exit_code"] == 0
+    assert {w["node"] for w in report["workers"].values()} <= {f"node-{i}" for i in range(16)}
+    assert leftover_objects(kube, job) == []
+    assert leftover_processes(job) == []
+
+
+# ------------------------------------------------------------------ failures
+
+
+def test_more_gpus_than_exist_exits_3_with_the_schedulers_reason(kube, k8s_env):
+    job = "k8s-toobig"
+    t0 = time.monotonic()
+    proc = start(["--name", job, "--gpus", "256", "--gpus-per-node", "8", "--start-timeout", "6", "-q",
+                  "--", "true"], k8s_env)
+    out, err = proc.communicate(timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 3, err
+    assert "Insufficient nvidia.com/gpu" in err, err
+    assert "16 of 32 workers not ready" in err, err
+    assert "Traceback" not in err
+    assert elapsed < 6 + 40, elapsed
+    assert leftover_objects(kube, job) == []
+
+
+def test_rank_failure_exit_code_and_cleanup(kube, k8s_env, tmp_path):
+    job = "k8s-rankfail"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    try:
+        # pods have their own environment: the job's variables travel with -x
+        proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
+                      "-x", "FAIL_RANK=2", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
+                      "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        forget_pod_env(kube, job, 2)
+    assert proc.returncode == 7, err[-3000:]
+    assert f"rank 2 on worker {job}-worker-1 exited with code 7" in err
+    assert leftover_objects(kube, job) == []
+    wait_for(lambda: leftover_processes(job) == [], 20, "the job's processes to end")
+
+
+def test_ctrl_c_releases_everything(kube, k8s_env, tmp_path):
+    job = "k8s-ctrlc"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    try:
+        proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
+                      "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
+                      "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+        started = 0
+        deadline = time.monotonic() + 120
+        while started < 4 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            started += "started" in line
+        assert started == 4, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+        status = subprocess.run([sys.executable, "-m", "mpilaunch", "status", job, "--backend", "k8s"],
+                                cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and f"{job}-worker-1" in status.stdout and "Running" in status.stdout
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=90)
+        assert proc.returncode == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        forget_pod_env(kube, job, 2)
+    assert leftover_objects(kube, job) == []
+    wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
+
+
+# ------------------------------------------------------------------ render
+
+
+def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
+    job = "k8s-render"
+    args = ["render", "--backend", "k8s", "--image", "mpilaunch:test", "--name", job, "--gpus", "32",
+            "--node-selector", "type=kwok", "--toleration", "nvidia.com/gpu:NoSchedule"]
+    proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--", "python3", "train.py"],
+                          cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(proc.stdout)
+    applied = kube.kubectl("apply", "--dry-run=server", "-f", str(manifest), check=False)
+    assert applied.returncode == 0, applied.stderr
+    for kind in ("configmap/k8s-render ", "serviceaccount/k8s-render-launcher", "role.rbac.authorization.k8s.io/k8s-render-launcher",
+                 "rolebinding.rbac.authorization.k8s.io/k8s-render-launcher", "service/k8s-render ",
+                 "pod/k8s-render-worker-3 ", "job.batch/k8s-render-launcher"):
+        assert kind in applied.stdout + " ", applied.stdout
+    assert leftover_objects(kube, job, timeout=0) == []
+    # gang scheduling: rendered (the PodGroup CRDs are not installed in the testbed)
+    for gang, api_version in (("volcano", "scheduling.volcano.sh/v1beta1"),
+                              ("scheduler-plugins", "scheduling.x-k8s.io/v1alpha1")):
+        proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--gang", gang, "--", "true"],
+                              cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        import yaml
+
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+        (group,) = [d for d in docs if d["kind"] == "PodGroup"]
+        assert group["apiVersion"] == api_version and group["spec"]["minMember"] == 4
+        workers = [d for d in docs if d["kind"] == "Pod"]
+        assert all(w["spec"]["schedulerName"] for w in workers)
+
+
+# ------------------------------------------------------------------ cluster launcher and RBAC
+
+
+def _access(kube, sa: str, verb: str, resource: str, name: str, subresource: str = "") -> bool:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": f"system:serviceaccount:default:{sa}",
+                 "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"],
+                 "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource,
+                                        "subresource": subresource, "name": name}},
+    }
+    out = kube.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(review))
+    return json.loads(out.stdout)["status"].get("allowed", False)
+
+
+def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env, tmp_path):
+    """--launcher cluster: the launcher pod's entry point, with the job's own token, runs the
+    allreduce through exec; the ServiceAccount may exec into its own pods and no others."""
+    job, other = "k8s-cl", "k8s-other"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    give_pods_their_env(kube, other, 1, tmp_path)
+    procs = []
+    try:
+        procs.append(start(["--name", job, "--gpus", "4", "--gpus-per-node", "2", "-q",
+                            "--", sys.executable, "tests/programs/placement.py"], k8s_env))
+        procs.append(start(["--name", other, "--np", "1", "-q", "--", "true"], k8s_env))
+
+        def launcher_pod(name):
+            pods = kube.get_json("pods", "-l", f"mpilaunch/job={name},mpilaunch/role=launcher")["items"]
+            return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
+
+        pod = wait_for(lambda: launcher_pod(job), 120, "the launcher pod")
+        wait_for(lambda: launcher_pod(other), 120, "the other job's launcher pod")
+        spec = pod["spec"]
+        assert spec["serviceAccountName"] == f"{job}-launcher"
+        (container,) = spec["containers"]
+        assert container["command"][:3] == ["python3", "-m", "mpilaunch.backends.k8s_launcher"]
+        launch = json.loads(kube.get_json("configmap", job)["data"]["launch.json"])
+        (tmp_path / "launch.json").write_text(json.dumps(launch))
+
+        # RBAC, decided by the real authorizer
+        sa = f"{job}-launcher"
+        assert _access(kube, sa, "create", "pods", f"{job}-worker-0", "exec")
+        assert _access(kube, sa, "get", "pods", f"{job}-worker-1")
+        assert not _access(kube, sa, "create", "pods", f"{other}-worker-0", "exec")
+        assert not _access(kube, sa, "get", "pods", f"{other}-worker-0")
+        assert not _access(kube, sa, "create", "pods", "", "")
+        assert not _access(kube, sa, "list", "pods", "")
+
+        # the pod's in-cluster environment: a TokenRequest token for the job's ServiceAccount
+        sa_dir = tmp_path / "serviceaccount"
+        sa_dir.mkdir()
+        token = kube.kubectl("create", "token", sa, "--duration=10m").stdout.strip()
+        (sa_dir / "token").write_text(token)
+        (sa_dir / "ca.crt").write_bytes(Path(kube.pki.ca_crt).read_bytes())
+        (sa_dir / "namespace").write_text("default")
+        host, port = kube.server.rsplit("//", 1)[1].rsplit(":", 1)
+        pod_env = {k: v for k, v in k8s_env.items() if k != "KUBECONFIG"}
+        pod_env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port,
+                       MPILAUNCH_K8S_SA_DIR=str(sa_dir))
+        ran = subprocess.run([sys.executable, "-m", "mpilaunch.backends.k8s_launcher", str(tmp_path / "launch.json")],
+                             cwd=REPO, env=pod_env, capture_output=True, text=True, timeout=180)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        ranks = ranks_from(ran.stdout)
+        assert [r["worker"] for r in ranks] == [f"{job}-worker-0"] * 2 + [f"{job}-worker-1"] * 2
+        assert {r["sum"] for r in ranks} == {10}
+
+        # the same credentials through the same transport, pointed at the other job's pod
+        context = {"transport": "k8s", "in_cluster": True, "sa_dir": str(sa_dir), "namespace": "default",
+                   "container": "worker", "workers": {"x": {"pod": f"{other}-worker-0"}}}
+        (tmp_path / "ctx.json").write_text(json.dumps(context))
+        denied = subprocess.run([sys.executable, "-m", "mpilaunch.rsh_agent.shim", "x", "echo", "hi"],
+                                env={**pod_env, "MPILAUNCH_CONTEXT": str(tmp_path / "ctx.json")},
+                                capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert denied.returncode == 255 and "forbidden" in denied.stderr, denied.stderr
+        assert "hi" not in denied.stdout
+
+        # play the kubelet: the launcher container ended with the entry point's status
+        patch = {"status": {"phase": "Succeeded", "containerStatuses": [{
+            "name": "launcher", "image": container["image"], "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"terminated": {"exitCode": ran.returncode, "reason": "Completed"}}}]}}
+        kube.kubectl("patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge",
+                     "-p", json.dumps(patch))
+        out, err = procs[0].communicate(timeout=60)
+        assert procs[0].returncode == 0, err[-2000:]
+
+        # mpilaunch delete NAME removes a running job; its CLI sees the launcher go
+        deleted = subprocess.run([sys.executable, "-m", "mpilaunch", "delete", other, "--backend", "k8s"],
+                                 cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=60)
+        assert deleted.returncode == 0, deleted.stderr
+        procs[1].communicate(timeout=60)
+        assert procs[1].returncode != 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        forget_pod_env(kube, job, 2)
+        forget_pod_env(kube, other, 1)
+    assert leftover_objects(kube, job) == []
+    assert leftover_objects(kube, other) == []
