@@ -229,13 +229,14 @@ class Backend(BaseBackend):
         self._secret_put = True
         return True
 
-    def _refresh_containers(self) -> list:
+    def _refresh_containers(self) -> list | None:
+        """The worker containers as the ApplicationMaster sees them (None: it cannot be asked)."""
         if self.app is None:
-            return []
+            return None
         try:
             containers = self.app.get_containers(services=[SERVICE], states=list(skein.model.ContainerState))
         except Exception:
-            return []
+            return None
         for c in containers:
             name = f"{self.plan.job_name}-{SERVICE}-{c.instance}"
             self.containers[name] = {
@@ -279,7 +280,7 @@ class Backend(BaseBackend):
             time.sleep(POLL)
 
     def _raise_if_a_container_ended(self) -> None:
-        for c in self._refresh_containers():
+        for c in self._refresh_containers() or []:
             state = _state(c.state)
             if state in ("FAILED", "KILLED", "SUCCEEDED"):
                 name = f"{self.plan.job_name}-{SERVICE}-{c.instance}"
@@ -300,7 +301,7 @@ class Backend(BaseBackend):
         except Exception as e:
             parts.append(f"YARN application {self.app_id}: no report ({_short(str(e), 120)})")
         if self.app is not None:
-            containers = self._refresh_containers()
+            containers = self._refresh_containers() or []
             pending = [c for c in containers if _state(c.state) in ("WAITING", "REQUESTED")]
             running = [c for c in containers if _state(c.state) == "RUNNING"]
             opts = self.spec.yarn
@@ -367,20 +368,23 @@ class Backend(BaseBackend):
         from ..rsh_agent.agent_client import ping, read_secret
 
         secret = read_secret(str(self.secret_file))
-        # A container killed under the job ends mpirun before the
-        # ApplicationMaster has heard of it; give YARN a moment to say so.
-        deadline = time.monotonic() + (5.0 if "before any rank failed" in failure else 0.0)
+        silent = {name for name, addr in self.addresses.items() if not ping(addr, secret, 2.0)}
+        # A worker whose agent died ends mpirun before the ApplicationMaster
+        # hears that its container ended; give YARN some seconds to say so.
+        deadline = time.monotonic() + (15.0 if silent else 0.0)
         while True:
-            self._refresh_containers()
-            ended = [n for n, c in self.containers.items() if c["state"] != "RUNNING"]
-            if ended or time.monotonic() >= deadline:
+            if self._refresh_containers() is None:
+                break
+            if any(self.containers.get(n, {}).get("state") != "RUNNING" for n in silent):
+                break
+            if time.monotonic() >= deadline:
                 break
             time.sleep(0.5)
         lines = [f"YARN application {self.app_id} (queue {self.spec.yarn.queue or 'default'}), worker containers:"]
         for w in self.plan.workers:
             c = self.containers.get(w.name, {})
             state = c.get("state", "unknown")
-            if state == "RUNNING" and w.name in self.addresses and not ping(self.addresses[w.name], secret, 2.0):
+            if state == "RUNNING" and w.name in silent:
                 state = "RUNNING (agent not answering)"
             line = f"  {w.name}  {c.get('container') or '-'}  on {c.get('node') or '-'}  {state}"
             if c.get("exit"):
