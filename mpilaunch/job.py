@@ -125,6 +125,33 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str,
     return text, command
 
 
+def prepare_output_dir(spec: JobSpec) -> Path | None:
+    """--output-dir, created up front so a typo fails before anything is allocated."""
+    if not spec.output_dir:
+        return None
+    output_dir = Path(spec.output_dir)
+    if not spec.dry_run:
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror}", "choose a writable directory") from None
+    return output_dir
+
+
+def make_rundir(job_name: str) -> Path:
+    """Private per-job directory: secret, context file, hostfile, shim launcher."""
+    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{job_name}-"))
+    os.chmod(rundir, 0o700)
+    return rundir
+
+
+def print_manifests(backend, stream) -> None:
+    render = getattr(backend, "render", None)
+    if render is not None:
+        print("manifests:", file=stream)
+        print(render(), file=stream)
+
+
 # ------------------------------------------------------------------ signals
 
 
@@ -156,11 +183,18 @@ def ignore_interrupts():
 # ------------------------------------------------------------------ outcome
 
 
-def rank_statuses(plan: Plan, output: RankOutput) -> list[RankStatus]:
+def rank_statuses(plan: Plan, output: RankOutput, mpirun_code: int | None) -> list[RankStatus]:
+    """Per-rank exit codes from the wrappers' status lines.
+
+    A rank whose line never arrived gets None, except after mpirun exited 0:
+    every MPI flavour's mpirun fails when any rank does, so all ranks exited 0.
+    """
     reported = {rank: (worker, code) for rank, worker, code in output.statuses}
     assigned = plan.rank_to_worker()
+    missing = 0 if mpirun_code == 0 else None
     return [
-        RankStatus(rank=r, worker=reported.get(r, (assigned[r], None))[0], exit_code=reported.get(r, (None, None))[1])
+        RankStatus(rank=r, worker=reported.get(r, (assigned[r], missing))[0],
+                   exit_code=reported.get(r, (assigned[r], missing))[1])
         for r in range(plan.ranks)
     ]
 
@@ -206,10 +240,7 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
     print("environment:", file=stream)
     for key in sorted(command.env):
         print(f"  {key}={shlex.quote(command.env[key])}", file=stream)
-    render = getattr(backend, "render", None)
-    if render is not None:
-        print("manifests:", file=stream)
-        print(render(), file=stream)
+    print_manifests(backend, stream)
 
 
 # ------------------------------------------------------------------ run
@@ -248,20 +279,13 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         info = getattr(backend_cls, "remote_mpi_info", lambda _spec: None)(spec)
         if info is None:
             raise
-    output_dir = Path(spec.output_dir) if spec.output_dir else None
-    if output_dir is not None and not spec.dry_run:
-        try:
-            output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror}", "choose a writable directory") from None
-
-    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{job_name}-"))
-    os.chmod(rundir, 0o700)
+    output_dir = prepare_output_dir(spec)
+    rundir = make_rundir(job_name)
     backend = backend_cls(spec, plan, rundir)
     hostfile_text, command = build_launch(spec, plan, info, rundir, backend, environ)
     if spec.dry_run:
         print_dry_run(spec, plan, info, hostfile_text, command, backend, stdout)
-        _remove_tree(rundir)
+        remove_tree(rundir)
         return JobResult(job_name=job_name, exit_code=0)
 
     result = JobResult(job_name=job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
@@ -269,6 +293,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     timings = result.timings
     t0 = time.monotonic()
     proc = None
+    mpirun_code = None
     try:
         with interrupts_raise():
             backend.allocate()
@@ -317,11 +342,11 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         backend.release()
         output.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
-        result.ranks = rank_statuses(plan, output)
+        result.ranks = rank_statuses(plan, output, mpirun_code)
         if output_dir is not None:
             write_report(output_dir / "report.json", spec, plan, result, workers)
-        _remove_tree(rundir)
-        _restore_default_signals()
+        remove_tree(rundir)
+        restore_default_signals()
     return result
 
 
@@ -336,14 +361,14 @@ def _wait(proc: subprocess.Popen, deadline: float | None) -> int | None:
                 return None
 
 
-def _restore_default_signals():
+def restore_default_signals():
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for s in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_DFL)
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)

@@ -30,7 +30,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,8 +39,8 @@ from . import backends, clusterspec, mpi
 from .clusterspec import Task
 from .errors import AllocationError, Interrupted, MpilaunchError, UsageError
 from .job import (
-    EXIT_TIMEOUT, JobResult, _remove_tree, _restore_default_signals, ignore_interrupts,
-    interrupts_raise, job_name_for, shim_path,
+    EXIT_TIMEOUT, JobResult, ignore_interrupts, interrupts_raise, job_name_for, make_rundir,
+    prepare_output_dir, print_manifests, remove_tree, restore_default_signals, shim_path,
 )
 from .procs import kill_tree
 from .progress import WaitProgress
@@ -266,10 +265,7 @@ def print_dry_run(spec, ps_plan: PsPlan, backend, script, environ, stream) -> No
             env["DTF_TASK_SCRIPT"] = f"<task dir>/{script['name']}"
         for key in sorted(env):
             print(f"  {key}={shlex.quote(env[key])}", file=stream)
-    render = getattr(backend, "render", None)
-    if render is not None:
-        print("manifests:", file=stream)
-        print(render(), file=stream)
+    print_manifests(backend, stream)
 
 
 # ------------------------------------------------------------------ run
@@ -283,19 +279,12 @@ def run_ps(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False
     ps_plan = make_ps_plan(spec, job_name)
     script = read_script(spec.ps.script)
     backend_cls = backends.load(spec.backend)
-    output_dir = Path(spec.output_dir) if spec.output_dir else None
-    if output_dir is not None and not spec.dry_run:
-        try:
-            output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror}", "choose a writable directory") from None
-
-    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{job_name}-"))
-    os.chmod(rundir, 0o700)
+    output_dir = prepare_output_dir(spec)
+    rundir = make_rundir(job_name)
     backend = backend_cls(spec, ps_plan.plan, rundir)
     if spec.dry_run:
         print_dry_run(spec, ps_plan, backend, script, environ, stdout)
-        _remove_tree(rundir)
+        remove_tree(rundir)
         return JobResult(job_name=job_name, exit_code=0)
 
     result = JobResult(job_name=job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
@@ -359,8 +348,8 @@ def run_ps(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False
             (output_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         if not quiet:
             _print_summary(report, stderr)
-        _remove_tree(rundir)
-        _restore_default_signals()
+        remove_tree(rundir)
+        restore_default_signals()
     return result
 
 

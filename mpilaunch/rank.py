@@ -11,11 +11,14 @@ Standard library only: one of these starts per rank.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 STATUS_PREFIX = "mpilaunch-rank-status:"
+STATUS_LINGER_S = 0.1
 
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 _LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
@@ -32,20 +35,20 @@ def format_status(rank: str, worker: str, code: int) -> str:
     return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}"
 
 
+_STATUS_RE = re.compile(re.escape(STATUS_PREFIX) + r" rank=(\d+) worker=(\S+) exit=(-?\d+)")
+
+
 def parse_status(text: str) -> tuple[int, str, int] | None:
     """The wrapper's status line -> (rank, worker, exit code).
 
-    Searched anywhere in the line: MPI runtimes sometimes glue a NUL or the
-    unterminated tail of an earlier write in front of it.
+    Searched anywhere in the line: MPI runtimes sometimes glue a NUL, the
+    unterminated tail of an earlier write, or a stray tag (hydra: "exit=7[3] ")
+    around it.
     """
-    start = text.find(STATUS_PREFIX)
-    if start < 0:
+    m = _STATUS_RE.search(text)
+    if m is None:
         return None
-    fields = dict(item.split("=", 1) for item in text[start + len(STATUS_PREFIX):].split() if "=" in item)
-    try:
-        return int(fields["rank"]), fields.get("worker", "?"), int(fields["exit"])
-    except (KeyError, ValueError):
-        return None
+    return int(m[1]), m[2], int(m[3])
 
 
 def bound_devices(environ) -> str | None:
@@ -91,6 +94,10 @@ def main(argv=None) -> int:
     if code < 0:
         code = 128 - code
     print(format_status(rank, worker, code), file=sys.stderr, flush=True)
+    # Open MPI 4's daemon can drop a process's last output when it reaps the
+    # process before draining the pipe (seen: 1 status line in ~4 runs lost);
+    # a short pause lets the daemon read the line first.
+    time.sleep(STATUS_LINGER_S)
     return code
 
 

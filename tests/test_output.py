@@ -12,7 +12,7 @@ def test_status_lines_are_consumed_not_echoed(tmp_path):
     sink.feed("stdout", "[1,0]<stdout>: hello\n")
     sink.feed("stderr", "[1,1]<stderr>: " + format_status("1", "w-1", 7) + "\n")
     sink.feed("stderr", "[1,0]<stderr>: \0 " + format_status("0", "w-0", 0) + "\n")
-    sink.feed("stderr", "[2] " + format_status("2", "w-1", 0) + "\n")
+    sink.feed("stderr", "[2] " + format_status("2", "w-1", 0) + "[2] \n")
     sink.feed("stderr", "untagged launcher message\n")
     sink.close()
     assert sink.statuses == [(1, "w-1", 7), (0, "w-0", 0), (2, "w-1", 0)]
