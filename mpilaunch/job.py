@@ -29,6 +29,7 @@ from .progress import WaitProgress
 from .spec import JobSpec, Plan, WorkerPlan
 
 EXIT_TIMEOUT = 124
+FAIL_FAST_GRACE_S = 5.0
 SHIM_NAME = "mpilaunch-rsh"
 
 
@@ -315,7 +316,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                 )
                 pumps = [output.pump("stdout", proc.stdout), output.pump("stderr", proc.stderr)]
-                mpirun_code = _wait(proc, deadline)
+                mpirun_code = _wait(proc, deadline, output)
                 for p in pumps:
                     p.join(timeout=10)
             timings["run_s"] = round(time.monotonic() - t_launch, 3)
@@ -350,15 +351,27 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     return result
 
 
-def _wait(proc: subprocess.Popen, deadline: float | None) -> int | None:
-    """mpirun's exit code, or None when the deadline passed (the caller kills it)."""
+def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput) -> int | None:
+    """mpirun's exit code, or None when the deadline passed (the caller kills it).
+
+    Fail fast: once a rank has failed, mpirun gets FAIL_FAST_GRACE_S to end the
+    job itself. Open MPI does; MPICH's hydra waits for every other rank when
+    the failed one never called MPI_Abort, which can be forever.
+    """
+    failed_at = None
     while True:
         timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return None
+            if failed_at is None and any(code != 0 for _, _, code in output.statuses):
+                failed_at = now
+            if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:
+                terminate_group(proc.pid)
+                return proc.wait()
 
 
 def restore_default_signals():
