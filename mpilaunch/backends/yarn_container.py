@@ -188,6 +188,21 @@ def sweep_descendants(grace: float = 0.5) -> None:
             time.sleep(0.05)
 
 
+def remove_agent_tmp(name: str, since: float) -> None:
+    """The agent's private TMPDIR, which a SIGKILLed agent (YARN's stop) leaves behind."""
+    import glob
+    import shutil
+    import tempfile
+
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"mpilaunch-{name}-*")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_uid == os.getuid() and st.st_ctime >= since - 1:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def main() -> int:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -201,6 +216,7 @@ def main() -> int:
     name = worker_name(job)
     gpus = int(os.environ.get("MPILAUNCH_YARN_GPUS", "0") or 0)
 
+    started = time.time()
     app = skein.ApplicationClient.from_current()
     secret = app.kv.wait(prefix + SECRET_KEY)
     devices, source = container_gpus(app.kv, prefix, gpus, container_id)
@@ -225,6 +241,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: None)
     code = agent.wait()
     sweep_descendants()
+    remove_agent_tmp(name, started)
     log(f"agent exited with code {code}")
     return code if code > 0 else 1  # a worker never ends on its own: any end is a failure
 
