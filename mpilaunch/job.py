@@ -298,7 +298,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     try:
         with interrupts_raise():
             backend.allocate()
-            with WaitProgress(f"waiting for {len(plan.workers)} workers", stderr, quiet=quiet) as progress:
+            with WaitProgress(f"waiting for {len(plan.workers)} worker" + ("s" if len(plan.workers) > 1 else ""), stderr, quiet=quiet) as progress:
                 backend.wait_ready(t0 + spec.start_timeout, progress)
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             (rundir / "hostfile").write_text(hostfile_text)

@@ -32,6 +32,7 @@ CASES = {
     "unreadable-hostfile": (["--hostfile", "/nonexistent/hosts", "--", "true"], "cannot read hostfile"),
     "bad-option": (["--np", "two", "--", "true"], "invalid int value"),
     "unknown-mpi": (["--np", "2", "--mpi", "lam", "--", "true"], "unknown MPI flavour"),
+    "cluster-launcher-local": (["--np", "2", "--launcher", "cluster", "--", "true"], "--launcher cluster needs a cluster backend"),
     "bad-name": (["--np", "2", "--name", "Bad_Name", "--", "true"], "invalid job name"),
 }
 

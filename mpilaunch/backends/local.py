@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from .. import gpu_slots
-from ..errors import AllocationError
+from ..errors import AllocationError, UsageError
 from ..procs import kill_tree, processes_with_env
 from .base import BaseBackend
 
@@ -39,6 +39,11 @@ class Backend(BaseBackend):
     name = "local"
 
     def __init__(self, spec, plan, rundir):
+        if spec.launcher == "cluster":
+            raise UsageError(
+                "--launcher cluster needs a cluster backend; local workers have no cluster to run mpirun in",
+                "drop --launcher (mpirun runs on this machine) or use --backend k8s or yarn",
+            )
         super().__init__(spec, plan, rundir)
         self.secret_file = rundir / "secret"
         self.agents: dict[str, subprocess.Popen] = {}
