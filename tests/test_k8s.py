@@ -194,14 +194,17 @@ def test_gpus_128_makes_16_workers_of_8_and_runs_through_exec(kube, k8s_env, tmp
     assert leftover_objects(kube, job) == []
 
 
-def test_allreduce_runs_on_its_pods_through_the_exec_api(kube, k8s_env, tmp_path):
-    """A real mpi4py allreduce, 4 ranks on 2 pods x 2 GPUs; each rank proves its pod."""
-    job = "k8s-allreduce"
+@pytest.mark.parametrize("relay", ["1", "0"], ids=["relay", "direct"])
+def test_allreduce_runs_on_its_pods_through_the_exec_api(kube, k8s_env, tmp_path, relay):
+    """A real mpi4py allreduce, 4 ranks on 2 pods x 2 GPUs; each rank proves its pod.
+
+    Both exec paths: the job's relay (default) and one TLS connection per shim."""
+    job = f"k8s-allreduce-{relay}"
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
         proc = start(["--name", job, "--gpus", "4", "--gpus-per-node", "2", "--launcher", "local", "-q",
                       "--output-dir", str(tmp_path / "out"), "--", sys.executable, "tests/programs/placement.py"],
-                     k8s_env)
+                     {**k8s_env, "MPILAUNCH_K8S_RELAY": relay})
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-3000:]
     finally:

@@ -88,6 +88,10 @@ def parse_toleration(text: str) -> dict:
     return tol
 
 
+def use_relay() -> bool:
+    return os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0"
+
+
 def launcher_mode(spec) -> str:
     return "local" if spec.launcher == "local" else "cluster"
 
@@ -151,6 +155,7 @@ class Backend(BaseBackend):
         self.created: list[tuple[str, str, str]] = []  # (apiVersion, plural, name)
         self.launcher_pod: str | None = None
         self.pods: dict[str, dict] = {}
+        self.relay = None
 
     # ------------------------------------------------------------ cluster access
 
@@ -426,14 +431,25 @@ class Backend(BaseBackend):
         return msgs[-1] if msgs else None
 
     def exec_context(self) -> dict:
+        """Credentials for the shims, and the job's exec relay that uses them.
+
+        With the relay (default) a shim costs an interpreter start and a
+        unix-socket round trip; ``MPILAUNCH_K8S_RELAY=0`` makes every shim
+        open its own TLS connection instead.
+        """
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
-        return {
+        context = {
             "transport": "k8s",
             **creds,
             "container": WORKER_CONTAINER,
             "workers": {w.name: {"pod": w.name} for w in self.plan.workers},
         }
+        if self.launcher == "local" and use_relay():
+            from . import k8s_relay
+
+            self.relay, context["relay"] = k8s_relay.start(context, self.rundir)
+        return context
 
     def rank_prefix(self) -> list[str]:
         return [os.environ.get(PYTHON_ENV, "python3"), "-m", "mpilaunch.rank"]
@@ -529,6 +545,11 @@ class Backend(BaseBackend):
         return out
 
     def release(self) -> None:
+        if self.relay is not None:
+            from . import k8s_relay
+
+            k8s_relay.stop(self.relay)
+            self.relay = None
         if self.root_uid is None:
             return
         try:

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     creds = {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
     workers = [(name, int(slots)) for name, slots in launch["workers"]]
     rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{launch['job']}-"))
-    proc = None
+    proc = relay = None
     try:
         api = Api(creds)
         wait_workers(api, [n for n, _ in workers], float(launch.get("start_timeout", 300)))
@@ -82,6 +82,10 @@ def main(argv=None) -> int:
         context = {"job": launch["job"], "transport": "k8s", **creds,
                    "container": launch.get("container", WORKER_CONTAINER),
                    "workers": {n: {"pod": n} for n, _ in workers}}
+        if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
+            from . import k8s_relay
+
+            relay, context["relay"] = k8s_relay.start(dict(context), rundir)
         (rundir / "context.json").write_text(json.dumps(context))
         from ..job import rank_command, shim_path
         from ..spec import JobSpec
@@ -115,6 +119,10 @@ def main(argv=None) -> int:
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
+        if relay is not None:
+            from . import k8s_relay
+
+            k8s_relay.stop(relay)
         shutil.rmtree(rundir, ignore_errors=True)
 
 

@@ -20,10 +20,6 @@ stream does not stop the remote process on every container runtime.
 """
 
 import os
-import select
-import signal
-import socket
-import ssl
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
@@ -94,7 +90,9 @@ def _sa_dir(context: dict) -> str:
     return context.get("sa_dir") or os.environ.get("MPILAUNCH_K8S_SA_DIR") or SA_DIR
 
 
-def ssl_context(context: dict) -> ssl.SSLContext:
+def ssl_context(context: dict):
+    import ssl
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if context.get("insecure"):
         ctx.check_hostname = False
@@ -131,7 +129,7 @@ def exec_path(namespace: str, pod: str, container, argv, stdin: bool = True) -> 
 class Channel:
     """One exec session over a client websocket (RFC 6455; client frames masked)."""
 
-    def __init__(self, sock: ssl.SSLSocket, protocol: str, leftover: bytes = b""):
+    def __init__(self, sock, protocol: str, leftover: bytes = b""):
         self.sock = sock
         self.protocol = protocol
         self.buf = bytearray(leftover)
@@ -182,6 +180,8 @@ class Channel:
 
     # -- receiving
     def _fill(self) -> bool:
+        import ssl
+
         try:
             data = self.sock.recv(262144)
         except ssl.SSLWantReadError:
@@ -250,10 +250,14 @@ class Channel:
                     self._fragments = None
 
 
-def connect(context: dict, pod: str, argv, stdin: bool = True, timeout: float = None) -> Channel:
+def connect(context: dict, pod: str, argv, stdin: bool = True, timeout: float = None, tls=None,
+            token=None) -> Channel:
+    """Open an exec websocket. ``tls``/``token``: a relay's shared SSLContext and token."""
+    import socket
+
     host, port, host_header = server_address(context)
     timeout = float(context.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)) if timeout is None else timeout
-    ctx = ssl_context(context)
+    ctx = tls or ssl_context(context)
     raw = socket.create_connection((host, port), timeout=timeout)
     try:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -275,7 +279,7 @@ def connect(context: dict, pod: str, argv, stdin: bool = True, timeout: float = 
             f"Sec-WebSocket-Protocol: {', '.join(PROTOCOLS)}",
             "User-Agent: mpilaunch-rsh",
         ]
-        token = bearer_token(context)
+        token = token or bearer_token(context)
         if token:
             lines.append(f"Authorization: Bearer {token}")
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -359,18 +363,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def session(channel: Channel, stdin_fd=0, wakeup_fd=None, on_wakeup=None) -> int:
+def session(channel: Channel, stdin_fd=0, wakeup_fd=None, on_wakeup=None, out_fd=1, err_fd=2) -> int:
     """Pump stdin/stdout/stderr until the remote Status; return the exit code.
 
-    Single-threaded (``select``): one TLS object must not be read and written
-    from two threads at once. ``on_wakeup(timed_out)`` runs when ``wakeup_fd``
-    (a signal wakeup pipe) is readable; it returns the next select timeout,
-    or False to hang up.
+    Single-threaded (``poll``; a relay holds more than 1024 descriptors, so
+    no ``select``): one TLS object must not be read and written from two
+    threads at once. ``on_wakeup(timed_out)`` runs when ``wakeup_fd`` (a
+    signal wakeup pipe or a relay's control socket) is readable or the
+    timeout it returned last passed; it returns the next timeout in seconds
+    (None: none), or False to hang up.
     """
+    import select
+
     stdin_open = stdin_fd is not None
-    if not stdin_open:
-        pass
-    else:
+    if stdin_open:
         try:
             os.fstat(stdin_fd)
         except OSError:
@@ -378,20 +384,26 @@ def session(channel: Channel, stdin_fd=0, wakeup_fd=None, on_wakeup=None) -> int
             channel.close_stdin()
     status = None
     timeout = None
+    poller = select.poll()
+    sock_fd = channel.sock.fileno()
+    flags = select.POLLIN | select.POLLHUP | select.POLLERR
+    poller.register(sock_fd, flags)
+    if stdin_open:
+        poller.register(stdin_fd, flags)
+    if wakeup_fd is not None:
+        poller.register(wakeup_fd, flags)
     while True:
-        watch = [channel.sock] + ([stdin_fd] if stdin_open else []) + ([wakeup_fd] if wakeup_fd is not None else [])
-        readable, _, _ = select.select(watch, [], [], timeout)
-        if wakeup_fd is not None and (wakeup_fd in readable or (timeout is not None and not readable)):
-            if wakeup_fd in readable:
-                try:
-                    os.read(wakeup_fd, 512)
-                except OSError:
-                    pass
-            timeout = on_wakeup(not readable)
+        if channel.sock.pending():
+            ready = {sock_fd}
+        else:
+            events = poller.poll(None if timeout is None else int(timeout * 1000))
+            ready = {fd for fd, _ev in events}
+        if wakeup_fd is not None and (wakeup_fd in ready or (timeout is not None and not ready)):
+            timeout = on_wakeup(not ready)
             if timeout is False:
                 channel.close()
                 return 255
-        if stdin_open and stdin_fd in readable:
+        if stdin_open and stdin_fd in ready:
             try:
                 data = os.read(stdin_fd, 65536)
             except OSError:
@@ -400,71 +412,149 @@ def session(channel: Channel, stdin_fd=0, wakeup_fd=None, on_wakeup=None) -> int
                 channel.send(STDIN, data)
             else:
                 stdin_open = False
+                poller.unregister(stdin_fd)
                 channel.close_stdin()
-        if channel.sock in readable or channel.sock.pending():
+        if sock_fd in ready:
             messages = channel.messages()
             if messages is None:
                 break
             for payload in messages:
                 if payload is None:
                     channel.close()
-                    return status if status is not None else _lost()
+                    return status if status is not None else _lost(err_fd)
                 if not payload:
                     continue
                 ch, data = payload[0], payload[1:]
                 if not data:
                     continue  # the server's per-channel hello
                 if ch == STDOUT:
-                    _write_all(1, data)
+                    _write_all(out_fd, data)
                 elif ch == STDERR:
-                    _write_all(2, data)
+                    _write_all(err_fd, data)
                 elif ch == ERROR:
                     code, message = exit_code_from_status(data.decode("utf-8", "replace"))
                     if message:
-                        _write_all(2, f"mpilaunch-rsh: {message}\n".encode("utf-8", "replace"))
+                        _write_all(err_fd, f"mpilaunch-rsh: {message}\n".encode("utf-8", "replace"))
                     status = code
     channel.close()
-    return status if status is not None else _lost()
+    return status if status is not None else _lost(err_fd)
 
 
-def _lost() -> int:
-    _write_all(2, b"mpilaunch-rsh: exec stream ended without an exit status\n")
+def _lost(err_fd: int = 2) -> int:
+    _write_all(err_fd, b"mpilaunch-rsh: exec stream ended without an exit status\n")
     return 255
 
 
-def run_simple(context: dict, pod: str, argv, timeout: float = 30.0) -> int:
+def run_simple(context: dict, pod: str, argv, timeout: float = 30.0, tls=None, token=None, err_fd=2) -> int:
     """Run argv in the pod without stdin, output to our stdout/stderr (helper execs)."""
-    channel = connect(context, pod, argv, stdin=False, timeout=timeout)
+    channel = connect(context, pod, argv, stdin=False, timeout=timeout, tls=tls, token=token)
     channel.sock.settimeout(timeout)
-    return session(channel, stdin_fd=None)
+    return session(channel, stdin_fd=None, out_fd=err_fd, err_fd=err_fd)
+
+
+def wrapped(sid: str, command: str) -> list:
+    """The exec argv for one daemon command (see _WRAPPER)."""
+    return ["/bin/sh", "-c", _WRAPPER, "mpilaunch-rsh", sid, command]
+
+
+def killer(signame: str, sid: str) -> list:
+    return ["/bin/sh", "-c", _KILLER, "mpilaunch-kill", signame, sid]
 
 
 def run(context: dict, worker: dict, command: str) -> int:
     """mpilaunch-rsh's entry: run ``command`` in the worker's pod."""
+    if context.get("relay"):
+        return run_via_relay(context["relay"], worker["pod"], command)
+    return run_direct(context, worker, command)
+
+
+def run_via_relay(path: str, pod: str, command: str) -> int:
+    """Hand our stdin/stdout/stderr and the command to the job's relay; wait for the exit code.
+
+    Costs a bare interpreter start and one unix-socket round trip: no ssl,
+    no TLS handshake, no JSON (only C modules are imported here).
+    """
+    import _signal
+    import _socket
+    import sys
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise ConnectionError(f"cannot reach the job's exec relay {path}: {exc.strerror}") from None
+    no_stdin = not _fd_open(0)
+    request = b"\0".join([b"EXEC", pod.encode(), command.encode("utf-8", "surrogateescape"), b"0" if no_stdin else b"1"])
+    fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
+    header = len(request).to_bytes(4, "big")
+    sock.sendmsg([header + request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)] if not no_stdin else
+                 [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds[4:])])
+
+    def relay_signal(signum, _frame):
+        try:
+            sock.sendall(b"SIG %d\n" % signum)
+        except OSError:
+            pass
+
+    for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+        _signal.signal(signum, relay_signal)
+    reply = b""
+    while not reply.endswith(b"\n"):
+        try:
+            chunk = sock.recv(64)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        reply += chunk
+    sock.close()
+    try:
+        return int(reply.strip())
+    except ValueError:
+        _write_all(2, b"mpilaunch-rsh: the exec relay went away\n")
+        return 255
+
+
+def _fd_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def run_direct(context: dict, worker: dict, command: str) -> int:
+    """One TLS connection of our own (no relay): costs ssl + a handshake per shim."""
+    import signal
     import time
 
     pod = worker["pod"]
     sid = f"{os.getpid()}-{os.urandom(4).hex()}"
-    channel = connect(context, pod, ["/bin/sh", "-c", _WRAPPER, "mpilaunch-rsh", sid, command])
+    channel = connect(context, pod, wrapped(sid, command))
     grace = float(context.get("signal_grace", SIGNAL_GRACE))
     received = []
     forwarded_at = []
 
     def on_wakeup(timed_out):
         """Relay the first signal as a kill exec; hang up once the grace is over."""
+        try:
+            os.read(r, 512)
+        except OSError:
+            pass
         if forwarded_at:
             return False if time.monotonic() - forwarded_at[0] > grace else 0.2
         if not received:
             return None
         forwarded_at.append(time.monotonic())
         try:
-            run_simple(context, pod, ["/bin/sh", "-c", _KILLER, "mpilaunch-kill",
-                                      signal.Signals(received[0]).name[3:], sid], timeout=grace)
+            run_simple(context, pod, killer(signal.Signals(received[0]).name[3:], sid), timeout=grace)
         except (OSError, ValueError):
             pass
         return 0.2
 
     r, w = os.pipe()
+    os.set_blocking(r, False)
     os.set_blocking(w, False)
     previous_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     previous = {s: signal.signal(s, lambda signum, _f: received.append(signum))
