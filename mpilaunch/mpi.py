@@ -242,19 +242,26 @@ def build_mpirun(
 
 
 # ------------------------------------------------------------ tagged output
+#
+# mpirun tags each *chunk* it forwards, not each line: a rank's line can
+# arrive as "[2] {text" ... "[2] \n" with other ranks' chunks in between on
+# the same output line (hydra), and Open MPI 4 ends a rank's last line with
+# an empty tag ("text[1,3]<stdout>:"). So a line of mpirun output is split
+# into (rank, fragment) segments and RankOutput reassembles lines per rank.
 
-_OMPI_TAG = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:\s?(?P<text>.*)$", re.S)
-_HYDRA_TAG = re.compile(r"^\[(?P<rank>\d+)\]\s?(?P<text>.*)$", re.S)
-# Open MPI 4.1 appends an empty tag to a rank's last line ("text[1,3]<stdout>:").
-_OMPI_TRAILING_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:\s*$")
+_OMPI_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>: ?")
+# Hydra's "[N] " is only taken as a tag when the line starts with one, so a
+# rank printing "[3] " in Open MPI output is left alone.
+_HYDRA_TAG = re.compile(r"\[(\d+)\] ?")
 
 
-def parse_tagged_line(line: str) -> tuple[int | None, str | None, str]:
-    """Split one tagged output line into (rank, stream, text); untagged -> (None, None, line)."""
-    m = _OMPI_TAG.match(line)
-    if m:
-        return int(m["rank"]), m["stream"], _OMPI_TRAILING_TAG.sub("", m["text"])
-    m = _HYDRA_TAG.match(line)
-    if m:
-        return int(m["rank"]), None, m["text"]
-    return None, None, line
+def split_tagged(line: str) -> list[tuple[int | None, str]]:
+    """One line of mpirun output (no newline) -> [(rank or None, fragment), ...]."""
+    for tag in (_OMPI_TAG, _HYDRA_TAG):
+        if tag.match(line):
+            marks = list(tag.finditer(line))
+            return [
+                (int(m[1]), line[m.end(): marks[i + 1].start() if i + 1 < len(marks) else len(line)])
+                for i, m in enumerate(marks)
+            ]
+    return [(None, line)]

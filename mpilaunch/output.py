@@ -6,7 +6,7 @@ import collections
 import threading
 from pathlib import Path
 
-from .mpi import parse_tagged_line
+from .mpi import split_tagged
 from .rank import STATUS_PREFIX, parse_status
 
 TAIL_LINES = 20
@@ -22,6 +22,7 @@ class RankOutput:
         self.launcher_tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
         self.statuses: list[tuple[int, str, int]] = []  # in arrival order
         self._logs: dict[int, object] = {}
+        self._partial: dict[tuple[str, int | None], str] = {}  # a rank's unfinished line
         self._lock = threading.Lock()
 
     def _log(self, rank: int):
@@ -32,25 +33,36 @@ class RankOutput:
         return self._logs[rank]
 
     def feed(self, stream: str, line: str) -> None:
-        rank, _tag_stream, text = parse_tagged_line(line.rstrip("\n"))
-        status = parse_status(text)
+        """Take one line of mpirun output (tags and all) and emit every rank line it completes."""
+        complete = line.endswith("\n")
+        segments = split_tagged(line.rstrip("\n"))
         with self._lock:
-            if status is not None:
-                self.statuses.append(status)
-                before = text[: text.find(STATUS_PREFIX)].strip(" \0")
-                if not before:
-                    return
-                line, text = before + "\n", before
-            echo = self.echo[stream]
-            echo.write(line if line.endswith("\n") else line + "\n")
-            echo.flush()
-            if rank is None:
-                self.launcher_tail.append(text)
+            for i, (rank, fragment) in enumerate(segments):
+                key = (stream, rank)
+                text = self._partial.pop(key, "") + fragment
+                if complete and i == len(segments) - 1:
+                    self._emit(stream, rank, text)
+                else:
+                    self._partial[key] = text
+
+    def _emit(self, stream: str, rank: int | None, text: str) -> None:
+        text = text.rstrip("\r")
+        status = parse_status(text)
+        if status is not None:
+            self.statuses.append(status)
+            text = text[: text.find(STATUS_PREFIX)].strip(" \0")
+            if not text:
                 return
-            self.tails[rank].append(text)
-            log = self._log(rank)
-            if log is not None:
-                log.write(text + "\n")
+        echo = self.echo[stream]
+        echo.write(text + "\n" if rank is None else f"[{rank}] {text}\n")
+        echo.flush()
+        if rank is None:
+            self.launcher_tail.append(text)
+            return
+        self.tails[rank].append(text)
+        log = self._log(rank)
+        if log is not None:
+            log.write(text + "\n")
 
     def pump(self, stream: str, pipe) -> threading.Thread:
         def run():
@@ -64,6 +76,10 @@ class RankOutput:
 
     def close(self) -> None:
         with self._lock:
+            for (stream, rank), text in list(self._partial.items()):
+                if text:
+                    self._emit(stream, rank, text)
+            self._partial.clear()
             for log in self._logs.values():
                 log.close()
             self._logs.clear()

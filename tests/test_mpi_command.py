@@ -111,15 +111,15 @@ def test_extra_args_go_before_the_command():
 @pytest.mark.parametrize(
     "line,expected",
     [
-        ("[1,3]<stdout>:hello\n", (3, "stdout", "hello\n")),
-        ("[1,0]<stderr>: oops", (0, "stderr", "oops")),
-        ("[1,1]<stdout>:last[1,1]<stdout>:", (1, "stdout", "last")),
-        ("[2] text", (2, None, "text")),
-        ("plain line", (None, None, "plain line")),
+        ("[1,3]<stdout>:hello", [(3, "hello")]),
+        ("[1,0]<stderr>: oops", [(0, "oops")]),
+        ("[1,1]<stdout>:last[1,1]<stdout>:", [(1, "last"), (1, "")]),
+        ("[2] {a}[0] {b}", [(2, "{a}"), (0, "{b}")]),
+        ("plain [3] line", [(None, "plain [3] line")]),
     ],
 )
-def test_parse_tagged_line(line, expected):
-    assert mpi.parse_tagged_line(line) == expected
+def test_split_tagged(line, expected):
+    assert mpi.split_tagged(line) == expected
 
 
 def test_missing_mpirun_is_a_usage_error(tmp_path):

@@ -18,6 +18,7 @@ def test_status_lines_are_consumed_not_echoed(tmp_path):
     assert sink.statuses == [(1, "w-1", 7), (0, "w-0", 0), (2, "w-1", 0)]
     assert "mpilaunch-rank-status" not in out.getvalue() + err.getvalue()
     assert (tmp_path / "rank-0.log").read_text() == "hello\n"
+    assert "[0] hello" in out.getvalue()
     assert list(sink.launcher_tail) == ["untagged launcher message"]
 
 
@@ -32,3 +33,19 @@ def test_text_glued_before_a_status_line_is_kept():
 def test_parse_status_rejects_garbage():
     assert parse_status("mpilaunch-rank-status: rank=x exit=1") is None
     assert parse_status("nothing here") is None
+
+
+def test_lines_split_across_chunks_are_reassembled_per_rank():
+    # Hydra tags chunks, not lines: rank 2's line ends two output lines later.
+    out, err = io.StringIO(), io.StringIO()
+    sink = RankOutput(out, err)
+    sink.feed("stdout", '[2] {"rank": 2}[0] {"rank": 0}\n')
+    sink.feed("stdout", "[1] one\n")
+    sink.feed("stdout", "[2] \n")
+    # Open MPI 4 closes a rank's last line with an empty tag.
+    sink.feed("stdout", "[1,3]<stdout>:three[1,3]<stdout>:\n")
+    sink.feed("stdout", "[1,4]<stdout>:unterminated")
+    sink.close()
+    assert out.getvalue().splitlines() == [
+        '[0] {"rank": 0}', "[1] one", '[2] {"rank": 2}', "[3] three", "[4] unterminated",
+    ]
