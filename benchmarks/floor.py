@@ -19,11 +19,13 @@ from mpilaunch import hostfile, mpi  # noqa: E402
 
 # Each fake host gets a private TMPDIR and shared-memory directory, as real
 # hosts (and mpilaunch's agents) have: sharing them crashes Open MPI.
+# Same for Open MPI 5's coll/han, which misreads the topology (see agent.py).
 SH_AGENT = """#!/bin/sh
 # rsh agent floor: run the daemon here, in the fake host's private dirs
 d="{base}/$1"; shift
 mkdir -p "$d"
 export TMPDIR="$d" OMPI_MCA_btl_vader_backing_directory="$d" OMPI_MCA_btl_sm_backing_directory="$d"
+export OMPI_MCA_coll="^han"  # as mpilaunch's agent does for hosts sharing one machine
 exec /bin/sh -c "$*"
 """
 

@@ -885,9 +885,19 @@ PRIVATE_DIR_VARS = (
 )
 
 
+# Open MPI 5's hierarchical collectives (coll/han) build node-level
+# communicators from host locality; when several workers share one machine
+# (and host name) that topology is wrong and large allreduces segfault in the
+# TCP BTL (seen with two local workers; the plain /bin/sh-agent floor crashes
+# the same way). Other collective components are unaffected.
+SHARED_HOST_DEFAULTS = {"OMPI_MCA_coll": "^han"}
+
+
 def private_dir_env(directory: str, given: dict) -> dict:
-    """Defaults for PRIVATE_DIR_VARS; values passed with --env win."""
-    return {name: given.get(name, directory) for name in PRIVATE_DIR_VARS}
+    """Defaults for PRIVATE_DIR_VARS and SHARED_HOST_DEFAULTS; values passed with --env win."""
+    env = {name: given.get(name, directory) for name in PRIVATE_DIR_VARS}
+    env.update({name: given.get(name, value) for name, value in SHARED_HOST_DEFAULTS.items()})
+    return env
 
 
 def main(argv=None) -> int:

@@ -115,3 +115,22 @@ def test_python_api_returns_per_rank_status(openmpi5, monkeypatch):
     assert [(r.rank, r.exit_code) for r in result.ranks] == [(0, 0), (1, 0)]
     assert [r.worker for r in result.ranks] == ["api-job-worker-0", "api-job-worker-1"]
     assert result.timings["run_s"] > 0
+
+
+def test_large_allreduce_between_workers(mpi_install):
+    """8 MiB allreduces across two workers of one machine.
+
+    Regression: two workers sharing /dev/shm segment names crashed Open MPI 4
+    (vader), and Open MPI 5's coll/han misread the shared host and segfaulted
+    in the TCP BTL; the agents now isolate both.
+    """
+    program = (
+        "from array import array; from mpi4py import MPI; c = MPI.COMM_WORLD; n = 1 << 20; "
+        "s = array('d', [c.rank + 1.0]) * n; r = array('d', bytes(8 * n)); "
+        "c.Allreduce(s, r, op=MPI.SUM); assert r[0] == r[-1] == c.size * (c.size + 1) / 2; "
+        "print('BIG OK', c.rank, flush=True)"
+    )
+    proc = run_mpilaunch(["-q", "--np", "4", "--slots-per-worker", "2", "--", sys.executable, "-c", program],
+                         mpi_install)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("BIG OK") == 4
