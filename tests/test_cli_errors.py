@@ -12,13 +12,10 @@ def run_cli(*args, env=None):
                           timeout=60, env=env)
 
 
-def agents_running() -> int:
-    count = 0
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if "mpilaunch.agent" in cmd:
-            count += 1
-    return count
+def agents_of(job: str) -> list:
+    """Agents of one job (other jobs may run on this machine at the same time)."""
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if "mpilaunch.agent" in (p.info["cmdline"] or []) and any(job in a for a in p.info["cmdline"])]
 
 
 CASES = {
@@ -39,8 +36,10 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_exits_2_with_one_clear_line(case):
-    before = agents_running()
     args, expected = CASES[case]
+    job = f"bad-{case}"
+    if "--name" not in args:
+        args = ["--name", job, *args]
     proc = run_cli(*args)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -48,7 +47,7 @@ def test_bad_input_exits_2_with_one_clear_line(case):
     assert expected in lines[0]
     assert "Traceback" not in proc.stderr
     assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("  hint: "))
-    assert agents_running() == before
+    assert agents_of(job) == []
 
 
 def test_mpirun_missing_from_path_is_exit_2(tmp_path):
