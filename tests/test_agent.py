@@ -359,8 +359,14 @@ def test_session_lingers_while_daemonized_descendants_live(agent, tmp_path):
     # The agent sees a process as gone once its memory (and environment) is
     # released; the kernel may take a moment more to turn it into a zombie.
     daemon = int(pidfile.read_text())
-    assert wait_until(lambda: not psutil.pid_exists(daemon) or
-                      psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE, 3)
+
+    def ended():
+        try:
+            return psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert wait_until(ended, 3)
 
 
 def test_agent_sigterm_kills_every_session(agent, tmp_path):
