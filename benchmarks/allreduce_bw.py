@@ -18,7 +18,7 @@ for mib in (1, 4, 16, 64):
     count = mib * 1024 * 1024 // 8
     send = array("d", bytes(count * 8))
     recv = array("d", bytes(count * 8))
-    iters = max(2, 32 // mib)
+    iters = max(4, 64 // mib)
     comm.Allreduce(send, recv, op=MPI.SUM)  # warm-up: connections, buffers
     best = float("inf")
     for _ in range(reps):
