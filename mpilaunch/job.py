@@ -146,6 +146,16 @@ def make_rundir(job_name: str) -> Path:
     return rundir
 
 
+def finish_backend(backend, result: "JobResult") -> dict:
+    """Tell the backend how the job ended (YARN final status), collect worker facts, release everything."""
+    extra = backend.job_finished(result.exit_code, result.failure)
+    if extra and result.failure:
+        result.failure = f"{result.failure}\n{extra}"
+    workers = backend.describe_workers()
+    backend.release()
+    return workers
+
+
 def print_manifests(backend, stream) -> None:
     render = getattr(backend, "render", None)
     if render is not None:
@@ -336,11 +346,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         ignore_interrupts()
         if proc is not None and proc.poll() is None:
             terminate_group(proc.pid)
-        extra = backend.job_finished(result.exit_code, result.failure)
-        if extra and result.failure:
-            result.failure = f"{result.failure}\n{extra}"
-        workers = backend.describe_workers()
-        backend.release()
+        workers = finish_backend(backend, result)
         output.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
         result.ranks = rank_statuses(plan, output, mpirun_code)

@@ -39,7 +39,7 @@ from . import backends, clusterspec, mpi
 from .clusterspec import Task
 from .errors import AllocationError, Interrupted, MpilaunchError, UsageError
 from .job import (
-    EXIT_TIMEOUT, JobResult, ignore_interrupts, interrupts_raise, job_name_for, make_rundir,
+    EXIT_TIMEOUT, JobResult, finish_backend, ignore_interrupts, interrupts_raise, job_name_for, make_rundir,
     prepare_output_dir, print_manifests, remove_tree, restore_default_signals, shim_path,
 )
 from .procs import kill_tree
@@ -336,8 +336,7 @@ def run_ps(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False
         for run in runs:
             for pump in run.pumps:
                 pump.join(timeout=5)
-        workers = backend.describe_workers()
-        backend.release()
+        workers = finish_backend(backend, result)
         output.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
         failed = [r for r in runs if r.status == "failed"]

@@ -112,6 +112,9 @@ def container_gpus(kv, prefix: str, count: int, container_id: str) -> tuple[list
 
 def worker_name(job: str) -> str:
     service, _, instance = os.environ["SKEIN_CONTAINER_ID"].rpartition("_")
+    names = os.environ.get("MPILAUNCH_YARN_WORKER_NAMES", "").split(",")
+    if names != [""] and int(instance) < len(names):
+        return names[int(instance)]
     return f"{job}-{service}-{int(instance)}"
 
 
