@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +123,17 @@ def start(args, env, **kw):
                             cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
+def stop(proc) -> None:
+    """End a job's CLI the way a user would (it then deletes what it made); SIGKILL only as a last resort."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
 def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -132,10 +144,16 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def rank_text(line: str) -> str | None:
+    """The program's text of one echoed rank line (``[r] text``, or Open MPI's ``[1,r]<stdout>: text``)."""
+    m = re.match(r"^\[(?:\d+,)?\d+\](?:<std(?:out|err)>:)?\s?(.*)$", line)
+    return m.group(1).strip() if m else None
+
+
 def ranks_from(stdout: str) -> list[dict]:
     out = []
     for line in stdout.splitlines():
-        text = line.split(">:", 1)[1].strip() if ">:" in line else line.strip()
+        text = rank_text(line) or line.strip()
         if text.startswith("{") and '"rank"' in text:
             out.append(json.loads(text))
     return sorted(out, key=lambda r: r["rank"])
@@ -171,7 +189,10 @@ def test_gpus_128_makes_16_workers_of_8_and_runs_through_exec(kube, k8s_env, tmp
     try:
         proc = start(["--name", job, "--gpus", "128", "--launcher", "local", "-q", "--", "sh", "-c", waiter],
                      k8s_env)
-        out, err = proc.communicate(timeout=240)
+        try:
+            out, err = proc.communicate(timeout=240)
+        finally:
+            stop(proc)
         watcher.join(timeout=5)
         assert proc.returncode == 0, err[-3000:]
         pods = seen["pods"]
@@ -183,8 +204,8 @@ def test_gpus_128_makes_16_workers_of_8_and_runs_through_exec(kube, k8s_env, tmp
         assert len({p["spec"]["nodeName"] for p in pods}) == 16  # 8 GPUs each: one pod per node
         hostfile = seen["root"]["data"]["hostfile"].split("\n")
         assert [line for line in hostfile if line] == [f"{job}-worker-{i} slots=8" for i in range(16)]
-        lines = [line.split(">:", 1)[1].strip() for line in out.splitlines() if "rank-on-" in line]
-        assert len(lines) == 128
+        lines = [t for t in map(rank_text, out.splitlines()) if t and t.startswith("rank-on-")]
+        assert len(lines) == 128, out[-3000:] + err[-2000:]
         per_pod = {f"rank-on-{job}-worker-{i}": 0 for i in range(16)}
         for line in lines:
             per_pod[line] += 1
@@ -277,8 +298,7 @@ def test_ctrl_c_releases_everything(kube, k8s_env, tmp_path):
         proc.wait(timeout=90)
         assert proc.returncode == 130
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop(proc)
         forget_pod_env(kube, job, 2)
     assert leftover_objects(kube, job) == []
     wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
@@ -412,8 +432,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         assert procs[1].returncode != 0
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
+            stop(p)
         forget_pod_env(kube, job, 2)
         forget_pod_env(kube, other, 1)
     assert leftover_objects(kube, job) == []

@@ -39,6 +39,7 @@ class Relay:
         self.path = path
         self.tls = transport.ssl_context(context)
         self.grace = float(context.get("signal_grace", transport.SIGNAL_GRACE))
+        self.session = None
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if os.path.exists(path):
             os.unlink(path)
@@ -109,8 +110,13 @@ class Relay:
     def run(self, conn, pod, command, in_fd, out_fd, err_fd, pending: bytes) -> int:
         sid = f"r{os.getpid()}-{os.urandom(4).hex()}"
         token = self.token()
-        channel = transport.connect(self.context, pod, transport.wrapped(sid, command),
-                                    stdin=in_fd is not None, tls=self.tls, token=token)
+        try:
+            channel = transport.connect(self.context, pod, transport.wrapped(sid, command),
+                                        stdin=in_fd is not None, tls=self.tls, token=token, tls_session=self.session)
+        except ValueError:  # a session the context no longer accepts
+            self.session = None
+            channel = transport.connect(self.context, pod, transport.wrapped(sid, command),
+                                        stdin=in_fd is not None, tls=self.tls, token=token)
         state = {"buf": pending, "forwarded": None, "hangup": False}
 
         def on_wakeup(timed_out):
@@ -143,7 +149,16 @@ class Relay:
 
         if state["buf"]:
             on_wakeup(True)
-        return transport.session(channel, in_fd, conn.fileno(), on_wakeup, out_fd=out_fd, err_fd=err_fd)
+        try:
+            return transport.session(channel, in_fd, conn.fileno(), on_wakeup, out_fd=out_fd, err_fd=err_fd)
+        finally:
+            self._keep_session(channel)
+
+    def _keep_session(self, channel) -> None:
+        """Remember a resumable TLS session (TLS 1.3 tickets arrive after the handshake)."""
+        session = channel.tls_session
+        if session is not None and session.has_ticket:
+            self.session = session
 
 
 def start(context: dict, rundir, python: str | None = None):

@@ -134,6 +134,7 @@ class Channel:
         self.protocol = protocol
         self.buf = bytearray(leftover)
         self.closed = False
+        self.tls_session = None
         self._fragments = None
 
     # -- sending
@@ -169,6 +170,10 @@ class Channel:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            try:
+                self.tls_session = self.sock.session  # for a relay's next connection
+            except (AttributeError, ValueError, OSError):
+                pass
             try:
                 self.send_frame(_OP_CLOSE, (1000).to_bytes(2, "big"))
             except OSError:
@@ -251,8 +256,10 @@ class Channel:
 
 
 def connect(context: dict, pod: str, argv, stdin: bool = True, timeout: float = None, tls=None,
-            token=None) -> Channel:
-    """Open an exec websocket. ``tls``/``token``: a relay's shared SSLContext and token."""
+            token=None, tls_session=None) -> Channel:
+    """Open an exec websocket. ``tls``/``token``/``tls_session``: a relay's shared
+    SSLContext, token and TLS session (resumption skips the certificate work
+    on both sides)."""
     import socket
 
     host, port, host_header = server_address(context)
@@ -261,7 +268,7 @@ def connect(context: dict, pod: str, argv, stdin: bool = True, timeout: float = 
     raw = socket.create_connection((host, port), timeout=timeout)
     try:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock = ctx.wrap_socket(raw, server_hostname=context.get("tls_server_name") or host)
+        sock = ctx.wrap_socket(raw, server_hostname=context.get("tls_server_name") or host, session=tls_session)
     except BaseException:
         raw.close()
         raise
@@ -517,11 +524,16 @@ def run_via_relay(path: str, pod: str, command: str) -> int:
 
 
 def _fd_open(fd: int) -> bool:
+    """Is there stdin worth sending? Not when it is closed or /dev/null (mpirun's usual)."""
     try:
-        os.fstat(fd)
-        return True
+        st = os.fstat(fd)
     except OSError:
         return False
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return True
+    return (st.st_dev, st.st_ino) != (null.st_dev, null.st_ino)
 
 
 def run_direct(context: dict, worker: dict, command: str) -> int:
@@ -531,7 +543,8 @@ def run_direct(context: dict, worker: dict, command: str) -> int:
 
     pod = worker["pod"]
     sid = f"{os.getpid()}-{os.urandom(4).hex()}"
-    channel = connect(context, pod, wrapped(sid, command))
+    with_stdin = _fd_open(0)
+    channel = connect(context, pod, wrapped(sid, command), stdin=with_stdin)
     grace = float(context.get("signal_grace", SIGNAL_GRACE))
     received = []
     forwarded_at = []
@@ -560,7 +573,7 @@ def run_direct(context: dict, worker: dict, command: str) -> int:
     previous = {s: signal.signal(s, lambda signum, _f: received.append(signum))
                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        code = session(channel, 0, r, on_wakeup)
+        code = session(channel, 0 if with_stdin else None, r, on_wakeup)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
