@@ -66,3 +66,16 @@ def _installed_shim_on_path():
     """The suite runs the installed console scripts (mpilaunch-rsh) of this Python."""
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     yield
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path):
+    """Directory holding a stand-in `nvidia-smi` that reports 4 GPUs.
+
+    No GPU exists on the test machines; this is the one thing faked for GPU
+    discovery, and tests that use it say so.
+    """
+    script = tmp_path / "nvidia-smi"
+    script.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n3\\n'\n")
+    script.chmod(0o755)
+    return str(tmp_path)

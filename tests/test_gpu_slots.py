@@ -6,7 +6,6 @@ rules ask).
 """
 
 import os
-import stat
 
 import pytest
 
@@ -82,15 +81,6 @@ def test_partition_gives_each_worker_its_own_devices():
 
 def test_rank_device_maps_local_rank_to_worker_gpu():
     assert gpu_slots.rank_device(1, ["4", "5"]) == "5"
-
-
-@pytest.fixture
-def fake_nvidia_smi(tmp_path):
-    """A stand-in nvidia-smi (no GPU here) reporting 4 GPUs."""
-    script = tmp_path / "nvidia-smi"
-    script.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n3\\n'\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(tmp_path)
 
 
 def test_discovery_through_nvidia_smi(fake_nvidia_smi):

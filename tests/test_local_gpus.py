@@ -5,7 +5,6 @@ No GPU exists on the test machines: a stand-in `nvidia-smi` on PATH reports
 agents, shim, Open MPI 5, one process per rank.
 """
 
-import stat
 import sys
 
 import pytest
@@ -20,14 +19,6 @@ PRINT_DEVICES = (
 )
 
 
-@pytest.fixture
-def fake_gpu_path(tmp_path):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n3\\n'\n")
-    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    return str(tmp_path)
-
-
 def devices_by_rank(stdout):
     out = {}
     for line in stdout.splitlines():
@@ -37,17 +28,17 @@ def devices_by_rank(stdout):
     return out
 
 
-def run_gpu_job(openmpi5, fake_gpu_path, *extra):
+def run_gpu_job(openmpi5, fake_nvidia_smi, *extra):
     import os
 
-    path = fake_gpu_path + os.pathsep + os.environ["PATH"]
+    path = fake_nvidia_smi + os.pathsep + os.environ["PATH"]
     return run_mpilaunch(["--name", "gpujob", "-q", "--gpus", "4", *extra, "--", sys.executable, "-c", PRINT_DEVICES],
                          openmpi5, env_extra={"PATH": path})
 
 
-def test_gpus_per_node_discovered_and_partitioned(openmpi5, fake_gpu_path):
+def test_gpus_per_node_discovered_and_partitioned(openmpi5, fake_nvidia_smi):
     # 4 GPUs discovered -> one worker with all 4 unless --gpus-per-node says otherwise.
-    proc = run_gpu_job(openmpi5, fake_gpu_path, "--gpus-per-node", "2")
+    proc = run_gpu_job(openmpi5, fake_nvidia_smi, "--gpus-per-node", "2")
     assert proc.returncode == 0, proc.stderr
     ranks = devices_by_rank(proc.stdout)
     assert ranks == {
@@ -56,17 +47,17 @@ def test_gpus_per_node_discovered_and_partitioned(openmpi5, fake_gpu_path):
     }
 
 
-def test_bind_gpus_gives_each_rank_its_own_device(openmpi5, fake_gpu_path):
-    proc = run_gpu_job(openmpi5, fake_gpu_path, "--gpus-per-node", "2", "--bind-gpus")
+def test_bind_gpus_gives_each_rank_its_own_device(openmpi5, fake_nvidia_smi):
+    proc = run_gpu_job(openmpi5, fake_nvidia_smi, "--gpus-per-node", "2", "--bind-gpus")
     assert proc.returncode == 0, proc.stderr
     ranks = devices_by_rank(proc.stdout)
     assert {r: d for r, (_, d) in ranks.items()} == {0: "0", 1: "1", 2: "2", 3: "3"}
 
 
-def test_more_gpus_than_the_machine_has_is_a_usage_error(openmpi5, fake_gpu_path):
+def test_more_gpus_than_the_machine_has_is_a_usage_error(openmpi5, fake_nvidia_smi):
     import os
 
-    path = fake_gpu_path + os.pathsep + os.environ["PATH"]
+    path = fake_nvidia_smi + os.pathsep + os.environ["PATH"]
     proc = run_mpilaunch(["-q", "--gpus", "8", "--gpus-per-node", "4", "--", "true"], openmpi5, env_extra={"PATH": path})
     assert proc.returncode == 2
     assert "needs 8 GPUs but this machine has 4" in proc.stderr
