@@ -121,11 +121,28 @@ def mpirun_launch(info, agent: str, hosts: list[str], workdir: Path, env: dict, 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         proc.communicate()
+        kill_daemons(workdir)
         return None
     if proc.returncode != 0:
         print(f"  mpirun via {Path(agent).name} over {len(hosts)} failed: {err.decode()[-300:]}", file=sys.stderr)
         return None
     return time.monotonic() - t0
+
+
+def kill_daemons(workdir: Path) -> None:
+    """A stalled launch leaves daemonized prted behind (outside mpirun's group, and
+    under kwok for the exec paths); each names this run's hostfile, so end exactly those."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            if str(workdir).encode() in cmdline and b"prted" in cmdline:  # not the relay
+                os.kill(int(entry), 9)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def median(values):
