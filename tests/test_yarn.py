@@ -130,8 +130,13 @@ def assert_released(yarn, name, final_status):
         time.sleep(0.2)
     assert leftover_processes(name) == []
     # Nothing of this application is left on the NodeManagers either.
-    ours = [pid for pid, cmd in yarn.leftover_processes().items() if app["id"].split("_", 1)[1] in _cwd(pid)]
-    assert ours == []
+    def ours():
+        return [pid for pid, cmd in yarn.leftover_processes().items() if app["id"].split("_", 1)[1] in _cwd(pid)]
+
+    deadline = time.monotonic() + 10  # the RM may report the end before the NodeManager reaped everything
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ours() == []
     return app
 
 
@@ -143,10 +148,28 @@ def _cwd(pid):
 
 
 def secret_of(name):
-    paths = glob.glob(f"/tmp/mpilaunch-{name}-*/secret")
+    """The submitting side's secret file (the launcher container's rundir is ``...-launcher-...``)."""
+    paths = [p for p in glob.glob(f"/tmp/mpilaunch-{name}-*/secret") if f"mpilaunch-{name}-launcher-" not in p]
     assert len(paths) == 1, paths
     with open(paths[0]) as f:
         return f.read().strip()
+
+
+def launcher_mpiruns(name):
+    """pid -> environ of the mpirun the launcher container runs (its MPILAUNCH_CONTEXT is its own)."""
+    found = {}
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        env = _environ(pid)
+        if f"/mpilaunch-{name}-launcher-" in env.get("MPILAUNCH_CONTEXT", "") and b"--hostfile" in _cmdline(pid):
+            found[pid] = env
+    return found
+
+
+def local_mpiruns(name):
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+            if f"/mpilaunch-{name}-" in _environ(pid).get("MPILAUNCH_CONTEXT", "")
+            and f"/mpilaunch-{name}-launcher-" not in _environ(pid).get("MPILAUNCH_CONTEXT", "")
+            and b"--hostfile" in _cmdline(pid)]
 
 
 def processes_mentioning(text):
@@ -162,11 +185,13 @@ def processes_mentioning(text):
     return hits
 
 
-def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_path):
-    name = "yarn-place"
+@pytest.mark.parametrize("launcher", ["auto", "local"])
+def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_path, launcher):
+    """auto is the cluster launcher: mpirun runs in a third container of the application."""
+    name = f"yarn-place-{launcher}"
     (tmp_path / "hold.py").write_text(HOLD)
     release = tmp_path / "release"
-    proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "512 MiB", "--vcores", "2",
+    proc = start(["--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2", "--memory", "512 MiB", "--vcores", "2",
                   "--output-dir", str(tmp_path / "out"), "-q", "-x", f"RELEASE_FILE={release}",
                   "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
     try:
@@ -174,6 +199,20 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
         app = app_by_name(yarn, name)
         assert app["state"] == "RUNNING" and app["queue"].endswith("default")
         rm = worker_containers(yarn, app["id"])
+        launcher_container = None
+        if launcher == "auto":
+            # mpirun runs in the launcher container, which the RM lists, and not here.
+            mpiruns = launcher_mpiruns(name)
+            assert len(mpiruns) == 1, mpiruns
+            launcher_container = next(iter(mpiruns.values()))["CONTAINER_ID"]
+            assert launcher_container in rm, (launcher_container, list(rm))
+            assert local_mpiruns(name) == []
+            launcher_res = rm.pop(launcher_container)["allocatedResources"]
+            from testbeds.yarn.cluster import resource_value
+
+            assert resource_value(launcher_res, "yarn.io/gpu") == 0
+        else:
+            assert len(local_mpiruns(name)) == 1 and launcher_mpiruns(name) == {}
         assert len(rm) == 2
         for c in rm.values():
             res = c["allocatedResources"]
@@ -190,14 +229,21 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
             by_worker.setdefault(r["worker"], set()).add(r["container"])
         assert all(len(cs) == 1 for cs in by_worker.values()), by_worker
         assert {next(iter(cs)) for cs in by_worker.values()} == set(rm)
+        assert launcher_container not in {r["container"] for r in ranks}
 
         # The secret: on no command line or environment, in no launch script.
         secret = secret_of(name)
         assert len(secret) >= 32
+        if launcher == "auto":  # the launcher container's copy: same secret, a private file
+            copies = glob.glob(f"/tmp/mpilaunch-{name}-launcher-*/secret")
+            assert len(copies) == 1, copies
+            assert os.stat(copies[0]).st_mode & 0o077 == 0
+            with open(copies[0]) as f:
+                assert f.read().strip() == secret
         assert processes_mentioning(secret) == []
         scripts = glob.glob(os.path.join(yarn.workdir, "nm*", "**", "launch_container.sh"), recursive=True)
         ours = [s for s in scripts if app["id"].split("_", 1)[1] in s]
-        assert len(ours) >= 3 * 1  # AM + 2 workers (local dir and/or log dir copies)
+        assert len(ours) >= 3 + (launcher == "auto")  # AM + 2 workers (+ launcher), local and/or log dir copies
         for script in ours:
             with open(script, errors="replace") as f:
                 assert secret not in f.read(), script
@@ -215,8 +261,8 @@ def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_pat
     name = "yarn-gpu8"
     (tmp_path / "hold.py").write_text(HOLD)
     release = tmp_path / "release"
-    proc = start(["--name", name, "--gpus", "8", "--gpus-per-node", "4", "--memory", "256 MiB", "-q",
-                  "-x", f"RELEASE_FILE={release}", "-x", "USE_MPI=0",
+    proc = start(["--name", name, "--launcher", "local", "--gpus", "8", "--gpus-per-node", "4",
+                  "--memory", "256 MiB", "-q", "-x", f"RELEASE_FILE={release}", "-x", "USE_MPI=0",
                   "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
     try:
         ranks = read_ranks(proc, 8)
@@ -239,8 +285,9 @@ def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_pat
 
 
 def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, tmp_path):
+    """Under the cluster launcher: the rank's status line comes back through the launcher container."""
     name = "yarn-fail"
-    proc = start(["--name", name, "--gpus", "4", "--queue", "ml", "--node-label", "gpu", "--memory", "256 MiB", "-q",
+    proc = start(["--name", name, "--launcher", "cluster", "--gpus", "4", "--queue", "ml", "--node-label", "gpu", "--memory", "256 MiB", "-q",
                   "-x", "FAIL_RANK=2", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
     out, err = proc.communicate(timeout=180)
@@ -250,9 +297,14 @@ def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, 
     app = assert_released(yarn, name, "FAILED")
     assert app["queue"].endswith("ml")
     # tf-yarn style report: the worker container, its host and state.
-    assert f"{name}-worker-0  container_{app['id'].split('_', 1)[1]}_01_000002" in err
+    # (worker and launcher containers are requested together: either may be _000002)
+    prefix = f"container_{app['id'].split('_', 1)[1]}_01_00000"
+    report = {line.split()[0]: line.split()[1] for line in err.splitlines()
+              if line.startswith(f"  {name}-") and prefix in line}
+    assert set(report) == {f"{name}-worker-0", f"{name}-launcher"}, err
+    assert sorted(report.values()) == [prefix + "2", prefix + "3"], err
     # The worker ran on the labelled NodeManager, with GPUs accounted by the RM.
-    logs = glob.glob(os.path.join(yarn.nodemanagers[2]["log_dir"], app["id"], "*_000002"))
+    logs = glob.glob(os.path.join(yarn.nodemanagers[2]["log_dir"], app["id"], report[f"{name}-worker-0"]))
     assert logs, "worker container did not run on the gpu-labelled node"
     gpu_seconds = [e for e in (app.get("resourceSecondsMap") or {}).get("entry", []) if e["key"] == "yarn.io/gpu"]
     assert gpu_seconds and int(gpu_seconds[0]["value"]) > 0, app.get("resourceSecondsMap")
@@ -318,6 +370,18 @@ def test_ctrl_c_kills_the_application(yarn, openmpi_env):
     proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert_released(yarn, name, "KILLED")
+
+
+def test_timeout_under_the_cluster_launcher(yarn, openmpi_env):
+    name = "yarn-timeout"
+    proc = start(["--name", name, "--launcher", "cluster", "--np", "2", "--slots-per-worker", "1",
+                  "--memory", "256 MiB", "-q", "--timeout", "8", "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 124, out + err
+    assert out.count("started") == 2, out + err  # output arrived while mpirun ran
+    assert "ran past --timeout 8s" in err
+    assert_released(yarn, name, "FAILED")
 
 
 def test_status_logs_delete_by_name(yarn, openmpi_env, tmp_path):
@@ -392,7 +456,7 @@ def test_env_archive_python_runs_agents_and_ranks(yarn, openmpi_env, tmp_path):
     assert_released(yarn, name, "SUCCEEDED")
 
 
-def test_dry_run_renders_the_application_and_cluster_launcher_is_refused(openmpi5):
+def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
     pytest.importorskip("skein")
     env = mpilaunch_env(openmpi5)
     dry = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--name", "dry", "--gpus", "8",
@@ -401,7 +465,13 @@ def test_dry_run_renders_the_application_and_cluster_launcher_is_refused(openmpi
     assert dry.returncode == 0, dry.stderr
     assert "instances: 2" in dry.stdout and "gpus: 4" in dry.stdout and "node_label: gpu" in dry.stdout
     assert "queue: ml" in dry.stdout
-    cluster = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--launcher", "cluster",
-                              "--np", "2", "--", "true"], cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=60)
-    assert cluster.returncode == 2 and "--launcher cluster" in cluster.stderr
+    # auto = cluster: a launcher service of one container, no GPUs.
+    services = dry.stdout.split("services:", 1)[1]
+    launcher = services.split("  launcher:", 1)[1].split("\n  worker:", 1)[0]
+    assert "instances: 1" in launcher and "gpus: 0" in launcher, launcher
+    assert "mpilaunch.backends.yarn_launcher" in services
+    local = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--launcher", "local",
+                            "--np", "2", "--dry-run", "--", "true"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert local.returncode == 0, local.stderr
+    assert "yarn_launcher" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]

@@ -14,10 +14,19 @@
   before ``--start-timeout``; otherwise the error carries what YARN says
   (application state and diagnostics, pending container requests) and the
   application is killed.
-* mpirun runs on the submitting machine (``--launcher local``; ``auto``
-  resolves to it) and reaches the containers through ``mpilaunch-rsh`` and the
-  agents. The hostfile holds the worker names (``<job>-worker-<i>``), which do
-  not resolve, so mpirun hands every daemon to the shim.
+* Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
+  yarn) in one more container of the application, service ``launcher``
+  (requested with the workers, part of the all-or-nothing wait), which runs
+  :mod:`mpilaunch.backends.yarn_launcher` and waits for its launch
+  description. That and the
+  secret go through the key-value store; mpirun's output comes back in
+  chunks through it and ``run_launcher`` feeds it to job.py's rank-output
+  parser, so rank status lines, fail fast, ``--timeout`` and Ctrl-C behave
+  as with the local launcher. With ``--launcher local`` mpirun runs on the
+  submitting machine. Either way it reaches the containers through
+  ``mpilaunch-rsh`` and the agents. The hostfile holds the worker names
+  (``<job>-worker-<i>``), which do not resolve, so mpirun hands every daemon
+  to the shim.
 * ``job_finished`` ends the application with final status SUCCEEDED or FAILED
   (killed on allocation failure or interrupt) and, on failure, reports every
   worker container (host, state, exit status), tf-yarn style.
@@ -42,8 +51,12 @@ from ..errors import AllocationError, UsageError
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_container import SECRET_KEY, WORKER_KEY
+from . import yarn_launcher as launcher_keys
 
 SERVICE = "worker"
+LAUNCHER_SERVICE = "launcher"
+LAUNCHER_MEMORY = "512 MiB"
+FAIL_FAST_GRACE_S = 5.0  # as job.py's: mpirun gets this long to end the job after a rank failed
 KV_PREFIX = "mpilaunch/"
 ENV_DIR = "mpilaunch-env"  # where --env-archive is unpacked in each container
 MASTER_MEMORY = "256 MiB"
@@ -84,12 +97,12 @@ class Backend(BaseBackend):
 
     def __init__(self, spec, plan, rundir):
         super().__init__(spec, plan, rundir)
-        if spec.launcher == "cluster":
-            raise UsageError(
-                "--launcher cluster is not available on the yarn backend yet",
-                "use --launcher local (what auto means for yarn): mpirun runs on this machine "
-                "and reaches the YARN containers through their exec agents",
-            )
+        # job.py's hook: mpirun runs in a launcher container, run_launcher follows it
+        # (PS mode runs no mpirun: no launcher container)
+        self.launcher = "local" if spec.launcher == "local" or spec.mode == "ps" else "cluster"
+        self.launcher_in_cluster = self.launcher == "cluster"
+        self.launcher_info: dict = {}
+        self.launcher_container: dict = {}
         opts = spec.yarn
         if opts.env_archive and not os.path.isfile(opts.env_archive):
             raise UsageError(f"--env-archive {opts.env_archive} does not exist",
@@ -109,6 +122,7 @@ class Backend(BaseBackend):
         self.failure: str | None = None
         self._released = False
         self._secret_put = False
+        self._out_last = ""
 
     # ------------------------------------------------------------ spec
 
@@ -116,7 +130,7 @@ class Backend(BaseBackend):
     def gpus_per_worker(self) -> int:
         return max(w.gpus for w in self.plan.workers)
 
-    def _service_script(self) -> str:
+    def _service_script(self, module: str = "mpilaunch.backends.yarn_container") -> str:
         lines = ["set -e"]
         if self.spec.yarn.env_archive:
             env = f'"$PWD/{ENV_DIR}"'
@@ -124,15 +138,17 @@ class Backend(BaseBackend):
                 f'if [ -f {env}/bin/activate ]; then . {env}/bin/activate; fi',
                 f'export PATH={env}/bin:"$PATH"',
                 f'export MPILAUNCH_PYTHON={env}/bin/python',
-                'exec "$MPILAUNCH_PYTHON" -m mpilaunch.backends.yarn_container',
+                'exec "$MPILAUNCH_PYTHON" -m ' + module,
             ]
         else:
-            lines.append(f"exec {shlex.quote(sys.executable)} -m mpilaunch.backends.yarn_container")
+            lines.append(f"exec {shlex.quote(sys.executable)} -m {module}")
         return "\n".join(lines) + "\n"
 
     def _service_env(self) -> dict[str, str]:
         env = {
             "MPILAUNCH_YARN_JOB": self.plan.job_name,
+            # Container instance i is plan worker i (PS tasks are named by role).
+            "MPILAUNCH_YARN_WORKER_NAMES": ",".join(w.name for w in self.plan.workers),
             "MPILAUNCH_YARN_GPUS": str(self.gpus_per_worker),
             "MPILAUNCH_YARN_KV": KV_PREFIX,
         }
@@ -167,6 +183,20 @@ class Backend(BaseBackend):
             # container ended); skein must not shut it down on its own.
             allow_failures=True,
         )
+        services = {SERVICE: service}
+        if self.launcher == "cluster":
+            # Requested with the workers (its allocation overlaps theirs); it
+            # waits for the launch description. A container added later with
+            # add_container/scale was not reliably allocated by skein's AM.
+            services[LAUNCHER_SERVICE] = skein.Service(
+                instances=1,
+                resources=skein.Resources(memory=LAUNCHER_MEMORY, vcores=1),
+                script=self._service_script("mpilaunch.backends.yarn_launcher"),
+                env=self._service_env(),
+                files=files,
+                max_restarts=0,
+                allow_failures=True,
+            )
         master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY, vcores=1), security=security)
         return skein.ApplicationSpec(
             name=self.plan.job_name,
@@ -174,7 +204,7 @@ class Backend(BaseBackend):
             tags={"mpilaunch"},
             max_attempts=1,
             master=master,
-            services={SERVICE: service},
+            services=services,
         )
 
     def render(self) -> str:
@@ -238,7 +268,7 @@ class Backend(BaseBackend):
         except Exception:
             return None
         for c in containers:
-            name = f"{self.plan.job_name}-{SERVICE}-{c.instance}"
+            name = self.plan.workers[c.instance].name
             self.containers[name] = {
                 "container": c.yarn_container_id or None,
                 "node": c.yarn_node_http_address or None,
@@ -270,7 +300,7 @@ class Backend(BaseBackend):
                     next_check = time.monotonic() + 1.0
                     self._raise_if_a_container_ended()
             progress(len(self.addresses), total)
-            if len(self.addresses) == total:
+            if len(self.addresses) == total and self._launcher_running():
                 self._refresh_containers()
                 # Every agent holds it now; the key-value store need not.
                 self.app.kv.discard(KV_PREFIX + SECRET_KEY)
@@ -279,11 +309,21 @@ class Backend(BaseBackend):
                 raise AllocationError(self._not_ready_message(total), self._not_ready_hint())
             time.sleep(POLL)
 
+    def _launcher_running(self) -> bool:
+        return self.launcher != "cluster" or self._refresh_launcher() == "RUNNING"
+
     def _raise_if_a_container_ended(self) -> None:
+        if self.launcher == "cluster" and self._refresh_launcher() in ("FAILED", "KILLED", "SUCCEEDED"):
+            c = self.launcher_container
+            raise AllocationError(
+                f"the launcher container ({c.get('container')} on {c.get('node')}) ended ({c.get('state')}) "
+                f"before the job started: {_short(c.get('exit')) or 'no exit message'}",
+                "see the container's log (mpilaunch logs NAME --backend yarn), or use --launcher local",
+            )
         for c in self._refresh_containers() or []:
             state = _state(c.state)
             if state in ("FAILED", "KILLED", "SUCCEEDED"):
-                name = f"{self.plan.job_name}-{SERVICE}-{c.instance}"
+                name = self.plan.workers[c.instance].name
                 raise AllocationError(
                     f"worker {name} (YARN container {c.yarn_container_id} on {c.yarn_node_http_address}) "
                     f"ended ({state}) before it was ready: {_short(c.exit_message) or 'no exit message'}",
@@ -292,8 +332,11 @@ class Backend(BaseBackend):
 
     def _not_ready_message(self, total: int) -> str:
         missing = sorted(w.name for w in self.plan.workers if w.name not in self.addresses)
-        parts = [f"{len(missing)} of {total} workers not ready before --start-timeout "
-                 f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})"]
+        if missing:
+            parts = [f"{len(missing)} of {total} workers not ready before --start-timeout "
+                     f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})"]
+        else:
+            parts = [f"all {total} workers ready but the launcher container not running before --start-timeout"]
         try:
             report = self._report()
             parts.append(f"YARN application {self.app_id} is {_state(report.state)} in queue {report.queue}"
@@ -309,6 +352,9 @@ class Backend(BaseBackend):
             if opts.node_label:
                 want += f", node label {opts.node_label}"
             parts.append(f"{len(pending)} container requests pending ({want}), {len(running)} running")
+            if self.launcher == "cluster" and self._refresh_launcher() != "RUNNING":
+                parts.append(f"launcher container {self.launcher_container.get('state', 'not requested').lower()} "
+                             f"(memory={LAUNCHER_MEMORY}, vcores=1)")
         else:
             parts.append("the ApplicationMaster never started")
         return "; ".join(parts)
@@ -334,6 +380,127 @@ class Backend(BaseBackend):
             # The archive's python, whose absolute path only the container knows.
             return ["/bin/sh", "-c", 'exec "$MPILAUNCH_PYTHON" -m mpilaunch.rank "$@"', "mpilaunch-rank"]
         return [sys.executable, "-m", "mpilaunch.rank"]
+
+    # ------------------------------------------------------------ cluster launcher
+
+    def launch_spec(self) -> dict:
+        """What the launcher container needs to run mpirun as the local launcher would."""
+        from .. import mpi
+
+        spec = self.spec
+        archive = bool(spec.yarn.env_archive)
+        environ = dict(os.environ)
+        names = mpi.forwarded_names(environ, spec.env)
+        values = mpi.resolve_env(names, spec.env, environ)  # -x NAME takes its value here
+        mpirun = spec.mpirun
+        if mpirun is None and not archive:
+            # The same MPI as here (the containers run this machine's Python too).
+            try:
+                mpirun = mpi.find_mpirun(spec.mpi, None, environ.get("PATH")).path
+            except Exception:
+                mpirun = None
+        return {
+            "job": self.plan.job_name,
+            "workers": [[w.name, w.slots, self.addresses[w.name]] for w in self.plan.workers],
+            "forward_env": list(self.exec_context()["forward_env"]),
+            "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ},
+            "mpi": spec.mpi,
+            "mpirun": mpirun,
+            "command": list(spec.command),
+            "bind_gpus": spec.bind_gpus,
+            "rank_prefix": self.rank_prefix(),
+            "user_env": [f"{n}={values[n]}" for n in names if n in values],
+            "mpi_args": list(spec.mpi_args),
+            # mpirun's working directory (ranks start there where it exists),
+            # as with the local launcher; the container's own where it does not.
+            "cwd": os.getcwd(),
+        }
+
+    def run_launcher(self, output, deadline: float | None) -> int | None:
+        """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
+
+        None when ``deadline`` passed first (job.py reports the timeout).
+        """
+        from ..rsh_agent.agent_client import read_secret
+
+        kv = self.app.kv
+        kv[KV_PREFIX + launcher_keys.SPEC_KEY] = json.dumps(self.launch_spec()).encode()
+        kv[KV_PREFIX + launcher_keys.SECRET_KEY] = read_secret(str(self.secret_file))
+        failed_at = None
+        stop_sent = False
+        next_check = 0.0
+        while True:
+            try:
+                code = kv.get(KV_PREFIX + launcher_keys.EXIT_KEY)
+                self._drain_output(output)
+            except (skein.exceptions.SkeinError, ConnectionError, OSError) as e:
+                # The ApplicationMaster is gone (`mpilaunch delete`, yarn application -kill).
+                try:
+                    state = _state(self._report().state)
+                except Exception:
+                    state = "unknown"
+                output.feed("stderr", f"mpilaunch: lost the YARN application {self.app_id} ({state}) "
+                                      f"while mpirun ran: {_short(str(e), 200)}\n")
+                return 1
+            if code is not None:
+                self._refresh_launcher()
+                return int(code)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            try:
+                if not self.launcher_info:
+                    info = kv.get(KV_PREFIX + launcher_keys.INFO_KEY)
+                    if info is not None:
+                        self.launcher_info = json.loads(info)
+                if not stop_sent:
+                    if failed_at is None and any(c != 0 for _, _, c in output.statuses):
+                        failed_at = now
+                    if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:
+                        # mpirun did not end the job itself (hydra waits for every rank)
+                        kv[KV_PREFIX + launcher_keys.STOP_KEY] = b"1"
+                        stop_sent = True
+            except (skein.exceptions.SkeinError, ConnectionError, OSError):
+                pass  # the next round's kv.get tells
+            if now >= next_check:
+                next_check = now + 1.0
+                state = self._refresh_launcher()
+                if state in ("FAILED", "KILLED", "SUCCEEDED") and kv.get(KV_PREFIX + launcher_keys.EXIT_KEY) is None:
+                    self._drain_output(output)
+                    c = self.launcher_container
+                    output.feed("stderr", f"mpilaunch: launcher container {c.get('container')} on {c.get('node')} "
+                                          f"ended ({state}) without reporting mpirun's exit: "
+                                          f"{_short(c.get('exit')) or 'no exit message'}\n")
+                    return 1
+            time.sleep(0.1)
+
+    def _drain_output(self, output) -> None:
+        kv = self.app.kv
+        prefix = KV_PREFIX + launcher_keys.OUT_KEY
+        chunks = kv.get_prefix(prefix)
+        keys = sorted(k for k in chunks if k > self._out_last)
+        for key in keys:
+            for stream, line in json.loads(chunks[key]):
+                output.feed(stream, line)
+        if keys:
+            self._out_last = keys[-1]
+            kv.discard_range(prefix, keys[-1] + "\0")
+
+    def _refresh_launcher(self) -> str | None:
+        try:
+            containers = self.app.get_containers(services=[LAUNCHER_SERVICE], states=list(skein.model.ContainerState))
+        except Exception:
+            return None
+        for c in containers:
+            self.launcher_container.update({
+                "id": c.id,
+                "container": c.yarn_container_id or None,
+                "node": c.yarn_node_http_address or None,
+                "state": _state(c.state),
+                "exit": _short(c.exit_message, 300) or None,
+            })
+            return _state(c.state)
+        return None
 
     def describe_workers(self) -> dict[str, dict]:
         out = {}
@@ -387,6 +554,13 @@ class Backend(BaseBackend):
             if state == "RUNNING" and w.name in silent:
                 state = "RUNNING (agent not answering)"
             line = f"  {w.name}  {c.get('container') or '-'}  on {c.get('node') or '-'}  {state}"
+            if c.get("exit"):
+                line += f"  exit: {c['exit']}"
+            lines.append(line)
+        if self.launcher_container:
+            c = self.launcher_container
+            line = f"  {self.plan.job_name}-launcher  {c.get('container') or '-'}  on {c.get('node') or '-'}  " \
+                   f"{c.get('state', 'unknown')}"
             if c.get("exit"):
                 line += f"  exit: {c['exit']}"
             lines.append(line)
