@@ -60,3 +60,16 @@ def terminate_group(pid: int, grace: float = 5.0) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def forward_signals_to_group(pgid: int) -> None:
+    """Relay SIGTERM/SIGINT/SIGHUP to a process group (an in-cluster launcher's mpirun)."""
+
+    def forward(signum, _frame):
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            pass
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, forward)

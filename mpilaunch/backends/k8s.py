@@ -40,7 +40,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend

@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from ..procs import forward_signals_to_group
 from .. import hostfile, mpi
 from ..errors import MpilaunchError, UsageError
 from .k8s_api import Api, ApiError, sa_dir
@@ -103,14 +103,7 @@ def main(argv=None) -> int:
         proc = subprocess.Popen(command.argv, env={**os.environ, **command.env}, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 
-        def forward(signum, _frame):
-            try:
-                os.killpg(proc.pid, signum)
-            except ProcessLookupError:
-                pass
-
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(s, forward)
+        forward_signals_to_group(proc.pid)
         code = proc.wait()
         return 128 - code if code < 0 else code
     except MpilaunchError as e:

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 SPEC_KEY = "launcher/spec"
@@ -103,6 +102,7 @@ class Streamer:
 def run(app, prefix: str) -> int:
     from .. import hostfile, mpi
     from ..job import rank_command, shim_path
+    from ..procs import forward_signals_to_group
     from ..spec import JobSpec
 
     launch = json.loads(app.kv.wait(prefix + SPEC_KEY).decode())
@@ -158,14 +158,7 @@ def run(app, prefix: str) -> int:
             "pid": proc.pid,
         }).encode()
 
-        def forward(signum, _frame):
-            try:
-                os.killpg(proc.pid, signum)
-            except ProcessLookupError:
-                pass
-
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(s, forward)
+        forward_signals_to_group(proc.pid)
 
         def watch_stop():
             try:
