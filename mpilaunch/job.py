@@ -30,6 +30,7 @@ from .spec import JobSpec, Plan, WorkerPlan
 
 EXIT_TIMEOUT = 124
 FAIL_FAST_GRACE_S = 5.0
+DONE_GRACE_S = 15.0
 SHIM_NAME = "mpilaunch-rsh"
 
 
@@ -326,7 +327,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                 )
                 pumps = [output.pump("stdout", proc.stdout), output.pump("stderr", proc.stderr)]
-                mpirun_code = _wait(proc, deadline, output)
+                mpirun_code = _wait(proc, deadline, output, plan.ranks)
                 for p in pumps:
                     p.join(timeout=10)
             timings["run_s"] = round(time.monotonic() - t_launch, 3)
@@ -357,14 +358,18 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     return result
 
 
-def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput) -> int | None:
+def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ranks: int) -> int | None:
     """mpirun's exit code, or None when the deadline passed (the caller kills it).
 
     Fail fast: once a rank has failed, mpirun gets FAIL_FAST_GRACE_S to end the
     job itself. Open MPI does; MPICH's hydra waits for every other rank when
     the failed one never called MPI_Abort, which can be forever.
+    Done is done: once every rank has reported exit 0, mpirun gets
+    DONE_GRACE_S to tear its daemons down (seen: Open MPI 5 on a loaded
+    machine stalling there after all ranks finished); the job succeeded.
     """
     failed_at = None
+    done_at = None
     while True:
         timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
         try:
@@ -378,6 +383,12 @@ def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput) ->
             if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:
                 terminate_group(proc.pid)
                 return proc.wait()
+            if done_at is None and failed_at is None and len({r for r, _, _ in output.statuses}) >= ranks:
+                done_at = now
+            if done_at is not None and now - done_at > DONE_GRACE_S:
+                terminate_group(proc.pid)
+                proc.wait()
+                return 0
 
 
 def restore_default_signals():

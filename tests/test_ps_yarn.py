@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from conftest import require
-from helpers import leftover_processes, run_mpilaunch
-from test_yarn import app_by_name, openmpi_env, yarn  # noqa: F401  (fixtures)
+from helpers import run_mpilaunch
+from test_yarn import assert_released, openmpi_env, yarn  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.yarn, pytest.mark.ps]
 
@@ -44,9 +44,7 @@ def test_each_task_runs_in_its_own_container_and_ps_is_terminated(yarn, openmpi_
     report = json.loads((tmp_path / "report.json").read_text())
     status = {t["task"]: t["status"] for t in report["tasks"]}
     assert status["ps:0"] == "terminated" and status["chief:0"] == "succeeded"
-    app = app_by_name(yarn, name)
-    assert app["finalStatus"] == "SUCCEEDED"
-    assert leftover_processes(name) == []
+    assert_released(yarn, name, "SUCCEEDED")
 
 
 def test_keras_parameter_server_training_on_yarn(yarn, openmpi_env, tmp_path):
@@ -68,5 +66,4 @@ def test_keras_parameter_server_training_on_yarn(yarn, openmpi_env, tmp_path):
     assert summary["cluster"] == report["cluster"]
     assert summary["steps"] == 8 and summary["last_loss"] < summary["first_loss"]
     assert summary["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
-    assert app_by_name(yarn, name)["finalStatus"] == "SUCCEEDED"
-    assert leftover_processes(name) == []
+    assert_released(yarn, name, "SUCCEEDED")
