@@ -199,26 +199,19 @@ def build_mpirun(
         if as_root:
             argv.append("--allow-run-as-root")
         argv += ["-np", str(ranks), "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none"]
-        if info.major >= 5:
-            argv += ["--output", "tag"]
-            mca = "--prtemca"
-            params = {
-                "plm_ssh_agent": shim,
-                "plm_ssh_no_tree_spawn": "1",
-                "plm_ssh_num_concurrent": concurrent,
-                "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
-            }
-            env.update({f"PRTE_MCA_{k}": v for k, v in params.items()})
-        else:
-            argv += ["--tag-output"]
-            mca = "--mca"
-            params = {
-                "plm_rsh_agent": shim,
-                "plm_rsh_no_tree_spawn": "1",
-                "plm_rsh_num_concurrent": concurrent,
-                "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
-            }
-            env.update({f"OMPI_MCA_{k}": v for k, v in params.items()})
+        # Open MPI 5 (PRRTE) reads only the ssh/PRTE names, 4 only the rsh/OMPI ones.
+        tag, mca, plm, env_prefix = (
+            (["--output", "tag"], "--prtemca", "plm_ssh", "PRTE_MCA_") if info.major >= 5
+            else (["--tag-output"], "--mca", "plm_rsh", "OMPI_MCA_")
+        )
+        argv += tag
+        params = {
+            f"{plm}_agent": shim,
+            f"{plm}_no_tree_spawn": "1",
+            f"{plm}_num_concurrent": concurrent,
+            "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
+        }
+        env.update({env_prefix + k: v for k, v in params.items()})
         for key, value in params.items():
             argv += [mca, key, value]
         for name in names:
