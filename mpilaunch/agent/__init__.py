@@ -1,0 +1,36 @@
+"""``mpilaunch agent``: the exec agent that runs inside each worker.
+
+It replaces sshd for ``mpilaunch-rsh``: it listens on TCP, authenticates each
+connection with the job secret (``rsh_agent/protocol.py``), runs
+``/bin/sh -c CMD`` in a fresh session and streams its stdio back.
+
+Why it looks the way it does:
+
+* One thread, one ``selectors`` loop.  Children are reaped centrally with
+  ``waitpid(-1)`` because the agent is a child subreaper: daemonized
+  descendants (``orted``/``prted`` call setsid and fork) are re-parented to
+  the agent, and a per-child ``Popen.wait`` would race with that reaper.
+* A session is "the leader's process group plus every descendant whose
+  environment carries ``MPILAUNCH_SESSION=<id>``" (the environment survives
+  setsid and double forks, the process group does not).  A session's EXIT is
+  sent once the leader exited, its stdout/stderr reached EOF and no process
+  of the session is left, so a daemonized orted keeps its shim (and mpirun's
+  view of it) alive exactly as long as it lives.  A client that hangs up
+  ends the session: everything in it is killed.
+* The secret is read from a 0600 file or stdin, never from argv/environment,
+  and is not passed to commands.
+
+Modules: ``core`` (event loop), ``connections`` (handshake + protocol),
+``relay`` (stdio relay), ``supervision`` (sessions and their descendants),
+``proctree`` (/proc reads), ``cli`` (``mpilaunch agent``).
+"""
+
+from .constants import SESSION_ENV, WORKER_ENV
+
+__all__ = ["SESSION_ENV", "WORKER_ENV", "main"]
+
+
+def main(argv=None) -> int:
+    from .cli import main as cli_main
+
+    return cli_main(argv)

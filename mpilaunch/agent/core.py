@@ -1,0 +1,173 @@
+"""The agent's event loop: one thread, one ``selectors`` loop, signals
+delivered through a wakeup fd, timers for handshakes and lingering sessions.
+Connections, relay and supervision are mixins so each concern reads on its own."""
+
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+
+from .connections import ConnectionsMixin
+from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE, PDEATH_SIGNAL, SCAN_INTERVAL
+from .proctree import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, _pid_gone, _prctl, processes_by_session
+from .relay import RelayMixin
+from .supervision import SupervisionMixin
+
+
+class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
+    def __init__(self, name, secret, listener, extra_env=None, exit_with_pid=None,
+                 handshake_timeout=HANDSHAKE_TIMEOUT, kill_grace=KILL_GRACE, log=None):
+        self.name = name
+        self.secret = secret
+        self.listener = listener
+        self.base_env = dict(os.environ)
+        self.base_env.update(extra_env or {})
+        self.exit_with_pid = exit_with_pid
+        self.handshake_timeout = handshake_timeout
+        self.kill_grace = kill_grace
+        self.log_stream = log or sys.stderr
+        self.sel = selectors.DefaultSelector()
+        self.conns = {}  # socket fd -> Conn
+        self.sessions = {}  # sid -> Session
+        self.leaders = {}  # leader pid -> Session
+        self.pipe_owner = {}  # stdout/stderr pipe fd -> Session
+        self.stdin_owner = {}  # stdin pipe fd -> Session, while waiting to write
+        self.to_check = set()  # sessions whose leader and pipes are done
+        self.counter = 0
+        self.stopping = None
+        self.scan_due = False
+        self.next_scan = 0.0
+        self.pidfd = None
+        self.mypid = os.getpid()
+
+    def log(self, msg: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        try:
+            self.log_stream.write(f"{stamp} mpilaunch-agent[{self.name}]: {msg}\n")
+            self.log_stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _install_signals(self):
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, PDEATH_SIGNAL):
+            # A Python-level handler is needed for the C handler to write the
+            # wakeup byte; the loop does the real work.
+            signal.signal(sig, lambda *_: None)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, self._on_wakeup)
+
+    def _watch_exit_pid(self):
+        pid = self.exit_with_pid
+        if pid is None:
+            return
+        if pid == os.getppid():
+            _prctl(PR_SET_PDEATHSIG, PDEATH_SIGNAL)
+        try:
+            self.pidfd = os.pidfd_open(pid)
+            self.sel.register(self.pidfd, selectors.EVENT_READ, self._on_exit_pid)
+        except (AttributeError, OSError):
+            self.pidfd = None  # polled in _tick instead
+        if _pid_gone(pid):
+            self.stop(f"process {pid} is gone")
+
+    def serve(self) -> int:
+        if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
+            self.log("warning: cannot become a child subreaper; daemonized descendants may escape")
+        self._install_signals()
+        self.listener.setblocking(False)
+        self.sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
+        self._watch_exit_pid()
+        while self.stopping is None:
+            timeout = self._next_timeout()
+            for key, events in self.sel.select(timeout):
+                try:
+                    key.data(key, events)
+                except Exception as exc:  # never let one bad connection stop the agent
+                    self._internal_error(key, exc)
+            try:
+                self._tick()
+            except Exception as exc:
+                self._internal_error(None, exc)
+        return self._shutdown()
+
+    def _internal_error(self, key, exc):
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        self.log(f"internal error: {exc!r} at {os.path.basename(where.filename)}:{where.lineno}")
+        conn = self.conns.get(key.fd) if key is not None else None
+        if conn is not None:
+            self._client_gone(conn, f"internal error: {exc!r}")
+
+    def stop(self, reason: str) -> None:
+        if self.stopping is None:
+            self.stopping = reason
+
+    def _on_wakeup(self, key, events):
+        try:
+            data = self.wake_r.recv(4096)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum == signal.SIGCHLD:
+                self._reap()
+            elif signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                self.stop(f"received {signal.Signals(signum).name}")
+            elif signum == PDEATH_SIGNAL and self.exit_with_pid and _pid_gone(self.exit_with_pid):
+                self.stop(f"parent process {self.exit_with_pid} exited")
+
+    def _on_exit_pid(self, key, events):
+        self.stop(f"process {self.exit_with_pid} exited")
+
+    def _next_timeout(self):
+        now = time.monotonic()
+        wake = now + SCAN_INTERVAL if (self.pidfd is None and self.exit_with_pid) else now + 5.0
+        for conn in self.conns.values():
+            if conn.deadline is not None:
+                wake = min(wake, conn.deadline)
+        if self.to_check:
+            return 0.0
+        if self.scan_due or any(s.status is not None or s.ending for s in self.sessions.values()):
+            wake = min(wake, max(self.next_scan, now + 0.05))
+        return max(0.0, wake - now)
+
+    def _tick(self):
+        now = time.monotonic()
+        self._reap()  # cheap; covers a SIGCHLD wakeup byte lost to a full buffer
+        if self.to_check:
+            checks, self.to_check = self.to_check, set()
+            alive = processes_by_session(self.mypid)
+            for sess in checks:
+                if sess.done:
+                    continue
+                if sess.sid in alive:
+                    self.scan_due = True  # daemonized descendants still run: linger
+                else:
+                    self._finish(sess)
+        for conn in [c for c in self.conns.values() if c.deadline is not None and c.deadline <= now]:
+            if conn.state == "closing":
+                self._close(conn)
+            else:
+                self.log(f"refused connection from {conn.peer}: handshake timed out")
+                self._close(conn)
+        if self.exit_with_pid and self.pidfd is None and _pid_gone(self.exit_with_pid):
+            self.stop(f"process {self.exit_with_pid} is gone")
+        waiting = [s for s in self.sessions.values() if (s.status is not None and not s.pipes) or s.ending]
+        if waiting and (self.scan_due or now >= self.next_scan):
+            self.scan_due = False
+            self.next_scan = now + SCAN_INTERVAL
+            alive = processes_by_session(self.mypid)
+            for sess in waiting:
+                pids = alive.get(sess.sid, [])
+                if sess.ending and sess.kill_at is not None and now >= sess.kill_at:
+                    self._signal_session(sess, signal.SIGKILL, pids)
+                if not pids and sess.status is not None:
+                    self._finish(sess)
+        elif not waiting:
+            self.scan_due = False
+
