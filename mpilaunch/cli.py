@@ -134,6 +134,16 @@ def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
     return spec_from_args(args, command), args
 
 
+def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
+    p = _Parser(prog=f"mpilaunch {action}")
+    p.add_argument("name")
+    p.add_argument("--backend", default=os.environ.get("MPILAUNCH_BACKEND", "local"))
+    p.add_argument("--namespace")
+    p.add_argument("--context")
+    p.add_argument("--kubeconfig")
+    return p.parse_args(argv)
+
+
 def cmd_run(argv: list[str]) -> int:
     from .job import run_spec
 
@@ -149,10 +159,14 @@ def dispatch(argv: list[str]) -> int:
         from .agent import main as agent_main
 
         return agent_main(argv[1:]) or 0
-    if argv and argv[0] in ("render", "status", "logs", "delete"):
+    if argv and argv[0] == "render":
         from . import manage
 
-        return manage.main(argv[0], argv[1:])
+        return manage.render(parse_run(argv[1:])[0])
+    if argv and argv[0] in ("status", "logs", "delete"):
+        from . import manage
+
+        return manage.job_action(argv[0], parse_job_action(argv[0], argv[1:]))
     if argv and argv[0] == "run":
         argv = argv[1:]
     return cmd_run(argv)

@@ -1,23 +1,23 @@
-"""`mpilaunch render|status|logs|delete`: look at or remove jobs on cluster backends."""
+"""`mpilaunch render|status|logs|delete`: look at or remove jobs on cluster backends.
+
+The command line is parsed in ``cli``; these functions take parsed values, so
+``cli`` depends on this module and never the other way round.
+"""
 
 from __future__ import annotations
 
-import os
+import io
 import sys
+from dataclasses import replace
 
 from . import backends
 from .errors import UsageError
+from .spec import JobSpec
 
 
-def cmd_render(argv: list[str]) -> int:
+def render(spec: JobSpec) -> int:
     """Write what a run would create, without creating it (a dry run)."""
-    from .cli import parse_run
     from .job import run_spec
-
-    spec, args = parse_run(argv)
-    from dataclasses import replace
-
-    import io
 
     buf = io.StringIO()
     run_spec(replace(spec, dry_run=True), stdout=buf, quiet=True)
@@ -28,16 +28,8 @@ def cmd_render(argv: list[str]) -> int:
     return 0
 
 
-def cmd_job(action: str, argv: list[str]) -> int:
-    from .cli import _Parser
-
-    p = _Parser(prog=f"mpilaunch {action}")
-    p.add_argument("name")
-    p.add_argument("--backend", default=os.environ.get("MPILAUNCH_BACKEND", "local"))
-    p.add_argument("--namespace")
-    p.add_argument("--context")
-    p.add_argument("--kubeconfig")
-    args = p.parse_args(argv)
+def job_action(action: str, args) -> int:
+    """status / logs / delete NAME on the backend named by ``args.backend``."""
     backend_cls = backends.load(args.backend)
     handler = getattr(backend_cls, f"manage_{action}", None)
     if handler is None:
@@ -46,9 +38,3 @@ def cmd_job(action: str, argv: list[str]) -> int:
             "local jobs live and die with their mpilaunch process; use --backend k8s or yarn",
         )
     return handler(args, sys.stdout) or 0
-
-
-def main(action: str, argv: list[str]) -> int:
-    if action == "render":
-        return cmd_render(argv)
-    return cmd_job(action, argv)
