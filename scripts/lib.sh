@@ -12,7 +12,67 @@ apt_ensure() {
   if ((${#missing[@]})); then
     log "apt-get install ${missing[*]}"
     local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    # wait for another apt/dpkg (a parallel setup, unattended upgrades) instead of failing
+    local lock=(-o DPkg::Lock::Timeout=600)
+    $sudo apt-get "${lock[@]}" update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y -qq "${missing[@]}" >/dev/null
   fi
+}
+
+# ---- phase timing: every setup phase prints its duration, and phase_table
+# prints all of them, so a slow phase is visible in every CI log.
+declare -A PHASE_T0=() PHASE_SECS=()
+PHASE_ORDER=()
+phase_start() { PHASE_T0[$1]=$(date +%s); PHASE_ORDER+=("$1"); log "phase $1: start"; }
+phase_end() {
+  PHASE_SECS[$1]=$(( $(date +%s) - PHASE_T0[$1] ))
+  log "phase $1: ${PHASE_SECS[$1]} s"
+}
+# run_phase_bg NAME LOG CMD...: run CMD in the background, its own end time
+# recorded (not the time somebody waited for it). Sets PHASE_PID[NAME].
+declare -A PHASE_PID=()
+run_phase_bg() {
+  local name="$1" logfile="$2"; shift 2
+  phase_start "$name"
+  ( "$@" >"$logfile" 2>&1; rc=$?; date +%s >"$logfile.end"; exit $rc ) &
+  PHASE_PID[$name]=$!
+}
+# wait_phase NAME LOG: wait for a background phase; on failure show its log and stop.
+wait_phase() {
+  local name="$1" logfile="$2" rc=0
+  wait "${PHASE_PID[$name]}" || rc=$?
+  if [ -f "$logfile.end" ]; then
+    PHASE_SECS[$name]=$(( $(cat "$logfile.end") - PHASE_T0[$name] ))
+  else
+    PHASE_SECS[$name]=$(( $(date +%s) - PHASE_T0[$name] ))
+  fi
+  if [ "$rc" != 0 ]; then
+    log "phase $name FAILED (rc=$rc) after ${PHASE_SECS[$name]} s; last lines of $logfile:"
+    tail -40 "$logfile" >&2
+    exit 1
+  fi
+  log "phase $name: ${PHASE_SECS[$name]} s (background; log $logfile)"
+}
+phase_table() {
+  local name
+  printf '%-14s %8s\n' "setup phase" "seconds" >&2
+  for name in "${PHASE_ORDER[@]}"; do
+    printf '%-14s %8s\n' "$name" "${PHASE_SECS[$name]:-running}" >&2
+  done
+}
+
+# ensure_venv DIR: a venv whose interpreter runs and matches this machine's
+# python3 (version + path recorded in DIR/.mpilaunch-key); otherwise made anew.
+ensure_venv() {
+  local venv="$1" key
+  key="$(python3 -c 'import sys; print(sys.version.split()[0], sys.executable)')"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import sys' 2>/dev/null \
+     && [ "$(cat "$venv/.mpilaunch-key" 2>/dev/null)" = "$key" ]; then
+    return
+  fi
+  log "creating $venv ($key)"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+  echo "$key" >"$venv/.mpilaunch-key"
 }

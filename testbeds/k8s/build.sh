@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Build the binaries of a local Kubernetes test control plane from Go modules.
 #
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet,
+#   kube-proxy
 #       from k8s.io/kubernetes (wrapper go.mod replacing every staging module
-#       with its published v0.X.Y version)
+#       with its published v0.X.Y version), all in ONE `go build` so the
+#       shared packages compile once and the links run in parallel
 #   etcd  from go.etcd.io/etcd/server/v3/etcdmain (tiny wrapper main)
 #   kwok  via `go install sigs.k8s.io/kwok/cmd/kwok@VERSION`
 #
 # Output: $MPILAUNCH_K8S_CACHE/bin/<name>-<version>  (default cache:
-# ~/.cache/mpilaunch-k8s). Idempotent: a binary already there is not rebuilt.
+# $MPILAUNCH_CACHE/mpilaunch-k8s, MPILAUNCH_CACHE defaulting to ~/.cache).
+# The Go build and module caches live under $MPILAUNCH_CACHE/mpilaunch-go, so
+# a fresh MPILAUNCH_CACHE really builds from nothing.
+# Idempotent: a binary already there is smoke-checked (`--version`) and
+# rebuilt only when missing or broken.
 #
 # Usage: build.sh [--print-bindir] [component...]
 set -euo pipefail
@@ -21,7 +27,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KWOK_PATCH="$HERE/kwok-$KWOK_VERSION-exec.patch"
 KWOK_PATCH_ID="$(sha256sum "$KWOK_PATCH" | cut -c1-8)"
 
-CACHE="${MPILAUNCH_K8S_CACHE:-$HOME/.cache/mpilaunch-k8s}"
+ROOT_CACHE="${MPILAUNCH_CACHE:-$HOME/.cache}"
+CACHE="${MPILAUNCH_K8S_CACHE:-$ROOT_CACHE/mpilaunch-k8s}"
+export GOCACHE="${MPILAUNCH_GOCACHE:-$ROOT_CACHE/mpilaunch-go/build}"
+export GOMODCACHE="${MPILAUNCH_GOMODCACHE:-$ROOT_CACHE/mpilaunch-go/mod}"
 BIN="$CACHE/bin"
 SRC="$CACHE/src"
 
@@ -33,7 +42,7 @@ fi
 # staging version: v1.33.13 -> v0.33.13
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 
-K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 ALL=("${K8S_CMDS[@]}" etcd kwok)
 WANT=("$@")
 if [[ ${#WANT[@]} -eq 0 ]]; then WANT=("${ALL[@]}"); fi
@@ -41,7 +50,8 @@ if [[ ${#WANT[@]} -eq 0 ]]; then WANT=("${ALL[@]}"); fi
 command -v go >/dev/null || { echo "build.sh: go not found in PATH" >&2; exit 1; }
 
 export CGO_ENABLED=0
-export GOFLAGS=-mod=mod
+# -modcacherw: a throw-away MPILAUNCH_CACHE can be removed with plain rm -rf
+export GOFLAGS="-mod=mod -modcacherw"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 LDFLAGS="-s -w"
 
@@ -63,8 +73,20 @@ wants() {
     return 1
 }
 
-need() {  # need NAME -> true if binary missing
-    [[ ! -x "$BIN/$1-$(version_of "$1")" ]]
+need() {  # need NAME -> true if the binary is missing or fails its smoke check
+    local bin="$BIN/$1-$(version_of "$1")"
+    [[ -x "$bin" ]] || return 0
+    local probe=(--version)
+    case "$1" in
+        kwok) probe=(--help) ;;
+        kubectl) probe=(version --client) ;;
+    esac
+    if ! "$bin" "${probe[@]}" >/dev/null 2>&1; then
+        log "$bin fails its smoke check (${probe[*]}): rebuilding"
+        rm -f "$bin"
+        return 0
+    fi
+    return 1
 }
 
 install_bin() {  # install_bin NAME BUILT_FILE
@@ -85,7 +107,7 @@ k8s_wrapper() {  # sets K8S_DIR
     if [[ ! -f "$dir/go.mod" ]]; then
         log "writing wrapper go.mod for k8s.io/kubernetes $K8S_VERSION (staging $STAGING_VERSION)"
         # the upstream go.mod lists every staging module in its replace block
-        (cd "$dir" && GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null)
+        (cd "$dir" && GOFLAGS=-modcacherw go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null)
         local upstream
         upstream="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
         local staging
@@ -107,30 +129,26 @@ k8s_wrapper() {  # sets K8S_DIR
 }
 
 build_k8s() {
-    local c need_any=0
-    for c in "${K8S_CMDS[@]}"; do
-        if wants "$c" && need "$c"; then need_any=1; fi
-    done
-    if [[ $need_any == 0 ]]; then
-        for c in "${K8S_CMDS[@]}"; do wants "$c" && log "$c $K8S_VERSION: cached"; done
-        return 0
-    fi
-    k8s_wrapper
-    local dir="$K8S_DIR"
+    local c todo=()
     for c in "${K8S_CMDS[@]}"; do
         wants "$c" || continue
-        need "$c" || { log "$c $K8S_VERSION: cached"; continue; }
-        log "building $c $K8S_VERSION (this takes minutes the first time)"
-        local t0=$SECONDS
-        (cd "$dir" && go build -trimpath -ldflags="$LDFLAGS" -o "$dir/$c.out" "k8s.io/kubernetes/cmd/$c") || {
-            log "building $c failed. If the errors say a k8s.io/<staging>@$STAGING_VERSION zip is" \
-                "'not available' (403), the module proxy lacks that version: choose another" \
-                "K8S_VERSION whose staging modules are all published."
-            exit 1
-        }
-        install_bin "$c" "$dir/$c.out"
-        log "$c built in $((SECONDS - t0))s"
+        if need "$c"; then todo+=("$c"); else log "$c $K8S_VERSION: cached"; fi
     done
+    ((${#todo[@]})) || return 0
+    k8s_wrapper
+    local dir="$K8S_DIR" out="$K8S_DIR/out" pkgs=()
+    for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+    log "building ${todo[*]} $K8S_VERSION in one go build (minutes the first time)"
+    local t0=$SECONDS
+    rm -rf "$out" && mkdir -p "$out"
+    (cd "$dir" && go build -trimpath -ldflags="$LDFLAGS" -o "$out/" "${pkgs[@]}") || {
+        log "building ${todo[*]} failed. If the errors say a k8s.io/<staging>@$STAGING_VERSION zip is" \
+            "'not available' (403), the module proxy lacks that version: choose another" \
+            "K8S_VERSION whose staging modules are all published."
+        exit 1
+    }
+    for c in "${todo[@]}"; do install_bin "$c" "$out/$c"; done
+    log "${todo[*]} built in $((SECONDS - t0))s"
 }
 
 # ---------------------------------------------------------------------- etcd
@@ -173,7 +191,7 @@ build_kwok() {
     local share="$CACHE/share/kwok-$KWOK_VERSION"
     local moddir=""
     if need kwok || [[ ! -f "$share/.complete" ]]; then
-        moddir="$(cd "$SRC" && GOFLAGS= go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+        moddir="$(cd "$SRC" && GOFLAGS=-modcacherw go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
         [[ -d "$moddir" ]] || { echo "could not download sigs.k8s.io/kwok@$KWOK_VERSION" >&2; exit 1; }
         # stage definitions and CRDs that kwokctl would write/apply
         rm -rf "$share.tmp" && mkdir -p "$share.tmp/stages" "$share.tmp/crds"
@@ -205,7 +223,17 @@ build_kwok() {
 
 T0=$SECONDS
 log "cache: $CACHE; kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION; $(go version)"
-build_etcd
-build_kwok
-build_k8s
+# etcd and kwok are separate modules: their downloads and compiles overlap the
+# big Kubernetes build (on 2 cores that hides the module downloads).
+build_etcd > >(sed 's/^/[etcd] /') 2>&1 &
+etcd_pid=$!
+build_kwok > >(sed 's/^/[kwok] /') 2>&1 &
+kwok_pid=$!
+k8s_rc=0; build_k8s || k8s_rc=$?
+etcd_rc=0; wait "$etcd_pid" || etcd_rc=$?
+kwok_rc=0; wait "$kwok_pid" || kwok_rc=$?
+if ((k8s_rc || etcd_rc || kwok_rc)); then
+    log "FAILED (kubernetes rc=$k8s_rc, etcd rc=$etcd_rc, kwok rc=$kwok_rc)"
+    exit 1
+fi
 log "done in $((SECONDS - T0))s; binaries in $BIN"

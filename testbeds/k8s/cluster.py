@@ -7,7 +7,7 @@ scheduled and become Running without a container runtime, and
 process (kwok's ClusterExec "local" target).
 
 Stdlib only. Binaries come from ``build.sh`` (cached in
-``~/.cache/mpilaunch-k8s/bin``); certificates are made with the ``openssl``
+``$MPILAUNCH_CACHE/mpilaunch-k8s/bin``); certificates are made with the ``openssl``
 CLI.
 
 Python use::
@@ -76,7 +76,8 @@ class ClusterError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MPILAUNCH_K8S_CACHE", Path.home() / ".cache" / "mpilaunch-k8s"))
+    root = Path(os.environ.get("MPILAUNCH_CACHE", Path.home() / ".cache"))
+    return Path(os.environ.get("MPILAUNCH_K8S_CACHE", root / "mpilaunch-k8s"))
 
 
 def _kwok_binary_name() -> str:
@@ -89,7 +90,8 @@ def _kwok_binary_name() -> str:
 
 def _binary_names() -> dict[str, str]:
     names = {c: f"{c}-{K8S_VERSION}" for c in
-             ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")}
+             ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
+              "kubelet", "kube-proxy")}
     names["etcd"] = f"etcd-{ETCD_VERSION}"
     names["kwok"] = _kwok_binary_name()
     return names

@@ -2,7 +2,7 @@
 
 One ResourceManager and N NodeManagers run as separate JVMs on 127.0.0.1
 with random free ports, from Hadoop jars fetched from Maven Central
-(``testbeds/yarn/fetch.sh``, cached in ``~/.cache/mpilaunch-yarn``).
+(``testbeds/yarn/fetch.sh``, cached in ``$MPILAUNCH_CACHE/mpilaunch-yarn``).
 Containers run as plain local processes (DefaultContainerExecutor), as the
 user running the tests.
 
@@ -54,7 +54,8 @@ FETCH_SH = os.path.join(HERE, "fetch.sh")
 FAKE_GPU_BIN = os.path.join(HERE, "fake-gpu-bin")
 HADOOP_VERSION = "3.5.0"  # keep in sync with pom.xml
 CACHE_DIR = os.environ.get(
-    "MPILAUNCH_YARN_CACHE", os.path.expanduser("~/.cache/mpilaunch-yarn"))
+    "MPILAUNCH_YARN_CACHE",
+    os.path.join(os.environ.get("MPILAUNCH_CACHE", os.path.expanduser("~/.cache")), "mpilaunch-yarn"))
 HADOOP_HOME = os.path.join(CACHE_DIR, "hadoop-" + HADOOP_VERSION)
 LIB_DIR = os.path.join(HADOOP_HOME, "lib")  # daemons (pom.xml)
 CLIENT_DIR = os.path.join(HADOOP_HOME, "client")  # clients, skein AM (pom-client.xml)

@@ -6,7 +6,8 @@
 #   testbeds/yarn/fetch.sh            # idempotent; a second run is a no-op
 #   MPILAUNCH_YARN_CACHE=/some/dir testbeds/yarn/fetch.sh
 #
-# Layout (default cache ~/.cache/mpilaunch-yarn):
+# Layout (default cache $MPILAUNCH_CACHE/mpilaunch-yarn, MPILAUNCH_CACHE
+# defaulting to ~/.cache):
 #   m2/                       private Maven local repository
 #   hadoop-$V/lib/*.jar       RM + NM jars (runtime closure of pom.xml)
 #   hadoop-$V/client/*.jar    hadoop-client-api/-runtime + slf4j/reload4j
@@ -18,7 +19,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${MPILAUNCH_YARN_CACHE:-$HOME/.cache/mpilaunch-yarn}"
+CACHE="${MPILAUNCH_YARN_CACHE:-${MPILAUNCH_CACHE:-$HOME/.cache}/mpilaunch-yarn}"
 POM="$HERE/pom.xml"
 V="$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$POM")"
 LIB="$CACHE/hadoop-$V/lib"
@@ -27,8 +28,16 @@ SHIM="$CACHE/bin/yarn"
 SHIM_VERSION=3
 KEY="$(cat "$POM" "$HERE/pom-client.xml" | sha256sum | cut -c1-16)-shim$SHIM_VERSION"
 
+# smoke check: the shim starts a JVM on the jars and Hadoop reports its version;
+# the client classpath holds the client API jar that skein's driver needs.
+smoke_check() {
+  "$SHIM" version 2>/dev/null | grep -q "^Hadoop $V" \
+    && ls "$CLIENT"/hadoop-client-api-*.jar >/dev/null 2>&1
+}
 if [ -f "$CACHE/stamp" ] && [ "$(cat "$CACHE/stamp")" = "$KEY" ] && [ -x "$SHIM" ]; then
-  exit 0
+  if smoke_check; then exit 0; fi
+  echo "fetch.sh: the cached Hadoop $V in $CACHE fails its smoke check: fetching again" >&2
+  rm -f "$CACHE/stamp" "$LIB"/.complete-* "$CLIENT"/.complete-*
 fi
 
 find_java_home() {
@@ -104,5 +113,6 @@ exec "\$JAVA_HOME/bin/java" \$JPMS_OPTS -Xmx256m -XX:TieredStopAtLevel=1 -XX:+Us
 SHIM
 chmod +x "$SHIM.tmp"
 mv "$SHIM.tmp" "$SHIM"
+smoke_check || { echo "fetch.sh: ERROR: Hadoop $V in $CACHE fails its smoke check ($SHIM version)" >&2; exit 1; }
 echo "$KEY" > "$CACHE/stamp"
 echo "fetch.sh: ready: $SHIM (Hadoop $V, JAVA_HOME=$JH)" >&2
