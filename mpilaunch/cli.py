@@ -52,6 +52,8 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
     ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
     ctl.add_argument("--dry-run", action="store_true", help="print the plan, hostfile, mpirun command and environment; create nothing")
+    ctl.add_argument("--no-verify", dest="verify", action="store_false",
+                     help="skip the placement check (every rank on its planned worker, np ranks in all)")
     ctl.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     k8s = p.add_argument_group("kubernetes")
@@ -114,6 +116,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         dry_run=args.dry_run,
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,
+        verify=args.verify,
         mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers or args.chief or args.evaluator or args.tensorboard) else "allreduce"),
         k8s=K8sOptions(
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,

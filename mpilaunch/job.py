@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends, gpu_slots, hostfile, mpi
+from . import backends, gpu_slots, hostfile, mpi, placement
 from .errors import EXIT_INTERRUPTED, Interrupted, MpilaunchError, UsageError
 from .output import RankOutput
 from .procs import terminate_group
@@ -49,6 +49,7 @@ class JobResult:
     timings: dict[str, float] = field(default_factory=dict)
     failure: str | None = None
     output_dir: str | None = None
+    placement: dict | None = None  # the verified placement (placement.summary)
 
     @property
     def ok(self) -> bool:
@@ -234,6 +235,55 @@ def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ placement
+
+
+def resolves_here(name: str) -> bool:
+    """Whether mpirun would fork a rank for host ``name`` itself instead of calling the agent."""
+    import socket
+
+    try:
+        address = socket.gethostbyname(name)
+    except OSError:
+        return False
+    if address.startswith("127.") or address == "0.0.0.0":
+        return True
+    try:
+        return address in socket.gethostbyname_ex(socket.gethostname())[2]
+    except OSError:
+        return False
+
+
+def placement_watch(plan: Plan, output: RankOutput):
+    """The fail-fast check the launch loops call: definite mismatches only, cached per start count."""
+    seen = {"n": -1, "mismatch": None}
+
+    def current():
+        n = len(output.starts)
+        if n != seen["n"]:
+            seen["n"] = n
+            starts = [placement.RankStart.from_tuple(t) for t in list(output.starts)]
+            seen["mismatch"] = placement.check(plan, starts, complete=False)
+        return seen["mismatch"]
+
+    return current
+
+
+def verify_placement(spec: JobSpec, plan: Plan, info, output: RankOutput, mpirun_code: int | None,
+                     hosts: dict[str, str]) -> tuple[placement.Mismatch | None, str | None]:
+    """(mismatch, hint) after mpirun ended; missing ranks count only when it ended well."""
+    starts = [placement.RankStart.from_tuple(t) for t in output.starts]
+    ended_well = mpirun_code == 0 and not any(code != 0 for _, _, code in output.statuses)
+    finished = {rank: worker for rank, worker, _ in output.statuses}
+    mismatch = placement.check(plan, starts, complete=ended_well, finished=finished)
+    if mismatch is None:
+        return None, None
+    local = tuple(h for h in hosts.values() if resolves_here(h)) if mismatch.kind == placement.LAUNCHER else ()
+    hint = placement.likely_cause(mismatch, flavour=info.flavour, major=info.major, local_hosts=local,
+                                  mpi_args=spec.mpi_args)
+    return mismatch, hint
+
+
 # ------------------------------------------------------------------ dry run
 
 
@@ -242,6 +292,7 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
     print(f"backend: {spec.backend}", file=stream)
     print(f"mpi: {info.flavour} {info.version} ({info.path})", file=stream)
     print(f"ranks: {plan.ranks} on {len(plan.workers)} workers", file=stream)
+    print(f"verify placement: {'yes' if spec.verify else 'no (--no-verify)'}", file=stream)
     for w in plan.workers:
         print(f"  {w.name}: slots={w.slots} gpus={w.gpus}", file=stream)
     print("hostfile:", file=stream)
@@ -268,6 +319,7 @@ def write_report(path: Path, spec, plan, result: JobResult, workers: dict) -> No
         "exit_code": result.exit_code,
         "failure": result.failure,
         "ranks": [r.__dict__ for r in result.ranks],
+        "placement": result.placement,
         "timings": result.timings,
     }
     path.write_text(json.dumps(report, indent=2) + "\n")
@@ -302,6 +354,8 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
 
     result = JobResult(job_name=job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
     output = RankOutput(stdout, stderr, output_dir)
+    if spec.verify:
+        output.placement_check = placement_watch(plan, output)
     timings = result.timings
     t0 = time.monotonic()
     proc = None
@@ -331,13 +385,25 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
                 for p in pumps:
                     p.join(timeout=10)
             timings["run_s"] = round(time.monotonic() - t_launch, 3)
+            mismatch = None
             if mpirun_code is None:
                 result.exit_code = EXIT_TIMEOUT
                 result.failure = f"the job ran past --timeout {spec.timeout:g}s and was stopped"
             else:
-                result.exit_code, failure = decide_outcome(mpirun_code, output)
-                if result.exit_code != 0:
-                    result.failure = failure_message(failure, output, mpirun_code)
+                if spec.verify:
+                    t_verify = time.monotonic()
+                    mismatch, hint = verify_placement(spec, plan, info, output, mpirun_code, backend.hostnames())
+                    timings["verify_s"] = round(time.monotonic() - t_verify, 4)
+                if mismatch is not None:
+                    # the ranks' own exit codes are moot: they ran somewhere else than planned
+                    result.exit_code = placement.EXIT_PLACEMENT
+                    result.failure = f"{mismatch.message}\n  hint: {hint}"
+                else:
+                    result.exit_code, failure = decide_outcome(mpirun_code, output)
+                    if result.exit_code != 0:
+                        result.failure = failure_message(failure, output, mpirun_code)
+            result.placement = placement.summary(
+                plan, [placement.RankStart.from_tuple(t) for t in output.starts], mismatch, spec.verify)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
         result.failure = e.message
@@ -378,6 +444,10 @@ def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ra
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return None
+            if output.misplaced() is not None:
+                # ranks run elsewhere than planned: no point letting them go on
+                terminate_group(proc.pid)
+                return proc.wait()
             if failed_at is None and any(code != 0 for _, _, code in output.statuses):
                 failed_at = now
             if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:

@@ -1,4 +1,4 @@
-"""Collect mpirun's tagged output: echo it, split it per rank, catch rank status lines."""
+"""Collect mpirun's tagged output: echo it, split it per rank, catch rank start and status lines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from .mpi import split_tagged
-from .rank import STATUS_PREFIX, parse_status
+from .rank import START_PREFIX, STATUS_PREFIX, parse_start, parse_status
 
 TAIL_LINES = 20
 
@@ -21,6 +21,10 @@ class RankOutput:
         self.tails: dict[int, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         self.launcher_tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
         self.statuses: list[tuple[int, str, int]] = []  # in arrival order
+        self.starts: list[tuple[int, int | None, int | None, str, str]] = []  # rank wrappers' start lines
+        # job.py sets this to a function returning the placement mismatch seen so
+        # far (or None); launch loops stop mpirun as soon as it returns one.
+        self.placement_check = None
         self._logs: dict[int, object] = {}
         self._partial: dict[tuple[str, int | None], str] = {}  # a rank's unfinished line
         self._lock = threading.Lock()
@@ -47,6 +51,12 @@ class RankOutput:
 
     def _emit(self, stream: str, rank: int | None, text: str) -> None:
         text = text.rstrip("\r")
+        start = parse_start(text) if START_PREFIX in text else None
+        if start is not None:
+            self.starts.append(start)
+            text = text[: text.find(START_PREFIX)].strip(" \0")
+            if not text:
+                return
         status = parse_status(text)
         if status is not None:
             self.statuses.append(status)
@@ -63,6 +73,10 @@ class RankOutput:
         log = self._log(rank)
         if log is not None:
             log.write(text + "\n")
+
+    def misplaced(self):
+        """The placement mismatch seen so far, None if none (or verification is off)."""
+        return None if self.placement_check is None else self.placement_check()
 
     def pump(self, stream: str, pipe) -> threading.Thread:
         def run():

@@ -1,10 +1,12 @@
 """Per-rank wrapper: ``python -m mpilaunch.rank [--bind-gpus] -- CMD...``.
 
-mpirun starts this in place of the user's program on every rank. It runs the
-program, forwards termination signals to it, and prints one status line on
-stderr that the launcher reads from mpirun's tagged output. That is how
-mpilaunch knows *which* rank failed, on which worker, with which exit code,
-for every MPI flavour alike (mpirun's own exit code and messages differ).
+mpirun starts this in place of the user's program on every rank. It prints
+one start line on stderr (rank, local rank, size, worker, host: what mpilaunch
+checks against the plan), runs the program, forwards termination signals to
+it, and prints one status line on stderr that the launcher reads from
+mpirun's tagged output. That is how mpilaunch knows *where* every rank runs
+and *which* rank failed, on which worker, with which exit code, for every MPI
+flavour alike (mpirun's own exit code and messages differ).
 Standard library only: one of these starts per rank.
 """
 
@@ -18,10 +20,14 @@ import sys
 import time
 
 STATUS_PREFIX = "mpilaunch-rank-status:"
+START_PREFIX = "mpilaunch-rank-start:"
+# Not under any worker's agent or pod: mpirun forked the rank next to itself.
+NO_WORKER = "?"
 STATUS_LINGER_S = 0.1
 
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 _LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
+_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 
 
 def first_env(names, environ) -> str | None:
@@ -51,6 +57,30 @@ def parse_status(text: str) -> tuple[int, str, int] | None:
     return int(m[1]), m[2], int(m[3])
 
 
+def format_start(environ) -> str:
+    """The start line: where this rank runs, as MPI and the worker's agent/pod tell it."""
+    rank = first_env(_RANK_VARS, environ) or NO_WORKER
+    local = first_env(_LOCAL_RANK_VARS, environ) or NO_WORKER
+    size = first_env(_SIZE_VARS, environ) or NO_WORKER
+    worker = environ.get("MPILAUNCH_WORKER") or NO_WORKER
+    host = os.uname().nodename or NO_WORKER
+    return f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host}"
+
+
+_START_RE = re.compile(
+    re.escape(START_PREFIX) + r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"
+)
+
+
+def parse_start(text: str) -> tuple[int, int | None, int | None, str, str] | None:
+    """The start line -> (rank, local rank, size, worker, host); unknown numbers are None."""
+    m = _START_RE.search(text)
+    if m is None:
+        return None
+    number = lambda v: None if v == NO_WORKER else int(v)  # noqa: E731
+    return int(m[1]), number(m[2]), number(m[3]), m[4], m[5]
+
+
 def bound_devices(environ) -> str | None:
     """--bind-gpus: local rank i sees only the i-th GPU of its worker."""
     visible = environ.get("CUDA_VISIBLE_DEVICES")
@@ -76,6 +106,7 @@ def main(argv=None) -> int:
             env["CUDA_VISIBLE_DEVICES"] = device
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
+    print(format_start(env), file=sys.stderr, flush=True)
     try:
         # close_fds=False: MPICH's PMI hands each rank its connection as an
         # inherited descriptor (PMI_FD); closing it breaks MPI_Init.

@@ -86,6 +86,7 @@ class JobSpec:
     dry_run: bool = False
     bind_gpus: bool = False
     hostfile: str | None = None
+    verify: bool = True  # check every rank's placement against the plan
     mode: str = "allreduce"
     k8s: K8sOptions = field(default_factory=K8sOptions)
     yarn: YarnOptions = field(default_factory=YarnOptions)

@@ -482,6 +482,8 @@ class Backend(BaseBackend):
                         return code
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
+                if output.misplaced() is not None:
+                    return 1  # ranks run elsewhere than planned; job.py reports it and deletes the job
                 time.sleep(POLL)
         finally:
             stop.set()

@@ -455,8 +455,9 @@ class Backend(BaseBackend):
                 if not stop_sent:
                     if failed_at is None and any(c != 0 for _, _, c in output.statuses):
                         failed_at = now
-                    if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:
-                        # mpirun did not end the job itself (hydra waits for every rank)
+                    # mpirun did not end the job itself (hydra waits for every rank),
+                    # or ranks run elsewhere than planned
+                    if (failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S) or output.misplaced():
                         kv[KV_PREFIX + launcher_keys.STOP_KEY] = b"1"
                         stop_sent = True
             except (skein.exceptions.SkeinError, ConnectionError, OSError):
