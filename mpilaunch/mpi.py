@@ -18,6 +18,9 @@ from .errors import UsageError
 
 FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_")
 FORWARDED_NAMES = ("PYTHONPATH",)
+# The rank wrapper puts this directory first on the program's LD_LIBRARY_PATH
+# (prepended there, so the worker's own entries, e.g. CUDA's, stay).
+LIBDIR_ENV = "MPILAUNCH_MPI_LIBDIR"
 
 # Open MPI runs at most plm_rsh_num_concurrent agents at once and keeps one
 # per daemon alive: below the host count, a large launch stalls forever.
@@ -41,6 +44,15 @@ class MpiInfo:
     def hostfile_flavour(self) -> str:
         return "openmpi" if self.flavour == "openmpi" else self.flavour
 
+    @property
+    def libdir(self) -> str:
+        """``<prefix>/lib`` of the installation mpirun belongs to (``<prefix>/bin/mpiexec.hydra``).
+
+        Intel MPI's ranks need it on LD_LIBRARY_PATH (PyPI's impi-rt puts
+        libmpi.so.12 there and nothing adds it to the loader's path).
+        """
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(self.path))), "lib")
+
 
 @dataclass(frozen=True)
 class MpirunCommand:
@@ -52,7 +64,15 @@ class MpirunCommand:
 
 
 def parse_version_output(text: str) -> tuple[str, str] | None:
-    """``mpirun --version`` output -> (flavour, version), or None if unknown."""
+    """``mpirun --version`` output -> (flavour, version), or None if unknown.
+
+    Open MPI 4 and 5 name themselves ("mpirun (Open MPI) 5.0.11", Debian's
+    4.1 "mpirun.openmpi (OpenRTE) 4.1.4"); Intel MPI prints its banner
+    ("Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build ...",
+    2019's "Version 2019 Update 9"); MPICH's hydra (and its derivatives)
+    prints "HYDRA build details: Version: 4.0.2". Intel's hydra is checked
+    before MPICH's: it descends from it.
+    """
     m = re.search(r"\((?:Open MPI|OpenRTE)\)\s+(\d+[\w.]*)", text)
     if m:
         return "openmpi", m.group(1)
@@ -65,19 +85,51 @@ def parse_version_output(text: str) -> tuple[str, str] | None:
     return None
 
 
-def detect(path: str) -> MpiInfo:
+def first_line(text: str, limit: int = 80) -> str:
+    """What an unrecognised --version printed, for the error message."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not line:
+        return "nothing"
+    return repr(line if len(line) <= limit else line[:limit] + "...")
+
+
+def unknown_mpi_error(path: str, text: str) -> UsageError:
+    return UsageError(
+        f"cannot tell which MPI {path} is: its --version printed {first_line(text)}",
+        "mpilaunch knows Open MPI 4/5, MPICH and Intel MPI: pass --mpi openmpi|mpich|intel to say which one "
+        "it is, or point --mpirun at another mpirun",
+    )
+
+
+def _version_text(path: str) -> str:
+    # Intel's mpirun is a script that runs "mpiexec.hydra" from PATH: give it its own directory.
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([os.path.dirname(path), env.get("PATH", "")])
     try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, env=env)
     except OSError as e:
         raise UsageError(f"cannot run {path}: {e.strerror or e}", "check --mpirun or your PATH") from None
     except subprocess.TimeoutExpired:
         raise UsageError(f"{path} --version did not answer in 30 s", "check the MPI installation") from None
-    parsed = parse_version_output(proc.stdout + proc.stderr)
+    return proc.stdout + proc.stderr
+
+
+def hydra_sibling(path: str) -> str:
+    """Intel's ``mpirun`` wrapper script -> the ``mpiexec.hydra`` next to it, which mpilaunch runs directly."""
+    sibling = os.path.join(os.path.dirname(path), "mpiexec.hydra")
+    return sibling if os.path.basename(path) != "mpiexec.hydra" and os.access(sibling, os.X_OK) else path
+
+
+def detect(path: str, flavour: str = "auto") -> MpiInfo:
+    """The MPI behind ``path``; an explicit ``flavour`` is trusted when --version says nothing known."""
+    text = _version_text(path)
+    parsed = parse_version_output(text)
     if parsed is None:
-        raise UsageError(
-            f"{path} is not Open MPI, MPICH or Intel MPI (could not read its --version)",
-            "point --mpirun at the mpirun of a supported MPI",
-        )
+        if flavour != "auto":
+            return MpiInfo(flavour=flavour, version="unknown", path=path)
+        raise unknown_mpi_error(path, text)
+    if parsed[0] == "intel":
+        path = hydra_sibling(path)
     return MpiInfo(flavour=parsed[0], version=parsed[1], path=path)
 
 
@@ -105,7 +157,7 @@ def find_mpirun(flavour: str, explicit: str | None, path_env: str | None = None)
         resolved = shutil.which(explicit, path=path_env) if os.sep not in explicit else explicit
         if not resolved or not os.access(resolved, os.X_OK):
             raise UsageError(f"--mpirun {explicit} not found or not executable", "give the full path to mpirun")
-        info = detect(resolved)
+        info = detect(resolved, flavour)
         if flavour != "auto" and info.flavour != flavour:
             raise UsageError(
                 f"--mpirun {explicit} is {info.flavour} {info.version}, not {flavour}",
@@ -113,6 +165,7 @@ def find_mpirun(flavour: str, explicit: str | None, path_env: str | None = None)
             )
         return info
     seen = []
+    unknown: list[UsageError] = []
     for name in _CANDIDATES[flavour]:
         resolved = shutil.which(name, path=path_env)
         if not resolved or os.path.realpath(resolved) in seen:
@@ -120,10 +173,13 @@ def find_mpirun(flavour: str, explicit: str | None, path_env: str | None = None)
         seen.append(os.path.realpath(resolved))
         try:
             info = detect(resolved)
-        except UsageError:
+        except UsageError as e:
+            unknown.append(e)
             continue
         if flavour in ("auto", info.flavour):
             return info
+    if flavour == "auto" and unknown:
+        raise unknown[0]  # found one, but cannot tell what it is: say what it printed
     wanted = "an mpirun" if flavour == "auto" else f"a {flavour} mpirun"
     raise UsageError(
         f"no mpirun found ({wanted} on PATH)",
@@ -229,6 +285,8 @@ def build_mpirun(
         for name in names:
             if name in values:
                 argv += ["-genv", name, values[name]]
+        if info.flavour == "intel":
+            argv += ["-genv", LIBDIR_ENV, info.libdir]
     argv += list(extra_args)
     argv += list(command)
     return MpirunCommand(argv=argv, env=env)

@@ -91,6 +91,19 @@ def bound_devices(environ) -> str | None:
     return devices[int(local) % len(devices)] if devices else None
 
 
+def program_env(environ, bind: bool) -> dict:
+    """The user program's environment: MPI's library directory first, its own GPU with --bind-gpus."""
+    env = dict(environ)
+    libdir = env.pop("MPILAUNCH_MPI_LIBDIR", "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
+    if libdir:
+        env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if bind:
+        device = bound_devices(env)
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+    return env
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bind = False
@@ -99,11 +112,7 @@ def main(argv=None) -> int:
             bind = True
         argv.pop(0)
     command = argv[1:]
-    env = dict(os.environ)
-    if bind:
-        device = bound_devices(env)
-        if device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = device
+    env = program_env(os.environ, bind)
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     print(format_start(env), file=sys.stderr, flush=True)

@@ -23,18 +23,79 @@ def pairs(argv, flag):
     return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
 
 
+# Real `--version` outputs, captured from the installations the suite runs.
+OMPI5_VERSION = "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
+OMPI5_MPIEXEC_VERSION = "mpiexec (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
+OMPI4_VERSION = "mpirun.openmpi (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
+MPICH_VERSION = """HYDRA build details:
+    Version:                                 4.0.2
+    Release Date:                            Thu Apr  7 12:34:45 CDT 2022
+    CC:                              gcc -Wdate-time -D_FORTIFY_SOURCE=2 -g -O2
+    Configure options:                       '--with-hwloc-prefix=/usr' '--with-device=ch4:ucx' '--prefix=/usr'
+    Process Manager:                         pmi
+    Launchers available:                     ssh rsh fork slurm ll lsf sge manual persist
+    Topology libraries available:            hwloc
+    Resource management kernels available:   user slurm ll lsf sge pbs cobalt
+    Demux engines available:                 poll select
+"""
+INTEL_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b44796a)\n"
+                 "Copyright 2003-2026, Intel Corporation.\n")
+INTEL_2019_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2019 Update 9 Build 20200923 (id: abd58e492)\n"
+                      "Copyright 2003-2020, Intel Corporation.\n")
+
+
 @pytest.mark.parametrize(
     "text,expected",
     [
-        ("mpirun.openmpi (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/", ("openmpi", "4.1.4")),
-        ("mpirun (Open MPI) 5.0.11\n", ("openmpi", "5.0.11")),
-        ("HYDRA build details:\n    Version:                                 4.0.2\n", ("mpich", "4.0.2")),
+        (OMPI4_VERSION, ("openmpi", "4.1.4")),
+        ("mpirun (Open MPI) 4.1.4\n", ("openmpi", "4.1.4")),
+        (OMPI5_VERSION, ("openmpi", "5.0.11")),
+        (OMPI5_MPIEXEC_VERSION, ("openmpi", "5.0.11")),
+        (MPICH_VERSION, ("mpich", "4.0.2")),
+        (INTEL_VERSION, ("intel", "2021.18.1")),
+        (INTEL_2019_VERSION, ("intel", "2019")),
         ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619\nCopyright", ("intel", "2021.10")),
         ("something else", None),
+        ("mpirun (IBM Spectrum MPI) 10.4.0.3\n", None),
     ],
 )
 def test_parse_version_output(text, expected):
     assert mpi.parse_version_output(text) == expected
+
+
+def test_detected_intel_and_openmpi_majors():
+    assert mpi.MpiInfo(*mpi.parse_version_output(INTEL_VERSION), "/x").major == 2021
+    assert mpi.MpiInfo(*mpi.parse_version_output(OMPI5_VERSION), "/x").major == 5
+
+
+def test_unknown_mpi_error_names_what_was_found():
+    e = mpi.unknown_mpi_error("/opt/x/bin/mpirun", "\n  mpirun (IBM Spectrum MPI) 10.4.0.3\nmore\n")
+    assert e.message == "cannot tell which MPI /opt/x/bin/mpirun is: its --version printed 'mpirun (IBM Spectrum MPI) 10.4.0.3'"
+    assert "--mpi openmpi|mpich|intel" in e.hint
+    assert "printed nothing" in mpi.unknown_mpi_error("/x", "").message
+    assert len(mpi.unknown_mpi_error("/x", "y" * 500).message) < 150
+
+
+def test_intel_launch_sets_hydra_bootstrap_through_the_shim_and_the_library_path():
+    cmd = build(INTEL)
+    argv = cmd.argv
+    assert argv[argv.index("-bootstrap") + 1] == "rsh"
+    assert argv[argv.index("-bootstrap-exec") + 1] == "/bin/mpilaunch-rsh"
+    assert cmd.env["I_MPI_HYDRA_BOOTSTRAP"] == "rsh"
+    assert cmd.env["I_MPI_HYDRA_BOOTSTRAP_EXEC"] == "/bin/mpilaunch-rsh"
+    genv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-genv"}
+    assert genv[mpi.LIBDIR_ENV] == "/opt/intel/lib"  # <prefix>/lib of <prefix>/bin/mpirun
+    assert "-launcher" not in argv and "LD_LIBRARY_PATH" not in genv  # the worker's own path stays
+    assert mpi.LIBDIR_ENV not in pairs(build(MPICH).argv, "-genv")
+
+
+def test_intel_rank_environment_puts_the_mpi_libdir_first():
+    from mpilaunch import rank
+
+    env = rank.program_env({mpi.LIBDIR_ENV: "/opt/intel/lib", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, False)
+    assert env["LD_LIBRARY_PATH"] == "/opt/intel/lib:/usr/local/cuda/lib64" and mpi.LIBDIR_ENV not in env
+    assert rank.program_env({mpi.LIBDIR_ENV: "/opt/intel/lib"}, False)["LD_LIBRARY_PATH"] == "/opt/intel/lib"
+    assert "LD_LIBRARY_PATH" not in rank.program_env({}, False)
 
 
 def test_openmpi4_uses_rsh_names_on_command_line_and_both_in_env():
