@@ -151,6 +151,20 @@ def search_path(path_env: str | None) -> str:
     return os.pathsep.join(p for p in (path, sysconfig.get_path("scripts")) if p)
 
 
+def candidates(names, path_env: str, every_dir: bool) -> list[str]:
+    """Executables to try, in PATH order. ``every_dir``: not only the first of each name
+    (``--mpi intel`` must find Intel's mpiexec.hydra behind MPICH's on PATH)."""
+    if not every_dir:
+        return [found for found in (shutil.which(n, path=path_env) for n in names) if found]
+    out = []
+    for name in names:
+        for directory in path_env.split(os.pathsep):
+            path = os.path.join(directory, name)
+            if directory and os.path.isfile(path) and os.access(path, os.X_OK):
+                out.append(path)
+    return out
+
+
 def find_mpirun(flavour: str, explicit: str | None, path_env: str | None = None) -> MpiInfo:
     path_env = search_path(path_env)
     if explicit:
@@ -166,9 +180,8 @@ def find_mpirun(flavour: str, explicit: str | None, path_env: str | None = None)
         return info
     seen = []
     unknown: list[UsageError] = []
-    for name in _CANDIDATES[flavour]:
-        resolved = shutil.which(name, path=path_env)
-        if not resolved or os.path.realpath(resolved) in seen:
+    for resolved in candidates(_CANDIDATES[flavour], path_env, every_dir=flavour != "auto"):
+        if os.path.realpath(resolved) in seen:
             continue
         seen.append(os.path.realpath(resolved))
         try:

