@@ -49,7 +49,7 @@ def test_intel_detected_from_mpirun_version_and_ranks_find_libmpi(intel, tmp_pat
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     libdir = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(intel.mpirun))), "lib")
-    lines = sorted(line.split()[1:] for line in proc.stdout.splitlines() if "LIBMPI" in line)
+    lines = sorted(line.split("LIBMPI ", 1)[1].split() for line in proc.stdout.splitlines() if "LIBMPI " in line)
     assert lines == [[str(r), libdir] for r in range(4)], proc.stdout
     assert leftover_processes(name) == []
 

@@ -84,6 +84,13 @@ def openmpi_env(openmpi5, yarn):
         [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": openmpi5.mpirun}
 
 
+@pytest.fixture
+def intel_env(intel, yarn):
+    """Intel MPI (impi-rt) and its mpi4py; nothing Intel-specific is passed to the job."""
+    return {"env": mpilaunch_env(intel, **yarn.env) | {"PATH": os.pathsep.join(
+        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": intel.mpirun}
+
+
 def start(args, ctx, extra_env=None):
     cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"], *args]
     return subprocess.Popen(cmd, cwd=REPO, env={**ctx["env"], **(extra_env or {})}, text=True,
@@ -475,3 +482,36 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
                            text=True, timeout=60)
     assert local.returncode == 0, local.stderr
     assert "yarn_launcher" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("launcher", ["auto", "local"])
+def test_intel_allreduce_in_yarn_containers(yarn, intel_env, tmp_path, launcher):
+    """Intel MPI's hydra proxies reach the containers through the shim, from this machine or the launcher container."""
+    name = f"yarn-intel-{launcher}"
+    proc = start(["--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
+                  "--memory", "512 MiB", "--vcores", "2", "--output-dir", str(tmp_path), "-q",
+                  "--", sys.executable, str(REPO / "tests/programs/placement.py")], intel_env)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err
+    ranks = sorted((json.loads(line[line.find("{"):]) for line in out.splitlines() if '"rank"' in line),
+                   key=lambda r: r["rank"])
+    assert [r["sum"] for r in ranks] == [10] * 4
+    assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
+    assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["placement"]["verified"] is True
+    assert_released(yarn, name, "SUCCEEDED")
+
+
+@pytest.mark.mpi
+def test_intel_rank_failure_in_yarn_names_the_rank(yarn, intel_env):
+    name = "yarn-intel-fail"
+    proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
+                  "-x", "FAIL_RANK=3", "-x", "FAIL_CODE=5", "-x", "SLEEP=60",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], intel_env)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 5, out + err
+    assert f"rank 3 on worker {name}-worker-1 exited with code 5" in err
+    assert "rank 3 about to fail" in err
+    assert_released(yarn, name, "FAILED")
