@@ -7,8 +7,8 @@
 Runs alternate (A, B, A, B, ...) so load on the machine hits both alike;
 medians are compared. Target: verification adds at most 5% to the local
 launch time. Also reported: the check's own time inside mpilaunch
-(``timings.verify_s`` of report.json) and the pure check at 1024 ranks, which
-say what the end-to-end difference is made of (it is below the noise).
+(``timings.verify_s`` of report.json), the pure check at 1024 ranks and the
+wrapper's start line, which say what the end-to-end difference is made of.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mpilaunch import placement  # noqa: E402
+from mpilaunch import placement, rank  # noqa: E402
 from mpilaunch.spec import Plan, WorkerPlan  # noqa: E402
 
 TARGET_PCT = 5.0
@@ -53,6 +53,17 @@ def pure_check_cost(ranks: int = 1024, slots: int = 8, reps: int = 20) -> float:
     return (time.perf_counter() - t0) / reps
 
 
+def start_line_cost(reps: int = 2000) -> float:
+    """What the wrapper pays per rank for its start line (printed with or without --no-verify)."""
+    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+           "MPILAUNCH_WORKER": "b-worker-1"}
+    with open(os.devnull, "w") as sink:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            print(rank.format_start(env), file=sink, flush=True)
+        return (time.perf_counter() - t0) / reps
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=15)
@@ -64,9 +75,10 @@ def main() -> int:
         base += ["--mpirun", args.mpirun]
     command = ["--", sys.executable, "-c", "pass"]
     with tempfile.TemporaryDirectory() as tmp:
+        # both write report.json (and rank logs): only the check differs
         report_dir = Path(tmp) / "out"
         verified = base + ["--output-dir", str(report_dir)] + command
-        skipped = base + ["--no-verify"] + command
+        skipped = base + ["--no-verify", "--output-dir", str(Path(tmp) / "out-no-verify")] + command
         timed(verified, env), timed(skipped, env)  # warm caches
         ours, off, checks = [], [], []
         for _ in range(args.runs):
@@ -81,6 +93,7 @@ def main() -> int:
         "no_verify_median_s": round(statistics.median(off), 4),
         "in_launcher_check_median_ms": round(statistics.median(checks) * 1000, 3),
         "pure_check_1024_ranks_ms": round(pure_check_cost() * 1000, 3),
+        "start_line_per_rank_us": round(start_line_cost() * 1e6, 1),
     }
     diff = result["verified_median_s"] - result["no_verify_median_s"]
     result["cost_pct"] = round(100 * diff / result["no_verify_median_s"], 2)
@@ -88,7 +101,8 @@ def main() -> int:
     print(f"verified:    median {result['verified_median_s']:.3f}s")
     print(f"--no-verify: median {result['no_verify_median_s']:.3f}s")
     print(f"cost {result['cost_pct']:+.2f}% (target <= {TARGET_PCT}%); check inside mpilaunch "
-          f"{result['in_launcher_check_median_ms']} ms, pure check at 1024 ranks {result['pure_check_1024_ranks_ms']} ms")
+          f"{result['in_launcher_check_median_ms']} ms, pure check at 1024 ranks {result['pure_check_1024_ranks_ms']} ms, "
+          f"start line {result['start_line_per_rank_us']} us per rank")
     print(json.dumps(result))
     return 0 if result["cost_pct"] <= TARGET_PCT else 1
 

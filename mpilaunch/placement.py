@@ -78,7 +78,8 @@ def check(plan: Plan, starts: list[RankStart], *, complete: bool,
     status lines) stands in for a start line that got lost.
     """
     slots = {w.name: w.slots for w in plan.workers}
-    where = f"(plan: {_plural(plan.ranks, 'rank')} on {_plural(len(plan.workers), 'worker')})"
+    np = plan.ranks  # a property summing the slots: not inside the loops below
+    where = f"(plan: {_plural(np, 'rank')} on {_plural(len(plan.workers), 'worker')})"
     outside = [s.rank for s in starts if s.worker == NO_WORKER]
     if outside:
         return Mismatch(LAUNCHER, f"placement check failed: {'rank' if len(outside) == 1 else 'ranks'} "
@@ -88,14 +89,14 @@ def check(plan: Plan, starts: list[RankStart], *, complete: bool,
         ranks = [s.rank for s in starts if s.worker in foreign]
         return Mismatch(FOREIGN, f"placement check failed: ranks {ranges(ranks)} started in "
                                  f"{', '.join(foreign[:3])}, not a worker of job {plan.job_name} {where}")
-    sizes = sorted({s.size for s in starts if s.size is not None and s.size != plan.ranks})
+    sizes = sorted({s.size for s in starts if s.size is not None and s.size != np})
     if sizes:
         return Mismatch(SIZE, f"placement check failed: ranks report an MPI world of size "
-                              f"{', '.join(map(str, sizes))}, the plan has {plan.ranks} ranks {where}")
-    beyond = sorted({s.rank for s in starts if s.rank >= plan.ranks})
+                              f"{', '.join(map(str, sizes))}, the plan has {np} ranks {where}")
+    beyond = sorted({s.rank for s in starts if s.rank >= np})
     if beyond:
         return Mismatch(SIZE, f"placement check failed: rank {ranges(beyond)} started, "
-                              f"the plan has ranks 0-{plan.ranks - 1} {where}")
+                              f"the plan has ranks 0-{np - 1} {where}")
     counts = Counter(s.rank for s in starts)
     twice = [r for r, n in counts.items() if n > 1]
     if twice:
@@ -118,9 +119,9 @@ def check(plan: Plan, starts: list[RankStart], *, complete: bool,
     seen = {s.rank: s.worker for s in starts}
     for rank, worker in (finished or {}).items():
         seen.setdefault(rank, worker)
-    missing = [r for r in range(plan.ranks) if r not in seen]
+    missing = [r for r in range(np) if r not in seen]
     if missing:
-        return Mismatch(MISSING, f"placement check failed: only {len(seen)} of {plan.ranks} ranks started "
+        return Mismatch(MISSING, f"placement check failed: only {len(seen)} of {np} ranks started "
                                  f"(missing: {ranges(missing)}) {where}")
     per_worker = Counter(seen.values())
     short = [w.name for w in plan.workers if per_worker.get(w.name, 0) != w.slots]
