@@ -241,6 +241,30 @@ def test_allreduce_runs_on_its_pods_through_the_exec_api(kube, k8s_env, tmp_path
     assert leftover_processes(job) == []
 
 
+@pytest.mark.mpi
+def test_intel_allreduce_on_pods_through_the_exec_api(kube, intel, tmp_path):
+    """Intel MPI's hydra proxies exec'd into 2 pods; mpi4py on Intel's library, placement verified."""
+    job = "k8s-intel"
+    env = mpilaunch_env(intel, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable)
+    give_pods_their_env(kube, job, 2, tmp_path)
+    try:
+        proc = start(["--name", job, "--mpirun", intel.mpirun, "--np", "4", "--slots-per-worker", "2",
+                      "--launcher", "local", "-q", "--output-dir", str(tmp_path / "out"),
+                      "--", sys.executable, "tests/programs/placement.py"], env)
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+    finally:
+        forget_pod_env(kube, job, 2)
+    ranks = ranks_from(out)
+    assert [r["sum"] for r in ranks] == [10] * 4
+    assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
+    assert [r["worker"] for r in ranks] == [f"{job}-worker-0"] * 2 + [f"{job}-worker-1"] * 2
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["placement"]["verified"] is True
+    assert leftover_objects(kube, job) == []
+    wait_for(lambda: leftover_processes(job) == [], 20, "the job's processes to end")
+
+
 # ------------------------------------------------------------------ failures
 
 
