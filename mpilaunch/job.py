@@ -31,6 +31,7 @@ from .spec import JobSpec, Plan, WorkerPlan
 EXIT_TIMEOUT = 124
 FAIL_FAST_GRACE_S = 5.0
 DONE_GRACE_S = 15.0
+MISPLACED_GRACE_S = 1.0  # after a misplaced rank, how long to collect the other ranks' start lines
 SHIM_NAME = "mpilaunch-rsh"
 
 
@@ -254,9 +255,14 @@ def resolves_here(name: str) -> bool:
         return False
 
 
-def placement_watch(plan: Plan, output: RankOutput):
-    """The fail-fast check the launch loops call: definite mismatches only, cached per start count."""
-    seen = {"n": -1, "mismatch": None}
+def placement_watch(plan: Plan, output: RankOutput, grace: float = MISPLACED_GRACE_S):
+    """The fail-fast check the launch loops call: definite mismatches only, cached per start count.
+
+    A mismatch is reported once every rank has started or ``grace`` seconds
+    after it was first seen, so the message names all the misplaced ranks
+    (ranks started together report a few ms apart), not the first one alone.
+    """
+    seen = {"n": -1, "mismatch": None, "since": None}
 
     def current():
         n = len(output.starts)
@@ -264,7 +270,13 @@ def placement_watch(plan: Plan, output: RankOutput):
             seen["n"] = n
             starts = [placement.RankStart.from_tuple(t) for t in list(output.starts)]
             seen["mismatch"] = placement.check(plan, starts, complete=False)
-        return seen["mismatch"]
+        if seen["mismatch"] is None:
+            return None
+        if seen["since"] is None:
+            seen["since"] = time.monotonic()
+        if n >= plan.ranks or time.monotonic() - seen["since"] >= grace:
+            return seen["mismatch"]
+        return None
 
     return current
 
