@@ -337,12 +337,16 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
                 for p in pumps:
                     p.join(timeout=10)
             timings["run_s"] = round(time.monotonic() - t_launch, 3)
-            mismatch = None
+            mismatch = unverified = None
             if mpirun_code is None:
                 result.exit_code = EXIT_TIMEOUT
                 result.failure = f"the job ran past --timeout {spec.timeout:g}s and was stopped"
             else:
-                if spec.verify:
+                if spec.verify and not (output.starts or output.statuses):
+                    # nothing to judge by (a launcher whose log never reached us): say so, fail on evidence only
+                    unverified = "no rank reported where it started (mpirun's output did not reach mpilaunch)"
+                    print(f"mpilaunch: warning: placement not verified: {unverified}", file=stderr)
+                elif spec.verify:
                     t_verify = time.monotonic()
                     mismatch, hint = verify_placement(spec, plan, info, output, mpirun_code, backend.hostnames())
                     timings["verify_s"] = round(time.monotonic() - t_verify, 4)
@@ -356,7 +360,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
                         result.failure = failure_message(failure, output, mpirun_code)
             result.placement = placement.summary(
                 plan, [placement.RankStart.from_tuple(t) for t in output.starts], mismatch,
-                spec.verify and mpirun_code is not None)
+                spec.verify and mpirun_code is not None and unverified is None, note=unverified)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
         result.failure = e.message

@@ -172,14 +172,16 @@ def likely_cause(mismatch: Mismatch, *, flavour: str, major: int, local_hosts: t
             f"--host) overrides it{args}")
 
 
-def summary(plan: Plan, starts: list[RankStart], mismatch: Mismatch | None, enabled: bool) -> dict:
-    """The verified placement for report.json."""
+def summary(plan: Plan, starts: list[RankStart], mismatch: Mismatch | None, enabled: bool,
+            note: str | None = None) -> dict:
+    """The verified placement for report.json; ``verified`` is None when no check ran (``note`` says why)."""
     by_worker: dict[str, list[int]] = {w.name: [] for w in plan.workers}
     for s in sorted(starts, key=lambda s: s.rank):
         by_worker.setdefault(LAUNCHER_KEY if s.worker == NO_WORKER else s.worker, []).append(s.rank)
     return {
         "verified": (mismatch is None) if enabled else None,
         "mismatch": None if mismatch is None else {"kind": mismatch.kind, "message": mismatch.message},
+        "note": note,
         "workers": {name: {"planned_slots": next((w.slots for w in plan.workers if w.name == name), 0),
                            "ranks": ranks} for name, ranks in by_worker.items()},
         "ranks": [{"rank": s.rank, "local_rank": s.local_rank, "size": s.size, "worker": s.worker, "host": s.host}
