@@ -26,6 +26,8 @@ CASES = {
     "unknown-backend": (["--backend", "slurm", "--np", "2", "--", "true"], "unknown backend 'slurm'"),
     "negative-timeout": (["--np", "2", "--timeout", "-5", "--", "true"], "--timeout must be positive"),
     "missing-mpirun": (["--np", "2", "--mpirun", "/nonexistent/mpirun", "--", "true"], "not found"),
+    "unknown-mpirun": (["--np", "2", "--mpirun", "/bin/echo", "--", "true"],
+                       "cannot tell which MPI /bin/echo is: its --version printed 'echo (GNU coreutils)"),
     "unreadable-hostfile": (["--hostfile", "/nonexistent/hosts", "--", "true"], "cannot read hostfile"),
     "bad-option": (["--np", "two", "--", "true"], "invalid int value"),
     "unknown-mpi": (["--np", "2", "--mpi", "lam", "--", "true"], "unknown MPI flavour"),
