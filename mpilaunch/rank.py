@@ -21,8 +21,9 @@ import time
 
 STATUS_PREFIX = "mpilaunch-rank-status:"
 START_PREFIX = "mpilaunch-rank-start:"
+UNKNOWN = "?"  # a value the rank's environment does not give
 # Not under any worker's agent or pod: mpirun forked the rank next to itself.
-NO_WORKER = "?"
+NO_WORKER = UNKNOWN
 STATUS_LINGER_S = 0.1
 
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -59,11 +60,11 @@ def parse_status(text: str) -> tuple[int, str, int] | None:
 
 def format_start(environ) -> str:
     """The start line: where this rank runs, as MPI and the worker's agent/pod tell it."""
-    rank = first_env(_RANK_VARS, environ) or NO_WORKER
-    local = first_env(_LOCAL_RANK_VARS, environ) or NO_WORKER
-    size = first_env(_SIZE_VARS, environ) or NO_WORKER
+    rank = first_env(_RANK_VARS, environ) or UNKNOWN
+    local = first_env(_LOCAL_RANK_VARS, environ) or UNKNOWN
+    size = first_env(_SIZE_VARS, environ) or UNKNOWN
     worker = environ.get("MPILAUNCH_WORKER") or NO_WORKER
-    host = os.uname().nodename or NO_WORKER
+    host = os.uname().nodename or UNKNOWN
     return f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host}"
 
 
@@ -77,7 +78,7 @@ def parse_start(text: str) -> tuple[int, int | None, int | None, str, str] | Non
     m = _START_RE.search(text)
     if m is None:
         return None
-    number = lambda v: None if v == NO_WORKER else int(v)  # noqa: E731
+    number = lambda v: None if v == UNKNOWN else int(v)  # noqa: E731
     return int(m[1]), number(m[2]), number(m[3]), m[4], m[5]
 
 
