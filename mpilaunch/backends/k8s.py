@@ -14,7 +14,7 @@ What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
   limits, node selector, tolerations, priority class, a memory ``/dev/shm``;
 * optionally a PodGroup (``--gang volcano|scheduler-plugins``);
 * with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
-  pod runs :mod:`mpilaunch.backends.k8s_launcher` with the job's
+  pod runs :mod:`mpilaunch.launchers.k8s` with the job's
   ServiceAccount: it waits for the workers itself (no launcher racing
   workers), detects the image's MPI and runs mpirun with ``mpilaunch-rsh``.
   The CLI streams its log and takes its exit status.
@@ -268,7 +268,7 @@ class Backend(BaseBackend):
             "scheduler_name": SCHEDULERS.get(opts.gang),
             "schedule_timeout": int(self.spec.start_timeout),
             "launcher_name": self.launcher_name,
-            "launcher_command": ["python3", "-m", "mpilaunch.backends.k8s_launcher", "/etc/mpilaunch/launch.json"],
+            "launcher_command": ["python3", "-m", "mpilaunch.launchers.k8s", "/etc/mpilaunch/launch.json"],
             "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers], "openmpi"),
             "plan_json": json.dumps(self.plan.to_dict(), indent=1),
             "launch_json": json.dumps(self.launch_spec(), indent=1) if self.launcher == "cluster" else "",

@@ -17,7 +17,7 @@
 * Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
   yarn) in one more container of the application, service ``launcher``
   (requested with the workers, part of the all-or-nothing wait), which runs
-  :mod:`mpilaunch.backends.yarn_launcher` and waits for its launch
+  :mod:`mpilaunch.launchers.yarn` and waits for its launch
   description. That and the
   secret go through the key-value store; mpirun's output comes back in
   chunks through it and ``run_launcher`` feeds it to job.py's rank-output
@@ -50,7 +50,7 @@ from ..errors import AllocationError, UsageError
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_container import SECRET_KEY, WORKER_KEY
-from . import yarn_launcher as launcher_keys
+from . import yarn_keys as launcher_keys
 
 SERVICE = "worker"
 LAUNCHER_SERVICE = "launcher"
@@ -153,10 +153,9 @@ class Backend(BaseBackend):
         }
         if not self.spec.yarn.env_archive:
             # The same mpilaunch as here, even when it is not installed but
-            # imported from a checkout.
-            import mpilaunch
-
-            package_root = str(Path(mpilaunch.__file__).resolve().parent.parent)
+            # imported from a checkout (found from this file: importing the
+            # package's top would import upward, into the lifecycle).
+            package_root = str(Path(__file__).resolve().parent.parent.parent)
             paths = [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         return env
@@ -190,7 +189,7 @@ class Backend(BaseBackend):
             services[LAUNCHER_SERVICE] = skein.Service(
                 instances=1,
                 resources=skein.Resources(memory=LAUNCHER_MEMORY, vcores=1),
-                script=self._service_script("mpilaunch.backends.yarn_launcher"),
+                script=self._service_script("mpilaunch.launchers.yarn"),
                 env=self._service_env(),
                 files=files,
                 max_restarts=0,

@@ -1,4 +1,4 @@
-"""The launcher container of a YARN job: ``python -m mpilaunch.backends.yarn_launcher``.
+"""The launcher container of a YARN job: ``python -m mpilaunch.launchers.yarn``.
 
 With ``--launcher cluster`` (what ``auto`` means for yarn) the application
 has one container of the skein service ``launcher``, requested with the
@@ -34,12 +34,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-SPEC_KEY = "launcher/spec"
-SECRET_KEY = "launcher/secret"
-INFO_KEY = "launcher/info"
-OUT_KEY = "launcher/out/"
-EXIT_KEY = "launcher/exit"
-STOP_KEY = "launcher/stop"
+from ..backends.yarn_keys import EXIT_KEY, INFO_KEY, OUT_KEY, SECRET_KEY, SPEC_KEY, STOP_KEY
+
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024
 
@@ -101,7 +97,8 @@ class Streamer:
 
 def run(app, prefix: str) -> int:
     from .. import hostfile, mpi
-    from ..job import rank_command, shim_path
+    from ..workloads.mpirun import rank_command
+    from ..workloads.base import shim_path
     from ..procs import forward_signals_to_group
     from ..spec import JobSpec
 

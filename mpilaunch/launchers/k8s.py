@@ -1,4 +1,4 @@
-"""Entry point of the launcher pod: ``python3 -m mpilaunch.backends.k8s_launcher LAUNCH_JSON``.
+"""Entry point of the launcher pod: ``python3 -m mpilaunch.launchers.k8s LAUNCH_JSON``.
 
 Runs inside the cluster with the job's ServiceAccount (in-cluster
 credentials: ``KUBERNETES_SERVICE_HOST/PORT`` and the token and CA under
@@ -30,7 +30,7 @@ from pathlib import Path
 from ..procs import forward_signals_to_group
 from .. import hostfile, mpi
 from ..errors import MpilaunchError, UsageError
-from .k8s_api import Api, ApiError, sa_dir
+from ..backends.k8s_api import Api, ApiError, sa_dir
 
 WORKER_CONTAINER = "worker"
 
@@ -67,7 +67,7 @@ def wait_workers(api: Api, names: list[str], timeout: float) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m mpilaunch.backends.k8s_launcher LAUNCH_JSON", file=sys.stderr)
+        print("usage: python -m mpilaunch.launchers.k8s LAUNCH_JSON", file=sys.stderr)
         return 2
     launch = json.loads(Path(argv[0]).read_text())
     creds = {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
@@ -83,11 +83,12 @@ def main(argv=None) -> int:
                    "container": launch.get("container", WORKER_CONTAINER),
                    "workers": {n: {"pod": n} for n, _ in workers}}
         if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
-            from . import k8s_relay
+            from ..backends import k8s_relay
 
             relay, context["relay"] = k8s_relay.start(dict(context), rundir)
         (rundir / "context.json").write_text(json.dumps(context))
-        from ..job import rank_command, shim_path
+        from ..workloads.mpirun import rank_command
+        from ..workloads.base import shim_path
         from ..spec import JobSpec
 
         spec = JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")))
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
         if proc is not None and proc.poll() is None:
             proc.kill()
         if relay is not None:
-            from . import k8s_relay
+            from ..backends import k8s_relay
 
             k8s_relay.stop(relay)
         shutil.rmtree(rundir, ignore_errors=True)
