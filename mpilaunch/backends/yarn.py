@@ -47,8 +47,10 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
+from . import yarn_manage
 from .base import BaseBackend
 from .local import write_secret
+from .yarn_client import TERMINAL_STATES, _client, _short, _state
 from .yarn_container import SECRET_KEY, WORKER_KEY
 from . import yarn_keys as launcher_keys
 
@@ -60,7 +62,6 @@ KV_PREFIX = "mpilaunch/"
 ENV_DIR = "mpilaunch-env"  # where --env-archive is unpacked in each container
 MASTER_MEMORY = "256 MiB"
 POLL = 0.25
-TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 # What the shim passes to the agents with each daemon command. mpirun runs on
 # this machine with this MPI, so its daemons need the same one in the
 # containers; with --env-archive the archive's environment wins instead.
@@ -69,26 +70,6 @@ FORWARD_ENV = (
     "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
 )
 FORWARD_ENV_WITH_ARCHIVE = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
-
-
-def _state(value) -> str:
-    return str(value).rsplit(".", 1)[-1]
-
-
-def _short(text: str | None, limit: int = 400) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _client(log=False) -> "skein.Client":
-    try:
-        # Fresh credentials for our own driver: nothing written to ~/.skein.
-        return skein.Client(log=log, security=skein.Security.new_credentials())
-    except (skein.exceptions.DriverError, skein.exceptions.SkeinError, OSError) as e:
-        raise AllocationError(
-            f"cannot start the skein driver to talk to YARN: {_short(str(e))}",
-            "check JAVA_HOME, HADOOP_CONF_DIR and that `yarn classpath --glob` works on this machine",
-        ) from None
 
 
 class Backend(BaseBackend):
@@ -604,94 +585,16 @@ class Backend(BaseBackend):
             time.sleep(POLL)
         self.client.kill_application(self.app_id)
 
-    # ------------------------------------------------------------ manage
-
-    @classmethod
-    def _find_apps(cls, client, name: str) -> list:
-        apps = client.get_applications(name=name, states=list(skein.model.ApplicationState))
-        if not apps:
-            raise UsageError(f"no YARN application named {name!r}",
-                             "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
-        return sorted(apps, key=lambda a: a.start_time or 0)
+    # ------------------------------------------------------------ manage (yarn_manage.py)
 
     @classmethod
     def manage_status(cls, args, stream) -> int:
-        client = _client()
-        try:
-            for report in cls._find_apps(client, args.name):
-                print(f"{report.id}  {report.name}  state={_state(report.state)} "
-                      f"final={_state(report.final_status)}  queue={report.queue}  user={report.user}", file=stream)
-                if report.diagnostics:
-                    print(f"  diagnostics: {_short(report.diagnostics, 300)}", file=stream)
-                for c in _node_containers(client, report.id):
-                    print(f"  {c.get('id')}  on {c.get('nodeId')}  {c.get('state')}"
-                          f"  exit={c.get('exitCode')}", file=stream)
-        finally:
-            client.close()
-        return 0
+        return yarn_manage.status(args, stream)
 
     @classmethod
     def manage_logs(cls, args, stream) -> int:
-        client = _client()
-        try:
-            report = cls._find_apps(client, args.name)[-1]
-            containers = _node_containers(client, report.id)
-            for c in containers:
-                names = [f for f in c.get("containerLogFiles") or ["stdout", "stderr"]
-                         if f not in ("launch_container.sh", "directory.info")]
-                for log_name in names:
-                    text = _http_text(f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{log_name}")
-                    if text:
-                        print(f"==> {c['id']} {log_name} <==", file=stream)
-                        stream.write(text if text.endswith("\n") else text + "\n")
-            if not containers:
-                try:
-                    logs = client.application_logs(report.id)
-                    stream.write(logs.dumps() if hasattr(logs, "dumps") else str(logs))
-                except Exception as e:
-                    print(f"no logs for {report.id}: the NodeManagers no longer hold them and "
-                          f"log aggregation gave none ({_short(str(e), 200)})", file=stream)
-        finally:
-            client.close()
-        return 0
+        return yarn_manage.logs(args, stream)
 
     @classmethod
     def manage_delete(cls, args, stream) -> int:
-        client = _client()
-        try:
-            for report in cls._find_apps(client, args.name):
-                if _state(report.state) not in TERMINAL_STATES:
-                    client.kill_application(report.id)
-                    print(f"killed {report.id} ({report.name})", file=stream)
-                else:
-                    print(f"{report.id} already {_state(report.state)}", file=stream)
-        finally:
-            client.close()
-        return 0
-
-
-def _http_text(url: str) -> str | None:
-    import urllib.request
-
-    try:
-        req = urllib.request.Request(url, headers={"Accept": "application/json, text/plain"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.read().decode("utf-8", "replace")
-    except (OSError, ValueError):
-        return None
-
-
-def _node_containers(client, app_id: str) -> list[dict]:
-    """The application's containers as the NodeManagers still report them."""
-    suffix = "container_" + app_id.split("_", 1)[-1] + "_"
-    out = []
-    for node in client.get_nodes():
-        text = _http_text(f"http://{node.http_address}/ws/v1/node/containers")
-        try:
-            items = ((json.loads(text or "{}").get("containers") or {}).get("container")) or []
-        except ValueError:
-            continue
-        for c in [items] if isinstance(items, dict) else items:
-            if c.get("id", "").startswith(suffix):
-                out.append(dict(c, _http=node.http_address))
-    return sorted(out, key=lambda c: c["id"])
+        return yarn_manage.delete(args, stream)
