@@ -10,8 +10,12 @@ by every shim, so rotated tokens keep working). It
    is all the Role allows) — the launcher never races the workers;
 2. finds the image's mpirun and renders the hostfile for its flavour;
 3. runs mpirun with ``mpilaunch-rsh`` as the rsh agent, exec transport,
-   and exits with mpirun's status. mpirun's tagged output goes to the pod log
+   and exits with the job's status. mpirun's tagged output goes to the pod log
    unchanged; the CLI that follows the log reads rank status lines from it.
+
+Steps 1-3 are the lifecycle (``lifecycle.run_job``) and the mpirun workload
+that a launcher on the submitting machine runs, with :class:`ReadyPods` as
+the backend: the pods exist already, and the submitting side releases them.
 
 Standard library plus mpilaunch's pure modules: no Kubernetes client.
 """
@@ -20,17 +24,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from ..procs import forward_signals_to_group
-from .. import hostfile, mpi
-from ..errors import MpilaunchError, UsageError
+from .. import mpi
+from ..backends import k8s_relay
+from ..backends.base import BaseBackend
 from ..backends.k8s_api import Api, ApiError, sa_dir
+from ..errors import MpilaunchError, UsageError
+from ..lifecycle import make_rundir, run_job
+from ..spec import JobSpec, Plan, WorkerPlan
+from ..workloads.mpirun import MpirunWorkload, RelayedOutput
 
 WORKER_CONTAINER = "worker"
 
@@ -41,8 +46,7 @@ def _ready(pod: dict) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
 
 
-def wait_workers(api: Api, names: list[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+def wait_workers(api: Api, names: list[str], deadline: float) -> None:
     pending = list(names)
     last_error = None
     while pending:
@@ -64,60 +68,80 @@ def wait_workers(api: Api, names: list[str], timeout: float) -> None:
             time.sleep(0.5)
 
 
+class ReadyPods(BaseBackend):
+    """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or deleted."""
+
+    name = "k8s"
+
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: dict, info: mpi.MpiInfo):
+        super().__init__(spec, plan, rundir)
+        self.launch = launch
+        self.info = info
+        self.creds = {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
+        self.relay = None
+
+    def allocate(self) -> None:
+        pass  # the submitting side created the pods
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
+        print(f"mpilaunch: launcher: {self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
+              file=sys.stderr, flush=True)
+
+    def exec_context(self) -> dict:
+        context = {"transport": "k8s", **self.creds,
+                   "container": self.launch.get("container", WORKER_CONTAINER),
+                   "workers": {w.name: {"pod": w.name} for w in self.plan.workers}}
+        if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
+            self.relay, context["relay"] = k8s_relay.start(dict(context), self.rundir)
+        return context
+
+    def rank_prefix(self) -> list[str]:
+        python = os.environ.get("MPILAUNCH_K8S_PYTHON") or self.launch.get("rank_python") or "python3"
+        return [python, "-m", "mpilaunch.rank"]
+
+    def release(self) -> None:
+        if self.relay is not None:
+            k8s_relay.stop(self.relay)
+            self.relay = None
+
+
+def spec_from_launch(launch: dict) -> JobSpec:
+    return JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")), name=launch["job"],
+                   env=tuple(launch.get("env") or ()), mpi_args=tuple(launch.get("mpi_args") or ()),
+                   start_timeout=float(launch.get("start_timeout", 300)))
+
+
+def pass_through(stream: str, line: str) -> None:
+    """mpirun's lines to the pod log as they are: the submitting side parses them."""
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(line)
+    out.flush()
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m mpilaunch.launchers.k8s LAUNCH_JSON", file=sys.stderr)
         return 2
     launch = json.loads(Path(argv[0]).read_text())
-    creds = {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
-    workers = [(name, int(slots)) for name, slots in launch["workers"]]
-    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{launch['job']}-"))
-    proc = relay = None
     try:
-        api = Api(creds)
-        wait_workers(api, [n for n, _ in workers], float(launch.get("start_timeout", 300)))
+        spec = spec_from_launch(launch)
+        plan = Plan(job_name=launch["job"], workers=tuple(
+            WorkerPlan(name=name, slots=int(slots), gpus=0) for name, slots in launch["workers"]))
         info = mpi.find_mpirun(launch.get("mpi", "auto"), launch.get("mpirun"), os.environ.get("PATH"))
-        (rundir / "hostfile").write_text(hostfile.render(workers, info.hostfile_flavour))
-        context = {"job": launch["job"], "transport": "k8s", **creds,
-                   "container": launch.get("container", WORKER_CONTAINER),
-                   "workers": {n: {"pod": n} for n, _ in workers}}
-        if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
-            from ..backends import k8s_relay
-
-            relay, context["relay"] = k8s_relay.start(dict(context), rundir)
-        (rundir / "context.json").write_text(json.dumps(context))
-        from ..workloads.mpirun import rank_command
-        from ..workloads.base import shim_path
-        from ..spec import JobSpec
-
-        spec = JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")))
-        python = os.environ.get("MPILAUNCH_K8S_PYTHON") or launch.get("rank_python") or "python3"
-        command = mpi.build_mpirun(
-            info, ranks=sum(s for _, s in workers), hosts=len(workers), hostfile=str(rundir / "hostfile"),
-            shim=shim_path(rundir), command=rank_command(spec, [python, "-m", "mpilaunch.rank"]),
-            environ=dict(os.environ), user_env=tuple(launch.get("env") or ()),
-            extra_args=tuple(launch.get("mpi_args") or ()), as_root=os.geteuid() == 0,
-        )
-        command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
-        print(f"mpilaunch: launcher: {info.flavour} {info.version}, {len(workers)} workers ready", file=sys.stderr, flush=True)
-        proc = subprocess.Popen(command.argv, env={**os.environ, **command.env}, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-
-        forward_signals_to_group(proc.pid)
-        code = proc.wait()
-        return 128 - code if code < 0 else code
+        rundir = make_rundir(launch["job"])
+        backend = ReadyPods(spec, plan, rundir, launch, info)
+        workload = MpirunWorkload(spec, launch["job"], plan, info)
+        workload.use_output(RelayedOutput(pass_through))
+        environ = dict(os.environ)
+        workload.bind(backend, rundir, environ)
+        result = run_job(spec, workload, backend, rundir, None,
+                         stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        return result.exit_code
     except MpilaunchError as e:
         print(e.format(), file=sys.stderr)
         return e.exit_code
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        if relay is not None:
-            from ..backends import k8s_relay
-
-            k8s_relay.stop(relay)
-        shutil.rmtree(rundir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,34 @@ def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ra
 
 
 
+# ------------------------------------------------------------------ output of a launcher in the cluster
+
+
+class _Discard:
+    def write(self, _text) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+class RelayedOutput(RankOutput):
+    """mpirun's lines handed on untouched (``relay(stream, line)``), rank statuses still read here.
+
+    An in-cluster launcher relays its mpirun's output to the submitting side,
+    which parses it for the user; the launcher itself only needs the statuses
+    for fail-fast and for its exit code.
+    """
+
+    def __init__(self, relay):
+        super().__init__(_Discard(), _Discard())
+        self.relay = relay
+
+    def feed(self, stream: str, line: str) -> None:
+        self.relay(stream, line)
+        super().feed(stream, line)
+
+
 # ------------------------------------------------------------------ report
 
 
