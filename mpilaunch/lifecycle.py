@@ -27,7 +27,7 @@ from pathlib import Path
 from . import backends
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
-from .result import JobResult
+from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, lost_workers_failure
 from .spec import JobSpec
 from .workloads import workload_class
 from .workloads.base import RunContext, Workload
@@ -64,6 +64,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
                      output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
                      result=result)
     timings = result.timings
+    lost: dict[str, str] = {}
     t0 = time.monotonic()
     try:
         with interrupts_raise():
@@ -80,6 +81,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             deadline = None if spec.timeout is None else t_run + spec.timeout
             result.exit_code, result.failure = workload.watch(run, deadline)
             timings["run_s"] = round(time.monotonic() - t_run, 3)
+            lost = diagnose_lost_workers(backend, result)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
         result.failure = e.message
@@ -93,7 +95,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
         workload.collect(run)
-        report = workload.report(run, workers)
+        report = {"mode": workload.mode, **workload.report(run, workers), "lost_workers": sorted(lost)}
         if output_dir is not None:
             write_report(output_dir / "report.json", report)
         if not quiet:
@@ -143,6 +145,17 @@ def finish_backend(backend, result: JobResult) -> dict:
     workers = backend.describe_workers()
     backend.release()
     return workers
+
+
+def diagnose_lost_workers(backend, result: JobResult) -> dict[str, str]:
+    """A failed job whose workers disappeared failed because of that, in every mode alike."""
+    if result.exit_code in (0, EXIT_TIMEOUT):
+        return {}
+    lost = backend.lost_workers()
+    if lost:
+        result.exit_code = EXIT_WORKER_LOST
+        result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
+    return lost
 
 
 def write_report(path: Path, report: dict) -> None:

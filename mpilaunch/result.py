@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 EXIT_TIMEOUT = 124
+# A worker disappeared: the exec channel's own code for a lost connection
+# (the shim's, as ssh's), whatever the workload saw of it.
+EXIT_WORKER_LOST = 255
 
 
 @dataclass
@@ -30,3 +33,8 @@ class JobResult:
 
 def timeout_failure(timeout: float | None) -> str:
     return f"the job ran past --timeout {timeout:g}s and was stopped"
+
+
+def lost_workers_failure(lost: dict[str, str]) -> str:
+    """``worker W was lost: its agent was killed by SIGKILL`` (one line per worker)."""
+    return "\n".join(f"worker {name} was lost: {why}" for name, why in sorted(lost.items()))

@@ -62,6 +62,14 @@ class BaseBackend(ABC):
         """
         return None
 
+    def lost_workers(self) -> dict[str, str]:
+        """Workers that disappeared during the run: name -> what was seen (``its agent was killed by SIGKILL``).
+
+        Asked by the lifecycle once a workload failed, so that a lost worker
+        is reported the same way whatever the workload made of it.
+        """
+        return {}
+
     def describe_workers(self) -> dict[str, dict]:
         """Worker name -> facts for reports (host, state, exit status, ...)."""
         return {w.name: {} for w in self.plan.workers}
