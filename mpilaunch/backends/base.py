@@ -1,6 +1,6 @@
 """The small interface every backend implements.
 
-``job.py`` drives every backend through these hooks, in this order:
+``lifecycle.py`` drives every backend through these hooks, in this order:
 ``allocate`` -> ``wait_ready`` -> ``exec_context`` (written to the context
 file the shim reads) -> mpirun runs -> ``describe_workers`` (for reports)
 -> ``release`` (always, on every exit path; must be idempotent and must not

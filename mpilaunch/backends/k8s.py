@@ -99,7 +99,7 @@ class Backend(BaseBackend):
         self.opts = spec.k8s
         self.job = plan.job_name
         self.launcher = launcher_mode(spec)
-        # job.py's hook: mpirun runs in the launcher pod, this backend follows it
+        # the mpirun workload's hook: mpirun runs in the launcher pod, this backend follows it
         self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_name = f"{self.job}-launcher"
         self._creds: dict | None = None
@@ -138,7 +138,7 @@ class Backend(BaseBackend):
 
     @classmethod
     def remote_mpi_info(cls, spec):
-        """job.py asks when there is no mpirun here: the launcher pod brings its own."""
+        """The mpirun workload asks when there is no mpirun here: the launcher pod brings its own."""
         return _remote_mpi_info(spec) if launcher_mode(spec) == "cluster" else None
 
     @classmethod
@@ -413,7 +413,7 @@ class Backend(BaseBackend):
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Follow the launcher pod: its log into ``output``, its exit code back.
 
-        None when ``deadline`` passed first (job.py reports the timeout).
+        None when ``deadline`` passed first (the workload reports the timeout).
         """
         pod = self.launcher_pod
         stop = threading.Event()

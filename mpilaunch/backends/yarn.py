@@ -20,7 +20,7 @@
   :mod:`mpilaunch.launchers.yarn` and waits for its launch
   description. That and the
   secret go through the key-value store; mpirun's output comes back in
-  chunks through it and ``run_launcher`` feeds it to job.py's rank-output
+  chunks through it and ``run_launcher`` feeds it to the mpirun workload's rank-output
   parser, so rank status lines, fail fast, ``--timeout`` and Ctrl-C behave
   as with the local launcher. With ``--launcher local`` mpirun runs on the
   submitting machine. Either way it reaches the containers through
@@ -57,7 +57,7 @@ from . import yarn_keys as launcher_keys
 SERVICE = "worker"
 LAUNCHER_SERVICE = "launcher"
 LAUNCHER_MEMORY = "512 MiB"
-FAIL_FAST_GRACE_S = 5.0  # as job.py's: mpirun gets this long to end the job after a rank failed
+FAIL_FAST_GRACE_S = 5.0  # as workloads/mpirun.py's: mpirun gets this long to end the job after a rank failed
 KV_PREFIX = "mpilaunch/"
 ENV_DIR = "mpilaunch-env"  # where --env-archive is unpacked in each container
 MASTER_MEMORY = "256 MiB"
@@ -77,7 +77,7 @@ class Backend(BaseBackend):
 
     def __init__(self, spec, plan, rundir):
         super().__init__(spec, plan, rundir)
-        # job.py's hook: mpirun runs in a launcher container, run_launcher follows it
+        # the mpirun workload's hook: mpirun runs in a launcher container, run_launcher follows it
         # (PS mode runs no mpirun: no launcher container)
         self.launcher = "local" if spec.launcher == "local" or spec.mode == "ps" else "cluster"
         self.launcher_in_cluster = self.launcher == "cluster"
@@ -398,7 +398,7 @@ class Backend(BaseBackend):
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
 
-        None when ``deadline`` passed first (job.py reports the timeout).
+        None when ``deadline`` passed first (the workload reports the timeout).
         """
         from ..rsh_agent.agent_client import read_secret
 
