@@ -95,7 +95,7 @@ def test_verify_ranges_keep_rank_lists_short():
 def test_verify_fail_fast_collects_the_other_ranks_start_lines_first():
     from types import SimpleNamespace
 
-    from mpilaunch.verification import placement_watch
+    from mpilaunch.workloads.verification import placement_watch
 
     output = SimpleNamespace(starts=[(0, 0, 4, rank.NO_WORKER, "h")])
     watch = placement_watch(PLAN, output, grace=30)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import socket
 import time
 
-from . import placement
-from .output import RankOutput
-from .spec import JobSpec, Plan
+from .. import placement
+from ..output import RankOutput
+from ..spec import JobSpec, Plan
 
 MISPLACED_GRACE_S = 1.0  # after a misplaced rank, how long to collect the other ranks' start lines
 
