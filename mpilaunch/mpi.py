@@ -155,6 +155,22 @@ def resolve_env(names: list[str], user_env: tuple[str, ...], environ: dict[str, 
     return out
 
 
+def openmpi_agent(shim: str) -> str:
+    """Open MPI's rsh/ssh agent value: the shim, else ``false``.
+
+    Open MPI forwards the agent parameter (from its command line *and* its
+    environment) to every remote daemon, and a daemon checks it: when the
+    value names no program on the daemon's machine, Open MPI 4's orted
+    aborts ("plm_rsh_agent was set to a path that could not be found") and
+    segfaults (field notes). The per-job shim exists only where mpirun
+    runs, never in a pod. The value is a ':'-separated list of alternatives
+    and the first one found wins: mpirun finds the shim; a daemon in a pod
+    finds ``false`` and never calls it (tree spawn is off), and if something
+    ever did call it, the launch fails loudly instead of going astray.
+    """
+    return f"{shim} : false"
+
+
 def agent_env(shim: str, hostfile: str) -> dict[str, str]:
     """Agent and hostfile under every name any flavour reads.
 
@@ -163,9 +179,9 @@ def agent_env(shim: str, hostfile: str) -> dict[str, str]:
     names (field notes), Open MPI 4 ignores the PRTE_ ones.
     """
     return {
-        "OMPI_MCA_plm_rsh_agent": shim,
+        "OMPI_MCA_plm_rsh_agent": openmpi_agent(shim),
         "OMPI_MCA_orte_default_hostfile": hostfile,
-        "PRTE_MCA_plm_ssh_agent": shim,
+        "PRTE_MCA_plm_ssh_agent": openmpi_agent(shim),
         "PRTE_MCA_prte_default_hostfile": hostfile,
         "HYDRA_LAUNCHER": "rsh",
         "HYDRA_LAUNCHER_EXEC": shim,
@@ -200,16 +216,22 @@ def build_mpirun(
             argv.append("--allow-run-as-root")
         argv += ["-np", str(ranks), "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none"]
         # Open MPI 5 (PRRTE) reads only the ssh/PRTE names, 4 only the rsh/OMPI ones.
-        tag, mca, plm, env_prefix = (
-            (["--output", "tag"], "--prtemca", "plm_ssh", "PRTE_MCA_") if info.major >= 5
-            else (["--tag-output"], "--mca", "plm_rsh", "OMPI_MCA_")
+        tag, mca, plm, env_prefix, runtime = (
+            (["--output", "tag"], "--prtemca", "plm_ssh", "PRTE_MCA_", "prte") if info.major >= 5
+            else (["--tag-output"], "--mca", "plm_rsh", "OMPI_MCA_", "orte")
         )
         argv += tag
         params = {
-            f"{plm}_agent": shim,
+            f"{plm}_agent": openmpi_agent(shim),
             f"{plm}_no_tree_spawn": "1",
             f"{plm}_num_concurrent": concurrent,
             "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
+            # Without tree spawn a daemon daemonizes (setsid, fork, output to
+            # /dev/null) and its agent returns at once: a daemon that then
+            # dies says nothing and mpirun waits for it forever. Attached,
+            # the daemon lives inside its agent's session: its error reaches
+            # mpirun's stderr and its death ends the agent, so mpirun fails.
+            f"{runtime}_leave_session_attached": "1",
         }
         env.update({env_prefix + k: v for k, v in params.items()})
         for key, value in params.items():
@@ -232,6 +254,69 @@ def build_mpirun(
     argv += list(extra_args)
     argv += list(command)
     return MpirunCommand(argv=argv, env=env)
+
+
+# ------------------------------------------------------------ daemon errors
+
+_HELP_RULE = re.compile(r"^-{20,}$")
+_DAEMON_LINE = re.compile(r"^\[([^\]:\s]+):\d+\] .*(?:FORCE-TERMINATE|Segmentation fault|error|ERROR)")
+# Open MPI's generic "could not start daemons" advice names no cause: only
+# used when no daemon said anything more specific.
+_GENERIC = ("ORTE was unable to reliably start", "PRTE has lost communication", "ORTE has lost communication",
+            "An ORTE daemon has unexpectedly failed", "PRTE was unable to reliably start")
+
+
+def _help_blocks(lines: list[str]) -> list[list[str]]:
+    blocks, current = [], None
+    for line in lines:
+        if _HELP_RULE.match(line.strip()):
+            if current is not None:
+                blocks.append(current)
+                current = None
+            else:
+                current = []
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _first_paragraphs(block: list[str]) -> str:
+    """The block's first paragraph and, if the next one is an indented
+    detail (``  plm_rsh_agent: /path``), that too: one line of text."""
+    paras, cur = [], []
+    for line in block:
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            paras.append(cur)
+            cur = []
+    if cur:
+        paras.append(cur)
+    if not paras:
+        return ""
+    text = " ".join(paras[0])
+    if len(paras) > 1 and block and any(l.startswith((" ", "\t")) and l.strip() == paras[1][0] for l in block):
+        text = text.rstrip(":") + ": " + " ".join(paras[1])
+    return text
+
+
+def daemon_error(lines: list[str]) -> str | None:
+    """The first error the MPI runtime's daemons printed, as one line
+    (``on HOST: <Open MPI's help text>``), or None.
+
+    Used for the summary of a launch that failed before any rank did, so
+    the cause (a daemon's own message) is on the line users read first
+    rather than Open MPI's generic advice 30 lines later.
+    """
+    blocks = [t for t in (_first_paragraphs(b) for b in _help_blocks(lines)) if t]
+    specific = [t for t in blocks if not t.startswith(_GENERIC)]
+    text = (specific or blocks or [None])[0]
+    host = next((m.group(1) for m in map(_DAEMON_LINE.match, lines) if m), None)
+    if text is None:
+        text = next((l.strip() for l in lines if re.search(r"\berror\b", l, re.I)), None)
+    if text is None:
+        return None
+    return f"on {host}: {text}" if host else text
 
 
 # ------------------------------------------------------------ tagged output

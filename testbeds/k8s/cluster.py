@@ -266,7 +266,8 @@ class KubeCluster:
                  enable_exec_crd: bool = True,
                  verbosity: int = 1,
                  keep_workdir: bool | None = None,
-                 start_timeout: float = 180.0):
+                 start_timeout: float = 180.0,
+                 real_node: bool = False):
         """
         workdir: where certs, configs, etcd data and logs go (default: a new
             temp dir, removed by stop() unless keep_workdir).
@@ -279,6 +280,8 @@ class KubeCluster:
             stay Running, like sleeping workers).
         enable_exec_crd: serve kwok's namespaced ``Exec`` CRD so tests can
             give a single pod its own workDir/env (``set_pod_exec``).
+        real_node: also run a real node (containerd + kubelet + CoreDNS,
+            see ``node.py``); ``add_real_node()`` does it later.
         """
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mpilaunch-k8s-"))
@@ -298,6 +301,9 @@ class KubeCluster:
         self.pids: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen] = {}
         self._started = False
+        self.want_real_node = real_node
+        self.node = None  # a node.RealNode once add_real_node() ran
+        self.cache = cache_dir()
 
     # ---------------------------------------------------------- lifecycle
 
@@ -333,6 +339,8 @@ class KubeCluster:
             self._start_scheduler()
             self._start_kwok()
             self._wait_control_plane(timeout=self.start_timeout - (time.monotonic() - t0))
+            if self.want_real_node:
+                self.add_real_node()
             self._write_state()
         except BaseException:
             self.stop()
@@ -344,6 +352,10 @@ class KubeCluster:
         """Kill every process started (by process group, then by the
         environment marker, which also catches what kwok exec'd and anything
         that daemonized), wait for them, remove a temporary workdir."""
+        if self.node is not None:
+            # its pods go through the kubelet and the API server, so first
+            self.node.stop()
+            self.node = None
         order = list(reversed(self.COMPONENTS))
         pgids = [self.pids[c] for c in order if c in self.pids]
         # kwok first, so its exec'd commands go before the apiserver does
@@ -648,10 +660,10 @@ class KubeCluster:
         url = f"{self.server}/readyz"
         self._wait(lambda: self._http_ok(url, client_cert=self.admin), timeout, "kube-apiserver /readyz")
 
-    def wait_nodes_ready(self, names=None, timeout: float = 120.0) -> None:
+    def wait_nodes_ready(self, names=None, timeout: float = 120.0, selector: str | None = "type=kwok") -> None:
         """Wait until the named nodes (default: all kwok nodes) are Ready."""
         def ready():
-            nodes = self.get_json("nodes", "-l", f"type=kwok")["items"]
+            nodes = self.get_json("nodes", *(["-l", selector] if selector else []))["items"]
             byname = {n["metadata"]["name"]: n for n in nodes}
             want = list(names) if names is not None else list(byname)
             for w in want:
@@ -786,6 +798,33 @@ class KubeCluster:
             "versions": {"kubernetes": K8S_VERSION, "etcd": ETCD_VERSION, "kwok": KWOK_VERSION},
         }
         (self.workdir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+    # ---------------------------------------------------------- the real node
+
+    def add_real_node(self):
+        """Start the real node (containerd + kubelet + CoreDNS, ``node.py``)
+        next to the kwok nodes; returns it. Idempotent."""
+        if self.node is None:
+            from .node import RealNode
+
+            self.node = RealNode(self).start()
+        return self.node
+
+    # helpers node.py builds on
+    spawn = _spawn
+    wait = _wait
+    http_ok = _http_ok
+
+    def kill_component(self, name: str) -> None:
+        if name in self.pids:
+            _kill_all([self.pids.pop(name)], None, timeout=10.0)
+            p = self._procs.pop(name, None)
+            if p is not None:
+                p.wait(timeout=5)
+
+    def client_kubeconfig(self, path: Path, cn: str, orgs=()) -> Path:
+        name = cn.replace(":", "-")
+        return self._kubeconfig(path, cn, self.pki.cert(name, cn, orgs=list(orgs)))
 
     def detach(self) -> None:
         """Forget the processes without stopping them (the CLI's `up`)."""
