@@ -300,22 +300,31 @@ def _first_paragraphs(block: list[str]) -> str:
     return text
 
 
+_ERRORISH = re.compile(r"\berror\b|not found|No such file|Segmentation fault|denied|cannot|failed", re.I)
+
+
 def daemon_error(lines: list[str]) -> str | None:
     """The first error the MPI runtime's daemons printed, as one line
-    (``on HOST: <Open MPI's help text>``), or None.
+    (``on HOST: <the daemon's message>``), or None.
 
     Used for the summary of a launch that failed before any rank did, so
     the cause (a daemon's own message) is on the line users read first
-    rather than Open MPI's generic advice 30 lines later.
+    rather than Open MPI's generic advice 30 lines later. Priority: a
+    specific help text, else a stray error line (``sh: orted: not found``),
+    else the generic help text.
     """
-    blocks = [t for t in (_first_paragraphs(b) for b in _help_blocks(lines)) if t]
-    specific = [t for t in blocks if not t.startswith(_GENERIC)]
-    text = (specific or blocks or [None])[0]
-    host = next((m.group(1) for m in map(_DAEMON_LINE.match, lines) if m), None)
-    if text is None:
-        text = next((l.strip() for l in lines if re.search(r"\berror\b", l, re.I)), None)
+    blocks = _help_blocks(lines)
+    texts = [t for t in map(_first_paragraphs, blocks) if t]
+    specific = [t for t in texts if not t.startswith(_GENERIC)]
+    in_block = set()
+    for b in blocks:
+        in_block.update(b)
+    stray = [l.strip() for l in lines if l not in in_block and not _HELP_RULE.match(l.strip())
+             and not _DAEMON_LINE.match(l) and _ERRORISH.search(l)]
+    text = (specific or stray or texts or [None])[0]
     if text is None:
         return None
+    host = next((m.group(1) for m in map(_DAEMON_LINE.match, lines) if m), None)
     return f"on {host}: {text}" if host else text
 
 

@@ -75,6 +75,12 @@ fi
 t0=$SECONDS
 args=(bud --layers --isolation chroot --network host -f docker/Dockerfile -t "$tag")
 [[ -n "$base" ]] && args+=(--build-arg "BASE=$base")
+# pip inside the build trusts the host's CA bundle when the host names one
+# (machines whose HTTPS goes through an intercepting proxy)
+host_ca="${PIP_CERT:-${SSL_CERT_FILE:-}}"
+if [[ -n "$host_ca" && -f "$host_ca" ]]; then
+  args+=(--volume "$host_ca:/run/host-ca.crt:ro" --build-arg HOST_CA=/run/host-ca.crt)
+fi
 log "buildah ${args[*]} ."
 "${b[@]}" "${args[@]}" . >&2
 log "image $tag built in $((SECONDS - t0))s"

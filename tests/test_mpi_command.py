@@ -165,6 +165,6 @@ def test_daemon_error_names_the_host_and_the_daemons_own_message():
 def test_daemon_error_falls_back_to_generic_advice_then_error_lines_then_none():
     generic = ORTED_DIED.splitlines()[11:]
     assert mpi.daemon_error(generic) == "ORTE was unable to reliably start one or more daemons. This usually is caused by:"
-    assert mpi.daemon_error(["bash: orted: command not found", "[mpiexec@x] error waiting for proxy"]) == (
-        "[mpiexec@x] error waiting for proxy")
+    assert mpi.daemon_error(["sh: 1: /opt/x/orted: not found"] + generic) == "sh: 1: /opt/x/orted: not found"
+    assert mpi.daemon_error(["[mpiexec@x] error waiting for proxy"]) == "[mpiexec@x] error waiting for proxy"
     assert mpi.daemon_error(["all fine"]) is None
