@@ -43,6 +43,7 @@ import textwrap
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 NODE_NAME = "mpilaunch-real-0"
 REAL_KEY = "mpilaunch.testbed/real-pods"
 BRIDGE = os.environ.get("MPILAUNCH_K8S_BRIDGE", "mplpods0")
@@ -203,6 +204,20 @@ def dnat_rule(bridge: str, service_ip: str, apiserver_port: int, comment: str) -
             "-j", "DNAT", "--to-destination", f"127.0.0.1:{apiserver_port}"]
 
 
+SMOKE_PROGRAM = r"""
+import socket, ssl
+me = socket.gethostname()
+api = socket.gethostbyname("kubernetes.default.svc.cluster.local")
+ip = socket.gethostbyname(me)
+with socket.create_connection((api, 443), timeout=10) as raw:
+    ctx = ssl.create_default_context(cafile="/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+    with ctx.wrap_socket(raw, server_hostname="kubernetes.default.svc") as tls:
+        tls.sendall(b"GET /livez HTTP/1.0\r\nHost: kubernetes.default.svc\r\n\r\n")
+        answer = tls.recv(100)
+print("smoke ok", me, ip, api, answer.split(b"\r\n")[0].decode())
+"""
+
+
 # ------------------------------------------------------------------ DNS probe (stdlib)
 
 
@@ -308,10 +323,66 @@ class RealNode:
         if not archive.exists():
             raise NodeError(f"image archive {archive} missing (run testbeds/k8s/build-node.sh)")
         t0 = time.monotonic()
-        self.ctr("images", "import", "--no-unpack=false", "--all-platforms", archive)
+        self.ctr("images", "import", archive)
         if not self.has_image(ref):
             raise NodeError(f"importing {archive} did not give {ref}: "
                             + " ".join(self.ctr("images", "ls", "-q").stdout.split()))
+        return time.monotonic() - t0
+
+    def project_image(self) -> str:
+        """The project's image (docker/Dockerfile) for the current sources,
+        in containerd: built with scripts/build-image.sh (only the code layer
+        when just the code changed) and imported when missing. Its tag."""
+        script = REPO / "scripts" / "build-image.sh"
+        env = {**os.environ, "MPILAUNCH_BUILDAH_ROOT": str(self.cache / "buildah")}
+        tag = _sh("bash", script, "--local-base", "--print-tag", env=env).stdout.strip()
+        if self.has_image(tag):
+            return tag
+        archive, tagfile = self.cache / "images" / "mpilaunch.tar", self.cache / "images" / "mpilaunch.tag"
+        if not (archive.exists() and tagfile.exists() and tagfile.read_text().strip() == tag):
+            _sh("bash", script, "--local-base", "--archive", archive, env=env, timeout=1800)
+            tagfile.write_text(tag + "\n")
+        self.ensure_image(archive, tag)
+        return tag
+
+    def containers_of(self, pod_prefix: str) -> list[str]:
+        """containerd's containers (sandboxes included) of pods whose name starts with `pod_prefix`."""
+        flt = f'labels."io.kubernetes.pod.name"~="^{pod_prefix}"'
+        return self.ctr("containers", "ls", "-q", flt, check=False).stdout.split()
+
+    def smoke_check(self, image: str, timeout: float = 120.0) -> float:
+        """One pod of `image` on this node proves the pieces a job needs: it
+        runs, has its own IP, resolves its own DNS name and
+        kubernetes.default.svc through CoreDNS, and reaches the API server
+        there over TLS. Seconds taken; NodeError with the pod's log if not."""
+        t0 = time.monotonic()
+        name = "mpilaunch-smoke"
+        self.c.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true", check=False)
+        self.c.apply({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "restartPolicy": "Never", "hostname": name, "terminationGracePeriodSeconds": 0,
+                "nodeSelector": {REAL_KEY: "true"},
+                "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "smoke", "image": image, "imagePullPolicy": "Never",
+                                "command": ["python3", "-c", SMOKE_PROGRAM]}],
+            },
+        })
+        try:
+            deadline = time.monotonic() + timeout
+            phase = None
+            while time.monotonic() < deadline:
+                pod = self.c.get_json("pod", name)
+                phase = pod.get("status", {}).get("phase")
+                if phase in ("Succeeded", "Failed"):
+                    break
+                time.sleep(0.5)
+            log = self.c.kubectl("logs", name, check=False).stdout.strip()
+            if phase != "Succeeded":
+                raise NodeError(f"smoke pod on the real node ended {phase}: {log[-2000:]}")
+        finally:
+            self.c.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=false", check=False)
         return time.monotonic() - t0
 
     # ---------------------------------------------------------- pieces
