@@ -216,22 +216,23 @@ def build_mpirun(
             argv.append("--allow-run-as-root")
         argv += ["-np", str(ranks), "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none"]
         # Open MPI 5 (PRRTE) reads only the ssh/PRTE names, 4 only the rsh/OMPI ones.
-        tag, mca, plm, env_prefix, runtime = (
-            (["--output", "tag"], "--prtemca", "plm_ssh", "PRTE_MCA_", "prte") if info.major >= 5
-            else (["--tag-output"], "--mca", "plm_rsh", "OMPI_MCA_", "orte")
+        tag, mca, plm, env_prefix = (
+            (["--output", "tag"], "--prtemca", "plm_ssh", "PRTE_MCA_") if info.major >= 5
+            else (["--tag-output"], "--mca", "plm_rsh", "OMPI_MCA_")
         )
         argv += tag
+        # Without tree spawn a daemon daemonizes (setsid, fork, output to
+        # /dev/null) and its agent returns at once: a daemon that then dies
+        # says nothing and mpirun waits for it forever (seen on real pods).
+        # Attached, the daemon lives inside its agent's session: its error
+        # reaches mpirun's stderr and its death ends the agent, so mpirun
+        # fails. (Open MPI 4 and 5 both take this flag; 5 has no MCA name.)
+        argv.append("--leave-session-attached")
         params = {
             f"{plm}_agent": openmpi_agent(shim),
             f"{plm}_no_tree_spawn": "1",
             f"{plm}_num_concurrent": concurrent,
             "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
-            # Without tree spawn a daemon daemonizes (setsid, fork, output to
-            # /dev/null) and its agent returns at once: a daemon that then
-            # dies says nothing and mpirun waits for it forever. Attached,
-            # the daemon lives inside its agent's session: its error reaches
-            # mpirun's stderr and its death ends the agent, so mpirun fails.
-            f"{runtime}_leave_session_attached": "1",
         }
         env.update({env_prefix + k: v for k, v in params.items()})
         for key, value in params.items():

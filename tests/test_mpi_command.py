@@ -47,7 +47,7 @@ def test_openmpi4_uses_rsh_names_on_command_line_and_both_in_env():
     # the shim where mpirun runs, `false` where a daemon runs (pods): see openmpi_agent
     assert mca["plm_rsh_agent"] == "/bin/mpilaunch-rsh : false"
     assert mca["plm_rsh_no_tree_spawn"] == "1"
-    assert mca["orte_leave_session_attached"] == "1"
+    assert "--leave-session-attached" in argv
     assert int(mca["plm_rsh_num_concurrent"]) >= 128
     assert cmd.env["OMPI_MCA_plm_rsh_agent"] == "/bin/mpilaunch-rsh : false"
     assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh : false"
@@ -62,7 +62,7 @@ def test_openmpi5_uses_prte_names_because_it_ignores_ompi_mca_agent():
     assert argv[argv.index("--output") + 1] == "tag"
     keys = pairs(argv, "--prtemca")
     assert "plm_ssh_agent" in keys and "plm_ssh_no_tree_spawn" in keys
-    assert "--mca" not in argv
+    assert "--mca" not in argv and "--leave-session-attached" in argv
     assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh : false"
 
 

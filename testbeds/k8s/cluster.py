@@ -796,8 +796,31 @@ class KubeCluster:
             "pids": self.pids, "ports": self.ports, "marker": self.marker,
             "kubectl": self.kubectl_bin, "exec_dir": str(self.exec_dir),
             "versions": {"kubernetes": K8S_VERSION, "etcd": ETCD_VERSION, "kwok": KWOK_VERSION},
+            "real_node": self.node is not None,
         }
         (self.workdir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+    @classmethod
+    def attach(cls, workdir: str | os.PathLike) -> "KubeCluster":
+        """A cluster started elsewhere (``up``), from its state file: its
+        helpers work, ``stop()`` ends it (the real node included)."""
+        workdir = Path(workdir)
+        st = _load_state(workdir)
+        if not st:
+            raise ClusterError(f"no cluster state in {workdir}")
+        c = cls(workdir, keep_workdir=True)
+        c.kubeconfig, c.server, c.kubectl_bin = Path(st["kubeconfig"]), st["server"], st["kubectl"]
+        c.marker, c.exec_dir, c.pids, c.ports = st["marker"], Path(st["exec_dir"]), st["pids"], st["ports"]
+        c.bindir = Path(st["kubectl"]).parent
+        c.pki = _PKI.__new__(_PKI)
+        c.pki.d = workdir / "pki"
+        c.pki.ca_crt, c.pki.ca_key = c.pki.d / "ca.crt", c.pki.d / "ca.key"
+        c._started = True
+        if st.get("real_node"):
+            from .node import RealNode
+
+            c.node = RealNode(c)
+        return c
 
     # ---------------------------------------------------------- the real node
 
@@ -850,7 +873,7 @@ def _cmd_up(args) -> int:
         print(f"a cluster is already running in {workdir} (server {st['server']}); "
               f"`down` it first", file=sys.stderr)
         return 1
-    c = KubeCluster(workdir, keep_workdir=True)
+    c = KubeCluster(workdir, keep_workdir=True, real_node=args.real_node)
     c.start()
     if args.nodes:
         c.create_nodes(args.nodes, gpus=args.gpus, prefix=args.prefix, taint=args.taint)
@@ -866,6 +889,9 @@ def _cmd_down(args) -> int:
     if not st:
         print(f"no cluster state in {workdir}", file=sys.stderr)
         return 0
+    if st.get("real_node"):
+        # its pods go through the kubelet and the API server, so first
+        KubeCluster.attach(workdir).node.stop()
     order = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
     pgids = [st["pids"][c] for c in order if c in st["pids"]]
     for pg in pgids:
@@ -910,6 +936,8 @@ def main(argv=None) -> int:
             p.add_argument("--gpus", type=int, default=8)
             p.add_argument("--prefix", default="node")
             p.add_argument("--taint", action="store_true", help="taint nodes kwok.x-k8s.io/node=fake:NoSchedule")
+            p.add_argument("--real-node", action="store_true",
+                           help="also run a real node (containerd + kubelet + CoreDNS; root; see node.py)")
         if name == "down":
             p.add_argument("--purge", action="store_true", help="also remove the workdir")
     args = ap.parse_args(argv)
