@@ -91,6 +91,15 @@ def real():
     missing = missing_prerequisites()
     if missing:
         require("real node prerequisites missing: " + ", ".join(missing) + " (run testbeds/k8s/build-node.sh)")
+    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
+    if shared:
+        cluster = KubeCluster.attach(shared)
+        if cluster.node is None:
+            require(f"the cluster in {shared} has no real node (cluster up --real-node)")
+        image = cluster.node.project_image()
+        cluster.node.smoke_check(image)
+        yield Real(cluster, image)
+        return
     cluster = KubeCluster(real_node=True)
     try:
         cluster.start()

@@ -126,8 +126,9 @@ def containerd_config(root: Path, state: Path, sock: Path, cni_conf: Path) -> st
         """)
 
 
-def cni_config(subnet: str, bridge: str, ipam_dir: Path) -> dict:
-    # no ipMasq: pod traffic stays on this bridge (and the host), never NATed out
+def cni_config(subnet: str, bridge: str, ipam_dir: Path, service_cidr: str) -> dict:
+    # No ipMasq and no default route: a pod reaches its bridge and, through
+    # the gateway, the service range (the API server's DNAT); nothing else.
     return {
         "cniVersion": "1.0.0",
         "name": "mpilaunch-pods",
@@ -135,7 +136,8 @@ def cni_config(subnet: str, bridge: str, ipam_dir: Path) -> dict:
             "type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
             "hairpinMode": True,
             "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
-                     "ranges": [[{"subnet": subnet, "gateway": gateway(subnet)}]]},
+                     "ranges": [[{"subnet": subnet, "gateway": gateway(subnet)}]],
+                     "routes": [{"dst": service_cidr}]},
         }],
     }
 
@@ -414,10 +416,12 @@ class RealNode:
             _sh("ip", "link", "del", self.bridge, check=False)
 
     def _start_containerd(self) -> None:
+        from .cluster import SERVICE_CIDR
+
         cni = self.dir / "cni"
         (cni / "net.d").mkdir(parents=True, exist_ok=True)
         (cni / "net.d" / "10-mpilaunch.conflist").write_text(
-            json.dumps(cni_config(self.subnet, self.bridge, cni / "ipam"), indent=2))
+            json.dumps(cni_config(self.subnet, self.bridge, cni / "ipam", SERVICE_CIDR), indent=2))
         root = self.cache / "containerd"
         root.mkdir(parents=True, exist_ok=True)
         cfg = self.dir / "containerd.toml"
