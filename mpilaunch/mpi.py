@@ -298,7 +298,7 @@ def _first_paragraphs(block: list[str]) -> str:
     text = " ".join(paras[0])
     if len(paras) > 1 and block and any(l.startswith((" ", "\t")) and l.strip() == paras[1][0] for l in block):
         text = text.rstrip(":") + ": " + " ".join(paras[1])
-    return text
+    return " ".join(text.split())
 
 
 _ERRORISH = re.compile(r"\berror\b|not found|No such file|Segmentation fault|denied|cannot|failed", re.I)
