@@ -348,9 +348,13 @@ class RealNode:
         return tag
 
     def containers_of(self, pod_prefix: str) -> list[str]:
-        """containerd's containers (sandboxes included) of pods whose name starts with `pod_prefix`."""
+        """Running containers (sandboxes included) of pods whose name starts
+        with `pod_prefix`. Exited ones wait for the kubelet's container GC
+        (once a minute) and hold no process, so they do not count."""
         flt = f'labels."io.kubernetes.pod.name"~="^{pod_prefix}"'
-        return self.ctr("containers", "ls", "-q", flt, check=False).stdout.split()
+        ids = set(self.ctr("containers", "ls", "-q", flt, check=False).stdout.split())
+        tasks = [line.split() for line in self.ctr("tasks", "ls", check=False).stdout.splitlines()[1:]]
+        return [t[0] for t in tasks if len(t) >= 3 and t[0] in ids and t[2] == "RUNNING"]
 
     def smoke_check(self, image: str, timeout: float = 120.0) -> float:
         """One pod of `image` on this node proves the pieces a job needs: it
