@@ -35,7 +35,9 @@ class MpiInfo:
 
     @property
     def major(self) -> int:
-        return int(self.version.split(".")[0]) if self.version[:1].isdigit() else 0
+        # leading digits only: a version can carry words ("5 (the image's; ...)")
+        m = re.match(r"\d+", self.version)
+        return int(m.group()) if m else 0
 
     @property
     def hostfile_flavour(self) -> str:

@@ -152,10 +152,21 @@ def assert_placement(real: Real, job: str, ranks: list[dict], n: int, per_worker
 # ------------------------------------------------------------------ launches
 
 
-def test_cluster_launcher_allreduce_on_real_pods_openmpi4(real, tmp_path):
-    """The default path: launcher Job + 2 worker pods, Open MPI 4.1 from the
-    image, mpirun in the launcher pod with in-cluster credentials."""
-    job = "rp-cluster"
+# The image's three MPIs (docker/Dockerfile): how a job selects each, the
+# Python whose mpi4py matches it, and how its library introduces itself.
+IMAGE_MPIS = {
+    "openmpi4": ([], "python3", "Open MPI v4.1"),
+    "openmpi5": (["--mpirun", "/opt/openmpi5/bin/mpirun"], "/opt/openmpi5/bin/python", "Open MPI v5"),
+    "mpich": (["--mpi", "mpich"], "/opt/mpich/bin/python", "MPICH Version:"),
+}
+
+
+@pytest.mark.parametrize("flavour", list(IMAGE_MPIS))
+def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
+    """The default path: launcher Job + 2 worker pods, each MPI of the image,
+    mpirun in the launcher pod with in-cluster credentials."""
+    job = f"rp-cluster-{flavour}"
+    mpi_args, python, library = IMAGE_MPIS[flavour]
     seen: dict = {}
 
     def watch():
@@ -165,8 +176,8 @@ def test_cluster_launcher_allreduce_on_real_pods_openmpi4(real, tmp_path):
             return True
         return False
 
-    proc = real.start(job, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
-                      "--", "python3", f"{PROGRAMS}/placement.py")
+    proc = real.start(job, *mpi_args, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
+                      "--", python, f"{PROGRAMS}/placement.py")
     try:
         wait_for(watch, 180, "launcher and worker pods with IPs")
         out, err = proc.communicate(timeout=240)
@@ -177,7 +188,7 @@ def test_cluster_launcher_allreduce_on_real_pods_openmpi4(real, tmp_path):
     assert proc.returncode == 0, err[-3000:]
     ranks = ranks_from(out)
     assert_placement(real, job, ranks, 4, 2, seen)
-    assert all(r["library"].startswith("Open MPI v4.1") for r in ranks)
+    assert all(r["library"].startswith(library) for r in ranks), ranks[0]["library"]
     launcher = [p for p in seen if p.startswith(f"{job}-launcher")]
     assert launcher and seen[launcher[0]]["spec"]["nodeName"] == seen[f"{job}-worker-0"]["spec"]["nodeName"]
     report = json.loads((tmp_path / "report.json").read_text())
