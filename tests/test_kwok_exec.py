@@ -44,5 +44,6 @@ def test_execd_commands_start_with_no_signal_blocked_even_if_kwok_did():
     t.join(timeout=240)
     if "error" in result:
         raise result["error"]
-    assert int(result["etcd"], 16) & (1 << (signal.SIGTERM - 1)), "the testbed's processes did inherit the mask"
+    # an unpatched Go program of the testbed keeps (most of) the inherited mask
+    assert int(result["etcd"], 16) != 0, "the testbed's processes did inherit the mask"
     assert result["execd"] == "0000000000000000"
