@@ -8,12 +8,12 @@ __version__ = "0.1.0"
 
 
 def run(command, **options):
-    """Run a job and return a :class:`mpilaunch.job.JobResult`.
+    """Run a job and return a :class:`mpilaunch.result.JobResult`.
 
     ``command`` is a list of strings; ``options`` are JobSpec fields, e.g.
     ``mpilaunch.run(["python", "train.py"], np=4, slots_per_worker=2)``.
     """
-    from .job import run_spec
+    from .lifecycle import run_spec
     from .spec import JobSpec
 
     return run_spec(JobSpec(command=tuple(command), **options))

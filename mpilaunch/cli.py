@@ -1,4 +1,4 @@
-"""Command-line parsing only: build a JobSpec and hand it to job.run_spec."""
+"""Command-line parsing only: build a JobSpec and hand it to lifecycle.run_spec."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
 
 
 def cmd_run(argv: list[str]) -> int:
-    from .job import run_spec
+    from .lifecycle import run_spec
 
     spec, args = parse_run(argv)
     result = run_spec(spec, quiet=args.quiet)

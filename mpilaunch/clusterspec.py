@@ -9,7 +9,7 @@
   (TensorFlow), ``DTF_*`` (YARN-DTF), ``TF_CLUSTER_DEF``/``TF_ROLE``/
   ``TF_INDEX`` (TensorFlow on YARN at 360).
 
-No I/O here; ``ps_job.py`` runs the job and ``task_starter.py`` runs inside
+No I/O here; ``workloads/ps.py`` runs the job and ``task_starter.py`` runs inside
 each container.
 """
 

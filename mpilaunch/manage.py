@@ -17,7 +17,7 @@ from .spec import JobSpec
 
 def render(spec: JobSpec) -> int:
     """Write what a run would create, without creating it (a dry run)."""
-    from .job import run_spec
+    from .lifecycle import run_spec
 
     buf = io.StringIO()
     run_spec(replace(spec, dry_run=True), stdout=buf, quiet=True)

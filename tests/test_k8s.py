@@ -374,7 +374,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         spec = pod["spec"]
         assert spec["serviceAccountName"] == f"{job}-launcher"
         (container,) = spec["containers"]
-        assert container["command"][:3] == ["python3", "-m", "mpilaunch.backends.k8s_launcher"]
+        assert container["command"][:3] == ["python3", "-m", "mpilaunch.launchers.k8s"]
         launch = json.loads(kube.get_json("configmap", job)["data"]["launch.json"])
         (tmp_path / "launch.json").write_text(json.dumps(launch))
 
@@ -398,7 +398,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         pod_env = {k: v for k, v in k8s_env.items() if k != "KUBECONFIG"}
         pod_env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port,
                        MPILAUNCH_K8S_SA_DIR=str(sa_dir))
-        ran = subprocess.run([sys.executable, "-m", "mpilaunch.backends.k8s_launcher", str(tmp_path / "launch.json")],
+        ran = subprocess.run([sys.executable, "-m", "mpilaunch.launchers.k8s", str(tmp_path / "launch.json")],
                              cwd=REPO, env=pod_env, capture_output=True, text=True, timeout=180)
         assert ran.returncode == 0, ran.stderr[-3000:]
         ranks = ranks_from(ran.stdout)

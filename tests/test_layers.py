@@ -25,14 +25,14 @@ def test_import_contracts_hold():
 
 
 def test_import_contracts_see_lazy_imports(tmp_path):
-    # cli imports job only inside a function (lazily): a contract forbidding
+    # cli imports the lifecycle only inside a function (lazily): a contract forbidding
     # that must break, or the checks above would miss every lazy import.
     config = tmp_path / "contracts.toml"
     config.write_text(
         '[tool.importlinter]\nroot_package = "mpilaunch"\n\n'
         '[[tool.importlinter.contracts]]\nname = "probe"\ntype = "forbidden"\n'
-        'source_modules = ["mpilaunch.cli"]\nforbidden_modules = ["mpilaunch.job"]\n'
+        'source_modules = ["mpilaunch.cli"]\nforbidden_modules = ["mpilaunch.lifecycle"]\n'
     )
     res = lint_imports("--config", str(config))
     assert res.returncode != 0, res.stdout
-    assert "mpilaunch.cli -> mpilaunch.job" in res.stdout
+    assert "mpilaunch.cli -> mpilaunch.lifecycle" in res.stdout

@@ -469,9 +469,9 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
     services = dry.stdout.split("services:", 1)[1]
     launcher = services.split("  launcher:", 1)[1].split("\n  worker:", 1)[0]
     assert "instances: 1" in launcher and "gpus: 0" in launcher, launcher
-    assert "mpilaunch.backends.yarn_launcher" in services
+    assert "mpilaunch.launchers.yarn" in services
     local = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--launcher", "local",
                             "--np", "2", "--dry-run", "--", "true"], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=60)
     assert local.returncode == 0, local.stderr
-    assert "yarn_launcher" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+    assert "launchers.yarn" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]

@@ -1,6 +1,6 @@
 """The small interface every backend implements.
 
-``job.py`` drives every backend through these hooks, in this order:
+``lifecycle.py`` drives every backend through these hooks, in this order:
 ``allocate`` -> ``wait_ready`` -> ``exec_context`` (written to the context
 file the shim reads) -> mpirun runs -> ``describe_workers`` (for reports)
 -> ``release`` (always, on every exit path; must be idempotent and must not
@@ -61,6 +61,14 @@ class BaseBackend(ABC):
         text returned (if any) is appended to the failure report.
         """
         return None
+
+    def lost_workers(self) -> dict[str, str]:
+        """Workers that disappeared during the run: name -> what was seen (``its agent was killed by SIGKILL``).
+
+        Asked by the lifecycle once a workload failed, so that a lost worker
+        is reported the same way whatever the workload made of it.
+        """
+        return {}
 
     def describe_workers(self) -> dict[str, dict]:
         """Worker name -> facts for reports (host, state, exit status, ...)."""

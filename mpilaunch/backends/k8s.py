@@ -14,7 +14,7 @@ What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
   limits, node selector, tolerations, priority class, a memory ``/dev/shm``;
 * optionally a PodGroup (``--gang volcano|scheduler-plugins``);
 * with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
-  pod runs :mod:`mpilaunch.backends.k8s_launcher` with the job's
+  pod runs :mod:`mpilaunch.launchers.k8s` with the job's
   ServiceAccount: it waits for the workers itself (no launcher racing
   workers), detects the image's MPI and runs mpirun with ``mpilaunch-rsh``.
   The CLI streams its log and takes its exit status.
@@ -43,20 +43,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
+from . import k8s_manage
 from .k8s_api import Api, ApiError, resolve
+from .k8s_pods import (
+    JOB_LABEL, LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, summarize,
+)
 
-JOB_LABEL = "mpilaunch/job"
-ROLE_LABEL = "mpilaunch/role"
 GPU_RESOURCE = "nvidia.com/gpu"
-WORKER_CONTAINER = "worker"
-LAUNCHER_CONTAINER = "launcher"
 PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
 SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
 # Container states that will not fix themselves: fail the allocation at once.
-FATAL_WAITING = {
-    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-    "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
-}
 POLL = 0.5
 # The cluster's DNS domain (kubelet --cluster-domain); almost always this.
 CLUSTER_DOMAIN = os.environ.get("MPILAUNCH_K8S_CLUSTER_DOMAIN", "cluster.local")
@@ -97,47 +93,6 @@ def launcher_mode(spec) -> str:
     return "local" if spec.launcher == "local" else "cluster"
 
 
-def _pod_ready(pod: dict) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running":
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
-
-
-def _pod_problem(pod: dict) -> tuple[str | None, bool]:
-    """Why a pod is not ready: ``(message, fatal)``."""
-    status = pod.get("status") or {}
-    phase = status.get("phase")
-    if phase in ("Failed", "Succeeded"):
-        reason = status.get("reason") or phase
-        return f"pod {phase.lower()} ({reason}: {status.get('message') or 'no message'})", True
-    for cs in status.get("containerStatuses") or ():
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in FATAL_WAITING:
-            return f"{waiting['reason']}: {waiting.get('message') or cs.get('image')}", True
-        terminated = (cs.get("state") or {}).get("terminated")
-        if terminated:
-            return f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})", True
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return (cond.get("message") or cond.get("reason") or "not scheduled").strip(), False
-    if not status.get("conditions"):
-        return "not scheduled yet", False
-    return f"{phase or 'Pending'}, not Ready", False
-
-
-def summarize(problems: dict[str, str], limit: int = 3) -> str:
-    """Group identical reasons: ``12 pods: <reason> (a, b, c, ...)``."""
-    groups: dict[str, list[str]] = {}
-    for pod, reason in problems.items():
-        groups.setdefault(reason, []).append(pod)
-    parts = []
-    for reason, pods in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        shown = ", ".join(sorted(pods)[:limit]) + (", ..." if len(pods) > limit else "")
-        parts.append(f"{len(pods)} pod{'s' if len(pods) != 1 else ''} ({shown}): {reason}")
-    return "; ".join(parts)
-
-
 class Backend(BaseBackend):
     name = "k8s"
 
@@ -146,7 +101,7 @@ class Backend(BaseBackend):
         self.opts = spec.k8s
         self.job = plan.job_name
         self.launcher = launcher_mode(spec)
-        # job.py's hook: mpirun runs in the launcher pod, this backend follows it
+        # the mpirun workload's hook: mpirun runs in the launcher pod, this backend follows it
         self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_name = f"{self.job}-launcher"
         self._creds: dict | None = None
@@ -185,7 +140,7 @@ class Backend(BaseBackend):
 
     @classmethod
     def remote_mpi_info(cls, spec):
-        """job.py asks when there is no mpirun here: the launcher pod brings its own."""
+        """The mpirun workload asks when there is no mpirun here: the launcher pod brings its own."""
         return _remote_mpi_info(spec) if launcher_mode(spec) == "cluster" else None
 
     @classmethod
@@ -277,7 +232,7 @@ class Backend(BaseBackend):
             "scheduler_name": SCHEDULERS.get(opts.gang),
             "schedule_timeout": int(self.spec.start_timeout),
             "launcher_name": self.launcher_name,
-            "launcher_command": ["python3", "-m", "mpilaunch.backends.k8s_launcher", "/etc/mpilaunch/launch.json"],
+            "launcher_command": ["python3", "-m", "mpilaunch.launchers.k8s", "/etc/mpilaunch/launch.json"],
             "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers], "openmpi"),
             "plan_json": json.dumps(self.plan.to_dict(), indent=1),
             "launch_json": json.dumps(self.launch_spec(), indent=1) if self.launcher == "cluster" else "",
@@ -467,7 +422,7 @@ class Backend(BaseBackend):
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Follow the launcher pod: its log into ``output``, its exit code back.
 
-        None when ``deadline`` passed first (job.py reports the timeout).
+        None when ``deadline`` passed first (the workload reports the timeout).
         """
         pod = self.launcher_pod
         stop = threading.Event()
@@ -561,92 +516,25 @@ class Backend(BaseBackend):
         if self.root_uid is None:
             return
         try:
-            _delete_job(self.api, self.job, self.created, wait=20.0)
+            k8s_manage.delete_job(self.api, self.job, self.created, wait=20.0)
         except Exception as e:  # never raise from teardown
             print(f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); "
                   f"run: mpilaunch delete {self.job} --backend k8s", file=sys.stderr)
         self.root_uid = None
 
-    # ------------------------------------------------------------ manage
-
-    @classmethod
-    def _manage_api(cls, args) -> Api:
-        return Api(resolve(args.kubeconfig, args.context, args.namespace, None))
+    # ------------------------------------------------------------ manage (k8s_manage.py)
 
     @classmethod
     def manage_status(cls, args, stream) -> int:
-        api = cls._manage_api(args)
-        try:
-            root = api.get("v1", "configmaps", args.name)
-        except ApiError as e:
-            if e.status == 404:
-                raise UsageError(f"no job {args.name} in namespace {api.namespace}", "list jobs with: kubectl get configmap -l mpilaunch/job") from None
-            raise
-        plan = json.loads((root.get("data") or {}).get("plan.json") or "{}")
-        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
-        print(f"job {args.name}  namespace {api.namespace}  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
-              f"created {root['metadata'].get('creationTimestamp')}", file=stream)
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-            status = pod.get("status") or {}
-            role = (pod["metadata"].get("labels") or {}).get(ROLE_LABEL, "?")
-            code = _launcher_exit(pod) if role == "launcher" else None
-            print(f"  {pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
-                  f"ready={_pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
-                  + (f" exit={code}" if code is not None else ""), file=stream)
-        return 0
+        return k8s_manage.status(args, stream)
 
     @classmethod
     def manage_logs(cls, args, stream) -> int:
-        api = cls._manage_api(args)
-        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
-        if not pods:
-            raise UsageError(
-                f"job {args.name} has no launcher pod in namespace {api.namespace}",
-                "jobs run with --launcher local print their output on the submitting machine; workers only sleep",
-            )
-        path = api.collection_path("v1", "pods", api.namespace) + f"/{pods[0]['metadata']['name']}/log"
-        query = {"container": LAUNCHER_CONTAINER}
-        if getattr(args, "follow", False):
-            query["follow"] = "true"
-        # following: the log may be quiet for long stretches, which is no error
-        conn, resp = api.request("GET", path, query=query, stream=True, timeout=86400.0 if "follow" in query else None)
-        try:
-            for raw in iter(resp.readline, b""):
-                stream.write(raw.decode("utf-8", "replace"))
-                stream.flush()
-        finally:
-            conn.close()
-        return 0
+        return k8s_manage.logs(args, stream)
 
     @classmethod
     def manage_delete(cls, args, stream) -> int:
-        api = cls._manage_api(args)
-        try:
-            api.get("v1", "configmaps", args.name)
-        except ApiError as e:
-            if e.status != 404:
-                raise
-            pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
-            if not pods:
-                raise UsageError(f"no job {args.name} in namespace {api.namespace}", None) from None
-        _delete_job(api, args.name, [], wait=30.0)
-        print(f"deleted job {args.name} in namespace {api.namespace}", file=stream)
-        return 0
-
-
-def _launcher_exit(pod: dict) -> int | None:
-    status = pod.get("status") or {}
-    for cs in status.get("containerStatuses") or ():
-        if cs.get("name") == LAUNCHER_CONTAINER:
-            terminated = (cs.get("state") or {}).get("terminated")
-            if terminated is not None:
-                return int(terminated.get("exitCode", 1))
-    phase = status.get("phase")
-    if phase == "Succeeded":
-        return 0
-    if phase == "Failed":
-        return 1
-    return None
+        return k8s_manage.delete(args, stream)
 
 
 def _api_hint(e: ApiError) -> str:
@@ -655,47 +543,6 @@ def _api_hint(e: ApiError) -> str:
     if e.status == 422:
         return "the cluster rejected an object; check --node-selector/--toleration/--priority-class values"
     return "check the API server and your kubeconfig"
-
-
-_KINDS = [
-    ("batch/v1", "jobs"), ("v1", "pods"), ("v1", "services"),
-    ("rbac.authorization.k8s.io/v1", "rolebindings"), ("rbac.authorization.k8s.io/v1", "roles"),
-    ("v1", "serviceaccounts"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
-    ("scheduling.x-k8s.io/v1alpha1", "podgroups"),
-]
-
-
-def _delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: float) -> None:
-    """Delete the root (garbage collection) and, not to depend on the GC's
-    pace, everything labelled with the job; wait until its pods are gone."""
-    selector = f"{JOB_LABEL}={job}"
-    background = {"propagationPolicy": "Background"}
-    api.delete("v1", "configmaps", job, **background)
-    errors = []
-    names = {(v, p) for v, p, _ in created}
-    for api_version, plural in _KINDS:
-        if created and (api_version, plural) not in names:
-            continue
-        try:
-            if plural in ("pods", "jobs"):
-                api.delete_collection(api_version, plural, selector, **background)
-            else:
-                items = api.get(api_version, plural, labelSelector=selector)["items"]
-                for item in items:
-                    api.delete(api_version, plural, item["metadata"]["name"], **background)
-        except ApiError as e:
-            if e.status not in (404, 405):
-                errors.append(f"{plural}: {e.message}")
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            if not api.get("v1", "pods", labelSelector=selector)["items"]:
-                break
-        except (ApiError, OSError):
-            break
-        time.sleep(0.3)
-    if errors:
-        raise RuntimeError("; ".join(errors))
 
 
 def _remote_mpi_info(spec):

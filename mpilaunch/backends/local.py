@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -123,6 +124,15 @@ class Backend(BaseBackend):
             "cwd": os.getcwd(),
             "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
         }
+
+    def lost_workers(self) -> dict[str, str]:
+        lost = {}
+        for name, proc in self.agents.items():
+            code = proc.poll()
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                lost[name] = f"its agent was {how}"
+        return lost
 
     def describe_workers(self) -> dict[str, dict]:
         out = {}

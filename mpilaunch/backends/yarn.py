@@ -17,10 +17,10 @@
 * Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
   yarn) in one more container of the application, service ``launcher``
   (requested with the workers, part of the all-or-nothing wait), which runs
-  :mod:`mpilaunch.backends.yarn_launcher` and waits for its launch
+  :mod:`mpilaunch.launchers.yarn` and waits for its launch
   description. That and the
   secret go through the key-value store; mpirun's output comes back in
-  chunks through it and ``run_launcher`` feeds it to job.py's rank-output
+  chunks through it and ``run_launcher`` feeds it to the mpirun workload's rank-output
   parser, so rank status lines, fail fast, ``--timeout`` and Ctrl-C behave
   as with the local launcher. With ``--launcher local`` mpirun runs on the
   submitting machine. Either way it reaches the containers through
@@ -47,20 +47,21 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
+from . import yarn_manage
 from .base import BaseBackend
 from .local import write_secret
+from .yarn_client import TERMINAL_STATES, _client, _short, _state
 from .yarn_container import SECRET_KEY, WORKER_KEY
-from . import yarn_launcher as launcher_keys
+from . import yarn_keys as launcher_keys
 
 SERVICE = "worker"
 LAUNCHER_SERVICE = "launcher"
 LAUNCHER_MEMORY = "512 MiB"
-FAIL_FAST_GRACE_S = 5.0  # as job.py's: mpirun gets this long to end the job after a rank failed
+FAIL_FAST_GRACE_S = 5.0  # as workloads/mpirun.py's: mpirun gets this long to end the job after a rank failed
 KV_PREFIX = "mpilaunch/"
 ENV_DIR = "mpilaunch-env"  # where --env-archive is unpacked in each container
 MASTER_MEMORY = "256 MiB"
 POLL = 0.25
-TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 # What the shim passes to the agents with each daemon command. mpirun runs on
 # this machine with this MPI, so its daemons need the same one in the
 # containers; with --env-archive the archive's environment wins instead.
@@ -71,32 +72,12 @@ FORWARD_ENV = (
 FORWARD_ENV_WITH_ARCHIVE = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
 
-def _state(value) -> str:
-    return str(value).rsplit(".", 1)[-1]
-
-
-def _short(text: str | None, limit: int = 400) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _client(log=False) -> "skein.Client":
-    try:
-        # Fresh credentials for our own driver: nothing written to ~/.skein.
-        return skein.Client(log=log, security=skein.Security.new_credentials())
-    except (skein.exceptions.DriverError, skein.exceptions.SkeinError, OSError) as e:
-        raise AllocationError(
-            f"cannot start the skein driver to talk to YARN: {_short(str(e))}",
-            "check JAVA_HOME, HADOOP_CONF_DIR and that `yarn classpath --glob` works on this machine",
-        ) from None
-
-
 class Backend(BaseBackend):
     name = "yarn"
 
     def __init__(self, spec, plan, rundir):
         super().__init__(spec, plan, rundir)
-        # job.py's hook: mpirun runs in a launcher container, run_launcher follows it
+        # the mpirun workload's hook: mpirun runs in a launcher container, run_launcher follows it
         # (PS mode runs no mpirun: no launcher container)
         self.launcher = "local" if spec.launcher == "local" or spec.mode == "ps" else "cluster"
         self.launcher_in_cluster = self.launcher == "cluster"
@@ -153,10 +134,9 @@ class Backend(BaseBackend):
         }
         if not self.spec.yarn.env_archive:
             # The same mpilaunch as here, even when it is not installed but
-            # imported from a checkout.
-            import mpilaunch
-
-            package_root = str(Path(mpilaunch.__file__).resolve().parent.parent)
+            # imported from a checkout (found from this file: importing the
+            # package's top would import upward, into the lifecycle).
+            package_root = str(Path(__file__).resolve().parent.parent.parent)
             paths = [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         return env
@@ -190,7 +170,7 @@ class Backend(BaseBackend):
             services[LAUNCHER_SERVICE] = skein.Service(
                 instances=1,
                 resources=skein.Resources(memory=LAUNCHER_MEMORY, vcores=1),
-                script=self._service_script("mpilaunch.backends.yarn_launcher"),
+                script=self._service_script("mpilaunch.launchers.yarn"),
                 env=self._service_env(),
                 files=files,
                 max_restarts=0,
@@ -418,7 +398,7 @@ class Backend(BaseBackend):
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
 
-        None when ``deadline`` passed first (job.py reports the timeout).
+        None when ``deadline`` passed first (the workload reports the timeout).
         """
         from ..rsh_agent.agent_client import read_secret
 
@@ -605,94 +585,16 @@ class Backend(BaseBackend):
             time.sleep(POLL)
         self.client.kill_application(self.app_id)
 
-    # ------------------------------------------------------------ manage
-
-    @classmethod
-    def _find_apps(cls, client, name: str) -> list:
-        apps = client.get_applications(name=name, states=list(skein.model.ApplicationState))
-        if not apps:
-            raise UsageError(f"no YARN application named {name!r}",
-                             "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
-        return sorted(apps, key=lambda a: a.start_time or 0)
+    # ------------------------------------------------------------ manage (yarn_manage.py)
 
     @classmethod
     def manage_status(cls, args, stream) -> int:
-        client = _client()
-        try:
-            for report in cls._find_apps(client, args.name):
-                print(f"{report.id}  {report.name}  state={_state(report.state)} "
-                      f"final={_state(report.final_status)}  queue={report.queue}  user={report.user}", file=stream)
-                if report.diagnostics:
-                    print(f"  diagnostics: {_short(report.diagnostics, 300)}", file=stream)
-                for c in _node_containers(client, report.id):
-                    print(f"  {c.get('id')}  on {c.get('nodeId')}  {c.get('state')}"
-                          f"  exit={c.get('exitCode')}", file=stream)
-        finally:
-            client.close()
-        return 0
+        return yarn_manage.status(args, stream)
 
     @classmethod
     def manage_logs(cls, args, stream) -> int:
-        client = _client()
-        try:
-            report = cls._find_apps(client, args.name)[-1]
-            containers = _node_containers(client, report.id)
-            for c in containers:
-                names = [f for f in c.get("containerLogFiles") or ["stdout", "stderr"]
-                         if f not in ("launch_container.sh", "directory.info")]
-                for log_name in names:
-                    text = _http_text(f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{log_name}")
-                    if text:
-                        print(f"==> {c['id']} {log_name} <==", file=stream)
-                        stream.write(text if text.endswith("\n") else text + "\n")
-            if not containers:
-                try:
-                    logs = client.application_logs(report.id)
-                    stream.write(logs.dumps() if hasattr(logs, "dumps") else str(logs))
-                except Exception as e:
-                    print(f"no logs for {report.id}: the NodeManagers no longer hold them and "
-                          f"log aggregation gave none ({_short(str(e), 200)})", file=stream)
-        finally:
-            client.close()
-        return 0
+        return yarn_manage.logs(args, stream)
 
     @classmethod
     def manage_delete(cls, args, stream) -> int:
-        client = _client()
-        try:
-            for report in cls._find_apps(client, args.name):
-                if _state(report.state) not in TERMINAL_STATES:
-                    client.kill_application(report.id)
-                    print(f"killed {report.id} ({report.name})", file=stream)
-                else:
-                    print(f"{report.id} already {_state(report.state)}", file=stream)
-        finally:
-            client.close()
-        return 0
-
-
-def _http_text(url: str) -> str | None:
-    import urllib.request
-
-    try:
-        req = urllib.request.Request(url, headers={"Accept": "application/json, text/plain"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.read().decode("utf-8", "replace")
-    except (OSError, ValueError):
-        return None
-
-
-def _node_containers(client, app_id: str) -> list[dict]:
-    """The application's containers as the NodeManagers still report them."""
-    suffix = "container_" + app_id.split("_", 1)[-1] + "_"
-    out = []
-    for node in client.get_nodes():
-        text = _http_text(f"http://{node.http_address}/ws/v1/node/containers")
-        try:
-            items = ((json.loads(text or "{}").get("containers") or {}).get("container")) or []
-        except ValueError:
-            continue
-        for c in [items] if isinstance(items, dict) else items:
-            if c.get("id", "").startswith(suffix):
-                out.append(dict(c, _http=node.http_address))
-    return sorted(out, key=lambda c: c["id"])
+        return yarn_manage.delete(args, stream)

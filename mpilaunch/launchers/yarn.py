@@ -1,4 +1,4 @@
-"""The launcher container of a YARN job: ``python -m mpilaunch.backends.yarn_launcher``.
+"""The launcher container of a YARN job: ``python -m mpilaunch.launchers.yarn``.
 
 With ``--launcher cluster`` (what ``auto`` means for yarn) the application
 has one container of the skein service ``launcher``, requested with the
@@ -13,13 +13,14 @@ workers. This module runs in it and
    ``launch_container.sh``;
 2. writes the hostfile, the shim's context file and the shim launcher for
    its own paths, publishes ``<kv>launcher/info`` (its ``CONTAINER_ID``,
-   host, mpirun) and runs mpirun with ``mpilaunch-rsh`` and the agents, as
-   the local launcher would;
+   host, mpirun) and runs mpirun with ``mpilaunch-rsh`` and the agents
+   through the same lifecycle and mpirun workload as the local launcher
+   (:class:`PublishedContainers` is its backend);
 3. streams mpirun's stdout/stderr lines into the key-value store in chunks
    (``<kv>launcher/out/<seq>``, JSON ``[[stream, line], ...]``) that the
    submitting side feeds to its rank-output parser and deletes, stops mpirun
    when ``<kv>launcher/stop`` appears (fail fast after a rank failed), and
-   finally puts mpirun's exit code in ``<kv>launcher/exit``.
+   finally puts the job's exit code in ``<kv>launcher/exit``.
 """
 
 from __future__ import annotations
@@ -27,19 +28,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
-SPEC_KEY = "launcher/spec"
-SECRET_KEY = "launcher/secret"
-INFO_KEY = "launcher/info"
-OUT_KEY = "launcher/out/"
-EXIT_KEY = "launcher/exit"
-STOP_KEY = "launcher/stop"
+from .. import mpi
+from ..backends.base import BaseBackend
+from ..backends.yarn_keys import EXIT_KEY, INFO_KEY, OUT_KEY, SECRET_KEY, SPEC_KEY, STOP_KEY
+from ..lifecycle import make_rundir, run_job
+from ..procs import terminate_group
+from ..spec import JobSpec, Plan, WorkerPlan
+from ..workloads.mpirun import MpirunWorkload, RelayedOutput
+
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024
 
@@ -99,24 +99,54 @@ class Streamer:
         self.flush()
 
 
-def run(app, prefix: str) -> int:
-    from .. import hostfile, mpi
-    from ..job import rank_command, shim_path
-    from ..procs import forward_signals_to_group
-    from ..spec import JobSpec
+class PublishedContainers(BaseBackend):
+    """The job's worker containers, seen from the launcher container: their agents answer already."""
 
+    name = "yarn"
+
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: dict, secret_file: Path):
+        super().__init__(spec, plan, rundir)
+        self.launch = launch
+        self.secret_file = secret_file
+
+    def allocate(self) -> None:
+        pass  # the submitting side requested the containers
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        pass  # the launch description is put only once every worker's agent answered
+
+    def exec_context(self) -> dict:
+        return {
+            "transport": "agent",
+            "secret_file": str(self.secret_file),
+            "forward_env": list(self.launch.get("forward_env") or ()),
+            "cwd": None,
+            "workers": {name: {"address": address} for name, _, address in self.launch["workers"]},
+        }
+
+    def rank_prefix(self) -> list[str]:
+        return list(self.launch["rank_prefix"])
+
+    def release(self) -> None:
+        pass  # the submitting side ends the application
+
+
+def write_secret_file(rundir: Path, secret: bytes) -> Path:
+    secret_file = rundir / "secret"
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret.rstrip(b"\n") + b"\n")
+    return secret_file
+
+
+def run(app, prefix: str) -> int:
     launch = json.loads(app.kv.wait(prefix + SPEC_KEY).decode())
     secret = app.kv.wait(prefix + SECRET_KEY)
     app.kv.discard(prefix + SECRET_KEY)
     streamer = Streamer(app.kv, prefix)
-    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{launch['job']}-launcher-"))
-    os.chmod(rundir, 0o700)
-    proc = None
+    rundir = make_rundir(launch["job"] + "-launcher")
     try:
-        secret_file = rundir / "secret"
-        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(secret.rstrip(b"\n") + b"\n")
+        secret_file = write_secret_file(rundir, secret)
         del secret
         # What the submitting machine's mpirun would have had (its PATH etc.,
         # forwarded by the shim to the daemons); none with --env-archive.
@@ -126,65 +156,48 @@ def run(app, prefix: str) -> int:
         except Exception as e:
             streamer.add("stderr", f"mpilaunch: launcher: no usable mpirun in the launcher container: {e}\n")
             return 2
-        workers = [(name, int(slots)) for name, slots, _ in launch["workers"]]
-        (rundir / "hostfile").write_text(hostfile.render(workers, info.hostfile_flavour))
-        context = {
-            "job": launch["job"],
-            "transport": "agent",
-            "secret_file": str(secret_file),
-            "forward_env": list(launch.get("forward_env") or ()),
-            "cwd": None,
-            "workers": {name: {"address": address} for name, _, address in launch["workers"]},
-        }
-        (rundir / "context.json").write_text(json.dumps(context))
-        spec = JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")))
-        command = mpi.build_mpirun(
-            info, ranks=sum(s for _, s in workers), hosts=len(workers), hostfile=str(rundir / "hostfile"),
-            shim=shim_path(rundir), command=rank_command(spec, list(launch["rank_prefix"])),
-            environ=dict(os.environ), user_env=tuple(launch.get("user_env") or ()),
-            extra_args=tuple(launch.get("mpi_args") or ()), as_root=os.geteuid() == 0,
-        )
-        command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
+        spec = JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")),
+                       env=tuple(launch.get("user_env") or ()), mpi_args=tuple(launch.get("mpi_args") or ()))
+        plan = Plan(job_name=launch["job"], workers=tuple(
+            WorkerPlan(name=name, slots=int(slots), gpus=0) for name, slots, _ in launch["workers"]))
+        backend = PublishedContainers(spec, plan, rundir, launch, secret_file)
+        workload = MpirunWorkload(spec, launch["job"], plan, info)
+        workload.use_output(RelayedOutput(streamer.add))
         cwd = launch.get("cwd")
-        cwd = cwd if cwd and os.path.isdir(cwd) else None
-        proc = subprocess.Popen(command.argv, env={**os.environ, **command.env}, stdin=subprocess.DEVNULL, cwd=cwd,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        app.kv[prefix + INFO_KEY] = json.dumps({
-            "container": os.environ.get("CONTAINER_ID"),
-            "host": os.environ.get("NM_HOST"),
-            "mpirun": info.path,
-            "flavour": info.flavour,
-            "version": info.version,
-            "pid": proc.pid,
-        }).encode()
-
-        forward_signals_to_group(proc.pid)
-
-        def watch_stop():
-            try:
-                app.kv.wait(prefix + STOP_KEY)
-            except Exception:
-                return
-            from ..procs import terminate_group
-
-            terminate_group(proc.pid)
-
-        threading.Thread(target=watch_stop, daemon=True).start()
-        pumps = [streamer.pump("stdout", proc.stdout), streamer.pump("stderr", proc.stderr)]
-        code = proc.wait()
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # nothing left to forward to
-            signal.signal(s, signal.SIG_DFL)
-        for p in pumps:
-            p.join(timeout=10)
-        return 128 - code if code < 0 else code
+        workload.cwd = cwd if cwd and os.path.isdir(cwd) else None
+        workload.on_started = lambda proc: started(app, prefix, info, proc)
+        environ = dict(os.environ)
+        workload.bind(backend, rundir, environ)
+        result = run_job(spec, workload, backend, rundir, None,
+                         stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        return result.exit_code
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
         try:
             streamer.close()
         except Exception:
             pass
         shutil.rmtree(rundir, ignore_errors=True)
+
+
+def started(app, prefix: str, info: mpi.MpiInfo, proc) -> None:
+    """mpirun runs: publish where (for reports), and stop it when the submitting side asks."""
+    app.kv[prefix + INFO_KEY] = json.dumps({
+        "container": os.environ.get("CONTAINER_ID"),
+        "host": os.environ.get("NM_HOST"),
+        "mpirun": info.path,
+        "flavour": info.flavour,
+        "version": info.version,
+        "pid": proc.pid,
+    }).encode()
+
+    def watch_stop():
+        try:
+            app.kv.wait(prefix + STOP_KEY)
+        except Exception:
+            return
+        terminate_group(proc.pid)
+
+    threading.Thread(target=watch_stop, daemon=True).start()
 
 
 def main() -> int:

@@ -1,12 +1,11 @@
-"""PS mode: allocate one container per task, act as registry, run the life cycle.
+"""The PS workload: one container per task, the launcher as registry, YARN-DTF's life cycle.
 
 The launcher is the registry of YARN-DTF's "alternative implementation"
 (no ZooKeeper), on every backend alike:
 
 1. One worker of the backend per task (``<job>-ps-0``, ``<job>-worker-1``,
    ``<job>-chief-0`` ...), one slot each, allocated all or nothing through
-   the same ``allocate`` / ``wait_ready`` / ``exec_context`` / ``release``
-   hooks as allreduce jobs.
+   the same lifecycle (``lifecycle.py``) as allreduce jobs.
 2. In each, through the backend's exec channel (``mpilaunch-rsh``, so every
    transport works), a task starter (``task_starter.py``) reserves a port
    and reports ``host:port`` on its stdout.
@@ -29,23 +28,20 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends, clusterspec, mpi
-from .clusterspec import Task
-from .errors import AllocationError, Interrupted, MpilaunchError, UsageError
-from .job import (
-    EXIT_TIMEOUT, JobResult, finish_backend, ignore_interrupts, interrupts_raise, job_name_for, make_rundir,
-    prepare_output_dir, print_manifests, remove_tree, restore_default_signals, shim_path,
-)
-from .procs import kill_tree
-from .progress import WaitProgress
-from .spec import JobSpec, Plan, WorkerPlan
-from .task_starter import ADDRESS_PREFIX
+from .. import clusterspec, mpi
+from ..clusterspec import Task
+from ..errors import AllocationError, UsageError
+from ..procs import kill_tree
+from ..progress import WaitProgress
+from ..result import EXIT_TIMEOUT, JobResult, timeout_failure
+from ..spec import JobSpec, Plan, WorkerPlan
+from ..task_starter import ADDRESS_PREFIX
+from .base import RunContext, Workload, print_manifests, shim_path
 
 TAIL_LINES = 20
 # A task that exits while being stopped was stopped; give starters this long
@@ -271,87 +267,6 @@ def print_dry_run(spec, ps_plan: PsPlan, backend, script, environ, stream) -> No
 # ------------------------------------------------------------------ run
 
 
-def run_ps(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False) -> JobResult:
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    environ = dict(os.environ if environ is None else environ)
-    job_name = job_name_for(spec)
-    ps_plan = make_ps_plan(spec, job_name)
-    script = read_script(spec.ps.script)
-    backend_cls = backends.load(spec.backend)
-    output_dir = prepare_output_dir(spec)
-    rundir = make_rundir(job_name)
-    backend = backend_cls(spec, ps_plan.plan, rundir)
-    if spec.dry_run:
-        print_dry_run(spec, ps_plan, backend, script, environ, stdout)
-        remove_tree(rundir)
-        return JobResult(job_name=job_name, exit_code=0)
-
-    result = JobResult(job_name=job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
-    runs = [TaskRun(task=t, worker=ps_plan.worker(t)) for t in ps_plan.tasks]
-    output = TaskOutput(stdout, stderr, output_dir)
-    timings = result.timings
-    cluster: dict = {}
-    tensorboard_url = None
-    t0 = time.monotonic()
-    try:
-        with interrupts_raise():
-            backend.allocate()
-            with WaitProgress(f"waiting for {len(runs)} task containers", stderr, quiet=quiet) as progress:
-                backend.wait_ready(t0 + spec.start_timeout, progress)
-            timings["allocate_s"] = round(time.monotonic() - t0, 3)
-
-            context_file = rundir / "context.json"
-            context_file.write_text(json.dumps({"job": job_name, **backend.exec_context()}))
-            shim = shim_path(rundir)
-            python = python_prefix(backend)
-            t_reg = time.monotonic()
-            for run in runs:
-                run.proc = exec_in_worker(shim, str(context_file), run.worker,
-                                          starter_command(spec, run.task, python), environ)
-                run.pumps = [output.pump(run, "stdout", run.proc.stdout), output.pump(run, "stderr", run.proc.stderr)]
-            with WaitProgress(f"waiting for {len(runs)} task ports", stderr, quiet=quiet) as progress:
-                _wait_registered(runs, t_reg + spec.start_timeout, progress)
-            timings["register_s"] = round(time.monotonic() - t_reg, 3)
-
-            addresses = {run.task: run.address for run in runs}
-            cluster = clusterspec.cluster_spec(ps_plan.tasks, addresses)
-            t_run = time.monotonic()
-            for run in runs:
-                _send(run, task_message(spec, cluster, run.task, environ, script), t_run)
-                if run.task.type == clusterspec.TENSORBOARD:
-                    tensorboard_url = f"http://{run.address}/"
-                    print(f"mpilaunch: TensorBoard for {spec.ps.output_path}: {tensorboard_url}", file=stderr, flush=True)
-            deadline = None if spec.timeout is None else t_run + spec.timeout
-            result.exit_code, result.failure = _life_cycle(runs, deadline, spec.timeout)
-            timings["run_s"] = round(time.monotonic() - t_run, 3)
-    except MpilaunchError as e:
-        result.exit_code = e.exit_code
-        result.failure = e.message
-        if not isinstance(e, Interrupted):
-            raise
-    finally:
-        ignore_interrupts()
-        _stop_all(runs)
-        for run in runs:
-            for pump in run.pumps:
-                pump.join(timeout=5)
-        workers = finish_backend(backend, result)
-        output.close()
-        timings["total_s"] = round(time.monotonic() - t0, 3)
-        failed = [r for r in runs if r.status == "failed"]
-        if failed and result.exit_code != 0:
-            result.failure = _failure_text(result.failure, failed)
-        report = _report(spec, ps_plan, runs, cluster, result, workers, tensorboard_url)
-        if output_dir is not None:
-            (output_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        if not quiet:
-            _print_summary(report, stderr)
-        remove_tree(rundir)
-        restore_default_signals()
-    return result
-
-
 def _wait_registered(runs: list[TaskRun], deadline: float, progress) -> None:
     """Until every starter reported its address (the launcher is the registry)."""
     total = len(runs)
@@ -401,7 +316,7 @@ def _life_cycle(runs: list[TaskRun], deadline: float | None, timeout: float | No
         if all(r.exit_code == 0 for r in runs if r.task in decisive):
             return 0, None
         if deadline is not None and now >= deadline:
-            return EXIT_TIMEOUT, f"the job ran past --timeout {timeout:g}s and was stopped"
+            return EXIT_TIMEOUT, timeout_failure(timeout)
         time.sleep(POLL)
 
 
@@ -492,4 +407,79 @@ def _print_summary(report: dict, stream) -> None:
     stream.flush()
 
 
-__all__ = ["run_ps", "exec_in_worker", "make_ps_plan"]
+# ------------------------------------------------------------------ the workload
+
+
+class PsWorkload(Workload):
+    """One task starter per container; the job ends by YARN-DTF's rules (module docstring)."""
+
+    mode = "ps"
+
+    def __init__(self, spec: JobSpec, job_name: str, ps_plan: PsPlan, script: dict | None):
+        super().__init__(spec, job_name, ps_plan.plan)
+        self.ps_plan = ps_plan
+        self.script = script
+        self.runs = [TaskRun(task=t, worker=ps_plan.worker(t)) for t in ps_plan.tasks]
+        self.output: TaskOutput | None = None
+        self.cluster: dict = {}
+        self.tensorboard_url: str | None = None
+
+    @classmethod
+    def prepare(cls, spec: JobSpec, backend_cls, job_name: str, environ: dict) -> "PsWorkload":
+        ps_plan = make_ps_plan(spec, job_name)
+        return cls(spec, job_name, ps_plan, read_script(spec.ps.script))
+
+    def print_dry_run(self, backend, environ: dict, stream) -> None:
+        print_dry_run(self.spec, self.ps_plan, backend, self.script, environ, stream)
+
+    def waiting_for(self) -> str:
+        return f"waiting for {len(self.runs)} task containers"
+
+    def start(self, run: RunContext) -> None:
+        spec, runs = self.spec, self.runs
+        self.output = TaskOutput(run.stdout, run.stderr, run.output_dir)
+        shim = shim_path(run.rundir)
+        python = python_prefix(run.backend)
+        t_reg = time.monotonic()
+        for task_run in runs:
+            task_run.proc = exec_in_worker(shim, str(run.context_file), task_run.worker,
+                                           starter_command(spec, task_run.task, python), run.environ)
+            task_run.pumps = [self.output.pump(task_run, "stdout", task_run.proc.stdout),
+                              self.output.pump(task_run, "stderr", task_run.proc.stderr)]
+        with WaitProgress(f"waiting for {len(runs)} task ports", run.stderr, quiet=run.quiet) as progress:
+            _wait_registered(runs, t_reg + spec.start_timeout, progress)
+        run.result.timings["register_s"] = round(time.monotonic() - t_reg, 3)
+
+        addresses = {task_run.task: task_run.address for task_run in runs}
+        self.cluster = clusterspec.cluster_spec(self.ps_plan.tasks, addresses)
+        t_run = time.monotonic()
+        for task_run in runs:
+            _send(task_run, task_message(spec, self.cluster, task_run.task, run.environ, self.script), t_run)
+            if task_run.task.type == clusterspec.TENSORBOARD:
+                self.tensorboard_url = f"http://{task_run.address}/"
+                print(f"mpilaunch: TensorBoard for {spec.ps.output_path}: {self.tensorboard_url}",
+                      file=run.stderr, flush=True)
+
+    def watch(self, run: RunContext, deadline: float | None) -> tuple[int, str | None]:
+        return _life_cycle(self.runs, deadline, self.spec.timeout)
+
+    def stop(self) -> None:
+        _stop_all(self.runs)
+        for task_run in self.runs:
+            for pump in task_run.pumps:
+                pump.join(timeout=5)
+
+    def close(self) -> None:
+        if self.output is not None:
+            self.output.close()
+
+    def collect(self, run: RunContext) -> None:
+        failed = [r for r in self.runs if r.status == "failed"]
+        if failed and run.result.exit_code != 0:
+            run.result.failure = _failure_text(run.result.failure, failed)
+
+    def report(self, run: RunContext, workers: dict) -> dict:
+        return _report(self.spec, self.ps_plan, self.runs, self.cluster, run.result, workers, self.tensorboard_url)
+
+    def print_summary(self, report: dict, stream) -> None:
+        _print_summary(report, stream)

@@ -1,0 +1,72 @@
+"""What a pod's status says: ready, why not, how its launcher container ended.
+
+Pure functions of the API's pod objects, shared by the backend's wait and
+watch and by the management commands.
+"""
+
+from __future__ import annotations
+
+JOB_LABEL = "mpilaunch/job"
+ROLE_LABEL = "mpilaunch/role"
+WORKER_CONTAINER = "worker"
+LAUNCHER_CONTAINER = "launcher"
+
+FATAL_WAITING = {
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
+}
+
+def _pod_ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+
+
+def _pod_problem(pod: dict) -> tuple[str | None, bool]:
+    """Why a pod is not ready: ``(message, fatal)``."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase in ("Failed", "Succeeded"):
+        reason = status.get("reason") or phase
+        return f"pod {phase.lower()} ({reason}: {status.get('message') or 'no message'})", True
+    for cs in status.get("containerStatuses") or ():
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING:
+            return f"{waiting['reason']}: {waiting.get('message') or cs.get('image')}", True
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            return f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})", True
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return (cond.get("message") or cond.get("reason") or "not scheduled").strip(), False
+    if not status.get("conditions"):
+        return "not scheduled yet", False
+    return f"{phase or 'Pending'}, not Ready", False
+
+
+def summarize(problems: dict[str, str], limit: int = 3) -> str:
+    """Group identical reasons: ``12 pods: <reason> (a, b, c, ...)``."""
+    groups: dict[str, list[str]] = {}
+    for pod, reason in problems.items():
+        groups.setdefault(reason, []).append(pod)
+    parts = []
+    for reason, pods in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(sorted(pods)[:limit]) + (", ..." if len(pods) > limit else "")
+        parts.append(f"{len(pods)} pod{'s' if len(pods) != 1 else ''} ({shown}): {reason}")
+    return "; ".join(parts)
+
+
+def _launcher_exit(pod: dict) -> int | None:
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or ():
+        if cs.get("name") == LAUNCHER_CONTAINER:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if terminated is not None:
+                return int(terminated.get("exitCode", 1))
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return 0
+    if phase == "Failed":
+        return 1
+    return None

@@ -1,0 +1,148 @@
+"""Entry point of the launcher pod: ``python3 -m mpilaunch.launchers.k8s LAUNCH_JSON``.
+
+Runs inside the cluster with the job's ServiceAccount (in-cluster
+credentials: ``KUBERNETES_SERVICE_HOST/PORT`` and the token and CA under
+``$MPILAUNCH_K8S_SA_DIR``, default
+``/var/run/secrets/kubernetes.io/serviceaccount``; the token file is re-read
+by every shim, so rotated tokens keep working). It
+
+1. waits until every worker pod is Ready (``get`` on each pod by name, which
+   is all the Role allows) — the launcher never races the workers;
+2. finds the image's mpirun and renders the hostfile for its flavour;
+3. runs mpirun with ``mpilaunch-rsh`` as the rsh agent, exec transport,
+   and exits with the job's status. mpirun's tagged output goes to the pod log
+   unchanged; the CLI that follows the log reads rank status lines from it.
+
+Steps 1-3 are the lifecycle (``lifecycle.run_job``) and the mpirun workload
+that a launcher on the submitting machine runs, with :class:`ReadyPods` as
+the backend: the pods exist already, and the submitting side releases them.
+
+Standard library plus mpilaunch's pure modules: no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .. import mpi
+from ..backends import k8s_relay
+from ..backends.base import BaseBackend
+from ..backends.k8s_api import Api, ApiError, sa_dir
+from ..errors import MpilaunchError, UsageError
+from ..lifecycle import make_rundir, run_job
+from ..spec import JobSpec, Plan, WorkerPlan
+from ..workloads.mpirun import MpirunWorkload, RelayedOutput
+
+WORKER_CONTAINER = "worker"
+
+
+def _ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+
+
+def wait_workers(api: Api, names: list[str], deadline: float) -> None:
+    pending = list(names)
+    last_error = None
+    while pending:
+        still = []
+        for name in pending:
+            try:
+                if not _ready(api.get("v1", "pods", name)):
+                    still.append(name)
+            except ApiError as e:
+                if e.status == 403:
+                    raise UsageError(f"the launcher may not read pod {name}: {e.message}", "check the job's Role") from None
+                last_error = e.message
+                still.append(name)
+        pending = still
+        if pending:
+            if time.monotonic() > deadline:
+                raise MpilaunchError(f"{len(pending)} workers not ready: {', '.join(pending[:5])}"
+                                     + (f" ({last_error})" if last_error else ""), None)
+            time.sleep(0.5)
+
+
+class ReadyPods(BaseBackend):
+    """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or deleted."""
+
+    name = "k8s"
+
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: dict, info: mpi.MpiInfo):
+        super().__init__(spec, plan, rundir)
+        self.launch = launch
+        self.info = info
+        self.creds = {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
+        self.relay = None
+
+    def allocate(self) -> None:
+        pass  # the submitting side created the pods
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
+        print(f"mpilaunch: launcher: {self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
+              file=sys.stderr, flush=True)
+
+    def exec_context(self) -> dict:
+        context = {"transport": "k8s", **self.creds,
+                   "container": self.launch.get("container", WORKER_CONTAINER),
+                   "workers": {w.name: {"pod": w.name} for w in self.plan.workers}}
+        if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
+            self.relay, context["relay"] = k8s_relay.start(dict(context), self.rundir)
+        return context
+
+    def rank_prefix(self) -> list[str]:
+        python = os.environ.get("MPILAUNCH_K8S_PYTHON") or self.launch.get("rank_python") or "python3"
+        return [python, "-m", "mpilaunch.rank"]
+
+    def release(self) -> None:
+        if self.relay is not None:
+            k8s_relay.stop(self.relay)
+            self.relay = None
+
+
+def spec_from_launch(launch: dict) -> JobSpec:
+    return JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")), name=launch["job"],
+                   env=tuple(launch.get("env") or ()), mpi_args=tuple(launch.get("mpi_args") or ()),
+                   start_timeout=float(launch.get("start_timeout", 300)))
+
+
+def pass_through(stream: str, line: str) -> None:
+    """mpirun's lines to the pod log as they are: the submitting side parses them."""
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(line)
+    out.flush()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m mpilaunch.launchers.k8s LAUNCH_JSON", file=sys.stderr)
+        return 2
+    launch = json.loads(Path(argv[0]).read_text())
+    try:
+        spec = spec_from_launch(launch)
+        plan = Plan(job_name=launch["job"], workers=tuple(
+            WorkerPlan(name=name, slots=int(slots), gpus=0) for name, slots in launch["workers"]))
+        info = mpi.find_mpirun(launch.get("mpi", "auto"), launch.get("mpirun"), os.environ.get("PATH"))
+        rundir = make_rundir(launch["job"])
+        backend = ReadyPods(spec, plan, rundir, launch, info)
+        workload = MpirunWorkload(spec, launch["job"], plan, info)
+        workload.use_output(RelayedOutput(pass_through))
+        environ = dict(os.environ)
+        workload.bind(backend, rundir, environ)
+        result = run_job(spec, workload, backend, rundir, None,
+                         stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        return result.exit_code
+    except MpilaunchError as e:
+        print(e.format(), file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""The one job lifecycle: allocate -> wait until ready -> start -> watch -> collect -> release.
+
+Every mode (mpirun, PS) and every backend (local, k8s, yarn) goes through
+:func:`run_job`, and so do the in-cluster launchers (``launchers/``), with a
+backend that stands for workers someone else allocated. What differs between
+an mpirun job and a PS job is the *workload* (``workloads/``): what starts on
+which worker, and how success and failure are judged.
+
+Teardown lives in one ``finally`` so success, a failed rank or task, a lost
+worker, Ctrl-C, SIGTERM, timeouts and crashes all release the same things.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import backends
+from .errors import Interrupted, MpilaunchError, UsageError
+from .progress import WaitProgress
+from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, lost_workers_failure
+from .spec import JobSpec
+from .workloads import workload_class
+from .workloads.base import RunContext, Workload
+
+
+# ------------------------------------------------------------------ entry
+
+
+def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False) -> JobResult:
+    """Plan, then run (or with --dry-run print) the job a spec describes."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    environ = dict(os.environ if environ is None else environ)
+    backend_cls = backends.load(spec.backend)
+    job_name = job_name_for(spec)
+    workload = workload_class(spec).prepare(spec, backend_cls, job_name, environ)
+    output_dir = prepare_output_dir(spec)
+    rundir = make_rundir(job_name)
+    backend = backend_cls(spec, workload.plan, rundir)
+    workload.bind(backend, rundir, environ)
+    if spec.dry_run:
+        workload.print_dry_run(backend, environ, stdout)
+        remove_tree(rundir)
+        return JobResult(job_name=job_name, exit_code=0)
+    return run_job(spec, workload, backend, rundir, output_dir,
+                   stdout=stdout, stderr=stderr, environ=environ, quiet=quiet)
+
+
+def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir: Path | None, *,
+            stdout, stderr, environ: dict, quiet: bool) -> JobResult:
+    """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path."""
+    result = JobResult(job_name=workload.job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
+    run = RunContext(spec=spec, backend=backend, rundir=rundir, context_file=rundir / "context.json",
+                     output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
+                     result=result)
+    timings = result.timings
+    lost: dict[str, str] = {}
+    t0 = time.monotonic()
+    try:
+        with interrupts_raise():
+            # allocate, and wait until every worker is ready (the backend's diagnosis on timeout)
+            backend.allocate()
+            with WaitProgress(workload.waiting_for(), stderr, quiet=quiet) as progress:
+                backend.wait_ready(t0 + spec.start_timeout, progress)
+            timings["allocate_s"] = round(time.monotonic() - t0, 3)
+            write_context(run.context_file, workload.job_name, backend)
+
+            # start the workload, then watch it until its outcome is decided
+            workload.start(run)
+            t_run = time.monotonic()
+            deadline = None if spec.timeout is None else t_run + spec.timeout
+            result.exit_code, result.failure = workload.watch(run, deadline)
+            timings["run_s"] = round(time.monotonic() - t_run, 3)
+            lost = diagnose_lost_workers(backend, result)
+    except MpilaunchError as e:
+        result.exit_code = e.exit_code
+        result.failure = e.message
+        if not isinstance(e, Interrupted):
+            raise
+    finally:
+        # stop, release, collect: the same on every exit path
+        ignore_interrupts()
+        workload.stop()
+        workers = finish_backend(backend, result)
+        workload.close()
+        timings["total_s"] = round(time.monotonic() - t0, 3)
+        workload.collect(run)
+        report = {"mode": workload.mode, **workload.report(run, workers), "lost_workers": sorted(lost)}
+        if output_dir is not None:
+            write_report(output_dir / "report.json", report)
+        if not quiet:
+            workload.print_summary(report, stderr)
+        remove_tree(rundir)
+        restore_default_signals()
+    return result
+
+
+# ------------------------------------------------------------------ steps
+
+
+def job_name_for(spec: JobSpec) -> str:
+    return spec.name or f"mpl-{secrets.token_hex(3)}"
+
+
+def prepare_output_dir(spec: JobSpec) -> Path | None:
+    """--output-dir, created up front so a typo fails before anything is allocated."""
+    if not spec.output_dir:
+        return None
+    output_dir = Path(spec.output_dir)
+    if not spec.dry_run:
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror}", "choose a writable directory") from None
+    return output_dir
+
+
+def make_rundir(job_name: str) -> Path:
+    """Private per-job directory: secret, context file, hostfile, shim launcher."""
+    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{job_name}-"))
+    os.chmod(rundir, 0o700)
+    return rundir
+
+
+def write_context(path: Path, job_name: str, backend) -> None:
+    """The shim's context file: how to reach each worker through the backend's exec channel."""
+    path.write_text(json.dumps({"job": job_name, **backend.exec_context()}))
+
+
+def finish_backend(backend, result: JobResult) -> dict:
+    """Tell the backend how the job ended (YARN final status), collect worker facts, release everything."""
+    extra = backend.job_finished(result.exit_code, result.failure)
+    if extra and result.failure:
+        result.failure = f"{result.failure}\n{extra}"
+    workers = backend.describe_workers()
+    backend.release()
+    return workers
+
+
+def diagnose_lost_workers(backend, result: JobResult) -> dict[str, str]:
+    """A failed job whose workers disappeared failed because of that, in every mode alike."""
+    if result.exit_code in (0, EXIT_TIMEOUT):
+        return {}
+    lost = backend.lost_workers()
+    if lost:
+        result.exit_code = EXIT_WORKER_LOST
+        result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
+    return lost
+
+
+def write_report(path: Path, report: dict) -> None:
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ signals
+
+
+@contextmanager
+def interrupts_raise():
+    """SIGINT/SIGTERM/SIGHUP raise Interrupted in the main thread (so finally blocks run)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}", "all workers were released")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def ignore_interrupts():
+    """During teardown a second Ctrl-C must not abort the cleanup itself."""
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+
+
+def restore_default_signals():
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+
+
+__all__ = ["run_spec", "run_job", "JobResult"]

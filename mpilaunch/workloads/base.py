@@ -1,0 +1,98 @@
+"""The interface of a workload: what runs on the allocated workers and how its end is judged.
+
+The lifecycle (``lifecycle.py``) owns the steps every job goes through
+(allocate -> wait until ready -> start -> watch -> collect -> release); a
+workload fills in the steps that differ between an mpirun job and a PS job.
+It never allocates or releases anything itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..result import JobResult
+from ..spec import JobSpec, Plan
+
+SHIM_NAME = "mpilaunch-rsh"
+
+
+@dataclass
+class RunContext:
+    """Everything a running workload may use; built by the lifecycle once workers are ready."""
+
+    spec: JobSpec
+    backend: object
+    rundir: Path
+    context_file: Path  # the shim's context file (job + backend.exec_context())
+    output_dir: Path | None
+    environ: dict
+    stdout: object
+    stderr: object
+    quiet: bool
+    result: JobResult
+
+
+class Workload(ABC):
+    mode: str = "base"
+
+    def __init__(self, spec: JobSpec, job_name: str, plan: Plan):
+        self.spec = spec
+        self.job_name = job_name
+        self.plan = plan  # the backend's view: which workers, how many slots
+
+    def bind(self, backend, rundir: Path, environ: dict) -> None:
+        """Called once the backend object exists (before anything is allocated)."""
+
+    @abstractmethod
+    def print_dry_run(self, backend, environ: dict, stream) -> None:
+        """The plan and the exact commands, creating nothing."""
+
+    @abstractmethod
+    def waiting_for(self) -> str:
+        """What the progress line says while the backend brings the workers up."""
+
+    @abstractmethod
+    def start(self, run: RunContext) -> None:
+        """Start the workload on the ready workers (may raise AllocationError)."""
+
+    @abstractmethod
+    def watch(self, run: RunContext, deadline: float | None) -> tuple[int, str | None]:
+        """Block until the job's outcome is decided: (exit code, failure text or None)."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop whatever still runs. Idempotent; called on every exit path."""
+
+    def close(self) -> None:
+        """Close logs once everything has stopped."""
+
+    @abstractmethod
+    def collect(self, run: RunContext) -> None:
+        """Per-unit statuses into ``run.result`` (after stop, release and close)."""
+
+    @abstractmethod
+    def report(self, run: RunContext, workers: dict) -> dict:
+        """The content of report.json."""
+
+    def print_summary(self, report: dict, stream) -> None:
+        """A closing summary on stderr (unless --quiet)."""
+
+
+def shim_path(rundir: Path) -> str:
+    """The shim mpirun will call: a per-job launcher that starts Python with -IS.
+
+    mpirun starts one shim per worker; skipping ``site`` keeps each start near
+    the bare interpreter's cost (site-packages .pth files can add tens of ms).
+    """
+    from ..rsh_agent.shim import write_launcher
+
+    return write_launcher(str(rundir / SHIM_NAME))
+
+
+def print_manifests(backend, stream) -> None:
+    render = getattr(backend, "render", None)
+    if render is not None:
+        print("manifests:", file=stream)
+        print(render(), file=stream)

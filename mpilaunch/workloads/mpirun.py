@@ -1,0 +1,317 @@
+"""The mpirun workload: one mpirun over all workers, its ranks judged by their status lines.
+
+Planning (GPUs or a hostfile -> workers x slots), the mpirun command, the
+rank-output watch and the outcome (first failing rank, else mpirun's code).
+The steps around it (allocate, wait, release, signals, report file) are the
+lifecycle's (``lifecycle.py``). The in-cluster launchers run this same
+workload (``launchers/``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+from .. import hostfile, gpu_slots, mpi
+from ..errors import UsageError
+from ..output import RankOutput
+from ..procs import terminate_group
+from ..result import EXIT_TIMEOUT, JobResult, RankStatus, timeout_failure
+from ..spec import JobSpec, Plan, WorkerPlan
+from .base import RunContext, Workload, print_manifests, shim_path
+
+FAIL_FAST_GRACE_S = 5.0
+DONE_GRACE_S = 15.0
+
+
+# ------------------------------------------------------------------ planning
+
+
+def plan_from_hostfile(job_name: str, path: str, np: int | None) -> Plan:
+    hosts = hostfile.read(path)
+    total = sum(slots for _, slots in hosts)
+    if np is not None and np > total:
+        raise UsageError(f"--np {np} exceeds the {total} slots of {path}", f"use --np {total} or fewer")
+    remaining = total if np is None else np
+    workers = []
+    for host, slots in hosts:
+        if remaining <= 0:
+            break
+        take = min(slots, remaining)
+        workers.append(WorkerPlan(name=host, slots=take, gpus=0))
+        remaining -= take
+    return Plan(job_name=job_name, workers=tuple(workers))
+
+
+def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
+    if spec.hostfile:
+        if spec.gpus is not None:
+            raise UsageError("--hostfile and --gpus are mutually exclusive", "size the job with the hostfile's slots")
+        return plan_from_hostfile(job_name, spec.hostfile, spec.np)
+    discovered = None
+    if spec.gpus is not None and spec.gpus_per_node is None:
+        discovered = backend_cls.discover_gpus_per_node(spec)
+    return gpu_slots.plan_job(
+        job_name, gpus=spec.gpus, gpus_per_node=spec.gpus_per_node, np=spec.np,
+        slots_per_worker=spec.slots_per_worker, discovered_gpus_per_node=discovered,
+    )
+
+
+def rank_command(spec: JobSpec, prefix: list[str]) -> list[str]:
+    wrapper = prefix + (["--bind-gpus"] if spec.bind_gpus else []) + ["--"]
+    return wrapper + list(spec.command)
+
+
+def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str, mpi.MpirunCommand]:
+    hosts = backend.hostnames()
+    text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
+    command = mpi.build_mpirun(
+        info,
+        ranks=plan.ranks,
+        hosts=len(plan.workers),
+        hostfile=str(rundir / "hostfile"),
+        shim=shim_path(rundir),
+        command=rank_command(spec, backend.rank_prefix()),
+        environ=environ,
+        user_env=spec.env,
+        extra_args=spec.mpi_args,
+        as_root=os.geteuid() == 0,
+    )
+    command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
+    return text, command
+
+
+# ------------------------------------------------------------------ outcome
+
+
+def rank_statuses(plan: Plan, output: RankOutput, mpirun_code: int | None) -> list[RankStatus]:
+    """Per-rank exit codes from the wrappers' status lines.
+
+    A rank whose line never arrived gets None, except after mpirun exited 0:
+    every MPI flavour's mpirun fails when any rank does, so all ranks exited 0.
+    """
+    reported = {rank: (worker, code) for rank, worker, code in output.statuses}
+    assigned = plan.rank_to_worker()
+    missing = 0 if mpirun_code == 0 else None
+    return [
+        RankStatus(rank=r, worker=reported.get(r, (assigned[r], missing))[0],
+                   exit_code=reported.get(r, (assigned[r], missing))[1])
+        for r in range(plan.ranks)
+    ]
+
+
+def decide_outcome(mpirun_code: int, output: RankOutput) -> tuple[int, tuple[int, str, int] | None]:
+    """Exit code of the job: the first failing rank's code, else mpirun's."""
+    first_failure = next((s for s in output.statuses if s[2] != 0), None)
+    if first_failure is not None:
+        return first_failure[2], first_failure
+    return mpirun_code, None
+
+
+def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
+    if failure is not None:
+        rank, worker, code = failure
+        head = f"rank {rank} on worker {worker} exited with code {code}"
+        tail = list(output.tails.get(rank, []))
+    else:
+        head = f"mpirun exited with code {mpirun_code} before any rank failed"
+        cause = mpi.daemon_error(output.launcher_head)
+        if cause:
+            head += f"; MPI daemon {cause}"
+        tail = list(output.launcher_tail)
+    lines = [head]
+    if tail:
+        lines.append(f"last {len(tail)} lines of {'rank ' + str(failure[0]) if failure else 'mpirun'}:")
+        lines += ["  | " + t for t in tail]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ dry run
+
+
+def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> None:
+    print(f"# mpilaunch plan for job {plan.job_name} (dry run: nothing is created)", file=stream)
+    print(f"backend: {spec.backend}", file=stream)
+    print(f"mpi: {info.flavour} {info.version} ({info.path})", file=stream)
+    print(f"ranks: {plan.ranks} on {len(plan.workers)} workers", file=stream)
+    for w in plan.workers:
+        print(f"  {w.name}: slots={w.slots} gpus={w.gpus}", file=stream)
+    print("hostfile:", file=stream)
+    for line in hostfile_text.splitlines():
+        print(f"  {line}", file=stream)
+    print("mpirun:", file=stream)
+    print(f"  {command.shell()}", file=stream)
+    print("environment:", file=stream)
+    for key in sorted(command.env):
+        print(f"  {key}={shlex.quote(command.env[key])}", file=stream)
+    print_manifests(backend, stream)
+
+
+def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ranks: int) -> int | None:
+    """mpirun's exit code, or None when the deadline passed (the caller kills it).
+
+    Fail fast: once a rank has failed, mpirun gets FAIL_FAST_GRACE_S to end the
+    job itself. Open MPI does; MPICH's hydra waits for every other rank when
+    the failed one never called MPI_Abort, which can be forever.
+    Done is done: once every rank has reported exit 0, mpirun gets
+    DONE_GRACE_S to tear its daemons down (seen: Open MPI 5 on a loaded
+    machine stalling there after all ranks finished); the job succeeded.
+    """
+    failed_at = None
+    done_at = None
+    while True:
+        timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            if failed_at is None and any(code != 0 for _, _, code in output.statuses):
+                failed_at = now
+            if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:
+                terminate_group(proc.pid)
+                return proc.wait()
+            if done_at is None and failed_at is None and len({r for r, _, _ in output.statuses}) >= ranks:
+                done_at = now
+            if done_at is not None and now - done_at > DONE_GRACE_S:
+                terminate_group(proc.pid)
+                proc.wait()
+                return 0
+
+
+
+# ------------------------------------------------------------------ output of a launcher in the cluster
+
+
+class _Discard:
+    def write(self, _text) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+class RelayedOutput(RankOutput):
+    """mpirun's lines handed on untouched (``relay(stream, line)``), rank statuses still read here.
+
+    An in-cluster launcher relays its mpirun's output to the submitting side,
+    which parses it for the user; the launcher itself only needs the statuses
+    for fail-fast and for its exit code.
+    """
+
+    def __init__(self, relay):
+        super().__init__(_Discard(), _Discard())
+        self.relay = relay
+
+    def feed(self, stream: str, line: str) -> None:
+        self.relay(stream, line)
+        super().feed(stream, line)
+
+
+# ------------------------------------------------------------------ report
+
+
+def mpirun_report(spec, plan, result: JobResult, workers: dict) -> dict:
+    return {
+        "job": plan.job_name,
+        "backend": spec.backend,
+        "command": list(spec.command),
+        "plan": plan.to_dict(),
+        "workers": workers,
+        "exit_code": result.exit_code,
+        "failure": result.failure,
+        "ranks": [r.__dict__ for r in result.ranks],
+        "timings": result.timings,
+    }
+
+
+# ------------------------------------------------------------------ the workload
+
+
+class MpirunWorkload(Workload):
+    """One mpirun (here, or in the cluster's launcher) over every worker's slots."""
+
+    mode = "mpirun"
+
+    def __init__(self, spec: JobSpec, job_name: str, plan: Plan, info: mpi.MpiInfo):
+        super().__init__(spec, job_name, plan)
+        self.info = info
+        self.hostfile_text = ""
+        self.command: mpi.MpirunCommand | None = None
+        self.output: RankOutput | None = None
+        self.proc: subprocess.Popen | None = None
+        self.mpirun_code: int | None = None
+        self.cwd: str | None = None
+        self.on_started = None  # called with mpirun's Popen (the YARN launcher publishes its pid)
+
+    @classmethod
+    def prepare(cls, spec: JobSpec, backend_cls, job_name: str, environ: dict) -> "MpirunWorkload":
+        plan = make_plan(spec, backend_cls, job_name)
+        try:
+            info = mpi.find_mpirun(spec.mpi, spec.mpirun, environ.get("PATH"))
+        except UsageError:
+            # a launcher in the cluster uses the image's mpirun: none is needed here
+            info = getattr(backend_cls, "remote_mpi_info", lambda _spec: None)(spec)
+            if info is None:
+                raise
+        return cls(spec, job_name, plan, info)
+
+    def bind(self, backend, rundir: Path, environ: dict) -> None:
+        self.hostfile_text, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ)
+
+    def print_dry_run(self, backend, environ: dict, stream) -> None:
+        print_dry_run(self.spec, self.plan, self.info, self.hostfile_text, self.command, backend, stream)
+
+    def waiting_for(self) -> str:
+        return f"waiting for {len(self.plan.workers)} worker" + ("s" if len(self.plan.workers) > 1 else "")
+
+    def use_output(self, output) -> None:
+        """Where mpirun's lines go; the in-cluster launchers pass them on raw (``launchers/``)."""
+        self.output = output
+
+    def start(self, run: RunContext) -> None:
+        if self.output is None:
+            self.output = RankOutput(run.stdout, run.stderr, run.output_dir)
+        (run.rundir / "hostfile").write_text(self.hostfile_text)
+        if getattr(run.backend, "launcher_in_cluster", False):
+            return  # mpirun runs in the cluster's launcher; watch() follows it
+        self.proc = subprocess.Popen(
+            self.command.argv, env={**run.environ, **self.command.env}, stdin=subprocess.DEVNULL, cwd=self.cwd,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )
+        self.pumps = [self.output.pump("stdout", self.proc.stdout), self.output.pump("stderr", self.proc.stderr)]
+        if self.on_started is not None:
+            self.on_started(self.proc)
+
+    def watch(self, run: RunContext, deadline: float | None) -> tuple[int, str | None]:
+        if self.proc is None:
+            # the backend streams the launcher's output into ``self.output``
+            self.mpirun_code = run.backend.run_launcher(self.output, deadline)
+        else:
+            self.mpirun_code = _wait(self.proc, deadline, self.output, self.plan.ranks)
+            for p in self.pumps:
+                p.join(timeout=10)
+        if self.mpirun_code is None:
+            return EXIT_TIMEOUT, timeout_failure(self.spec.timeout)
+        exit_code, failure = decide_outcome(self.mpirun_code, self.output)
+        return exit_code, (failure_message(failure, self.output, self.mpirun_code) if exit_code != 0 else None)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            terminate_group(self.proc.pid)
+
+    def close(self) -> None:
+        if self.output is not None:
+            self.output.close()
+
+    def collect(self, run: RunContext) -> None:
+        # never started (allocation failed, interrupted): every rank unreported
+        output = self.output or RankOutput(None, None)
+        run.result.ranks = rank_statuses(self.plan, output, self.mpirun_code)
+
+    def report(self, run: RunContext, workers: dict) -> dict:
+        return mpirun_report(self.spec, self.plan, run.result, workers)

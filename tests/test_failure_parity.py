@@ -1,0 +1,91 @@
+"""The same failure is reported the same way in mpirun mode and PS mode: one lifecycle judges both.
+
+Two units (2 MPI ranks on 2 workers, or 2 PS worker tasks), each on its own
+worker ``<job>-worker-<i>``: unit 1 exits non-zero, or worker 1 disappears
+(its agent is SIGKILLed). Exit code, the failure's first line and the
+report's common fields must not depend on the mode.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO, leftover_processes, mpilaunch_env
+
+pytestmark = pytest.mark.mpi
+
+PROGRAM = str(REPO / "tests/programs/unit.py")
+MODES = {
+    "mpirun": ["--np", "2", "--slots-per-worker", "1"],
+    "ps": ["--mode", "ps", "--workers", "2"],
+}
+COMMON_FIELDS = {"job", "mode", "backend", "command", "plan", "workers", "exit_code", "failure", "timings",
+                 "lost_workers"}
+
+
+def start(name, mode, out, **env):
+    cmd = [sys.executable, "-m", "mpilaunch", "--name", name, *MODES[mode], "-q", "--output-dir", str(out),
+           "--", sys.executable, PROGRAM]
+    return subprocess.Popen(cmd, cwd=REPO, env=mpilaunch_env(**env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def first_error_line(err):
+    return next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_unit_exit_code_is_the_job_exit_code_in_both_modes(openmpi5, mode, tmp_path):
+    name = f"parity-exit-{mode}"
+    proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
+                 FAIL_UNIT="1", FAIL_CODE="7")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 7, out + err
+    line = first_error_line(err)
+    assert line.endswith(f"on {'worker ' if mode == 'mpirun' else ''}{name}-worker-1 exited with code 7"), err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert COMMON_FIELDS <= set(report) and report["mode"] == mode
+    assert report["exit_code"] == 7 and report["lost_workers"] == []
+    assert leftover_processes(name) == []
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_lost_worker_is_reported_the_same_way_in_both_modes(openmpi5, mode, tmp_path):
+    name = f"parity-lost-{mode}"
+    proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
+                 SLEEP="120")
+    started = 0
+    deadline = time.monotonic() + 120
+    while started < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        started += "started" in line
+    assert started == 2, proc.stderr.read() if proc.poll() is not None else "units did not start"
+    victim = agent_pid(f"{name}-worker-1")
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 255, out + err
+    assert first_error_line(err) == f"mpilaunch: error: worker {name}-worker-1 was lost: its agent was killed by SIGKILL"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert COMMON_FIELDS <= set(report) and report["mode"] == mode
+    assert report["exit_code"] == 255 and report["lost_workers"] == [f"{name}-worker-1"]
+    assert report["failure"].splitlines()[0] == f"worker {name}-worker-1 was lost: its agent was killed by SIGKILL"
+    assert leftover_processes(name) == []
+
+
+def agent_pid(worker):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"mpilaunch.agent" in cmdline and f"--name\0{worker}\0".encode() in cmdline:
+            return int(pid)
+    raise AssertionError(f"no agent for {worker}")
