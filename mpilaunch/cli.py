@@ -144,6 +144,8 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
     p.add_argument("--namespace")
     p.add_argument("--context")
     p.add_argument("--kubeconfig")
+    if action == "logs":
+        p.add_argument("-f", "--follow", action="store_true", help="keep printing while the launcher runs")
     return p.parse_args(argv)
 
 

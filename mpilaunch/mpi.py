@@ -38,7 +38,9 @@ class MpiInfo:
 
     @property
     def major(self) -> int:
-        return int(self.version.split(".")[0]) if self.version[:1].isdigit() else 0
+        # leading digits only: a version can carry words ("5 (the image's; ...)")
+        m = re.match(r"\d+", self.version)
+        return int(m.group()) if m else 0
 
     @property
     def hostfile_flavour(self) -> str:
@@ -224,6 +226,22 @@ def resolve_env(names: list[str], user_env: tuple[str, ...], environ: dict[str, 
     return out
 
 
+def openmpi_agent(shim: str) -> str:
+    """Open MPI's rsh/ssh agent value: the shim, else ``false``.
+
+    Open MPI forwards the agent parameter (from its command line *and* its
+    environment) to every remote daemon, and a daemon checks it: when the
+    value names no program on the daemon's machine, Open MPI 4's orted
+    aborts ("plm_rsh_agent was set to a path that could not be found") and
+    segfaults (field notes). The per-job shim exists only where mpirun
+    runs, never in a pod. The value is a ':'-separated list of alternatives
+    and the first one found wins: mpirun finds the shim; a daemon in a pod
+    finds ``false`` and never calls it (tree spawn is off), and if something
+    ever did call it, the launch fails loudly instead of going astray.
+    """
+    return f"{shim} : false"
+
+
 def agent_env(shim: str, hostfile: str) -> dict[str, str]:
     """Agent and hostfile under every name any flavour reads.
 
@@ -232,9 +250,9 @@ def agent_env(shim: str, hostfile: str) -> dict[str, str]:
     names (field notes), Open MPI 4 ignores the PRTE_ ones.
     """
     return {
-        "OMPI_MCA_plm_rsh_agent": shim,
+        "OMPI_MCA_plm_rsh_agent": openmpi_agent(shim),
         "OMPI_MCA_orte_default_hostfile": hostfile,
-        "PRTE_MCA_plm_ssh_agent": shim,
+        "PRTE_MCA_plm_ssh_agent": openmpi_agent(shim),
         "PRTE_MCA_prte_default_hostfile": hostfile,
         "HYDRA_LAUNCHER": "rsh",
         "HYDRA_LAUNCHER_EXEC": shim,
@@ -274,8 +292,15 @@ def build_mpirun(
             else (["--tag-output"], "--mca", "plm_rsh", "OMPI_MCA_")
         )
         argv += tag
+        # Without tree spawn a daemon daemonizes (setsid, fork, output to
+        # /dev/null) and its agent returns at once: a daemon that then dies
+        # says nothing and mpirun waits for it forever (seen on real pods).
+        # Attached, the daemon lives inside its agent's session: its error
+        # reaches mpirun's stderr and its death ends the agent, so mpirun
+        # fails. (Open MPI 4 and 5 both take this flag; 5 has no MCA name.)
+        argv.append("--leave-session-attached")
         params = {
-            f"{plm}_agent": shim,
+            f"{plm}_agent": openmpi_agent(shim),
             f"{plm}_no_tree_spawn": "1",
             f"{plm}_num_concurrent": concurrent,
             "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
@@ -303,6 +328,78 @@ def build_mpirun(
     argv += list(extra_args)
     argv += list(command)
     return MpirunCommand(argv=argv, env=env)
+
+
+# ------------------------------------------------------------ daemon errors
+
+_HELP_RULE = re.compile(r"^-{20,}$")
+_DAEMON_LINE = re.compile(r"^\[([^\]:\s]+):\d+\] .*(?:FORCE-TERMINATE|Segmentation fault|error|ERROR)")
+# Open MPI's generic "could not start daemons" advice names no cause: only
+# used when no daemon said anything more specific.
+_GENERIC = ("ORTE was unable to reliably start", "PRTE has lost communication", "ORTE has lost communication",
+            "An ORTE daemon has unexpectedly failed", "PRTE was unable to reliably start")
+
+
+def _help_blocks(lines: list[str]) -> list[list[str]]:
+    blocks, current = [], None
+    for line in lines:
+        if _HELP_RULE.match(line.strip()):
+            if current is not None:
+                blocks.append(current)
+                current = None
+            else:
+                current = []
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _first_paragraphs(block: list[str]) -> str:
+    """The block's first paragraph and, if the next one is an indented
+    detail (``  plm_rsh_agent: /path``), that too: one line of text."""
+    paras, cur = [], []
+    for line in block:
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            paras.append(cur)
+            cur = []
+    if cur:
+        paras.append(cur)
+    if not paras:
+        return ""
+    text = " ".join(paras[0])
+    if len(paras) > 1 and block and any(l.startswith((" ", "\t")) and l.strip() == paras[1][0] for l in block):
+        text = text.rstrip(":") + ": " + " ".join(paras[1])
+    return " ".join(text.split())
+
+
+_ERRORISH = re.compile(r"\berror\b|not found|No such file|Segmentation fault|denied|cannot|failed", re.I)
+
+
+def daemon_error(lines: list[str]) -> str | None:
+    """The first error the MPI runtime's daemons printed, as one line
+    (``on HOST: <the daemon's message>``), or None.
+
+    Used for the summary of a launch that failed before any rank did, so
+    the cause (a daemon's own message) is on the line users read first
+    rather than Open MPI's generic advice 30 lines later. Priority: a
+    specific help text, else a stray error line (``sh: orted: not found``),
+    else the generic help text.
+    """
+    blocks = _help_blocks(lines)
+    texts = [t for t in map(_first_paragraphs, blocks) if t]
+    specific = [t for t in texts if not t.startswith(_GENERIC)]
+    in_block = set()
+    for b in blocks:
+        in_block.update(b)
+    stray = [l.strip() for l in lines if l not in in_block and not _HELP_RULE.match(l.strip())
+             and not _DAEMON_LINE.match(l) and _ERRORISH.search(l)]
+    text = (specific or stray or texts or [None])[0]
+    if text is None:
+        return None
+    host = next((m.group(1) for m in map(_DAEMON_LINE.match, lines) if m), None)
+    return f"on {host}: {text}" if host else text
 
 
 # ------------------------------------------------------------ tagged output

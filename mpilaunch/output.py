@@ -10,6 +10,9 @@ from .mpi import split_tagged
 from .rank import START_PREFIX, STATUS_PREFIX, parse_start, parse_status
 
 TAIL_LINES = 20
+#: mpirun's own first lines are kept too: a daemon's error comes first and
+#: Open MPI's generic advice after it would push it out of the tail
+HEAD_LINES = 200
 
 
 class RankOutput:
@@ -20,6 +23,7 @@ class RankOutput:
         self.output_dir = output_dir
         self.tails: dict[int, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         self.launcher_tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
+        self.launcher_head: list[str] = []
         self.statuses: list[tuple[int, str, int]] = []  # in arrival order
         self.starts: list[tuple[int, int | None, int | None, str, str]] = []  # rank wrappers' start lines
         # job.py sets this to a function returning the placement mismatch seen so
@@ -68,6 +72,8 @@ class RankOutput:
         echo.flush()
         if rank is None:
             self.launcher_tail.append(text)
+            if len(self.launcher_head) < HEAD_LINES:
+                self.launcher_head.append(text)
             return
         self.tails[rank].append(text)
         log = self._log(rank)

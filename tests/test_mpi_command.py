@@ -105,11 +105,13 @@ def test_openmpi4_uses_rsh_names_on_command_line_and_both_in_env():
     assert "--tag-output" in argv and argv[argv.index("--bind-to") + 1] == "none"
     assert argv[argv.index("--map-by") + 1] == "slot"
     mca = dict(zip(pairs(argv, "--mca"), [argv[i + 2] for i, a in enumerate(argv) if a == "--mca"]))
-    assert mca["plm_rsh_agent"] == "/bin/mpilaunch-rsh"
+    # the shim where mpirun runs, `false` where a daemon runs (pods): see openmpi_agent
+    assert mca["plm_rsh_agent"] == "/bin/mpilaunch-rsh : false"
     assert mca["plm_rsh_no_tree_spawn"] == "1"
+    assert "--leave-session-attached" in argv
     assert int(mca["plm_rsh_num_concurrent"]) >= 128
-    assert cmd.env["OMPI_MCA_plm_rsh_agent"] == "/bin/mpilaunch-rsh"
-    assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh"
+    assert cmd.env["OMPI_MCA_plm_rsh_agent"] == "/bin/mpilaunch-rsh : false"
+    assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh : false"
     assert cmd.env["OMPI_MCA_orte_default_hostfile"] == "/run/hostfile"
     assert cmd.env["PRTE_MCA_prte_default_hostfile"] == "/run/hostfile"
     assert argv[-2:] == ["python", "train.py"]
@@ -121,8 +123,8 @@ def test_openmpi5_uses_prte_names_because_it_ignores_ompi_mca_agent():
     assert argv[argv.index("--output") + 1] == "tag"
     keys = pairs(argv, "--prtemca")
     assert "plm_ssh_agent" in keys and "plm_ssh_no_tree_spawn" in keys
-    assert "--mca" not in argv
-    assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh"
+    assert "--mca" not in argv and "--leave-session-attached" in argv
+    assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh : false"
 
 
 def test_openmpi_forwards_nccl_horovod_pythonpath_and_user_vars():
@@ -190,3 +192,40 @@ def test_missing_mpirun_is_a_usage_error(tmp_path):
         mpi.find_mpirun("intel", None, str(tmp_path))
     with pytest.raises(UsageError, match="not found"):
         mpi.find_mpirun("auto", "/nonexistent/mpirun", str(tmp_path))
+
+
+# Output of a real Open MPI 4.1.4 launch whose daemon ran where the agent path
+# did not exist (the defect seen on real pods), trimmed.
+ORTED_DIED = """\
+--------------------------------------------------------------------------
+The value of the MCA parameter "plm_rsh_agent" was set to a path
+that could not be found:
+
+  plm_rsh_agent: /tmp/mpilaunch-j-abc/mpilaunch-rsh
+
+Please either unset the parameter, or check that the path is correct
+--------------------------------------------------------------------------
+[j-worker-1:16036] [[21145,0],1] FORCE-TERMINATE AT Not found:-13 - error ../../../../../../orte/mca/plm/rsh/plm_rsh_component.c(335)
+[j-worker-1:16036] *** Process received signal ***
+Segmentation fault
+--------------------------------------------------------------------------
+ORTE was unable to reliably start one or more daemons.
+This usually is caused by:
+
+* not finding the required libraries and/or binaries on
+--------------------------------------------------------------------------
+"""
+
+
+def test_daemon_error_names_the_host_and_the_daemons_own_message():
+    assert mpi.daemon_error(ORTED_DIED.splitlines()) == (
+        'on j-worker-1: The value of the MCA parameter "plm_rsh_agent" was set to a path that could '
+        "not be found: plm_rsh_agent: /tmp/mpilaunch-j-abc/mpilaunch-rsh")
+
+
+def test_daemon_error_falls_back_to_generic_advice_then_error_lines_then_none():
+    generic = ORTED_DIED.splitlines()[11:]
+    assert mpi.daemon_error(generic) == "ORTE was unable to reliably start one or more daemons. This usually is caused by:"
+    assert mpi.daemon_error(["sh: 1: /opt/x/orted: not found"] + generic) == "sh: 1: /opt/x/orted: not found"
+    assert mpi.daemon_error(["[mpiexec@x] error waiting for proxy"]) == "[mpiexec@x] error waiting for proxy"
+    assert mpi.daemon_error(["all fine"]) is None

@@ -54,6 +54,8 @@ PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
 SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
 # Container states that will not fix themselves: fail the allocation at once.
 POLL = 0.5
+# The cluster's DNS domain (kubelet --cluster-domain); almost always this.
+CLUSTER_DOMAIN = os.environ.get("MPILAUNCH_K8S_CLUSTER_DOMAIN", "cluster.local")
 
 
 def _templates():
@@ -184,6 +186,8 @@ class Backend(BaseBackend):
             "container": WORKER_CONTAINER,
             "workers": [[w.name, w.slots] for w in self.plan.workers],
             "mpi": spec.mpi,
+            # with the cluster launcher, --mpirun names the image's mpirun
+            "mpirun": spec.mpirun,
             "command": list(spec.command),
             "bind_gpus": spec.bind_gpus,
             "verify": spec.verify,
@@ -210,6 +214,11 @@ class Backend(BaseBackend):
             "labels": labels,
             "worker_labels": worker_labels,
             "launcher_labels": {**labels, ROLE_LABEL: "launcher"},
+            # A pod's own name resolves only as <pod>.<job>.<ns>.svc.<domain>;
+            # hydra proxies connect back to the launcher by its bare hostname
+            # (seen on real pods: "unable to get host address for
+            # <job>-launcher"), so every pod of the job searches that domain.
+            "dns_search": f"{self.job}.{self.namespace}.svc.{CLUSTER_DOMAIN}",
             "pod_annotations": annotations,
             "image": self._check_image(),
             "container": WORKER_CONTAINER,
@@ -543,4 +552,5 @@ def _remote_mpi_info(spec):
     from ..mpi import MpiInfo
 
     flavour = "openmpi" if spec.mpi == "auto" else spec.mpi
-    return MpiInfo(flavour=flavour, version="5 (the image's; detected in the launcher pod)", path="mpirun")
+    return MpiInfo(flavour=flavour, version="5 (the image's; detected in the launcher pod)",
+                   path=spec.mpirun or "mpirun")

@@ -43,10 +43,15 @@ def logs(args, stream) -> int:
             "jobs run with --launcher local print their output on the submitting machine; workers only sleep",
         )
     path = api.collection_path("v1", "pods", api.namespace) + f"/{pods[0]['metadata']['name']}/log"
-    conn, resp = api.request("GET", path, query={"container": LAUNCHER_CONTAINER}, stream=True)
+    query = {"container": LAUNCHER_CONTAINER}
+    if getattr(args, "follow", False):
+        query["follow"] = "true"
+    # following: the log may be quiet for long stretches, which is no error
+    conn, resp = api.request("GET", path, query=query, stream=True, timeout=86400.0 if "follow" in query else None)
     try:
         for raw in iter(resp.readline, b""):
             stream.write(raw.decode("utf-8", "replace"))
+            stream.flush()
     finally:
         conn.close()
     return 0

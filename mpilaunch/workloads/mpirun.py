@@ -119,6 +119,9 @@ def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
         tail = list(output.tails.get(rank, []))
     else:
         head = f"mpirun exited with code {mpirun_code} before any rank failed"
+        cause = mpi.daemon_error(output.launcher_head)
+        if cause:
+            head += f"; MPI daemon {cause}"
         tail = list(output.launcher_tail)
     lines = [head]
     if tail:

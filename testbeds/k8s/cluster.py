@@ -266,7 +266,8 @@ class KubeCluster:
                  enable_exec_crd: bool = True,
                  verbosity: int = 1,
                  keep_workdir: bool | None = None,
-                 start_timeout: float = 180.0):
+                 start_timeout: float = 180.0,
+                 real_node: bool = False):
         """
         workdir: where certs, configs, etcd data and logs go (default: a new
             temp dir, removed by stop() unless keep_workdir).
@@ -279,6 +280,8 @@ class KubeCluster:
             stay Running, like sleeping workers).
         enable_exec_crd: serve kwok's namespaced ``Exec`` CRD so tests can
             give a single pod its own workDir/env (``set_pod_exec``).
+        real_node: also run a real node (containerd + kubelet + CoreDNS,
+            see ``node.py``); ``add_real_node()`` does it later.
         """
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mpilaunch-k8s-"))
@@ -298,6 +301,9 @@ class KubeCluster:
         self.pids: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen] = {}
         self._started = False
+        self.want_real_node = real_node
+        self.node = None  # a node.RealNode once add_real_node() ran
+        self.cache = cache_dir()
 
     # ---------------------------------------------------------- lifecycle
 
@@ -333,6 +339,8 @@ class KubeCluster:
             self._start_scheduler()
             self._start_kwok()
             self._wait_control_plane(timeout=self.start_timeout - (time.monotonic() - t0))
+            if self.want_real_node:
+                self.add_real_node()
             self._write_state()
         except BaseException:
             self.stop()
@@ -344,6 +352,10 @@ class KubeCluster:
         """Kill every process started (by process group, then by the
         environment marker, which also catches what kwok exec'd and anything
         that daemonized), wait for them, remove a temporary workdir."""
+        if self.node is not None:
+            # its pods go through the kubelet and the API server, so first
+            self.node.stop()
+            self.node = None
         order = list(reversed(self.COMPONENTS))
         pgids = [self.pids[c] for c in order if c in self.pids]
         # kwok first, so its exec'd commands go before the apiserver does
@@ -648,10 +660,10 @@ class KubeCluster:
         url = f"{self.server}/readyz"
         self._wait(lambda: self._http_ok(url, client_cert=self.admin), timeout, "kube-apiserver /readyz")
 
-    def wait_nodes_ready(self, names=None, timeout: float = 120.0) -> None:
+    def wait_nodes_ready(self, names=None, timeout: float = 120.0, selector: str | None = "type=kwok") -> None:
         """Wait until the named nodes (default: all kwok nodes) are Ready."""
         def ready():
-            nodes = self.get_json("nodes", "-l", f"type=kwok")["items"]
+            nodes = self.get_json("nodes", *(["-l", selector] if selector else []))["items"]
             byname = {n["metadata"]["name"]: n for n in nodes}
             want = list(names) if names is not None else list(byname)
             for w in want:
@@ -784,8 +796,58 @@ class KubeCluster:
             "pids": self.pids, "ports": self.ports, "marker": self.marker,
             "kubectl": self.kubectl_bin, "exec_dir": str(self.exec_dir),
             "versions": {"kubernetes": K8S_VERSION, "etcd": ETCD_VERSION, "kwok": KWOK_VERSION},
+            "real_node": self.node is not None,
         }
         (self.workdir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+    @classmethod
+    def attach(cls, workdir: str | os.PathLike) -> "KubeCluster":
+        """A cluster started elsewhere (``up``), from its state file: its
+        helpers work, ``stop()`` ends it (the real node included)."""
+        workdir = Path(workdir)
+        st = _load_state(workdir)
+        if not st:
+            raise ClusterError(f"no cluster state in {workdir}")
+        c = cls(workdir, keep_workdir=True)
+        c.kubeconfig, c.server, c.kubectl_bin = Path(st["kubeconfig"]), st["server"], st["kubectl"]
+        c.marker, c.exec_dir, c.pids, c.ports = st["marker"], Path(st["exec_dir"]), st["pids"], st["ports"]
+        c.bindir = Path(st["kubectl"]).parent
+        c.pki = _PKI.__new__(_PKI)
+        c.pki.d = workdir / "pki"
+        c.pki.ca_crt, c.pki.ca_key = c.pki.d / "ca.crt", c.pki.d / "ca.key"
+        c._started = True
+        if st.get("real_node"):
+            from .node import RealNode
+
+            c.node = RealNode(c)
+        return c
+
+    # ---------------------------------------------------------- the real node
+
+    def add_real_node(self):
+        """Start the real node (containerd + kubelet + CoreDNS, ``node.py``)
+        next to the kwok nodes; returns it. Idempotent."""
+        if self.node is None:
+            from .node import RealNode
+
+            self.node = RealNode(self).start()
+        return self.node
+
+    # helpers node.py builds on
+    spawn = _spawn
+    wait = _wait
+    http_ok = _http_ok
+
+    def kill_component(self, name: str) -> None:
+        if name in self.pids:
+            _kill_all([self.pids.pop(name)], None, timeout=10.0)
+            p = self._procs.pop(name, None)
+            if p is not None:
+                p.wait(timeout=5)
+
+    def client_kubeconfig(self, path: Path, cn: str, orgs=()) -> Path:
+        name = cn.replace(":", "-")
+        return self._kubeconfig(path, cn, self.pki.cert(name, cn, orgs=list(orgs)))
 
     def detach(self) -> None:
         """Forget the processes without stopping them (the CLI's `up`)."""
@@ -811,7 +873,7 @@ def _cmd_up(args) -> int:
         print(f"a cluster is already running in {workdir} (server {st['server']}); "
               f"`down` it first", file=sys.stderr)
         return 1
-    c = KubeCluster(workdir, keep_workdir=True)
+    c = KubeCluster(workdir, keep_workdir=True, real_node=args.real_node)
     c.start()
     if args.nodes:
         c.create_nodes(args.nodes, gpus=args.gpus, prefix=args.prefix, taint=args.taint)
@@ -827,6 +889,9 @@ def _cmd_down(args) -> int:
     if not st:
         print(f"no cluster state in {workdir}", file=sys.stderr)
         return 0
+    if st.get("real_node"):
+        # its pods go through the kubelet and the API server, so first
+        KubeCluster.attach(workdir).node.stop()
     order = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
     pgids = [st["pids"][c] for c in order if c in st["pids"]]
     for pg in pgids:
@@ -871,6 +936,8 @@ def main(argv=None) -> int:
             p.add_argument("--gpus", type=int, default=8)
             p.add_argument("--prefix", default="node")
             p.add_argument("--taint", action="store_true", help="taint nodes kwok.x-k8s.io/node=fake:NoSchedule")
+            p.add_argument("--real-node", action="store_true",
+                           help="also run a real node (containerd + kubelet + CoreDNS; root; see node.py)")
         if name == "down":
             p.add_argument("--purge", action="store_true", help="also remove the workdir")
     args = ap.parse_args(argv)

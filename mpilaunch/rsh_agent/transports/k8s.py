@@ -29,12 +29,22 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 _OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 10
 
-# The remote side: record our pid (the process group leader after setsid),
-# then become the command.
+# The remote side: run the command as the leader of a new session and
+# record that leader's pid (= its process group) for the killer below.
 # ``$1`` is a session id, ``$2`` the command.
+# setsid(1) forks when its caller already leads a process group, which is
+# how a real container runtime starts an exec'd process (kwok's local exec
+# does not): without ``-w`` the fork's parent exits 0 at once, so every
+# daemon's exit code was lost and mpirun never learnt that a daemon died;
+# and the pid recorded outside was not the command's group. So: ``-w``
+# (wait, pass the exit code on), and the pid is written by the shell that
+# is the session leader itself. Without a usable setsid the wrapper's own
+# pid is the group to signal.
 _WRAPPER = (
-    'echo $$ > "${TMPDIR:-/tmp}/mpilaunch-$1.pid" 2>/dev/null; '
-    'if command -v setsid >/dev/null 2>&1; then exec setsid /bin/sh -c "$2"; fi; exec /bin/sh -c "$2"'
+    'f="${TMPDIR:-/tmp}/mpilaunch-$1.pid"; '
+    'if command -v setsid >/dev/null 2>&1 && setsid -w true 2>/dev/null; then '
+    """exec setsid -w /bin/sh -c 'echo $$ >"$0" 2>/dev/null; exec /bin/sh -c "$1"' "$f" "$2"; fi; """
+    'echo $$ >"$f" 2>/dev/null; exec /bin/sh -c "$2"'
 )
 # ``$1`` is the signal name, ``$2`` the session id.
 _KILLER = (

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Everything the testbed's real node needs besides kubelet (build.sh builds
+# that with the other Kubernetes binaries). Idempotent; cached under
+# $MPILAUNCH_K8S_CACHE (default $MPILAUNCH_CACHE/mpilaunch-k8s):
+#
+#   apt: containerd, runc, containernetworking-plugins, iptables, buildah, mmdebstrap
+#   bin/coredns-<version>        build-coredns.sh (Go modules)
+#   images/pause.tar             the pod sandbox image, from pause/main.go
+#   buildah/                     buildah's storage: the Debian base built with
+#                                mmdebstrap and the project image's layers
+#   images/mpilaunch.tar         the project's image (docker/Dockerfile) for the
+#                                current sources; the tests rebuild it when the
+#                                sources change (only the small code layer)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+source "$REPO/scripts/lib.sh"
+CACHE="${MPILAUNCH_K8S_CACHE:-$MPILAUNCH_CACHE/mpilaunch-k8s}"
+export MPILAUNCH_BUILDAH_ROOT="${MPILAUNCH_BUILDAH_ROOT:-$CACHE/buildah}"
+T0=$SECONDS
+
+apt_ensure containerd runc containernetworking-plugins iptables buildah mmdebstrap
+"$HERE/build-coredns.sh"
+
+b=(buildah --root "$MPILAUNCH_BUILDAH_ROOT/storage" --runroot "$MPILAUNCH_BUILDAH_ROOT/run" --storage-driver overlay)
+mkdir -p "$CACHE/images"
+if [[ ! -f "$CACHE/images/pause.tar" ]]; then
+  log "building the pause image"
+  out="$(mktemp -d)"
+  (cd "$HERE/pause" && CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+     GOCACHE="${MPILAUNCH_GOCACHE:-$MPILAUNCH_CACHE/mpilaunch-go/build}" \
+     go build -trimpath -ldflags="-s -w" -o "$out/pause" .)
+  ctr="$("${b[@]}" from scratch)"
+  "${b[@]}" copy "$ctr" "$out/pause" /pause >/dev/null
+  "${b[@]}" config --entrypoint '["/pause"]' --cmd '' "$ctr"
+  "${b[@]}" commit --quiet --rm "$ctr" mpilaunch.local/pause:1 >/dev/null
+  "${b[@]}" push --quiet mpilaunch.local/pause:1 "docker-archive:$CACHE/images/pause.tar.tmp:mpilaunch.local/pause:1"
+  mv -f "$CACHE/images/pause.tar.tmp" "$CACHE/images/pause.tar"
+  rm -rf "$out"
+fi
+
+tag="$("$REPO/scripts/build-image.sh" --local-base --print-tag)"
+if [[ "$(cat "$CACHE/images/mpilaunch.tag" 2>/dev/null)" != "$tag" || ! -f "$CACHE/images/mpilaunch.tar" ]]; then
+  "$REPO/scripts/build-image.sh" --local-base --archive "$CACHE/images/mpilaunch.tar" >/dev/null
+  echo "$tag" >"$CACHE/images/mpilaunch.tag"
+fi
+log "real node prerequisites ready in $((SECONDS - T0))s (image $tag)"

@@ -1,0 +1,517 @@
+"""A real node for the Kubernetes testbed: containerd + runc + CNI bridge +
+kubelet, CoreDNS, and a route from pods to the API server.
+
+Pods on this node are real containers with their own network namespace and
+IP on a bridge the testbed creates (``mplpods0``, 10.233.0.0/24 by default)
+and removes; nothing is routed or NATed beyond that bridge. What a pod sees:
+
+* ``KUBERNETES_SERVICE_HOST=10.96.0.1:443`` (the ``kubernetes`` Service):
+  an iptables DNAT rule owned by the testbed sends that address, arriving on
+  the bridge, to the API server on 127.0.0.1 (``route_localnet`` on the
+  bridge only, so the API server keeps listening on loopback alone);
+* DNS: CoreDNS (a host process, like etcd) on the bridge gateway serves
+  ``cluster.local``, so ``<pod>.<subdomain>.<namespace>.svc`` and
+  ``kubernetes.default`` resolve; nothing is forwarded outside.
+
+The node registers as ``mpilaunch-real-0`` with the label and taint
+``mpilaunch.testbed/real-pods=true`` (NoSchedule), so kwok tests never land
+on it and real-pod jobs ask for it with ``--node-selector`` and
+``--toleration``. kwok leaves it alone (it manages annotated nodes only).
+
+Field notes baked in (DESIGN.md section 4): containerd's CRI needs
+``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE here); kubelet runs with the
+cgroupfs driver, no QoS cgroups, no node-allocatable enforcement, swap
+allowed, and ``--node-ip`` on the bridge gateway (a loopback node IP is
+refused).
+
+containerd's root (image store) is cached in
+``$MPILAUNCH_K8S_CACHE/containerd`` so imported images survive restarts;
+only one real node can run on a machine at a time (a lock file says so).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NODE_NAME = "mpilaunch-real-0"
+REAL_KEY = "mpilaunch.testbed/real-pods"
+BRIDGE = os.environ.get("MPILAUNCH_K8S_BRIDGE", "mplpods0")
+POD_SUBNET = os.environ.get("MPILAUNCH_K8S_POD_SUBNET", "10.233.0.0/24")
+CNI_BIN = "/usr/lib/cni"
+PAUSE_IMAGE = "mpilaunch.local/pause:1"
+APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables")
+#: what a real-pod job passes so its pods land here (mpilaunch options)
+JOB_ARGS = ("--node-selector", f"{REAL_KEY}=true", "--toleration", f"{REAL_KEY}=true:NoSchedule")
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+def gateway(subnet: str = POD_SUBNET) -> str:
+    return str(next(ipaddress.ip_network(subnet).hosts()))
+
+
+def _sh(*cmd, check=True, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if check and p.returncode != 0:
+        raise NodeError(f"{' '.join(map(str, cmd))} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def missing_prerequisites() -> list[str]:
+    """What the real node needs from the machine and does not find (empty: ready)."""
+    out = []
+    if os.geteuid() != 0:
+        out.append("root (containerd, bridges and iptables need it)")
+    for tool in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip"):
+        if shutil.which(tool) is None:
+            out.append(tool)
+    for plugin in ("bridge", "host-local", "loopback"):
+        if not os.access(f"{CNI_BIN}/{plugin}", os.X_OK):
+            out.append(f"{CNI_BIN}/{plugin} (containernetworking-plugins)")
+    return out
+
+
+# ------------------------------------------------------------------ configs (pure)
+
+
+def containerd_config(root: Path, state: Path, sock: Path, cni_conf: Path) -> str:
+    return textwrap.dedent(f"""\
+        version = 2
+        root = "{root}"
+        state = "{state}"
+        # only what the CRI needs: no /opt plugin dir, no other snapshotters
+        disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
+          "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+          "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+        [grpc]
+          address = "{sock}"
+        [ttrpc]
+          address = "{sock}.ttrpc"
+        [debug]
+          address = ""
+        [metrics]
+          address = ""
+        [plugins."io.containerd.grpc.v1.cri"]
+          sandbox_image = "{PAUSE_IMAGE}"
+          # no CAP_SYS_RESOURCE on these machines: the sandbox's oom_score_adj
+          # of -998 otherwise makes runc fail ("can't get final child's PID")
+          restrict_oom_score_adj = true
+          enable_selinux = false
+          [plugins."io.containerd.grpc.v1.cri".containerd]
+            snapshotter = "overlayfs"
+            default_runtime_name = "runc"
+            [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+              runtime_type = "io.containerd.runc.v2"
+              [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+                SystemdCgroup = false
+          [plugins."io.containerd.grpc.v1.cri".cni]
+            bin_dir = "{CNI_BIN}"
+            conf_dir = "{cni_conf}"
+            max_conf_num = 1
+          [plugins."io.containerd.grpc.v1.cri".registry]
+            config_path = ""
+        """)
+
+
+def cni_config(subnet: str, bridge: str, ipam_dir: Path, service_cidr: str) -> dict:
+    # No ipMasq and no default route: a pod reaches its bridge and, through
+    # the gateway, the service range (the API server's DNAT); nothing else.
+    return {
+        "cniVersion": "1.0.0",
+        "name": "mpilaunch-pods",
+        "plugins": [{
+            "type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
+            "hairpinMode": True,
+            "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
+                     "ranges": [[{"subnet": subnet, "gateway": gateway(subnet)}]],
+                     "routes": [{"dst": service_cidr}]},
+        }],
+    }
+
+
+def kubelet_config(*, ca: Path, sock: Path, node_ip: str, port: int, healthz_port: int,
+                   resolv: Path, pod_logs: Path, plugins: Path) -> dict:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(ca)}},
+        "authorization": {"mode": "Webhook"},
+        "address": node_ip,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "containerRuntimeEndpoint": f"unix://{sock}",
+        # field notes: what a kubelet needs on these machines
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "failSwapOn": False,
+        "clusterDNS": [node_ip],
+        "clusterDomain": "cluster.local",
+        "resolvConf": str(resolv),
+        "podLogsDir": str(pod_logs),
+        "volumePluginDir": str(plugins),
+        # the project's image is imported, never pulled: image GC must not drop it
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+        "localStorageCapacityIsolation": False,
+        "serializeImagePulls": False,
+        "registerWithTaints": [{"key": REAL_KEY, "value": "true", "effect": "NoSchedule"}],
+        "nodeStatusUpdateFrequency": "5s",
+        "syncFrequency": "10s",
+        "fileCheckFrequency": "60s",
+        "maxPods": 64,
+        "staticPodPath": "",
+    }
+
+
+def corefile(node_ip: str, kubeconfig: Path, health_port: int, ready_port: int) -> str:
+    # Only cluster.local (and reverse lookups of it): no forwarding, so pods
+    # reach no resolver beyond the testbed.
+    return textwrap.dedent(f"""\
+        .:53 {{
+            bind {node_ip}
+            errors
+            health 127.0.0.1:{health_port}
+            ready 127.0.0.1:{ready_port}
+            kubernetes cluster.local in-addr.arpa ip6.arpa {{
+                kubeconfig {kubeconfig}
+                pods insecure
+                ttl 5
+            }}
+        }}
+        """)
+
+
+def dnat_rule(bridge: str, service_ip: str, apiserver_port: int, comment: str) -> list[str]:
+    return ["PREROUTING", "-i", bridge, "-d", f"{service_ip}/32", "-p", "tcp", "--dport", "443",
+            "-m", "comment", "--comment", comment,
+            "-j", "DNAT", "--to-destination", f"127.0.0.1:{apiserver_port}"]
+
+
+SMOKE_PROGRAM = r"""
+import socket, ssl
+me = socket.gethostname()
+api = socket.gethostbyname("kubernetes.default.svc.cluster.local")
+ip = socket.gethostbyname(me)
+with socket.create_connection((api, 443), timeout=10) as raw:
+    ctx = ssl.create_default_context(cafile="/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+    with ctx.wrap_socket(raw, server_hostname="kubernetes.default.svc") as tls:
+        tls.sendall(b"GET /livez HTTP/1.0\r\nHost: kubernetes.default.svc\r\n\r\n")
+        answer = tls.recv(100)
+print("smoke ok", me, ip, api, answer.split(b"\r\n")[0].decode())
+"""
+
+
+# ------------------------------------------------------------------ DNS probe (stdlib)
+
+
+def dns_query_a(server: str, name: str, timeout: float = 2.0) -> list[str]:
+    """A records of `name` from `server`:53 (a minimal stdlib DNS client)."""
+    qid = os.getpid() & 0xFFFF
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split(".")) + b"\0"
+    q += struct.pack(">HH", 1, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        s.sendto(q, (server, 53))
+        data, _ = s.recvfrom(4096)
+    an = struct.unpack(">H", data[6:8])[0]
+    i = len(q)
+    out = []
+    for _ in range(an):
+        while data[i] and data[i] < 0xC0:
+            i += data[i] + 1
+        i += 2 if data[i] >= 0xC0 else 1
+        rtype, _cls, _ttl, rdlen = struct.unpack(">HHIH", data[i:i + 10])
+        i += 10
+        if rtype == 1:
+            out.append(socket.inet_ntoa(data[i:i + rdlen]))
+        i += rdlen
+    return out
+
+
+# ------------------------------------------------------------------ the node
+
+
+class RealNode:
+    """The real node of a running :class:`~testbeds.k8s.cluster.KubeCluster`."""
+
+    def __init__(self, cluster, subnet: str = POD_SUBNET, bridge: str = BRIDGE):
+        self.c = cluster
+        self.subnet = subnet
+        self.bridge = bridge
+        self.node_ip = gateway(subnet)
+        self.dir = cluster.workdir / "node"
+        self.cache = cluster.cache
+        self.sock = self.dir / "containerd.sock"
+        self.comment = f"mpilaunch-testbed-{cluster.marker[:12]}"
+        self._lock = None
+        self._rule = None
+
+    # ---------------------------------------------------------- public
+
+    def start(self) -> "RealNode":
+        missing = missing_prerequisites()
+        if missing:
+            raise NodeError("real node needs: " + ", ".join(missing)
+                            + " (run testbeds/k8s/build-node.sh)")
+        coredns = self.c.bindir / "coredns"
+        if not os.access(coredns, os.X_OK):
+            raise NodeError(f"{coredns} missing (run testbeds/k8s/build-node.sh)")
+        self._take_lock()
+        t0 = time.monotonic()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._make_bridge()
+            self._start_containerd()
+            self.ensure_image(self.cache / "images" / "pause.tar", PAUSE_IMAGE)
+            self._route_to_apiserver()
+            self._start_coredns(coredns)
+            self._start_kubelet()
+            self.c.wait_nodes_ready([NODE_NAME], timeout=120, selector=None)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """Pods first (through the kubelet, so CNI releases their addresses),
+        then kubelet, leftover containers, containerd, CoreDNS, the DNAT rule,
+        mounts and the bridge. Safe to call twice."""
+        if "kubelet" in self.c.pids:
+            self._drain()
+        for name in ("kubelet", "coredns"):
+            self.c.kill_component(name)
+        if "containerd" in self.c.pids:
+            self._kill_leftover_tasks()
+            self.c.kill_component("containerd")
+        self._unmount_under(self.dir)
+        self._remove_route()
+        self._remove_bridge()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def ctr(self, *args, check=True, timeout=600) -> subprocess.CompletedProcess:
+        return _sh("ctr", "--address", self.sock, "-n", "k8s.io", *args, check=check, timeout=timeout)
+
+    def has_image(self, ref: str) -> bool:
+        out = self.ctr("images", "ls", "-q").stdout.split()
+        return ref in out
+
+    def ensure_image(self, archive: Path, ref: str) -> float:
+        """Import a docker/OCI archive into containerd unless `ref` is there; seconds spent."""
+        if self.has_image(ref):
+            return 0.0
+        if not archive.exists():
+            raise NodeError(f"image archive {archive} missing (run testbeds/k8s/build-node.sh)")
+        t0 = time.monotonic()
+        self.ctr("images", "import", archive)
+        if not self.has_image(ref):
+            raise NodeError(f"importing {archive} did not give {ref}: "
+                            + " ".join(self.ctr("images", "ls", "-q").stdout.split()))
+        return time.monotonic() - t0
+
+    def project_image(self) -> str:
+        """The project's image (docker/Dockerfile) for the current sources,
+        in containerd: built with scripts/build-image.sh (only the code layer
+        when just the code changed) and imported when missing. Its tag."""
+        script = REPO / "scripts" / "build-image.sh"
+        env = {**os.environ, "MPILAUNCH_BUILDAH_ROOT": str(self.cache / "buildah")}
+        tag = _sh("bash", script, "--local-base", "--print-tag", env=env).stdout.strip()
+        if self.has_image(tag):
+            return tag
+        archive, tagfile = self.cache / "images" / "mpilaunch.tar", self.cache / "images" / "mpilaunch.tag"
+        if not (archive.exists() and tagfile.exists() and tagfile.read_text().strip() == tag):
+            _sh("bash", script, "--local-base", "--archive", archive, env=env, timeout=1800)
+            tagfile.write_text(tag + "\n")
+        self.ensure_image(archive, tag)
+        return tag
+
+    def containers_of(self, pod_prefix: str) -> list[str]:
+        """Running containers (sandboxes included) of pods whose name starts
+        with `pod_prefix`. Exited ones wait for the kubelet's container GC
+        (once a minute) and hold no process, so they do not count."""
+        flt = f'labels."io.kubernetes.pod.name"~="^{pod_prefix}"'
+        ids = set(self.ctr("containers", "ls", "-q", flt, check=False).stdout.split())
+        tasks = [line.split() for line in self.ctr("tasks", "ls", check=False).stdout.splitlines()[1:]]
+        return [t[0] for t in tasks if len(t) >= 3 and t[0] in ids and t[2] == "RUNNING"]
+
+    def smoke_check(self, image: str, timeout: float = 120.0) -> float:
+        """One pod of `image` on this node proves the pieces a job needs: it
+        runs, has its own IP, resolves its own DNS name and
+        kubernetes.default.svc through CoreDNS, and reaches the API server
+        there over TLS. Seconds taken; NodeError with the pod's log if not."""
+        t0 = time.monotonic()
+        name = "mpilaunch-smoke"
+        self.c.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true", check=False)
+        self.c.apply({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "restartPolicy": "Never", "hostname": name, "terminationGracePeriodSeconds": 0,
+                "nodeSelector": {REAL_KEY: "true"},
+                "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [{"name": "smoke", "image": image, "imagePullPolicy": "Never",
+                                "command": ["python3", "-c", SMOKE_PROGRAM]}],
+            },
+        })
+        try:
+            deadline = time.monotonic() + timeout
+            phase = None
+            while time.monotonic() < deadline:
+                pod = self.c.get_json("pod", name)
+                phase = pod.get("status", {}).get("phase")
+                if phase in ("Succeeded", "Failed"):
+                    break
+                time.sleep(0.5)
+            log = self.c.kubectl("logs", name, check=False).stdout.strip()
+            if phase != "Succeeded":
+                raise NodeError(f"smoke pod on the real node ended {phase}: {log[-2000:]}")
+        finally:
+            self.c.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=false", check=False)
+        return time.monotonic() - t0
+
+    # ---------------------------------------------------------- pieces
+
+    def _take_lock(self) -> None:
+        self.cache.mkdir(parents=True, exist_ok=True)
+        f = open(self.cache / "real-node.lock", "w")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise NodeError("another testbed already runs the real node on this machine "
+                            f"(lock {self.cache / 'real-node.lock'}); stop it first") from None
+        self._lock = f
+
+    def _make_bridge(self) -> None:
+        if Path(f"/sys/class/net/{self.bridge}").exists():
+            # a previous run that died without stop(): its pods are gone, reuse is unsafe
+            _sh("ip", "link", "del", self.bridge, check=False)
+        _sh("ip", "link", "add", self.bridge, "type", "bridge")
+        _sh("ip", "addr", "add", f"{self.node_ip}/{ipaddress.ip_network(self.subnet).prefixlen}",
+            "dev", self.bridge)
+        _sh("ip", "link", "set", self.bridge, "up")
+        # lets the DNAT below send bridge traffic to 127.0.0.1 (this interface only)
+        Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/route_localnet").write_text("1\n")
+
+    def _remove_bridge(self) -> None:
+        if Path(f"/sys/class/net/{self.bridge}").exists():
+            _sh("ip", "link", "del", self.bridge, check=False)
+
+    def _start_containerd(self) -> None:
+        from .cluster import SERVICE_CIDR
+
+        cni = self.dir / "cni"
+        (cni / "net.d").mkdir(parents=True, exist_ok=True)
+        (cni / "net.d" / "10-mpilaunch.conflist").write_text(
+            json.dumps(cni_config(self.subnet, self.bridge, cni / "ipam", SERVICE_CIDR), indent=2))
+        root = self.cache / "containerd"
+        root.mkdir(parents=True, exist_ok=True)
+        cfg = self.dir / "containerd.toml"
+        cfg.write_text(containerd_config(root, self.dir / "containerd-state", self.sock, cni / "net.d"))
+        self.c.spawn("containerd", ["containerd", "--config", cfg])
+        self.c.wait(lambda: self.sock.exists() and self.ctr("version", check=False).returncode == 0,
+                    60, "containerd")
+
+    def _route_to_apiserver(self) -> None:
+        from .cluster import SERVICE_IP
+
+        rule = dnat_rule(self.bridge, SERVICE_IP, self.c.ports["kube-apiserver"], self.comment)
+        _sh("iptables", "-t", "nat", "-A", *rule)
+        self._rule = rule
+
+    def _remove_route(self) -> None:
+        # by comment, so rules of a run that died are removed as well
+        rules = _sh("iptables", "-t", "nat", "-S", "PREROUTING", check=False).stdout.splitlines()
+        for line in rules:
+            if self.comment in line or (self._rule is None and "mpilaunch-testbed-" in line
+                                        and f"-i {self.bridge} " in line):
+                _sh("iptables", "-t", "nat", *line.replace("-A ", "-D ", 1).split(), check=False)
+        self._rule = None
+
+    def _start_coredns(self, binary: Path) -> None:
+        from .cluster import free_port
+
+        kc = self.c.client_kubeconfig(self.dir / "coredns.kubeconfig", "coredns", orgs=("system:masters",))
+        health, ready = free_port(), free_port()
+        self.c.ports["coredns-ready"] = ready
+        cf = self.dir / "Corefile"
+        cf.write_text(corefile(self.node_ip, kc, health, ready))
+        self.c.spawn("coredns", [binary, "-conf", cf])
+        self.c.wait(lambda: self.c.http_ok(f"http://127.0.0.1:{ready}/ready"), 60, "CoreDNS ready")
+
+    def _start_kubelet(self) -> None:
+        from .cluster import free_port
+
+        d = self.dir / "kubelet"
+        for sub in ("root", "pod-logs", "plugins", "certs"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        kc = self.c.client_kubeconfig(d / "kubelet.kubeconfig", f"system:node:{NODE_NAME}",
+                                      orgs=("system:nodes",))
+        resolv = d / "resolv.conf"
+        resolv.write_text("# pods get the cluster DNS from the kubelet; nothing else\n")
+        port, healthz = free_port(), free_port()
+        self.c.ports["kubelet"] = port
+        cfg = d / "config.json"
+        cfg.write_text(json.dumps(kubelet_config(
+            ca=self.c.pki.ca_crt, sock=self.sock, node_ip=self.node_ip, port=port, healthz_port=healthz,
+            resolv=resolv, pod_logs=d / "pod-logs", plugins=d / "plugins"), indent=2))
+        self.c.spawn("kubelet", [
+            self.c.bindir / "kubelet", f"--config={cfg}", f"--kubeconfig={kc}",
+            f"--root-dir={d / 'root'}", f"--cert-dir={d / 'certs'}",
+            f"--hostname-override={NODE_NAME}", f"--node-ip={self.node_ip}",
+            f"--node-labels={REAL_KEY}=true", f"--v={self.c.verbosity}",
+        ])
+
+    def _drain(self, timeout: float = 60.0) -> None:
+        """Delete every pod bound to this node and wait for the kubelet to
+        tear them down (so CNI releases addresses and unmounts volumes)."""
+        sel = f"spec.nodeName={NODE_NAME}"
+        self.c.kubectl("delete", "pods", "-A", "--field-selector", sel, "--grace-period=0", "--force",
+                       "--wait=false", check=False, timeout=60)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = self.ctr("containers", "ls", "-q", check=False).stdout.split()
+            pods = self.c.kubectl("get", "pods", "-A", "--field-selector", sel, "-o", "name",
+                                  check=False, timeout=30).stdout.split()
+            if not left and not pods:
+                return
+            time.sleep(0.5)
+
+    def _kill_leftover_tasks(self) -> None:
+        for cid in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+            self.ctr("tasks", "kill", "-s", "SIGKILL", cid, check=False)
+        deadline = time.monotonic() + 10
+        for cid in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+            while time.monotonic() < deadline and self.ctr("tasks", "delete", cid, check=False).returncode:
+                time.sleep(0.2)
+        for cid in self.ctr("containers", "ls", "-q", check=False).stdout.split():
+            self.ctr("containers", "delete", cid, check=False)
+
+    @staticmethod
+    def _unmount_under(path: Path) -> None:
+        prefix = str(path.resolve())
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for m in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+            _sh("umount", "-l", m, check=False)

@@ -1,0 +1,3 @@
+module mpilaunch.local/pause
+
+go 1.23.0

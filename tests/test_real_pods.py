@@ -1,0 +1,389 @@
+"""The Kubernetes backend on real pods (marker ``real_pods``).
+
+The testbed's real node (``testbeds/k8s/node.py``): containerd + runc + a
+CNI bridge + kubelet, CoreDNS, and the API server reachable from pods as
+``kubernetes.default``. Pods run the project's image, built here from
+``docker/Dockerfile`` (``scripts/build-image.sh --local-base``) and imported
+into containerd; nothing is pulled. Every pod has its own network namespace,
+IP, hostname and file system, so the paths a launcher sees are not the
+paths a daemon sees, and mpirun's daemons talk over real TCP.
+
+Each test lands its pods on the real node (``--node-selector`` and
+``--toleration`` for its taint); the kwok nodes of the same cluster are not
+involved. Set MPILAUNCH_K8S_TESTBED_DIR to reuse a cluster started with
+``python -m testbeds.k8s.cluster up --real-node --workdir DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import require
+from helpers import REPO, mpilaunch_env
+
+pytestmark = pytest.mark.real_pods
+
+KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets"
+PROGRAMS = "/opt/mpilaunch/tests/programs"  # where the image has them
+
+
+class Real:
+    """What a test needs: the cluster, the image's tag, the job arguments."""
+
+    def __init__(self, cluster, image: str):
+        from testbeds.k8s.node import JOB_ARGS
+
+        self.cluster = cluster
+        self.image = image
+        self.job_args = list(JOB_ARGS)
+        self.kubeconfig = str(cluster.kubeconfig)
+
+    def kubectl(self, *args, **kw):
+        return self.cluster.kubectl(*args, **kw)
+
+    def env(self, **extra) -> dict:
+        return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, **extra)
+
+    def argv(self, job: str, *args) -> list[str]:
+        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", self.image,
+                "--name", job, *self.job_args, *args]
+
+    def run(self, job: str, *args, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(job, *args), cwd=REPO, env=self.env(), capture_output=True,
+                              text=True, timeout=timeout, **kw)
+
+    def start(self, job: str, *args) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(job, *args), cwd=REPO, env=self.env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
+        """Objects of the job still in the API after ``timeout`` (pods of a real
+        kubelet take their grace period; garbage collection is asynchronous)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.kubectl("get", KINDS, "-l", f"mpilaunch/job={job}", "-o", "name").stdout.split()
+            out += self.kubectl("get", "configmap", job, "-o", "name", "--ignore-not-found").stdout.split()
+            if not out or time.monotonic() > deadline:
+                return out
+            time.sleep(0.5)
+
+    def containers_left(self, job: str) -> list[str]:
+        """Containers of the job containerd still has (the kubelet's teardown is real too)."""
+        return self.cluster.node.containers_of(f"{job}-")
+
+
+@pytest.fixture(scope="session")
+def real():
+    try:
+        from testbeds.k8s.cluster import KubeCluster
+        from testbeds.k8s.node import missing_prerequisites
+    except ImportError as e:
+        require(f"Kubernetes testbed not importable: {e}")
+    missing = missing_prerequisites()
+    if missing:
+        require("real node prerequisites missing: " + ", ".join(missing) + " (run testbeds/k8s/build-node.sh)")
+    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
+    if shared:
+        cluster = KubeCluster.attach(shared)
+        if cluster.node is None:
+            require(f"the cluster in {shared} has no real node (cluster up --real-node)")
+        image = cluster.node.project_image()
+        cluster.node.smoke_check(image)
+        yield Real(cluster, image)
+        return
+    cluster = KubeCluster(real_node=True)
+    try:
+        cluster.start()
+        image = cluster.node.project_image()
+        cluster.node.smoke_check(image)
+    except Exception as e:  # the testbed's own error names the cause
+        cluster.stop()
+        require(f"Kubernetes testbed with a real node did not start: {e}")
+    yield Real(cluster, image)
+    cluster.stop()
+
+
+def ranks_from(stdout: str) -> list[dict]:
+    out = []
+    for line in stdout.splitlines():
+        text = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+        if text.startswith("{") and '"rank"' in text:
+            out.append(json.loads(text))
+    return sorted(out, key=lambda r: r["rank"])
+
+
+def pods_of(real: Real, job: str) -> dict[str, dict]:
+    items = real.cluster.get_json("pods", "-l", f"mpilaunch/job={job}")["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def assert_placement(real: Real, job: str, ranks: list[dict], n: int, per_worker: int, pods: dict) -> None:
+    """Every rank ran in its planned pod (map-by slot: rank r on worker r // per_worker),
+    saw that pod's name, hostname and IP, and the allreduce summed over all ranks."""
+    assert [r["rank"] for r in ranks] == list(range(n)), ranks
+    for r in ranks:
+        planned = f"{job}-worker-{r['rank'] // per_worker}"
+        assert r["pod"] == planned and r["worker"] == planned and r["hostname"] == planned, r
+        assert r["ip"] == pods[planned]["status"]["podIP"], (r, pods[planned]["status"].get("podIP"))
+        assert r["sum"] == n * (n + 1) // 2 and r["size"] == n
+    ips = {pods[p]["status"]["podIP"] for p in pods if "-worker-" in p}
+    assert len(ips) == n // per_worker, "each worker pod has its own IP"
+
+
+# ------------------------------------------------------------------ launches
+
+
+# The image's three MPIs (docker/Dockerfile): how a job selects each, the
+# Python whose mpi4py matches it, and how its library introduces itself.
+IMAGE_MPIS = {
+    "openmpi4": ([], "python3", "Open MPI v4.1"),
+    "openmpi5": (["--mpirun", "/opt/openmpi5/bin/mpirun"], "/opt/openmpi5/bin/python", "Open MPI v5"),
+    "mpich": (["--mpi", "mpich"], "/opt/mpich/bin/python", "MPICH Version:"),
+}
+
+
+@pytest.mark.parametrize("flavour", list(IMAGE_MPIS))
+def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
+    """The default path: launcher Job + 2 worker pods, each MPI of the image,
+    mpirun in the launcher pod with in-cluster credentials."""
+    job = f"rp-cluster-{flavour}"
+    mpi_args, python, library = IMAGE_MPIS[flavour]
+    seen: dict = {}
+
+    def watch():
+        pods = pods_of(real, job)
+        if len([p for p in pods.values() if p["status"].get("podIP")]) == 3:
+            seen.update(pods)
+            return True
+        return False
+
+    proc = real.start(job, *mpi_args, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
+                      "--", python, f"{PROGRAMS}/placement.py")
+    try:
+        wait_for(watch, 180, "launcher and worker pods with IPs")
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    ranks = ranks_from(out)
+    assert_placement(real, job, ranks, 4, 2, seen)
+    assert all(r["library"].startswith(library) for r in ranks), ranks[0]["library"]
+    launcher = [p for p in seen if p.startswith(f"{job}-launcher")]
+    assert launcher and seen[launcher[0]]["spec"]["nodeName"] == seen[f"{job}-worker-0"]["spec"]["nodeName"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == 0 and [r["exit_code"] for r in report["ranks"]] == [0] * 4
+    assert real.leftovers(job) == []
+
+
+def test_local_launcher_on_real_pods(real, tmp_path):
+    """mpirun on this machine (Debian's Open MPI 4.1, like the image's), daemons
+    exec'd into real pods through the kubelet: the agent path mpirun forwards
+    exists only here, which used to make every orted abort in its pod."""
+    job = "rp-local"
+    mpirun = "/usr/bin/mpirun.openmpi"
+    if not os.access(mpirun, os.X_OK):
+        require(f"{mpirun} not installed (apt install openmpi-bin)")
+    seen: dict = {}
+    proc = real.start(job, "--launcher", "local", "--mpirun", mpirun, "--np", "4", "--slots-per-worker", "2",
+                      "-q", "--", "python3", f"{PROGRAMS}/placement.py")
+    try:
+        wait_for(lambda: len([p for p in pods_of(real, job).values() if p["status"].get("podIP")]) == 2
+                 and seen.update(pods_of(real, job)) is None, 180, "worker pods with IPs")
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert_placement(real, job, ranks_from(out), 4, 2, seen)
+    assert real.leftovers(job) == []
+
+
+def test_dying_daemons_fail_bounded_with_the_daemons_error(real):
+    """Daemons that die in their pods end the launch within seconds, with the
+    daemon's own message on the summary line (they used to hang mpirun
+    forever: a daemonized orted that dies says nothing). Made to die like the
+    agent-path defect: the daemon command carries a parameter it rejects."""
+    job = "rp-daemon-dies"
+    mpirun = "/usr/bin/mpirun.openmpi"
+    if not os.access(mpirun, os.X_OK):
+        require(f"{mpirun} not installed (apt install openmpi-bin)")
+    bad = "--mca orte_launch_agent " + shlex.quote("orted -mca plm_rsh_agent /only/on/the/launcher")
+    t0 = time.monotonic()
+    p = real.run(job, "--launcher", "local", "--mpirun", mpirun, "--np", "2", "--slots-per-worker", "1",
+                 "--mpi-args", bad, "-q", "--", "python3", f"{PROGRAMS}/placement.py", timeout=240)
+    elapsed = time.monotonic() - t0
+    assert p.returncode != 0, p.stdout[-2000:]
+    summary = next(l for l in p.stderr.splitlines() if l.startswith("mpilaunch: error:"))
+    assert "before any rank failed; MPI daemon on " + job + "-worker-" in summary, p.stderr[-3000:]
+    assert "listed multiple times" in summary and "plm_rsh_agent" in p.stderr
+    assert elapsed < 120, f"took {elapsed:.0f}s"
+    assert real.leftovers(job) == []
+
+
+def test_failing_rank_is_named_with_its_pod(real, tmp_path):
+    job = "rp-fail"
+    p = real.run(job, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
+                 "-x", "FAIL_RANK=3", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
+                 "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=240)
+    assert p.returncode == 7, p.stderr[-3000:]
+    summary = next(l for l in p.stderr.splitlines() if l.startswith("mpilaunch: error:"))
+    assert summary == f"mpilaunch: error: rank 3 on worker {job}-worker-1 exited with code 7", p.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == 7
+    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7} in report["ranks"]
+    assert f"rank 3 on worker {job}-worker-1" in report["failure"]
+    assert "rank 3 about to fail" in (tmp_path / "rank-3.log").read_text()
+    assert real.leftovers(job) == []
+
+
+# ------------------------------------------------------------------ every exit path cleans up
+
+
+def _wait_started(proc, n: int, timeout: float = 180) -> None:
+    started, deadline = 0, time.monotonic() + timeout
+    while started < n and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        started += "started" in line
+    assert started == n, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "timeout", "sigkill"])
+def test_every_exit_leaves_nothing_behind(real, how):
+    """Ctrl-C, SIGTERM and --timeout delete the job's objects themselves;
+    after SIGKILL of mpilaunch nothing can, and `mpilaunch delete NAME` does."""
+    job = f"rp-exit-{how}"
+    extra = ["--timeout", "20"] if how == "timeout" else []
+    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", *extra,
+                      "-x", "FAIL_RANK=-1", "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py")
+    try:
+        _wait_started(proc, 2)
+        assert real.leftovers(job, timeout=0), "the job's objects exist while it runs"
+        if how == "ctrl-c":
+            proc.send_signal(signal.SIGINT)
+        elif how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        elif how == "sigkill":
+            proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    expected = {"ctrl-c": 130, "sigterm": 130, "timeout": 124, "sigkill": -9}[how]
+    assert proc.returncode == expected
+    if how == "sigkill":
+        assert real.leftovers(job, timeout=3), "SIGKILL leaves the job (documented: mpilaunch delete)"
+        d = subprocess.run([sys.executable, "-m", "mpilaunch", "delete", job, "--backend", "k8s"],
+                           cwd=REPO, env=real.env(), capture_output=True, text=True, timeout=120)
+        assert d.returncode == 0, d.stderr
+    assert real.leftovers(job) == []
+    wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
+
+
+# ------------------------------------------------------------------ RBAC from inside the launcher pod
+
+
+EXEC_PROBE = r"""
+import json, ssl, sys, urllib.request, urllib.error, os
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+token = open(sa + "/token").read().strip()
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+host = "https://kubernetes.default.svc:443"
+out = {}
+for pod in sys.argv[1:]:
+    url = f"{host}/api/v1/namespaces/default/pods/{pod}/exec?command=true&stdout=true&container=worker"
+    req = urllib.request.Request(url, method="POST", headers={"Authorization": "Bearer " + token})
+    try:
+        urllib.request.urlopen(req, context=ctx, timeout=20)
+        out[pod] = 200
+    except urllib.error.HTTPError as e:
+        out[pod] = e.code
+print(json.dumps(out))
+"""
+
+
+def test_launcher_pod_may_not_exec_into_another_jobs_pod(real):
+    """From inside the launcher pod, with its ServiceAccount token and the API
+    server reached as kubernetes.default.svc (CoreDNS + the testbed's route):
+    exec into its own worker is allowed (400: a plain POST is no websocket
+    upgrade, but it passed authorization), into another job's pod 403."""
+    other, job = "rp-rbac-other", "rp-rbac"
+    procs = []
+    try:
+        for name in (other, job):
+            procs.append(real.start(name, "--np", "1", "-q", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                                    "--", "python3", f"{PROGRAMS}/fail_rank.py"))
+        for proc in procs:
+            _wait_started(proc, 1)
+        launcher = next(p for p in pods_of(real, job) if "-launcher" in p)
+        victim = f"{other}-worker-0"
+        assert pods_of(real, other)[victim]["status"]["phase"] == "Running"
+        probe = real.kubectl("exec", launcher, "-c", "launcher", "--", "python3", "-c", EXEC_PROBE,
+                             f"{job}-worker-0", victim, check=False, timeout=60)
+        assert probe.returncode == 0, probe.stderr
+        codes = json.loads(probe.stdout.strip().splitlines()[-1])
+        assert codes[victim] == 403, codes
+        assert codes[f"{job}-worker-0"] != 403, codes
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.communicate(timeout=120)
+    assert real.leftovers(job) == [] and real.leftovers(other) == []
+
+
+# ------------------------------------------------------------------ logs -f
+
+
+def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real):
+    job = "rp-logs"
+    script = "import time\nfor i in range(10):\n    print(f'tick {i}', flush=True); time.sleep(1)\n"
+    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", "--", "python3", "-c", script)
+    follower = None
+    try:
+        wait_for(lambda: any("tick 0" in l for l in [proc.stdout.readline()]), 180, "the first tick")
+        follower = subprocess.Popen([sys.executable, "-m", "mpilaunch", "logs", "-f", job, "--backend", "k8s"],
+                                    cwd=REPO, env=real.env(), text=True, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+        stamps = []
+        for line in follower.stdout:
+            if "tick 7" in line or "tick" in line:
+                stamps.append((time.monotonic(), line.strip()))
+            if "tick 7" in line:
+                break
+        assert any("tick 7" in s for _, s in stamps), follower.stderr.read()
+        # following, not a one-shot dump: later ticks arrived over seconds
+        assert stamps[-1][0] - stamps[0][0] > 2, stamps
+        proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        follower.wait(timeout=60)  # ends when the launcher pod does
+    finally:
+        for p in (proc, follower):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert real.leftovers(job) == []
