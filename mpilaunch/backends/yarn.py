@@ -15,18 +15,15 @@
   (application state and diagnostics, pending container requests) and the
   application is killed.
 * Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
-  yarn) in one more container of the application, service ``launcher``
-  (requested with the workers, part of the all-or-nothing wait), which runs
-  :mod:`mpilaunch.launchers.yarn` and waits for its launch
-  description. That and the
-  secret go through the key-value store; mpirun's output comes back in
-  chunks through it and ``run_launcher`` feeds it to the mpirun workload's rank-output
-  parser, so rank status lines, fail fast, ``--timeout`` and Ctrl-C behave
-  as with the local launcher. With ``--launcher local`` mpirun runs on the
-  submitting machine. Either way it reaches the containers through
-  ``mpilaunch-rsh`` and the agents. The hostfile holds the worker names
-  (``<job>-worker-<i>``), which do not resolve, so mpirun hands every daemon
-  to the shim.
+  yarn) in one more container, service ``launcher`` (part of the
+  all-or-nothing wait), running :mod:`mpilaunch.launchers.yarn`. Its launch
+  description and the secret go through the key-value store; mpirun's
+  output comes back in chunks through it and ``run_launcher`` feeds it to
+  the mpirun workload's rank-output parser, so status lines, fail fast,
+  ``--timeout`` and Ctrl-C behave as with ``--launcher local`` (mpirun on
+  the submitting machine). Either way mpirun reaches the containers through
+  ``mpilaunch-rsh`` and the agents; the hostfile's worker names do not
+  resolve, so mpirun hands every daemon to the shim.
 * ``job_finished`` ends the application with final status SUCCEEDED or FAILED
   (killed on allocation failure or interrupt) and, on failure, reports every
   worker container (host, state, exit status), tf-yarn style.
