@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -42,3 +43,14 @@ def leftover_processes(job_name: str) -> list[str]:
         if job_name in cmd or env.get("MPILAUNCH_WORKER", "").startswith(job_name + "-"):
             found.append(f"{p.info['pid']}: {cmd[:120]}")
     return found
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
+    """Poll ``pred`` until it returns something true (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -24,7 +24,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -133,15 +132,6 @@ def stop(proc) -> None:
             proc.kill()
             proc.communicate()
 
-
-def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def rank_text(line: str) -> str | None:

@@ -23,12 +23,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import require
-from helpers import REPO, mpilaunch_env
+from helpers import REPO, mpilaunch_env, wait_for
 
 pytestmark = pytest.mark.real_pods
 
@@ -125,15 +124,6 @@ def pods_of(real: Real, job: str) -> dict[str, dict]:
     items = real.cluster.get_json("pods", "-l", f"mpilaunch/job={job}")["items"]
     return {p["metadata"]["name"]: p for p in items}
 
-
-def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def assert_placement(real: Real, job: str, ranks: list[dict], n: int, per_worker: int, pods: dict) -> None:
