@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,3 +55,12 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def assert_intel_allreduce_placed(name: str, stdout: str) -> None:
+    """tests/programs/placement.py under Intel MPI: 4 ranks summed to 10, two per worker, on Intel's library."""
+    ranks = sorted((json.loads(line[line.find("{"):]) for line in stdout.splitlines() if '"rank"' in line),
+                   key=lambda r: r["rank"])
+    assert [r["sum"] for r in ranks] == [10] * 4
+    assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
+    assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch
+from helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, assert_intel_allreduce_placed
 
 pytestmark = pytest.mark.mpi
 
@@ -66,11 +66,7 @@ def test_intel_mpi4py_allreduce_under_mpi_intel(intel, tmp_path):
          "--output-dir", str(tmp_path), "-q", "--", sys.executable, "tests/programs/placement.py"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = sorted((json.loads(line[line.find("{"):]) for line in proc.stdout.splitlines() if '"rank"' in line),
-                   key=lambda r: r["rank"])
-    assert [r["sum"] for r in ranks] == [10] * 4
-    assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
-    assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
+    assert_intel_allreduce_placed(name, proc.stdout)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["placement"]["verified"] is True
     assert leftover_processes(name) == []

@@ -26,7 +26,7 @@ import time
 import pytest
 
 from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env
+from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed
 
 pytestmark = pytest.mark.yarn
 
@@ -497,11 +497,7 @@ def test_intel_allreduce_in_yarn_containers(yarn, intel_env, tmp_path, launcher)
                   "--", sys.executable, str(REPO / "tests/programs/placement.py")], intel_env)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, out + err
-    ranks = sorted((json.loads(line[line.find("{"):]) for line in out.splitlines() if '"rank"' in line),
-                   key=lambda r: r["rank"])
-    assert [r["sum"] for r in ranks] == [10] * 4
-    assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
-    assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
+    assert_intel_allreduce_placed(name, out)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["placement"]["verified"] is True
     assert_released(yarn, name, "SUCCEEDED")
