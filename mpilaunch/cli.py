@@ -7,6 +7,7 @@ import os
 import sys
 
 from .errors import EXIT_INTERRUPTED, MpilaunchError, UsageError
+from .orphan import DEFAULT_ORPHAN_TIMEOUT
 from .spec import BACKENDS, LAUNCHERS, MPI_FLAVOURS, JobSpec, K8sOptions, PsOptions, YarnOptions
 
 SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "agent")
@@ -50,6 +51,9 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     ctl.add_argument("--name", help="job name (default: generated)")
     ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
+    ctl.add_argument("--orphan-timeout", type=float, default=DEFAULT_ORPHAN_TIMEOUT, metavar="SEC",
+                     help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
+                          f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})")
     ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
     ctl.add_argument("--dry-run", action="store_true", help="print the plan, hostfile, mpirun command and environment; create nothing")
     ctl.add_argument("--no-verify", dest="verify", action="store_false",
@@ -112,6 +116,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         name=args.name,
         start_timeout=args.start_timeout,
         timeout=args.timeout,
+        orphan_timeout=args.orphan_timeout,
         output_dir=args.output_dir,
         dry_run=args.dry_run,
         bind_gpus=args.bind_gpus,

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import UsageError
+from .orphan import DEFAULT_ORPHAN_TIMEOUT, MIN_ORPHAN_TIMEOUT
 
 BACKENDS = ("local", "k8s", "yarn")
 MPI_FLAVOURS = ("auto", "openmpi", "mpich", "intel")
@@ -82,6 +83,7 @@ class JobSpec:
     name: str | None = None
     start_timeout: float = 300.0
     timeout: float | None = None
+    orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT  # cluster backends: reap the job this long after mpilaunch vanished
     output_dir: str | None = None
     dry_run: bool = False
     bind_gpus: bool = False
@@ -121,6 +123,12 @@ class JobSpec:
             raise UsageError(
                 f"--timeout must be positive, got {self.timeout:g}",
                 "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out",
+            )
+        if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
+            raise UsageError(
+                f"--orphan-timeout must be at least {MIN_ORPHAN_TIMEOUT:g} seconds, got {self.orphan_timeout:g}",
+                f"give the seconds the cluster waits for a vanished mpilaunch, e.g. --orphan-timeout "
+                f"{DEFAULT_ORPHAN_TIMEOUT:g}",
             )
         if self.name is not None and not _NAME_RE.match(self.name):
             raise UsageError(

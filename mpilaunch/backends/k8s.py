@@ -8,6 +8,12 @@ What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
   ``mpilaunch delete NAME``, garbage-collects the job;
 * ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
   ``create/get pods/exec`` on this job's worker pods by name, nothing else;
+* a Lease ``<job>`` that this process renews while attached, and a reaper
+  pod ``<job>-reaper`` (its own ServiceAccount may only read that Lease and
+  delete the root) that deletes the job once the renewals stop for
+  ``--orphan-timeout`` or the job passed ``--start-timeout`` + ``--timeout``
+  (+ a margin; the pods' and launcher Job's ``activeDeadlineSeconds`` too):
+  SIGKILL of mpilaunch leaks nothing (:mod:`.k8s_orphan`);
 * a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
   launcher, ready or not);
 * one Pod per worker, ``<job>-worker-<i>``, sleeping, with ``nvidia.com/gpu``
@@ -43,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
-from . import k8s_manage
+from . import k8s_manage, k8s_orphan
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (
     JOB_LABEL, LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, summarize,
@@ -112,6 +118,7 @@ class Backend(BaseBackend):
         self.launcher_pod: str | None = None
         self.pods: dict[str, dict] = {}
         self.relay = None
+        self.heartbeat = None
 
     # ------------------------------------------------------------ cluster access
 
@@ -207,8 +214,18 @@ class Backend(BaseBackend):
         elif opts.gang == "volcano":
             annotations["scheduling.k8s.io/group-name"] = self.job
         from .. import hostfile
+        from ..orphan import cluster_deadline_s
 
+        deadline_s = cluster_deadline_s(self.spec.start_timeout, self.spec.timeout)
+        reaper_command = ["python3", "-m", "mpilaunch.launchers.reaper", self.job,
+                          "--orphan-timeout", f"{self.spec.orphan_timeout:g}"]
         return {
+            "deadline_s": deadline_s,
+            "lease_holder": f"mpilaunch@{os.uname().nodename}:{os.getpid()}",
+            "orphan_timeout_s": int(-(-self.spec.orphan_timeout // 1)),
+            "reaper_name": f"{self.job}-reaper",
+            "reaper_labels": {**labels, ROLE_LABEL: "reaper"},
+            "reaper_command": reaper_command + (["--deadline", str(deadline_s)] if deadline_s else []),
             "job": self.job,
             "namespace": self.namespace,
             "labels": labels,
@@ -240,10 +257,12 @@ class Backend(BaseBackend):
         }
 
     def manifests(self) -> list[tuple[str, str]]:
-        """``(group, yaml text)`` in creation order; group: root, setup, workers, launcher."""
+        """``(group, yaml text)`` in creation order; group: root, lease, reaper, setup, workers, launcher."""
         env = _templates()
         values = self._values()
-        docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
+        docs = [("root", env.get_template("k8s-root.yaml.j2").render(values)),
+                ("lease", env.get_template("k8s-lease.yaml.j2").render(values)),
+                ("reaper", env.get_template("k8s-reaper.yaml.j2").render(values))]
         if self.launcher == "cluster":
             docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
         docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))
@@ -295,6 +314,8 @@ class Backend(BaseBackend):
             api_version, kind = obj["apiVersion"], obj["kind"]
             from .k8s_api import PLURALS
 
+            if kind == "Lease":
+                k8s_orphan.stamp_lease(obj, time.time())
             try:
                 api.create(obj)
             except ApiError as e:
@@ -306,13 +327,16 @@ class Backend(BaseBackend):
                 raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {e.message}", _api_hint(e)) from None
             self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
 
-        for group in ("setup", "workers", "launcher"):
+        # The Lease and the reaper come first: a job is reaped if this process dies from here on.
+        for group in ("lease", "reaper", "setup", "workers", "launcher"):
             batch = [obj for g, obj in objects if g == group]
             if not batch:
                 continue
             with ThreadPoolExecutor(max_workers=min(8, len(batch))) as pool:
                 for future in [pool.submit(create, obj) for obj in batch]:
                     future.result()
+            if group == "lease":
+                self.heartbeat = k8s_orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
 
     def _list_pods(self) -> list[dict]:
         return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
@@ -511,6 +535,9 @@ class Backend(BaseBackend):
         return out
 
     def release(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
         if self.relay is not None:
             from . import k8s_relay
 
