@@ -35,7 +35,7 @@ from helpers import REPO, leftover_processes, mpilaunch_env, wait_for
 
 pytestmark = pytest.mark.k8s
 
-KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs"
+KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases"
 
 
 class _Attached:
@@ -355,12 +355,12 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
 # ------------------------------------------------------------------ cluster launcher and RBAC
 
 
-def _access(kube, sa: str, verb: str, resource: str, name: str, subresource: str = "") -> bool:
+def _access(kube, sa: str, verb: str, resource: str, name: str, subresource: str = "", group: str = "") -> bool:
     review = {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": f"system:serviceaccount:default:{sa}",
                  "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"],
-                 "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource,
+                 "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "group": group,
                                         "subresource": subresource, "name": name}},
     }
     out = kube.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(review))
@@ -453,3 +453,116 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         forget_pod_env(kube, other, 1)
     assert leftover_objects(kube, job) == []
     assert leftover_objects(kube, other) == []
+
+
+# ------------------------------------------------------------------ SIGKILL of mpilaunch: the cluster reaps the job
+
+
+def in_cluster_env(kube, k8s_env, sa: str, sa_dir: Path) -> dict:
+    """A pod's in-cluster environment for ServiceAccount ``sa``: its TokenRequest token, the CA, the API address."""
+    sa_dir.mkdir(parents=True, exist_ok=True)
+    token = kube.kubectl("create", "token", sa, "--duration=10m").stdout.strip()
+    (sa_dir / "token").write_text(token)
+    (sa_dir / "ca.crt").write_bytes(Path(kube.pki.ca_crt).read_bytes())
+    (sa_dir / "namespace").write_text("default")
+    host, port = kube.server.rsplit("//", 1)[1].rsplit(":", 1)
+    env = {k: v for k, v in k8s_env.items() if k != "KUBECONFIG"}
+    env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port, MPILAUNCH_K8S_SA_DIR=str(sa_dir))
+    return env
+
+
+def run_reaper_pod(kube, k8s_env, job: str, tmp_path: Path) -> subprocess.Popen:
+    """Play the kubelet for the reaper pod: run its own command, with its own ServiceAccount's token."""
+    pod = wait_for(lambda: kube.get_json("pods", f"{job}-reaper"), 60, "the reaper pod")
+    (container,) = pod["spec"]["containers"]
+    assert pod["spec"]["serviceAccountName"] == f"{job}-reaper"
+    command = container["command"]
+    assert command[:3] == ["python3", "-m", "mpilaunch.launchers.reaper"]
+    env = in_cluster_env(kube, k8s_env, f"{job}-reaper", tmp_path / "reaper-sa")
+    return subprocess.Popen([sys.executable, *command[1:]], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def lease_renewals(kube, job: str, seconds: float) -> set[str]:
+    """The Lease's renewTime values seen over ``seconds``."""
+    seen, end = set(), time.monotonic() + seconds
+    while time.monotonic() < end:
+        seen.add(kube.get_json("lease", job)["spec"]["renewTime"])
+        time.sleep(0.5)
+    return seen
+
+
+def wait_started(proc, n: int, timeout: float = 120) -> None:
+    started, deadline = 0, time.monotonic() + timeout
+    while started < n and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        started += "started" in line
+    assert started == n, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+
+
+ORPHAN_TIMEOUT = 10
+MARGIN = 20  # the reaper's poll, the garbage collector, kwok deleting pods
+
+
+def test_sigkill_local_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_path):
+    """--launcher local: SIGKILL of mpilaunch stops the Lease's renewals; the reaper pod deletes
+    the root after --orphan-timeout and garbage collection removes every object, with no
+    `mpilaunch delete`. kwok pods run no containers, so the test plays the kubelet for the
+    reaper pod: its own command runs on this host with its ServiceAccount's token, the
+    in-cluster credentials the cluster launcher's entry point uses in these tests (on the real
+    node the reaper pod itself runs: test_real_pods.py, sigkill)."""
+    job = "k8s-sigkill-local"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    reaper = None
+    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
+                  "--orphan-timeout", str(ORPHAN_TIMEOUT), "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    try:
+        wait_started(proc, 4)
+        reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
+        # the reaper's identity: this job's Lease and root, nothing else
+        sa = f"{job}-reaper"
+        lease_api = "coordination.k8s.io"
+        assert _access(kube, sa, "get", "leases", job, group=lease_api)
+        assert _access(kube, sa, "watch", "leases", job, group=lease_api)
+        assert not _access(kube, sa, "update", "leases", job, group=lease_api)
+        assert not _access(kube, sa, "get", "leases", "other-job", group=lease_api)
+        assert _access(kube, sa, "delete", "configmaps", job)
+        assert not _access(kube, sa, "delete", "configmaps", "other-job")
+        assert not _access(kube, sa, "get", "pods", f"{job}-worker-0")
+        lease = kube.get_json("lease", job)
+        assert lease["metadata"]["ownerReferences"][0]["name"] == job
+        # renewed while attached, and the reaper leaves a renewed job alone
+        assert len(lease_renewals(kube, job, ORPHAN_TIMEOUT + 2)) >= 3
+        assert reaper.poll() is None and leftover_objects(kube, job, timeout=0)
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)  # not communicate(): mpirun, its child, still holds the pipes
+        t_kill = time.monotonic()
+        assert leftover_objects(kube, job, timeout=ORPHAN_TIMEOUT + MARGIN) == []
+        gone_s = time.monotonic() - t_kill
+        out, err = reaper.communicate(timeout=30)
+        assert reaper.returncode == 0, err
+        assert f"deleted job {job}: no heartbeat" in err and "--orphan-timeout 10s" in err
+        assert gone_s >= ORPHAN_TIMEOUT - 4, f"reaped {gone_s:.1f}s after SIGKILL: before the orphan timeout"
+        wait_for(lambda: leftover_processes(job) == [], MARGIN, "the job's processes to end")
+        print(f"{job}: objects gone {gone_s:.1f}s after SIGKILL, processes "
+              f"{time.monotonic() - t_kill:.1f}s (--orphan-timeout {ORPHAN_TIMEOUT})")
+    finally:
+        end_processes(proc, reaper)
+        forget_pod_env(kube, job, 2)
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)
+
+
+def end_processes(*procs) -> None:
+    """A failed test's own processes (their children may hold the pipes: no waiting for EOF)."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+        if p is not None:
+            try:
+                p.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass

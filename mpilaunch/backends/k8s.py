@@ -257,12 +257,13 @@ class Backend(BaseBackend):
         }
 
     def manifests(self) -> list[tuple[str, str]]:
-        """``(group, yaml text)`` in creation order; group: root, lease, reaper, setup, workers, launcher."""
+        """``(group, yaml text)`` in creation order; group: root, lease, reaper-rbac, reaper, setup, workers, launcher."""
         env = _templates()
         values = self._values()
         docs = [("root", env.get_template("k8s-root.yaml.j2").render(values)),
                 ("lease", env.get_template("k8s-lease.yaml.j2").render(values)),
-                ("reaper", env.get_template("k8s-reaper.yaml.j2").render(values))]
+                ("reaper-rbac", env.get_template("k8s-reaper.yaml.j2").render(values)),
+                ("reaper", env.get_template("k8s-reaper-pod.yaml.j2").render(values))]
         if self.launcher == "cluster":
             docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
         docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))
@@ -328,7 +329,7 @@ class Backend(BaseBackend):
             self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
 
         # The Lease and the reaper come first: a job is reaped if this process dies from here on.
-        for group in ("lease", "reaper", "setup", "workers", "launcher"):
+        for group in ("lease", "reaper-rbac", "reaper", "setup", "workers", "launcher"):
             batch = [obj for g, obj in objects if g == group]
             if not batch:
                 continue
