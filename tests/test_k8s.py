@@ -566,3 +566,53 @@ def end_processes(*procs) -> None:
                 p.communicate(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_path):
+    """--launcher cluster: the same reaper (its own pod, not the launcher's: the launcher pod ends
+    with mpirun, and a job whose mpilaunch dies after that must be reaped too) deletes the job
+    after SIGKILL of the submitting mpilaunch. The test plays the kubelet for the launcher and
+    reaper pods (their commands with their ServiceAccounts' tokens on this host) and, as a
+    kubelet does for a deleted pod, SIGTERMs the launcher once its pod is gone."""
+    job = "k8s-sigkill-cl"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    launcher = reaper = None
+    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "cluster", "-q",
+                  "--orphan-timeout", str(ORPHAN_TIMEOUT), "--timeout", "600", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    try:
+        def launcher_pod():
+            pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
+            return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
+
+        pod = wait_for(launcher_pod, 120, "the launcher pod")
+        # --timeout is enforced by the cluster too: start timeout + timeout + margin
+        deadline_s = kube.get_json("job", f"{job}-launcher")["spec"]["activeDeadlineSeconds"]
+        assert deadline_s == 300 + 600 + 30
+        assert kube.get_json("pod", f"{job}-worker-1")["spec"]["activeDeadlineSeconds"] == deadline_s
+        (tmp_path / "launch.json").write_text(kube.get_json("configmap", job)["data"]["launch.json"])
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "mpilaunch.launchers.k8s", str(tmp_path / "launch.json")], cwd=REPO, text=True,
+            env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
+        assert "--deadline" in kube.get_json("pod", f"{job}-reaper")["spec"]["containers"][0]["command"]
+        wait_started(launcher, 4)
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        t_kill = time.monotonic()
+        wait_for(lambda: not kube.kubectl("get", "pod", pod["metadata"]["name"], "--ignore-not-found",
+                                          "-o", "name").stdout.strip(), ORPHAN_TIMEOUT + MARGIN, "the launcher pod's deletion")
+        launcher.send_signal(signal.SIGTERM)  # the kubelet's part
+        assert leftover_objects(kube, job, timeout=MARGIN) == []
+        gone_s = time.monotonic() - t_kill
+        _, err = reaper.communicate(timeout=30)
+        assert reaper.returncode == 0 and f"deleted job {job}: no heartbeat" in err, err
+        launcher.wait(timeout=30)
+        wait_for(lambda: leftover_processes(job) == [], MARGIN, "the job's processes to end")
+        print(f"{job}: objects gone {gone_s:.1f}s after SIGKILL (--orphan-timeout {ORPHAN_TIMEOUT})")
+    finally:
+        end_processes(proc, launcher, reaper)
+        forget_pod_env(kube, job, 2)
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)
