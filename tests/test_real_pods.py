@@ -31,7 +31,7 @@ from helpers import REPO, mpilaunch_env, wait_for
 
 pytestmark = pytest.mark.real_pods
 
-KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets"
+KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases"
 PROGRAMS = "/opt/mpilaunch/tests/programs"  # where the image has them
 
 
@@ -267,12 +267,14 @@ def _wait_started(proc, n: int, timeout: float = 180) -> None:
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "timeout", "sigkill"])
 def test_every_exit_leaves_nothing_behind(real, how):
-    """Ctrl-C, SIGTERM and --timeout delete the job's objects themselves;
-    after SIGKILL of mpilaunch nothing can, and `mpilaunch delete NAME` does."""
+    """Ctrl-C, SIGTERM and --timeout delete the job's objects themselves; after SIGKILL of
+    mpilaunch the job's reaper pod (really running on this node) deletes the job once the
+    Lease has not been renewed for --orphan-timeout, with no `mpilaunch delete`."""
     job = f"rp-exit-{how}"
+    orphan_timeout = 10
     extra = ["--timeout", "20"] if how == "timeout" else []
-    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", *extra,
-                      "-x", "FAIL_RANK=-1", "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py")
+    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", "--orphan-timeout", str(orphan_timeout),
+                      *extra, "-x", "FAIL_RANK=-1", "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py")
     try:
         _wait_started(proc, 2)
         assert real.leftovers(job, timeout=0), "the job's objects exist while it runs"
@@ -281,19 +283,22 @@ def test_every_exit_leaves_nothing_behind(real, how):
         elif how == "sigterm":
             proc.send_signal(signal.SIGTERM)
         elif how == "sigkill":
+            wait_for(lambda: real.kubectl("get", "pod", f"{job}-reaper", "-o", "jsonpath={.status.phase}").stdout
+                     == "Running", 60, "the reaper pod to run")
             proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        t_end = time.monotonic()
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
     expected = {"ctrl-c": 130, "sigterm": 130, "timeout": 124, "sigkill": -9}[how]
     assert proc.returncode == expected
     if how == "sigkill":
-        assert real.leftovers(job, timeout=3), "SIGKILL leaves the job (documented: mpilaunch delete)"
-        d = subprocess.run([sys.executable, "-m", "mpilaunch", "delete", job, "--backend", "k8s"],
-                           cwd=REPO, env=real.env(), capture_output=True, text=True, timeout=120)
-        assert d.returncode == 0, d.stderr
+        # reaped within the orphan timeout plus the reaper's poll, garbage collection and the pods' grace period
+        assert real.leftovers(job, timeout=orphan_timeout + 30) == []
+        print(f"{job}: every object gone {time.monotonic() - t_end:.1f}s after SIGKILL "
+              f"(--orphan-timeout {orphan_timeout})")
     assert real.leftovers(job) == []
     wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
 

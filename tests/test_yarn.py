@@ -379,6 +379,49 @@ def test_ctrl_c_kills_the_application(yarn, openmpi_env):
     assert_released(yarn, name, "KILLED")
 
 
+@pytest.mark.parametrize("launcher", ["local", "cluster"])
+def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env, launcher):
+    """SIGKILL of mpilaunch stops its heartbeat; the application's driver (the reaper, in the
+    ApplicationMaster's container) ends it once --orphan-timeout passed: final status KILLED
+    with a diagnostic naming the timeout, no container left (RM REST API), no process left on
+    any NodeManager or on this host, and no `mpilaunch delete`."""
+    name = f"yarn-sigkill-{launcher}"
+    orphan_timeout = 10
+    proc = start(["--name", name, "--launcher", launcher, "--np", "2", "--slots-per-worker", "1",
+                  "--memory", "256 MiB", "-q", "--orphan-timeout", str(orphan_timeout),
+                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    try:
+        started = 0
+        deadline = time.monotonic() + 180
+        while started < 2 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            started += "started" in line
+        assert started == 2, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+        app = app_by_name(yarn, name)
+        assert len(worker_containers(yarn, app["id"])) == (3 if launcher == "cluster" else 2)
+        time.sleep(orphan_timeout + 2)  # attached: the heartbeat keeps it alive past the timeout
+        assert yarn.app_info(app["id"])["state"] == "RUNNING"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)  # not communicate(): mpirun (--launcher local) still holds the pipes
+        t_kill = time.monotonic()
+        ended = yarn.wait_app(app["id"], timeout=orphan_timeout + 30)
+        ended_s = time.monotonic() - t_kill
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert ended_s >= orphan_timeout - 5, f"ended {ended_s:.1f}s after SIGKILL: before the orphan timeout"
+    assert ended["finalStatus"] == "KILLED", ended
+    assert "no heartbeat from the submitting mpilaunch" in ended["diagnostics"], ended["diagnostics"]
+    assert "--orphan-timeout 10s" in ended["diagnostics"]
+    released = assert_released(yarn, name, "KILLED")
+    print(f"{name}: application {released['id']} ended {ended_s:.1f}s after SIGKILL, everything released "
+          f"{time.monotonic() - t_kill:.1f}s after (--orphan-timeout {orphan_timeout})")
+
+
 def test_timeout_under_the_cluster_launcher(yarn, openmpi_env):
     name = "yarn-timeout"
     proc = start(["--name", name, "--launcher", "cluster", "--np", "2", "--slots-per-worker", "1",

@@ -8,28 +8,24 @@
 * The job secret goes into that key-value store (mutual TLS with the
   ApplicationMaster, per-application credentials made here); containers read
   it with ``ApplicationClient.from_current()`` and hand it to the agent on
-  stdin. It is never on a command line, in an environment or in
-  ``launch_container.sh``.
+  stdin, never on a command line, in an environment or ``launch_container.sh``.
 * ``wait_ready`` is all or nothing: every worker's agent must answer ``ping``
-  before ``--start-timeout``; otherwise the error carries what YARN says
-  (application state and diagnostics, pending container requests) and the
-  application is killed.
+  before ``--start-timeout``, else the error carries what YARN says (state,
+  diagnostics, pending container requests) and the application is killed.
 * Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
   yarn) in one more container, service ``launcher`` (part of the
   all-or-nothing wait), running :mod:`mpilaunch.launchers.yarn`. Its launch
   description and the secret go through the key-value store; mpirun's
   output comes back in chunks through it and ``run_launcher`` feeds it to
   the mpirun workload's rank-output parser, so status lines, fail fast,
-  ``--timeout`` and Ctrl-C behave as with ``--launcher local`` (mpirun on
-  the submitting machine). Either way mpirun reaches the containers through
-  ``mpilaunch-rsh`` and the agents; the hostfile's worker names do not
-  resolve, so mpirun hands every daemon to the shim.
+  ``--timeout`` and Ctrl-C behave as with ``--launcher local``. Either way
+  mpirun reaches the containers through ``mpilaunch-rsh`` and the agents.
 * ``job_finished`` ends the application with final status SUCCEEDED or FAILED
   (killed on allocation failure or interrupt) and, on failure, reports every
-  worker container (host, state, exit status), tf-yarn style.
+  worker container (host, state, exit status), tf-yarn style. Should this
+  process die, the application's driver ends it (``yarn_orphan.py``).
 
-skein is imported with this module; ``backends.load`` turns its absence into
-an install hint (``pip install 'mpilaunch[yarn]'``).
+skein is imported with this module (``backends.load`` hints the install).
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
-from . import yarn_manage
+from . import yarn_manage, yarn_orphan
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -98,6 +94,7 @@ class Backend(BaseBackend):
         self.outcome: int | None = None
         self.failure: str | None = None
         self._released = False
+        self.heartbeat = None
         self._secret_put = False
         self._out_last = ""
 
@@ -173,7 +170,7 @@ class Backend(BaseBackend):
                 max_restarts=0,
                 allow_failures=True,
             )
-        master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY, vcores=1), security=security)
+        master = yarn_orphan.master(self, skein.Resources(memory=MASTER_MEMORY, vcores=1), security, files)
         return skein.ApplicationSpec(
             name=self.plan.job_name,
             queue=opts.queue or "default",
@@ -229,6 +226,7 @@ class Backend(BaseBackend):
         if state != "RUNNING":
             return False
         self.app = self.client.connect(self.app_id, wait=False, security=self.security)
+        self.heartbeat = yarn_orphan.start_heartbeat(self.app.kv, KV_PREFIX, self.spec.orphan_timeout)
         from ..rsh_agent.agent_client import read_secret
 
         self.app.kv[KV_PREFIX + SECRET_KEY] = read_secret(str(self.secret_file))
@@ -548,6 +546,8 @@ class Backend(BaseBackend):
         if self._released:
             return
         self._released = True
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         try:
             if self.app_id is not None and self.client is not None:
                 self._finish_application()
