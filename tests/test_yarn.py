@@ -26,7 +26,7 @@ import time
 import pytest
 
 from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed
+from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed, wait_for
 
 pytestmark = pytest.mark.yarn
 
@@ -417,6 +417,8 @@ def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env,
     assert ended["finalStatus"] == "KILLED", ended
     assert "no heartbeat from the submitting mpilaunch" in ended["diagnostics"], ended["diagnostics"]
     assert "--orphan-timeout 10s" in ended["diagnostics"]
+    # the RM lists the containers until their NodeManagers report them killed
+    assert wait_for(lambda: yarn.app_containers(ended["id"]) == [], 30, "the containers to be released")
     released = assert_released(yarn, name, "KILLED")
     print(f"{name}: application {released['id']} ended {ended_s:.1f}s after SIGKILL, everything released "
           f"{time.monotonic() - t_kill:.1f}s after (--orphan-timeout {orphan_timeout})")
