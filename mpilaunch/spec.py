@@ -126,7 +126,8 @@ class JobSpec:
             )
         if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
             raise UsageError(
-                f"--orphan-timeout must be at least {MIN_ORPHAN_TIMEOUT:g} seconds, got {self.orphan_timeout:g}",
+                f"--orphan-timeout must be a finite number of seconds, at least {MIN_ORPHAN_TIMEOUT:g}; "
+                f"got {self.orphan_timeout:g}",
                 f"give the seconds the cluster waits for a vanished mpilaunch, e.g. --orphan-timeout "
                 f"{DEFAULT_ORPHAN_TIMEOUT:g}",
             )

@@ -473,7 +473,11 @@ def in_cluster_env(kube, k8s_env, sa: str, sa_dir: Path) -> dict:
 
 def run_reaper_pod(kube, k8s_env, job: str, tmp_path: Path) -> subprocess.Popen:
     """Play the kubelet for the reaper pod: run its own command, with its own ServiceAccount's token."""
-    pod = wait_for(lambda: kube.get_json("pods", f"{job}-reaper"), 60, "the reaper pod")
+    def reaper_pod():
+        out = kube.kubectl("get", "pod", f"{job}-reaper", "--ignore-not-found", "-o", "json").stdout
+        return json.loads(out) if out.strip() else None
+
+    pod = wait_for(reaper_pod, 60, "the reaper pod")
     (container,) = pod["spec"]["containers"]
     assert pod["spec"]["serviceAccountName"] == f"{job}-reaper"
     command = container["command"]
@@ -615,4 +619,34 @@ def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_
     finally:
         end_processes(proc, launcher, reaper)
         forget_pod_env(kube, job, 2)
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)
+
+
+def test_timeout_is_enforced_by_the_cluster_after_sigkill(kube, k8s_env, tmp_path):
+    """--timeout outlives mpilaunch: with an orphan timeout far away, the reaper deletes the job
+    at --start-timeout + --timeout + 30 s, the deadline the pods and Job carry too. (The test
+    plays the kubelet for the reaper pod, as above.)"""
+    job = "k8s-sigkill-deadline"
+    give_pods_their_env(kube, job, 1, tmp_path)
+    reaper = None
+    proc = start(["--name", job, "--np", "2", "--launcher", "local", "-q", "--orphan-timeout", "600",
+                  "--start-timeout", "10", "--timeout", "5", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    try:
+        reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
+        t_reaper = time.monotonic()
+        assert kube.get_json("pod", f"{job}-worker-0")["spec"]["activeDeadlineSeconds"] == 45
+        wait_started(proc, 2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        _, err = reaper.communicate(timeout=45 + MARGIN)
+        reaped_s = time.monotonic() - t_reaper
+        assert reaper.returncode == 0 and f"deleted job {job}: the job ran past its cluster-side deadline" in err, err
+        assert 45 - 3 <= reaped_s, f"reaped {reaped_s:.1f}s after the reaper started: before the deadline"
+        assert leftover_objects(kube, job, timeout=MARGIN) == []
+        wait_for(lambda: leftover_processes(job) == [], MARGIN, "the job's processes to end")
+        print(f"{job}: reaped {reaped_s:.1f}s after the reaper started (deadline 45 s)")
+    finally:
+        end_processes(proc, reaper)
+        forget_pod_env(kube, job, 1)
         kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)

@@ -424,6 +424,33 @@ def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env,
           f"{time.monotonic() - t_kill:.1f}s after (--orphan-timeout {orphan_timeout})")
 
 
+def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
+    """--timeout outlives mpilaunch: with an orphan timeout far away, the application's driver
+    ends it at --start-timeout + --timeout + 30 s, final status FAILED, saying why."""
+    name = "yarn-sigkill-deadline"
+    proc = start(["--name", name, "--launcher", "local", "--np", "1", "--memory", "256 MiB", "-q",
+                  "--orphan-timeout", "600", "--start-timeout", "10", "--timeout", "5",
+                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    try:
+        for line in proc.stdout:
+            if "started" in line:
+                break
+        app = app_by_name(yarn, name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        ended = yarn.wait_app(app["id"], timeout=45 + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert ended["finalStatus"] == "FAILED", ended
+    assert "mpilaunch: the job ran past its cluster-side deadline" in ended["diagnostics"], ended["diagnostics"]
+    assert ended["finishedTime"] - ended["startedTime"] >= 45_000 - 3_000  # ms; not before the deadline
+    assert wait_for(lambda: yarn.app_containers(ended["id"]) == [], 30, "the containers to be released")
+    assert_released(yarn, name, "FAILED")
+
+
 def test_timeout_under_the_cluster_launcher(yarn, openmpi_env):
     name = "yarn-timeout"
     proc = start(["--name", name, "--launcher", "cluster", "--np", "2", "--slots-per-worker", "1",
@@ -529,7 +556,11 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
                             "--np", "2", "--dry-run", "--", "true"], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=60)
     assert local.returncode == 0, local.stderr
-    assert "launchers.yarn" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+    assert "launchers.yarn\n" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+    # either way the ApplicationMaster's driver is the reaper (--orphan-timeout, default 60)
+    for out in (dry.stdout, local.stdout):
+        master = out.split("\nmaster:", 1)[1].split("\nmax_attempts:", 1)[0]
+        assert "-m mpilaunch.launchers.yarn_reaper" in master and "MPILAUNCH_ORPHAN_TIMEOUT: '60'" in master
 
 
 @pytest.mark.mpi
