@@ -334,7 +334,8 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
     assert applied.returncode == 0, applied.stderr
     for kind in ("configmap/k8s-render ", "serviceaccount/k8s-render-launcher", "role.rbac.authorization.k8s.io/k8s-render-launcher",
                  "rolebinding.rbac.authorization.k8s.io/k8s-render-launcher", "service/k8s-render ",
-                 "pod/k8s-render-worker-3 ", "job.batch/k8s-render-launcher"):
+                 "pod/k8s-render-worker-3 ", "job.batch/k8s-render-launcher", "lease.coordination.k8s.io/k8s-render ",
+                 "serviceaccount/k8s-render-reaper", "job.batch/k8s-render-reaper"):
         assert kind in applied.stdout + " ", applied.stdout
     assert leftover_objects(kube, job, timeout=0) == []
     # gang scheduling: rendered (the PodGroup CRDs are not installed in the testbed)
@@ -474,8 +475,8 @@ def in_cluster_env(kube, k8s_env, sa: str, sa_dir: Path) -> dict:
 def run_reaper_pod(kube, k8s_env, job: str, tmp_path: Path) -> subprocess.Popen:
     """Play the kubelet for the reaper pod: run its own command, with its own ServiceAccount's token."""
     def reaper_pod():
-        out = kube.kubectl("get", "pod", f"{job}-reaper", "--ignore-not-found", "-o", "json").stdout
-        return json.loads(out) if out.strip() else None
+        pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper")["items"]
+        return pods[0] if pods else None
 
     pod = wait_for(reaper_pod, 60, "the reaper pod")
     (container,) = pod["spec"]["containers"]
@@ -600,7 +601,7 @@ def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_
             env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
-        assert "--deadline" in kube.get_json("pod", f"{job}-reaper")["spec"]["containers"][0]["command"]
+        assert "--deadline" in kube.get_json("job", f"{job}-reaper")["spec"]["template"]["spec"]["containers"][0]["command"]
         wait_started(launcher, 4)
 
         proc.send_signal(signal.SIGKILL)

@@ -268,7 +268,7 @@ def _wait_started(proc, n: int, timeout: float = 180) -> None:
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "timeout", "sigkill"])
 def test_every_exit_leaves_nothing_behind(real, how):
     """Ctrl-C, SIGTERM and --timeout delete the job's objects themselves; after SIGKILL of
-    mpilaunch the job's reaper pod (really running on this node) deletes the job once the
+    mpilaunch the job's reaper (its pod really running on this node) deletes the job once the
     Lease has not been renewed for --orphan-timeout, with no `mpilaunch delete`."""
     job = f"rp-exit-{how}"
     orphan_timeout = 10
@@ -283,8 +283,9 @@ def test_every_exit_leaves_nothing_behind(real, how):
         elif how == "sigterm":
             proc.send_signal(signal.SIGTERM)
         elif how == "sigkill":
-            wait_for(lambda: real.kubectl("get", "pod", f"{job}-reaper", "-o", "jsonpath={.status.phase}").stdout
-                     == "Running", 60, "the reaper pod to run")
+            wait_for(lambda: real.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper", "-o",
+                                          "jsonpath={.items[*].status.phase}").stdout == "Running",
+                     60, "the reaper pod to run")
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)
         t_end = time.monotonic()

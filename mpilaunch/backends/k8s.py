@@ -9,7 +9,7 @@ What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
 * ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
   ``create/get pods/exec`` on this job's worker pods by name, nothing else;
 * a Lease ``<job>`` that this process renews while attached, and a reaper
-  pod ``<job>-reaper`` (its own ServiceAccount may only read that Lease and
+  Job ``<job>-reaper`` (its own ServiceAccount may only read that Lease and
   delete the root) that deletes the job once the renewals stop for
   ``--orphan-timeout`` or the job passed ``--start-timeout`` + ``--timeout``
   (+ a margin; the pods' and launcher Job's ``activeDeadlineSeconds`` too):
@@ -263,7 +263,7 @@ class Backend(BaseBackend):
         docs = [("root", env.get_template("k8s-root.yaml.j2").render(values)),
                 ("lease", env.get_template("k8s-lease.yaml.j2").render(values)),
                 ("reaper-rbac", env.get_template("k8s-reaper.yaml.j2").render(values)),
-                ("reaper", env.get_template("k8s-reaper-pod.yaml.j2").render(values))]
+                ("reaper", env.get_template("k8s-reaper-job.yaml.j2").render(values))]
         if self.launcher == "cluster":
             docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
         docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))

@@ -1,11 +1,11 @@
-"""Entry point of a job's reaper pod: ``python3 -m mpilaunch.launchers.reaper JOB --orphan-timeout SEC [--deadline SEC]``.
+"""Entry point of a job's reaper (the pod of the Job ``<job>-reaper``): ``python3 -m mpilaunch.launchers.reaper JOB --orphan-timeout SEC [--deadline SEC]``.
 
-Runs in the pod ``<job>-reaper`` with the ServiceAccount ``<job>-reaper``,
+Runs with the ServiceAccount ``<job>-reaper``,
 whose Role allows ``get``/``watch`` on the Lease ``<job>`` and ``delete`` on
 the ConfigMap ``<job>``, by name, and nothing else. It deletes the job's root
 when the submitting mpilaunch stopped renewing the Lease for SEC seconds or
 the job passed ``--deadline`` seconds (see ``backends/k8s_orphan.py``); the
-garbage collector removes everything else, this pod included. It exits 0
+garbage collector removes everything else, the reaper included. It exits 0
 when the job is gone either way.
 
 In-cluster credentials (``KUBERNETES_SERVICE_HOST/PORT``, the token under
