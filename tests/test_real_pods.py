@@ -27,7 +27,7 @@ import time
 import pytest
 
 from conftest import require
-from helpers import REPO, mpilaunch_env, wait_for
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_for
 
 pytestmark = pytest.mark.real_pods
 
@@ -265,14 +265,17 @@ def _wait_started(proc, n: int, timeout: float = 180) -> None:
     assert started == n, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "timeout", "sigkill"])
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "timeout", "sigkill", "sigkill-local"])
 def test_every_exit_leaves_nothing_behind(real, how):
     """Ctrl-C, SIGTERM and --timeout delete the job's objects themselves; after SIGKILL of
-    mpilaunch the job's reaper (its pod really running on this node) deletes the job once the
-    Lease has not been renewed for --orphan-timeout, with no `mpilaunch delete`."""
+    mpilaunch (cluster launcher, or mpirun on this machine with --launcher local) the job's
+    reaper, its pod really running on this node, deletes the job once the Lease has not been
+    renewed for --orphan-timeout, with no `mpilaunch delete`."""
     job = f"rp-exit-{how}"
     orphan_timeout = 10
-    extra = ["--timeout", "20"] if how == "timeout" else []
+    # --launcher local: Debian's Open MPI 4.1 here, like the image's
+    extra = {"timeout": ["--timeout", "20"],
+             "sigkill-local": ["--launcher", "local", "--mpirun", "/usr/bin/mpirun.openmpi"]}.get(how, [])
     proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", "--orphan-timeout", str(orphan_timeout),
                       *extra, "-x", "FAIL_RANK=-1", "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py")
     try:
@@ -282,7 +285,7 @@ def test_every_exit_leaves_nothing_behind(real, how):
             proc.send_signal(signal.SIGINT)
         elif how == "sigterm":
             proc.send_signal(signal.SIGTERM)
-        elif how == "sigkill":
+        elif how.startswith("sigkill"):
             wait_for(lambda: real.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper", "-o",
                                           "jsonpath={.items[*].status.phase}").stdout == "Running",
                      60, "the reaper pod to run")
@@ -293,15 +296,16 @@ def test_every_exit_leaves_nothing_behind(real, how):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    expected = {"ctrl-c": 130, "sigterm": 130, "timeout": 124, "sigkill": -9}[how]
+    expected = {"ctrl-c": 130, "sigterm": 130, "timeout": 124, "sigkill": -9, "sigkill-local": -9}[how]
     assert proc.returncode == expected
-    if how == "sigkill":
+    if how.startswith("sigkill"):
         # reaped within the orphan timeout plus the reaper's poll, garbage collection and the pods' grace period
         assert real.leftovers(job, timeout=orphan_timeout + 30) == []
         print(f"{job}: every object gone {time.monotonic() - t_end:.1f}s after SIGKILL "
               f"(--orphan-timeout {orphan_timeout})")
     assert real.leftovers(job) == []
     wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
+    wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes on this machine to end")
 
 
 # ------------------------------------------------------------------ RBAC from inside the launcher pod
