@@ -33,6 +33,8 @@ CASES = {
     "unknown-mpi": (["--np", "2", "--mpi", "lam", "--", "true"], "unknown MPI flavour"),
     "cluster-launcher-local": (["--np", "2", "--launcher", "cluster", "--", "true"], "--launcher cluster needs a cluster backend"),
     "bad-name": (["--np", "2", "--name", "Bad_Name", "--", "true"], "invalid job name"),
+    "bad-orphan-timeout": (["--backend", "k8s", "--np", "2", "--orphan-timeout", "1", "--", "true"],
+                           "--orphan-timeout must be a finite number of seconds, at least 3"),
 }
 
 

@@ -546,14 +546,14 @@ class Backend(BaseBackend):
         if self._released:
             return
         self._released = True
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
         try:
             if self.app_id is not None and self.client is not None:
                 self._finish_application()
         except Exception:
             pass
         finally:
+            if self.heartbeat is not None:  # only now: the driver must not end the application first
+                self.heartbeat.stop()
             for obj in (self.app, self.client):
                 try:
                     if obj is not None:
