@@ -100,3 +100,40 @@ def test_bad_orphan_timeout_is_one_line_and_a_hint_exit_2(value, message):
 def test_help_documents_the_orphan_timeout():
     out = " ".join(_run("--help").stdout.split())
     assert "--orphan-timeout SEC" in out and "(default 60)" in out
+
+
+def test_heartbeat_keeps_renewing_through_failures_and_says_so_once(capfd):
+    """A short outage must not stop the renewals; a job about to be reaped says why, once."""
+    import time
+
+    from mpilaunch.backends.heartbeat import Heartbeat
+
+    calls = []
+
+    def renew():
+        calls.append(time.monotonic())
+        if len(calls) in (2, 3, 4):
+            raise ConnectionError("connection refused")
+        return True
+
+    beat = Heartbeat(renew, 3, "the test's key").start()  # renews every 0.75 s
+    time.sleep(4.0)
+    beat.stop()
+    assert len(calls) >= 5 and beat.failures == 3
+    err = capfd.readouterr().err
+    assert err.count("mpilaunch: warning: cannot renew the test's key (connection refused)") == 1, err
+    assert "--orphan-timeout 3s after the last renewal" in err
+
+
+def test_heartbeat_stops_when_there_is_nothing_left_to_renew():
+    from mpilaunch.backends.heartbeat import Heartbeat
+
+    calls = []
+
+    def renew():
+        calls.append(1)
+        return False  # e.g. the Lease is gone: the job was deleted
+
+    beat = Heartbeat(renew, 3, "x").start()
+    beat._thread.join(timeout=5)
+    assert calls == [1] and not beat._thread.is_alive()

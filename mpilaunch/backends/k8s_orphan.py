@@ -47,7 +47,7 @@ def start_heartbeat(api: Api, job: str, orphan_timeout: float) -> Heartbeat:
             raise
         return True
 
-    return Heartbeat(renew, orphan_timeout, name=f"lease-{job}").start()
+    return Heartbeat(renew, orphan_timeout, f"the job's Lease {job}", name=f"lease-{job}").start()
 
 
 def reap(api: Api, job: str, orphan_timeout: float, deadline_s: float | None, *,

@@ -48,4 +48,4 @@ def start_heartbeat(kv, prefix: str, orphan_timeout: float) -> Heartbeat:
         kv[prefix + HEARTBEAT_KEY] = repr(time.time()).encode()
         return True
 
-    return Heartbeat(renew, orphan_timeout, name="yarn-heartbeat").start()
+    return Heartbeat(renew, orphan_timeout, f"the heartbeat key {prefix}{HEARTBEAT_KEY}", name="yarn-heartbeat").start()
