@@ -28,11 +28,27 @@ COMMON_FIELDS = {"job", "mode", "backend", "command", "plan", "workers", "exit_c
                  "lost_workers"}
 
 
-def start(name, mode, out, **env):
-    cmd = [sys.executable, "-m", "mpilaunch", "--name", name, *MODES[mode], "-q", "--output-dir", str(out),
-           "--", sys.executable, PROGRAM]
-    return subprocess.Popen(cmd, cwd=REPO, env=mpilaunch_env(**env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+@pytest.fixture
+def start():
+    """Start mpilaunch; a test that fails half-way must not leave its job running for the next one."""
+    started = []
+
+    def start(name, mode, out, **env):
+        cmd = [sys.executable, "-m", "mpilaunch", "--name", name, *MODES[mode], "-q", "--output-dir", str(out),
+               "--", sys.executable, PROGRAM]
+        proc = subprocess.Popen(cmd, cwd=REPO, env=mpilaunch_env(**env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # mpilaunch's own teardown
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def first_error_line(err):
@@ -40,7 +56,7 @@ def first_error_line(err):
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_unit_exit_code_is_the_job_exit_code_in_both_modes(openmpi5, mode, tmp_path):
+def test_unit_exit_code_is_the_job_exit_code_in_both_modes(start, openmpi5, mode, tmp_path):
     name = f"parity-exit-{mode}"
     proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
                  FAIL_UNIT="1", FAIL_CODE="7")
@@ -55,7 +71,7 @@ def test_unit_exit_code_is_the_job_exit_code_in_both_modes(openmpi5, mode, tmp_p
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_lost_worker_is_reported_the_same_way_in_both_modes(openmpi5, mode, tmp_path):
+def test_lost_worker_is_reported_the_same_way_in_both_modes(start, openmpi5, mode, tmp_path):
     name = f"parity-lost-{mode}"
     proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
                  SLEEP="120")

@@ -20,6 +20,7 @@ from pathlib import Path
 from .. import gpu_slots
 from ..errors import AllocationError, UsageError
 from ..procs import kill_tree, processes_with_env
+from ..pylauncher import write_launcher
 from .base import BaseBackend
 
 # What the daemons need from the launcher's environment to find the same MPI
@@ -34,6 +35,11 @@ def write_secret(path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))
+
+
+# An agent is ready ~30 ms after its start; a finer poll than that is a
+# few stat() calls, and each tick of a coarser one adds to every launch.
+READY_POLL_S = 0.01
 
 
 class Backend(BaseBackend):
@@ -56,9 +62,22 @@ class Backend(BaseBackend):
     def discover_gpus_per_node(cls, spec) -> int | None:
         return len(gpu_slots.discover_local_gpus()) or None
 
+    def _launcher(self, name: str, module: str) -> str:
+        """A per-job ``python -IS`` executable for a module that starts many times (``pylauncher``)."""
+        path = self.rundir / name
+        if not path.exists():
+            write_launcher(str(path), module)
+        return str(path)
+
+    def rank_prefix(self) -> list[str]:
+        # one wrapper per rank: skip site (see pylauncher); the ranks' own
+        # programs still see the full environment
+        return [self._launcher("mpilaunch.rank", "mpilaunch.rank")]
+
     def _agent_argv(self, worker) -> list[str]:
         argv = [
-            sys.executable, "-m", "mpilaunch.agent",
+            # named like the module: `ps` shows "mpilaunch.agent" as for `python -m mpilaunch.agent`
+            self._launcher("mpilaunch.agent", "mpilaunch.agent.cli"),
             "--name", worker.name,
             "--listen", "127.0.0.1:0",
             "--address-file", str(self.rundir / f"{worker.name}.addr"),
@@ -114,7 +133,7 @@ class Backend(BaseBackend):
                     f"{len(missing)} of {total} workers not ready before --start-timeout: {', '.join(missing[:5])}",
                     "raise --start-timeout, or check the machine's load",
                 )
-            time.sleep(0.05)
+            time.sleep(READY_POLL_S)
 
     def exec_context(self) -> dict:
         return {

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from .. import hostfile, gpu_slots, mpi, placement
+from ..rank import OPENMPI4_LINGER_MS
 from ..errors import UsageError
 from ..output import RankOutput
 from ..procs import terminate_group
@@ -61,9 +62,14 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
     )
 
 
-def rank_command(spec: JobSpec, prefix: list[str]) -> list[str]:
-    wrapper = prefix + (["--bind-gpus"] if spec.bind_gpus else []) + ["--"]
-    return wrapper + list(spec.command)
+def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo) -> list[str]:
+    """The per-rank wrapper (``mpilaunch.rank``) around the user's command."""
+    wrapper = list(prefix)
+    if spec.bind_gpus:
+        wrapper.append("--bind-gpus")
+    if info.flavour == "openmpi" and info.major == 4:
+        wrapper += ["--linger-ms", str(OPENMPI4_LINGER_MS)]
+    return wrapper + ["--"] + list(spec.command)
 
 
 def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str, mpi.MpirunCommand]:
@@ -75,7 +81,7 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str,
         hosts=len(plan.workers),
         hostfile=str(rundir / "hostfile"),
         shim=shim_path(rundir),
-        command=rank_command(spec, backend.rank_prefix()),
+        command=rank_command(spec, backend.rank_prefix(), info),
         environ=environ,
         user_env=spec.env,
         extra_args=spec.mpi_args,
