@@ -27,11 +27,15 @@ from pathlib import Path
 from . import backends
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
-from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, lost_workers_failure
+from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, LostWorker, lost_workers_failure, worker_location
 from .spec import JobSpec
 from .workloads import workload_class
 from .workloads.base import RunContext, Workload
 
+
+# How often the run asks the backend whether a worker disappeared: one API
+# list per interval on a cluster, a waitpid per agent locally.
+WATCH_INTERVAL_S = 2.0
 
 # ------------------------------------------------------------------ entry
 
@@ -64,7 +68,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
                      output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
                      result=result)
     timings = result.timings
-    lost: dict[str, str] = {}
+    lost: list[LostWorker] = []
     t0 = time.monotonic()
     try:
         with interrupts_raise():
@@ -79,9 +83,10 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             workload.start(run)
             t_run = time.monotonic()
             deadline = None if spec.timeout is None else t_run + spec.timeout
-            result.exit_code, result.failure = workload.watch(run, deadline)
+            with LostWorkerWatch(backend, workload) as watch:
+                result.exit_code, result.failure = workload.watch(run, deadline)
             timings["run_s"] = round(time.monotonic() - t_run, 3)
-            lost = diagnose_lost_workers(backend, result)
+            lost = diagnose_lost_workers(backend, workload, result, watch.lost)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
         result.failure = e.message
@@ -95,7 +100,8 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
         workload.collect(run)
-        report = {"mode": workload.mode, **workload.report(run, workers), "lost_workers": sorted(lost)}
+        report = {"mode": workload.mode, **workload.report(run, workers),
+                  "lost_workers": [w.worker for w in lost], "lost": [w.__dict__ for w in lost]}
         if output_dir is not None:
             write_report(output_dir / "report.json", report)
         if not quiet:
@@ -147,15 +153,64 @@ def finish_backend(backend, result: JobResult) -> dict:
     return workers
 
 
-def diagnose_lost_workers(backend, result: JobResult) -> dict[str, str]:
-    """A failed job whose workers disappeared failed because of that, in every mode alike."""
-    if result.exit_code in (0, EXIT_TIMEOUT):
-        return {}
-    lost = backend.lost_workers()
-    if lost:
-        result.exit_code = EXIT_WORKER_LOST
-        result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
+def diagnose_lost_workers(backend, workload: Workload, result: JobResult,
+                          seen: dict[str, str]) -> list[LostWorker]:
+    """A failed job whose workers disappeared failed because of that, in every mode alike.
+
+    ``seen``: what the watch found during the run (it stopped the workload).
+    The lost workers lead the failure text; what the MPI runtime or the task
+    made of it follows, as the tail.
+    """
+    if not seen and result.exit_code in (0, EXIT_TIMEOUT):
+        return []
+    reasons = seen or backend.lost_workers(settle=True)
+    if not reasons:
+        return []
+    facts = backend.describe_workers()
+    lost = [LostWorker(worker=name, reason=why, where=worker_location(facts.get(name) or {}),
+                       units=workload.units_on(name))
+            for name, why in sorted(reasons.items())]
+    result.exit_code = EXIT_WORKER_LOST
+    result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
     return lost
+
+
+class LostWorkerWatch:
+    """Asks the backend every few seconds whether a worker disappeared, and stops the workload if one did.
+
+    Without it a lost worker is noticed only when the MPI runtime notices,
+    and some never do: hydra can wait forever for a dead proxy, and the
+    processes of a deleted kwok pod outlive it. Only the backend's
+    authoritative signs count here (a pod gone or failed, a container ended,
+    an agent process exited), never a slow answer.
+    """
+
+    def __init__(self, backend, workload: Workload, interval: float = WATCH_INTERVAL_S):
+        self.backend = backend
+        self.workload = workload
+        self.interval = interval
+        self.lost: dict[str, str] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lost-worker-watch", daemon=True)
+
+    def __enter__(self) -> "LostWorkerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join(timeout=self.interval + 30)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                lost = self.backend.lost_workers()
+            except Exception:  # a flaky API call is no verdict; ask again next time
+                continue
+            if lost and not self._done.is_set():
+                self.lost = lost
+                self.workload.stop()
+                return
 
 
 def write_report(path: Path, report: dict) -> None:

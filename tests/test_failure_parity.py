@@ -16,6 +16,7 @@ import time
 import pytest
 
 from helpers import REPO, leftover_processes, mpilaunch_env
+from mpilaunch.result import EXIT_WORKER_LOST
 
 pytestmark = pytest.mark.mpi
 
@@ -24,6 +25,7 @@ MODES = {
     "mpirun": ["--np", "2", "--slots-per-worker", "1"],
     "ps": ["--mode", "ps", "--workers", "2"],
 }
+LOST_UNITS = {"mpirun": "rank 1", "ps": "task worker:1"}
 COMMON_FIELDS = {"job", "mode", "backend", "command", "plan", "workers", "exit_code", "failure", "timings",
                  "lost_workers"}
 
@@ -86,12 +88,17 @@ def test_lost_worker_is_reported_the_same_way_in_both_modes(start, openmpi5, mod
     victim = agent_pid(f"{name}-worker-1")
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 255, out + err
-    assert first_error_line(err) == f"mpilaunch: error: worker {name}-worker-1 was lost: its agent was killed by SIGKILL"
+    assert proc.returncode == EXIT_WORKER_LOST == 5, out + err
+    # named first: which worker, where it lived, why, and what ran there
+    lost = (f"worker {name}-worker-1 (agent pid {victim} on localhost) was lost: its agent was killed by SIGKILL; "
+            f"{LOST_UNITS[mode]} ran there")
+    assert first_error_line(err) == f"mpilaunch: error: {lost}", err
     report = json.loads((tmp_path / "report.json").read_text())
     assert COMMON_FIELDS <= set(report) and report["mode"] == mode
-    assert report["exit_code"] == 255 and report["lost_workers"] == [f"{name}-worker-1"]
-    assert report["failure"].splitlines()[0] == f"worker {name}-worker-1 was lost: its agent was killed by SIGKILL"
+    assert report["exit_code"] == 5 and report["lost_workers"] == [f"{name}-worker-1"]
+    assert report["lost"] == [{"worker": f"{name}-worker-1", "reason": "its agent was killed by SIGKILL",
+                               "where": f"agent pid {victim} on localhost", "units": LOST_UNITS[mode]}]
+    assert report["failure"].splitlines()[0] == lost
     assert leftover_processes(name) == []
 
 

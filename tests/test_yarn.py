@@ -25,6 +25,8 @@ import time
 
 import pytest
 
+from mpilaunch.result import EXIT_WORKER_LOST
+
 from conftest import require
 from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed
 
@@ -317,7 +319,7 @@ def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, 
     assert gpu_seconds and int(gpu_seconds[0]["value"]) > 0, app.get("resourceSecondsMap")
 
 
-def test_killed_worker_fails_the_job_and_names_its_container(yarn, openmpi_env):
+def test_lost_worker_killed_agent_is_named_first_with_its_container(yarn, openmpi_env):
     name = "yarn-kill"
     proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
@@ -338,8 +340,11 @@ def test_killed_worker_fails_the_job_and_names_its_container(yarn, openmpi_env):
     os.kill(victim[0], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - t0 < 30
-    assert proc.returncode != 0, out + err
-    report_line = [line for line in err.splitlines() if container in line]
+    assert proc.returncode == EXIT_WORKER_LOST == 5, out + err
+    first = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
+    assert first.startswith(f"mpilaunch: error: worker {name}-worker-1 (container {container} on "), err
+    assert " was lost: " in first and first.endswith("; ranks 2-3 ran there"), first
+    report_line = [line for line in err.splitlines() if container in line and line.startswith("  ")]
     assert report_line and f"{name}-worker-1" in report_line[0] and "FAILED" in report_line[0], err
     assert_released(yarn, name, "FAILED")
 

@@ -62,11 +62,13 @@ class BaseBackend(ABC):
         """
         return None
 
-    def lost_workers(self) -> dict[str, str]:
-        """Workers that disappeared during the run: name -> what was seen (``its agent was killed by SIGKILL``).
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        """Workers that disappeared: name -> the backend's reason (``Evicted: ...``, ``its agent was killed by SIGKILL``).
 
-        Asked by the lifecycle once a workload failed, so that a lost worker
-        is reported the same way whatever the workload made of it.
+        Asked every few seconds during the run (only authoritative signs:
+        a worker must never be called lost because an answer was slow) and,
+        with ``settle=True``, once more after a workload failed, when the
+        backend may take a few seconds for the cluster to catch up.
         """
         return {}
 

@@ -46,7 +46,8 @@ from .base import BaseBackend
 from . import k8s_manage
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (
-    JOB_LABEL, LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, summarize,
+    JOB_LABEL, LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
+    summarize,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -447,8 +448,8 @@ class Backend(BaseBackend):
                         return code
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
-                if output.misplaced() is not None:
-                    return 1  # ranks run elsewhere than planned; job.py reports it and deletes the job
+                if output.abandoned():
+                    return 1  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
                 time.sleep(POLL)
         finally:
             stop.set()
@@ -494,6 +495,21 @@ class Backend(BaseBackend):
             stop.wait(0.5)
 
     # ------------------------------------------------------------ reports, teardown
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report)."""
+        try:
+            pods = {p["metadata"]["name"]: p for p in self._list_pods()}
+        except (ApiError, OSError, ValueError):
+            return {}
+        lost = {}
+        for w in self.plan.workers:
+            reason = pod_loss(pods.get(w.name))
+            if reason is not None:
+                lost[w.name] = reason
+            if w.name in pods:
+                self.pods[w.name] = pods[w.name]  # a deleted pod keeps its last known node and IP
+        return lost
 
     def describe_workers(self) -> dict[str, dict]:
         out = {}

@@ -45,6 +45,29 @@ def _pod_problem(pod: dict) -> tuple[str | None, bool]:
     return f"{phase or 'Pending'}, not Ready", False
 
 
+def pod_loss(pod: dict | None) -> str | None:
+    """Why a worker pod that was running is gone, in the cluster's words; None while it still serves.
+
+    Only what the API server states counts (deleted, terminating, evicted,
+    failed, the worker container ended), so a slow answer is never a loss.
+    """
+    if pod is None:
+        return "pod deleted"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "pod deleted (terminating)"
+    status = pod.get("status") or {}
+    if status.get("reason") == "Evicted":
+        return f"Evicted: {status.get('message') or 'no message'}".strip()
+    for cs in status.get("containerStatuses") or ():
+        terminated = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == WORKER_CONTAINER and terminated:
+            reason = terminated.get("reason") or "container ended"
+            return f"{reason} (exit {terminated.get('exitCode')})"
+    if status.get("phase") in ("Failed", "Succeeded"):
+        return f"pod {status['phase'].lower()}: {status.get('reason') or status.get('message') or 'no reason given'}"
+    return None
+
+
 def summarize(problems: dict[str, str], limit: int = 3) -> str:
     """Group identical reasons: ``12 pods: <reason> (a, b, c, ...)``."""
     groups: dict[str, list[str]] = {}

@@ -144,7 +144,7 @@ class Backend(BaseBackend):
             "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
         }
 
-    def lost_workers(self) -> dict[str, str]:
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
         lost = {}
         for name, proc in self.agents.items():
             code = proc.poll()

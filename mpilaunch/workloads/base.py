@@ -79,6 +79,10 @@ class Workload(ABC):
     def print_summary(self, report: dict, stream) -> None:
         """A closing summary on stderr (unless --quiet)."""
 
+    def units_on(self, worker: str) -> str | None:
+        """What ran on a worker, for the lost-worker line: ``ranks 2-3``, ``task worker:1``."""
+        return None
+
 
 def shim_path(rundir: Path) -> str:
     """The shim mpirun will call: a per-job launcher that starts Python with -IS.

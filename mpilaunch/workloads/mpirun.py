@@ -20,7 +20,7 @@ from ..rank import OPENMPI4_LINGER_MS
 from ..errors import UsageError
 from ..output import RankOutput
 from ..procs import terminate_group
-from ..result import EXIT_TIMEOUT, JobResult, RankStatus, timeout_failure
+from ..result import EXIT_TIMEOUT, JobResult, RankStatus, number_ranges, timeout_failure
 from ..spec import JobSpec, Plan, WorkerPlan
 from .base import RunContext, Workload, print_manifests, shim_path
 from .verification import placement_watch, verify_placement
@@ -343,6 +343,8 @@ class MpirunWorkload(Workload):
         return placement.EXIT_PLACEMENT, f"{mismatch.message}\n  hint: {hint}"
 
     def stop(self) -> None:
+        if self.output is not None:
+            self.output.cancel()  # a launcher in the cluster: stop following it
         if self.proc is not None and self.proc.poll() is None:
             terminate_group(self.proc.pid)
 
@@ -358,3 +360,9 @@ class MpirunWorkload(Workload):
 
     def report(self, run: RunContext, workers: dict) -> dict:
         return mpirun_report(self.spec, self.plan, run.result, workers)
+
+    def units_on(self, worker: str) -> str | None:
+        ranks = [r for r, w in enumerate(self.plan.rank_to_worker()) if w == worker]
+        if not ranks:
+            return None
+        return f"rank{'s' if len(ranks) > 1 else ''} {number_ranges(ranks)}"
