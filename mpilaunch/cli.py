@@ -50,6 +50,10 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     ctl.add_argument("--name", help="job name (default: generated)")
     ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
+    ctl.add_argument("--retries", type=int, default=0, metavar="N",
+                     help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times")
+    ctl.add_argument("--retry-rank-failures", action="store_true",
+                     help="with --retries: relaunch after a rank failure too")
     ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
     ctl.add_argument("--dry-run", action="store_true", help="print the plan, hostfile, mpirun command and environment; create nothing")
     ctl.add_argument("--no-verify", dest="verify", action="store_false",
@@ -117,6 +121,8 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,
         verify=args.verify,
+        retries=args.retries,
+        retry_rank_failures=args.retry_rank_failures,
         mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers or args.chief or args.evaluator or args.tensorboard) else "allreduce"),
         k8s=K8sOptions(
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,

@@ -30,6 +30,7 @@ from .progress import WaitProgress
 from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, LostWorker, lost_workers_failure, worker_location
 from .spec import JobSpec
 from .workloads import workload_class
+from .placement import EXIT_PLACEMENT
 from .workloads.base import RunContext, Workload
 
 
@@ -69,6 +70,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
                      result=result)
     timings = result.timings
     lost: list[LostWorker] = []
+    attempts: list[dict] = []
     t0 = time.monotonic()
     try:
         with interrupts_raise():
@@ -79,14 +81,21 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             write_context(run.context_file, workload.job_name, backend)
 
-            # start the workload, then watch it until its outcome is decided
-            workload.start(run)
+            # start the workload, then watch it until its outcome is decided;
+            # with --retries, replace lost workers and start it again
             t_run = time.monotonic()
             deadline = None if spec.timeout is None else t_run + spec.timeout
-            with LostWorkerWatch(backend, workload) as watch:
-                result.exit_code, result.failure = workload.watch(run, deadline)
+            workload.start(run)
+            while True:
+                with LostWorkerWatch(backend, workload) as watch:
+                    result.exit_code, result.failure = workload.watch(run, deadline)
+                lost = diagnose_lost_workers(backend, workload, result, watch.lost)
+                attempts.append(attempt_record(len(attempts) + 1, t0, t_run, result, lost))
+                if not should_retry(spec, len(attempts), result.exit_code, lost):
+                    break
+                t_run = time.monotonic()
+                retry(run, workload, backend, lost, len(attempts) + 1)
             timings["run_s"] = round(time.monotonic() - t_run, 3)
-            lost = diagnose_lost_workers(backend, workload, result, watch.lost)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
         result.failure = e.message
@@ -102,6 +111,8 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         workload.collect(run)
         report = {"mode": workload.mode, **workload.report(run, workers),
                   "lost_workers": [w.worker for w in lost], "lost": [w.__dict__ for w in lost]}
+        if spec.retries:
+            report["attempts"] = attempts
         if output_dir is not None:
             write_report(output_dir / "report.json", report)
         if not quiet:
@@ -173,6 +184,44 @@ def diagnose_lost_workers(backend, workload: Workload, result: JobResult,
     result.exit_code = EXIT_WORKER_LOST
     result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
     return lost
+
+
+def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[LostWorker]) -> bool:
+    """Relaunch on the same allocation? After a lost worker, or a failed rank with --retry-rank-failures."""
+    if attempts_done > spec.retries or exit_code in (0, EXIT_TIMEOUT, EXIT_PLACEMENT):
+        return False
+    return bool(lost) or spec.retry_rank_failures
+
+
+def attempt_record(number: int, t0: float, t_start: float, result: JobResult, lost: list[LostWorker]) -> dict:
+    """One entry of report.json's ``attempts``: when it ran (seconds since mpilaunch started) and why it ended."""
+    return {
+        "attempt": number,
+        "started_s": round(t_start - t0, 3),
+        "ended_s": round(time.monotonic() - t0, 3),
+        "exit_code": result.exit_code,
+        "failure": (result.failure or "").split("\n", 1)[0] or None,
+        "lost_workers": [w.worker for w in lost],
+    }
+
+
+def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], number: int) -> None:
+    """Replace the lost workers (new pod, container or agent, same name) and start the workload again."""
+    spec = run.spec
+    names = [w.worker for w in lost]
+    what = f"replacing {', '.join(names)}" if names else "on the same workers"
+    print(f"mpilaunch: attempt {number} of {spec.retries + 1}: relaunching {what} "
+          f"(attempt {number - 1}: {(run.result.failure or '').splitlines()[0] if run.result.failure else 'failed'})",
+          file=run.stderr, flush=True)
+    workload.stop()
+    workload.reset()
+    if names:
+        backend.replace_workers(names)
+        with WaitProgress(f"waiting for {len(names)} replacement worker" + ("s" if len(names) > 1 else ""),
+                          run.stderr, quiet=run.quiet) as progress:
+            backend.wait_ready(time.monotonic() + spec.start_timeout, progress)
+        write_context(run.context_file, workload.job_name, backend)
+    workload.start(run)
 
 
 class LostWorkerWatch:

@@ -87,6 +87,8 @@ class JobSpec:
     bind_gpus: bool = False
     hostfile: str | None = None
     verify: bool = True  # check every rank's placement against the plan
+    retries: int = 0  # relaunch mpirun on the same allocation after a lost worker, this many times
+    retry_rank_failures: bool = False  # ... and after a rank failure too
     mode: str = "allreduce"
     k8s: K8sOptions = field(default_factory=K8sOptions)
     yarn: YarnOptions = field(default_factory=YarnOptions)
@@ -122,6 +124,7 @@ class JobSpec:
                 f"--timeout must be positive, got {self.timeout:g}",
                 "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out",
             )
+        self._check_retries()
         if self.name is not None and not _NAME_RE.match(self.name):
             raise UsageError(
                 f"invalid job name {self.name!r}",
@@ -134,6 +137,21 @@ class JobSpec:
                 raise UsageError(
                     f"invalid -x {item!r}", "use -x NAME or -x NAME=VALUE with a valid variable name"
                 )
+
+    def _check_retries(self) -> None:
+        if self.retries < 0:
+            raise UsageError(f"--retries must be 0 or more, got {self.retries}",
+                             "give how many times to relaunch after a lost worker, e.g. --retries 2")
+        if self.retry_rank_failures and not self.retries:
+            raise UsageError("--retry-rank-failures needs --retries N", "add --retries 1 (or more)")
+        if not self.retries:
+            return
+        if self.mode == "ps":
+            raise UsageError("--retries relaunches mpirun jobs, not PS jobs",
+                             "PS jobs recover through TensorFlow's own fault tolerance; drop --retries")
+        if self.backend != "local" and self.launcher != "local":
+            raise UsageError(f"--retries needs mpirun on this machine with --backend {self.backend}",
+                             "add --launcher local (the cluster-side launcher cannot replace workers yet)")
 
     def to_dict(self) -> dict:
         return _as_dict(self)

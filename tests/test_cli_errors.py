@@ -33,6 +33,11 @@ CASES = {
     "unknown-mpi": (["--np", "2", "--mpi", "lam", "--", "true"], "unknown MPI flavour"),
     "cluster-launcher-local": (["--np", "2", "--launcher", "cluster", "--", "true"], "--launcher cluster needs a cluster backend"),
     "bad-name": (["--np", "2", "--name", "Bad_Name", "--", "true"], "invalid job name"),
+    "negative-retries": (["--np", "2", "--retries", "-1", "--", "true"], "--retries must be 0 or more"),
+    "retry-rank-failures-alone": (["--np", "2", "--retry-rank-failures", "--", "true"], "needs --retries N"),
+    "retries-ps": (["--mode", "ps", "--workers", "2", "--retries", "1", "--", "true"], "not PS jobs"),
+    "retries-cluster-launcher": (["--np", "2", "--backend", "k8s", "--image", "x", "--retries", "1", "--", "true"],
+                                 "--retries needs mpirun on this machine with --backend k8s"),
 }
 
 

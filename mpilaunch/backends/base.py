@@ -13,6 +13,7 @@ import sys
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from ..errors import UsageError
 from ..spec import JobSpec, Plan
 
 
@@ -71,6 +72,13 @@ class BaseBackend(ABC):
         backend may take a few seconds for the cluster to catch up.
         """
         return {}
+
+    def replace_workers(self, names: list[str]) -> None:
+        """Replace lost workers by new ones of the same name (``--retries``); ``wait_ready`` follows.
+
+        The rest of the allocation stays as it is.
+        """
+        raise UsageError(f"the {self.name} backend cannot replace workers", "drop --retries")
 
     def describe_workers(self) -> dict[str, dict]:
         """Worker name -> facts for reports (host, state, exit status, ...)."""

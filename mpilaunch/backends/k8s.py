@@ -413,6 +413,7 @@ class Backend(BaseBackend):
         if self.launcher == "local" and use_relay():
             from . import k8s_relay
 
+            k8s_relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
             self.relay, context["relay"] = k8s_relay.start(context, self.rundir)
         return context
 
@@ -495,6 +496,31 @@ class Backend(BaseBackend):
             stop.wait(0.5)
 
     # ------------------------------------------------------------ reports, teardown
+
+    def replace_workers(self, names: list[str]) -> None:
+        """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
+        docs = {obj["metadata"]["name"]: obj for group, obj in self.objects() if group == "workers"}
+        owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
+        for name in names:
+            self.api.delete("v1", "pods", name, gracePeriodSeconds=0)
+            deadline = time.monotonic() + 60
+            while True:  # a pod's name is free only once the old pod is gone from the API
+                try:
+                    self.api.get("v1", "pods", name)
+                except (ApiError, OSError) as e:
+                    if getattr(e, "status", None) == 404:
+                        break
+                if time.monotonic() > deadline:
+                    raise AllocationError(f"pod {name} was not deleted within 60 s; cannot replace it",
+                                          f"check the pod's finalizers: kubectl get pod {name} -o yaml")
+                time.sleep(POLL)
+            obj = docs[name]
+            obj["metadata"]["ownerReferences"] = [owner]
+            try:
+                self.api.create(obj)
+            except ApiError as e:
+                raise AllocationError(f"cannot create the replacement pod {name}: {e.message}", _api_hint(e)) from None
+            self.pods.pop(name, None)
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report)."""

@@ -94,14 +94,32 @@ class Backend(BaseBackend):
             self.devices = gpu_slots.partition_devices(gpu_slots.discover_local_gpus(), self.plan)
         write_secret(self.secret_file)
         for worker in self.plan.workers:
-            log = open(self.rundir / f"{worker.name}.agent.log", "wb")
-            # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
-            # which then tears the workers down in order.
-            self.agents[worker.name] = subprocess.Popen(
-                self._agent_argv(worker), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True,
-            )
-            log.close()
+            self._start_agent(worker)
+
+    def _start_agent(self, worker) -> None:
+        log = open(self.rundir / f"{worker.name}.agent.log", "ab")
+        # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
+        # which then tears the workers down in order.
+        self.agents[worker.name] = subprocess.Popen(
+            self._agent_argv(worker), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+
+    def replace_workers(self, names: list[str]) -> None:
+        """A new agent for each lost worker; whatever the old one left running goes first."""
+        by_name = {w.name: w for w in self.plan.workers}
+        for name in names:
+            old = self.agents.get(name)
+            if old is not None and old.poll() is None:
+                kill_tree(old.pid)
+                old.wait()
+            # daemons and ranks of the lost worker that outlived its agent
+            for pid in processes_with_env("MPILAUNCH_WORKER", name):
+                kill_tree(pid)
+            self.addresses.pop(name, None)
+            (self.rundir / f"{name}.addr").unlink(missing_ok=True)
+            self._start_agent(by_name[name])
 
     def wait_ready(self, deadline: float, progress) -> None:
         from ..rsh_agent.agent_client import ping, read_secret

@@ -68,6 +68,10 @@ class Workload(ABC):
     def close(self) -> None:
         """Close logs once everything has stopped."""
 
+    def reset(self) -> None:
+        """Forget a stopped attempt so ``start`` can run again on the same workers (``--retries``)."""
+        raise NotImplementedError(f"{self.mode} jobs cannot be relaunched")
+
     @abstractmethod
     def collect(self, run: RunContext) -> None:
         """Per-unit statuses into ``run.result`` (after stop, release and close)."""

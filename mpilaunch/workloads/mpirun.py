@@ -352,6 +352,11 @@ class MpirunWorkload(Workload):
         if self.output is not None:
             self.output.close()
 
+    def reset(self) -> None:
+        # rank logs are opened for appending: the next attempt's lines follow this one's
+        self.close()
+        self.output = self.proc = self.mpirun_code = self.placement = None
+
     def collect(self, run: RunContext) -> None:
         # never started (allocation failed, interrupted): every rank unreported
         output = self.output or RankOutput(None, None)
