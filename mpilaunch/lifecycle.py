@@ -57,6 +57,8 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         workload.print_dry_run(backend, environ, stdout)
         remove_tree(rundir)
         return JobResult(job_name=job_name, exit_code=0)
+    if spec.detach:
+        return submit_detached(spec, workload, backend, rundir, stdout=stdout, stderr=stderr, quiet=quiet)
     return run_job(spec, workload, backend, rundir, output_dir,
                    stdout=stdout, stderr=stderr, environ=environ, quiet=quiet)
 
@@ -120,6 +122,37 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         remove_tree(rundir)
         restore_default_signals()
     return result
+
+
+def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *, stdout, stderr,
+                    quiet: bool) -> JobResult:
+    """--detach: allocate and hand the job to its launcher in the cluster, then leave it running.
+
+    The launcher runs this same lifecycle in the cluster and, because the job
+    is detached, releases the workers itself at the end (``launchers/``).
+    Anything that fails before the hand-off releases everything, as always.
+    """
+    t0 = time.monotonic()
+    handed_off = False
+    try:
+        with interrupts_raise():
+            backend.allocate()
+            with WaitProgress(workload.waiting_for(), stderr, quiet=quiet) as progress:
+                backend.hand_off(t0 + spec.start_timeout, progress)
+            handed_off = True
+    finally:
+        if not handed_off:
+            ignore_interrupts()
+            backend.release()
+            restore_default_signals()
+        remove_tree(rundir)
+    name, flags = workload.job_name, backend.manage_flags()
+    print(f"mpilaunch: submitted job {name} ({len(workload.plan.workers)} workers, {workload.plan.ranks} ranks); "
+          f"it runs on without this terminal", file=stdout)
+    for what, command in (("follow", f"logs -f {name}"), ("state", f"status {name}"),
+                          ("wait", f"wait {name}"), ("remove", f"delete {name}")):
+        print(f"  {what + ':':8s} mpilaunch {command} {flags}", file=stdout)
+    return JobResult(job_name=name, exit_code=0)
 
 
 # ------------------------------------------------------------------ steps

@@ -87,6 +87,7 @@ class JobSpec:
     bind_gpus: bool = False
     hostfile: str | None = None
     verify: bool = True  # check every rank's placement against the plan
+    detach: bool = False  # submit and exit; the launcher in the cluster runs the job to its end
     retries: int = 0  # relaunch mpirun on the same allocation after a lost worker, this many times
     retry_rank_failures: bool = False  # ... and after a rank failure too
     mode: str = "allreduce"
@@ -124,6 +125,7 @@ class JobSpec:
                 f"--timeout must be positive, got {self.timeout:g}",
                 "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out",
             )
+        self._check_detach()
         self._check_retries()
         if self.name is not None and not _NAME_RE.match(self.name):
             raise UsageError(
@@ -137,6 +139,24 @@ class JobSpec:
                 raise UsageError(
                     f"invalid -x {item!r}", "use -x NAME or -x NAME=VALUE with a valid variable name"
                 )
+
+    def _check_detach(self) -> None:
+        if not self.detach:
+            return
+        if self.backend == "local":
+            raise UsageError("--detach needs a cluster backend: local workers are processes of this mpilaunch",
+                             "use --backend k8s or --backend yarn, or run without --detach")
+        if self.launcher == "local":
+            raise UsageError("--detach needs the launcher in the cluster, not --launcher local",
+                             "drop --launcher local (the cluster launcher is the default)")
+        if self.backend == "yarn":
+            raise UsageError("--detach works with --backend k8s, not yet with yarn",
+                             "run the YARN job attached (its application ends with it)")
+        if self.mode == "ps":
+            raise UsageError("--detach runs mpirun jobs; PS jobs are driven from this machine",
+                             "run the PS job without --detach")
+        if self.dry_run:
+            raise UsageError("--detach and --dry-run exclude each other", "drop one of them")
 
     def _check_retries(self) -> None:
         if self.retries < 0:

@@ -38,6 +38,9 @@ CASES = {
     "retries-ps": (["--mode", "ps", "--workers", "2", "--retries", "1", "--", "true"], "not PS jobs"),
     "retries-cluster-launcher": (["--np", "2", "--backend", "k8s", "--image", "x", "--retries", "1", "--", "true"],
                                  "--retries needs mpirun on this machine with --backend k8s"),
+    "detach-local": (["--np", "2", "--detach", "--", "true"], "--detach needs a cluster backend"),
+    "detach-local-launcher": (["--np", "2", "--backend", "k8s", "--image", "x", "--launcher", "local", "--detach",
+                               "--", "true"], "--detach needs the launcher in the cluster"),
     "retries-yarn": (["--np", "2", "--backend", "yarn", "--launcher", "local", "--retries", "1", "--", "true"],
                      "not yet with yarn"),
 }

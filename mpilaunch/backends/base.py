@@ -73,6 +73,18 @@ class BaseBackend(ABC):
         """
         return {}
 
+    def hand_off(self, deadline: float, progress) -> None:
+        """--detach: after ``allocate``, give the job to the launcher in the cluster (waiting as needed).
+
+        Once this returns, mpilaunch exits and the launcher runs the job to its
+        end and releases the workers; nothing here is released.
+        """
+        raise UsageError(f"--detach is not available with the {self.name} backend", "run without --detach")
+
+    def manage_flags(self) -> str:
+        """The options that find this job again: ``--backend k8s --namespace ns``."""
+        return f"--backend {self.name}"
+
     def replace_workers(self, names: list[str]) -> None:
         """Replace lost workers by new ones of the same name (``--retries``); ``wait_ready`` follows.
 

@@ -44,9 +44,10 @@ from concurrent.futures import ThreadPoolExecutor
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
 from . import k8s_manage
+from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (
-    JOB_LABEL, LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
+    JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
     summarize,
 )
 
@@ -196,6 +197,7 @@ class Backend(BaseBackend):
             "mpi_args": list(spec.mpi_args),
             "rank_python": os.environ.get(PYTHON_ENV, "python3"),
             "start_timeout": spec.start_timeout,
+            "detach": spec.detach,
         }
 
     def _values(self) -> dict:
@@ -238,6 +240,7 @@ class Backend(BaseBackend):
             "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers], "openmpi"),
             "plan_json": json.dumps(self.plan.to_dict(), indent=1),
             "launch_json": json.dumps(self.launch_spec(), indent=1) if self.launcher == "cluster" else "",
+            "detach": self.spec.detach,
         }
 
     def manifests(self) -> list[tuple[str, str]]:
@@ -429,7 +432,8 @@ class Backend(BaseBackend):
         """
         pod = self.launcher_pod
         stop = threading.Event()
-        follower = threading.Thread(target=self._follow_log, args=(pod, output, stop), daemon=True)
+        follower = threading.Thread(target=follow_log, args=(self.api, self.namespace, pod, output, stop),
+                                    daemon=True)
         follower.start()
         code = None
         try:
@@ -456,46 +460,18 @@ class Backend(BaseBackend):
             stop.set()
             follower.join(timeout=10 if code is not None else 1)
 
-    def _follow_log(self, pod: str, output, stop: threading.Event) -> None:
-        """Stream the launcher's log, reconnecting after drops without repeating lines."""
-        last_ts, seen_at_last = None, 0
-        warned = False
-        while not stop.is_set():
-            query = {"container": LAUNCHER_CONTAINER, "follow": "true", "timestamps": "true"}
-            if last_ts:
-                query["sinceTime"] = last_ts.split(".")[0] + "Z" if "." in last_ts else last_ts
-            path = self.api.collection_path("v1", "pods", self.namespace) + f"/{pod}/log"
-            try:
-                conn, resp = self.api.request("GET", path, query=query, stream=True, timeout=3600)
-            except (ApiError, OSError) as e:
-                if not warned:
-                    warned = True
-                    output.feed("stderr", f"mpilaunch: waiting for the launcher's log ({str(e)[:200]})\n")
-                stop.wait(2.0)
-                continue
-            skipped = 0
-            try:
-                for raw in iter(resp.readline, b""):
-                    line = raw.decode("utf-8", "replace")
-                    ts, _, text = line.partition(" ")
-                    if last_ts is not None and ts <= last_ts:
-                        if ts == last_ts and skipped < seen_at_last:
-                            skipped += 1
-                            continue
-                        if ts < last_ts:
-                            continue
-                    if ts == last_ts:
-                        seen_at_last += 1
-                    else:
-                        last_ts, seen_at_last = ts, 1
-                    output.feed("stdout", text)
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            stop.wait(0.5)
-
     # ------------------------------------------------------------ reports, teardown
+
+    def hand_off(self, deadline: float, progress) -> None:
+        """--detach: the launcher Job exists; it waits for the workers and cleans up itself."""
+
+    def manage_flags(self) -> str:
+        flags = f"--backend k8s --namespace {self.namespace}"
+        if self.opts.context:
+            flags += f" --context {self.opts.context}"
+        if self.opts.kubeconfig:
+            flags += f" --kubeconfig {self.opts.kubeconfig}"
+        return flags
 
     def replace_workers(self, names: list[str]) -> None:
         """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
@@ -580,6 +556,10 @@ class Backend(BaseBackend):
     @classmethod
     def manage_delete(cls, args, stream) -> int:
         return k8s_manage.delete(args, stream)
+
+    @classmethod
+    def manage_wait(cls, args, stream) -> int:
+        return k8s_manage.wait(args, stream)
 
 
 def _api_hint(e: ApiError) -> str:

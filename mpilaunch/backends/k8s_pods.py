@@ -10,6 +10,8 @@ JOB_LABEL = "mpilaunch/job"
 ROLE_LABEL = "mpilaunch/role"
 WORKER_CONTAINER = "worker"
 LAUNCHER_CONTAINER = "launcher"
+# Where a detached job's launcher records the outcome, in the job's root ConfigMap.
+RESULT_KEY = "result.json"
 
 FATAL_WAITING = {
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
