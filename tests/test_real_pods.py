@@ -381,3 +381,85 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real):
                 p.kill()
                 p.communicate()
     assert real.leftovers(job) == []
+
+
+# ------------------------------------------------------------------ detach, and workers lost under a job
+
+
+def _mpilaunch(real, *args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--backend", "k8s"], cwd=REPO, env=real.env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_detach_returns_at_once_and_wait_logs_status_follow_the_job(real):
+    job = "rp-detach"
+    script = "import os, time\nfor i in range(4):\n    print(f'tick {i}', flush=True); time.sleep(1)\n"
+    t0 = time.monotonic()
+    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--detach", "--", "python3", "-c", script, timeout=120)
+    submitted_in = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"mpilaunch: submitted job {job}" in p.stdout and f"mpilaunch wait {job} --backend k8s" in p.stdout
+    assert submitted_in < 30, f"--detach took {submitted_in:.0f}s to return"
+    try:
+        w = _mpilaunch(real, "wait", job, timeout=300)
+        assert w.returncode == 0, w.stdout + w.stderr
+        assert f"job {job} succeeded (exit 0)" in w.stdout
+        logs = _mpilaunch(real, "logs", job)
+        assert logs.returncode == 0 and logs.stdout.count("tick 3") == 2, logs.stdout[-2000:]
+        status = _mpilaunch(real, "status", job)
+        assert f"job {job}  namespace default  Succeeded (exit 0)  elapsed " in status.stdout, status.stdout
+        # the launcher released the workers itself: their GPUs are free while the record stays
+        wait_for(lambda: not [p for p in pods_of(real, job) if "-worker-" in p], 60, "the worker pods to go")
+        assert real.kubectl("get", "configmap", job, "-o", "name").stdout.strip() == f"configmap/{job}"
+    finally:
+        d = _mpilaunch(real, "delete", job)
+    assert d.returncode == 0, d.stderr
+    assert real.leftovers(job) == []
+
+
+def test_detach_failed_rank_makes_wait_exit_with_its_code_and_name_it(real):
+    job = "rp-detach-fail"
+    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--detach", "-x", "FAIL_RANK=1", "-x", "FAIL_CODE=7",
+                 "-x", "SLEEP=30", "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    try:
+        w = _mpilaunch(real, "wait", job, timeout=300)
+        assert w.returncode == 7, w.stdout + w.stderr
+        assert w.stderr.splitlines()[0] == f"mpilaunch: error: rank 1 on worker {job}-worker-1 exited with code 7"
+        timed = _mpilaunch(real, "wait", job, "--timeout", "1")
+        assert timed.returncode == 7, "a finished job answers at once, whatever the timeout"
+    finally:
+        _mpilaunch(real, "delete", job)
+    assert real.leftovers(job) == []
+
+
+@pytest.mark.parametrize("launcher", ["cluster", "local"])
+def test_lost_worker_deleted_pod_is_named_first_on_real_pods(real, tmp_path, launcher):
+    """The kubelet kills the deleted pod's container: the job ends within seconds, exit 5, naming the pod,
+    its node, the reason and the ranks that ran there, with the MPI runtime's complaint below."""
+    job = f"rp-lost-{launcher}"
+    # mpirun here must match the image's (Open MPI 4.1), as in test_local_launcher_on_real_pods
+    here = ["--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
+    proc = real.start(job, "--np", "4", "--slots-per-worker", "2", "--launcher", launcher, *here, "-q",
+                      "--output-dir", str(tmp_path), "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                      "--", "python3", f"{PROGRAMS}/fail_rank.py")
+    try:
+        _wait_started(proc, 4)
+        node = real.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
+        t0 = time.monotonic()
+        real.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 5, err[-3000:]
+    first = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
+    assert first.startswith(f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) "
+                            f"was lost: "), err[-3000:]
+    assert first.endswith("; ranks 2-3 ran there"), first
+    assert took < 60, f"noticed after {took:.0f}s"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == 5 and report["lost_workers"] == [f"{job}-worker-1"]
+    assert real.leftovers(job) == []
