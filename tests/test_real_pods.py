@@ -433,11 +433,15 @@ def test_detach_failed_rank_makes_wait_exit_with_its_code_and_name_it(real):
     assert real.leftovers(job) == []
 
 
-@pytest.mark.parametrize("launcher", ["cluster", "local"])
-def test_lost_worker_deleted_pod_is_named_first_on_real_pods(real, tmp_path, launcher):
-    """The kubelet kills the deleted pod's container: the job ends within seconds, exit 5, naming the pod,
-    its node, the reason and the ranks that ran there, with the MPI runtime's complaint below."""
-    job = f"rp-lost-{launcher}"
+EVICTION = '{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "%s", "namespace": "default"}}'
+
+
+@pytest.mark.parametrize("launcher,how", [("cluster", "delete"), ("local", "delete"), ("cluster", "evict")])
+def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tmp_path, launcher, how):
+    """The kubelet kills the deleted (or evicted) pod's container: the job ends within seconds, exit 5,
+    naming the pod, its node, the cluster's reason and the ranks that ran there; the MPI runtime's
+    complaint follows below."""
+    job = f"rp-lost-{launcher}-{how}"
     # mpirun here must match the image's (Open MPI 4.1), as in test_local_launcher_on_real_pods
     here = ["--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
     proc = real.start(job, "--np", "4", "--slots-per-worker", "2", "--launcher", launcher, *here, "-q",
@@ -447,7 +451,13 @@ def test_lost_worker_deleted_pod_is_named_first_on_real_pods(real, tmp_path, lau
         _wait_started(proc, 4)
         node = real.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
         t0 = time.monotonic()
-        real.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
+        if how == "evict":
+            body = tmp_path / "eviction.json"
+            body.write_text(EVICTION % f"{job}-worker-1")
+            real.kubectl("create", "--raw", f"/api/v1/namespaces/default/pods/{job}-worker-1/eviction",
+                         "-f", str(body))
+        else:
+            real.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
         out, err = proc.communicate(timeout=120)
         took = time.monotonic() - t0
     finally:
@@ -459,6 +469,8 @@ def test_lost_worker_deleted_pod_is_named_first_on_real_pods(real, tmp_path, lau
     assert first.startswith(f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) "
                             f"was lost: "), err[-3000:]
     assert first.endswith("; ranks 2-3 ran there"), first
+    if how == "evict":  # the API server's DisruptionTarget condition says why
+        assert "was lost: EvictionByEvictionAPI: " in first, first
     assert took < 60, f"noticed after {took:.0f}s"
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 5 and report["lost_workers"] == [f"{job}-worker-1"]

@@ -55,9 +55,14 @@ def pod_loss(pod: dict | None) -> str | None:
     """
     if pod is None:
         return "pod deleted"
+    status = pod.get("status") or {}
+    # why the cluster is ending it: eviction (API or node pressure), preemption, taints
+    disruption = next((c for c in status.get("conditions") or ()
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    if disruption is not None:
+        return f"{disruption.get('reason') or 'disrupted'}: {disruption.get('message') or 'no message'}".strip()
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return "pod deleted (terminating)"
-    status = pod.get("status") or {}
     if status.get("reason") == "Evicted":
         return f"Evicted: {status.get('message') or 'no message'}".strip()
     for cs in status.get("containerStatuses") or ():
