@@ -11,11 +11,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import REPO, leftover_processes, mpilaunch_env
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_started
 from mpilaunch.result import EXIT_WORKER_LOST
 
 pytestmark = pytest.mark.mpi
@@ -77,14 +76,7 @@ def test_lost_worker_is_reported_the_same_way_in_both_modes(start, openmpi5, mod
     name = f"parity-lost-{mode}"
     proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
                  SLEEP="120")
-    started = 0
-    deadline = time.monotonic() + 120
-    while started < 2 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        started += "started" in line
-    assert started == 2, proc.stderr.read() if proc.poll() is not None else "units did not start"
+    wait_started(proc, 2, timeout=120)
     victim = agent_pid(f"{name}-worker-1")
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import REPO, leftover_processes, wait_for
+from helpers import REPO, leftover_processes, wait_for, wait_started
 from test_k8s import give_pods_their_env, forget_pod_env, k8s_env, kube, leftover_objects  # noqa: F401
 from mpilaunch.result import EXIT_WORKER_LOST
 
@@ -73,14 +73,7 @@ def test_lost_worker_deleted_pod_is_named_first_in_both_modes_on_k8s(kube, k8s_e
     pods(job)
     proc = start(job, mode, tmp_path, k8s_env, "-x", "SLEEP=120")
     try:
-        started = 0
-        deadline = time.monotonic() + 180
-        while started < 2 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            started += "started" in line
-        assert started == 2, proc.stderr.read() if proc.poll() is not None else "units did not start"
+        wait_started(proc, 2, timeout=180)
         node = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
         t0 = time.monotonic()
         kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")

@@ -27,7 +27,7 @@ import time
 import pytest
 
 from conftest import require
-from helpers import REPO, mpilaunch_env, wait_for
+from helpers import REPO, mpilaunch_env, wait_for, wait_started
 
 pytestmark = pytest.mark.real_pods
 
@@ -255,16 +255,6 @@ def test_failing_rank_is_named_with_its_pod(real, tmp_path):
 # ------------------------------------------------------------------ every exit path cleans up
 
 
-def _wait_started(proc, n: int, timeout: float = 180) -> None:
-    started, deadline = 0, time.monotonic() + timeout
-    while started < n and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        started += "started" in line
-    assert started == n, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
-
-
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "timeout", "sigkill"])
 def test_every_exit_leaves_nothing_behind(real, how):
     """Ctrl-C, SIGTERM and --timeout delete the job's objects themselves;
@@ -274,7 +264,7 @@ def test_every_exit_leaves_nothing_behind(real, how):
     proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", *extra,
                       "-x", "FAIL_RANK=-1", "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py")
     try:
-        _wait_started(proc, 2)
+        wait_started(proc, 2)
         assert real.leftovers(job, timeout=0), "the job's objects exist while it runs"
         if how == "ctrl-c":
             proc.send_signal(signal.SIGINT)
@@ -332,7 +322,7 @@ def test_launcher_pod_may_not_exec_into_another_jobs_pod(real):
             procs.append(real.start(name, "--np", "1", "-q", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
                                     "--", "python3", f"{PROGRAMS}/fail_rank.py"))
         for proc in procs:
-            _wait_started(proc, 1)
+            wait_started(proc, 1)
         launcher = next(p for p in pods_of(real, job) if "-launcher" in p)
         victim = f"{other}-worker-0"
         assert pods_of(real, other)[victim]["status"]["phase"] == "Running"
@@ -448,7 +438,7 @@ def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tm
                       "--output-dir", str(tmp_path), "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
                       "--", "python3", f"{PROGRAMS}/fail_rank.py")
     try:
-        _wait_started(proc, 4)
+        wait_started(proc, 4)
         node = real.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
         t0 = time.monotonic()
         if how == "evict":

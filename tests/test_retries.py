@@ -11,11 +11,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import REPO, leftover_processes, mpilaunch_env, wait_for
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 from test_failure_parity import agent_pid
 from test_k8s import give_pods_their_env, forget_pod_env, k8s_env, kube, leftover_objects  # noqa: F401
 
@@ -28,19 +27,6 @@ def launch(job, tmp_path, env, *extra):
             "--output-dir", str(tmp_path / "out"), "-x", f"ATTEMPT_MARKER={tmp_path / 'marker'}", *extra,
             "--", sys.executable, PROGRAM]
     return subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def wait_started(proc, units=2, timeout=180):
-    started, seen = 0, []
-    deadline = time.monotonic() + timeout
-    while started < units and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        started += "started (first attempt)" in line
-    assert started == units, "".join(seen) + (proc.stderr.read() if proc.poll() is not None else "")
-    return seen
 
 
 def finish(proc, seen, timeout=180):
@@ -56,7 +42,7 @@ def test_retries_replace_a_lost_agent_and_relaunch_on_the_same_allocation(openmp
     job = "retries-local"
     env = mpilaunch_env(PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"])
     proc = launch(job, tmp_path, env, "--retries", "1")
-    seen = wait_started(proc)
+    seen = wait_started(proc, 2, "started (first attempt)")
     survivor = agent_pid(f"{job}-worker-0")
     os.kill(agent_pid(f"{job}-worker-1"), signal.SIGKILL)
     out, err = finish(proc, seen)
@@ -103,7 +89,7 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
     try:
         proc = launch(job, tmp_path, k8s_env, "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
                       "--retries", "1")
-        seen = wait_started(proc)
+        seen = wait_started(proc, 2, "started (first attempt)")
         uid0 = kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout
         uid1 = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}").stdout
         kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")

@@ -28,7 +28,7 @@ import pytest
 from mpilaunch.result import EXIT_WORKER_LOST
 
 from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed
+from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed, wait_started
 
 pytestmark = pytest.mark.yarn
 
@@ -324,14 +324,7 @@ def test_lost_worker_killed_agent_is_named_first_with_its_container(yarn, openmp
     proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
-    started = 0
-    deadline = time.monotonic() + 180
-    while started < 4 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        started += "started" in line
-    assert started == 4, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+    wait_started(proc, 4, timeout=180)
     victim = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
               if f"--name\0{name}-worker-1\0".encode() in _cmdline(int(p)) and b"mpilaunch.agent" in _cmdline(int(p))]
     assert len(victim) == 1
