@@ -54,6 +54,12 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     ctl.add_argument("--orphan-timeout", type=float, default=DEFAULT_ORPHAN_TIMEOUT, metavar="SEC",
                      help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
                           f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})")
+    ctl.add_argument("--detach", action="store_true",
+                     help="submit, print the job's name and how to follow it, and exit 0 (cluster backends)")
+    ctl.add_argument("--retries", type=int, default=0, metavar="N",
+                     help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times")
+    ctl.add_argument("--retry-rank-failures", action="store_true",
+                     help="with --retries: relaunch after a rank failure too")
     ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
     ctl.add_argument("--dry-run", action="store_true", help="print the plan, hostfile, mpirun command and environment; create nothing")
     ctl.add_argument("--no-verify", dest="verify", action="store_false",
@@ -122,6 +128,9 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,
         verify=args.verify,
+        retries=args.retries,
+        detach=args.detach,
+        retry_rank_failures=args.retry_rank_failures,
         mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers or args.chief or args.evaluator or args.tensorboard) else "allreduce"),
         k8s=K8sOptions(
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
@@ -151,6 +160,8 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kubeconfig")
     if action == "logs":
         p.add_argument("-f", "--follow", action="store_true", help="keep printing while the launcher runs")
+    if action == "wait":
+        p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 124)")
     return p.parse_args(argv)
 
 
@@ -173,7 +184,7 @@ def dispatch(argv: list[str]) -> int:
         from . import manage
 
         return manage.render(parse_run(argv[1:])[0])
-    if argv and argv[0] in ("status", "logs", "delete"):
+    if argv and argv[0] in ("status", "logs", "delete", "wait"):
         from . import manage
 
         return manage.job_action(argv[0], parse_job_action(argv[0], argv[1:]))

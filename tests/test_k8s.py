@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env, wait_for
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 
 pytestmark = pytest.mark.k8s
 
@@ -297,14 +297,7 @@ def test_ctrl_c_releases_everything(kube, k8s_env, tmp_path):
         proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
                       "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
                       "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
-        started = 0
-        deadline = time.monotonic() + 120
-        while started < 4 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            started += "started" in line
-        assert started == 4, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+        wait_started(proc, 4, timeout=120)
         status = subprocess.run([sys.executable, "-m", "mpilaunch", "status", job, "--backend", "k8s"],
                                 cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=60)
         assert status.returncode == 0 and f"{job}-worker-1" in status.stdout and "Running" in status.stdout
@@ -495,16 +488,6 @@ def lease_renewals(kube, job: str, seconds: float) -> set[str]:
         seen.add(kube.get_json("lease", job)["spec"]["renewTime"])
         time.sleep(0.5)
     return seen
-
-
-def wait_started(proc, n: int, timeout: float = 120) -> None:
-    started, deadline = 0, time.monotonic() + timeout
-    while started < n and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        started += "started" in line
-    assert started == n, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
 
 
 ORPHAN_TIMEOUT = 10

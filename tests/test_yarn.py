@@ -25,8 +25,10 @@ import time
 
 import pytest
 
+from mpilaunch.result import EXIT_WORKER_LOST
+
 from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed, wait_for
+from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed, wait_for, wait_started
 
 pytestmark = pytest.mark.yarn
 
@@ -317,19 +319,12 @@ def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, 
     assert gpu_seconds and int(gpu_seconds[0]["value"]) > 0, app.get("resourceSecondsMap")
 
 
-def test_killed_worker_fails_the_job_and_names_its_container(yarn, openmpi_env):
+def test_lost_worker_killed_agent_is_named_first_with_its_container(yarn, openmpi_env):
     name = "yarn-kill"
     proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
-    started = 0
-    deadline = time.monotonic() + 180
-    while started < 4 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        started += "started" in line
-    assert started == 4, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+    wait_started(proc, 4, timeout=180)
     victim = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
               if f"--name\0{name}-worker-1\0".encode() in _cmdline(int(p)) and b"mpilaunch.agent" in _cmdline(int(p))]
     assert len(victim) == 1
@@ -338,8 +333,11 @@ def test_killed_worker_fails_the_job_and_names_its_container(yarn, openmpi_env):
     os.kill(victim[0], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - t0 < 30
-    assert proc.returncode != 0, out + err
-    report_line = [line for line in err.splitlines() if container in line]
+    assert proc.returncode == EXIT_WORKER_LOST == 5, out + err
+    first = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
+    assert first.startswith(f"mpilaunch: error: worker {name}-worker-1 (container {container} on "), err
+    assert " was lost: " in first and first.endswith("; ranks 2-3 ran there"), first
+    report_line = [line for line in err.splitlines() if container in line and line.startswith("  ")]
     assert report_line and f"{name}-worker-1" in report_line[0] and "FAILED" in report_line[0], err
     assert_released(yarn, name, "FAILED")
 
@@ -392,14 +390,7 @@ def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env,
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
     try:
-        started = 0
-        deadline = time.monotonic() + 180
-        while started < 2 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            started += "started" in line
-        assert started == 2, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+        wait_started(proc, 2)
         app = app_by_name(yarn, name)
         assert len(worker_containers(yarn, app["id"])) == (3 if launcher == "cluster" else 2)
         time.sleep(orphan_timeout + 2)  # attached: the heartbeat keeps it alive past the timeout
@@ -433,9 +424,7 @@ def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
     try:
-        for line in proc.stdout:
-            if "started" in line:
-                break
+        wait_started(proc, 1)
         app = app_by_name(yarn, name)
         t_started = time.monotonic()
         proc.send_signal(signal.SIGKILL)

@@ -14,6 +14,7 @@ Standard library only: the reaper runs this in the job's image.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timezone
 from typing import Callable
@@ -23,6 +24,24 @@ from .heartbeat import Heartbeat
 from .k8s_api import Api, ApiError
 
 LEASE_API = "coordination.k8s.io/v1"
+# (creation group, template): the Lease, then the reaper's identity, then the reaper (the
+# ServiceAccount must exist before a pod may use it)
+TEMPLATES = (("lease", "k8s-lease.yaml.j2"), ("reaper-rbac", "k8s-reaper.yaml.j2"),
+             ("reaper", "k8s-reaper-job.yaml.j2"))
+
+
+def template_values(spec, job: str, reaper_labels: dict) -> dict:
+    """What the Lease, the reaper and the deadline on pods and the launcher Job are rendered from."""
+    deadline_s = orphan.cluster_deadline_s(spec.start_timeout, spec.timeout)
+    command = ["python3", "-m", "mpilaunch.launchers.reaper", job, "--orphan-timeout", f"{spec.orphan_timeout:g}"]
+    return {
+        "deadline_s": deadline_s,
+        "lease_holder": f"mpilaunch@{os.uname().nodename}:{os.getpid()}",
+        "orphan_timeout_s": int(-(-spec.orphan_timeout // 1)),
+        "reaper_name": f"{job}-reaper",
+        "reaper_labels": reaper_labels,
+        "reaper_command": command + (["--deadline", str(deadline_s)] if deadline_s else []),
+    }
 
 
 def micro_time(t: float) -> str:

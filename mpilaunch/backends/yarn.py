@@ -40,7 +40,7 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
-from . import yarn_manage, yarn_orphan
+from . import yarn_manage, yarn_orphan, yarn_report
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -76,6 +76,7 @@ class Backend(BaseBackend):
         self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_info: dict = {}
         self.launcher_container: dict = {}
+        self.silent: set[str] | None = None  # workers whose agent stopped answering (yarn_report)
         opts = spec.yarn
         if opts.env_archive and not os.path.isfile(opts.env_archive):
             raise UsageError(f"--env-archive {opts.env_archive} does not exist",
@@ -432,8 +433,8 @@ class Backend(BaseBackend):
                     if failed_at is None and any(c != 0 for _, _, c in output.statuses):
                         failed_at = now
                     # mpirun did not end the job itself (hydra waits for every rank),
-                    # or ranks run elsewhere than planned
-                    if (failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S) or output.misplaced():
+                    # or ranks run elsewhere than planned, or a worker was lost
+                    if (failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S) or output.abandoned():
                         kv[KV_PREFIX + launcher_keys.STOP_KEY] = b"1"
                         stop_sent = True
             except (skein.exceptions.SkeinError, ConnectionError, OSError):
@@ -498,49 +499,17 @@ class Backend(BaseBackend):
 
     # ------------------------------------------------------------ end
 
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        return yarn_report.lost_workers(self, settle)
+
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         self.outcome, self.failure = exit_code, failure
         if exit_code == 0 or self.app is None:
             return None
         try:
-            return self._failure_report(failure or "")
+            return yarn_report.failure_report(self)
         except Exception:
             return None
-
-    def _failure_report(self, failure: str) -> str:
-        from ..rsh_agent.agent_client import ping, read_secret
-
-        secret = read_secret(str(self.secret_file))
-        silent = {name for name, addr in self.addresses.items() if not ping(addr, secret, 2.0)}
-        # A worker whose agent died ends mpirun before the ApplicationMaster
-        # hears that its container ended; give YARN some seconds to say so.
-        deadline = time.monotonic() + (15.0 if silent else 0.0)
-        while True:
-            if self._refresh_containers() is None:
-                break
-            if any(self.containers.get(n, {}).get("state") != "RUNNING" for n in silent):
-                break
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
-        lines = [f"YARN application {self.app_id} (queue {self.spec.yarn.queue or 'default'}), worker containers:"]
-        for w in self.plan.workers:
-            c = self.containers.get(w.name, {})
-            state = c.get("state", "unknown")
-            if state == "RUNNING" and w.name in silent:
-                state = "RUNNING (agent not answering)"
-            line = f"  {w.name}  {c.get('container') or '-'}  on {c.get('node') or '-'}  {state}"
-            if c.get("exit"):
-                line += f"  exit: {c['exit']}"
-            lines.append(line)
-        if self.launcher_container:
-            c = self.launcher_container
-            line = f"  {self.plan.job_name}-launcher  {c.get('container') or '-'}  on {c.get('node') or '-'}  " \
-                   f"{c.get('state', 'unknown')}"
-            if c.get("exit"):
-                line += f"  exit: {c['exit']}"
-            lines.append(line)
-        return "\n".join(lines)
 
     def release(self) -> None:
         if self._released:

@@ -229,33 +229,13 @@ def main(argv=None) -> int:
 
 
 def write_launcher(path: str, python: str | None = None) -> str:
-    """Write an executable ``mpilaunch-rsh`` that starts Python with ``-I -S``.
+    """Write an executable ``mpilaunch-rsh`` that starts Python with ``-I -S`` (see ``pylauncher``).
 
-    ``-S`` skips ``site`` (site-packages .pth files can cost tens of
-    milliseconds per start, e.g. ones that import certifi); the package
-    directory is put on ``sys.path`` explicitly instead.  Point mpirun's rsh
-    agent at the returned path when launch latency matters.
+    Point mpirun's rsh agent at the returned path when launch latency matters.
     """
-    python = python or sys.executable
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    body = (
-        "import sys\n"
-        f"sys.path.insert(0, {package_parent!r})\n"
-        "from mpilaunch.rsh_agent.shim import main\n"
-        "sys.exit(main())\n"
-    )
-    shebang = f"#!{python} -IS\n"
-    if len(shebang) > 127 or " " in python:  # kernel shebang limits: go through sh
-        body_lit = body.replace("'", "'\"'\"'")
-        text = f"#!/bin/sh\nexec '{python}' -IS -c '{body_lit}' \"$@\"\n"
-    else:
-        text = shebang + body
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, path)
-    return path
+    from ..pylauncher import write_launcher as write
+
+    return write(path, "mpilaunch.rsh_agent.shim", python)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 from .. import hostfile, gpu_slots, mpi, placement
+from ..rank import OPENMPI4_LINGER_MS
 from ..errors import UsageError
 from ..output import RankOutput
 from ..procs import terminate_group
-from ..result import EXIT_TIMEOUT, JobResult, RankStatus, timeout_failure
+from ..result import EXIT_TIMEOUT, JobResult, RankStatus, number_ranges, timeout_failure
 from ..spec import JobSpec, Plan, WorkerPlan
 from .base import RunContext, Workload, print_manifests, shim_path
 from .verification import placement_watch, verify_placement
@@ -61,9 +62,14 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
     )
 
 
-def rank_command(spec: JobSpec, prefix: list[str]) -> list[str]:
-    wrapper = prefix + (["--bind-gpus"] if spec.bind_gpus else []) + ["--"]
-    return wrapper + list(spec.command)
+def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo) -> list[str]:
+    """The per-rank wrapper (``mpilaunch.rank``) around the user's command."""
+    wrapper = list(prefix)
+    if spec.bind_gpus:
+        wrapper.append("--bind-gpus")
+    if info.flavour == "openmpi" and info.major == 4:
+        wrapper += ["--linger-ms", str(OPENMPI4_LINGER_MS)]
+    return wrapper + ["--"] + list(spec.command)
 
 
 def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str, mpi.MpirunCommand]:
@@ -75,7 +81,7 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str,
         hosts=len(plan.workers),
         hostfile=str(rundir / "hostfile"),
         shim=shim_path(rundir),
-        command=rank_command(spec, backend.rank_prefix()),
+        command=rank_command(spec, backend.rank_prefix(), info),
         environ=environ,
         user_env=spec.env,
         extra_args=spec.mpi_args,
@@ -337,12 +343,19 @@ class MpirunWorkload(Workload):
         return placement.EXIT_PLACEMENT, f"{mismatch.message}\n  hint: {hint}"
 
     def stop(self) -> None:
+        if self.output is not None:
+            self.output.cancel()  # a launcher in the cluster: stop following it
         if self.proc is not None and self.proc.poll() is None:
             terminate_group(self.proc.pid)
 
     def close(self) -> None:
         if self.output is not None:
             self.output.close()
+
+    def reset(self) -> None:
+        # rank logs are opened for appending: the next attempt's lines follow this one's
+        self.close()
+        self.output = self.proc = self.mpirun_code = self.placement = None
 
     def collect(self, run: RunContext) -> None:
         # never started (allocation failed, interrupted): every rank unreported
@@ -352,3 +365,9 @@ class MpirunWorkload(Workload):
 
     def report(self, run: RunContext, workers: dict) -> dict:
         return mpirun_report(self.spec, self.plan, run.result, workers)
+
+    def units_on(self, worker: str) -> str | None:
+        ranks = [r for r, w in enumerate(self.plan.rank_to_worker()) if w == worker]
+        if not ranks:
+            return None
+        return f"rank{'s' if len(ranks) > 1 else ''} {number_ranges(ranks)}"
