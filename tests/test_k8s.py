@@ -635,3 +635,23 @@ def test_timeout_is_enforced_by_the_cluster_after_sigkill(kube, k8s_env, tmp_pat
         end_processes(proc, reaper)
         forget_pod_env(kube, job, 1)
         kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_a_detached_job_has_no_lease_or_reaper_but_keeps_the_deadline(tmp_path, detach):
+    """Nobody renews a detached job's heartbeat, so it gets no reaper (its launcher ends it);
+    --timeout still reaches the cluster as activeDeadlineSeconds. Rendering only: no cluster."""
+    from mpilaunch.backends.k8s import Backend
+    from mpilaunch.spec import JobSpec, K8sOptions, Plan, WorkerPlan
+
+    spec = JobSpec(command=("true",), backend="k8s", name="k8s-detached", np=2, timeout=100, detach=detach,
+                   k8s=K8sOptions(image="img", namespace="default"))
+    plan = Plan(job_name="k8s-detached", workers=(WorkerPlan(name="k8s-detached-worker-0", slots=2, gpus=0),))
+    objects = Backend(spec, plan, tmp_path).objects()
+    kinds = {(obj["kind"], obj["metadata"]["name"]) for _, obj in objects}
+    assert (("Lease", "k8s-detached") in kinds) == (not detach)
+    assert (("Job", "k8s-detached-reaper") in kinds) == (not detach)
+    pod = next(obj for _, obj in objects if obj["kind"] == "Pod")
+    launcher = next(obj for _, obj in objects if obj["metadata"]["name"] == "k8s-detached-launcher"
+                    and obj["kind"] == "Job")
+    assert pod["spec"]["activeDeadlineSeconds"] == launcher["spec"]["activeDeadlineSeconds"] == 300 + 100 + 30
