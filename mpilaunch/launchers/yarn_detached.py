@@ -1,0 +1,46 @@
+"""The launcher container of a detached YARN job (``--detach``): where its output goes, how it ends.
+
+Attached, the submitting mpilaunch drains mpirun's output from the
+key-value store and ends the application. Detached, nobody does either, so
+
+* mpirun's lines go to this container's own stdout/stderr, which skein
+  writes to ``launcher.log`` in the container's log directory: the
+  NodeManager serves it while the job runs (``mpilaunch logs -f``) and keeps
+  it after the job ended (or log aggregation does), so the output is bounded
+  by nothing but the NodeManager's disk and never fills the ApplicationMaster;
+* at the end, on every exit path, this container shuts the application down
+  itself: final status SUCCEEDED or FAILED, and diagnostics carrying the exit
+  code, the failure line and where this log is (``backends/yarn_outcome``).
+  Shutting the application down ends every worker container, so their
+  resources go back to the queue at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..backends.yarn_outcome import diagnostics
+
+
+def to_container_log(stream: str, line: str) -> None:
+    """One line of mpirun's output into this container's log, as it comes."""
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(line)
+    out.flush()
+
+
+def node_http_address() -> str | None:
+    """This NodeManager's web address (YARN puts NM_HOST and NM_HTTP_PORT in every container's environment)."""
+    host, port = os.environ.get("NM_HOST"), os.environ.get("NM_HTTP_PORT")
+    return f"{host}:{port}" if host and port else None
+
+
+def finish(app, exit_code: int, failure: str | None) -> None:
+    """Record the outcome and end the application (and with it every container, this one included)."""
+    if exit_code != 0 and failure:
+        print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
+    print(f"mpilaunch: launcher: job ended with exit code {exit_code}; ending the YARN application, "
+          f"which releases every container", file=sys.stderr, flush=True)
+    app.shutdown("SUCCEEDED" if exit_code == 0 else "FAILED",
+                 diagnostics=diagnostics(exit_code, failure, os.environ.get("CONTAINER_ID"), node_http_address()))
