@@ -15,7 +15,9 @@ import time
 import psutil
 import pytest
 
-from helpers import REPO
+from mpilaunch.result import EXIT_WORKER_LOST
+
+from helpers import REPO, wait_for
 from test_yarn import app_by_name, assert_released, openmpi_env, start, yarn  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.yarn
@@ -145,3 +147,24 @@ def test_detach_logs_follow_prints_while_ranks_print(yarn, openmpi_env, tmp_path
     assert follow.returncode == 0, err
     assert "rank 0 done" in rest and "rank 1 done" in rest, rest
     assert_released(yarn, name, "SUCCEEDED")
+
+
+def test_detach_lost_worker_killed_agent_is_named_by_wait(yarn, openmpi_env):
+    """Nobody on the submitting side watches a detached job's containers: the launcher does, and says which was lost."""
+    name = "yarn-detach-lost"
+    proc, _, _ = submit(name, ["--np", "4", "--slots-per-worker", "2", "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
+                               "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    victim = wait_for(lambda: [p for p in psutil.process_iter(["pid", "cmdline"])
+                               if f"{name}-worker-1" in (p.info["cmdline"] or [])
+                               and "mpilaunch.agent" in " ".join(p.info["cmdline"] or [])], 60, "worker-1's agent")
+    assert len(victim) == 1
+    container = victim[0].environ().get("CONTAINER_ID")
+    wait_for(lambda: "rank 3 started" in manage(openmpi_env, "logs", name).stdout, 120, "rank 3 to start")
+    victim[0].kill()
+    waited = manage(openmpi_env, "wait", name)
+    assert waited.returncode == EXIT_WORKER_LOST == 5, waited.stdout + waited.stderr
+    first = waited.stderr.splitlines()[0]
+    assert first.startswith(f"mpilaunch: error: worker {name}-worker-1 (container {container} on "), first
+    assert " was lost: " in first and first.endswith("; ranks 2-3 ran there"), first
+    assert_released(yarn, name, "FAILED")

@@ -51,7 +51,8 @@ def logs(args, stream) -> int:
             text = _http_text(f"http://{node}/ws/v1/node/containerlogs/{container}/{yarn_outcome.LAUNCHER_LOG}")
             if text:
                 print(f"==> {container} {yarn_outcome.LAUNCHER_LOG} <==", file=stream)
-                stream.write(yarn_outcome.log_contents(text))
+                text = yarn_outcome.log_contents(text)
+                stream.write(text if text.endswith("\n") else text + "\n")
                 return 0
         for c in containers:
             names = [f for f in c.get("containerLogFiles") or ["stdout", "stderr"]

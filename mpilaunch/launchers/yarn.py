@@ -43,7 +43,7 @@ from ..lifecycle import make_rundir, run_job
 from ..procs import terminate_group
 from ..spec import JobSpec, Plan, WorkerPlan
 from ..workloads.mpirun import MpirunWorkload, RelayedOutput
-from .yarn_detached import finish, to_container_log
+from .yarn_detached import WorkerContainers, finish, to_container_log
 
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024
@@ -109,10 +109,12 @@ class PublishedContainers(BaseBackend):
 
     name = "yarn"
 
-    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: dict, secret_file: Path):
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: dict, secret_file: Path,
+                 watch: WorkerContainers | None = None):
         super().__init__(spec, plan, rundir)
         self.launch = launch
         self.secret_file = secret_file
+        self.watch = watch  # detached only: nobody on the submitting side watches the containers
 
     def allocate(self) -> None:
         pass  # the submitting side requested the containers
@@ -131,6 +133,18 @@ class PublishedContainers(BaseBackend):
 
     def rank_prefix(self) -> list[str]:
         return list(self.launch["rank_prefix"])
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        return self.watch.lost(settle) if self.watch is not None else {}
+
+    def describe_workers(self) -> dict[str, dict]:
+        if self.watch is None:
+            return super().describe_workers()
+        self.watch.refresh()
+        # the submitting side's keys (yarn.Backend.describe_workers): the same "container C on HOST" in reports
+        return {w.name: {"container": f.get("container"), "host": f.get("node"), "state": f.get("state"),
+                         "exit": f.get("exit")}
+                for w in self.plan.workers for f in [self.watch.facts.get(w.name, {})]}
 
     def release(self) -> None:
         pass  # the submitting side ends the application
@@ -172,7 +186,9 @@ def run(app, prefix: str, launch: dict) -> tuple[int, str | None]:
                        verify=bool(launch.get("verify", True)), timeout=timeout)
         plan = Plan(job_name=launch["job"], workers=tuple(
             WorkerPlan(name=name, slots=int(slots), gpus=0) for name, slots, _ in launch["workers"]))
-        backend = PublishedContainers(spec, plan, rundir, launch, secret_file)
+        watch = WorkerContainers(app, plan, {name: addr for name, _, addr in launch["workers"]},
+                                 secret_file) if detached else None
+        backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
         workload = MpirunWorkload(spec, launch["job"], plan, info)
         workload.use_output(RelayedOutput(relay))
         cwd = launch.get("cwd")
