@@ -28,6 +28,17 @@ MIN_NUM_CONCURRENT = 128
 # PRRTE's routing tree needs a radix at least this large for wide flat launches
 # (field notes: N=96 hangs with the default).
 MIN_ROUTED_RADIX = 64
+# PRRTE (Open MPI 5's runtime, 3.0.x up to at least 3.0.14 in Open MPI
+# 5.0.11) forks ranks on up to 16 launch threads per daemon and stores the
+# child's pid only after fork() returns there, while SIGCHLD is reaped on
+# the progress thread with waitpid(-1) and matched by that pid. A rank that
+# exits before the store (a short command, or the launch thread merely
+# descheduled on a busy machine) is reaped, matches nothing and is never
+# reported: the daemon waits for it forever and so does mpirun (seen: 16-pod
+# `mpirun true` through kwok stalled in half the runs; openpmix/prrte#2713).
+# With no launch threads the fork runs on the progress thread itself, which
+# cannot reap before the pid is stored.
+PRRTE_SPAWN_ON_PROGRESS_THREAD = {"odls_base_max_threads": "0"}
 
 
 @dataclass(frozen=True)
@@ -305,6 +316,8 @@ def build_mpirun(
             f"{plm}_num_concurrent": concurrent,
             "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
         }
+        if info.major >= 5:
+            params.update(PRRTE_SPAWN_ON_PROGRESS_THREAD)
         env.update({env_prefix + k: v for k, v in params.items()})
         for key, value in params.items():
             argv += [mca, key, value]

@@ -127,6 +127,16 @@ def test_openmpi5_uses_prte_names_because_it_ignores_ompi_mca_agent():
     assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh : false"
 
 
+def test_openmpi5_daemons_fork_ranks_on_their_progress_thread():
+    """PRRTE's launch threads lose ranks that exit before their pid is stored
+    (the job then never ends); mpi.PRRTE_SPAWN_ON_PROGRESS_THREAD. Open MPI 4
+    has no such parameter and is left alone."""
+    argv = build(OMPI5).argv
+    values = dict(zip(pairs(argv, "--prtemca"), [argv[i + 2] for i, a in enumerate(argv) if a == "--prtemca"]))
+    assert values["odls_base_max_threads"] == "0"
+    assert "odls_base_max_threads" not in " ".join(build(OMPI4).argv)
+
+
 def test_openmpi_forwards_nccl_horovod_pythonpath_and_user_vars():
     xs = pairs(build(OMPI5).argv, "-x")
     assert "NCCL_DEBUG=INFO" in xs and "HOROVOD_FUSION_THRESHOLD=1" in xs and "PYTHONPATH=/src" in xs
