@@ -387,7 +387,9 @@ def _first_paragraphs(block: list[str]) -> str:
     return " ".join(text.split())
 
 
-_ERRORISH = re.compile(r"\berror\b|not found|No such file|Segmentation fault|denied|cannot|failed", re.I)
+_ERRORISH = re.compile(r"\berror\b|not found|No such file|Segmentation fault|denied|cannot|unable to|failed", re.I)
+# A hydra proxy's own line (MPICH, Intel MPI): "[proxy:0:1@HOST] FUNC (file.c:111): message"
+_HYDRA_PROXY = re.compile(r"^\[proxy:[\d:]+@([^\]\s]+)\] (?:\S+ \([^)]*\): )?(.*)$")
 
 
 def daemon_error(lines: list[str]) -> str | None:
@@ -408,6 +410,9 @@ def daemon_error(lines: list[str]) -> str | None:
         in_block.update(b)
     stray = [l.strip() for l in lines if l not in in_block and not _HELP_RULE.match(l.strip())
              and not _DAEMON_LINE.match(l) and _ERRORISH.search(l)]
+    proxy = [m for m in map(_HYDRA_PROXY.match, stray) if m]
+    if not specific and proxy:  # a proxy's own words before mpiexec's about it
+        return f"on {proxy[0].group(1)}: {proxy[0].group(2)}"
     text = (specific or stray or texts or [None])[0]
     if text is None:
         return None

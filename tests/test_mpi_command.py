@@ -233,6 +233,12 @@ def test_daemon_error_names_the_host_and_the_daemons_own_message():
         "not be found: plm_rsh_agent: /tmp/mpilaunch-j-abc/mpilaunch-rsh")
 
 
+def test_daemon_error_prefers_a_hydra_proxys_own_line_and_names_its_host():
+    lines = ["[proxy:0:1@w-1] HYDU_sock_connect (utils/sock/sock.c:111): unable to get host address for x.invalid",
+             "[mpiexec@l] HYDU_sock_write (utils/sock/sock.c:254): write error (Bad file descriptor)"]
+    assert mpi.daemon_error(lines) == "on w-1: unable to get host address for x.invalid"
+
+
 def test_daemon_error_falls_back_to_generic_advice_then_error_lines_then_none():
     generic = ORTED_DIED.splitlines()[11:]
     assert mpi.daemon_error(generic) == "ORTE was unable to reliably start one or more daemons. This usually is caused by:"
