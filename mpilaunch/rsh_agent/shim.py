@@ -258,7 +258,7 @@ def record_exit(context_path: str, host: str, status: int) -> None:
 
 
 def failed_agents(rundir: str) -> list[tuple[str, int]]:
-    """``(worker, exit code)`` of every agent of the job that ended non-zero so far."""
+    """``(worker, exit code)`` of every agent of the job that ended non-zero so far, earliest first."""
     directory = os.path.join(rundir, EXITS_DIR)
     try:
         names = sorted(os.listdir(directory))
@@ -269,10 +269,11 @@ def failed_agents(rundir: str) -> list[tuple[str, int]]:
         try:
             with open(os.path.join(directory, name), encoding="utf-8") as f:
                 code, _, host = f.read().strip().partition(" ")
-            out.append((host, int(code)))
+                written = os.fstat(f.fileno()).st_mtime_ns
+            out.append((written, host, int(code)))
         except (OSError, ValueError):
             continue  # being written
-    return out
+    return [(host, code) for _, host, code in sorted(out)]  # the first to fail first
 
 
 # --- fast launcher ------------------------------------------------------------------
