@@ -325,7 +325,12 @@ def build_mpirun(
             if name in values:
                 argv += ["-x", f"{name}={values[name]}"]
     else:
-        argv = [info.path, "-n", str(ranks), "-f", hostfile]
+        # Intel's -f reads host names only and fills each host with as many
+        # ranks as the launching machine has cores (seen: --np 2 on two
+        # 1-slot workers put both on the first); its -machinefile honours
+        # ``host:n``. MPICH's -f honours ``host:n`` itself.
+        hostfile_opt = "-machinefile" if info.flavour == "intel" else "-f"
+        argv = [info.path, "-n", str(ranks), hostfile_opt, hostfile]
         if info.flavour == "intel":
             argv += ["-bootstrap", "rsh", "-bootstrap-exec", shim]
         else:

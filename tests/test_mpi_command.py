@@ -169,6 +169,12 @@ def test_mpich_uses_hydra_rsh_launcher_and_explicit_env():
     assert cmd.env["HYDRA_LAUNCHER_EXEC"] == "/bin/mpilaunch-rsh"
 
 
+def test_intel_reads_the_slots_per_host_from_a_machinefile():
+    """Intel's -f ignores ``host:n`` (ranks per host = the launcher's cores)."""
+    argv = build(INTEL).argv
+    assert argv[argv.index("-machinefile") + 1] == "/run/hostfile" and "-f" not in argv
+
+
 def test_intel_uses_bootstrap_options():
     cmd = build(INTEL)
     assert cmd.argv[cmd.argv.index("-bootstrap-exec") + 1] == "/bin/mpilaunch-rsh"
