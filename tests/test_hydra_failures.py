@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch
+from helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_started
 from test_failure_parity import agent_pid
 
 pytestmark = pytest.mark.mpi
@@ -45,7 +45,7 @@ def test_hydra_proxies_that_cannot_connect_back_end_the_job_with_their_error(mpi
 @pytest.mark.parametrize("mpi_install", ["mpich", "intel"], indirect=True)
 def test_hydra_job_whose_worker_is_lost_mid_run_ends_naming_the_worker(mpi_install):
     """Ranks sleep on 2 workers; worker 1's agent is SIGKILLed (its proxy's exec
-    session dies). The job ends within seconds as a lost worker, exit 255."""
+    session dies). The job ends within seconds as a lost worker (exit 5)."""
     name = f"hydra-lost-{mpi_install.id}"
     env = mpilaunch_env(mpi_install, SLEEP="120")
     proc = subprocess.Popen([sys.executable, "-m", "mpilaunch", "--name", name, "--mpirun", mpi_install.mpirun,
@@ -53,20 +53,18 @@ def test_hydra_job_whose_worker_is_lost_mid_run_ends_naming_the_worker(mpi_insta
                              "--", sys.executable, "tests/programs/unit.py"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        started = 0
-        while started < 4:
-            line = proc.stdout.readline()
-            assert line, proc.communicate()[1][-2000:]
-            started += "started" in line
+        wait_started(proc, 4, timeout=120)
         t0 = time.monotonic()
-        os.kill(agent_pid(f"{name}-worker-1"), signal.SIGKILL)
+        victim = agent_pid(f"{name}-worker-1")
+        os.kill(victim, signal.SIGKILL)
         _out, err = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     elapsed = time.monotonic() - t0
-    assert proc.returncode == 255, err[-2000:]
-    assert summary(err) == f"mpilaunch: error: worker {name}-worker-1 was lost: its agent was killed by SIGKILL"
+    assert proc.returncode == 5, err[-2000:]
+    assert summary(err).startswith(f"mpilaunch: error: worker {name}-worker-1 (agent pid {victim} on localhost) "
+                                   "was lost: its agent was killed by SIGKILL"), err[-2000:]
     assert elapsed < BOUND_S, f"took {elapsed:.0f}s"
     assert leftover_processes(name) == []

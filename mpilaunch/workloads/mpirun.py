@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..errors import UsageError
 from ..output import RankOutput
 from ..procs import terminate_group
 from ..result import EXIT_TIMEOUT, JobResult, RankStatus, number_ranges, timeout_failure
-from ..rsh_agent.shim import failed_agents
+from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..spec import JobSpec, Plan, WorkerPlan
 from .base import RunContext, Workload, print_manifests, shim_path
 from .verification import placement_watch, verify_placement
@@ -321,6 +322,8 @@ class MpirunWorkload(Workload):
         (run.rundir / "hostfile").write_text(self.hostfile_text)
         if getattr(run.backend, "launcher_in_cluster", False):
             return  # mpirun runs in the cluster's launcher; watch() follows it
+        # a relaunch (--retries) must not be ended for the last attempt's failed daemons
+        shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
         self.proc = subprocess.Popen(
             self.command.argv, env={**run.environ, **self.command.env}, stdin=subprocess.DEVNULL, cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
