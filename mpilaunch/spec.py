@@ -158,9 +158,6 @@ class JobSpec:
         if self.launcher == "local":
             raise UsageError("--detach needs the launcher in the cluster, not --launcher local",
                              "drop --launcher local (the cluster launcher is the default)")
-        if self.backend == "yarn":
-            raise UsageError("--detach works with --backend k8s, not yet with yarn",
-                             "run the YARN job attached (its application ends with it)")
         if self.mode == "ps":
             raise UsageError("--detach runs mpirun jobs; PS jobs are driven from this machine",
                              "run the PS job without --detach")

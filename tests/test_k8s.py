@@ -52,6 +52,7 @@ class _Attached:
         c.kubectl_bin = state["kubectl"]
         c.marker = state["marker"]
         c.exec_dir = Path(state["exec_dir"])
+        c._procs = {}  # started elsewhere: nothing of ours to watch
         c.pki = type("Pki", (), {"ca_crt": Path(workdir, "pki", "ca.crt")})()
         self.cluster = c
 
@@ -229,6 +230,54 @@ def test_allreduce_runs_on_its_pods_through_the_exec_api(kube, k8s_env, tmp_path
     assert {w["node"] for w in report["workers"].values()} <= {f"node-{i}" for i in range(16)}
     assert leftover_objects(kube, job) == []
     assert leftover_processes(job) == []
+
+
+def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, openmpi5, tmp_path):
+    """Ranks that exit at once (`true`), one per pod on 16 pods, through the
+    job's relay, 4 launches in a row with the argv mpilaunch builds: each must
+    end. Open MPI 5's daemons used to lose such a rank (reaped before its pid
+    was recorded, mpi.PRRTE_SPAWN_ON_PROGRESS_THREAD) and mpirun then waited
+    forever: about half of these launches stalled (benchmarks/bench_k8s.py P4b)."""
+    from mpilaunch import hostfile, mpi
+    from mpilaunch.backends import k8s_relay
+    from mpilaunch.backends.k8s_api import resolve
+    from mpilaunch.rsh_agent.shim import write_launcher
+
+    job, n = "k8s-instant", 16
+    pods = [f"{job}-{i}" for i in range(n)]
+    for p in pods:
+        (tmp_path / p).mkdir()
+    kube.apply([kube.pod_exec(p, env={"TMPDIR": str(tmp_path / p)}) for p in pods])
+    kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": p, "labels": {"test": job}},
+                 "spec": {"nodeSelector": {"type": "kwok"}, "containers": [{"name": "worker", "image": "none"}]}}
+                for p in pods])
+    relay = None
+    try:
+        kube.wait_pods(selector=f"test={job}", count=n, timeout=120)
+        context = {"transport": "k8s", **resolve(str(kube.kubeconfig), None, "default", tmp_path),
+                   "container": "worker", "workers": {p: {"pod": p} for p in pods}}
+        relay, path = k8s_relay.start(context, tmp_path)
+        (tmp_path / "context.json").write_text(json.dumps({**context, "relay": path}))
+        info = mpi.detect(openmpi5.mpirun)
+        (tmp_path / "hostfile").write_text(hostfile.render([(p, 1) for p in pods], info.hostfile_flavour))
+        command = mpi.build_mpirun(info, ranks=n, hosts=n, hostfile=str(tmp_path / "hostfile"),
+                                   shim=write_launcher(str(tmp_path / "mpilaunch-rsh")), command=["true"],
+                                   environ=k8s_env, as_root=os.geteuid() == 0)
+        env = {**k8s_env, **command.env, "MPILAUNCH_CONTEXT": str(tmp_path / "context.json"), "TMPDIR": str(tmp_path)}
+        for attempt in range(4):
+            proc = subprocess.Popen(command.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                _out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                pytest.fail(f"launch {attempt} over {n} pods did not end in 30 s")
+            assert proc.returncode == 0, err[-2000:]
+    finally:
+        k8s_relay.stop(relay)
+        kube.kubectl("delete", "pods", "-l", f"test={job}", "--wait=false", check=False)
+        kube.kubectl("delete", "--ignore-not-found", "--wait=false", *[f"exec/{p}" for p in pods], check=False)
 
 
 @pytest.mark.mpi

@@ -582,3 +582,22 @@ def test_intel_rank_failure_in_yarn_names_the_rank(yarn, intel_env):
     assert f"rank 3 on worker {name}-worker-1 exited with code 5" in err
     assert "rank 3 about to fail" in err
     assert_released(yarn, name, "FAILED")
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_only_an_attached_application_has_the_reaper_driver(tmp_path, detach):
+    """Nobody renews a detached job's heartbeat: its ApplicationMaster runs no reaper (the
+    launcher container ends the application, --timeout included). Building the spec only."""
+    pytest.importorskip("skein")
+    from mpilaunch.backends.yarn import Backend
+    from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+
+    spec = JobSpec(command=("true",), backend="yarn", name="yarn-drv", np=1, timeout=100, orphan_timeout=20,
+                   detach=detach)
+    plan = Plan(job_name="yarn-drv", workers=(WorkerPlan(name="yarn-drv-worker-0", slots=1, gpus=0),))
+    master = Backend(spec, plan, tmp_path).application_spec().master
+    if detach:
+        assert master.script == "" and "MPILAUNCH_ORPHAN_TIMEOUT" not in master.env
+    else:
+        assert "-m mpilaunch.launchers.yarn_reaper" in master.script
+        assert master.env["MPILAUNCH_ORPHAN_TIMEOUT"] == "20" and master.env["MPILAUNCH_DEADLINE_S"] == "430"

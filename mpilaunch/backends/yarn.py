@@ -40,7 +40,7 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
-from . import yarn_manage, yarn_orphan, yarn_report
+from . import yarn_detach, yarn_manage, yarn_orphan, yarn_outcome, yarn_report
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -227,7 +227,8 @@ class Backend(BaseBackend):
         if state != "RUNNING":
             return False
         self.app = self.client.connect(self.app_id, wait=False, security=self.security)
-        self.heartbeat = yarn_orphan.start_heartbeat(self.app.kv, KV_PREFIX, self.spec.orphan_timeout)
+        if not self.spec.detach:  # a detached job's launcher ends it; nobody stays to renew
+            self.heartbeat = yarn_orphan.start_heartbeat(self.app.kv, KV_PREFIX, self.spec.orphan_timeout)
         from ..rsh_agent.agent_client import read_secret
 
         self.app.kv[KV_PREFIX + SECRET_KEY] = read_secret(str(self.secret_file))
@@ -390,18 +391,25 @@ class Backend(BaseBackend):
             # mpirun's working directory (ranks start there where it exists),
             # as with the local launcher; the container's own where it does not.
             "cwd": os.getcwd(),
+            # detached: the launcher enforces --timeout and ends the application itself
+            "detach": spec.detach,
+            "timeout": spec.timeout,
         }
+
+    def put_launch(self) -> None:
+        """The launch description and the secret, for the launcher container (which deletes the secret)."""
+        from ..rsh_agent.agent_client import read_secret
+
+        self.app.kv[KV_PREFIX + launcher_keys.SPEC_KEY] = json.dumps(self.launch_spec()).encode()
+        self.app.kv[KV_PREFIX + launcher_keys.SECRET_KEY] = read_secret(str(self.secret_file))
 
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
 
         None when ``deadline`` passed first (the workload reports the timeout).
         """
-        from ..rsh_agent.agent_client import read_secret
-
         kv = self.app.kv
-        kv[KV_PREFIX + launcher_keys.SPEC_KEY] = json.dumps(self.launch_spec()).encode()
-        kv[KV_PREFIX + launcher_keys.SECRET_KEY] = read_secret(str(self.secret_file))
+        self.put_launch()
         failed_at = None
         stop_sent = False
         next_check = 0.0
@@ -502,6 +510,9 @@ class Backend(BaseBackend):
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         return yarn_report.lost_workers(self, settle)
 
+    def hand_off(self, deadline: float, progress) -> None:
+        yarn_detach.hand_off(self, deadline, progress)
+
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         self.outcome, self.failure = exit_code, failure
         if exit_code == 0 or self.app is None:
@@ -536,9 +547,8 @@ class Backend(BaseBackend):
         try:
             if graceful:
                 status = "SUCCEEDED" if ended_ok else "FAILED"
-                diagnostics = "mpilaunch: job succeeded" if ended_ok else \
-                    "mpilaunch: " + (self.failure or f"job failed with exit code {self.outcome}").splitlines()[0]
-                self.app.shutdown(status, diagnostics=diagnostics[:1000])
+                # the same form as a detached job's, so `mpilaunch wait` reads either
+                self.app.shutdown(status, diagnostics=yarn_outcome.diagnostics(self.outcome, self.failure, None, None))
             else:
                 self.client.kill_application(self.app_id)
         except Exception:
@@ -566,3 +576,7 @@ class Backend(BaseBackend):
     @classmethod
     def manage_delete(cls, args, stream) -> int:
         return yarn_manage.delete(args, stream)
+
+    @classmethod
+    def manage_wait(cls, args, stream) -> int:
+        return yarn_detach.wait(args, stream)

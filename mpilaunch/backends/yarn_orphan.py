@@ -35,7 +35,13 @@ def reaper_env(spec) -> dict[str, str]:
 
 
 def master(backend, resources, security, files: dict) -> "skein.Master":
-    """The ApplicationMaster, with the reaper as its driver (run the way the backend runs its services)."""
+    """The ApplicationMaster, with the reaper as its driver (run the way the backend runs its services).
+
+    A detached job has none: no heartbeat is renewed once mpilaunch exits,
+    and its launcher container ends the application (``--timeout`` too).
+    """
+    if backend.spec.detach:
+        return skein.Master(resources=resources, security=security)
     return skein.Master(resources=resources, security=security, files=files,
                         script=backend._service_script(REAPER_MODULE),
                         env={**backend._service_env(), **reaper_env(backend.spec)})

@@ -199,6 +199,13 @@ def main(argv=None) -> int:
     path = os.environ.get(CONTEXT_ENV)
     if not path:
         return _error(f"${CONTEXT_ENV} is not set; mpilaunch-rsh runs under mpilaunch only")
+    status = _run(path, host, command, no_stdin)
+    if status != 0:
+        record_exit(path, host, status)
+    return status
+
+
+def _run(path: str, host: str, command: str, no_stdin: bool) -> int:
     try:
         context = load_context(path)
     except (OSError, ValueError) as exc:
@@ -223,6 +230,50 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as exc:  # AgentError is a ConnectionError
         return _error(f"{host}: {exc}")
     return status if 0 <= status <= 255 else 255
+
+
+# --- failed daemons, for mpilaunch to see ---------------------------------------
+#
+# Open MPI fails a launch when an agent it keeps attached exits non-zero.
+# MPICH's and Intel MPI's hydra do not look at their launcher's exit: a proxy
+# that dies before it connects back (it cannot resolve the launcher's name,
+# its worker is gone) leaves mpiexec waiting for it forever. So every agent
+# that ends non-zero leaves a note next to the job's context file, and
+# mpilaunch ends an mpirun that goes on waiting (workloads/mpirun.py).
+
+EXITS_DIR = "agent-exits"
+
+
+def record_exit(context_path: str, host: str, status: int) -> None:
+    directory = os.path.join(os.path.dirname(os.path.abspath(context_path)), EXITS_DIR)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(os.path.join(directory, f"{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, f"{status} {host}\n".encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # best effort: the job's --timeout still bounds it
+
+
+def failed_agents(rundir: str) -> list[tuple[str, int]]:
+    """``(worker, exit code)`` of every agent of the job that ended non-zero so far, earliest first."""
+    directory = os.path.join(rundir, EXITS_DIR)
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                code, _, host = f.read().strip().partition(" ")
+                written = os.fstat(f.fileno()).st_mtime_ns
+            out.append((written, host, int(code)))
+        except (OSError, ValueError):
+            continue  # being written
+    return [(host, code) for _, host, code in sorted(out)]  # the first to fail first
 
 
 # --- fast launcher ------------------------------------------------------------------
