@@ -16,7 +16,7 @@ machine with its own clock: skew between the two cannot reap a live job.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections import namedtuple
 
 DEFAULT_ORPHAN_TIMEOUT = 60.0
 # Below this a busy API server or a GC pause of the host would reap live jobs.
@@ -26,16 +26,12 @@ MIN_ORPHAN_TIMEOUT = 3.0
 DEADLINE_MARGIN_S = 30.0
 
 
-class Verdict(NamedTuple):
-    end: bool
-    reason: str | None = None
+# collections' namedtuple, not typing's: the CLI imports this module on every launch
+Verdict = namedtuple("Verdict", "end reason", defaults=(None,))
 
 
-class Seen(NamedTuple):
-    """The last heartbeat value the reaper saw, and when (its monotonic clock) it first saw it."""
-
-    value: str | None
-    at: float
+Seen = namedtuple("Seen", "value at")
+Seen.__doc__ = "The last heartbeat value the reaper saw, and when (its monotonic clock) it first saw it."
 
 
 def renew_interval(orphan_timeout: float) -> float:
