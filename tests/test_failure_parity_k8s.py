@@ -16,7 +16,7 @@ import time
 import pytest
 
 from helpers import REPO, leftover_processes, wait_for, wait_started
-from test_k8s import give_pods_their_env, forget_pod_env, k8s_env, kube, leftover_objects  # noqa: F401
+from test_k8s import give_pods_their_env, forget_pod_env, leftover_objects
 from mpilaunch.result import EXIT_WORKER_LOST
 
 pytestmark = [pytest.mark.k8s, pytest.mark.mpi]

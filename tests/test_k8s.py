@@ -30,63 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require
 from helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 
 pytestmark = pytest.mark.k8s
 
 KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases"
-
-
-class _Attached:
-    """A cluster started elsewhere (``cluster up``), with the KubeCluster helpers."""
-
-    def __init__(self, workdir: str):
-        from testbeds.k8s.cluster import KubeCluster
-
-        state = json.loads(Path(workdir, "cluster.json").read_text())
-        c = KubeCluster.__new__(KubeCluster)
-        c.workdir = Path(workdir)
-        c.kubeconfig = Path(state["kubeconfig"])
-        c.server = state["server"]
-        c.kubectl_bin = state["kubectl"]
-        c.marker = state["marker"]
-        c.exec_dir = Path(state["exec_dir"])
-        c._procs = {}  # started elsewhere: nothing of ours to watch
-        c.pki = type("Pki", (), {"ca_crt": Path(workdir, "pki", "ca.crt")})()
-        self.cluster = c
-
-
-@pytest.fixture(scope="session")
-def kube():
-    try:
-        from testbeds.k8s.cluster import KubeCluster
-    except ImportError as e:
-        require(f"Kubernetes testbed not importable: {e}")
-    try:
-        import jinja2  # noqa: F401
-        import kubernetes  # noqa: F401
-    except ImportError as e:
-        require(f"the k8s extra is not installed ({e.name}): pip install 'mpilaunch[k8s]'")
-    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
-    if shared:
-        yield _Attached(shared).cluster
-        return
-    cluster = KubeCluster()
-    try:
-        cluster.start()
-        cluster.create_nodes(16, gpus=8)
-    except Exception as e:  # the testbed's own error names the cause (no binaries, no openssl, ...)
-        cluster.stop()
-        require(f"Kubernetes testbed did not start: {e}")
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def k8s_env(kube, openmpi5):
-    env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable)
-    return env
 
 
 def give_pods_their_env(kube, job: str, workers: int, root: Path) -> None:

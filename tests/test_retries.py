@@ -16,7 +16,7 @@ import pytest
 
 from helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 from test_failure_parity import agent_pid
-from test_k8s import give_pods_their_env, forget_pod_env, k8s_env, kube, leftover_objects  # noqa: F401
+from test_k8s import give_pods_their_env, forget_pod_env, leftover_objects
 
 pytestmark = pytest.mark.mpi
 PROGRAM = "tests/programs/attempts.py"

@@ -27,7 +27,6 @@ import pytest
 
 from mpilaunch.result import EXIT_WORKER_LOST
 
-from conftest import require
 from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed, wait_for, wait_started
 
 pytestmark = pytest.mark.yarn
@@ -54,43 +53,6 @@ while release and not os.path.exists(release) and time.time() < deadline:
     time.sleep(0.2)
 sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 """
-
-
-@pytest.fixture(scope="module")
-def yarn():
-    try:
-        from testbeds.yarn.cluster import YarnCluster
-    except ImportError as e:
-        require(f"YARN testbed not importable: {e}")
-    try:
-        import skein  # noqa: F401
-    except ImportError:
-        require("skein not installed (pip install 'mpilaunch[yarn]')")
-    shared = os.environ.get("MPILAUNCH_YARN_TESTBED_DIR")
-    cluster = None
-    try:
-        if shared:
-            cluster = YarnCluster.attach(shared)
-        else:
-            cluster = YarnCluster(num_nodemanagers=3).start()
-    except Exception as e:  # the testbed's own error names the cause
-        require(f"YARN testbed did not start: {e}")
-    yield cluster
-    if not shared:
-        cluster.stop(graceful=False)
-
-
-@pytest.fixture
-def openmpi_env(openmpi5, yarn):
-    return {"env": mpilaunch_env(openmpi5, **yarn.env) | {"PATH": os.pathsep.join(
-        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": openmpi5.mpirun}
-
-
-@pytest.fixture
-def intel_env(intel, yarn):
-    """Intel MPI (impi-rt) and its mpi4py; nothing Intel-specific is passed to the job."""
-    return {"env": mpilaunch_env(intel, **yarn.env) | {"PATH": os.pathsep.join(
-        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": intel.mpirun}
 
 
 def start(args, ctx, extra_env=None):

@@ -18,7 +18,7 @@ import pytest
 from mpilaunch.result import EXIT_WORKER_LOST
 
 from helpers import REPO, wait_for
-from test_yarn import app_by_name, assert_released, openmpi_env, start, yarn  # noqa: F401 (fixtures)
+from test_yarn import app_by_name, assert_released, start
 
 pytestmark = pytest.mark.yarn
 
