@@ -52,16 +52,16 @@ class Real:
     def env(self, **extra) -> dict:
         return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, **extra)
 
-    def argv(self, job: str, *args) -> list[str]:
-        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", self.image,
+    def argv(self, job: str, *args, image: str | None = None) -> list[str]:
+        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image or self.image,
                 "--name", job, *self.job_args, *args]
 
-    def run(self, job: str, *args, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(job, *args), cwd=REPO, env=self.env(), capture_output=True,
+    def run(self, job: str, *args, timeout: float = 300, image: str | None = None, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), capture_output=True,
                               text=True, timeout=timeout, **kw)
 
-    def start(self, job: str, *args) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(job, *args), cwd=REPO, env=self.env(), text=True,
+    def start(self, job: str, *args, image: str | None = None) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
@@ -109,6 +109,16 @@ def real():
         require(f"Kubernetes testbed with a real node did not start: {e}")
     yield Real(cluster, image)
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def tf_image(real):
+    """The image's TensorFlow variant (``build-image.sh --with-tf``): the `ps`
+    extra in a cached layer of its own, so a code change rebuilds only the code."""
+    try:
+        return real.cluster.node.project_image(with_tf=True)
+    except Exception as e:  # the build's own error names the cause
+        require(f"the TensorFlow image did not build: {e}")
 
 
 def ranks_from(stdout: str) -> list[dict]:
@@ -381,3 +391,54 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real):
                 p.kill()
                 p.communicate()
     assert real.leftovers(job) == []
+
+
+# ------------------------------------------------------------------ PS mode
+
+
+@pytest.mark.ps
+def test_ps_training_steps_run_across_real_pods(real, tf_image, tmp_path):
+    """PS mode's default path on real pods: chief, 2 workers and a ps, each
+    task in its own pod with TF_CONFIG from mpilaunch (the registry runs here;
+    no launcher Job). The chief's ClusterCoordinator runs real training steps
+    on the worker pods with the variables on the ps pod, over the pods' IPs."""
+    job = "rp-ps"
+    seen: dict = {}
+
+    def watch():
+        pods = pods_of(real, job)
+        if len([p for p in pods.values() if p["status"].get("podIP")]) == 4:
+            seen.update(pods)
+            return True
+        return False
+
+    proc = real.start(job, "--mode", "ps", "--chief", "--workers", "2", "--ps", "1", "--timeout", "400",
+                      "--output-dir", str(tmp_path), "-q",
+                      "--", "python3", "/opt/mpilaunch/examples/ps_keras.py", "--steps", "12", image=tf_image)
+    try:
+        wait_for(watch, 180, "4 task pods with IPs")
+        out, err = proc.communicate(timeout=480)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    assert sorted(seen) == sorted(f"{job}-{t}" for t in ("chief-0", "worker-0", "worker-1", "ps-0"))
+    report = json.loads((tmp_path / "report.json").read_text())
+    summary = json.loads(next(l.split("PS-KERAS ", 1)[1] for l in out.splitlines() if "PS-KERAS {" in l))
+    assert summary["cluster"] == report["cluster"]
+    # every task's address is its own pod's IP: the steps really crossed pods
+    for kind, addresses in report["cluster"].items():
+        for index, address in enumerate(addresses):
+            assert address.rsplit(":", 1)[0] == seen[f"{job}-{kind}-{index}"]["status"]["podIP"], (kind, address)
+    assert len({seen[p]["status"]["podIP"] for p in seen}) == 4
+    assert summary["steps"] == 12 and summary["last_loss"] < summary["first_loss"], summary
+    assert summary["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
+    status = {t["task"]: t["status"] for t in report["tasks"]}
+    assert status["chief:0"] == "succeeded"
+    assert {status["worker:0"], status["worker:1"], status["ps:0"]} == {"terminated"}
+    for task in ("worker:0", "worker:1", "ps:0"):
+        assert f"[{task}] {task} serving at grpc://{report['cluster'][task.split(':')[0]][int(task[-1])]}" in out
+    assert not [p for p in seen if p.endswith("-launcher")]
+    assert real.leftovers(job) == []
+    wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")

@@ -90,7 +90,8 @@ def use_relay() -> bool:
 
 
 def launcher_mode(spec) -> str:
-    return "local" if spec.launcher == "local" else "cluster"
+    # PS mode runs no mpirun: its registry is mpilaunch itself, here (as on YARN)
+    return "local" if spec.launcher == "local" or spec.mode == "ps" else "cluster"
 
 
 class Backend(BaseBackend):

@@ -331,18 +331,21 @@ class RealNode:
                             + " ".join(self.ctr("images", "ls", "-q").stdout.split()))
         return time.monotonic() - t0
 
-    def project_image(self) -> str:
+    def project_image(self, with_tf: bool = False) -> str:
         """The project's image (docker/Dockerfile) for the current sources,
         in containerd: built with scripts/build-image.sh (only the code layer
-        when just the code changed) and imported when missing. Its tag."""
+        when just the code changed) and imported when missing. Its tag.
+        ``with_tf``: the variant with TensorFlow (PS mode), a tag of its own."""
         script = REPO / "scripts" / "build-image.sh"
         env = {**os.environ, "MPILAUNCH_BUILDAH_ROOT": str(self.cache / "buildah")}
-        tag = _sh("bash", script, "--local-base", "--print-tag", env=env).stdout.strip()
+        flags = ["--local-base", *(["--with-tf"] if with_tf else [])]
+        tag = _sh("bash", script, *flags, "--print-tag", env=env).stdout.strip()
         if self.has_image(tag):
             return tag
-        archive, tagfile = self.cache / "images" / "mpilaunch.tar", self.cache / "images" / "mpilaunch.tag"
+        name = "mpilaunch-tf" if with_tf else "mpilaunch"
+        archive, tagfile = self.cache / "images" / f"{name}.tar", self.cache / "images" / f"{name}.tag"
         if not (archive.exists() and tagfile.exists() and tagfile.read_text().strip() == tag):
-            _sh("bash", script, "--local-base", "--archive", archive, env=env, timeout=1800)
+            _sh("bash", script, *flags, "--archive", archive, env=env, timeout=1800)
             tagfile.write_text(tag + "\n")
         self.ensure_image(archive, tag)
         return tag
