@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import backends
+from . import backends, phases
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
 from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, lost_workers_failure
@@ -38,6 +38,7 @@ from .workloads.base import RunContext, Workload
 
 def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False) -> JobResult:
     """Plan, then run (or with --dry-run print) the job a spec describes."""
+    started = time.monotonic()  # timings.phases count from here: planning included
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     environ = dict(os.environ if environ is None else environ)
@@ -53,12 +54,16 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         remove_tree(rundir)
         return JobResult(job_name=job_name, exit_code=0)
     return run_job(spec, workload, backend, rundir, output_dir,
-                   stdout=stdout, stderr=stderr, environ=environ, quiet=quiet)
+                   stdout=stdout, stderr=stderr, environ=environ, quiet=quiet, started=started)
 
 
 def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir: Path | None, *,
-            stdout, stderr, environ: dict, quiet: bool) -> JobResult:
-    """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path."""
+            stdout, stderr, environ: dict, quiet: bool, started: float | None = None) -> JobResult:
+    """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path.
+
+    ``timings`` gets the durations allocate_s, run_s, total_s and ``phases``:
+    when each phase was reached, in seconds since ``started`` (``phases.py``).
+    """
     result = JobResult(job_name=workload.job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
     run = RunContext(spec=spec, backend=backend, rundir=rundir, context_file=rundir / "context.json",
                      output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
@@ -66,12 +71,15 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
     timings = result.timings
     lost: dict[str, str] = {}
     t0 = time.monotonic()
+    seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
     try:
         with interrupts_raise():
             # allocate, and wait until every worker is ready (the backend's diagnosis on timeout)
             backend.allocate()
+            phases.mark(seen, "allocated")
             with WaitProgress(workload.waiting_for(), stderr, quiet=quiet) as progress:
                 backend.wait_ready(t0 + spec.start_timeout, progress)
+            phases.mark(seen, "workers_ready")
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             write_context(run.context_file, workload.job_name, backend)
 
@@ -80,6 +88,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             t_run = time.monotonic()
             deadline = None if spec.timeout is None else t_run + spec.timeout
             result.exit_code, result.failure = workload.watch(run, deadline)
+            phases.mark(seen, "workload_done")
             timings["run_s"] = round(time.monotonic() - t_run, 3)
             lost = diagnose_lost_workers(backend, result)
     except MpilaunchError as e:
@@ -92,8 +101,11 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         ignore_interrupts()
         workload.stop()
         workers = finish_backend(backend, result)
+        phases.mark(seen, "released")
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
+        timings["phases"] = phases.since(t0 if started is None else started, seen,
+                                         getattr(backend, "phase_times", {}), workload.phase_times())
         workload.collect(run)
         report = {"mode": workload.mode, **workload.report(run, workers), "lost_workers": sorted(lost)}
         if output_dir is not None:

@@ -149,6 +149,21 @@ def assert_placement(real: Real, job: str, ranks: list[dict], n: int, per_worker
     assert len(ips) == n // per_worker, "each worker pod has its own IP"
 
 
+# What report.json's timings.phases holds on Kubernetes, in the order it must happen.
+K8S_PHASES = ["allocated", "pods_scheduled", "containers_running", "workers_ready", "mpirun_started",
+              "first_rank_start", "first_output", "ranks_done", "workload_done", "released"]
+
+
+def assert_phases(report: dict, extra: tuple = ()) -> dict:
+    """Every launch phase is in report.json, in the order a launch goes through them."""
+    phases = report["timings"]["phases"]
+    assert set(K8S_PHASES) | set(extra) <= set(phases), phases
+    at = [phases[p] for p in K8S_PHASES]
+    assert at == sorted(at), phases
+    assert 0 < phases["allocated"] and max(phases.values()) == phases["released"], phases
+    return phases
+
+
 # ------------------------------------------------------------------ launches
 
 
@@ -197,6 +212,8 @@ def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
     assert launcher and seen[launcher[0]]["spec"]["nodeName"] == seen[f"{job}-worker-0"]["spec"]["nodeName"]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 0 and [r["exit_code"] for r in report["ranks"]] == [0] * 4
+    phases = assert_phases(report, extra=("launcher_running",))
+    assert phases["allocated"] <= phases["launcher_running"] <= phases["mpirun_started"], phases
     assert real.leftovers(job) == []
 
 
@@ -210,7 +227,7 @@ def test_local_launcher_on_real_pods(real, tmp_path):
         require(f"{mpirun} not installed (apt install openmpi-bin)")
     seen: dict = {}
     proc = real.start(job, "--launcher", "local", "--mpirun", mpirun, "--np", "4", "--slots-per-worker", "2",
-                      "-q", "--", "python3", f"{PROGRAMS}/placement.py")
+                      "--output-dir", str(tmp_path), "-q", "--", "python3", f"{PROGRAMS}/placement.py")
     try:
         wait_for(lambda: len([p for p in pods_of(real, job).values() if p["status"].get("podIP")]) == 2
                  and seen.update(pods_of(real, job)) is None, 180, "worker pods with IPs")
@@ -221,6 +238,8 @@ def test_local_launcher_on_real_pods(real, tmp_path):
             proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     assert_placement(real, job, ranks_from(out), 4, 2, seen)
+    phases = assert_phases(json.loads((tmp_path / "report.json").read_text()))
+    assert "launcher_running" not in phases  # mpirun ran here
     assert real.leftovers(job) == []
 
 

@@ -41,12 +41,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .. import phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
 from . import k8s_manage
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (
-    JOB_LABEL, LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, summarize,
+    JOB_LABEL, LAUNCHER_CONTAINER, LAUNCHER_READY, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem,
+    _pod_ready, startup_phases, summarize,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -334,6 +336,8 @@ class Backend(BaseBackend):
             launcher = [p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"]
             if launcher:
                 self.launcher_pod = launcher[0]["metadata"]["name"]
+            for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
+                phases.mark(self.phase_times, phase)
             ready = [n for n in names if n in by_name and _pod_ready(by_name[n])]
             progress(len(ready), total)
             problems, fatal = {}, {}
@@ -351,6 +355,8 @@ class Backend(BaseBackend):
                 if is_fatal and (launcher[0].get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                     fatal[self.launcher_pod] = message
                 launcher_ok = (launcher[0].get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+                if launcher_ok:
+                    phases.mark(self.phase_times, "launcher_running")
                 if not launcher_ok and not is_fatal:
                     problems[self.launcher_pod] = message
             if fatal:
@@ -487,6 +493,8 @@ class Backend(BaseBackend):
                         seen_at_last += 1
                     else:
                         last_ts, seen_at_last = ts, 1
+                    if text.startswith(LAUNCHER_READY):
+                        phases.mark(self.phase_times, "mpirun_started")
                     output.feed("stdout", text)
             except OSError:
                 pass

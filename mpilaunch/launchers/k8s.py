@@ -32,12 +32,11 @@ from .. import mpi
 from ..backends import k8s_relay
 from ..backends.base import BaseBackend
 from ..backends.k8s_api import Api, ApiError, sa_dir
+from ..backends.k8s_pods import LAUNCHER_READY, WORKER_CONTAINER
 from ..errors import MpilaunchError, UsageError
 from ..lifecycle import make_rundir, run_job
 from ..spec import JobSpec, Plan, WorkerPlan
 from ..workloads.mpirun import MpirunWorkload, RelayedOutput
-
-WORKER_CONTAINER = "worker"
 
 
 def _ready(pod: dict) -> bool:
@@ -85,7 +84,8 @@ class ReadyPods(BaseBackend):
 
     def wait_ready(self, deadline: float, progress) -> None:
         wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
-        print(f"mpilaunch: launcher: {self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
+        # LAUNCHER_READY: the submitting side marks mpirun_started when it sees this line
+        print(f"{LAUNCHER_READY}{self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
               file=sys.stderr, flush=True)
 
     def exec_context(self) -> dict:
