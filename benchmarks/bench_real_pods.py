@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,8 +151,28 @@ def fmt(v) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def median(values: list) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    return statistics.median(values) if values else None
+
+
 def print_tables(rows: list[tuple[int, int, dict]]) -> None:
     tools = ["mpilaunch cluster", "mpilaunch local", "kubectl"]
+    print("Median over the runs: first rank line / exit, seconds (ratio to kubectl)")
+    print()
+    print("| pods | " + " | ".join(tools) + " |")
+    print("| --- | " + " | ".join("---" for _ in tools) + " |")
+    for n in sorted({n for n, _, _ in rows}):
+        runs = [r for m, _, r in rows if m == n]
+        med = {t: (median([r[t]["first"] for r in runs]), median([r[t]["exit"] for r in runs])) for t in tools}
+        base = med["kubectl"]
+        cells = []
+        for t in tools:
+            first, end = med[t]
+            ratio = "" if t == "kubectl" or None in (first, end, *base) else f" ({first / base[0]:.2f}x / {end / base[1]:.2f}x)"
+            cells.append(f"{fmt(first)} / {fmt(end)}{ratio}")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+    print()
     print("| pods | run | " + " | ".join(f"{t}: first rank line / exit" for t in tools) + " | load (1/5/15 min) |")
     print("| --- | --- | " + " | ".join("---" for _ in tools) + " | --- |")
     for n, i, r in rows:
@@ -174,7 +195,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--workdir", help="attach to a testbed started with `cluster up --real-node`")
     ap.add_argument("--json", help="also write every run's numbers here")
+    ap.add_argument("--tables", metavar="JSON", help="only print the tables of a --json file")
     args = ap.parse_args(argv)
+    if args.tables:
+        saved = json.loads(Path(args.tables).read_text())
+        print_tables([(r.pop("pods"), r.pop("run"), r) for r in saved])
+        return 0
     from testbeds.k8s.cluster import KubeCluster
 
     own = None
