@@ -39,6 +39,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -307,6 +308,7 @@ class RealNode:
         self._unmount_under(self.dir)
         self._remove_route()
         self._remove_bridge()
+        self.c.kill_component("node-lock")
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -406,6 +408,11 @@ class RealNode:
             raise NodeError("another testbed already runs the real node on this machine "
                             f"(lock {self.cache / 'real-node.lock'}); stop it first") from None
         self._lock = f
+        # A process of the node's own holds the lock as long as the node runs: the
+        # hold of `cluster up`, which exits, would end with it, and a second node
+        # started then tears this one's bridge and DNAT rule down (seen: pods of
+        # the running node could no longer reach the API server).
+        self.c.spawn("node-lock", [sys.executable, "-c", "import signal; signal.pause()"], pass_fds=(f.fileno(),))
 
     def _make_bridge(self) -> None:
         if Path(f"/sys/class/net/{self.bridge}").exists():
