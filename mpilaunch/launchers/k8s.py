@@ -59,6 +59,11 @@ def wait_workers(api: Api, names: list[str], deadline: float) -> None:
                     raise UsageError(f"the launcher may not read pod {name}: {e.message}", "check the job's Role") from None
                 last_error = e.message
                 still.append(name)
+            except OSError as e:
+                # the API server unreachable for a moment (seen on real pods: a connect
+                # that timed out) is no reason to fail; past the deadline it is, in one line
+                last_error = f"cannot reach the API server: {e}"
+                still.append(name)
         pending = still
         if pending:
             if time.monotonic() > deadline:
