@@ -1,21 +1,28 @@
 """Launch cost on real pods: mpilaunch vs a kubectl baseline doing the same work.
 
-    python benchmarks/bench_real_pods.py [--sizes 2 8 16] [--repeat 2] [--workdir DIR]
+    python benchmarks/bench_real_pods.py [--sizes 2 8 16] [--repeat 2] [--workdir DIR] [--json FILE]
 
 Runs on the Kubernetes testbed's real node (containerd + kubelet; started
 here, or attached with ``--workdir`` from ``cluster up --real-node``), with
-the project's image. For each N (worker pods, one rank each):
+the project's image. For each N (worker pods, one rank each), one after the
+other in the same run, the same job: every rank prints one line, through
+Open MPI 4.1 (Debian's, on the host and in the image):
 
-* mpilaunch: ``--launcher cluster`` (launcher Job + N workers), a rank
-  program that prints one line; wall time to the first rank line and to
-  exit (pods deleted), plus report.json's phases (allocate = objects
-  created .. all workers Ready, run = launcher start .. mpirun done, total).
-* baseline: what a hand-made launcher does with kubectl: ``kubectl apply``
-  N sleeping pods, ``kubectl wait --for=condition=Ready``, one ``kubectl
-  exec POD -- true`` per pod (all at once), ``kubectl delete --wait``. It
-  runs no MPI at all, so it is a floor for "pods up, exec'd, gone".
+* ``mpilaunch cluster``: the default, ``--launcher cluster`` (launcher Job +
+  N workers; mpirun in the launcher pod, in-cluster credentials).
+* ``mpilaunch local``: ``--launcher local --mpirun /usr/bin/mpirun.openmpi``
+  (mpirun here, daemons through the exec API and mpilaunch's relay).
+* ``kubectl``: what a hand-made launcher does: ``kubectl apply`` N sleeping
+  pods (the same pod shape), ``kubectl wait --for=condition=Ready``, mpirun
+  here with the MPI operator v1's ``kubexec.sh`` agent (one ``kubectl exec``
+  per daemon) and the same mpirun flags mpilaunch uses, ``kubectl delete
+  --wait``.
 
-Prints Markdown; every run, not only a median.
+Wall times are from the process start (mpilaunch) or the first kubectl call
+(baseline) to the first rank line and to exit (pods deleted). The phase
+table is report.json's ``timings.phases`` (seconds since mpilaunch started)
+next to the baseline's own moments. Every run is printed, not only a median;
+the load average of the machine is printed with each run.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,59 +40,153 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from mpilaunch import hostfile, mpi  # noqa: E402
+
 PROGRAM = "import os; print('first', os.environ.get('POD_NAME'), flush=True)"
+MPIRUN = "/usr/bin/mpirun.openmpi"
+# Kubeflow MPI operator v1's ConfigMap script, pointed at the testbed's kubectl.
+KUBEXEC = """#!/bin/sh
+POD_NAME=$1
+shift
+exec {kubectl} --kubeconfig={kubeconfig} exec ${{POD_NAME}} -- /bin/sh -c "$*"
+"""
+# The phase table's rows: report.json's names; the baseline's moments under the same names.
+PHASES = ["allocated", "pods_scheduled", "containers_running", "launcher_running", "workers_ready",
+          "mpirun_started", "first_rank_start", "first_output", "ranks_done", "workload_done", "released"]
 
 
-def mpilaunch_run(cluster, image: str, n: int, job: str) -> dict:
-    from testbeds.k8s.node import JOB_ARGS
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
-    out = Path(tempfile.mkdtemp(prefix="bench-rp-"))
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    argv = [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image, "--name", job, *JOB_ARGS,
-            "--np", str(n), "--slots-per-worker", "1", "--output-dir", str(out), "-q",
-            "--", "python3", "-c", PROGRAM]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+def stream_first(proc: subprocess.Popen, t0: float) -> float | None:
+    """Read the process's stdout to its end; seconds from t0 to the first rank line."""
     first = None
     for line in proc.stdout:
         if first is None and "first" in line:
             first = time.monotonic() - t0
+    return first
+
+
+def mpilaunch_run(cluster, image: str, n: int, job: str, launcher: str) -> dict:
+    from testbeds.k8s.node import JOB_ARGS
+
+    out = Path(tempfile.mkdtemp(prefix="bench-rp-"))
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    extra = ["--launcher", "local", "--mpirun", MPIRUN] if launcher == "local" else ["--launcher", "cluster"]
+    argv = [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image, "--name", job, *JOB_ARGS,
+            *extra, "--np", str(n), "--slots-per-worker", "1", "--output-dir", str(out), "-q",
+            "--", "python3", "-c", PROGRAM]
+    la = load()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = stream_first(proc, t0)
+    err = proc.stderr.read()
     proc.wait()
     end = time.monotonic() - t0
-    report = json.loads((out / "report.json").read_text())
     if proc.returncode != 0:
-        print(f"# mpilaunch N={n} failed: {proc.stderr.read()[-500:]}", file=sys.stderr)
-    return {"first": first, "exit": end, "ok": proc.returncode == 0, **report["timings"]}
+        print(f"# mpilaunch {launcher} N={n} failed: {err[-500:]}", file=sys.stderr)
+    report = json.loads((out / "report.json").read_text())
+    return {"first": first, "exit": end, "ok": proc.returncode == 0, "load": la,
+            "phases": report["timings"].get("phases", {})}
 
 
-def kubectl_baseline(cluster, image: str, n: int, job: str) -> dict:
+def baseline_pods(job: str, image: str, n: int) -> list[dict]:
+    """The same pod as mpilaunch's worker template, less its labels and DNS settings."""
     from testbeds.k8s.node import REAL_KEY
 
-    pods = [{
+    return [{
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": f"{job}-{i}", "labels": {"bench": job}},
-        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "hostname": f"{job}-{i}",
+                 "enableServiceLinks": False, "automountServiceAccountToken": False,
                  "nodeSelector": {REAL_KEY: "true"},
                  "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                 "containers": [{"name": "w", "image": image, "imagePullPolicy": "Never",
-                                 "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]}]},
+                 "containers": [{"name": "w", "image": image, "imagePullPolicy": "IfNotPresent",
+                                 "command": ["/bin/sh", "-c",
+                                             "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"],
+                                 "env": [{"name": "POD_NAME",
+                                          "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+                 "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]},
     } for i in range(n)]
+
+
+def kubectl_baseline(cluster, image: str, n: int, job: str, work: Path) -> dict:
+    pods = baseline_pods(job, image, n)
+    names = [p["metadata"]["name"] for p in pods]
+    agent = work / "kubexec.sh"
+    agent.write_text(KUBEXEC.format(kubectl=cluster.kubectl_bin, kubeconfig=cluster.kubeconfig))
+    agent.chmod(0o755)
+    hf = work / f"hostfile-{job}"
+    hf.write_text(hostfile.render([(h, 1) for h in names], "openmpi"))
+    info = mpi.find_mpirun("openmpi", MPIRUN, os.environ.get("PATH"))
+    command = mpi.build_mpirun(info, ranks=n, hosts=n, hostfile=str(hf), shim=str(agent),
+                               command=["python3", "-c", PROGRAM], environ={}, as_root=os.geteuid() == 0)
+    la = load()
+    at: dict[str, float] = {}
     t0 = time.monotonic()
-    cluster.apply(pods)
-    t_created = time.monotonic() - t0
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    at["allocated"] = time.monotonic() - t0
     cluster.kubectl("wait", "--for=condition=Ready", "pod", "-l", f"bench={job}", "--timeout=300s", timeout=320)
-    t_ready = time.monotonic() - t0
-    execs = [subprocess.Popen([cluster.kubectl_bin, f"--kubeconfig={cluster.kubeconfig}", "exec", p["metadata"]["name"],
-                               "--", "python3", "-c", PROGRAM], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for p in pods]
-    ok = all(e.wait() == 0 for e in execs)
-    t_exec = time.monotonic() - t0
+    at["workers_ready"] = time.monotonic() - t0
+    proc = subprocess.Popen(command.argv, env={**os.environ, **command.env}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    at["mpirun_started"] = time.monotonic() - t0
+    first = stream_first(proc, t0)
+    err = proc.stderr.read()
+    ok = proc.wait() == 0
+    if not ok:
+        print(f"# kubectl N={n} mpirun failed: {err[-500:]}", file=sys.stderr)
+    at["workload_done"] = time.monotonic() - t0
+    if first is not None:
+        at["first_output"] = first
     cluster.kubectl("delete", "pod", "-l", f"bench={job}", "--wait=true", timeout=300)
-    return {"created": t_created, "ready": t_ready, "exec": t_exec, "exit": time.monotonic() - t0, "ok": ok}
+    end = time.monotonic() - t0
+    at["released"] = end
+    return {"first": first, "exit": end, "ok": ok, "load": la, "phases": at}
 
 
-def fmt(v):
-    return "-" if v is None else f"{v:.1f} s"
+def fmt(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def median(values: list) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    return statistics.median(values) if values else None
+
+
+def print_tables(rows: list[tuple[int, int, dict]]) -> None:
+    tools = ["mpilaunch cluster", "mpilaunch local", "kubectl"]
+    print("Median over the runs: first rank line / exit, seconds (ratio to kubectl)")
+    print()
+    print("| pods | " + " | ".join(tools) + " |")
+    print("| --- | " + " | ".join("---" for _ in tools) + " |")
+    for n in sorted({n for n, _, _ in rows}):
+        runs = [r for m, _, r in rows if m == n]
+        med = {t: (median([r[t]["first"] for r in runs]), median([r[t]["exit"] for r in runs])) for t in tools}
+        base = med["kubectl"]
+        cells = []
+        for t in tools:
+            first, end = med[t]
+            ratio = "" if t == "kubectl" or None in (first, end, *base) else f" ({first / base[0]:.2f}x / {end / base[1]:.2f}x)"
+            cells.append(f"{fmt(first)} / {fmt(end)}{ratio}")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+    print()
+    print("| pods | run | " + " | ".join(f"{t}: first rank line / exit" for t in tools) + " | load (1/5/15 min) |")
+    print("| --- | --- | " + " | ".join("---" for _ in tools) + " | --- |")
+    for n, i, r in rows:
+        cells = [f"{fmt(r[t]['first'])} / {fmt(r[t]['exit'])} s{'' if r[t]['ok'] else ' FAILED'}" for t in tools]
+        print(f"| {n} | {i} | " + " | ".join(cells) + f" | {r[tools[0]]['load']} |")
+    print()
+    print("Phases, seconds since start (mpilaunch: report.json timings.phases; kubectl: the baseline's moments)")
+    print()
+    header = [f"{t} N={n} #{i}" for n, i, _ in rows for t in tools]
+    print("| phase | " + " | ".join(header) + " |")
+    print("| --- | " + " | ".join("---" for _ in header) + " |")
+    for phase in PHASES:
+        cells = [fmt(r[t]["phases"].get(phase)) for _, _, r in rows for t in tools]
+        print(f"| {phase} | " + " | ".join(cells) + " |")
 
 
 def main(argv=None) -> int:
@@ -92,7 +194,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="*", default=[2, 8, 16])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--workdir", help="attach to a testbed started with `cluster up --real-node`")
+    ap.add_argument("--json", help="also write every run's numbers here")
+    ap.add_argument("--tables", metavar="JSON", help="only print the tables of a --json file")
     args = ap.parse_args(argv)
+    if args.tables:
+        saved = json.loads(Path(args.tables).read_text())
+        print_tables([(r.pop("pods"), r.pop("run"), r) for r in saved])
+        return 0
     from testbeds.k8s.cluster import KubeCluster
 
     own = None
@@ -100,25 +208,24 @@ def main(argv=None) -> int:
         cluster = KubeCluster.attach(args.workdir)
     else:
         own = cluster = KubeCluster(real_node=True).start()
+    work = Path(tempfile.mkdtemp(prefix="bench-rp-kubectl-"))
+    rows = []
     try:
         image = cluster.node.project_image()
-        rows = []
         for n in args.sizes:
             for i in range(args.repeat):
-                m = mpilaunch_run(cluster, image, n, f"bench-m{n}-{i}")
-                k = kubectl_baseline(cluster, image, n, f"bench-k{n}-{i}")
-                rows.append((n, i, m, k))
-                print(f"# N={n} run {i}: mpilaunch {m}; kubectl {k}", file=sys.stderr)
+                r = {"mpilaunch cluster": mpilaunch_run(cluster, image, n, f"bench-c{n}-{i}", "cluster"),
+                     "mpilaunch local": mpilaunch_run(cluster, image, n, f"bench-l{n}-{i}", "local"),
+                     "kubectl": kubectl_baseline(cluster, image, n, f"bench-k{n}-{i}", work)}
+                rows.append((n, i, r))
+                print(f"# N={n} run {i}: " + "; ".join(f"{t} first {fmt(v['first'])} exit {fmt(v['exit'])}"
+                                                       for t, v in r.items()), file=sys.stderr)
     finally:
         if own is not None:
             own.stop()
-    print("| pods | run | mpilaunch: Ready (allocate) | first rank line | mpirun done (run) | exit, all deleted "
-          "| kubectl: created | Ready | exec'd | exit, all deleted |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for n, i, m, k in rows:
-        print(f"| {n} | {i} | {fmt(m.get('allocate_s'))} | {fmt(m['first'])} | {fmt(m.get('run_s'))} | "
-              f"{fmt(m['exit'])}{'' if m['ok'] else ' FAILED'} | {fmt(k['created'])} | {fmt(k['ready'])} | "
-              f"{fmt(k['exec'])} | {fmt(k['exit'])}{'' if k['ok'] else ' FAILED'} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps([{"pods": n, "run": i, **r} for n, i, r in rows], indent=1))
+    print_tables(rows)
     return 0
 
 

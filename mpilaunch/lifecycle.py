@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import backends
+from . import backends, phases
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
 from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, LostWorker, lost_workers_failure, worker_location
@@ -42,6 +42,7 @@ WATCH_INTERVAL_S = 2.0
 
 def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=False) -> JobResult:
     """Plan, then run (or with --dry-run print) the job a spec describes."""
+    started = time.monotonic()  # timings.phases count from here: planning included
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     environ = dict(os.environ if environ is None else environ)
@@ -59,12 +60,16 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     if spec.detach:
         return submit_detached(spec, workload, backend, rundir, stdout=stdout, stderr=stderr, quiet=quiet)
     return run_job(spec, workload, backend, rundir, output_dir,
-                   stdout=stdout, stderr=stderr, environ=environ, quiet=quiet)
+                   stdout=stdout, stderr=stderr, environ=environ, quiet=quiet, started=started)
 
 
 def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir: Path | None, *,
-            stdout, stderr, environ: dict, quiet: bool) -> JobResult:
-    """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path."""
+            stdout, stderr, environ: dict, quiet: bool, started: float | None = None) -> JobResult:
+    """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path.
+
+    ``timings`` gets the durations allocate_s, run_s, total_s and ``phases``:
+    when each phase was reached, in seconds since ``started`` (``phases.py``).
+    """
     result = JobResult(job_name=workload.job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
     run = RunContext(spec=spec, backend=backend, rundir=rundir, context_file=rundir / "context.json",
                      output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
@@ -73,12 +78,15 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
     lost: list[LostWorker] = []
     attempts: list[dict] = []
     t0 = time.monotonic()
+    seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
     try:
         with interrupts_raise():
             # allocate, and wait until every worker is ready (the backend's diagnosis on timeout)
             backend.allocate()
+            phases.mark(seen, "allocated")
             with WaitProgress(workload.waiting_for(), stderr, quiet=quiet) as progress:
                 backend.wait_ready(t0 + spec.start_timeout, progress)
+            phases.mark(seen, "workers_ready")
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             write_context(run.context_file, workload.job_name, backend)
 
@@ -90,6 +98,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             while True:
                 with LostWorkerWatch(backend, workload) as watch:
                     result.exit_code, result.failure = workload.watch(run, deadline)
+                phases.mark(seen, "workload_done")
                 lost = diagnose_lost_workers(backend, workload, result, watch.lost)
                 attempts.append(attempt_record(len(attempts) + 1, t0, t_run, result, lost))
                 if not should_retry(spec, len(attempts), result.exit_code, lost):
@@ -107,8 +116,11 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         ignore_interrupts()
         workload.stop()
         workers = finish_backend(backend, result)
+        phases.mark(seen, "released")
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
+        timings["phases"] = phases.since(t0 if started is None else started, seen,
+                                         getattr(backend, "phase_times", {}), workload.phase_times())
         workload.collect(run)
         report = {"mode": workload.mode, **workload.report(run, workers),
                   "lost_workers": [w.worker for w in lost], "lost": [w.__dict__ for w in lost]}

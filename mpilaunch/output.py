@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from pathlib import Path
 
 from .mpi import split_tagged
@@ -30,6 +31,8 @@ class RankOutput:
         # far (or None); launch loops stop mpirun as soon as it returns one.
         self.placement_check = None
         self.cancelled = False  # set by cancel(): mpilaunch stopped following this run
+        # phases seen here (phases.py): first_rank_start, first_output, last_status (monotonic)
+        self.times: dict[str, float] = {}
         self._logs: dict[int, object] = {}
         self._partial: dict[tuple[str, int | None], str] = {}  # a rank's unfinished line
         self._lock = threading.Lock()
@@ -58,12 +61,14 @@ class RankOutput:
         text = text.rstrip("\r")
         start = parse_start(text) if START_PREFIX in text else None
         if start is not None:
+            self.times.setdefault("first_rank_start", time.monotonic())
             self.starts.append(start)
             text = text[: text.find(START_PREFIX)].strip(" \0")
             if not text:
                 return
         status = parse_status(text)
         if status is not None:
+            self.times["last_status"] = time.monotonic()
             self.statuses.append(status)
             text = text[: text.find(STATUS_PREFIX)].strip(" \0")
             if not text:
@@ -76,6 +81,7 @@ class RankOutput:
             if len(self.launcher_head) < HEAD_LINES:
                 self.launcher_head.append(text)
             return
+        self.times.setdefault("first_output", time.monotonic())
         self.tails[rank].append(text)
         log = self._log(rank)
         if log is not None:

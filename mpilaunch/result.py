@@ -23,7 +23,7 @@ class JobResult:
     job_name: str
     exit_code: int
     ranks: list[RankStatus] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)  # durations (*_s) and "phases" (lifecycle.run_job)
     failure: str | None = None
     output_dir: str | None = None
     placement: dict | None = None  # the verified placement (placement.summary), mpirun jobs

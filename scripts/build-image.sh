@@ -15,17 +15,26 @@
 #                    `buildah login HOST`), oci-archive:FILE, docker-archive:FILE, ...
 #   --archive FILE   write a docker-archive FILE (`ctr -n k8s.io images import FILE`,
 #                    `docker load -i FILE`, `kind load image-archive FILE` read it)
+#   --with-tf        add TensorFlow for PS mode: the `ps` extra of pyproject.toml, in a
+#                    cached layer of its own (default tag mpilaunch.local/mpilaunch-tf:<hash>)
 #   --print-tag      print the default tag for the current sources and exit
+#   --print-ps-requirements  print the `ps` extra (the Dockerfile's PS_REQUIREMENTS) and exit
 #
 # Storage: buildah's default (/var/lib/containers), or $MPILAUNCH_BUILDAH_ROOT.
 # Layers are cached (--layers): after a code change only the mpilaunch layer
 # is rebuilt. The tag's hash covers docker/Dockerfile, pyproject.toml,
-# README.md, mpilaunch/ and tests/programs/ and the base.
+# README.md, mpilaunch/, tests/programs/, examples/, the base and the
+# TensorFlow requirements.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-tag="" base="" local_base=0 push="" archive="" print_tag=0
+tag="" base="" local_base=0 push="" archive="" print_tag=0 with_tf=0
+# The `ps` extra of pyproject.toml, space-separated (its pins live there only).
+ps_requirements() {
+  python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["ps"]))'
+}
+
 while (($#)); do
   case "$1" in
     --tag) tag="$2"; shift 2 ;;
@@ -33,22 +42,27 @@ while (($#)); do
     --local-base) local_base=1; shift ;;
     --push) push="$2"; shift 2 ;;
     --archive) archive="$2"; shift 2 ;;
+    --with-tf) with_tf=1; shift ;;
     --print-tag) print_tag=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --print-ps-requirements) ps_requirements; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "build-image.sh: error: unknown option $1" >&2; echo "hint: see --help" >&2; exit 2 ;;
   esac
 done
 
 BASE_REF="mpilaunch.local/debian:bookworm"
 if ((local_base)); then base="$BASE_REF"; fi
+tf_reqs="" name="mpilaunch"
+if ((with_tf)); then tf_reqs="$(ps_requirements)"; name="mpilaunch-tf"; fi
 
 source_hash() {
   { printf 'base=%s\n' "$base"
-    find docker/Dockerfile pyproject.toml README.md mpilaunch tests/programs -type f \
+    [[ -z "$tf_reqs" ]] || printf 'ps=%s\n' "$tf_reqs"
+    find docker/Dockerfile pyproject.toml README.md mpilaunch tests/programs examples -type f \
       ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-12
 }
-[[ -n "$tag" ]] || tag="mpilaunch.local/mpilaunch:$(source_hash)"
+[[ -n "$tag" ]] || tag="mpilaunch.local/$name:$(source_hash)"
 if ((print_tag)); then echo "$tag"; exit 0; fi
 
 apt_ensure buildah
@@ -75,6 +89,7 @@ fi
 t0=$SECONDS
 args=(bud --layers --isolation chroot --network host -f docker/Dockerfile -t "$tag")
 [[ -n "$base" ]] && args+=(--build-arg "BASE=$base")
+[[ -n "$tf_reqs" ]] && args+=(--build-arg "PS_REQUIREMENTS=$tf_reqs")
 # pip inside the build trusts the host's CA bundle when the host names one
 # (machines whose HTTPS goes through an intercepting proxy)
 host_ca="${PIP_CERT:-${SSL_CERT_FILE:-}}"

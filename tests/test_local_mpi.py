@@ -49,6 +49,11 @@ def test_allreduce_each_rank_on_its_assigned_worker(mpi_install, tmp_path):
     assert report["exit_code"] == 0
     assert [r["exit_code"] for r in report["ranks"]] == [0, 0, 0, 0]
     assert {"allocate_s", "run_s", "total_s"} <= set(report["timings"])
+    # the same launch phases as on Kubernetes, less the pods' own
+    phases = report["timings"]["phases"]
+    order = ["allocated", "workers_ready", "mpirun_started", "first_rank_start", "first_output", "ranks_done",
+             "workload_done", "released"]
+    assert list(phases) == order, phases  # earliest first
     assert (tmp_path / "rank-3.log").read_text().count('"rank": 3') == 1
     assert leftover_processes(name) == []
 

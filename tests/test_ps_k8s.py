@@ -45,3 +45,16 @@ def test_ps_tasks_run_in_their_pods_and_nothing_is_left(kube, k8s_env, tmp_path)
                         "-o", "name").stdout.split()
     assert left == []
     assert leftover_processes(name) == []
+
+
+def test_ps_mode_creates_no_launcher_job(tmp_path):
+    """PS mode's registry is mpilaunch itself, so on Kubernetes, as on YARN, it
+    never gets a launcher Job, whatever --launcher says (it used to get one
+    that would have run mpirun over the task pods)."""
+    for launcher in ("auto", "cluster"):
+        proc = run_mpilaunch(["--backend", "k8s", "--image", "mpilaunch:test", "--name", "psdry", "--mode", "ps",
+                              "--chief", "--workers", "1", "--ps", "1", "--launcher", launcher, "--dry-run",
+                              "--", "python3", "train.py"], timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        kinds = [l.split(":", 1)[1].strip() for l in proc.stdout.splitlines() if l.startswith("kind:")]
+        assert "Job" not in kinds and kinds.count("Pod") == 3, kinds

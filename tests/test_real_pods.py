@@ -52,16 +52,16 @@ class Real:
     def env(self, **extra) -> dict:
         return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, **extra)
 
-    def argv(self, job: str, *args) -> list[str]:
-        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", self.image,
+    def argv(self, job: str, *args, image: str | None = None) -> list[str]:
+        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image or self.image,
                 "--name", job, *self.job_args, *args]
 
-    def run(self, job: str, *args, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(job, *args), cwd=REPO, env=self.env(), capture_output=True,
+    def run(self, job: str, *args, timeout: float = 300, image: str | None = None, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), capture_output=True,
                               text=True, timeout=timeout, **kw)
 
-    def start(self, job: str, *args) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(job, *args), cwd=REPO, env=self.env(), text=True,
+    def start(self, job: str, *args, image: str | None = None) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
@@ -111,6 +111,16 @@ def real():
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def tf_image(real):
+    """The image's TensorFlow variant (``build-image.sh --with-tf``): the `ps`
+    extra in a cached layer of its own, so a code change rebuilds only the code."""
+    try:
+        return real.cluster.node.project_image(with_tf=True)
+    except Exception as e:  # the build's own error names the cause
+        require(f"the TensorFlow image did not build: {e}")
+
+
 def ranks_from(stdout: str) -> list[dict]:
     out = []
     for line in stdout.splitlines():
@@ -137,6 +147,21 @@ def assert_placement(real: Real, job: str, ranks: list[dict], n: int, per_worker
         assert r["sum"] == n * (n + 1) // 2 and r["size"] == n
     ips = {pods[p]["status"]["podIP"] for p in pods if "-worker-" in p}
     assert len(ips) == n // per_worker, "each worker pod has its own IP"
+
+
+# What report.json's timings.phases holds on Kubernetes, in the order it must happen.
+K8S_PHASES = ["allocated", "pods_scheduled", "containers_running", "workers_ready", "mpirun_started",
+              "first_rank_start", "first_output", "ranks_done", "workload_done", "released"]
+
+
+def assert_phases(report: dict, extra: tuple = ()) -> dict:
+    """Every launch phase is in report.json, in the order a launch goes through them."""
+    phases = report["timings"]["phases"]
+    assert set(K8S_PHASES) | set(extra) <= set(phases), phases
+    at = [phases[p] for p in K8S_PHASES]
+    assert at == sorted(at), phases
+    assert 0 < phases["allocated"] and max(phases.values()) == phases["released"], phases
+    return phases
 
 
 # ------------------------------------------------------------------ launches
@@ -189,6 +214,8 @@ def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
     assert launcher and seen[launcher[0]]["spec"]["nodeName"] == seen[f"{job}-worker-0"]["spec"]["nodeName"]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 0 and [r["exit_code"] for r in report["ranks"]] == [0] * 4
+    phases = assert_phases(report, extra=("launcher_running",))
+    assert phases["allocated"] <= phases["launcher_running"] <= phases["mpirun_started"], phases
     assert real.leftovers(job) == []
 
 
@@ -202,7 +229,7 @@ def test_local_launcher_on_real_pods(real, tmp_path):
         require(f"{mpirun} not installed (apt install openmpi-bin)")
     seen: dict = {}
     proc = real.start(job, "--launcher", "local", "--mpirun", mpirun, "--np", "4", "--slots-per-worker", "2",
-                      "-q", "--", "python3", f"{PROGRAMS}/placement.py")
+                      "--output-dir", str(tmp_path), "-q", "--", "python3", f"{PROGRAMS}/placement.py")
     try:
         wait_for(lambda: len([p for p in pods_of(real, job).values() if p["status"].get("podIP")]) == 2
                  and seen.update(pods_of(real, job)) is None, 180, "worker pods with IPs")
@@ -213,6 +240,8 @@ def test_local_launcher_on_real_pods(real, tmp_path):
             proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     assert_placement(real, job, ranks_from(out), 4, 2, seen)
+    phases = assert_phases(json.loads((tmp_path / "report.json").read_text()))
+    assert "launcher_running" not in phases  # mpirun ran here
     assert real.leftovers(job) == []
 
 
@@ -477,3 +506,54 @@ def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tm
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 5 and report["lost_workers"] == [f"{job}-worker-1"]
     assert real.leftovers(job) == []
+
+
+# ------------------------------------------------------------------ PS mode
+
+
+@pytest.mark.ps
+def test_ps_training_steps_run_across_real_pods(real, tf_image, tmp_path):
+    """PS mode's default path on real pods: chief, 2 workers and a ps, each
+    task in its own pod with TF_CONFIG from mpilaunch (the registry runs here;
+    no launcher Job). The chief's ClusterCoordinator runs real training steps
+    on the worker pods with the variables on the ps pod, over the pods' IPs."""
+    job = "rp-ps"
+    seen: dict = {}
+
+    def watch():
+        pods = pods_of(real, job)
+        if len([p for p in pods.values() if p["status"].get("podIP")]) == 4:
+            seen.update(pods)
+            return True
+        return False
+
+    proc = real.start(job, "--mode", "ps", "--chief", "--workers", "2", "--ps", "1", "--timeout", "400",
+                      "--output-dir", str(tmp_path), "-q",
+                      "--", "python3", "/opt/mpilaunch/examples/ps_keras.py", "--steps", "12", image=tf_image)
+    try:
+        wait_for(watch, 180, "4 task pods with IPs")
+        out, err = proc.communicate(timeout=480)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    assert sorted(seen) == sorted(f"{job}-{t}" for t in ("chief-0", "worker-0", "worker-1", "ps-0"))
+    report = json.loads((tmp_path / "report.json").read_text())
+    summary = json.loads(next(l.split("PS-KERAS ", 1)[1] for l in out.splitlines() if "PS-KERAS {" in l))
+    assert summary["cluster"] == report["cluster"]
+    # every task's address is its own pod's IP: the steps really crossed pods
+    for kind, addresses in report["cluster"].items():
+        for index, address in enumerate(addresses):
+            assert address.rsplit(":", 1)[0] == seen[f"{job}-{kind}-{index}"]["status"]["podIP"], (kind, address)
+    assert len({seen[p]["status"]["podIP"] for p in seen}) == 4
+    assert summary["steps"] == 12 and summary["last_loss"] < summary["first_loss"], summary
+    assert summary["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
+    status = {t["task"]: t["status"] for t in report["tasks"]}
+    assert status["chief:0"] == "succeeded"
+    assert {status["worker:0"], status["worker:1"], status["ps:0"]} == {"terminated"}
+    for task in ("worker:0", "worker:1", "ps:0"):
+        assert f"[{task}] {task} serving at grpc://{report['cluster'][task.split(':')[0]][int(task[-1])]}" in out
+    assert not [p for p in seen if p.endswith("-launcher")]
+    assert real.leftovers(job) == []
+    wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")

@@ -24,6 +24,8 @@ class BaseBackend(ABC):
         self.spec = spec
         self.plan = plan
         self.rundir = rundir
+        # phases this backend saw (phases.mark: name -> time.monotonic()), merged into report.json
+        self.phase_times: dict[str, float] = {}
 
     @classmethod
     def discover_gpus_per_node(cls, spec: JobSpec) -> int | None:

@@ -44,6 +44,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .. import phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
 from . import k8s_manage, k8s_orphan
@@ -51,7 +52,7 @@ from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (
     JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
-    summarize,
+    startup_phases, summarize,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -95,7 +96,8 @@ def use_relay() -> bool:
 
 
 def launcher_mode(spec) -> str:
-    return "local" if spec.launcher == "local" else "cluster"
+    # PS mode runs no mpirun: its registry is mpilaunch itself, here (as on YARN)
+    return "local" if spec.launcher == "local" or spec.mode == "ps" else "cluster"
 
 
 class Backend(BaseBackend):
@@ -349,6 +351,8 @@ class Backend(BaseBackend):
             launcher = [p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"]
             if launcher:
                 self.launcher_pod = launcher[0]["metadata"]["name"]
+            for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
+                phases.mark(self.phase_times, phase)
             ready = [n for n in names if n in by_name and _pod_ready(by_name[n])]
             progress(len(ready), total)
             problems, fatal = {}, {}
@@ -366,6 +370,8 @@ class Backend(BaseBackend):
                 if is_fatal and (launcher[0].get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                     fatal[self.launcher_pod] = message
                 launcher_ok = (launcher[0].get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+                if launcher_ok:
+                    phases.mark(self.phase_times, "launcher_running")
                 if not launcher_ok and not is_fatal:
                     problems[self.launcher_pod] = message
             if fatal:
@@ -444,8 +450,9 @@ class Backend(BaseBackend):
         """
         pod = self.launcher_pod
         stop = threading.Event()
-        follower = threading.Thread(target=follow_log, args=(self.api, self.namespace, pod, output, stop),
-                                    daemon=True)
+        follower = threading.Thread(
+            target=follow_log, args=(self.api, self.namespace, pod, output, stop),
+            kwargs={"on_launcher_ready": lambda: phases.mark(self.phase_times, "mpirun_started")}, daemon=True)
         follower.start()
         code = None
         try:

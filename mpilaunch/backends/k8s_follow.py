@@ -5,11 +5,15 @@ from __future__ import annotations
 import threading
 
 from .k8s_api import ApiError
-from .k8s_pods import LAUNCHER_CONTAINER
+from .k8s_pods import LAUNCHER_CONTAINER, LAUNCHER_READY
 
 
-def follow_log(api, namespace: str, pod: str, output, stop: threading.Event) -> None:
-    """Stream the launcher's log, reconnecting after drops without repeating lines."""
+def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_launcher_ready=None) -> None:
+    """Stream the launcher's log, reconnecting after drops without repeating lines.
+
+    ``on_launcher_ready()`` is called when the launcher says it starts mpirun
+    (its ``LAUNCHER_READY`` line): the submitting side's ``mpirun_started`` phase.
+    """
     last_ts, seen_at_last = None, 0
     warned = False
     while not stop.is_set():
@@ -40,6 +44,8 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event) -> 
                     seen_at_last += 1
                 else:
                     last_ts, seen_at_last = ts, 1
+                if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
+                    on_launcher_ready()
                 output.feed("stdout", text)
         except OSError:
             pass

@@ -75,6 +75,24 @@ def pod_loss(pod: dict | None) -> str | None:
     return None
 
 
+# The launcher pod's line just before it starts mpirun (launchers/k8s.py):
+# when the submitting side sees it, mpirun is starting in the cluster.
+LAUNCHER_READY = "mpilaunch: launcher: "
+
+
+def startup_phases(pods: list[dict], expected: int) -> list[str]:
+    """The start-up phases (``phases.py``) every one of ``expected`` pods has reached:
+    ``pods_scheduled`` (bound to a node), ``containers_running`` (phase Running)."""
+    if len(pods) < expected:
+        return []
+    reached = []
+    if all((p.get("spec") or {}).get("nodeName") for p in pods):
+        reached.append("pods_scheduled")
+    if all((p.get("status") or {}).get("phase") == "Running" for p in pods):
+        reached.append("containers_running")
+    return reached
+
+
 def summarize(problems: dict[str, str], limit: int = 3) -> str:
     """Group identical reasons: ``12 pods: <reason> (a, b, c, ...)``."""
     groups: dict[str, list[str]] = {}

@@ -32,14 +32,12 @@ from .. import mpi
 from ..backends import k8s_relay
 from ..backends.base import BaseBackend
 from ..backends.k8s_api import Api, ApiError, sa_dir
-from ..backends.k8s_pods import RESULT_KEY, pod_loss
+from ..backends.k8s_pods import LAUNCHER_READY, RESULT_KEY, WORKER_CONTAINER, pod_loss
 from ..errors import MpilaunchError, UsageError
 from ..lifecycle import make_rundir, run_job
 from ..result import JobResult
 from ..spec import JobSpec, Plan, WorkerPlan
 from ..workloads.mpirun import MpirunWorkload, RelayedOutput
-
-WORKER_CONTAINER = "worker"
 
 
 def _ready(pod: dict) -> bool:
@@ -61,6 +59,11 @@ def wait_workers(api: Api, names: list[str], deadline: float) -> None:
                 if e.status == 403:
                     raise UsageError(f"the launcher may not read pod {name}: {e.message}", "check the job's Role") from None
                 last_error = e.message
+                still.append(name)
+            except OSError as e:
+                # the API server unreachable for a moment (seen on real pods: a connect
+                # that timed out) is no reason to fail; past the deadline it is, in one line
+                last_error = f"cannot reach the API server: {e}"
                 still.append(name)
         pending = still
         if pending:
@@ -91,7 +94,8 @@ class ReadyPods(BaseBackend):
 
     def wait_ready(self, deadline: float, progress) -> None:
         wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
-        print(f"mpilaunch: launcher: {self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
+        # LAUNCHER_READY: the submitting side marks mpirun_started when it sees this line
+        print(f"{LAUNCHER_READY}{self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
               file=sys.stderr, flush=True)
 
     def exec_context(self) -> dict:

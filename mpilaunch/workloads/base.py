@@ -80,6 +80,10 @@ class Workload(ABC):
     def report(self, run: RunContext, workers: dict) -> dict:
         """The content of report.json."""
 
+    def phase_times(self) -> dict[str, float]:
+        """Phases this workload saw (``phases.py``: name -> time.monotonic()), merged into report.json."""
+        return {}
+
     def print_summary(self, report: dict, stream) -> None:
         """A closing summary on stderr (unless --quiet)."""
 

@@ -288,6 +288,7 @@ class MpirunWorkload(Workload):
         self.cwd: str | None = None
         self.on_started = None  # called with mpirun's Popen (the YARN launcher publishes its pid)
         self.placement: dict | None = None  # report.json's "placement"
+        self.started_at: float | None = None  # mpirun spawned here (not with a launcher in the cluster)
 
     @classmethod
     def prepare(cls, spec: JobSpec, backend_cls, job_name: str, environ: dict) -> "MpirunWorkload":
@@ -328,6 +329,7 @@ class MpirunWorkload(Workload):
             self.command.argv, env={**run.environ, **self.command.env}, stdin=subprocess.DEVNULL, cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )
+        self.started_at = time.monotonic()
         self.pumps = [self.output.pump("stdout", self.proc.stdout), self.output.pump("stderr", self.proc.stderr)]
         if self.on_started is not None:
             self.on_started(self.proc)
@@ -375,6 +377,17 @@ class MpirunWorkload(Workload):
             return None
         # the ranks' own exit codes are moot: they ran somewhere else than planned
         return placement.EXIT_PLACEMENT, f"{mismatch.message}\n  hint: {hint}"
+
+    def phase_times(self) -> dict[str, float]:
+        """mpirun started (here; the k8s backend marks a launcher pod's), the first rank's
+        start line and output, and ranks_done once every rank reported its exit."""
+        times = dict(self.output.times) if self.output is not None else {}
+        last = times.pop("last_status", None)
+        if last is not None and len({r for r, _, _ in self.output.statuses}) >= self.plan.ranks:
+            times["ranks_done"] = last
+        if self.started_at is not None:
+            times["mpirun_started"] = self.started_at
+        return times
 
     def stop(self) -> None:
         if self.output is not None:

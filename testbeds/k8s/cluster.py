@@ -379,14 +379,14 @@ class KubeCluster:
 
     # ---------------------------------------------------------- processes
 
-    def _spawn(self, name: str, args: list) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list, pass_fds: tuple = ()) -> subprocess.Popen:
         log = open(self.workdir / "logs" / f"{name}.log", "ab")
         env = dict(os.environ)
         env[MARKER_ENV] = self.marker
         env.pop("KUBECONFIG", None)
         p = subprocess.Popen([str(a) for a in args], stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
-                             start_new_session=True)
+                             start_new_session=True, pass_fds=pass_fds)
         log.close()
         self._procs[name] = p
         self.pids[name] = p.pid

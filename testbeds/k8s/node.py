@@ -39,6 +39,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -307,6 +308,7 @@ class RealNode:
         self._unmount_under(self.dir)
         self._remove_route()
         self._remove_bridge()
+        self.c.kill_component("node-lock")
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -331,18 +333,21 @@ class RealNode:
                             + " ".join(self.ctr("images", "ls", "-q").stdout.split()))
         return time.monotonic() - t0
 
-    def project_image(self) -> str:
+    def project_image(self, with_tf: bool = False) -> str:
         """The project's image (docker/Dockerfile) for the current sources,
         in containerd: built with scripts/build-image.sh (only the code layer
-        when just the code changed) and imported when missing. Its tag."""
+        when just the code changed) and imported when missing. Its tag.
+        ``with_tf``: the variant with TensorFlow (PS mode), a tag of its own."""
         script = REPO / "scripts" / "build-image.sh"
         env = {**os.environ, "MPILAUNCH_BUILDAH_ROOT": str(self.cache / "buildah")}
-        tag = _sh("bash", script, "--local-base", "--print-tag", env=env).stdout.strip()
+        flags = ["--local-base", *(["--with-tf"] if with_tf else [])]
+        tag = _sh("bash", script, *flags, "--print-tag", env=env).stdout.strip()
         if self.has_image(tag):
             return tag
-        archive, tagfile = self.cache / "images" / "mpilaunch.tar", self.cache / "images" / "mpilaunch.tag"
+        name = "mpilaunch-tf" if with_tf else "mpilaunch"
+        archive, tagfile = self.cache / "images" / f"{name}.tar", self.cache / "images" / f"{name}.tag"
         if not (archive.exists() and tagfile.exists() and tagfile.read_text().strip() == tag):
-            _sh("bash", script, "--local-base", "--archive", archive, env=env, timeout=1800)
+            _sh("bash", script, *flags, "--archive", archive, env=env, timeout=1800)
             tagfile.write_text(tag + "\n")
         self.ensure_image(archive, tag)
         return tag
@@ -403,6 +408,11 @@ class RealNode:
             raise NodeError("another testbed already runs the real node on this machine "
                             f"(lock {self.cache / 'real-node.lock'}); stop it first") from None
         self._lock = f
+        # A process of the node's own holds the lock as long as the node runs: the
+        # hold of `cluster up`, which exits, would end with it, and a second node
+        # started then tears this one's bridge and DNAT rule down (seen: pods of
+        # the running node could no longer reach the API server).
+        self.c.spawn("node-lock", [sys.executable, "-c", "import signal; signal.pause()"], pass_fds=(f.fileno(),))
 
     def _make_bridge(self) -> None:
         if Path(f"/sys/class/net/{self.bridge}").exists():
