@@ -110,7 +110,7 @@ def test_gpus_128_makes_16_workers_of_8_and_runs_through_exec(kube, k8s_env, tmp
 
     def watch():
         def ready():
-            pods = kube.get_json("pods", "-l", f"mpilaunch/job={job}")["items"]
+            pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=worker")["items"]
             root = kube.kubectl("get", "configmap", job, "-o", "json", "--ignore-not-found").stdout
             if len(pods) == 16 and all(p["status"].get("phase") == "Running" for p in pods) and root:
                 seen["pods"], seen["root"] = pods, json.loads(root)
