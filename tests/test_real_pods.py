@@ -121,6 +121,27 @@ def tf_image(real):
         require(f"the TensorFlow image did not build: {e}")
 
 
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """A job's (stdout, stderr) within ``timeout``. Past it, or when the test
+    gives up earlier (``stop``), the job gets SIGTERM first: mpilaunch then
+    deletes its objects, so a rerun of the test does not find its name taken,
+    and what it printed so far is kept for the assertion message."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
 def ranks_from(stdout: str) -> list[dict]:
     out = []
     for line in stdout.splitlines():
@@ -199,12 +220,11 @@ def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
                       "--", python, f"{PROGRAMS}/placement.py")
     try:
         wait_for(watch, 180, "launcher and worker pods with IPs")
-        out, err = proc.communicate(timeout=240)
+        out, err = finish(proc, 240)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-3000:]
+            stop(proc)
+    assert proc.returncode == 0, out[-2000:] + err[-3000:]  # the launcher pod's lines come on stdout
     ranks = ranks_from(out)
     assert_placement(real, job, ranks, 4, 2, seen)
     assert all(r["library"].startswith(library) for r in ranks), ranks[0]["library"]
@@ -436,11 +456,10 @@ def test_ps_training_steps_run_across_real_pods(real, tf_image, tmp_path):
                       "--", "python3", "/opt/mpilaunch/examples/ps_keras.py", "--steps", "12", image=tf_image)
     try:
         wait_for(watch, 180, "4 task pods with IPs")
-        out, err = proc.communicate(timeout=480)
+        out, err = finish(proc, 480)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+            stop(proc)
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
     assert sorted(seen) == sorted(f"{job}-{t}" for t in ("chief-0", "worker-0", "worker-1", "ps-0"))
     report = json.loads((tmp_path / "report.json").read_text())
