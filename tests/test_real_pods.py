@@ -197,9 +197,11 @@ IMAGE_MPIS = {
 }
 
 
-# Known flake, not yet understood: the MPICH case hung until the test's 240 s
-# limit in 1 of 3 full runs (hydra waits forever when a proxy fails; see the
-# real-pods notes). Rerun once so it cannot hide a regression that fails twice.
+# The MPICH case hung until the test's 240 s limit in 1 of 3 full runs: hydra's
+# proxies could not yet resolve the launcher's name and hydra then waited
+# forever (fixed: launchers/k8s.wait_own_name; 16 of 16 launches passed after).
+# The rerun stays until more full runs confirm it; a job past its time is
+# SIGTERMed (finish), so the rerun finds its name free.
 @pytest.mark.flaky(reruns=1)
 @pytest.mark.parametrize("flavour", list(IMAGE_MPIS))
 def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
