@@ -25,7 +25,8 @@ run and with the same admin credentials:
     kubexec.sh baseline vs the ``/bin/sh`` agent floor (no exec channel at
     all, benchmarks/floor.py). Larger N only count if the floor completes.
 
-Prints Markdown (median over ``--repeat`` alternating runs).
+Prints Markdown: (a) the median over ``--repeat`` alternating runs, (b) every
+run, with the load average (1/5/15 min) before and after.
 """
 
 from __future__ import annotations
@@ -63,8 +64,14 @@ def cpu_children() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def make_pods(cluster, count: int, label: str) -> list[str]:
+def make_pods(cluster, count: int, label: str, work: Path) -> list[str]:
+    """``count`` Running pods, each with what a real pod has and kwok's exec
+    lacks: its own TMPDIR (PRRTE's session directories are named by pid, and
+    one left by a killed run would meet a later daemon with the same pid)."""
     names = [f"{label}-{i}" for i in range(count)]
+    for n in names:
+        (work / "pods" / n).mkdir(parents=True)
+    cluster.apply([cluster.pod_exec(n, env={"TMPDIR": str(work / "pods" / n)}) for n in names])
     items = [{
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": n, "labels": {"bench": label}},
@@ -73,6 +80,12 @@ def make_pods(cluster, count: int, label: str) -> list[str]:
     cluster.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     cluster.wait_pods(selector=f"bench={label}", count=count, timeout=300)
     return names
+
+
+def forget_pods(cluster, label: str, count: int) -> None:
+    cluster.kubectl("delete", "pods", "-l", f"bench={label}", "--wait=false", check=False)
+    cluster.kubectl("delete", "--ignore-not-found", "--wait=false",
+                    *[f"exec/{label}-{i}" for i in range(count)], check=False)
 
 
 def fanout(agent_argv: list[str], pods: list[str], env: dict, relay_context: dict | None = None,
@@ -108,13 +121,19 @@ def fanout(agent_argv: list[str], pods: list[str], env: dict, relay_context: dic
     return {"wall_s": wall, "cpu_s": cpu, "ok": ok, "errors": errors}
 
 
-def mpirun_launch(info, agent: str, hosts: list[str], workdir: Path, env: dict, timeout: float) -> float | None:
+def mpirun_launch(info, agent: str, hosts: list[str], workdir: Path, env: dict, timeout: float) -> float | str:
+    """Seconds until mpirun exited 0, else "stall" (still running after ``timeout``) or "failed"."""
     hf = workdir / f"hostfile-{len(hosts)}"
     hf.write_text(hostfile.render([(h, 1) for h in hosts], info.hostfile_flavour))
     command = mpi.build_mpirun(info, ranks=len(hosts), hosts=len(hosts), hostfile=str(hf), shim=agent,
                                command=["true"], environ=dict(env), as_root=os.geteuid() == 0)
+    # mpirun's session directory in this run's own TMPDIR: one that a killed
+    # mpirun left in /tmp makes a later mpirun with the same pid fail at once
+    # ("The PMIx server's listener thread failed to start"; pids wrap here).
+    tmp = workdir / "mpirun-tmp"
+    tmp.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    proc = subprocess.Popen(command.argv, env={**env, **command.env}, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(command.argv, env={**env, **command.env, "TMPDIR": str(tmp)}, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         _out, err = proc.communicate(timeout=timeout)
@@ -122,10 +141,10 @@ def mpirun_launch(info, agent: str, hosts: list[str], workdir: Path, env: dict, 
         os.killpg(proc.pid, 9)
         proc.communicate()
         kill_daemons(workdir)
-        return None
+        return "stall"
     if proc.returncode != 0:
         print(f"  mpirun via {Path(agent).name} over {len(hosts)} failed: {err.decode()[-300:]}", file=sys.stderr)
-        return None
+        return "failed"
     return time.monotonic() - t0
 
 
@@ -146,11 +165,13 @@ def kill_daemons(workdir: Path) -> None:
 
 
 def median(values):
-    values = [v for v in values if v is not None]
+    values = [v for v in values if isinstance(v, float)]
     return statistics.median(values) if values else None
 
 
 def fmt(v, unit="s"):
+    if isinstance(v, str):
+        return v
     return "stalled/failed" if v is None else f"{v:.2f} {unit}".strip()
 
 
@@ -172,6 +193,7 @@ def main(argv=None) -> int:
         cluster.kubeconfig, cluster.kubectl_bin = Path(state["kubeconfig"]), state["kubectl"]
         cluster.server, cluster._procs = state["server"], {}
         cluster.workdir = Path(args.workdir)
+        cluster.marker, cluster.exec_dir = state["marker"], Path(state["exec_dir"])
     else:
         own = cluster = KubeCluster()
         cluster.start()
@@ -180,7 +202,7 @@ def main(argv=None) -> int:
     label = f"bench{os.getpid()}"
     try:
         t0 = time.monotonic()
-        pods = make_pods(cluster, args.pods, label)
+        pods = make_pods(cluster, args.pods, label, work)
         print(f"# {len(pods)} pods Running in {time.monotonic() - t0:.1f}s", file=sys.stderr)
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
 
@@ -214,6 +236,7 @@ def main(argv=None) -> int:
         (work / "context-relay.json").write_text(json.dumps({**context, "relay": relay_path}))
         shim_env = {**env, "MPILAUNCH_CONTEXT": str(work / "context-relay.json")}
         launches: dict[int, dict[str, list]] = {}
+        load = [" / ".join(f"{x:.1f}" for x in os.getloadavg())]
         for n in args.sizes:
             launches[n] = {"floor": [], "mpilaunch": [], "kubectl": []}
             for i in range(args.repeat):
@@ -224,8 +247,9 @@ def main(argv=None) -> int:
                     launches[n][name].append(t)
                     print(f"# mpirun true N={n} {name} run {i}: {fmt(t)}", file=sys.stderr)
         k8s_relay.stop(relay)
+        load.append(" / ".join(f"{x:.1f}" for x in os.getloadavg()))
     finally:
-        cluster.kubectl("delete", "pods", "-l", f"bench={label}", "--wait=false", check=False)
+        forget_pods(cluster, label, args.pods)
         if own is not None:
             own.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -243,15 +267,16 @@ def main(argv=None) -> int:
         w, c = median([x["wall_s"] for x in r]), median([x["cpu_s"] for x in r])
         print(f"| {labels[name]} | {min(x['ok'] for x in r)}/{args.pods} | {fmt(w)} | {fmt(c)} | "
               f"{c / args.pods * 1000:.0f} ms | {w / kw:.2f}x | {c / kc:.2f}x |")
-    print(f"\n(b) `mpirun true` over N one-slot pods (Open MPI {info.version}, no tree spawn), median of {args.repeat}\n")
-    print(f"median of the runs that completed within {args.mpirun_timeout:g} s (completed/runs)\n")
-    print("| N | /bin/sh agent floor | mpilaunch-rsh + relay | kubexec.sh + kubectl | mpilaunch / kubectl |")
-    print("| --- | --- | --- | --- | --- |")
+    print(f"\n(b) `mpirun true` over N one-slot pods (Open MPI {info.version}, no tree spawn), every run "
+          f"(stall: not done within {args.mpirun_timeout:g} s); load average {load[0]} before, {load[1]} after\n")
+    print("| N | /bin/sh agent floor | mpilaunch-rsh + relay | kubexec.sh + kubectl | completed | median mpilaunch / kubectl |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for n, r in launches.items():
-        f_, m_, k_ = (median(r[x]) for x in ("floor", "mpilaunch", "kubectl"))
+        runs_ = {x: ", ".join(v if isinstance(v, str) else f"{v:.2f}" for v in r[x]) + " s" for x in r}
+        done = " / ".join(f"{sum(isinstance(v, float) for v in r[x])}/{len(r[x])}" for x in ("floor", "mpilaunch", "kubectl"))
+        m_, k_ = median(r["mpilaunch"]), median(r["kubectl"])
         ratio = f"{m_ / k_:.2f}x" if m_ and k_ else "-"
-        done = {x: f"({sum(v is not None for v in r[x])}/{len(r[x])})" for x in r}
-        print(f"| {n} | {fmt(f_)} {done['floor']} | {fmt(m_)} {done['mpilaunch']} | {fmt(k_)} {done['kubectl']} | {ratio} |")
+        print(f"| {n} | {runs_['floor']} | {runs_['mpilaunch']} | {runs_['kubectl']} | {done} | {ratio} |")
     return 0
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 
 from .errors import EXIT_INTERRUPTED, MpilaunchError, UsageError
+from .orphan import DEFAULT_ORPHAN_TIMEOUT
 from .spec import BACKENDS, LAUNCHERS, MPI_FLAVOURS, JobSpec, K8sOptions, PsOptions, YarnOptions
 
 SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "agent")
@@ -50,6 +51,15 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     ctl.add_argument("--name", help="job name (default: generated)")
     ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
+    ctl.add_argument("--orphan-timeout", type=float, default=DEFAULT_ORPHAN_TIMEOUT, metavar="SEC",
+                     help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
+                          f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})")
+    ctl.add_argument("--detach", action="store_true",
+                     help="submit, print the job's name and how to follow it, and exit 0 (cluster backends)")
+    ctl.add_argument("--retries", type=int, default=0, metavar="N",
+                     help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times")
+    ctl.add_argument("--retry-rank-failures", action="store_true",
+                     help="with --retries: relaunch after a rank failure too")
     ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
     ctl.add_argument("--dry-run", action="store_true", help="print the plan, hostfile, mpirun command and environment; create nothing")
     ctl.add_argument("--no-verify", dest="verify", action="store_false",
@@ -112,11 +122,15 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         name=args.name,
         start_timeout=args.start_timeout,
         timeout=args.timeout,
+        orphan_timeout=args.orphan_timeout,
         output_dir=args.output_dir,
         dry_run=args.dry_run,
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,
         verify=args.verify,
+        retries=args.retries,
+        detach=args.detach,
+        retry_rank_failures=args.retry_rank_failures,
         mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers or args.chief or args.evaluator or args.tensorboard) else "allreduce"),
         k8s=K8sOptions(
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
@@ -146,6 +160,8 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kubeconfig")
     if action == "logs":
         p.add_argument("-f", "--follow", action="store_true", help="keep printing while the launcher runs")
+    if action == "wait":
+        p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 124)")
     return p.parse_args(argv)
 
 
@@ -168,7 +184,7 @@ def dispatch(argv: list[str]) -> int:
         from . import manage
 
         return manage.render(parse_run(argv[1:])[0])
-    if argv and argv[0] in ("status", "logs", "delete"):
+    if argv and argv[0] in ("status", "logs", "delete", "wait"):
         from . import manage
 
         return manage.job_action(argv[0], parse_job_action(argv[0], argv[1:]))

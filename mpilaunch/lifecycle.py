@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import sys
@@ -27,11 +26,16 @@ from pathlib import Path
 from . import backends, phases
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
-from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, lost_workers_failure
+from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, LostWorker, lost_workers_failure, worker_location
 from .spec import JobSpec
 from .workloads import workload_class
+from .placement import EXIT_PLACEMENT
 from .workloads.base import RunContext, Workload
 
+
+# How often the run asks the backend whether a worker disappeared: one API
+# list per interval on a cluster, a waitpid per agent locally.
+WATCH_INTERVAL_S = 2.0
 
 # ------------------------------------------------------------------ entry
 
@@ -53,6 +57,8 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         workload.print_dry_run(backend, environ, stdout)
         remove_tree(rundir)
         return JobResult(job_name=job_name, exit_code=0)
+    if spec.detach:
+        return submit_detached(spec, workload, backend, rundir, stdout=stdout, stderr=stderr, quiet=quiet)
     return run_job(spec, workload, backend, rundir, output_dir,
                    stdout=stdout, stderr=stderr, environ=environ, quiet=quiet, started=started)
 
@@ -69,7 +75,8 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
                      output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
                      result=result)
     timings = result.timings
-    lost: dict[str, str] = {}
+    lost: list[LostWorker] = []
+    attempts: list[dict] = []
     t0 = time.monotonic()
     seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
     try:
@@ -83,14 +90,22 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             write_context(run.context_file, workload.job_name, backend)
 
-            # start the workload, then watch it until its outcome is decided
-            workload.start(run)
+            # start the workload, then watch it until its outcome is decided;
+            # with --retries, replace lost workers and start it again
             t_run = time.monotonic()
             deadline = None if spec.timeout is None else t_run + spec.timeout
-            result.exit_code, result.failure = workload.watch(run, deadline)
-            phases.mark(seen, "workload_done")
+            workload.start(run)
+            while True:
+                with LostWorkerWatch(backend, workload) as watch:
+                    result.exit_code, result.failure = workload.watch(run, deadline)
+                phases.mark(seen, "workload_done")
+                lost = diagnose_lost_workers(backend, workload, result, watch.lost)
+                attempts.append(attempt_record(len(attempts) + 1, t0, t_run, result, lost))
+                if not should_retry(spec, len(attempts), result.exit_code, lost):
+                    break
+                t_run = time.monotonic()
+                retry(run, workload, backend, lost, len(attempts) + 1)
             timings["run_s"] = round(time.monotonic() - t_run, 3)
-            lost = diagnose_lost_workers(backend, result)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
         result.failure = e.message
@@ -107,7 +122,10 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         timings["phases"] = phases.since(t0 if started is None else started, seen,
                                          getattr(backend, "phase_times", {}), workload.phase_times())
         workload.collect(run)
-        report = {"mode": workload.mode, **workload.report(run, workers), "lost_workers": sorted(lost)}
+        report = {"mode": workload.mode, **workload.report(run, workers),
+                  "lost_workers": [w.worker for w in lost], "lost": [w.__dict__ for w in lost]}
+        if spec.retries:
+            report["attempts"] = attempts
         if output_dir is not None:
             write_report(output_dir / "report.json", report)
         if not quiet:
@@ -117,11 +135,42 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
     return result
 
 
+def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *, stdout, stderr,
+                    quiet: bool) -> JobResult:
+    """--detach: allocate and hand the job to its launcher in the cluster, then leave it running.
+
+    The launcher runs this same lifecycle in the cluster and, because the job
+    is detached, releases the workers itself at the end (``launchers/``).
+    Anything that fails before the hand-off releases everything, as always.
+    """
+    t0 = time.monotonic()
+    handed_off = False
+    try:
+        with interrupts_raise():
+            backend.allocate()
+            with WaitProgress(workload.waiting_for(), stderr, quiet=quiet) as progress:
+                backend.hand_off(t0 + spec.start_timeout, progress)
+            handed_off = True
+    finally:
+        if not handed_off:
+            ignore_interrupts()
+            backend.release()
+            restore_default_signals()
+        remove_tree(rundir)
+    name, flags = workload.job_name, backend.manage_flags()
+    print(f"mpilaunch: submitted job {name} ({len(workload.plan.workers)} workers, {workload.plan.ranks} ranks); "
+          f"it runs on without this terminal", file=stdout)
+    for what, command in (("follow", f"logs -f {name}"), ("state", f"status {name}"),
+                          ("wait", f"wait {name}"), ("remove", f"delete {name}")):
+        print(f"  {what + ':':8s} mpilaunch {command} {flags}", file=stdout)
+    return JobResult(job_name=name, exit_code=0)
+
+
 # ------------------------------------------------------------------ steps
 
 
 def job_name_for(spec: JobSpec) -> str:
-    return spec.name or f"mpl-{secrets.token_hex(3)}"
+    return spec.name or f"mpl-{os.urandom(3).hex()}"  # not secrets: hmac/hashlib cost a launch ~5 ms
 
 
 def prepare_output_dir(spec: JobSpec) -> Path | None:
@@ -159,15 +208,102 @@ def finish_backend(backend, result: JobResult) -> dict:
     return workers
 
 
-def diagnose_lost_workers(backend, result: JobResult) -> dict[str, str]:
-    """A failed job whose workers disappeared failed because of that, in every mode alike."""
-    if result.exit_code in (0, EXIT_TIMEOUT):
-        return {}
-    lost = backend.lost_workers()
-    if lost:
-        result.exit_code = EXIT_WORKER_LOST
-        result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
+def diagnose_lost_workers(backend, workload: Workload, result: JobResult,
+                          seen: dict[str, str]) -> list[LostWorker]:
+    """A failed job whose workers disappeared failed because of that, in every mode alike.
+
+    ``seen``: what the watch found during the run (it stopped the workload).
+    The lost workers lead the failure text; what the MPI runtime or the task
+    made of it follows, as the tail.
+    """
+    if not seen and result.exit_code in (0, EXIT_TIMEOUT):
+        return []
+    reasons = seen or backend.lost_workers(settle=True)
+    if not reasons:
+        return []
+    facts = backend.describe_workers()
+    lost = [LostWorker(worker=name, reason=why, where=worker_location(facts.get(name) or {}),
+                       units=workload.units_on(name))
+            for name, why in sorted(reasons.items())]
+    result.exit_code = EXIT_WORKER_LOST
+    result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
     return lost
+
+
+def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[LostWorker]) -> bool:
+    """Relaunch on the same allocation? After a lost worker, or a failed rank with --retry-rank-failures."""
+    if attempts_done > spec.retries or exit_code in (0, EXIT_TIMEOUT, EXIT_PLACEMENT):
+        return False
+    return bool(lost) or spec.retry_rank_failures
+
+
+def attempt_record(number: int, t0: float, t_start: float, result: JobResult, lost: list[LostWorker]) -> dict:
+    """One entry of report.json's ``attempts``: when it ran (seconds since mpilaunch started) and why it ended."""
+    return {
+        "attempt": number,
+        "started_s": round(t_start - t0, 3),
+        "ended_s": round(time.monotonic() - t0, 3),
+        "exit_code": result.exit_code,
+        "failure": (result.failure or "").split("\n", 1)[0] or None,
+        "lost_workers": [w.worker for w in lost],
+    }
+
+
+def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], number: int) -> None:
+    """Replace the lost workers (new pod, container or agent, same name) and start the workload again."""
+    spec = run.spec
+    names = [w.worker for w in lost]
+    what = f"replacing {', '.join(names)}" if names else "on the same workers"
+    print(f"mpilaunch: attempt {number} of {spec.retries + 1}: relaunching {what} "
+          f"(attempt {number - 1}: {(run.result.failure or '').splitlines()[0] if run.result.failure else 'failed'})",
+          file=run.stderr, flush=True)
+    workload.stop()
+    workload.reset()
+    if names:
+        backend.replace_workers(names)
+        with WaitProgress(f"waiting for {len(names)} replacement worker" + ("s" if len(names) > 1 else ""),
+                          run.stderr, quiet=run.quiet) as progress:
+            backend.wait_ready(time.monotonic() + spec.start_timeout, progress)
+        write_context(run.context_file, workload.job_name, backend)
+    workload.start(run)
+
+
+class LostWorkerWatch:
+    """Asks the backend every few seconds whether a worker disappeared, and stops the workload if one did.
+
+    Without it a lost worker is noticed only when the MPI runtime notices,
+    and some never do: hydra can wait forever for a dead proxy, and the
+    processes of a deleted kwok pod outlive it. Only the backend's
+    authoritative signs count here (a pod gone or failed, a container ended,
+    an agent process exited), never a slow answer.
+    """
+
+    def __init__(self, backend, workload: Workload, interval: float = WATCH_INTERVAL_S):
+        self.backend = backend
+        self.workload = workload
+        self.interval = interval
+        self.lost: dict[str, str] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lost-worker-watch", daemon=True)
+
+    def __enter__(self) -> "LostWorkerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join(timeout=self.interval + 30)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                lost = self.backend.lost_workers()
+            except Exception:  # a flaky API call is no verdict; ask again next time
+                continue
+            if lost and not self._done.is_set():
+                self.lost = lost
+                self.workload.stop()
+                return
 
 
 def write_report(path: Path, report: dict) -> None:

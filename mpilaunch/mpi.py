@@ -28,6 +28,17 @@ MIN_NUM_CONCURRENT = 128
 # PRRTE's routing tree needs a radix at least this large for wide flat launches
 # (field notes: N=96 hangs with the default).
 MIN_ROUTED_RADIX = 64
+# PRRTE (Open MPI 5's runtime, 3.0.x up to at least 3.0.14 in Open MPI
+# 5.0.11) forks ranks on up to 16 launch threads per daemon and stores the
+# child's pid only after fork() returns there, while SIGCHLD is reaped on
+# the progress thread with waitpid(-1) and matched by that pid. A rank that
+# exits before the store (a short command, or the launch thread merely
+# descheduled on a busy machine) is reaped, matches nothing and is never
+# reported: the daemon waits for it forever and so does mpirun (seen: 16-pod
+# `mpirun true` through kwok stalled in half the runs; openpmix/prrte#2713).
+# With no launch threads the fork runs on the progress thread itself, which
+# cannot reap before the pid is stored.
+PRRTE_SPAWN_ON_PROGRESS_THREAD = {"odls_base_max_threads": "0"}
 
 
 @dataclass(frozen=True)
@@ -305,6 +316,8 @@ def build_mpirun(
             f"{plm}_num_concurrent": concurrent,
             "routed_radix": str(max(MIN_ROUTED_RADIX, hosts + 1)),
         }
+        if info.major >= 5:
+            params.update(PRRTE_SPAWN_ON_PROGRESS_THREAD)
         env.update({env_prefix + k: v for k, v in params.items()})
         for key, value in params.items():
             argv += [mca, key, value]
@@ -312,7 +325,12 @@ def build_mpirun(
             if name in values:
                 argv += ["-x", f"{name}={values[name]}"]
     else:
-        argv = [info.path, "-n", str(ranks), "-f", hostfile]
+        # Intel's -f reads host names only and fills each host with as many
+        # ranks as the launching machine has cores (seen: --np 2 on two
+        # 1-slot workers put both on the first); its -machinefile honours
+        # ``host:n``. MPICH's -f honours ``host:n`` itself.
+        hostfile_opt = "-machinefile" if info.flavour == "intel" else "-f"
+        argv = [info.path, "-n", str(ranks), hostfile_opt, hostfile]
         if info.flavour == "intel":
             argv += ["-bootstrap", "rsh", "-bootstrap-exec", shim]
         else:
@@ -374,7 +392,9 @@ def _first_paragraphs(block: list[str]) -> str:
     return " ".join(text.split())
 
 
-_ERRORISH = re.compile(r"\berror\b|not found|No such file|Segmentation fault|denied|cannot|failed", re.I)
+_ERRORISH = re.compile(r"\berror\b|not found|No such file|Segmentation fault|denied|cannot|unable to|failed", re.I)
+# A hydra proxy's own line (MPICH, Intel MPI): "[proxy:0:1@HOST] FUNC (file.c:111): message"
+_HYDRA_PROXY = re.compile(r"^\[proxy:[\d:]+@([^\]\s]+)\] (?:\S+ \([^)]*\): )?(.*)$")
 
 
 def daemon_error(lines: list[str]) -> str | None:
@@ -395,6 +415,9 @@ def daemon_error(lines: list[str]) -> str | None:
         in_block.update(b)
     stray = [l.strip() for l in lines if l not in in_block and not _HELP_RULE.match(l.strip())
              and not _DAEMON_LINE.match(l) and _ERRORISH.search(l)]
+    proxy = [m for m in map(_HYDRA_PROXY.match, stray) if m]
+    if not specific and proxy:  # a proxy's own words before mpiexec's about it
+        return f"on {proxy[0].group(1)}: {proxy[0].group(2)}"
     text = (specific or stray or texts or [None])[0]
     if text is None:
         return None

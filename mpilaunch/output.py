@@ -30,6 +30,7 @@ class RankOutput:
         # job.py sets this to a function returning the placement mismatch seen so
         # far (or None); launch loops stop mpirun as soon as it returns one.
         self.placement_check = None
+        self.cancelled = False  # set by cancel(): mpilaunch stopped following this run
         # phases seen here (phases.py): first_rank_start, first_output, last_status (monotonic)
         self.times: dict[str, float] = {}
         self._logs: dict[int, object] = {}
@@ -89,6 +90,14 @@ class RankOutput:
     def misplaced(self):
         """The placement mismatch seen so far, None if none (or verification is off)."""
         return None if self.placement_check is None else self.placement_check()
+
+    def cancel(self) -> None:
+        """The run is over for mpilaunch (a worker was lost): loops following a launcher in the cluster stop."""
+        self.cancelled = True
+
+    def abandoned(self) -> bool:
+        """Stop following the run: it was cancelled, or ranks run elsewhere than planned."""
+        return self.cancelled or self.misplaced() is not None
 
     def pump(self, stream: str, pipe) -> threading.Thread:
         def run():

@@ -1,4 +1,4 @@
-"""Per-rank wrapper: ``python -m mpilaunch.rank [--bind-gpus] -- CMD...``.
+"""Per-rank wrapper: ``python -m mpilaunch.rank [--bind-gpus] [--linger-ms N] -- CMD...``.
 
 mpirun starts this in place of the user's program on every rank. It prints
 one start line on stderr (rank, local rank, size, worker, host: what mpilaunch
@@ -7,15 +7,15 @@ it, and prints one status line on stderr that the launcher reads from
 mpirun's tagged output. That is how mpilaunch knows *where* every rank runs
 and *which* rank failed, on which worker, with which exit code, for every MPI
 flavour alike (mpirun's own exit code and messages differ).
-Standard library only: one of these starts per rank.
+Standard library only, and few modules of it: one of these starts per
+rank, so the program is started with ``os.posix_spawnp`` (no ``subprocess``)
+and ``re`` is imported only by the parsers, which run in mpilaunch itself.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -24,7 +24,10 @@ START_PREFIX = "mpilaunch-rank-start:"
 UNKNOWN = "?"  # a value the rank's environment does not give
 # Not under any worker's agent or pod: mpirun forked the rank next to itself.
 NO_WORKER = UNKNOWN
-STATUS_LINGER_S = 0.1
+# Open MPI 4's daemon can drop a process's last output when it reaps the
+# process before draining its pipe (seen: 1 status line in ~4 runs lost).
+# mpilaunch passes --linger-ms for that MPI only: a pause costs every rank.
+OPENMPI4_LINGER_MS = 100
 
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 _LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
@@ -42,7 +45,7 @@ def format_status(rank: str, worker: str, code: int) -> str:
     return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}"
 
 
-_STATUS_RE = re.compile(re.escape(STATUS_PREFIX) + r" rank=(\d+) worker=(\S+) exit=(-?\d+)")
+_STATUS_PATTERN = r" rank=(\d+) worker=(\S+) exit=(-?\d+)"
 
 
 def parse_status(text: str) -> tuple[int, str, int] | None:
@@ -52,7 +55,9 @@ def parse_status(text: str) -> tuple[int, str, int] | None:
     unterminated tail of an earlier write, or a stray tag (hydra: "exit=7[3] ")
     around it.
     """
-    m = _STATUS_RE.search(text)
+    import re  # cached after the first line; keeps the wrapper's start light
+
+    m = re.search(re.escape(STATUS_PREFIX) + _STATUS_PATTERN, text)
     if m is None:
         return None
     return int(m[1]), m[2], int(m[3])
@@ -68,14 +73,14 @@ def format_start(environ) -> str:
     return f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host}"
 
 
-_START_RE = re.compile(
-    re.escape(START_PREFIX) + r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"
-)
+_START_PATTERN = r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"
 
 
 def parse_start(text: str) -> tuple[int, int | None, int | None, str, str] | None:
     """The start line -> (rank, local rank, size, worker, host); unknown numbers are None."""
-    m = _START_RE.search(text)
+    import re
+
+    m = re.search(re.escape(START_PREFIX) + _START_PATTERN, text)
     if m is None:
         return None
     number = lambda v: None if v == UNKNOWN else int(v)  # noqa: E731
@@ -108,37 +113,46 @@ def program_env(environ, bind: bool) -> dict:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bind = False
+    linger_s = 0.0
     while argv and argv[0] != "--":
-        if argv[0] == "--bind-gpus":
+        option = argv.pop(0)
+        if option == "--bind-gpus":
             bind = True
-        argv.pop(0)
+        elif option == "--linger-ms" and argv:
+            linger_s = int(argv.pop(0)) / 1000
     command = argv[1:]
     env = program_env(os.environ, bind)
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     print(format_start(env), file=sys.stderr, flush=True)
     try:
-        # close_fds=False: MPICH's PMI hands each rank its connection as an
-        # inherited descriptor (PMI_FD); closing it breaks MPI_Init.
-        child = subprocess.Popen(command, env=env, close_fds=False)
-    except OSError as e:
-        print(f"mpilaunch: error: rank {rank}: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
+        # Every descriptor is inherited: MPICH's PMI hands each rank its
+        # connection as one (PMI_FD); closing it breaks MPI_Init. Python
+        # ignores SIGPIPE and SIGXFSZ; the program gets the defaults back.
+        pid = os.posix_spawnp(command[0], command, env,
+                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    except (OSError, IndexError) as e:
+        what = repr(command[0]) if command else "a program (none given after --)"
+        why = getattr(e, "strerror", None) or "empty command"
+        print(f"mpilaunch: error: rank {rank}: cannot start {what}: {why}", file=sys.stderr)
         print(format_status(rank, worker, 127), file=sys.stderr, flush=True)
         return 127
 
     def forward(signum, _frame):
-        child.send_signal(signum)
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
-    code = child.wait()
+    _, status = os.waitpid(pid, 0)  # retried after a forwarded signal (PEP 475)
+    code = os.waitstatus_to_exitcode(status)
     if code < 0:
         code = 128 - code
     print(format_status(rank, worker, code), file=sys.stderr, flush=True)
-    # Open MPI 4's daemon can drop a process's last output when it reaps the
-    # process before draining the pipe (seen: 1 status line in ~4 runs lost);
-    # a short pause lets the daemon read the line first.
-    time.sleep(STATUS_LINGER_S)
+    if linger_s:
+        time.sleep(linger_s)  # lets the daemon read the line first (OPENMPI4_LINGER_MS)
     return code
 
 

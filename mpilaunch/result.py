@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 EXIT_TIMEOUT = 124
-# A worker disappeared: the exec channel's own code for a lost connection
-# (the shim's, as ssh's), whatever the workload saw of it.
-EXIT_WORKER_LOST = 255
+# A worker disappeared (its pod deleted or evicted, its container killed, its
+# agent gone): the cluster's fault, not the program's. Distinct from a rank's
+# own code and from mpirun's generic 255, which used to hide the cause.
+EXIT_WORKER_LOST = 5
 
 
 @dataclass
@@ -36,6 +37,49 @@ def timeout_failure(timeout: float | None) -> str:
     return f"the job ran past --timeout {timeout:g}s and was stopped"
 
 
-def lost_workers_failure(lost: dict[str, str]) -> str:
-    """``worker W was lost: its agent was killed by SIGKILL`` (one line per worker)."""
-    return "\n".join(f"worker {name} was lost: {why}" for name, why in sorted(lost.items()))
+@dataclass(frozen=True)
+class LostWorker:
+    """A worker that disappeared during the run, as the backend saw it."""
+
+    worker: str
+    reason: str  # the backend's words: "Evicted: ...", "OOMKilled (exit 137)", "its agent was killed by SIGKILL"
+    where: str | None = None  # "pod P on node N", "container C on host H", "agent pid P on localhost"
+    units: str | None = None  # what ran there: "ranks 2-3", "task worker:1"
+
+    def line(self) -> str:
+        where = f" ({self.where})" if self.where else ""
+        units = f"; {self.units} ran there" if self.units else ""
+        return f"worker {self.worker}{where} was lost: {self.reason}{units}"
+
+
+def lost_workers_failure(lost: list[LostWorker]) -> str:
+    """One line per lost worker, in worker order: what the summary and report.json lead with."""
+    return "\n".join(w.line() for w in sorted(lost, key=lambda w: w.worker))
+
+
+def worker_location(facts: dict) -> str | None:
+    """Where a worker lived, from the backend's ``describe_workers`` facts (any backend)."""
+    host = facts.get("node") or facts.get("host")
+    on = f" on {'node ' if facts.get('node') else ''}{host}" if host else ""
+    if facts.get("pod"):
+        return f"pod {facts['pod']}{on}"
+    if facts.get("container"):
+        return f"container {facts['container']}{on}"
+    if facts.get("pid"):
+        return f"agent pid {facts['pid']}{on}"
+    return host or None
+
+
+def number_ranges(numbers) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
+    out, run = [], []
+    for n in sorted(set(numbers)):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [n]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import UsageError
+from .orphan import DEFAULT_ORPHAN_TIMEOUT, MIN_ORPHAN_TIMEOUT
 
 BACKENDS = ("local", "k8s", "yarn")
 MPI_FLAVOURS = ("auto", "openmpi", "mpich", "intel")
@@ -82,11 +83,15 @@ class JobSpec:
     name: str | None = None
     start_timeout: float = 300.0
     timeout: float | None = None
+    orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT  # cluster backends: reap the job this long after mpilaunch vanished
     output_dir: str | None = None
     dry_run: bool = False
     bind_gpus: bool = False
     hostfile: str | None = None
     verify: bool = True  # check every rank's placement against the plan
+    detach: bool = False  # submit and exit; the launcher in the cluster runs the job to its end
+    retries: int = 0  # relaunch mpirun on the same allocation after a lost worker, this many times
+    retry_rank_failures: bool = False  # ... and after a rank failure too
     mode: str = "allreduce"
     k8s: K8sOptions = field(default_factory=K8sOptions)
     yarn: YarnOptions = field(default_factory=YarnOptions)
@@ -122,6 +127,15 @@ class JobSpec:
                 f"--timeout must be positive, got {self.timeout:g}",
                 "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out",
             )
+        if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
+            raise UsageError(
+                f"--orphan-timeout must be a finite number of seconds, at least {MIN_ORPHAN_TIMEOUT:g}; "
+                f"got {self.orphan_timeout:g}",
+                f"give the seconds the cluster waits for a vanished mpilaunch, e.g. --orphan-timeout "
+                f"{DEFAULT_ORPHAN_TIMEOUT:g}",
+            )
+        self._check_detach()
+        self._check_retries()
         if self.name is not None and not _NAME_RE.match(self.name):
             raise UsageError(
                 f"invalid job name {self.name!r}",
@@ -134,6 +148,39 @@ class JobSpec:
                 raise UsageError(
                     f"invalid -x {item!r}", "use -x NAME or -x NAME=VALUE with a valid variable name"
                 )
+
+    def _check_detach(self) -> None:
+        if not self.detach:
+            return
+        if self.backend == "local":
+            raise UsageError("--detach needs a cluster backend: local workers are processes of this mpilaunch",
+                             "use --backend k8s or --backend yarn, or run without --detach")
+        if self.launcher == "local":
+            raise UsageError("--detach needs the launcher in the cluster, not --launcher local",
+                             "drop --launcher local (the cluster launcher is the default)")
+        if self.mode == "ps":
+            raise UsageError("--detach runs mpirun jobs; PS jobs are driven from this machine",
+                             "run the PS job without --detach")
+        if self.dry_run:
+            raise UsageError("--detach and --dry-run exclude each other", "drop one of them")
+
+    def _check_retries(self) -> None:
+        if self.retries < 0:
+            raise UsageError(f"--retries must be 0 or more, got {self.retries}",
+                             "give how many times to relaunch after a lost worker, e.g. --retries 2")
+        if self.retry_rank_failures and not self.retries:
+            raise UsageError("--retry-rank-failures needs --retries N", "add --retries 1 (or more)")
+        if not self.retries:
+            return
+        if self.mode == "ps":
+            raise UsageError("--retries relaunches mpirun jobs, not PS jobs",
+                             "PS jobs recover through TensorFlow's own fault tolerance; drop --retries")
+        if self.backend == "yarn":
+            raise UsageError("--retries works with the local and k8s backends, not yet with yarn",
+                             "drop --retries; a YARN job fails with exit 5 naming the lost container")
+        if self.backend != "local" and self.launcher != "local":
+            raise UsageError(f"--retries needs mpirun on this machine with --backend {self.backend}",
+                             "add --launcher local (the cluster-side launcher cannot replace workers yet)")
 
     def to_dict(self) -> dict:
         return _as_dict(self)

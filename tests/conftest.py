@@ -13,6 +13,7 @@ the test instead of skipping it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import sysconfig
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from helpers import mpilaunch_env
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("MPILAUNCH_CACHE", Path.home() / ".cache"))
@@ -97,3 +100,95 @@ def fake_nvidia_smi(tmp_path):
     script.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n3\\n'\n")
     script.chmod(0o755)
     return str(tmp_path)
+
+
+# ------------------------------------------------------------------ cluster testbeds
+# Here, not in test_k8s.py / test_yarn.py: a fixture imported into another
+# test module is a second fixture there, and each started its own testbed.
+
+class _Attached:
+    """A cluster started elsewhere (``cluster up``), with the KubeCluster helpers."""
+
+    def __init__(self, workdir: str):
+        from testbeds.k8s.cluster import KubeCluster
+
+        state = json.loads(Path(workdir, "cluster.json").read_text())
+        c = KubeCluster.__new__(KubeCluster)
+        c.workdir = Path(workdir)
+        c.kubeconfig = Path(state["kubeconfig"])
+        c.server = state["server"]
+        c.kubectl_bin = state["kubectl"]
+        c.marker = state["marker"]
+        c.exec_dir = Path(state["exec_dir"])
+        c._procs = {}  # started elsewhere: nothing of ours to watch
+        c.pki = type("Pki", (), {"ca_crt": Path(workdir, "pki", "ca.crt")})()
+        self.cluster = c
+
+
+@pytest.fixture(scope="session")
+def kube():
+    try:
+        from testbeds.k8s.cluster import KubeCluster
+    except ImportError as e:
+        require(f"Kubernetes testbed not importable: {e}")
+    try:
+        import jinja2  # noqa: F401
+        import kubernetes  # noqa: F401
+    except ImportError as e:
+        require(f"the k8s extra is not installed ({e.name}): pip install 'mpilaunch[k8s]'")
+    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
+    if shared:
+        yield _Attached(shared).cluster
+        return
+    cluster = KubeCluster()
+    try:
+        cluster.start()
+        cluster.create_nodes(16, gpus=8)
+    except Exception as e:  # the testbed's own error names the cause (no binaries, no openssl, ...)
+        cluster.stop()
+        require(f"Kubernetes testbed did not start: {e}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def k8s_env(kube, openmpi5):
+    env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable)
+    return env
+
+
+@pytest.fixture(scope="session")
+def yarn():
+    try:
+        from testbeds.yarn.cluster import YarnCluster
+    except ImportError as e:
+        require(f"YARN testbed not importable: {e}")
+    try:
+        import skein  # noqa: F401
+    except ImportError:
+        require("skein not installed (pip install 'mpilaunch[yarn]')")
+    shared = os.environ.get("MPILAUNCH_YARN_TESTBED_DIR")
+    cluster = None
+    try:
+        if shared:
+            cluster = YarnCluster.attach(shared)
+        else:
+            cluster = YarnCluster(num_nodemanagers=3).start()
+    except Exception as e:  # the testbed's own error names the cause
+        require(f"YARN testbed did not start: {e}")
+    yield cluster
+    if not shared:
+        cluster.stop(graceful=False)
+
+
+@pytest.fixture
+def openmpi_env(openmpi5, yarn):
+    return {"env": mpilaunch_env(openmpi5, **yarn.env) | {"PATH": os.pathsep.join(
+        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": openmpi5.mpirun}
+
+
+@pytest.fixture
+def intel_env(intel, yarn):
+    """Intel MPI (impi-rt) and its mpi4py; nothing Intel-specific is passed to the job."""
+    return {"env": mpilaunch_env(intel, **yarn.env) | {"PATH": os.pathsep.join(
+        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": intel.mpirun}

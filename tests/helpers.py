@@ -46,6 +46,25 @@ def leftover_processes(job_name: str) -> list[str]:
     return found
 
 
+def wait_started(proc, count: int, text: str = "started", timeout: float = 180) -> list[str]:
+    """Read a running job's stdout until ``count`` lines contain ``text``; the lines read.
+
+    Fails with the job's stderr when it ended first, or says what never came.
+    """
+    seen, started = [], 0
+    deadline = time.monotonic() + timeout
+    while started < count and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        started += text in line
+    if started < count:
+        why = proc.stderr.read() if proc.poll() is not None else f"{count - started} of {count} units did not start"
+        raise AssertionError("".join(seen)[-2000:] + why[-3000:])
+    return seen
+
+
 def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
     """Poll ``pred`` until it returns something true (returned), or fail naming ``what``."""
     deadline = time.monotonic() + timeout

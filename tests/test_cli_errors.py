@@ -33,6 +33,18 @@ CASES = {
     "unknown-mpi": (["--np", "2", "--mpi", "lam", "--", "true"], "unknown MPI flavour"),
     "cluster-launcher-local": (["--np", "2", "--launcher", "cluster", "--", "true"], "--launcher cluster needs a cluster backend"),
     "bad-name": (["--np", "2", "--name", "Bad_Name", "--", "true"], "invalid job name"),
+    "bad-orphan-timeout": (["--backend", "k8s", "--np", "2", "--orphan-timeout", "1", "--", "true"],
+                           "--orphan-timeout must be a finite number of seconds, at least 3"),
+    "negative-retries": (["--np", "2", "--retries", "-1", "--", "true"], "--retries must be 0 or more"),
+    "retry-rank-failures-alone": (["--np", "2", "--retry-rank-failures", "--", "true"], "needs --retries N"),
+    "retries-ps": (["--mode", "ps", "--workers", "2", "--retries", "1", "--", "true"], "not PS jobs"),
+    "retries-cluster-launcher": (["--np", "2", "--backend", "k8s", "--image", "x", "--retries", "1", "--", "true"],
+                                 "--retries needs mpirun on this machine with --backend k8s"),
+    "detach-local": (["--np", "2", "--detach", "--", "true"], "--detach needs a cluster backend"),
+    "detach-local-launcher": (["--np", "2", "--backend", "k8s", "--image", "x", "--launcher", "local", "--detach",
+                               "--", "true"], "--detach needs the launcher in the cluster"),
+    "retries-yarn": (["--np", "2", "--backend", "yarn", "--launcher", "local", "--retries", "1", "--", "true"],
+                     "not yet with yarn"),
 }
 
 

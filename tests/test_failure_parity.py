@@ -11,11 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import REPO, leftover_processes, mpilaunch_env
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_started
+from mpilaunch.result import EXIT_WORKER_LOST
 
 pytestmark = pytest.mark.mpi
 
@@ -24,15 +24,32 @@ MODES = {
     "mpirun": ["--np", "2", "--slots-per-worker", "1"],
     "ps": ["--mode", "ps", "--workers", "2"],
 }
+LOST_UNITS = {"mpirun": "rank 1", "ps": "task worker:1"}
 COMMON_FIELDS = {"job", "mode", "backend", "command", "plan", "workers", "exit_code", "failure", "timings",
                  "lost_workers"}
 
 
-def start(name, mode, out, **env):
-    cmd = [sys.executable, "-m", "mpilaunch", "--name", name, *MODES[mode], "-q", "--output-dir", str(out),
-           "--", sys.executable, PROGRAM]
-    return subprocess.Popen(cmd, cwd=REPO, env=mpilaunch_env(**env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+@pytest.fixture
+def start():
+    """Start mpilaunch; a test that fails half-way must not leave its job running for the next one."""
+    started = []
+
+    def start(name, mode, out, **env):
+        cmd = [sys.executable, "-m", "mpilaunch", "--name", name, *MODES[mode], "-q", "--output-dir", str(out),
+               "--", sys.executable, PROGRAM]
+        proc = subprocess.Popen(cmd, cwd=REPO, env=mpilaunch_env(**env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # mpilaunch's own teardown
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def first_error_line(err):
@@ -40,7 +57,7 @@ def first_error_line(err):
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_unit_exit_code_is_the_job_exit_code_in_both_modes(openmpi5, mode, tmp_path):
+def test_unit_exit_code_is_the_job_exit_code_in_both_modes(start, openmpi5, mode, tmp_path):
     name = f"parity-exit-{mode}"
     proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
                  FAIL_UNIT="1", FAIL_CODE="7")
@@ -55,27 +72,25 @@ def test_unit_exit_code_is_the_job_exit_code_in_both_modes(openmpi5, mode, tmp_p
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_lost_worker_is_reported_the_same_way_in_both_modes(openmpi5, mode, tmp_path):
+def test_lost_worker_is_reported_the_same_way_in_both_modes(start, openmpi5, mode, tmp_path):
     name = f"parity-lost-{mode}"
     proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
                  SLEEP="120")
-    started = 0
-    deadline = time.monotonic() + 120
-    while started < 2 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        started += "started" in line
-    assert started == 2, proc.stderr.read() if proc.poll() is not None else "units did not start"
+    wait_started(proc, 2, timeout=120)
     victim = agent_pid(f"{name}-worker-1")
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 255, out + err
-    assert first_error_line(err) == f"mpilaunch: error: worker {name}-worker-1 was lost: its agent was killed by SIGKILL"
+    assert proc.returncode == EXIT_WORKER_LOST == 5, out + err
+    # named first: which worker, where it lived, why, and what ran there
+    lost = (f"worker {name}-worker-1 (agent pid {victim} on localhost) was lost: its agent was killed by SIGKILL; "
+            f"{LOST_UNITS[mode]} ran there")
+    assert first_error_line(err) == f"mpilaunch: error: {lost}", err
     report = json.loads((tmp_path / "report.json").read_text())
     assert COMMON_FIELDS <= set(report) and report["mode"] == mode
-    assert report["exit_code"] == 255 and report["lost_workers"] == [f"{name}-worker-1"]
-    assert report["failure"].splitlines()[0] == f"worker {name}-worker-1 was lost: its agent was killed by SIGKILL"
+    assert report["exit_code"] == 5 and report["lost_workers"] == [f"{name}-worker-1"]
+    assert report["lost"] == [{"worker": f"{name}-worker-1", "reason": "its agent was killed by SIGKILL",
+                               "where": f"agent pid {victim} on localhost", "units": LOST_UNITS[mode]}]
+    assert report["failure"].splitlines()[0] == lost
     assert leftover_processes(name) == []
 
 

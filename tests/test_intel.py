@@ -86,6 +86,20 @@ def test_intel_failing_rank_is_named_and_nothing_is_left_behind(intel, tmp_path)
     assert leftover_processes(name) == []
 
 
+def test_intel_one_slot_workers_get_one_rank_each(intel):
+    """Intel's hydra fills a host with as many ranks as the launching machine
+    has cores unless it reads ``host:n`` from a machinefile (-f does not):
+    2 ranks on 2 one-slot workers must land one per worker."""
+    name = "intel-one-slot"
+    proc = run_mpilaunch(["--name", name, "--np", "2", "--slots-per-worker", "1", "-q",
+                          "--", sys.executable, "tests/programs/placement.py"], intel)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranks = sorted((json.loads(line[line.find("{"):]) for line in proc.stdout.splitlines() if '"rank"' in line),
+                   key=lambda r: r["rank"])
+    assert [r["worker"] for r in ranks] == [f"{name}-worker-0", f"{name}-worker-1"]
+    assert leftover_processes(name) == []
+
+
 def test_intel_large_allreduce_between_workers(intel):
     """8 MiB allreduces between two workers sharing this machine (shm names, fabric selection)."""
     program = (

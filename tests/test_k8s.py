@@ -30,62 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env, wait_for
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 
 pytestmark = pytest.mark.k8s
 
-KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs"
-
-
-class _Attached:
-    """A cluster started elsewhere (``cluster up``), with the KubeCluster helpers."""
-
-    def __init__(self, workdir: str):
-        from testbeds.k8s.cluster import KubeCluster
-
-        state = json.loads(Path(workdir, "cluster.json").read_text())
-        c = KubeCluster.__new__(KubeCluster)
-        c.workdir = Path(workdir)
-        c.kubeconfig = Path(state["kubeconfig"])
-        c.server = state["server"]
-        c.kubectl_bin = state["kubectl"]
-        c.marker = state["marker"]
-        c.exec_dir = Path(state["exec_dir"])
-        c.pki = type("Pki", (), {"ca_crt": Path(workdir, "pki", "ca.crt")})()
-        self.cluster = c
-
-
-@pytest.fixture(scope="session")
-def kube():
-    try:
-        from testbeds.k8s.cluster import KubeCluster
-    except ImportError as e:
-        require(f"Kubernetes testbed not importable: {e}")
-    try:
-        import jinja2  # noqa: F401
-        import kubernetes  # noqa: F401
-    except ImportError as e:
-        require(f"the k8s extra is not installed ({e.name}): pip install 'mpilaunch[k8s]'")
-    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
-    if shared:
-        yield _Attached(shared).cluster
-        return
-    cluster = KubeCluster()
-    try:
-        cluster.start()
-        cluster.create_nodes(16, gpus=8)
-    except Exception as e:  # the testbed's own error names the cause (no binaries, no openssl, ...)
-        cluster.stop()
-        require(f"Kubernetes testbed did not start: {e}")
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def k8s_env(kube, openmpi5):
-    env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable)
-    return env
+KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases"
 
 
 def give_pods_their_env(kube, job: str, workers: int, root: Path) -> None:
@@ -231,6 +180,54 @@ def test_allreduce_runs_on_its_pods_through_the_exec_api(kube, k8s_env, tmp_path
     assert leftover_processes(job) == []
 
 
+def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, openmpi5, tmp_path):
+    """Ranks that exit at once (`true`), one per pod on 16 pods, through the
+    job's relay, 4 launches in a row with the argv mpilaunch builds: each must
+    end. Open MPI 5's daemons used to lose such a rank (reaped before its pid
+    was recorded, mpi.PRRTE_SPAWN_ON_PROGRESS_THREAD) and mpirun then waited
+    forever: about half of these launches stalled (benchmarks/bench_k8s.py P4b)."""
+    from mpilaunch import hostfile, mpi
+    from mpilaunch.backends import k8s_relay
+    from mpilaunch.backends.k8s_api import resolve
+    from mpilaunch.rsh_agent.shim import write_launcher
+
+    job, n = "k8s-instant", 16
+    pods = [f"{job}-{i}" for i in range(n)]
+    for p in pods:
+        (tmp_path / p).mkdir()
+    kube.apply([kube.pod_exec(p, env={"TMPDIR": str(tmp_path / p)}) for p in pods])
+    kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": p, "labels": {"test": job}},
+                 "spec": {"nodeSelector": {"type": "kwok"}, "containers": [{"name": "worker", "image": "none"}]}}
+                for p in pods])
+    relay = None
+    try:
+        kube.wait_pods(selector=f"test={job}", count=n, timeout=120)
+        context = {"transport": "k8s", **resolve(str(kube.kubeconfig), None, "default", tmp_path),
+                   "container": "worker", "workers": {p: {"pod": p} for p in pods}}
+        relay, path = k8s_relay.start(context, tmp_path)
+        (tmp_path / "context.json").write_text(json.dumps({**context, "relay": path}))
+        info = mpi.detect(openmpi5.mpirun)
+        (tmp_path / "hostfile").write_text(hostfile.render([(p, 1) for p in pods], info.hostfile_flavour))
+        command = mpi.build_mpirun(info, ranks=n, hosts=n, hostfile=str(tmp_path / "hostfile"),
+                                   shim=write_launcher(str(tmp_path / "mpilaunch-rsh")), command=["true"],
+                                   environ=k8s_env, as_root=os.geteuid() == 0)
+        env = {**k8s_env, **command.env, "MPILAUNCH_CONTEXT": str(tmp_path / "context.json"), "TMPDIR": str(tmp_path)}
+        for attempt in range(4):
+            proc = subprocess.Popen(command.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                _out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                pytest.fail(f"launch {attempt} over {n} pods did not end in 30 s")
+            assert proc.returncode == 0, err[-2000:]
+    finally:
+        k8s_relay.stop(relay)
+        kube.kubectl("delete", "pods", "-l", f"test={job}", "--wait=false", check=False)
+        kube.kubectl("delete", "--ignore-not-found", "--wait=false", *[f"exec/{p}" for p in pods], check=False)
+
+
 @pytest.mark.mpi
 def test_intel_allreduce_on_pods_through_the_exec_api(kube, intel, tmp_path):
     """Intel MPI's hydra proxies exec'd into 2 pods; mpi4py on Intel's library, placement verified."""
@@ -297,14 +294,7 @@ def test_ctrl_c_releases_everything(kube, k8s_env, tmp_path):
         proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
                       "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
                       "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
-        started = 0
-        deadline = time.monotonic() + 120
-        while started < 4 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            started += "started" in line
-        assert started == 4, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+        wait_started(proc, 4, timeout=120)
         status = subprocess.run([sys.executable, "-m", "mpilaunch", "status", job, "--backend", "k8s"],
                                 cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=60)
         assert status.returncode == 0 and f"{job}-worker-1" in status.stdout and "Running" in status.stdout
@@ -334,7 +324,8 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
     assert applied.returncode == 0, applied.stderr
     for kind in ("configmap/k8s-render ", "serviceaccount/k8s-render-launcher", "role.rbac.authorization.k8s.io/k8s-render-launcher",
                  "rolebinding.rbac.authorization.k8s.io/k8s-render-launcher", "service/k8s-render ",
-                 "pod/k8s-render-worker-3 ", "job.batch/k8s-render-launcher"):
+                 "pod/k8s-render-worker-3 ", "job.batch/k8s-render-launcher", "lease.coordination.k8s.io/k8s-render ",
+                 "serviceaccount/k8s-render-reaper", "job.batch/k8s-render-reaper"):
         assert kind in applied.stdout + " ", applied.stdout
     assert leftover_objects(kube, job, timeout=0) == []
     # gang scheduling: rendered (the PodGroup CRDs are not installed in the testbed)
@@ -355,12 +346,12 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
 # ------------------------------------------------------------------ cluster launcher and RBAC
 
 
-def _access(kube, sa: str, verb: str, resource: str, name: str, subresource: str = "") -> bool:
+def _access(kube, sa: str, verb: str, resource: str, name: str, subresource: str = "", group: str = "") -> bool:
     review = {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": f"system:serviceaccount:default:{sa}",
                  "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"],
-                 "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource,
+                 "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "group": group,
                                         "subresource": subresource, "name": name}},
     }
     out = kube.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(review))
@@ -453,3 +444,211 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         forget_pod_env(kube, other, 1)
     assert leftover_objects(kube, job) == []
     assert leftover_objects(kube, other) == []
+
+
+# ------------------------------------------------------------------ SIGKILL of mpilaunch: the cluster reaps the job
+
+
+def in_cluster_env(kube, k8s_env, sa: str, sa_dir: Path) -> dict:
+    """A pod's in-cluster environment for ServiceAccount ``sa``: its TokenRequest token, the CA, the API address."""
+    sa_dir.mkdir(parents=True, exist_ok=True)
+    token = kube.kubectl("create", "token", sa, "--duration=10m").stdout.strip()
+    (sa_dir / "token").write_text(token)
+    (sa_dir / "ca.crt").write_bytes(Path(kube.pki.ca_crt).read_bytes())
+    (sa_dir / "namespace").write_text("default")
+    host, port = kube.server.rsplit("//", 1)[1].rsplit(":", 1)
+    env = {k: v for k, v in k8s_env.items() if k != "KUBECONFIG"}
+    env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port, MPILAUNCH_K8S_SA_DIR=str(sa_dir))
+    return env
+
+
+def run_reaper_pod(kube, k8s_env, job: str, tmp_path: Path) -> subprocess.Popen:
+    """Play the kubelet for the reaper pod: run its own command, with its own ServiceAccount's token."""
+    def reaper_pod():
+        pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper")["items"]
+        return pods[0] if pods else None
+
+    pod = wait_for(reaper_pod, 60, "the reaper pod")
+    (container,) = pod["spec"]["containers"]
+    assert pod["spec"]["serviceAccountName"] == f"{job}-reaper"
+    command = container["command"]
+    assert command[:3] == ["python3", "-m", "mpilaunch.launchers.reaper"]
+    env = in_cluster_env(kube, k8s_env, f"{job}-reaper", tmp_path / "reaper-sa")
+    return subprocess.Popen([sys.executable, *command[1:]], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def lease_renewals(kube, job: str, seconds: float) -> set[str]:
+    """The Lease's renewTime values seen over ``seconds``."""
+    seen, end = set(), time.monotonic() + seconds
+    while time.monotonic() < end:
+        seen.add(kube.get_json("lease", job)["spec"]["renewTime"])
+        time.sleep(0.5)
+    return seen
+
+
+ORPHAN_TIMEOUT = 10
+MARGIN = 20  # the reaper's poll, the garbage collector, kwok deleting pods
+
+
+def test_sigkill_local_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_path):
+    """--launcher local: SIGKILL of mpilaunch stops the Lease's renewals; the reaper pod deletes
+    the root after --orphan-timeout and garbage collection removes every object, with no
+    `mpilaunch delete`. kwok pods run no containers, so the test plays the kubelet for the
+    reaper pod: its own command runs on this host with its ServiceAccount's token, the
+    in-cluster credentials the cluster launcher's entry point uses in these tests (on the real
+    node the reaper pod itself runs: test_real_pods.py, sigkill)."""
+    job = "k8s-sigkill-local"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    reaper = None
+    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
+                  "--orphan-timeout", str(ORPHAN_TIMEOUT), "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    try:
+        wait_started(proc, 4)
+        reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
+        # the reaper's identity: this job's Lease and root, nothing else
+        sa = f"{job}-reaper"
+        lease_api = "coordination.k8s.io"
+        assert _access(kube, sa, "get", "leases", job, group=lease_api)
+        assert _access(kube, sa, "watch", "leases", job, group=lease_api)
+        assert not _access(kube, sa, "update", "leases", job, group=lease_api)
+        assert not _access(kube, sa, "get", "leases", "other-job", group=lease_api)
+        assert _access(kube, sa, "delete", "configmaps", job)
+        assert not _access(kube, sa, "delete", "configmaps", "other-job")
+        assert not _access(kube, sa, "get", "pods", f"{job}-worker-0")
+        lease = kube.get_json("lease", job)
+        assert lease["metadata"]["ownerReferences"][0]["name"] == job
+        # renewed while attached, and the reaper leaves a renewed job alone
+        assert len(lease_renewals(kube, job, ORPHAN_TIMEOUT + 2)) >= 3
+        assert reaper.poll() is None and leftover_objects(kube, job, timeout=0)
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)  # not communicate(): mpirun, its child, still holds the pipes
+        t_kill = time.monotonic()
+        assert leftover_objects(kube, job, timeout=ORPHAN_TIMEOUT + MARGIN) == []
+        gone_s = time.monotonic() - t_kill
+        out, err = reaper.communicate(timeout=30)
+        assert reaper.returncode == 0, err
+        assert f"deleted job {job}: no heartbeat" in err and "--orphan-timeout 10s" in err
+        assert gone_s >= ORPHAN_TIMEOUT - 4, f"reaped {gone_s:.1f}s after SIGKILL: before the orphan timeout"
+        wait_for(lambda: leftover_processes(job) == [], MARGIN, "the job's processes to end")
+        print(f"{job}: objects gone {gone_s:.1f}s after SIGKILL, processes "
+              f"{time.monotonic() - t_kill:.1f}s (--orphan-timeout {ORPHAN_TIMEOUT})")
+    finally:
+        end_processes(proc, reaper)
+        forget_pod_env(kube, job, 2)
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)
+
+
+def end_processes(*procs) -> None:
+    """A failed test's own processes (their children may hold the pipes: no waiting for EOF)."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+        if p is not None:
+            try:
+                p.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_path):
+    """--launcher cluster: the same reaper (its own pod, not the launcher's: the launcher pod ends
+    with mpirun, and a job whose mpilaunch dies after that must be reaped too) deletes the job
+    after SIGKILL of the submitting mpilaunch. The test plays the kubelet for the launcher and
+    reaper pods (their commands with their ServiceAccounts' tokens on this host) and, as a
+    kubelet does for a deleted pod, SIGTERMs the launcher once its pod is gone."""
+    job = "k8s-sigkill-cl"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    launcher = reaper = None
+    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "cluster", "-q",
+                  "--orphan-timeout", str(ORPHAN_TIMEOUT), "--timeout", "600", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    try:
+        def launcher_pod():
+            pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
+            return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
+
+        pod = wait_for(launcher_pod, 120, "the launcher pod")
+        # --timeout is enforced by the cluster too: start timeout + timeout + margin
+        deadline_s = kube.get_json("job", f"{job}-launcher")["spec"]["activeDeadlineSeconds"]
+        assert deadline_s == 300 + 600 + 30
+        assert kube.get_json("pod", f"{job}-worker-1")["spec"]["activeDeadlineSeconds"] == deadline_s
+        (tmp_path / "launch.json").write_text(kube.get_json("configmap", job)["data"]["launch.json"])
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "mpilaunch.launchers.k8s", str(tmp_path / "launch.json")], cwd=REPO, text=True,
+            env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
+        assert "--deadline" in kube.get_json("job", f"{job}-reaper")["spec"]["template"]["spec"]["containers"][0]["command"]
+        wait_started(launcher, 4)
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        t_kill = time.monotonic()
+        wait_for(lambda: not kube.kubectl("get", "pod", pod["metadata"]["name"], "--ignore-not-found",
+                                          "-o", "name").stdout.strip(), ORPHAN_TIMEOUT + MARGIN, "the launcher pod's deletion")
+        launcher.send_signal(signal.SIGTERM)  # the kubelet's part
+        assert leftover_objects(kube, job, timeout=MARGIN) == []
+        gone_s = time.monotonic() - t_kill
+        _, err = reaper.communicate(timeout=30)
+        assert reaper.returncode == 0 and f"deleted job {job}: no heartbeat" in err, err
+        launcher.wait(timeout=30)
+        wait_for(lambda: leftover_processes(job) == [], MARGIN, "the job's processes to end")
+        print(f"{job}: objects gone {gone_s:.1f}s after SIGKILL (--orphan-timeout {ORPHAN_TIMEOUT})")
+    finally:
+        end_processes(proc, launcher, reaper)
+        forget_pod_env(kube, job, 2)
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)
+
+
+def test_timeout_is_enforced_by_the_cluster_after_sigkill(kube, k8s_env, tmp_path):
+    """--timeout outlives mpilaunch: with an orphan timeout far away, the reaper deletes the job
+    at --start-timeout + --timeout + 30 s, the deadline the pods and Job carry too. (The test
+    plays the kubelet for the reaper pod, as above.)"""
+    job = "k8s-sigkill-deadline"
+    give_pods_their_env(kube, job, 1, tmp_path)
+    reaper = None
+    proc = start(["--name", job, "--np", "2", "--launcher", "local", "-q", "--orphan-timeout", "600",
+                  "--start-timeout", "15", "--timeout", "15", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    try:
+        reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
+        t_reaper = time.monotonic()
+        assert kube.get_json("pod", f"{job}-worker-0")["spec"]["activeDeadlineSeconds"] == 60
+        wait_started(proc, 2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL, "mpilaunch ended the job itself before it was killed"
+        _, err = reaper.communicate(timeout=60 + MARGIN)
+        reaped_s = time.monotonic() - t_reaper
+        assert reaper.returncode == 0 and f"deleted job {job}: the job ran past its cluster-side deadline" in err, err
+        assert 60 - 3 <= reaped_s, f"reaped {reaped_s:.1f}s after the reaper started: before the deadline"
+        assert leftover_objects(kube, job, timeout=MARGIN) == []
+        wait_for(lambda: leftover_processes(job) == [], MARGIN, "the job's processes to end")
+        print(f"{job}: reaped {reaped_s:.1f}s after the reaper started (deadline 60 s)")
+    finally:
+        end_processes(proc, reaper)
+        forget_pod_env(kube, job, 1)
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", check=False)
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_a_detached_job_has_no_lease_or_reaper_but_keeps_the_deadline(tmp_path, detach):
+    """Nobody renews a detached job's heartbeat, so it gets no reaper (its launcher ends it);
+    --timeout still reaches the cluster as activeDeadlineSeconds. Rendering only: no cluster."""
+    from mpilaunch.backends.k8s import Backend
+    from mpilaunch.spec import JobSpec, K8sOptions, Plan, WorkerPlan
+
+    spec = JobSpec(command=("true",), backend="k8s", name="k8s-detached", np=2, timeout=100, detach=detach,
+                   k8s=K8sOptions(image="img", namespace="default"))
+    plan = Plan(job_name="k8s-detached", workers=(WorkerPlan(name="k8s-detached-worker-0", slots=2, gpus=0),))
+    objects = Backend(spec, plan, tmp_path).objects()
+    kinds = {(obj["kind"], obj["metadata"]["name"]) for _, obj in objects}
+    assert (("Lease", "k8s-detached") in kinds) == (not detach)
+    assert (("Job", "k8s-detached-reaper") in kinds) == (not detach)
+    pod = next(obj for _, obj in objects if obj["kind"] == "Pod")
+    launcher = next(obj for _, obj in objects if obj["metadata"]["name"] == "k8s-detached-launcher"
+                    and obj["kind"] == "Job")
+    assert pod["spec"]["activeDeadlineSeconds"] == launcher["spec"]["activeDeadlineSeconds"] == 300 + 100 + 30

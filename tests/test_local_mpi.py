@@ -95,6 +95,31 @@ def test_interrupt_leaves_no_process_behind(openmpi5, sig):
     assert leftover_processes(name) == []
 
 
+def test_sigkill_of_mpilaunch_leaves_no_process_behind(openmpi5):
+    """SIGKILL runs no cleanup code: the agents end themselves (--exit-with-pid), and mpirun,
+    the shims and every rank follow within seconds. No reaper or heartbeat is needed locally."""
+    from helpers import wait_for
+
+    name = "sigkill-local"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mpilaunch", "--name", name, "--np", "4", "--slots-per-worker", "2", "-q",
+         "--", sys.executable, "tests/programs/fail_rank.py"],
+        cwd=REPO, env=mpilaunch_env(openmpi5, FAIL_RANK="-1", SLEEP="300"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    started = 0
+    deadline = time.monotonic() + 90
+    while started < 4 and time.monotonic() < deadline:
+        started += "started" in proc.stdout.readline()
+    assert started == 4, "ranks did not start"
+    assert len(leftover_processes(name)) >= 6  # agents, mpirun, ranks
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    t0 = time.monotonic()
+    wait_for(lambda: leftover_processes(name) == [], 10, "every process of the job to end")
+    print(f"sigkill-local: all processes gone {time.monotonic() - t0:.1f}s after SIGKILL")
+
+
 def test_timeout_stops_the_job_and_cleans_up(openmpi5):
     name = "timeout-job"
     t0 = time.monotonic()

@@ -127,6 +127,16 @@ def test_openmpi5_uses_prte_names_because_it_ignores_ompi_mca_agent():
     assert cmd.env["PRTE_MCA_plm_ssh_agent"] == "/bin/mpilaunch-rsh : false"
 
 
+def test_openmpi5_daemons_fork_ranks_on_their_progress_thread():
+    """PRRTE's launch threads lose ranks that exit before their pid is stored
+    (the job then never ends); mpi.PRRTE_SPAWN_ON_PROGRESS_THREAD. Open MPI 4
+    has no such parameter and is left alone."""
+    argv = build(OMPI5).argv
+    values = dict(zip(pairs(argv, "--prtemca"), [argv[i + 2] for i, a in enumerate(argv) if a == "--prtemca"]))
+    assert values["odls_base_max_threads"] == "0"
+    assert "odls_base_max_threads" not in " ".join(build(OMPI4).argv)
+
+
 def test_openmpi_forwards_nccl_horovod_pythonpath_and_user_vars():
     xs = pairs(build(OMPI5).argv, "-x")
     assert "NCCL_DEBUG=INFO" in xs and "HOROVOD_FUSION_THRESHOLD=1" in xs and "PYTHONPATH=/src" in xs
@@ -157,6 +167,12 @@ def test_mpich_uses_hydra_rsh_launcher_and_explicit_env():
     genv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-genv"}
     assert genv == {"HOROVOD_FUSION_THRESHOLD": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
     assert cmd.env["HYDRA_LAUNCHER_EXEC"] == "/bin/mpilaunch-rsh"
+
+
+def test_intel_reads_the_slots_per_host_from_a_machinefile():
+    """Intel's -f ignores ``host:n`` (ranks per host = the launcher's cores)."""
+    argv = build(INTEL).argv
+    assert argv[argv.index("-machinefile") + 1] == "/run/hostfile" and "-f" not in argv
 
 
 def test_intel_uses_bootstrap_options():
@@ -221,6 +237,12 @@ def test_daemon_error_names_the_host_and_the_daemons_own_message():
     assert mpi.daemon_error(ORTED_DIED.splitlines()) == (
         'on j-worker-1: The value of the MCA parameter "plm_rsh_agent" was set to a path that could '
         "not be found: plm_rsh_agent: /tmp/mpilaunch-j-abc/mpilaunch-rsh")
+
+
+def test_daemon_error_prefers_a_hydra_proxys_own_line_and_names_its_host():
+    lines = ["[proxy:0:1@w-1] HYDU_sock_connect (utils/sock/sock.c:111): unable to get host address for x.invalid",
+             "[mpiexec@l] HYDU_sock_write (utils/sock/sock.c:254): write error (Bad file descriptor)"]
+    assert mpi.daemon_error(lines) == "on w-1: unable to get host address for x.invalid"
 
 
 def test_daemon_error_falls_back_to_generic_advice_then_error_lines_then_none():

@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from helpers import leftover_processes, run_mpilaunch
-from test_k8s import k8s_env, kube  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.k8s, pytest.mark.ps]
 

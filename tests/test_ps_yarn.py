@@ -12,7 +12,7 @@ import pytest
 
 from conftest import require
 from helpers import run_mpilaunch
-from test_yarn import assert_released, openmpi_env, yarn  # noqa: F401  (fixtures)
+from test_yarn import assert_released
 
 pytestmark = [pytest.mark.yarn, pytest.mark.ps]
 

@@ -25,8 +25,9 @@ import time
 
 import pytest
 
-from conftest import require
-from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed
+from mpilaunch.result import EXIT_WORKER_LOST
+
+from helpers import REPO, leftover_processes, mpilaunch_env, assert_intel_allreduce_placed, wait_for, wait_started
 
 pytestmark = pytest.mark.yarn
 
@@ -52,43 +53,6 @@ while release and not os.path.exists(release) and time.time() < deadline:
     time.sleep(0.2)
 sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 """
-
-
-@pytest.fixture(scope="module")
-def yarn():
-    try:
-        from testbeds.yarn.cluster import YarnCluster
-    except ImportError as e:
-        require(f"YARN testbed not importable: {e}")
-    try:
-        import skein  # noqa: F401
-    except ImportError:
-        require("skein not installed (pip install 'mpilaunch[yarn]')")
-    shared = os.environ.get("MPILAUNCH_YARN_TESTBED_DIR")
-    cluster = None
-    try:
-        if shared:
-            cluster = YarnCluster.attach(shared)
-        else:
-            cluster = YarnCluster(num_nodemanagers=3).start()
-    except Exception as e:  # the testbed's own error names the cause
-        require(f"YARN testbed did not start: {e}")
-    yield cluster
-    if not shared:
-        cluster.stop(graceful=False)
-
-
-@pytest.fixture
-def openmpi_env(openmpi5, yarn):
-    return {"env": mpilaunch_env(openmpi5, **yarn.env) | {"PATH": os.pathsep.join(
-        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": openmpi5.mpirun}
-
-
-@pytest.fixture
-def intel_env(intel, yarn):
-    """Intel MPI (impi-rt) and its mpi4py; nothing Intel-specific is passed to the job."""
-    return {"env": mpilaunch_env(intel, **yarn.env) | {"PATH": os.pathsep.join(
-        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": intel.mpirun}
 
 
 def start(args, ctx, extra_env=None):
@@ -317,19 +281,12 @@ def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, 
     assert gpu_seconds and int(gpu_seconds[0]["value"]) > 0, app.get("resourceSecondsMap")
 
 
-def test_killed_worker_fails_the_job_and_names_its_container(yarn, openmpi_env):
+def test_lost_worker_killed_agent_is_named_first_with_its_container(yarn, openmpi_env):
     name = "yarn-kill"
     proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
-    started = 0
-    deadline = time.monotonic() + 180
-    while started < 4 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        started += "started" in line
-    assert started == 4, proc.stderr.read() if proc.poll() is not None else "ranks did not start"
+    wait_started(proc, 4, timeout=180)
     victim = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
               if f"--name\0{name}-worker-1\0".encode() in _cmdline(int(p)) and b"mpilaunch.agent" in _cmdline(int(p))]
     assert len(victim) == 1
@@ -338,8 +295,11 @@ def test_killed_worker_fails_the_job_and_names_its_container(yarn, openmpi_env):
     os.kill(victim[0], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - t0 < 30
-    assert proc.returncode != 0, out + err
-    report_line = [line for line in err.splitlines() if container in line]
+    assert proc.returncode == EXIT_WORKER_LOST == 5, out + err
+    first = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
+    assert first.startswith(f"mpilaunch: error: worker {name}-worker-1 (container {container} on "), err
+    assert " was lost: " in first and first.endswith("; ranks 2-3 ran there"), first
+    report_line = [line for line in err.splitlines() if container in line and line.startswith("  ")]
     assert report_line and f"{name}-worker-1" in report_line[0] and "FAILED" in report_line[0], err
     assert_released(yarn, name, "FAILED")
 
@@ -377,6 +337,72 @@ def test_ctrl_c_kills_the_application(yarn, openmpi_env):
     proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert_released(yarn, name, "KILLED")
+
+
+@pytest.mark.parametrize("launcher", ["local", "cluster"])
+def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env, launcher):
+    """SIGKILL of mpilaunch stops its heartbeat; the application's driver (the reaper, in the
+    ApplicationMaster's container) ends it once --orphan-timeout passed: final status KILLED
+    with a diagnostic naming the timeout, no container left (RM REST API), no process left on
+    any NodeManager or on this host, and no `mpilaunch delete`."""
+    name = f"yarn-sigkill-{launcher}"
+    orphan_timeout = 10
+    proc = start(["--name", name, "--launcher", launcher, "--np", "2", "--slots-per-worker", "1",
+                  "--memory", "256 MiB", "-q", "--orphan-timeout", str(orphan_timeout),
+                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    try:
+        wait_started(proc, 2)
+        app = app_by_name(yarn, name)
+        assert len(worker_containers(yarn, app["id"])) == (3 if launcher == "cluster" else 2)
+        time.sleep(orphan_timeout + 2)  # attached: the heartbeat keeps it alive past the timeout
+        assert yarn.app_info(app["id"])["state"] == "RUNNING"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)  # not communicate(): mpirun (--launcher local) still holds the pipes
+        t_kill = time.monotonic()
+        ended = yarn.wait_app(app["id"], timeout=orphan_timeout + 30)
+        ended_s = time.monotonic() - t_kill
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert ended_s >= orphan_timeout - 5, f"ended {ended_s:.1f}s after SIGKILL: before the orphan timeout"
+    assert ended["finalStatus"] == "KILLED", ended
+    assert "no heartbeat from the submitting mpilaunch" in ended["diagnostics"], ended["diagnostics"]
+    assert "--orphan-timeout 10s" in ended["diagnostics"]
+    # the RM lists the containers until their NodeManagers report them killed
+    assert wait_for(lambda: yarn.app_containers(ended["id"]) == [], 30, "the containers to be released")
+    released = assert_released(yarn, name, "KILLED")
+    print(f"{name}: application {released['id']} ended {ended_s:.1f}s after SIGKILL, everything released "
+          f"{time.monotonic() - t_kill:.1f}s after (--orphan-timeout {orphan_timeout})")
+
+
+def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
+    """--timeout outlives mpilaunch: with an orphan timeout far away, the application's driver
+    ends it at --start-timeout + --timeout + 30 s, final status FAILED, saying why."""
+    name = "yarn-sigkill-deadline"
+    proc = start(["--name", name, "--launcher", "local", "--np", "1", "--memory", "256 MiB", "-q",
+                  "--orphan-timeout", "600", "--start-timeout", "40", "--timeout", "10",
+                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
+                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    try:
+        wait_started(proc, 1)
+        app = app_by_name(yarn, name)
+        t_started = time.monotonic()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read()  # not ended by mpilaunch itself
+        ended = yarn.wait_app(app["id"], timeout=80 + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert ended["finalStatus"] == "FAILED", ended
+    assert "mpilaunch: the job ran past its cluster-side deadline" in ended["diagnostics"], ended["diagnostics"]
+    assert ended["finishedTime"] - ended["startedTime"] >= 80_000 - 3_000  # ms; not before the deadline
+    assert wait_for(lambda: yarn.app_containers(ended["id"]) == [], 30, "the containers to be released")
+    assert_released(yarn, name, "FAILED")
+    print(f"{name}: ended {time.monotonic() - t_started:.1f}s after its ranks started (deadline 80 s after the driver's start)")
 
 
 def test_timeout_under_the_cluster_launcher(yarn, openmpi_env):
@@ -484,7 +510,11 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
                             "--np", "2", "--dry-run", "--", "true"], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=60)
     assert local.returncode == 0, local.stderr
-    assert "launchers.yarn" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+    assert "launchers.yarn\n" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+    # either way the ApplicationMaster's driver is the reaper (--orphan-timeout, default 60)
+    for out in (dry.stdout, local.stdout):
+        master = out.split("\nmaster:", 1)[1].split("\nmax_attempts:", 1)[0]
+        assert "-m mpilaunch.launchers.yarn_reaper" in master and "MPILAUNCH_ORPHAN_TIMEOUT: '60'" in master
 
 
 @pytest.mark.mpi
@@ -514,3 +544,22 @@ def test_intel_rank_failure_in_yarn_names_the_rank(yarn, intel_env):
     assert f"rank 3 on worker {name}-worker-1 exited with code 5" in err
     assert "rank 3 about to fail" in err
     assert_released(yarn, name, "FAILED")
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_only_an_attached_application_has_the_reaper_driver(tmp_path, detach):
+    """Nobody renews a detached job's heartbeat: its ApplicationMaster runs no reaper (the
+    launcher container ends the application, --timeout included). Building the spec only."""
+    pytest.importorskip("skein")
+    from mpilaunch.backends.yarn import Backend
+    from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+
+    spec = JobSpec(command=("true",), backend="yarn", name="yarn-drv", np=1, timeout=100, orphan_timeout=20,
+                   detach=detach)
+    plan = Plan(job_name="yarn-drv", workers=(WorkerPlan(name="yarn-drv-worker-0", slots=1, gpus=0),))
+    master = Backend(spec, plan, tmp_path).application_spec().master
+    if detach:
+        assert master.script == "" and "MPILAUNCH_ORPHAN_TIMEOUT" not in master.env
+    else:
+        assert "-m mpilaunch.launchers.yarn_reaper" in master.script
+        assert master.env["MPILAUNCH_ORPHAN_TIMEOUT"] == "20" and master.env["MPILAUNCH_DEADLINE_S"] == "430"

@@ -13,6 +13,7 @@ import sys
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from ..errors import UsageError
 from ..spec import JobSpec, Plan
 
 
@@ -64,13 +65,34 @@ class BaseBackend(ABC):
         """
         return None
 
-    def lost_workers(self) -> dict[str, str]:
-        """Workers that disappeared during the run: name -> what was seen (``its agent was killed by SIGKILL``).
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        """Workers that disappeared: name -> the backend's reason (``Evicted: ...``, ``its agent was killed by SIGKILL``).
 
-        Asked by the lifecycle once a workload failed, so that a lost worker
-        is reported the same way whatever the workload made of it.
+        Asked every few seconds during the run (only authoritative signs:
+        a worker must never be called lost because an answer was slow) and,
+        with ``settle=True``, once more after a workload failed, when the
+        backend may take a few seconds for the cluster to catch up.
         """
         return {}
+
+    def hand_off(self, deadline: float, progress) -> None:
+        """--detach: after ``allocate``, give the job to the launcher in the cluster (waiting as needed).
+
+        Once this returns, mpilaunch exits and the launcher runs the job to its
+        end and releases the workers; nothing here is released.
+        """
+        raise UsageError(f"--detach is not available with the {self.name} backend", "run without --detach")
+
+    def manage_flags(self) -> str:
+        """The options that find this job again: ``--backend k8s --namespace ns``."""
+        return f"--backend {self.name}"
+
+    def replace_workers(self, names: list[str]) -> None:
+        """Replace lost workers by new ones of the same name (``--retries``); ``wait_ready`` follows.
+
+        The rest of the allocation stays as it is.
+        """
+        raise UsageError(f"the {self.name} backend cannot replace workers", "drop --retries")
 
     def describe_workers(self) -> dict[str, dict]:
         """Worker name -> facts for reports (host, state, exit status, ...)."""

@@ -8,6 +8,9 @@ What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
   ``mpilaunch delete NAME``, garbage-collects the job;
 * ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
   ``create/get pods/exec`` on this job's worker pods by name, nothing else;
+* unless detached, a Lease ``<job>`` this process renews and a reaper Job
+  ``<job>-reaper`` that deletes the job when the renewals stop for
+  ``--orphan-timeout`` or at the cluster-side deadline (:mod:`.k8s_orphan`);
 * a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
   launcher, ready or not);
 * one Pod per worker, ``<job>-worker-<i>``, sleeping, with ``nvidia.com/gpu``
@@ -44,12 +47,11 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
-from . import k8s_manage
+from . import k8s_manage, k8s_orphan
+from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
-from .k8s_pods import (
-    JOB_LABEL, LAUNCHER_CONTAINER, LAUNCHER_READY, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem,
-    _pod_ready, startup_phases, summarize,
-)
+from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
+                       startup_phases, summarize)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
@@ -115,6 +117,7 @@ class Backend(BaseBackend):
         self.launcher_pod: str | None = None
         self.pods: dict[str, dict] = {}
         self.relay = None
+        self.heartbeat = None
 
     # ------------------------------------------------------------ cluster access
 
@@ -198,6 +201,7 @@ class Backend(BaseBackend):
             "mpi_args": list(spec.mpi_args),
             "rank_python": os.environ.get(PYTHON_ENV, "python3"),
             "start_timeout": spec.start_timeout,
+            "detach": spec.detach,
         }
 
     def _values(self) -> dict:
@@ -212,6 +216,7 @@ class Backend(BaseBackend):
         from .. import hostfile
 
         return {
+            **k8s_orphan.template_values(self.spec, self.job, {**labels, ROLE_LABEL: "reaper"}),
             "job": self.job,
             "namespace": self.namespace,
             "labels": labels,
@@ -240,13 +245,16 @@ class Backend(BaseBackend):
             "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers], "openmpi"),
             "plan_json": json.dumps(self.plan.to_dict(), indent=1),
             "launch_json": json.dumps(self.launch_spec(), indent=1) if self.launcher == "cluster" else "",
+            "detach": self.spec.detach,
         }
 
     def manifests(self) -> list[tuple[str, str]]:
-        """``(group, yaml text)`` in creation order; group: root, setup, workers, launcher."""
+        """``(group, yaml text)`` in creation order; group: root, lease, reaper-rbac, reaper, setup, workers, launcher."""
         env = _templates()
         values = self._values()
         docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
+        if not self.spec.detach:  # a detached job has no heartbeat: its launcher ends it
+            docs += [(group, env.get_template(name).render(values)) for group, name in k8s_orphan.TEMPLATES]
         if self.launcher == "cluster":
             docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
         docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))
@@ -298,6 +306,8 @@ class Backend(BaseBackend):
             api_version, kind = obj["apiVersion"], obj["kind"]
             from .k8s_api import PLURALS
 
+            if kind == "Lease":
+                k8s_orphan.stamp_lease(obj, time.time())
             try:
                 api.create(obj)
             except ApiError as e:
@@ -309,13 +319,16 @@ class Backend(BaseBackend):
                 raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {e.message}", _api_hint(e)) from None
             self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
 
-        for group in ("setup", "workers", "launcher"):
+        # The Lease and the reaper come first: a job is reaped if this process dies from here on.
+        for group in ("lease", "reaper-rbac", "reaper", "setup", "workers", "launcher"):
             batch = [obj for g, obj in objects if g == group]
             if not batch:
                 continue
             with ThreadPoolExecutor(max_workers=min(8, len(batch))) as pool:
                 for future in [pool.submit(create, obj) for obj in batch]:
                     future.result()
+            if group == "lease":
+                self.heartbeat = k8s_orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
 
     def _list_pods(self) -> list[dict]:
         return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
@@ -419,6 +432,7 @@ class Backend(BaseBackend):
         if self.launcher == "local" and use_relay():
             from . import k8s_relay
 
+            k8s_relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
             self.relay, context["relay"] = k8s_relay.start(context, self.rundir)
         return context
 
@@ -434,7 +448,9 @@ class Backend(BaseBackend):
         """
         pod = self.launcher_pod
         stop = threading.Event()
-        follower = threading.Thread(target=self._follow_log, args=(pod, output, stop), daemon=True)
+        follower = threading.Thread(
+            target=follow_log, args=(self.api, self.namespace, pod, output, stop),
+            kwargs={"on_launcher_ready": lambda: phases.mark(self.phase_times, "mpirun_started")}, daemon=True)
         follower.start()
         code = None
         try:
@@ -454,55 +470,65 @@ class Backend(BaseBackend):
                         return code
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
-                if output.misplaced() is not None:
-                    return 1  # ranks run elsewhere than planned; job.py reports it and deletes the job
+                if output.abandoned():
+                    return 1  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
                 time.sleep(POLL)
         finally:
             stop.set()
             follower.join(timeout=10 if code is not None else 1)
 
-    def _follow_log(self, pod: str, output, stop: threading.Event) -> None:
-        """Stream the launcher's log, reconnecting after drops without repeating lines."""
-        last_ts, seen_at_last = None, 0
-        warned = False
-        while not stop.is_set():
-            query = {"container": LAUNCHER_CONTAINER, "follow": "true", "timestamps": "true"}
-            if last_ts:
-                query["sinceTime"] = last_ts.split(".")[0] + "Z" if "." in last_ts else last_ts
-            path = self.api.collection_path("v1", "pods", self.namespace) + f"/{pod}/log"
-            try:
-                conn, resp = self.api.request("GET", path, query=query, stream=True, timeout=3600)
-            except (ApiError, OSError) as e:
-                if not warned:
-                    warned = True
-                    output.feed("stderr", f"mpilaunch: waiting for the launcher's log ({str(e)[:200]})\n")
-                stop.wait(2.0)
-                continue
-            skipped = 0
-            try:
-                for raw in iter(resp.readline, b""):
-                    line = raw.decode("utf-8", "replace")
-                    ts, _, text = line.partition(" ")
-                    if last_ts is not None and ts <= last_ts:
-                        if ts == last_ts and skipped < seen_at_last:
-                            skipped += 1
-                            continue
-                        if ts < last_ts:
-                            continue
-                    if ts == last_ts:
-                        seen_at_last += 1
-                    else:
-                        last_ts, seen_at_last = ts, 1
-                    if text.startswith(LAUNCHER_READY):
-                        phases.mark(self.phase_times, "mpirun_started")
-                    output.feed("stdout", text)
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            stop.wait(0.5)
-
     # ------------------------------------------------------------ reports, teardown
+
+    def hand_off(self, deadline: float, progress) -> None:
+        """--detach: the launcher Job exists; it waits for the workers and cleans up itself."""
+
+    def manage_flags(self) -> str:
+        flags = f"--backend k8s --namespace {self.namespace}"
+        if self.opts.context:
+            flags += f" --context {self.opts.context}"
+        if self.opts.kubeconfig:
+            flags += f" --kubeconfig {self.opts.kubeconfig}"
+        return flags
+
+    def replace_workers(self, names: list[str]) -> None:
+        """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
+        docs = {obj["metadata"]["name"]: obj for group, obj in self.objects() if group == "workers"}
+        owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
+        for name in names:
+            self.api.delete("v1", "pods", name, gracePeriodSeconds=0)
+            deadline = time.monotonic() + 60
+            while True:  # a pod's name is free only once the old pod is gone from the API
+                try:
+                    self.api.get("v1", "pods", name)
+                except (ApiError, OSError) as e:
+                    if getattr(e, "status", None) == 404:
+                        break
+                if time.monotonic() > deadline:
+                    raise AllocationError(f"pod {name} was not deleted within 60 s; cannot replace it",
+                                          f"check the pod's finalizers: kubectl get pod {name} -o yaml")
+                time.sleep(POLL)
+            obj = docs[name]
+            obj["metadata"]["ownerReferences"] = [owner]
+            try:
+                self.api.create(obj)
+            except ApiError as e:
+                raise AllocationError(f"cannot create the replacement pod {name}: {e.message}", _api_hint(e)) from None
+            self.pods.pop(name, None)
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report)."""
+        try:
+            pods = {p["metadata"]["name"]: p for p in self._list_pods()}
+        except (ApiError, OSError, ValueError):
+            return {}
+        lost = {}
+        for w in self.plan.workers:
+            reason = pod_loss(pods.get(w.name))
+            if reason is not None:
+                lost[w.name] = reason
+            if w.name in pods:
+                self.pods[w.name] = pods[w.name]  # a deleted pod keeps its last known node and IP
+        return lost
 
     def describe_workers(self) -> dict[str, dict]:
         out = {}
@@ -520,6 +546,9 @@ class Backend(BaseBackend):
         return out
 
     def release(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
         if self.relay is not None:
             from . import k8s_relay
 
@@ -547,6 +576,10 @@ class Backend(BaseBackend):
     @classmethod
     def manage_delete(cls, args, stream) -> int:
         return k8s_manage.delete(args, stream)
+
+    @classmethod
+    def manage_wait(cls, args, stream) -> int:
+        return k8s_manage.wait(args, stream)
 
 
 def _api_hint(e: ApiError) -> str:

@@ -230,6 +230,12 @@ class Api:
             if e.status != 404:
                 raise
 
+    def patch(self, api_version: str, plural: str, name: str, body: dict, namespace: str | None = "") -> dict:
+        """A JSON merge patch (RFC 7386): only the fields given change."""
+        ns = self.namespace if namespace == "" else namespace
+        path = self.collection_path(api_version, plural, ns) + f"/{name}"
+        return self.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+
     def delete_collection(self, api_version: str, plural: str, selector: str, **body) -> None:
         path = self.collection_path(api_version, plural, self.namespace)
         try:
@@ -250,4 +256,5 @@ PLURALS = {
     "Job": "jobs",
     "PodGroup": "podgroups",
     "Event": "events",
+    "Lease": "leases",
 }

@@ -2,28 +2,62 @@
 
 from __future__ import annotations
 
+import calendar
 import json
+import sys
 import time
 
 from ..errors import UsageError
+from ..result import EXIT_TIMEOUT
 from .k8s_api import Api, ApiError, resolve
-from .k8s_pods import JOB_LABEL, LAUNCHER_CONTAINER, ROLE_LABEL, _launcher_exit, _pod_ready
+from .k8s_pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, _launcher_exit, _pod_ready
 
 
 def _manage_api(args) -> Api:
     return Api(resolve(args.kubeconfig, args.context, args.namespace, None))
 
-def status(args, stream) -> int:
-    api = _manage_api(args)
+def _root(api: Api, name: str) -> dict:
     try:
-        root = api.get("v1", "configmaps", args.name)
+        return api.get("v1", "configmaps", name)
     except ApiError as e:
         if e.status == 404:
-            raise UsageError(f"no job {args.name} in namespace {api.namespace}", "list jobs with: kubectl get configmap -l mpilaunch/job") from None
+            raise UsageError(f"no job {name} in namespace {api.namespace}",
+                             "list jobs with: kubectl get configmap -l mpilaunch/job") from None
         raise
+
+
+def _seconds(timestamp: str | None) -> float | None:
+    """An API timestamp (``2026-11-23T21:05:00Z``) as epoch seconds."""
+    if not timestamp:
+        return None
+    return calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def job_phase(root: dict, launcher: dict | None, now: float) -> tuple[str, int | None, float | None]:
+    """(phase, exit code or None, elapsed seconds) of a job, from its root ConfigMap and launcher pod."""
+    created = _seconds(root["metadata"].get("creationTimestamp"))
+    result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null")
+    if result is not None:
+        end = _seconds(result.get("finished")) or now
+        return ("Succeeded" if result["exit_code"] == 0 else "Failed"), result["exit_code"], \
+            (end - created if created else None)
+    code = _launcher_exit(launcher) if launcher else None
+    if code is not None:
+        return ("Succeeded" if code == 0 else "Failed"), code, (now - created if created else None)
+    phase = ((launcher or {}).get("status") or {}).get("phase") or ("Pending" if launcher else "Attached")
+    return phase, None, (now - created if created else None)
+
+
+def status(args, stream) -> int:
+    api = _manage_api(args)
+    root = _root(api, args.name)
     plan = json.loads((root.get("data") or {}).get("plan.json") or "{}")
     pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
-    print(f"job {args.name}  namespace {api.namespace}  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
+    launcher = next((p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"), None)
+    phase, code, elapsed = job_phase(root, launcher, time.time())
+    print(f"job {args.name}  namespace {api.namespace}  {phase}" + (f" (exit {code})" if code is not None else "")
+          + (f"  elapsed {elapsed:.0f}s" if elapsed is not None else "")
+          + f"  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
           f"created {root['metadata'].get('creationTimestamp')}", file=stream)
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         status = pod.get("status") or {}
@@ -33,6 +67,31 @@ def status(args, stream) -> int:
               f"ready={_pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
               + (f" exit={code}" if code is not None else ""), file=stream)
     return 0
+
+def wait(args, stream) -> int:
+    """Block until the job's launcher ends; its exit code (and failure line) become ours."""
+    api = _manage_api(args)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    while True:
+        root = _root(api, args.name)
+        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
+        if not pods and RESULT_KEY not in (root.get("data") or {}):
+            if not json.loads((root.get("data") or {}).get("launch.json") or "null"):
+                raise UsageError(f"job {args.name} has no launcher in the cluster (it runs with --launcher local)",
+                                 "its mpilaunch on the submitting machine reports the outcome")
+        phase, code, elapsed = job_phase(root, pods[0] if pods else None, time.time())
+        if code is not None:
+            result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null") or {}
+            if code != 0:
+                print(f"mpilaunch: error: {result.get('failure') or f'the launcher exited with code {code}'}",
+                      file=sys.stderr)
+            print(f"job {args.name} {phase.lower()} (exit {code}) after {elapsed or 0:.0f}s", file=stream)
+            return code
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"mpilaunch: error: job {args.name} still {phase} after --timeout {args.timeout:g}s", file=sys.stderr)
+            return EXIT_TIMEOUT
+        time.sleep(1.0)
+
 
 def logs(args, stream) -> int:
     api = _manage_api(args)
@@ -74,7 +133,7 @@ def delete(args, stream) -> int:
 _KINDS = [
     ("batch/v1", "jobs"), ("v1", "pods"), ("v1", "services"),
     ("rbac.authorization.k8s.io/v1", "rolebindings"), ("rbac.authorization.k8s.io/v1", "roles"),
-    ("v1", "serviceaccounts"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
+    ("v1", "serviceaccounts"), ("coordination.k8s.io/v1", "leases"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
     ("scheduling.x-k8s.io/v1alpha1", "podgroups"),
 ]
 

@@ -10,6 +10,8 @@ JOB_LABEL = "mpilaunch/job"
 ROLE_LABEL = "mpilaunch/role"
 WORKER_CONTAINER = "worker"
 LAUNCHER_CONTAINER = "launcher"
+# Where a detached job's launcher records the outcome, in the job's root ConfigMap.
+RESULT_KEY = "result.json"
 
 FATAL_WAITING = {
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
@@ -43,6 +45,34 @@ def _pod_problem(pod: dict) -> tuple[str | None, bool]:
     if not status.get("conditions"):
         return "not scheduled yet", False
     return f"{phase or 'Pending'}, not Ready", False
+
+
+def pod_loss(pod: dict | None) -> str | None:
+    """Why a worker pod that was running is gone, in the cluster's words; None while it still serves.
+
+    Only what the API server states counts (deleted, terminating, evicted,
+    failed, the worker container ended), so a slow answer is never a loss.
+    """
+    if pod is None:
+        return "pod deleted"
+    status = pod.get("status") or {}
+    # why the cluster is ending it: eviction (API or node pressure), preemption, taints
+    disruption = next((c for c in status.get("conditions") or ()
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    if disruption is not None:
+        return f"{disruption.get('reason') or 'disrupted'}: {disruption.get('message') or 'no message'}".strip()
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "pod deleted (terminating)"
+    if status.get("reason") == "Evicted":
+        return f"Evicted: {status.get('message') or 'no message'}".strip()
+    for cs in status.get("containerStatuses") or ():
+        terminated = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == WORKER_CONTAINER and terminated:
+            reason = terminated.get("reason") or "container ended"
+            return f"{reason} (exit {terminated.get('exitCode')})"
+    if status.get("phase") in ("Failed", "Succeeded"):
+        return f"pod {status['phase'].lower()}: {status.get('reason') or status.get('message') or 'no reason given'}"
+    return None
 
 
 # The launcher pod's line just before it starts mpirun (launchers/k8s.py):

@@ -13,13 +13,13 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from .. import gpu_slots
 from ..errors import AllocationError, UsageError
 from ..procs import kill_tree, processes_with_env
+from ..pylauncher import write_launcher
 from .base import BaseBackend
 
 # What the daemons need from the launcher's environment to find the same MPI
@@ -34,6 +34,11 @@ def write_secret(path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))
+
+
+# An agent is ready ~30 ms after its start; a finer poll than that is a
+# few stat() calls, and each tick of a coarser one adds to every launch.
+READY_POLL_S = 0.01
 
 
 class Backend(BaseBackend):
@@ -56,9 +61,22 @@ class Backend(BaseBackend):
     def discover_gpus_per_node(cls, spec) -> int | None:
         return len(gpu_slots.discover_local_gpus()) or None
 
+    def _launcher(self, name: str, module: str) -> str:
+        """A per-job ``python -IS`` executable for a module that starts many times (``pylauncher``)."""
+        path = self.rundir / name
+        if not path.exists():
+            write_launcher(str(path), module)
+        return str(path)
+
+    def rank_prefix(self) -> list[str]:
+        # one wrapper per rank: skip site (see pylauncher); the ranks' own
+        # programs still see the full environment
+        return [self._launcher("mpilaunch.rank", "mpilaunch.rank")]
+
     def _agent_argv(self, worker) -> list[str]:
         argv = [
-            sys.executable, "-m", "mpilaunch.agent",
+            # named like the module: `ps` shows "mpilaunch.agent" as for `python -m mpilaunch.agent`
+            self._launcher("mpilaunch.agent", "mpilaunch.agent.cli"),
             "--name", worker.name,
             "--listen", "127.0.0.1:0",
             "--address-file", str(self.rundir / f"{worker.name}.addr"),
@@ -75,14 +93,32 @@ class Backend(BaseBackend):
             self.devices = gpu_slots.partition_devices(gpu_slots.discover_local_gpus(), self.plan)
         write_secret(self.secret_file)
         for worker in self.plan.workers:
-            log = open(self.rundir / f"{worker.name}.agent.log", "wb")
-            # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
-            # which then tears the workers down in order.
-            self.agents[worker.name] = subprocess.Popen(
-                self._agent_argv(worker), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True,
-            )
-            log.close()
+            self._start_agent(worker)
+
+    def _start_agent(self, worker) -> None:
+        log = open(self.rundir / f"{worker.name}.agent.log", "ab")
+        # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
+        # which then tears the workers down in order.
+        self.agents[worker.name] = subprocess.Popen(
+            self._agent_argv(worker), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+
+    def replace_workers(self, names: list[str]) -> None:
+        """A new agent for each lost worker; whatever the old one left running goes first."""
+        by_name = {w.name: w for w in self.plan.workers}
+        for name in names:
+            old = self.agents.get(name)
+            if old is not None and old.poll() is None:
+                kill_tree(old.pid)
+                old.wait()
+            # daemons and ranks of the lost worker that outlived its agent
+            for pid in processes_with_env("MPILAUNCH_WORKER", name):
+                kill_tree(pid)
+            self.addresses.pop(name, None)
+            (self.rundir / f"{name}.addr").unlink(missing_ok=True)
+            self._start_agent(by_name[name])
 
     def wait_ready(self, deadline: float, progress) -> None:
         from ..rsh_agent.agent_client import ping, read_secret
@@ -114,7 +150,7 @@ class Backend(BaseBackend):
                     f"{len(missing)} of {total} workers not ready before --start-timeout: {', '.join(missing[:5])}",
                     "raise --start-timeout, or check the machine's load",
                 )
-            time.sleep(0.05)
+            time.sleep(READY_POLL_S)
 
     def exec_context(self) -> dict:
         return {
@@ -125,7 +161,7 @@ class Backend(BaseBackend):
             "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
         }
 
-    def lost_workers(self) -> dict[str, str]:
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
         lost = {}
         for name, proc in self.agents.items():
             code = proc.poll()

@@ -8,28 +8,24 @@
 * The job secret goes into that key-value store (mutual TLS with the
   ApplicationMaster, per-application credentials made here); containers read
   it with ``ApplicationClient.from_current()`` and hand it to the agent on
-  stdin. It is never on a command line, in an environment or in
-  ``launch_container.sh``.
+  stdin, never on a command line, in an environment or ``launch_container.sh``.
 * ``wait_ready`` is all or nothing: every worker's agent must answer ``ping``
-  before ``--start-timeout``; otherwise the error carries what YARN says
-  (application state and diagnostics, pending container requests) and the
-  application is killed.
+  before ``--start-timeout``, else the error carries what YARN says (state,
+  diagnostics, pending container requests) and the application is killed.
 * Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
   yarn) in one more container, service ``launcher`` (part of the
   all-or-nothing wait), running :mod:`mpilaunch.launchers.yarn`. Its launch
   description and the secret go through the key-value store; mpirun's
   output comes back in chunks through it and ``run_launcher`` feeds it to
   the mpirun workload's rank-output parser, so status lines, fail fast,
-  ``--timeout`` and Ctrl-C behave as with ``--launcher local`` (mpirun on
-  the submitting machine). Either way mpirun reaches the containers through
-  ``mpilaunch-rsh`` and the agents; the hostfile's worker names do not
-  resolve, so mpirun hands every daemon to the shim.
+  ``--timeout`` and Ctrl-C behave as with ``--launcher local``. Either way
+  mpirun reaches the containers through ``mpilaunch-rsh`` and the agents.
 * ``job_finished`` ends the application with final status SUCCEEDED or FAILED
   (killed on allocation failure or interrupt) and, on failure, reports every
-  worker container (host, state, exit status), tf-yarn style.
+  worker container (host, state, exit status), tf-yarn style. Should this
+  process die, the application's driver ends it (``yarn_orphan.py``).
 
-skein is imported with this module; ``backends.load`` turns its absence into
-an install hint (``pip install 'mpilaunch[yarn]'``).
+skein is imported with this module (``backends.load`` hints the install).
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
-from . import yarn_manage
+from . import yarn_detach, yarn_manage, yarn_orphan, yarn_outcome, yarn_report
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -80,6 +76,7 @@ class Backend(BaseBackend):
         self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_info: dict = {}
         self.launcher_container: dict = {}
+        self.silent: set[str] | None = None  # workers whose agent stopped answering (yarn_report)
         opts = spec.yarn
         if opts.env_archive and not os.path.isfile(opts.env_archive):
             raise UsageError(f"--env-archive {opts.env_archive} does not exist",
@@ -98,6 +95,7 @@ class Backend(BaseBackend):
         self.outcome: int | None = None
         self.failure: str | None = None
         self._released = False
+        self.heartbeat = None
         self._secret_put = False
         self._out_last = ""
 
@@ -173,7 +171,7 @@ class Backend(BaseBackend):
                 max_restarts=0,
                 allow_failures=True,
             )
-        master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY, vcores=1), security=security)
+        master = yarn_orphan.master(self, skein.Resources(memory=MASTER_MEMORY, vcores=1), security, files)
         return skein.ApplicationSpec(
             name=self.plan.job_name,
             queue=opts.queue or "default",
@@ -229,6 +227,8 @@ class Backend(BaseBackend):
         if state != "RUNNING":
             return False
         self.app = self.client.connect(self.app_id, wait=False, security=self.security)
+        if not self.spec.detach:  # a detached job's launcher ends it; nobody stays to renew
+            self.heartbeat = yarn_orphan.start_heartbeat(self.app.kv, KV_PREFIX, self.spec.orphan_timeout)
         from ..rsh_agent.agent_client import read_secret
 
         self.app.kv[KV_PREFIX + SECRET_KEY] = read_secret(str(self.secret_file))
@@ -391,18 +391,25 @@ class Backend(BaseBackend):
             # mpirun's working directory (ranks start there where it exists),
             # as with the local launcher; the container's own where it does not.
             "cwd": os.getcwd(),
+            # detached: the launcher enforces --timeout and ends the application itself
+            "detach": spec.detach,
+            "timeout": spec.timeout,
         }
+
+    def put_launch(self) -> None:
+        """The launch description and the secret, for the launcher container (which deletes the secret)."""
+        from ..rsh_agent.agent_client import read_secret
+
+        self.app.kv[KV_PREFIX + launcher_keys.SPEC_KEY] = json.dumps(self.launch_spec()).encode()
+        self.app.kv[KV_PREFIX + launcher_keys.SECRET_KEY] = read_secret(str(self.secret_file))
 
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
 
         None when ``deadline`` passed first (the workload reports the timeout).
         """
-        from ..rsh_agent.agent_client import read_secret
-
         kv = self.app.kv
-        kv[KV_PREFIX + launcher_keys.SPEC_KEY] = json.dumps(self.launch_spec()).encode()
-        kv[KV_PREFIX + launcher_keys.SECRET_KEY] = read_secret(str(self.secret_file))
+        self.put_launch()
         failed_at = None
         stop_sent = False
         next_check = 0.0
@@ -434,8 +441,8 @@ class Backend(BaseBackend):
                     if failed_at is None and any(c != 0 for _, _, c in output.statuses):
                         failed_at = now
                     # mpirun did not end the job itself (hydra waits for every rank),
-                    # or ranks run elsewhere than planned
-                    if (failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S) or output.misplaced():
+                    # or ranks run elsewhere than planned, or a worker was lost
+                    if (failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S) or output.abandoned():
                         kv[KV_PREFIX + launcher_keys.STOP_KEY] = b"1"
                         stop_sent = True
             except (skein.exceptions.SkeinError, ConnectionError, OSError):
@@ -500,49 +507,20 @@ class Backend(BaseBackend):
 
     # ------------------------------------------------------------ end
 
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        return yarn_report.lost_workers(self, settle)
+
+    def hand_off(self, deadline: float, progress) -> None:
+        yarn_detach.hand_off(self, deadline, progress)
+
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         self.outcome, self.failure = exit_code, failure
         if exit_code == 0 or self.app is None:
             return None
         try:
-            return self._failure_report(failure or "")
+            return yarn_report.failure_report(self)
         except Exception:
             return None
-
-    def _failure_report(self, failure: str) -> str:
-        from ..rsh_agent.agent_client import ping, read_secret
-
-        secret = read_secret(str(self.secret_file))
-        silent = {name for name, addr in self.addresses.items() if not ping(addr, secret, 2.0)}
-        # A worker whose agent died ends mpirun before the ApplicationMaster
-        # hears that its container ended; give YARN some seconds to say so.
-        deadline = time.monotonic() + (15.0 if silent else 0.0)
-        while True:
-            if self._refresh_containers() is None:
-                break
-            if any(self.containers.get(n, {}).get("state") != "RUNNING" for n in silent):
-                break
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
-        lines = [f"YARN application {self.app_id} (queue {self.spec.yarn.queue or 'default'}), worker containers:"]
-        for w in self.plan.workers:
-            c = self.containers.get(w.name, {})
-            state = c.get("state", "unknown")
-            if state == "RUNNING" and w.name in silent:
-                state = "RUNNING (agent not answering)"
-            line = f"  {w.name}  {c.get('container') or '-'}  on {c.get('node') or '-'}  {state}"
-            if c.get("exit"):
-                line += f"  exit: {c['exit']}"
-            lines.append(line)
-        if self.launcher_container:
-            c = self.launcher_container
-            line = f"  {self.plan.job_name}-launcher  {c.get('container') or '-'}  on {c.get('node') or '-'}  " \
-                   f"{c.get('state', 'unknown')}"
-            if c.get("exit"):
-                line += f"  exit: {c['exit']}"
-            lines.append(line)
-        return "\n".join(lines)
 
     def release(self) -> None:
         if self._released:
@@ -554,6 +532,8 @@ class Backend(BaseBackend):
         except Exception:
             pass
         finally:
+            if self.heartbeat is not None:  # only now: the driver must not end the application first
+                self.heartbeat.stop()
             for obj in (self.app, self.client):
                 try:
                     if obj is not None:
@@ -567,9 +547,8 @@ class Backend(BaseBackend):
         try:
             if graceful:
                 status = "SUCCEEDED" if ended_ok else "FAILED"
-                diagnostics = "mpilaunch: job succeeded" if ended_ok else \
-                    "mpilaunch: " + (self.failure or f"job failed with exit code {self.outcome}").splitlines()[0]
-                self.app.shutdown(status, diagnostics=diagnostics[:1000])
+                # the same form as a detached job's, so `mpilaunch wait` reads either
+                self.app.shutdown(status, diagnostics=yarn_outcome.diagnostics(self.outcome, self.failure, None, None))
             else:
                 self.client.kill_application(self.app_id)
         except Exception:
@@ -597,3 +576,7 @@ class Backend(BaseBackend):
     @classmethod
     def manage_delete(cls, args, stream) -> int:
         return yarn_manage.delete(args, stream)
+
+    @classmethod
+    def manage_wait(cls, args, stream) -> int:
+        return yarn_detach.wait(args, stream)

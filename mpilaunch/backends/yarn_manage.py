@@ -7,6 +7,7 @@ import json
 import skein
 
 from ..errors import UsageError
+from . import yarn_detach, yarn_outcome
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
 
 
@@ -21,13 +22,18 @@ def status(args, stream) -> int:
     client = _client()
     try:
         for report in _find_apps(client, args.name):
-            print(f"{report.id}  {report.name}  state={_state(report.state)} "
-                  f"final={_state(report.final_status)}  queue={report.queue}  user={report.user}", file=stream)
+            phase, code, _failure, elapsed = yarn_detach.phase_of(report)
+            print(f"{report.id}  {report.name}  {phase}" + (f" (exit {code})" if code is not None else "")
+                  + f"  elapsed {elapsed:.0f}s  state={_state(report.state)} final={_state(report.final_status)}"
+                  f"  queue={report.queue}  user={report.user}", file=stream)
             if report.diagnostics:
                 print(f"  diagnostics: {_short(report.diagnostics, 300)}", file=stream)
-            for c in _node_containers(client, report.id):
-                print(f"  {c.get('id')}  on {c.get('nodeId')}  {c.get('state')}"
+            containers = _node_containers(client, report.id)
+            for c in containers:
+                print(f"  {c.get('id')}  {_role(c):9s} on {c.get('nodeId')}  {c.get('state')}"
                       f"  exit={c.get('exitCode')}", file=stream)
+            if not containers and code is not None:
+                print("  no containers left: all released", file=stream)
     finally:
         client.close()
     return 0
@@ -35,8 +41,19 @@ def status(args, stream) -> int:
 def logs(args, stream) -> int:
     client = _client()
     try:
+        if getattr(args, "follow", False):
+            return yarn_detach.follow(client, args.name, stream, _node_containers, _http_text)
         report = _find_apps(client, args.name)[-1]
         containers = _node_containers(client, report.id)
+        ended_log = yarn_outcome.launcher_log(report.diagnostics) if not containers else None
+        if ended_log:  # a detached job that ended: its launcher's log stays on the NodeManager
+            container, node = ended_log
+            text = _http_text(f"http://{node}/ws/v1/node/containerlogs/{container}/{yarn_outcome.LAUNCHER_LOG}")
+            if text:
+                print(f"==> {container} {yarn_outcome.LAUNCHER_LOG} <==", file=stream)
+                text = yarn_outcome.log_contents(text)
+                stream.write(text if text.endswith("\n") else text + "\n")
+                return 0
         for c in containers:
             names = [f for f in c.get("containerLogFiles") or ["stdout", "stderr"]
                      if f not in ("launch_container.sh", "directory.info")]
@@ -68,6 +85,15 @@ def delete(args, stream) -> int:
     finally:
         client.close()
     return 0
+
+
+def _role(container: dict) -> str:
+    """launcher, worker or appmaster, by the log file skein writes for the container's service."""
+    files = container.get("containerLogFiles") or ()
+    for name in files:
+        if name.endswith(".log") and name[:-4] in ("launcher", "worker"):
+            return name[:-4]
+    return "appmaster" if container.get("id", "").endswith("_000001") else "?"
 
 
 def _http_text(url: str) -> str | None:

@@ -33,9 +33,10 @@ from .. import dns, mpi
 from ..backends import k8s_relay
 from ..backends.base import BaseBackend
 from ..backends.k8s_api import Api, ApiError, sa_dir
-from ..backends.k8s_pods import LAUNCHER_READY, WORKER_CONTAINER
+from ..backends.k8s_pods import LAUNCHER_READY, RESULT_KEY, WORKER_CONTAINER, pod_loss
 from ..errors import MpilaunchError, UsageError
 from ..lifecycle import make_rundir, run_job
+from ..result import JobResult
 from ..spec import JobSpec, Plan, WorkerPlan
 from ..workloads.mpirun import MpirunWorkload, RelayedOutput
 
@@ -71,6 +72,10 @@ def wait_workers(api: Api, names: list[str], deadline: float) -> None:
                 raise MpilaunchError(f"{len(pending)} workers not ready: {', '.join(pending[:5])}"
                                      + (f" ({last_error})" if last_error else ""), None)
             time.sleep(0.5)
+
+
+def in_cluster_credentials(launch: dict) -> dict:
+    return {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
 
 
 # Their proxies connect back to the launcher by its name (hydra has no address
@@ -120,7 +125,7 @@ class ReadyPods(BaseBackend):
         super().__init__(spec, plan, rundir)
         self.launch = launch
         self.info = info
-        self.creds = {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
+        self.creds = in_cluster_credentials(launch)
         self.relay = None
 
     def allocate(self) -> None:
@@ -142,6 +147,23 @@ class ReadyPods(BaseBackend):
             self.relay, context["relay"] = k8s_relay.start(dict(context), self.rundir)
         return context
 
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        """Worker pods deleted, evicted or failed, read pod by pod (all the Role allows)."""
+        api, lost = Api(self.creds), {}
+        for w in self.plan.workers:
+            try:
+                pod = api.get("v1", "pods", w.name)
+            except ApiError as e:
+                if e.status != 404:
+                    continue  # no verdict on an error
+                pod = None
+            except OSError:
+                continue
+            reason = pod_loss(pod)
+            if reason is not None:
+                lost[w.name] = reason
+        return lost
+
     def rank_prefix(self) -> list[str]:
         python = os.environ.get("MPILAUNCH_K8S_PYTHON") or self.launch.get("rank_python") or "python3"
         return [python, "-m", "mpilaunch.rank"]
@@ -150,6 +172,35 @@ class ReadyPods(BaseBackend):
         if self.relay is not None:
             k8s_relay.stop(self.relay)
             self.relay = None
+
+
+def finish_detached(creds: dict, launch: dict, result) -> None:
+    """A detached job has no one on the submitting side: record its outcome, release its workers.
+
+    The outcome goes into the job's root ConfigMap (``result.json``, read by
+    ``mpilaunch wait`` and ``status``); the worker pods are deleted so their
+    GPUs go back at once. The root, the launcher's Job and its log stay until
+    ``mpilaunch delete NAME``.
+    """
+    api = Api(creds)
+    outcome = {"exit_code": result.exit_code, "failure": result.failure,
+               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "ranks": [r.__dict__ for r in result.ranks]}
+    if result.exit_code != 0 and result.failure:
+        print(f"mpilaunch: error: {result.failure}", file=sys.stderr, flush=True)
+    path = api.collection_path("v1", "configmaps", launch["namespace"]) + f"/{launch['job']}"
+    try:
+        api.request("PATCH", path, body={"data": {RESULT_KEY: json.dumps(outcome)}},
+                    content_type="application/merge-patch+json")
+    except (ApiError, OSError) as e:
+        print(f"mpilaunch: launcher: cannot record the outcome in ConfigMap {launch['job']}: {e}", file=sys.stderr)
+    for name, _slots in launch["workers"]:
+        try:
+            api.delete("v1", "pods", name, gracePeriodSeconds=0)
+        except (ApiError, OSError) as e:
+            print(f"mpilaunch: launcher: cannot delete worker pod {name}: {e}", file=sys.stderr)
+    print(f"mpilaunch: launcher: job {launch['job']} ended with exit code {result.exit_code}; workers released",
+          file=sys.stderr, flush=True)
 
 
 def spec_from_launch(launch: dict) -> JobSpec:
@@ -171,6 +222,7 @@ def main(argv=None) -> int:
         print("usage: python -m mpilaunch.launchers.k8s LAUNCH_JSON", file=sys.stderr)
         return 2
     launch = json.loads(Path(argv[0]).read_text())
+    result = JobResult(job_name=launch["job"], exit_code=1, failure="the launcher failed before mpirun ran")
     try:
         spec = spec_from_launch(launch)
         plan = Plan(job_name=launch["job"], workers=tuple(
@@ -184,10 +236,13 @@ def main(argv=None) -> int:
         workload.bind(backend, rundir, environ)
         result = run_job(spec, workload, backend, rundir, None,
                          stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
-        return result.exit_code
     except MpilaunchError as e:
         print(e.format(), file=sys.stderr)
-        return e.exit_code
+        result = JobResult(job_name=launch["job"], exit_code=e.exit_code, failure=e.message)
+    finally:
+        if launch.get("detach"):  # every exit path: nobody else will release a detached job's workers
+            finish_detached(in_cluster_credentials(launch), launch, result)
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ workers. This module runs in it and
    submitting side feeds to its rank-output parser and deletes, stops mpirun
    when ``<kv>launcher/stop`` appears (fail fast after a rank failed), and
    finally puts the job's exit code in ``<kv>launcher/exit``.
+
+A detached job's launcher (``"detach": true`` in the launch description)
+writes mpirun's output to its own container log instead, enforces
+``--timeout`` itself and ends the application (``yarn_detached.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ..lifecycle import make_rundir, run_job
 from ..procs import terminate_group
 from ..spec import JobSpec, Plan, WorkerPlan
 from ..workloads.mpirun import MpirunWorkload, RelayedOutput
+from .yarn_detached import WorkerContainers, finish, to_container_log
 
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024
@@ -104,10 +109,12 @@ class PublishedContainers(BaseBackend):
 
     name = "yarn"
 
-    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: dict, secret_file: Path):
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: dict, secret_file: Path,
+                 watch: WorkerContainers | None = None):
         super().__init__(spec, plan, rundir)
         self.launch = launch
         self.secret_file = secret_file
+        self.watch = watch  # detached only: nobody on the submitting side watches the containers
 
     def allocate(self) -> None:
         pass  # the submitting side requested the containers
@@ -127,6 +134,18 @@ class PublishedContainers(BaseBackend):
     def rank_prefix(self) -> list[str]:
         return list(self.launch["rank_prefix"])
 
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        return self.watch.lost(settle) if self.watch is not None else {}
+
+    def describe_workers(self) -> dict[str, dict]:
+        if self.watch is None:
+            return super().describe_workers()
+        self.watch.refresh()
+        # the submitting side's keys (yarn.Backend.describe_workers): the same "container C on HOST" in reports
+        return {w.name: {"container": f.get("container"), "host": f.get("node"), "state": f.get("state"),
+                         "exit": f.get("exit")}
+                for w in self.plan.workers for f in [self.watch.facts.get(w.name, {})]}
+
     def release(self) -> None:
         pass  # the submitting side ends the application
 
@@ -139,11 +158,14 @@ def write_secret_file(rundir: Path, secret: bytes) -> Path:
     return secret_file
 
 
-def run(app, prefix: str) -> int:
-    launch = json.loads(app.kv.wait(prefix + SPEC_KEY).decode())
+def run(app, prefix: str, launch: dict) -> tuple[int, str | None]:
+    """Run mpirun as the launch description says; (exit code, failure line)."""
     secret = app.kv.wait(prefix + SECRET_KEY)
     app.kv.discard(prefix + SECRET_KEY)
-    streamer = Streamer(app.kv, prefix)
+    detached = bool(launch.get("detach"))
+    # attached: chunks in the kv store for the submitting side; detached: this container's log
+    streamer = None if detached else Streamer(app.kv, prefix)
+    relay = to_container_log if detached else streamer.add
     rundir = make_rundir(launch["job"] + "-launcher")
     try:
         secret_file = write_secret_file(rundir, secret)
@@ -154,16 +176,21 @@ def run(app, prefix: str) -> int:
         try:
             info = mpi.find_mpirun(launch.get("mpi", "auto"), launch.get("mpirun"), os.environ.get("PATH"))
         except Exception as e:
-            streamer.add("stderr", f"mpilaunch: launcher: no usable mpirun in the launcher container: {e}\n")
-            return 2
+            failure = f"launcher: no usable mpirun in the launcher container: {e}"
+            relay("stderr", f"mpilaunch: {failure}\n")
+            return 2, failure
+        # --timeout: attached, the submitting side enforces it; detached, this lifecycle does
+        timeout = launch.get("timeout") if detached else None
         spec = JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")),
                        env=tuple(launch.get("user_env") or ()), mpi_args=tuple(launch.get("mpi_args") or ()),
-                       verify=bool(launch.get("verify", True)))
+                       verify=bool(launch.get("verify", True)), timeout=timeout)
         plan = Plan(job_name=launch["job"], workers=tuple(
             WorkerPlan(name=name, slots=int(slots), gpus=0) for name, slots, _ in launch["workers"]))
-        backend = PublishedContainers(spec, plan, rundir, launch, secret_file)
+        watch = WorkerContainers(app, plan, {name: addr for name, _, addr in launch["workers"]},
+                                 secret_file) if detached else None
+        backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
         workload = MpirunWorkload(spec, launch["job"], plan, info)
-        workload.use_output(RelayedOutput(streamer.add))
+        workload.use_output(RelayedOutput(relay))
         cwd = launch.get("cwd")
         workload.cwd = cwd if cwd and os.path.isdir(cwd) else None
         workload.on_started = lambda proc: started(app, prefix, info, proc)
@@ -171,10 +198,11 @@ def run(app, prefix: str) -> int:
         workload.bind(backend, rundir, environ)
         result = run_job(spec, workload, backend, rundir, None,
                          stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
-        return result.exit_code
+        return result.exit_code, result.failure
     finally:
         try:
-            streamer.close()
+            if streamer is not None:
+                streamer.close()
         except Exception:
             pass
         shutil.rmtree(rundir, ignore_errors=True)
@@ -206,17 +234,23 @@ def main() -> int:
 
     prefix = os.environ.get("MPILAUNCH_YARN_KV", "mpilaunch/")
     app = skein.ApplicationClient.from_current()
+    launch: dict = {}
     try:
-        code = run(app, prefix)
+        launch = json.loads(app.kv.wait(prefix + SPEC_KEY).decode())
+        code, failure = run(app, prefix, launch)
     except Exception as e:
         print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
-        try:
-            app.kv[prefix + OUT_KEY + "9999999999"] = json.dumps(
-                [["stderr", f"mpilaunch: launcher container failed: {e!r}\n"]]).encode()
-        except Exception:
-            pass
-        code = 1
-    app.kv[prefix + EXIT_KEY] = str(code).encode()
+        code, failure = 1, f"launcher container failed: {e!r}"
+        if not launch.get("detach"):
+            try:
+                app.kv[prefix + OUT_KEY + "9999999999"] = json.dumps(
+                    [["stderr", f"mpilaunch: {failure}\n"]]).encode()
+            except Exception:
+                pass
+    if launch.get("detach"):  # every exit path: nobody else will end a detached job's application
+        finish(app, code, failure)
+    else:
+        app.kv[prefix + EXIT_KEY] = str(code).encode()
     return code
 
 

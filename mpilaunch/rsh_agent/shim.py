@@ -199,6 +199,13 @@ def main(argv=None) -> int:
     path = os.environ.get(CONTEXT_ENV)
     if not path:
         return _error(f"${CONTEXT_ENV} is not set; mpilaunch-rsh runs under mpilaunch only")
+    status = _run(path, host, command, no_stdin)
+    if status != 0:
+        record_exit(path, host, status)
+    return status
+
+
+def _run(path: str, host: str, command: str, no_stdin: bool) -> int:
     try:
         context = load_context(path)
     except (OSError, ValueError) as exc:
@@ -225,37 +232,61 @@ def main(argv=None) -> int:
     return status if 0 <= status <= 255 else 255
 
 
+# --- failed daemons, for mpilaunch to see ---------------------------------------
+#
+# Open MPI fails a launch when an agent it keeps attached exits non-zero.
+# MPICH's and Intel MPI's hydra do not look at their launcher's exit: a proxy
+# that dies before it connects back (it cannot resolve the launcher's name,
+# its worker is gone) leaves mpiexec waiting for it forever. So every agent
+# that ends non-zero leaves a note next to the job's context file, and
+# mpilaunch ends an mpirun that goes on waiting (workloads/mpirun.py).
+
+EXITS_DIR = "agent-exits"
+
+
+def record_exit(context_path: str, host: str, status: int) -> None:
+    directory = os.path.join(os.path.dirname(os.path.abspath(context_path)), EXITS_DIR)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(os.path.join(directory, f"{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, f"{status} {host}\n".encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # best effort: the job's --timeout still bounds it
+
+
+def failed_agents(rundir: str) -> list[tuple[str, int]]:
+    """``(worker, exit code)`` of every agent of the job that ended non-zero so far, earliest first."""
+    directory = os.path.join(rundir, EXITS_DIR)
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                code, _, host = f.read().strip().partition(" ")
+                written = os.fstat(f.fileno()).st_mtime_ns
+            out.append((written, host, int(code)))
+        except (OSError, ValueError):
+            continue  # being written
+    return [(host, code) for _, host, code in sorted(out)]  # the first to fail first
+
+
 # --- fast launcher ------------------------------------------------------------------
 
 
 def write_launcher(path: str, python: str | None = None) -> str:
-    """Write an executable ``mpilaunch-rsh`` that starts Python with ``-I -S``.
+    """Write an executable ``mpilaunch-rsh`` that starts Python with ``-I -S`` (see ``pylauncher``).
 
-    ``-S`` skips ``site`` (site-packages .pth files can cost tens of
-    milliseconds per start, e.g. ones that import certifi); the package
-    directory is put on ``sys.path`` explicitly instead.  Point mpirun's rsh
-    agent at the returned path when launch latency matters.
+    Point mpirun's rsh agent at the returned path when launch latency matters.
     """
-    python = python or sys.executable
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    body = (
-        "import sys\n"
-        f"sys.path.insert(0, {package_parent!r})\n"
-        "from mpilaunch.rsh_agent.shim import main\n"
-        "sys.exit(main())\n"
-    )
-    shebang = f"#!{python} -IS\n"
-    if len(shebang) > 127 or " " in python:  # kernel shebang limits: go through sh
-        body_lit = body.replace("'", "'\"'\"'")
-        text = f"#!/bin/sh\nexec '{python}' -IS -c '{body_lit}' \"$@\"\n"
-    else:
-        text = shebang + body
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, path)
-    return path
+    from ..pylauncher import write_launcher as write
+
+    return write(path, "mpilaunch.rsh_agent.shim", python)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,10 @@ class Workload(ABC):
     def close(self) -> None:
         """Close logs once everything has stopped."""
 
+    def reset(self) -> None:
+        """Forget a stopped attempt so ``start`` can run again on the same workers (``--retries``)."""
+        raise NotImplementedError(f"{self.mode} jobs cannot be relaunched")
+
     @abstractmethod
     def collect(self, run: RunContext) -> None:
         """Per-unit statuses into ``run.result`` (after stop, release and close)."""
@@ -82,6 +86,10 @@ class Workload(ABC):
 
     def print_summary(self, report: dict, stream) -> None:
         """A closing summary on stderr (unless --quiet)."""
+
+    def units_on(self, worker: str) -> str | None:
+        """What ran on a worker, for the lost-worker line: ``ranks 2-3``, ``task worker:1``."""
+        return None
 
 
 def shim_path(rundir: Path) -> str:

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 from .. import hostfile, gpu_slots, mpi, placement
+from ..rank import OPENMPI4_LINGER_MS
 from ..errors import UsageError
 from ..output import RankOutput
 from ..procs import terminate_group
-from ..result import EXIT_TIMEOUT, JobResult, RankStatus, timeout_failure
+from ..result import EXIT_TIMEOUT, JobResult, RankStatus, number_ranges, timeout_failure
+from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..spec import JobSpec, Plan, WorkerPlan
 from .base import RunContext, Workload, print_manifests, shim_path
 from .verification import placement_watch, verify_placement
@@ -61,9 +64,14 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
     )
 
 
-def rank_command(spec: JobSpec, prefix: list[str]) -> list[str]:
-    wrapper = prefix + (["--bind-gpus"] if spec.bind_gpus else []) + ["--"]
-    return wrapper + list(spec.command)
+def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo) -> list[str]:
+    """The per-rank wrapper (``mpilaunch.rank``) around the user's command."""
+    wrapper = list(prefix)
+    if spec.bind_gpus:
+        wrapper.append("--bind-gpus")
+    if info.flavour == "openmpi" and info.major == 4:
+        wrapper += ["--linger-ms", str(OPENMPI4_LINGER_MS)]
+    return wrapper + ["--"] + list(spec.command)
 
 
 def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str, mpi.MpirunCommand]:
@@ -75,7 +83,7 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str,
         hosts=len(plan.workers),
         hostfile=str(rundir / "hostfile"),
         shim=shim_path(rundir),
-        command=rank_command(spec, backend.rank_prefix()),
+        command=rank_command(spec, backend.rank_prefix(), info),
         environ=environ,
         user_env=spec.env,
         extra_args=spec.mpi_args,
@@ -110,6 +118,17 @@ def decide_outcome(mpirun_code: int, output: RankOutput) -> tuple[int, tuple[int
     if first_failure is not None:
         return first_failure[2], first_failure
     return mpirun_code, None
+
+
+def daemon_failure_message(worker: str, code: int, output: RankOutput) -> str:
+    """mpilaunch ended an mpirun that kept waiting for a failed daemon (see _wait)."""
+    head = (f"the MPI daemon on worker {worker} ended with code {code} before any rank failed, "
+            f"and mpirun kept waiting for it (stopped after {FAIL_FAST_GRACE_S:g} s)")
+    cause = mpi.daemon_error(output.launcher_head)
+    if cause:
+        head += f"; MPI daemon {cause}"
+    tail = list(output.launcher_tail)
+    return "\n".join([head] + ([f"last {len(tail)} lines of mpirun:"] + ["  | " + t for t in tail] if tail else []))
 
 
 def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
@@ -152,8 +171,11 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
     print_manifests(backend, stream)
 
 
-def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ranks: int) -> int | None:
-    """mpirun's exit code, or None when the deadline passed (the caller kills it).
+def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ranks: int,
+          failed_agents=lambda: []) -> tuple[int | None, tuple[str, int] | None]:
+    """``(mpirun's exit code, None)``, ``(None, None)`` when the deadline passed
+    (the caller kills it), or ``(code, (worker, agent's exit code))`` when
+    mpilaunch ended an mpirun that kept waiting for a daemon that had failed.
 
     Fail fast: once a rank has failed, mpirun gets FAIL_FAST_GRACE_S to end the
     job itself. Open MPI does; MPICH's hydra waits for every other rank when
@@ -161,32 +183,43 @@ def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ra
     Done is done: once every rank has reported exit 0, mpirun gets
     DONE_GRACE_S to tear its daemons down (seen: Open MPI 5 on a loaded
     machine stalling there after all ranks finished); the job succeeded.
+    A failed daemon fails the job: once a daemon's agent has ended non-zero
+    (``failed_agents``, the shim's notes) while ranks are still to come,
+    mpirun gets FAIL_FAST_GRACE_S to end the job itself. Open MPI does;
+    MPICH's and Intel MPI's hydra ignore their launcher's exit and wait for a
+    proxy that never connects back, forever.
     """
-    failed_at = None
-    done_at = None
+    failed_at = done_at = daemon_failed_at = None
     while True:
         timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
         try:
-            return proc.wait(timeout=timeout)
+            return proc.wait(timeout=timeout), None
         except subprocess.TimeoutExpired:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                return None
+                return None, None
             if output.misplaced() is not None:
                 # ranks run elsewhere than planned: no point letting them go on
                 terminate_group(proc.pid)
-                return proc.wait()
+                return proc.wait(), None
             if failed_at is None and any(code != 0 for _, _, code in output.statuses):
                 failed_at = now
             if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:
                 terminate_group(proc.pid)
-                return proc.wait()
+                return proc.wait(), None
             if done_at is None and failed_at is None and len({r for r, _, _ in output.statuses}) >= ranks:
                 done_at = now
             if done_at is not None and now - done_at > DONE_GRACE_S:
                 terminate_group(proc.pid)
                 proc.wait()
-                return 0
+                return 0, None
+            if failed_at is None and done_at is None:
+                agents = failed_agents()
+                if agents and daemon_failed_at is None:
+                    daemon_failed_at = now
+                if agents and now - daemon_failed_at > FAIL_FAST_GRACE_S:
+                    terminate_group(proc.pid)
+                    return proc.wait(), agents[0]
 
 
 
@@ -290,6 +323,8 @@ class MpirunWorkload(Workload):
         (run.rundir / "hostfile").write_text(self.hostfile_text)
         if getattr(run.backend, "launcher_in_cluster", False):
             return  # mpirun runs in the cluster's launcher; watch() follows it
+        # a relaunch (--retries) must not be ended for the last attempt's failed daemons
+        shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
         self.proc = subprocess.Popen(
             self.command.argv, env={**run.environ, **self.command.env}, stdin=subprocess.DEVNULL, cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -304,9 +339,14 @@ class MpirunWorkload(Workload):
             # the backend streams the launcher's output into ``self.output``
             self.mpirun_code = run.backend.run_launcher(self.output, deadline)
         else:
-            self.mpirun_code = _wait(self.proc, deadline, self.output, self.plan.ranks)
+            self.mpirun_code, daemon = _wait(self.proc, deadline, self.output, self.plan.ranks,
+                                             lambda: failed_agents(str(run.rundir)))
             for p in self.pumps:
                 p.join(timeout=10)
+            if daemon is not None:
+                worker, code = daemon
+                self.placement = placement.summary(self.plan, self.starts(), None, False)
+                return code, daemon_failure_message(worker, code, self.output)
         if self.mpirun_code is None:
             self.placement = placement.summary(self.plan, self.starts(), None, False)
             return EXIT_TIMEOUT, timeout_failure(self.spec.timeout)
@@ -350,12 +390,19 @@ class MpirunWorkload(Workload):
         return times
 
     def stop(self) -> None:
+        if self.output is not None:
+            self.output.cancel()  # a launcher in the cluster: stop following it
         if self.proc is not None and self.proc.poll() is None:
             terminate_group(self.proc.pid)
 
     def close(self) -> None:
         if self.output is not None:
             self.output.close()
+
+    def reset(self) -> None:
+        # rank logs are opened for appending: the next attempt's lines follow this one's
+        self.close()
+        self.output = self.proc = self.mpirun_code = self.placement = None
 
     def collect(self, run: RunContext) -> None:
         # never started (allocation failed, interrupted): every rank unreported
@@ -365,3 +412,9 @@ class MpirunWorkload(Workload):
 
     def report(self, run: RunContext, workers: dict) -> dict:
         return mpirun_report(self.spec, self.plan, run.result, workers)
+
+    def units_on(self, worker: str) -> str | None:
+        ranks = [r for r, w in enumerate(self.plan.rank_to_worker()) if w == worker]
+        if not ranks:
+            return None
+        return f"rank{'s' if len(ranks) > 1 else ''} {number_ranges(ranks)}"

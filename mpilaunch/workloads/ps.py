@@ -483,3 +483,7 @@ class PsWorkload(Workload):
 
     def print_summary(self, report: dict, stream) -> None:
         _print_summary(report, stream)
+
+    def units_on(self, worker: str) -> str | None:
+        tasks = [r.task.id for r in self.runs if r.worker == worker]
+        return f"task {', '.join(tasks)}" if tasks else None

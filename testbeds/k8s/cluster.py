@@ -779,14 +779,19 @@ class KubeCluster:
         """Give one pod its own exec target (a namespaced kwok ``Exec``
         object named like the pod): commands exec'd into it run in `workdir`
         with `env` added. Needs enable_exec_crd=True."""
+        self.apply(self.pod_exec(pod, namespace, workdir, env, containers))
+
+    def pod_exec(self, pod: str, namespace: str = "default", workdir: str | None = None,
+                 env: dict[str, str] | None = None, containers: list[str] | None = None) -> dict:
+        """The ``Exec`` object set_pod_exec applies (apply a list of them at once for many pods)."""
         envs = [{"name": MARKER_ENV, "value": self.marker}, *({"name": k, "value": v} for k, v in (env or {}).items())]
         local: dict = {"envs": envs, "workDir": str(workdir or self.exec_dir)}
         target: dict = {"local": local}
         if containers:
             target["containers"] = containers
-        self.apply({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
-                    "metadata": {"name": pod, "namespace": namespace},
-                    "spec": {"execs": [target]}})
+        return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
+                "metadata": {"name": pod, "namespace": namespace},
+                "spec": {"execs": [target]}}
 
     # ---------------------------------------------------------- state file
 

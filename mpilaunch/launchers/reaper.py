@@ -1,0 +1,53 @@
+"""Entry point of a job's reaper (the pod of the Job ``<job>-reaper``): ``python3 -m mpilaunch.launchers.reaper JOB --orphan-timeout SEC [--deadline SEC]``.
+
+Runs with the ServiceAccount ``<job>-reaper``,
+whose Role allows ``get``/``watch`` on the Lease ``<job>`` and ``delete`` on
+the ConfigMap ``<job>``, by name, and nothing else. It deletes the job's root
+when the submitting mpilaunch stopped renewing the Lease for SEC seconds or
+the job passed ``--deadline`` seconds (see ``backends/k8s_orphan.py``); the
+garbage collector removes everything else, the reaper included. It exits 0
+when the job is gone either way.
+
+In-cluster credentials (``KUBERNETES_SERVICE_HOST/PORT``, the token under
+``$MPILAUNCH_K8S_SA_DIR``); standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..backends.k8s_api import Api, ApiError, sa_dir
+from ..backends.k8s_orphan import reap
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} mpilaunch-reaper: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m mpilaunch.launchers.reaper")
+    p.add_argument("job")
+    p.add_argument("--orphan-timeout", type=float, required=True)
+    p.add_argument("--deadline", type=float, help="seconds from now after which the job is deleted regardless")
+    args = p.parse_args(argv)
+    try:
+        namespace = Path(sa_dir(), "namespace").read_text().strip()
+    except OSError:
+        namespace = "default"
+    api = Api({"in_cluster": True, "sa_dir": sa_dir(), "namespace": namespace})
+    log(f"watching Lease {args.job} in {namespace}: orphan timeout {args.orphan_timeout:g}s"
+        + (f", deadline {args.deadline:g}s" if args.deadline else ""))
+    try:
+        reason = reap(api, args.job, args.orphan_timeout, args.deadline, log=log)
+    except ApiError as e:
+        log(f"cannot delete job {args.job}: {e}")
+        return 1  # the pod restarts (restartPolicy OnFailure) and tries again
+    log(f"deleted job {args.job}: {reason}" if reason else f"job {args.job} was deleted by its owner")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

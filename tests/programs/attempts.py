@@ -1,0 +1,21 @@
+"""A rank that remembers attempts: the first one sleeps (or fails), a relaunch succeeds at once.
+
+Each rank leaves ``$ATTEMPT_MARKER.<rank>`` behind; finding it means this is
+a relaunch (``--retries``). First attempt: rank FAIL_UNIT exits FAIL_CODE,
+the others sleep SLEEP seconds (long enough to lose a worker under them).
+"""
+
+import os
+import sys
+import time
+
+unit = int(os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK") or 0)
+marker = f"{os.environ['ATTEMPT_MARKER']}.{unit}"
+first = not os.path.exists(marker)
+open(marker, "a").close()
+print(f"unit {unit} started ({'first attempt' if first else 'relaunch'}) on {os.environ.get('MPILAUNCH_WORKER')}",
+      flush=True)
+if first:
+    if unit == int(os.environ.get("FAIL_UNIT", "-1")):
+        sys.exit(int(os.environ.get("FAIL_CODE", "3")))
+    time.sleep(float(os.environ.get("SLEEP", "120")))

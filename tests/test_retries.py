@@ -1,0 +1,109 @@
+"""--retries: after a lost worker (or, with --retry-rank-failures, a failed rank) mpirun is relaunched
+on the same allocation, with only the lost workers replaced, and report.json lists every attempt.
+
+Local backend (agents) and Kubernetes (kwok pods through the exec API,
+``--launcher local``). The program (tests/programs/attempts.py) sleeps on the
+first attempt, so a worker can be lost under it, and succeeds when relaunched.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
+from test_failure_parity import agent_pid
+from test_k8s import give_pods_their_env, forget_pod_env, leftover_objects
+
+pytestmark = pytest.mark.mpi
+PROGRAM = "tests/programs/attempts.py"
+
+
+def launch(job, tmp_path, env, *extra):
+    argv = [sys.executable, "-m", "mpilaunch", "--name", job, "--np", "2", "--slots-per-worker", "1", "-q",
+            "--output-dir", str(tmp_path / "out"), "-x", f"ATTEMPT_MARKER={tmp_path / 'marker'}", *extra,
+            "--", sys.executable, PROGRAM]
+    return subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc, seen, timeout=180):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return "".join(seen) + out, err
+
+
+def test_retries_replace_a_lost_agent_and_relaunch_on_the_same_allocation(openmpi5, tmp_path):
+    job = "retries-local"
+    env = mpilaunch_env(PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"])
+    proc = launch(job, tmp_path, env, "--retries", "1")
+    seen = wait_started(proc, 2, "started (first attempt)")
+    survivor = agent_pid(f"{job}-worker-0")
+    os.kill(agent_pid(f"{job}-worker-1"), signal.SIGKILL)
+    out, err = finish(proc, seen)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"mpilaunch: attempt 2 of 2: relaunching replacing {job}-worker-1 (attempt 1: worker {job}-worker-1" in err
+    assert out.count("started (relaunch)") == 2, out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    first, second = report["attempts"]
+    assert (first["exit_code"], first["lost_workers"]) == (5, [f"{job}-worker-1"])
+    assert first["failure"].startswith(f"worker {job}-worker-1 (agent pid ")
+    assert (second["exit_code"], second["lost_workers"]) == (0, [])
+    assert second["started_s"] >= first["ended_s"]
+    assert report["exit_code"] == 0 and [r["exit_code"] for r in report["ranks"]] == [0, 0]
+    # only the lost worker was replaced: worker 0 kept its agent
+    assert report["workers"][f"{job}-worker-0"]["pid"] == survivor
+    assert report["workers"][f"{job}-worker-1"]["pid"] != survivor
+    assert leftover_processes(job) == []
+
+
+def test_retries_with_rank_failures_relaunch_after_a_failed_rank_and_stop_when_spent(openmpi5, tmp_path):
+    env = mpilaunch_env(PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"])
+    job = "retries-rankfail"
+    proc = launch(job, tmp_path, env, "--retries", "1", "--retry-rank-failures", "-x", "FAIL_UNIT=1",
+                  "-x", "FAIL_CODE=3", "-x", "SLEEP=0")
+    out, err = finish(proc, [])
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(a["attempt"], a["exit_code"]) for a in report["attempts"]] == [(1, 3), (2, 0)]
+    assert report["attempts"][0]["failure"] == f"rank 1 on worker {job}-worker-1 exited with code 3"
+    # without --retry-rank-failures a failed rank is final, retries or not
+    (tmp_path / "marker.0").unlink()
+    (tmp_path / "marker.1").unlink()
+    proc = launch(job, tmp_path, env, "--retries", "1", "-x", "FAIL_UNIT=1", "-x", "FAIL_CODE=3", "-x", "SLEEP=0")
+    out, err = finish(proc, [])
+    assert proc.returncode == 3, err[-3000:]
+    assert [a["exit_code"] for a in json.loads((tmp_path / "out" / "report.json").read_text())["attempts"]] == [3]
+    assert leftover_processes(job) == []
+
+
+@pytest.mark.k8s
+def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_path):
+    job = "retries-k8s"
+    give_pods_their_env(kube, job, 2, tmp_path / "pods")
+    try:
+        proc = launch(job, tmp_path, k8s_env, "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
+                      "--retries", "1")
+        seen = wait_started(proc, 2, "started (first attempt)")
+        uid0 = kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout
+        uid1 = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}").stdout
+        kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
+        # the replacement has the old name but is a new pod; worker 0 is the same pod all along
+        wait_for(lambda: kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}",
+                                      check=False).stdout not in ("", uid1), 120, "the replacement pod")
+        assert kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout == uid0
+        out, err = finish(proc, seen)
+    finally:
+        forget_pod_env(kube, job, 2)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.count("started (relaunch)") == 2, out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(5, [f"{job}-worker-1"]), (0, [])]
+    assert report["attempts"][0]["failure"].startswith(f"worker {job}-worker-1 (pod {job}-worker-1 on node ")
+    assert leftover_objects(kube, job) == []
+    wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
