@@ -152,7 +152,9 @@ def ranks_from(stdout: str) -> list[dict]:
 
 
 def pods_of(real: Real, job: str) -> dict[str, dict]:
-    items = real.cluster.get_json("pods", "-l", f"mpilaunch/job={job}")["items"]
+    """The job's launcher and worker (or task) pods; not its orphan reaper's,
+    which may run anywhere and come and go on its own schedule."""
+    items = real.cluster.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role!=reaper")["items"]
     return {p["metadata"]["name"]: p for p in items}
 
 
