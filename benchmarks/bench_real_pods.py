@@ -179,7 +179,17 @@ def print_tables(rows: list[tuple[int, int, dict]]) -> None:
         cells = [f"{fmt(r[t]['first'])} / {fmt(r[t]['exit'])} s{'' if r[t]['ok'] else ' FAILED'}" for t in tools]
         print(f"| {n} | {i} | " + " | ".join(cells) + f" | {r[tools[0]]['load']} |")
     print()
-    print("Phases, seconds since start (mpilaunch: report.json timings.phases; kubectl: the baseline's moments)")
+    print("Phases, median over the runs, seconds since start")
+    print()
+    sizes = sorted({n for n, _, _ in rows})
+    header = [f"{t} N={n}" for n in sizes for t in tools]
+    print("| phase | " + " | ".join(header) + " |")
+    print("| --- | " + " | ".join("---" for _ in header) + " |")
+    for phase in PHASES:
+        cells = [fmt(median([r[t]["phases"].get(phase) for m, _, r in rows if m == n])) for n in sizes for t in tools]
+        print(f"| {phase} | " + " | ".join(cells) + " |")
+    print()
+    print("Phases, every run, seconds since start (mpilaunch: report.json timings.phases; kubectl: the baseline's moments)")
     print()
     header = [f"{t} N={n} #{i}" for n, i, _ in rows for t in tools]
     print("| phase | " + " | ".join(header) + " |")

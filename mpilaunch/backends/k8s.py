@@ -50,10 +50,8 @@ from .base import BaseBackend
 from . import k8s_manage, k8s_orphan
 from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
-from .k8s_pods import (
-    JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
-    startup_phases, summarize,
-)
+from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
+                       startup_phases, summarize)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)

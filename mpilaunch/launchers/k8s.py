@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 
-from .. import mpi
+from .. import dns, mpi
 from ..backends import k8s_relay
 from ..backends.base import BaseBackend
 from ..backends.k8s_api import Api, ApiError, sa_dir
@@ -77,6 +78,44 @@ def in_cluster_credentials(launch: dict) -> dict:
     return {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch["namespace"]}
 
 
+# Their proxies connect back to the launcher by its name (hydra has no address
+# to give them instead), so that name must resolve in the workers first.
+HYDRA_FLAVOURS = ("mpich", "intel")
+NAME_WAIT_S = 60.0
+
+
+def wait_own_name(launch: dict, deadline: float) -> None:
+    """Until the cluster's DNS resolves this pod's name to its IP.
+
+    Seen on real pods (1 MPICH launch in 6): the launcher started mpiexec
+    before CoreDNS had its record (the endpoints of a just-started pod), the
+    proxies failed with "unable to get host address for <job>-launcher" and
+    hydra then hung instead of exiting.
+    """
+    from ..backends.k8s import CLUSTER_DOMAIN
+
+    server = dns.nameserver()
+    if server is None:
+        return  # no cluster DNS to ask; hydra's own error will say what is wrong
+    host = socket.gethostname()
+    fqdn = f"{host}.{launch['job']}.{launch['namespace']}.svc.{CLUSTER_DOMAIN}"
+    own = socket.gethostbyname(host)  # /etc/hosts: the pod's IP
+    until = min(deadline, time.monotonic() + NAME_WAIT_S)
+    seen: list[str] = []
+    while True:
+        try:
+            seen = dns.query_a(server, fqdn)
+        except OSError:
+            seen = []
+        if own in seen:
+            return
+        if time.monotonic() > until:
+            raise MpilaunchError(f"the launcher's name {fqdn} does not resolve to {own} in the cluster's DNS "
+                                 f"({server} answers {seen or 'nothing'}); the MPI's proxies could not reach it",
+                                 "check the job's headless Service and the cluster DNS")
+        time.sleep(0.2)
+
+
 class ReadyPods(BaseBackend):
     """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or deleted."""
 
@@ -94,6 +133,8 @@ class ReadyPods(BaseBackend):
 
     def wait_ready(self, deadline: float, progress) -> None:
         wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
+        if self.info.flavour in HYDRA_FLAVOURS:
+            wait_own_name(self.launch, deadline)
         # LAUNCHER_READY: the submitting side marks mpirun_started when it sees this line
         print(f"{LAUNCHER_READY}{self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
               file=sys.stderr, flush=True)
