@@ -36,8 +36,6 @@ import ipaddress
 import json
 import os
 import shutil
-import socket
-import struct
 import subprocess
 import sys
 import textwrap
@@ -219,34 +217,6 @@ with socket.create_connection((api, 443), timeout=10) as raw:
         answer = tls.recv(100)
 print("smoke ok", me, ip, api, answer.split(b"\r\n")[0].decode())
 """
-
-
-# ------------------------------------------------------------------ DNS probe (stdlib)
-
-
-def dns_query_a(server: str, name: str, timeout: float = 2.0) -> list[str]:
-    """A records of `name` from `server`:53 (a minimal stdlib DNS client)."""
-    qid = os.getpid() & 0xFFFF
-    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
-    q += b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split(".")) + b"\0"
-    q += struct.pack(">HH", 1, 1)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(timeout)
-        s.sendto(q, (server, 53))
-        data, _ = s.recvfrom(4096)
-    an = struct.unpack(">H", data[6:8])[0]
-    i = len(q)
-    out = []
-    for _ in range(an):
-        while data[i] and data[i] < 0xC0:
-            i += data[i] + 1
-        i += 2 if data[i] >= 0xC0 else 1
-        rtype, _cls, _ttl, rdlen = struct.unpack(">HHIH", data[i:i + 10])
-        i += 10
-        if rtype == 1:
-            out.append(socket.inet_ntoa(data[i:i + rdlen]))
-        i += rdlen
-    return out
 
 
 # ------------------------------------------------------------------ the node
