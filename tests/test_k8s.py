@@ -394,15 +394,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
 
         # the pod's in-cluster environment: a TokenRequest token for the job's ServiceAccount
         sa_dir = tmp_path / "serviceaccount"
-        sa_dir.mkdir()
-        token = kube.kubectl("create", "token", sa, "--duration=10m").stdout.strip()
-        (sa_dir / "token").write_text(token)
-        (sa_dir / "ca.crt").write_bytes(Path(kube.pki.ca_crt).read_bytes())
-        (sa_dir / "namespace").write_text("default")
-        host, port = kube.server.rsplit("//", 1)[1].rsplit(":", 1)
-        pod_env = {k: v for k, v in k8s_env.items() if k != "KUBECONFIG"}
-        pod_env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port,
-                       MPILAUNCH_K8S_SA_DIR=str(sa_dir))
+        pod_env = in_cluster_env(kube, k8s_env, sa, sa_dir)
         ran = subprocess.run([sys.executable, "-m", "mpilaunch.launchers.k8s", str(tmp_path / "launch.json")],
                              cwd=REPO, env=pod_env, capture_output=True, text=True, timeout=180)
         assert ran.returncode == 0, ran.stderr[-3000:]
