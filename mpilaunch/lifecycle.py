@@ -120,7 +120,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
         timings["phases"] = phases.since(t0 if started is None else started, seen,
-                                         getattr(backend, "phase_times", {}), workload.phase_times())
+                                         backend.phase_times, workload.phase_times())
         workload.collect(run)
         report = {"mode": workload.mode, **workload.report(run, workers),
                   "lost_workers": [w.worker for w in lost], "lost": [w.__dict__ for w in lost]}
