@@ -26,8 +26,10 @@ UNKNOWN = "?"  # a value the rank's environment does not give
 NO_WORKER = UNKNOWN
 # Open MPI 4's daemon can drop a process's last output when it reaps the
 # process before draining its pipe (seen: 1 status line in ~4 runs lost).
-# mpilaunch passes --linger-ms for that MPI only: a pause costs every rank.
+# mpilaunch passes --linger-ms for that MPI only. The wrapper waits only until
+# the daemon has read its pipe (usually under a millisecond), this at most.
 OPENMPI4_LINGER_MS = 100
+_FIONREAD = 0x541B  # termios.FIONREAD on Linux; not importing termios keeps the start light
 
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 _LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
@@ -152,8 +154,29 @@ def main(argv=None) -> int:
         code = 128 - code
     print(format_status(rank, worker, code), file=sys.stderr, flush=True)
     if linger_s:
-        time.sleep(linger_s)  # lets the daemon read the line first (OPENMPI4_LINGER_MS)
+        wait_until_read(2, linger_s)
     return code
+
+
+def unread_bytes(fd: int) -> int:
+    """Bytes written to the pipe at ``fd`` that its reader has not read yet."""
+    import fcntl
+    import struct
+
+    return struct.unpack("i", fcntl.ioctl(fd, _FIONREAD, b"\0\0\0\0"))[0]
+
+
+def wait_until_read(fd: int, limit_s: float) -> None:
+    """Stay alive until the daemon has read our last line (OPENMPI4_LINGER_MS), at most ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            if unread_bytes(fd) == 0:
+                return
+        except OSError:  # not a pipe: nothing tells when it was read
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            return
+        time.sleep(0.001)
 
 
 if __name__ == "__main__":

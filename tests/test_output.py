@@ -49,3 +49,25 @@ def test_lines_split_across_chunks_are_reassembled_per_rank():
     assert out.getvalue().splitlines() == [
         '[0] {"rank": 0}', "[1] one", '[2] {"rank": 2}', "[3] three", "[4] unterminated",
     ]
+
+
+def test_rank_wrapper_lingers_only_until_the_daemon_has_read_its_status_line():
+    """Open MPI 4 linger: gone as soon as the pipe is drained, the full limit while nobody reads."""
+    import os
+    import time
+
+    from mpilaunch.rank import wait_until_read
+
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"mpilaunch-rank-status: rank=0 worker=w exit=0\n")
+        t0 = time.monotonic()
+        wait_until_read(write_end, 0.3)
+        assert time.monotonic() - t0 >= 0.29  # nobody read: the whole limit
+        os.read(read_end, 4096)
+        t0 = time.monotonic()
+        wait_until_read(write_end, 5.0)
+        assert time.monotonic() - t0 < 1.0  # drained: returns at once, not after 5 s
+    finally:
+        os.close(read_end)
+        os.close(write_end)
