@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from . import mpi_versions
 from .errors import UsageError
 
 FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_")
@@ -135,7 +136,11 @@ def hydra_sibling(path: str) -> str:
 
 def detect(path: str, flavour: str = "auto") -> MpiInfo:
     """The MPI behind ``path``; an explicit ``flavour`` is trusted when --version says nothing known."""
-    text = _version_text(path)
+    text = mpi_versions.remembered(path)
+    if text is None or parse_version_output(text) is None:
+        text = _version_text(path)
+        if parse_version_output(text) is not None:
+            mpi_versions.remember(path, text)
     parsed = parse_version_output(text)
     if parsed is None:
         if flavour != "auto":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
+import subprocess
 
 
 def processes_with_env(name: str, value: str) -> list[int]:
@@ -73,3 +75,25 @@ def forward_signals_to_group(pgid: int) -> None:
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, forward)
+
+
+def wait_exit(proc: subprocess.Popen, timeout: float) -> int:
+    """``proc.wait(timeout)``, woken by the exit itself.
+
+    subprocess's own timed wait polls with sleeps growing to 50 ms, so an exit
+    is noticed up to 50 ms late, on every launch. A pidfd becomes readable at
+    the exit. Raises subprocess.TimeoutExpired like ``Popen.wait``.
+    """
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # kernel < 5.3, or already reaped
+        return proc.wait(timeout=timeout)
+    try:
+        readable, _, _ = select.select([pidfd], [], [], max(0.0, timeout))
+    finally:
+        os.close(pidfd)
+    if not readable:
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    return proc.wait()

@@ -8,16 +8,21 @@ mpirun's tagged output. That is how mpilaunch knows *where* every rank runs
 and *which* rank failed, on which worker, with which exit code, for every MPI
 flavour alike (mpirun's own exit code and messages differ).
 Standard library only, and few modules of it: one of these starts per
-rank, so the program is started with ``os.posix_spawnp`` (no ``subprocess``)
-and ``re`` is imported only by the parsers, which run in mpilaunch itself.
+rank, so the program is started with ``os.posix_spawnp`` (no ``subprocess``),
+signals come from ``_signal`` (no ``enum``), and ``re`` is imported only by
+the parsers, which run in mpilaunch itself.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
+
+# The C half of ``signal``: the same functions and numbers without the enum
+# module the Python half builds its Signals class with (~8 ms of every rank's
+# start, as much as the rest of the wrapper).
+import _signal as signal
 
 STATUS_PREFIX = "mpilaunch-rank-status:"
 START_PREFIX = "mpilaunch-rank-start:"

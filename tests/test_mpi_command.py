@@ -251,3 +251,20 @@ def test_daemon_error_falls_back_to_generic_advice_then_error_lines_then_none():
     assert mpi.daemon_error(["sh: 1: /opt/x/orted: not found"] + generic) == "sh: 1: /opt/x/orted: not found"
     assert mpi.daemon_error(["[mpiexec@x] error waiting for proxy"]) == "[mpiexec@x] error waiting for proxy"
     assert mpi.daemon_error(["all fine"]) is None
+
+
+def test_mpirun_version_is_remembered_until_the_binary_changes(tmp_path, monkeypatch):
+    """mpirun --version runs once per binary; a changed file (an upgrade) is asked again."""
+    from mpilaunch import mpi
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+    fake = tmp_path / "mpirun"
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'mpirun (Open MPI) 4.1.4'\n")
+    fake.chmod(0o755)
+    assert mpi.detect(str(fake)).version == "4.1.4"
+    assert mpi.detect(str(fake)).version == "4.1.4"
+    assert calls.read_text().count("x") == 1  # the second launch did not run it
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'mpirun (Open MPI) 5.0.11'\n")  # upgraded in place
+    assert mpi.detect(str(fake)).version == "5.0.11"
+    assert calls.read_text().count("x") == 2

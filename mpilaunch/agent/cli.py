@@ -26,6 +26,9 @@ def build_parser():
     )
     parser.add_argument("--name", required=True, help="worker name (exported as MPILAUNCH_WORKER)")
     parser.add_argument("--listen", default="0.0.0.0:0", help="HOST:PORT to listen on; port 0 picks one")
+    parser.add_argument("--listen-fd", type=int, metavar="FD",
+                        help="serve on this inherited listening socket instead of --listen (the local backend "
+                             "binds it, so mpirun can start before the agent is up)")
     parser.add_argument("--address-file", help="write the reachable HOST:PORT here once listening")
     parser.add_argument("--advertise", help="host name/address to write to the address file")
     secret = parser.add_mutually_exclusive_group(required=True)
@@ -132,9 +135,10 @@ def main(argv=None) -> int:
         return 2
     _raise_fd_limit()
     try:
-        listener = _listen(args.listen)
+        listener = socket.socket(fileno=args.listen_fd) if args.listen_fd is not None else _listen(args.listen)
     except (OSError, ValueError) as exc:
-        print(f"mpilaunch: error: agent cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        where = f"inherited socket {args.listen_fd}" if args.listen_fd is not None else args.listen
+        print(f"mpilaunch: error: agent cannot listen on {where}: {exc}", file=sys.stderr)
         return 2
     import shutil
     import tempfile

@@ -10,15 +10,15 @@ them to the agent instead of forking locally.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 from .. import gpu_slots
 from ..errors import AllocationError, UsageError
-from ..procs import kill_tree, processes_with_env
+from ..procs import kill_tree, processes_with_env, wait_exit
 from ..pylauncher import write_launcher
 from .base import BaseBackend
 
@@ -33,12 +33,22 @@ FORWARD_ENV = (
 def write_secret(path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
+        # os.urandom is what secrets.token_hex reads; importing secrets (hmac, OpenSSL) costs every launch
+        f.write(os.urandom(32).hex())
 
 
-# An agent is ready ~30 ms after its start; a finer poll than that is a
-# few stat() calls, and each tick of a coarser one adds to every launch.
-READY_POLL_S = 0.01
+def listening_socket() -> socket.socket:
+    """A loopback socket bound and listening here, handed to an agent that serves it.
+
+    Its address is known before the agent's interpreter has started, so mpirun
+    starts at once: connections wait in the backlog until the agent accepts
+    them. Should the agent die, the socket closes with it and the shim's
+    connection is refused, which the lost-worker watch then explains.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    return sock
 
 
 class Backend(BaseBackend):
@@ -55,7 +65,7 @@ class Backend(BaseBackend):
         self.agents: dict[str, subprocess.Popen] = {}
         self.addresses: dict[str, str] = {}
         self.devices: dict[str, list[str]] = {}
-        self.job_marker = f"{plan.job_name}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.job_marker = f"{plan.job_name}-{os.getpid()}-{os.urandom(4).hex()}"
 
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:
@@ -73,13 +83,12 @@ class Backend(BaseBackend):
         # programs still see the full environment
         return [self._launcher("mpilaunch.rank", "mpilaunch.rank")]
 
-    def _agent_argv(self, worker) -> list[str]:
+    def _agent_argv(self, worker, listen_fd: int) -> list[str]:
         argv = [
             # named like the module: `ps` shows "mpilaunch.agent" as for `python -m mpilaunch.agent`
             self._launcher("mpilaunch.agent", "mpilaunch.agent.cli"),
             "--name", worker.name,
-            "--listen", "127.0.0.1:0",
-            "--address-file", str(self.rundir / f"{worker.name}.addr"),
+            "--listen-fd", str(listen_fd),
             "--secret-file", str(self.secret_file),
             "--exit-with-pid", str(os.getpid()),
             "--env", f"MPILAUNCH_JOB={self.job_marker}",
@@ -97,12 +106,14 @@ class Backend(BaseBackend):
 
     def _start_agent(self, worker) -> None:
         log = open(self.rundir / f"{worker.name}.agent.log", "ab")
-        # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
-        # which then tears the workers down in order.
-        self.agents[worker.name] = subprocess.Popen(
-            self._agent_argv(worker), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True,
-        )
+        with listening_socket() as listener:
+            # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
+            # which then tears the workers down in order.
+            self.agents[worker.name] = subprocess.Popen(
+                self._agent_argv(worker, listener.fileno()), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, pass_fds=(listener.fileno(),),
+            )
+            self.addresses[worker.name] = "127.0.0.1:%d" % listener.getsockname()[1]
         log.close()
 
     def replace_workers(self, names: list[str]) -> None:
@@ -116,41 +127,32 @@ class Backend(BaseBackend):
             # daemons and ranks of the lost worker that outlived its agent
             for pid in processes_with_env("MPILAUNCH_WORKER", name):
                 kill_tree(pid)
-            self.addresses.pop(name, None)
-            (self.rundir / f"{name}.addr").unlink(missing_ok=True)
             self._start_agent(by_name[name])
 
     def wait_ready(self, deadline: float, progress) -> None:
-        from ..rsh_agent.agent_client import ping, read_secret
+        """Nothing to wait for: each agent's socket listened before the agent started.
 
-        secret = read_secret(str(self.secret_file))
-        total = len(self.plan.workers)
-        while True:
-            for name, proc in self.agents.items():
-                if name in self.addresses:
-                    continue
-                if proc.poll() is not None:
-                    log = (self.rundir / f"{name}.agent.log").read_text(errors="replace").strip()
-                    tail = log.splitlines()[-1] if log else "no output"
-                    raise AllocationError(
-                        f"worker {name} exited with code {proc.returncode} before it was ready: {tail}",
-                        f"see {self.rundir / (name + '.agent.log')}",
-                    )
-                addr_file = self.rundir / f"{name}.addr"
-                if addr_file.exists():
-                    address = addr_file.read_text().strip()
-                    if address and ping(address, secret, timeout=2.0):
-                        self.addresses[name] = address
-            progress(len(self.addresses), total)
-            if len(self.addresses) == total:
-                return
-            if time.monotonic() > deadline:
-                missing = sorted(set(self.agents) - set(self.addresses))
-                raise AllocationError(
-                    f"{len(missing)} of {total} workers not ready before --start-timeout: {', '.join(missing[:5])}",
-                    "raise --start-timeout, or check the machine's load",
-                )
-            time.sleep(READY_POLL_S)
+        An agent that already exited (a broken interpreter, an unreadable
+        secret) is reported here, with its own last line; one that dies later
+        is a lost worker.
+        """
+        for name in self.agents:
+            ended = self._agent_exit(name)
+            if ended is not None:
+                how, last_line = ended
+                raise AllocationError(f"worker {name} {how} before it was ready" + (f": {last_line}" if last_line else ""),
+                                      f"see {self.rundir / (name + '.agent.log')}")
+        progress(len(self.agents), len(self.plan.workers))
+
+    def _agent_exit(self, name: str) -> tuple[str, str] | None:
+        """How the worker's agent ended and its last log line; None while it runs."""
+        code = self.agents[name].poll()
+        if code is None:
+            return None
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        log = self.rundir / f"{name}.agent.log"
+        lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+        return how, (lines[-1] if lines and code > 0 else "")
 
     def exec_context(self) -> dict:
         return {
@@ -163,11 +165,11 @@ class Backend(BaseBackend):
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         lost = {}
-        for name, proc in self.agents.items():
-            code = proc.poll()
-            if code is not None:
-                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-                lost[name] = f"its agent was {how}"
+        for name in self.agents:
+            ended = self._agent_exit(name)
+            if ended is not None:
+                how, last_line = ended
+                lost[name] = f"its agent {how}" + (f" ({last_line})" if last_line else "")
         return lost
 
     def describe_workers(self) -> dict[str, dict]:
@@ -191,7 +193,7 @@ class Backend(BaseBackend):
         deadline = time.monotonic() + 5
         for proc in self.agents.values():
             try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                wait_exit(proc, max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 kill_tree(proc.pid)
                 proc.wait()

@@ -20,7 +20,7 @@ from .. import hostfile, gpu_slots, mpi, placement
 from ..rank import OPENMPI4_LINGER_MS
 from ..errors import UsageError
 from ..output import RankOutput
-from ..procs import terminate_group
+from ..procs import terminate_group, wait_exit
 from ..result import EXIT_TIMEOUT, JobResult, RankStatus, number_ranges, timeout_failure
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..spec import JobSpec, Plan, WorkerPlan
@@ -193,7 +193,7 @@ def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ra
     while True:
         timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
         try:
-            return proc.wait(timeout=timeout), None
+            return wait_exit(proc, timeout), None
         except subprocess.TimeoutExpired:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
