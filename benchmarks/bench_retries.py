@@ -2,8 +2,8 @@
 """Recover in place (--retries) vs a full teardown and resubmit, side by side.
 
 A job of 4 ranks on 4 workers runs tests/programs/attempts.py (it sleeps on
-its first attempt). Worker 1 is lost (local: its agent SIGKILLed; k8s: its
-kwok pod deleted). Measured from that moment to the first rank output of
+its first attempt). Worker 1 is lost (local and YARN: its agent SIGKILLed,
+which ends its YARN container; k8s: its kwok pod deleted). Measured from that moment to the first rank output of
 the job's next run:
 
   retry     the same mpilaunch with --retries 1 replaces worker 1 only and
@@ -37,7 +37,7 @@ WORKERS = 4
 def job_argv(name: str, marker: Path, backend_args: list[str], retries: bool) -> list[str]:
     return [sys.executable, "-m", "mpilaunch", "--name", name, "--np", str(WORKERS), "--slots-per-worker", "1", "-q",
             "-x", f"ATTEMPT_MARKER={marker}", *backend_args, *(["--retries", "1"] if retries else []),
-            "--", sys.executable, "tests/programs/attempts.py"]
+            "--", sys.executable, str(REPO / "tests/programs/attempts.py")]
 
 
 def wait_lines(proc, text: str, count: int, timeout: float = 300) -> float:
@@ -58,7 +58,7 @@ def wait_lines(proc, text: str, count: int, timeout: float = 300) -> float:
 
 def lose_worker(backend: str, kube, name: str) -> None:
     worker = f"{name}-worker-1"
-    if backend == "local":
+    if backend in ("local", "yarn"):
         from test_failure_parity import agent_pid
 
         os.kill(agent_pid(worker), signal.SIGKILL)
@@ -101,13 +101,13 @@ def one_run(kind: str, i: int, backend: str, kube, env: dict, work: Path, backen
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=["local", "k8s"], default="local")
+    ap.add_argument("--backend", choices=["local", "k8s", "yarn"], default="local")
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    kube, backend_args = None, []
+    kube, yarn, backend_args = None, None, []
     if args.backend == "k8s":
         from testbeds.k8s.cluster import KubeCluster
 
@@ -116,6 +116,13 @@ def main() -> int:
         kube.create_nodes(WORKERS, gpus=8)
         env.update(KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable)
         backend_args = ["--backend", "k8s", "--image", "mpilaunch:bench", "--launcher", "local"]
+    if args.backend == "yarn":
+        from testbeds.yarn.cluster import YarnCluster
+
+        yarn = YarnCluster(num_nodemanagers=3).start()
+        env.update(yarn.env)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + yarn.env["PATH"]
+        backend_args = ["--backend", "yarn", "--launcher", "local", "--memory", "256 MiB"]
     times = {"retry": [], "resubmit": []}
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -125,6 +132,8 @@ def main() -> int:
     finally:
         if kube is not None:
             kube.stop()
+        if yarn is not None:
+            yarn.stop(graceful=False)
     result = {"benchmark": "retries", "backend": args.backend, "workers": WORKERS, "runs": args.runs,
               "load_avg": os.getloadavg()[0],
               **{f"{k}_median_s": round(statistics.median(v), 3) for k, v in times.items()},

@@ -175,9 +175,6 @@ class JobSpec:
         if self.mode == "ps":
             raise UsageError("--retries relaunches mpirun jobs, not PS jobs",
                              "PS jobs recover through TensorFlow's own fault tolerance; drop --retries")
-        if self.backend == "yarn":
-            raise UsageError("--retries works with the local and k8s backends, not yet with yarn",
-                             "drop --retries; a YARN job fails with exit 5 naming the lost container")
         if self.backend != "local" and self.launcher != "local":
             raise UsageError(f"--retries needs mpirun on this machine with --backend {self.backend}",
                              "add --launcher local (the cluster-side launcher cannot replace workers yet)")

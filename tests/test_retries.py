@@ -1,7 +1,8 @@
 """--retries: after a lost worker (or, with --retry-rank-failures, a failed rank) mpirun is relaunched
 on the same allocation, with only the lost workers replaced, and report.json lists every attempt.
 
-Local backend (agents) and Kubernetes (kwok pods through the exec API,
+Local backend (agents), Kubernetes (kwok pods through the exec API,
+``--launcher local``) and YARN (a real ResourceManager and NodeManagers,
 ``--launcher local``). The program (tests/programs/attempts.py) sleeps on the
 first attempt, so a worker can be lost under it, and succeeds when relaunched.
 """
@@ -19,7 +20,7 @@ from test_failure_parity import agent_pid
 from test_k8s import give_pods_their_env, forget_pod_env, leftover_objects
 
 pytestmark = pytest.mark.mpi
-PROGRAM = "tests/programs/attempts.py"
+PROGRAM = str(REPO / "tests/programs/attempts.py")  # absolute: YARN containers start elsewhere
 
 
 def launch(job, tmp_path, env, *extra):
@@ -107,3 +108,35 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
     assert report["attempts"][0]["failure"].startswith(f"worker {job}-worker-1 (pod {job}-worker-1 on node ")
     assert leftover_objects(kube, job) == []
     wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
+
+
+@pytest.mark.yarn
+def test_retries_replace_a_lost_container_and_relaunch_on_yarn(yarn, openmpi_env, tmp_path):
+    from test_yarn import _cmdline, _environ, assert_released
+
+    job = "retries-yarn"
+
+    def agent_of(worker):
+        pids = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+                if f"--name\0{worker}\0".encode() in _cmdline(int(p)) and b"mpilaunch.agent" in _cmdline(int(p))]
+        assert len(pids) == 1, pids
+        return pids[0], _environ(pids[0]).get("CONTAINER_ID")
+
+    proc = launch(job, tmp_path, openmpi_env["env"], "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
+                  "--launcher", "local", "--memory", "256 MiB", "--retries", "1")
+    seen = wait_started(proc, 2, "started (first attempt)", timeout=180)
+    _, container0 = agent_of(f"{job}-worker-0")
+    victim, container1 = agent_of(f"{job}-worker-1")
+    os.kill(victim, signal.SIGKILL)
+    out, err = finish(proc, seen, timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.count("started (relaunch)") == 2, out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(5, [f"{job}-worker-1"]), (0, [])]
+    assert report["attempts"][0]["failure"].startswith(f"worker {job}-worker-1 (container {container1} on ")
+    # a new container in the same application for the lost worker; worker 0 kept its container
+    workers = report["workers"]
+    assert workers[f"{job}-worker-0"]["container"] == container0
+    assert workers[f"{job}-worker-1"]["container"] not in (None, container1)
+    assert workers[f"{job}-worker-0"]["application"] == workers[f"{job}-worker-1"]["application"]
+    assert_released(yarn, job, "SUCCEEDED")

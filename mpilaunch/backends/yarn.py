@@ -40,7 +40,7 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
-from . import yarn_detach, yarn_manage, yarn_orphan, yarn_outcome, yarn_report
+from . import yarn_detach, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -92,6 +92,8 @@ class Backend(BaseBackend):
         self.addresses: dict[str, str] = {}
         self.ready_at: dict[str, float] = {}  # wall clock when its agent first answered
         self.containers: dict[str, dict] = {}  # worker name -> last known container facts
+        self.replacements: dict[int, str] = {}  # container instance -> worker it replaced (yarn_replace)
+        self.retired: set[int] = set()  # instances whose worker was replaced
         self.outcome: int | None = None
         self.failure: str | None = None
         self._released = False
@@ -244,14 +246,27 @@ class Backend(BaseBackend):
         except Exception:
             return None
         for c in containers:
-            name = self.plan.workers[c.instance].name
+            name = self.worker_of(c)
+            if name is None:
+                continue
             self.containers[name] = {
+                "id": c.id,
+                "instance": c.instance,
                 "container": c.yarn_container_id or None,
                 "node": c.yarn_node_http_address or None,
                 "state": _state(c.state),
                 "exit": _short(c.exit_message, 300) or None,
             }
         return containers
+
+    def worker_of(self, container) -> str | None:
+        """The worker a container serves: instance i is plan worker i; replacements as recorded; retired: None."""
+        if container.instance in self.retired:
+            return None
+        if container.instance in self.replacements:
+            return self.replacements[container.instance]
+        workers = self.plan.workers
+        return workers[container.instance].name if container.instance < len(workers) else None
 
     def wait_ready(self, deadline: float, progress) -> None:
         from ..rsh_agent.agent_client import ping, read_secret
@@ -298,8 +313,8 @@ class Backend(BaseBackend):
             )
         for c in self._refresh_containers() or []:
             state = _state(c.state)
-            if state in ("FAILED", "KILLED", "SUCCEEDED"):
-                name = self.plan.workers[c.instance].name
+            name = self.worker_of(c)
+            if state in ("FAILED", "KILLED", "SUCCEEDED") and name is not None:
                 raise AllocationError(
                     f"worker {name} (YARN container {c.yarn_container_id} on {c.yarn_node_http_address}) "
                     f"ended ({state}) before it was ready: {_short(c.exit_message) or 'no exit message'}",
@@ -512,6 +527,9 @@ class Backend(BaseBackend):
 
     def hand_off(self, deadline: float, progress) -> None:
         yarn_detach.hand_off(self, deadline, progress)
+
+    def replace_workers(self, names: list[str]) -> None:
+        yarn_replace.replace_workers(self, names)
 
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         self.outcome, self.failure = exit_code, failure

@@ -111,6 +111,8 @@ def container_gpus(kv, prefix: str, count: int, container_id: str) -> tuple[list
 
 
 def worker_name(job: str) -> str:
+    if os.environ.get("MPILAUNCH_YARN_WORKER_NAME"):  # a replacement (--retries): set by add_container
+        return os.environ["MPILAUNCH_YARN_WORKER_NAME"]
     service, _, instance = os.environ["SKEIN_CONTAINER_ID"].rpartition("_")
     names = os.environ.get("MPILAUNCH_YARN_WORKER_NAMES", "").split(",")
     if names != [""] and int(instance) < len(names):
