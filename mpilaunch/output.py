@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .mpi import split_tagged
-from .rank import START_PREFIX, STATUS_PREFIX, parse_start, parse_status
+from .rank import OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_start, parse_status
 
 TAIL_LINES = 20
 #: mpirun's own first lines are kept too: a daemon's error comes first and
@@ -26,6 +26,7 @@ class RankOutput:
         self.launcher_tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
         self.launcher_head: list[str] = []
         self.statuses: list[tuple[int, str, int]] = []  # in arrival order
+        self.oom_killed: set[int] = set()  # ranks the kernel's OOM killer ended (their wrapper says so)
         self.starts: list[tuple[int, int | None, int | None, str, str]] = []  # rank wrappers' start lines
         # job.py sets this to a function returning the placement mismatch seen so
         # far (or None); launch loops stop mpirun as soon as it returns one.
@@ -70,6 +71,8 @@ class RankOutput:
         if status is not None:
             self.times["last_status"] = time.monotonic()
             self.statuses.append(status)
+            if OOM_MARK in text[text.find(STATUS_PREFIX):]:
+                self.oom_killed.add(status[0])
             text = text[: text.find(STATUS_PREFIX)].strip(" \0")
             if not text:
                 return

@@ -48,8 +48,12 @@ def first_env(names, environ) -> str | None:
     return None
 
 
-def format_status(rank: str, worker: str, code: int) -> str:
-    return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}"
+#: appended to a status line when the kernel's OOM killer ended the program
+OOM_MARK = " oom=1"
+
+
+def format_status(rank: str, worker: str, code: int, oom: bool = False) -> str:
+    return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}" + (OOM_MARK if oom else "")
 
 
 _STATUS_PATTERN = r" rank=(\d+) worker=(\S+) exit=(-?\d+)"
@@ -117,6 +121,60 @@ def program_env(environ, bind: bool) -> dict:
     return env
 
 
+def memory_cgroup_file(cgroups: str, mountinfo: str) -> str | None:
+    """The file whose ``oom_kill`` line counts OOM kills in this process's memory cgroup.
+
+    ``cgroups``: /proc/self/cgroup; ``mountinfo``: /proc/self/mountinfo. The
+    cgroup's path is relative to the mount's root (a container sees its own
+    cgroup as the root). cgroup v1: ``memory.oom_control``; v2:
+    ``memory.events``. None without a mounted memory cgroup.
+    """
+    v1 = v2 = None
+    for line in cgroups.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            v1 = path
+        elif controllers == "":
+            v2 = path
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        root, mount_point = fields[3], fields[4]
+        fstype, _, options = line.split(" - ", 1)[1].partition(" ")
+        if fstype == "cgroup" and v1 is not None and "memory" in options.split()[-1].split(","):
+            path, name = v1, "memory.oom_control"
+        elif fstype == "cgroup2" and v2 is not None and v1 is None:
+            path, name = v2, "memory.events"
+        else:
+            continue
+        relative = path[len(root):] if path.startswith(root) else path
+        return os.path.join(mount_point, relative.lstrip("/"), name)
+    return None
+
+
+def oom_kills(path: str | None) -> int | None:
+    """The OOM kill count in that file, None when it cannot be read (no cgroup, old kernel)."""
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bind = False
@@ -132,6 +190,10 @@ def main(argv=None) -> int:
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     print(format_start(env), file=sys.stderr, flush=True)
+    # A rank SIGKILLed while its cgroup's OOM kill count went up was killed for
+    # memory: the summary says so instead of a bare "exit 137".
+    oom_file = memory_cgroup_file(_read("/proc/self/cgroup"), _read("/proc/self/mountinfo"))
+    oom_before = oom_kills(oom_file)
     try:
         # Every descriptor is inherited: MPICH's PMI hands each rank its
         # connection as one (PMI_FD); closing it breaks MPI_Init. Python
@@ -155,9 +217,10 @@ def main(argv=None) -> int:
         signal.signal(sig, forward)
     _, status = os.waitpid(pid, 0)  # retried after a forwarded signal (PEP 475)
     code = os.waitstatus_to_exitcode(status)
+    oom = code == -signal.SIGKILL and oom_before is not None and (oom_kills(oom_file) or 0) > oom_before
     if code < 0:
         code = 128 - code
-    print(format_status(rank, worker, code), file=sys.stderr, flush=True)
+    print(format_status(rank, worker, code, oom), file=sys.stderr, flush=True)
     if linger_s:
         wait_until_read(2, linger_s)
     return code

@@ -16,6 +16,7 @@ class RankStatus:
     rank: int
     worker: str
     exit_code: int | None  # None: the rank never reported (killed, never started)
+    oom_killed: bool = False  # the kernel's OOM killer ended it (its cgroup's count rose as it died)
 
 
 @dataclass

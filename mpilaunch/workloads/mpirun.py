@@ -107,7 +107,7 @@ def rank_statuses(plan: Plan, output: RankOutput, mpirun_code: int | None) -> li
     missing = 0 if mpirun_code == 0 else None
     return [
         RankStatus(rank=r, worker=reported.get(r, (assigned[r], missing))[0],
-                   exit_code=reported.get(r, (assigned[r], missing))[1])
+                   exit_code=reported.get(r, (assigned[r], missing))[1], oom_killed=r in output.oom_killed)
         for r in range(plan.ranks)
     ]
 
@@ -135,6 +135,9 @@ def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
     if failure is not None:
         rank, worker, code = failure
         head = f"rank {rank} on worker {worker} exited with code {code}"
+        if rank in output.oom_killed:
+            head += (": killed by the kernel's out-of-memory killer (its worker's memory limit was reached; "
+                     "give the workers more memory or the ranks less work)")
         tail = list(output.tails.get(rank, []))
     else:
         head = f"mpirun exited with code {mpirun_code} before any rank failed"
