@@ -75,6 +75,10 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     k8s.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
     k8s.add_argument("--priority-class")
     k8s.add_argument("--gang", default="none", help="none, volcano or scheduler-plugins")
+    k8s.add_argument("--pod-memory", metavar="QUANTITY",
+                     help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the namespace's "
+                          "LimitRange decides); a rank past it is reported as killed by the out-of-memory killer")
+    k8s.add_argument("--pod-cpu", metavar="QUANTITY", help="CPU request and limit of each worker pod, e.g. 4 or 3500m")
 
     yarn = p.add_argument_group("yarn")
     yarn.add_argument("--queue")
@@ -135,7 +139,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         k8s=K8sOptions(
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
             node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
-            priority_class=args.priority_class, gang=args.gang,
+            priority_class=args.priority_class, gang=args.gang, pod_memory=args.pod_memory, pod_cpu=args.pod_cpu,
         ),
         yarn=YarnOptions(queue=args.queue, node_label=args.node_label, memory=args.memory,
                          vcores=args.vcores, env_archive=args.env_archive),

@@ -18,6 +18,9 @@ MPI_FLAVOURS = ("auto", "openmpi", "mpich", "intel")
 LAUNCHERS = ("auto", "local", "cluster")
 MODES = ("allreduce", "ps")
 
+# A Kubernetes resource quantity: 512Mi, 8Gi, 1.5G, 500m, 4.
+_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
 # Kubernetes object names and YARN application names both accept this.
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 
@@ -36,6 +39,8 @@ class K8sOptions:
     tolerations: tuple[str, ...] = ()
     priority_class: str | None = None
     gang: str = "none"
+    pod_memory: str | None = None  # each worker pod's memory request = limit (a Kubernetes quantity)
+    pod_cpu: str | None = None  # ... and CPU request = limit
 
     def __post_init__(self):
         if self.gang not in ("none", "volcano", "scheduler-plugins"):
@@ -43,6 +48,10 @@ class K8sOptions:
                 f"unknown --gang {self.gang!r}",
                 "choose one of: none, volcano, scheduler-plugins",
             )
+        for option, value, example in (("--pod-memory", self.pod_memory, "8Gi"), ("--pod-cpu", self.pod_cpu, "4")):
+            if value is not None and not _QUANTITY_RE.match(value):
+                raise UsageError(f"{option} {value!r} is not a Kubernetes quantity",
+                                 f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)")
 
 
 @dataclass(frozen=True)

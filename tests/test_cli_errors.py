@@ -35,6 +35,8 @@ CASES = {
     "bad-name": (["--np", "2", "--name", "Bad_Name", "--", "true"], "invalid job name"),
     "bad-orphan-timeout": (["--backend", "k8s", "--np", "2", "--orphan-timeout", "1", "--", "true"],
                            "--orphan-timeout must be a finite number of seconds, at least 3"),
+    "pod-memory-not-a-quantity": (["--np", "2", "--backend", "k8s", "--image", "x", "--pod-memory", "8GB", "--", "true"],
+                                  "--pod-memory '8GB' is not a Kubernetes quantity"),
     "negative-retries": (["--np", "2", "--retries", "-1", "--", "true"], "--retries must be 0 or more"),
     "retry-rank-failures-alone": (["--np", "2", "--retry-rank-failures", "--", "true"], "needs --retries N"),
     "retries-ps": (["--mode", "ps", "--workers", "2", "--retries", "1", "--", "true"], "not PS jobs"),

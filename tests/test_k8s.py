@@ -314,7 +314,8 @@ def test_ctrl_c_releases_everything(kube, k8s_env, tmp_path):
 def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
     job = "k8s-render"
     args = ["render", "--backend", "k8s", "--image", "mpilaunch:test", "--name", job, "--gpus", "32",
-            "--node-selector", "type=kwok", "--toleration", "nvidia.com/gpu:NoSchedule"]
+            "--node-selector", "type=kwok", "--toleration", "nvidia.com/gpu:NoSchedule",
+            "--pod-memory", "8Gi", "--pod-cpu", "3500m"]
     proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--", "python3", "train.py"],
                           cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -341,6 +342,10 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
         assert group["apiVersion"] == api_version and group["spec"]["minMember"] == 4
         workers = [d for d in docs if d["kind"] == "Pod"]
         assert all(w["spec"]["schedulerName"] for w in workers)
+        # --pod-memory/--pod-cpu: request = limit (Guaranteed QoS), next to the GPUs
+        (resources,) = {json.dumps(w["spec"]["containers"][0]["resources"], sort_keys=True) for w in workers}
+        assert json.loads(resources) == {"limits": {"cpu": "3500m", "memory": "8Gi", "nvidia.com/gpu": 8},
+                                         "requests": {"cpu": "3500m", "memory": "8Gi"}}
 
 
 # ------------------------------------------------------------------ cluster launcher and RBAC

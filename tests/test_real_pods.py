@@ -303,9 +303,25 @@ def test_failing_rank_is_named_with_its_pod(real, tmp_path):
     assert summary == f"mpilaunch: error: rank 3 on worker {job}-worker-1 exited with code 7", p.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 7
-    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7} in report["ranks"]
+    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7, "oom_killed": False} in report["ranks"]
     assert f"rank 3 on worker {job}-worker-1" in report["failure"]
     assert "rank 3 about to fail" in (tmp_path / "rank-3.log").read_text()
+    assert real.leftovers(job) == []
+
+
+def test_rank_past_the_pods_memory_limit_is_named_as_killed_by_the_oom_killer(real, tmp_path):
+    """--pod-memory is a real limit in the pod's cgroup, and a rank past it is named for what killed it."""
+    job = "rp-oom"
+    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--pod-memory", "256Mi", "--output-dir", str(tmp_path),
+                 "-q", "-x", "EAT_RANK=1", "-x", "EAT_MIB=1024",
+                 "--", "python3", f"{PROGRAMS}/eat_memory.py", timeout=240)
+    assert "was not killed" not in p.stdout, "the pod's memory limit did not hold"
+    assert p.returncode == 137, p.stderr[-3000:]
+    summary = next(l for l in p.stderr.splitlines() if l.startswith("mpilaunch: error:"))
+    assert summary.startswith(f"mpilaunch: error: rank 1 on worker {job}-worker-1 exited with code 137: "
+                              "killed by the kernel's out-of-memory killer"), p.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [(r["rank"], r["oom_killed"]) for r in report["ranks"]] == [(0, False), (1, True)]
     assert real.leftovers(job) == []
 
 

@@ -233,6 +233,7 @@ class Backend(BaseBackend):
             "workers": list(self.plan.workers),
             "worker_names": [w.name for w in self.plan.workers],
             "gpu_resource": GPU_RESOURCE,
+            "pod_memory": opts.pod_memory, "pod_cpu": opts.pod_cpu,
             "total_gpus": self.plan.gpus,
             "node_selector": dict(opts.node_selector),
             "tolerations": [parse_toleration(t) for t in opts.tolerations],
