@@ -258,7 +258,7 @@ def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], 
           f"(attempt {number - 1}: {(run.result.failure or '').splitlines()[0] if run.result.failure else 'failed'})",
           file=run.stderr, flush=True)
     workload.stop()
-    workload.reset()
+    workload.reset(number)
     if names:
         backend.replace_workers(names)
         with WaitProgress(f"waiting for {len(names)} replacement worker" + ("s" if len(names) > 1 else ""),

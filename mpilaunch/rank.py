@@ -1,4 +1,4 @@
-"""Per-rank wrapper: ``python -m mpilaunch.rank [--bind-gpus] [--linger-ms N] -- CMD...``.
+"""Per-rank wrapper: ``python -m mpilaunch.rank [--bind-gpus] [--attempt N] [--linger-ms N] -- CMD...``.
 
 mpirun starts this in place of the user's program on every rank. It prints
 one start line on stderr (rank, local rank, size, worker, host: what mpilaunch
@@ -108,9 +108,11 @@ def bound_devices(environ) -> str | None:
     return devices[int(local) % len(devices)] if devices else None
 
 
-def program_env(environ, bind: bool) -> dict:
-    """The user program's environment: MPI's library directory first, its own GPU with --bind-gpus."""
+def program_env(environ, bind: bool, attempt: str = "1") -> dict:
+    """The user program's environment: MPI's library directory first, its own GPU with --bind-gpus,
+    and MPILAUNCH_ATTEMPT, which run of the job this is (2 and up: relaunched by --retries)."""
     env = dict(environ)
+    env["MPILAUNCH_ATTEMPT"] = attempt
     libdir = env.pop("MPILAUNCH_MPI_LIBDIR", "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
     if libdir:
         env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
@@ -179,14 +181,17 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bind = False
     linger_s = 0.0
+    attempt = "1"
     while argv and argv[0] != "--":
         option = argv.pop(0)
         if option == "--bind-gpus":
             bind = True
+        elif option == "--attempt" and argv:
+            attempt = argv.pop(0)
         elif option == "--linger-ms" and argv:
             linger_s = int(argv.pop(0)) / 1000
     command = argv[1:]
-    env = program_env(os.environ, bind)
+    env = program_env(os.environ, bind, attempt)
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     print(format_start(env), file=sys.stderr, flush=True)

@@ -50,6 +50,9 @@ def test_retries_replace_a_lost_agent_and_relaunch_on_the_same_allocation(openmp
     assert proc.returncode == 0, err[-3000:]
     assert f"mpilaunch: attempt 2 of 2: relaunching replacing {job}-worker-1 (attempt 1: worker {job}-worker-1" in err
     assert out.count("started (relaunch)") == 2, out
+    # the program knows which run this is: MPILAUNCH_ATTEMPT
+    assert out.count("started (first attempt)") == out.count("as attempt 1") == 2, out
+    assert out.count("as attempt 2") == 2, out
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     first, second = report["attempts"]
     assert (first["exit_code"], first["lost_workers"]) == (5, [f"{job}-worker-1"])

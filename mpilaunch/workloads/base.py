@@ -68,8 +68,8 @@ class Workload(ABC):
     def close(self) -> None:
         """Close logs once everything has stopped."""
 
-    def reset(self) -> None:
-        """Forget a stopped attempt so ``start`` can run again on the same workers (``--retries``)."""
+    def reset(self, attempt: int) -> None:
+        """Forget a stopped attempt so ``start`` can run attempt number ``attempt`` on the same workers (``--retries``)."""
         raise NotImplementedError(f"{self.mode} jobs cannot be relaunched")
 
     @abstractmethod

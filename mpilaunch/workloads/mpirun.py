@@ -64,17 +64,19 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
     )
 
 
-def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo) -> list[str]:
+def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: int = 1) -> list[str]:
     """The per-rank wrapper (``mpilaunch.rank``) around the user's command."""
     wrapper = list(prefix)
     if spec.bind_gpus:
         wrapper.append("--bind-gpus")
+    if attempt > 1:
+        wrapper += ["--attempt", str(attempt)]  # the program sees MPILAUNCH_ATTEMPT
     if info.flavour == "openmpi" and info.major == 4:
         wrapper += ["--linger-ms", str(OPENMPI4_LINGER_MS)]
     return wrapper + ["--"] + list(spec.command)
 
 
-def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str, mpi.MpirunCommand]:
+def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int = 1) -> tuple[str, mpi.MpirunCommand]:
     hosts = backend.hostnames()
     text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
     command = mpi.build_mpirun(
@@ -83,7 +85,7 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ) -> tuple[str,
         hosts=len(plan.workers),
         hostfile=str(rundir / "hostfile"),
         shim=shim_path(rundir),
-        command=rank_command(spec, backend.rank_prefix(), info),
+        command=rank_command(spec, backend.rank_prefix(), info, attempt),
         environ=environ,
         user_env=spec.env,
         extra_args=spec.mpi_args,
@@ -305,8 +307,10 @@ class MpirunWorkload(Workload):
                 raise
         return cls(spec, job_name, plan, info)
 
-    def bind(self, backend, rundir: Path, environ: dict) -> None:
-        self.hostfile_text, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ)
+    def bind(self, backend, rundir: Path, environ: dict, attempt: int = 1) -> None:
+        self.bound = (backend, rundir, environ)
+        self.hostfile_text, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ,
+                                                        attempt)
 
     def print_dry_run(self, backend, environ: dict, stream) -> None:
         print_dry_run(self.spec, self.plan, self.info, self.hostfile_text, self.command, backend, stream)
@@ -402,10 +406,11 @@ class MpirunWorkload(Workload):
         if self.output is not None:
             self.output.close()
 
-    def reset(self) -> None:
+    def reset(self, attempt: int) -> None:
         # rank logs are opened for appending: the next attempt's lines follow this one's
         self.close()
         self.output = self.proc = self.mpirun_code = self.placement = None
+        self.bind(*self.bound, attempt=attempt)
 
     def collect(self, run: RunContext) -> None:
         # never started (allocation failed, interrupted): every rank unreported
