@@ -553,6 +553,35 @@ def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tm
     assert real.leftovers(job) == []
 
 
+def test_retries_replace_a_deleted_pod_with_a_new_pod_on_real_pods(real, tmp_path):
+    """--retries on real pods: the deleted pod comes back as a new pod of the same name (a new
+    container, a new IP), worker 0 keeps its pod, and mpirun runs again on the same allocation."""
+    job = "rp-retries"
+    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "--launcher", "local",
+                      "--mpirun", "/usr/bin/mpirun.openmpi", "--retries", "1", "-q", "--output-dir", str(tmp_path),
+                      "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/attempts.py")
+    try:
+        seen = wait_started(proc, 2, "started (first attempt)", timeout=240)
+        uid = {i: real.kubectl("get", "pod", f"{job}-worker-{i}", "-o", "jsonpath={.metadata.uid}").stdout.strip()
+               for i in (0, 1)}
+        real.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
+        wait_for(lambda: real.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}",
+                                      check=False).stdout.strip() not in ("", uid[1]), 120, "the replacement pod")
+        assert real.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout.strip() == uid[0]
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out = "".join(seen) + out
+    assert proc.returncode == 0, err[-3000:]
+    assert out.count("started (relaunch)") == 2 and out.count("as attempt 2") == 2, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [(a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(5, [f"{job}-worker-1"]), (0, [])]
+    assert report["attempts"][0]["failure"].startswith(f"worker {job}-worker-1 (pod {job}-worker-1 on node ")
+    assert real.leftovers(job) == []
+
+
 # ------------------------------------------------------------------ PS mode
 
 
