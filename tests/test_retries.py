@@ -115,15 +115,13 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
 
 @pytest.mark.yarn
 def test_retries_replace_a_lost_container_and_relaunch_on_yarn(yarn, openmpi_env, tmp_path):
-    from test_yarn import _cmdline, _environ, assert_released
+    from test_yarn import _environ, assert_released
 
     job = "retries-yarn"
 
     def agent_of(worker):
-        pids = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
-                if f"--name\0{worker}\0".encode() in _cmdline(int(p)) and b"mpilaunch.agent" in _cmdline(int(p))]
-        assert len(pids) == 1, pids
-        return pids[0], _environ(pids[0]).get("CONTAINER_ID")
+        pid = agent_pid(worker)
+        return pid, _environ(pid).get("CONTAINER_ID")
 
     proc = launch(job, tmp_path, openmpi_env["env"], "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
                   "--launcher", "local", "--memory", "256 MiB", "--retries", "1")
