@@ -261,8 +261,10 @@ def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], 
     workload.reset(number)
     if names:
         backend.replace_workers(names)
-        with WaitProgress(f"waiting for {len(names)} replacement worker" + ("s" if len(names) > 1 else ""),
-                          run.stderr, quiet=run.quiet) as progress:
+    backend.relaunch(number)  # the cluster's launcher: a new one for this attempt
+    if names or getattr(backend, "launcher_in_cluster", False):
+        what = (f"{len(names)} replacement worker" + ("s" if len(names) > 1 else "")) if names else "the new launcher"
+        with WaitProgress(f"waiting for {what}", run.stderr, quiet=run.quiet) as progress:
             backend.wait_ready(time.monotonic() + spec.start_timeout, progress)
         write_context(run.context_file, workload.job_name, backend)
     workload.start(run)

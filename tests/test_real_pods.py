@@ -553,12 +553,16 @@ def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tm
     assert real.leftovers(job) == []
 
 
-def test_retries_replace_a_deleted_pod_with_a_new_pod_on_real_pods(real, tmp_path):
+@pytest.mark.parametrize("launcher", ["cluster", "local"])
+def test_retries_replace_a_deleted_pod_with_a_new_pod_on_real_pods(real, tmp_path, launcher):
     """--retries on real pods: the deleted pod comes back as a new pod of the same name (a new
-    container, a new IP), worker 0 keeps its pod, and mpirun runs again on the same allocation."""
-    job = "rp-retries"
-    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "--launcher", "local",
-                      "--mpirun", "/usr/bin/mpirun.openmpi", "--retries", "1", "-q", "--output-dir", str(tmp_path),
+    container, a new IP), worker 0 keeps its pod, and mpirun runs again on the same allocation;
+    with the cluster launcher in a new launcher pod, whose log this side follows."""
+    job = f"rp-retries-{launcher}"
+    # mpirun here must match the image's (Open MPI 4.1), as in test_local_launcher_on_real_pods
+    here = ["--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
+    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "--launcher", launcher, *here,
+                      "--retries", "1", "-q", "--output-dir", str(tmp_path),
                       "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/attempts.py")
     try:
         seen = wait_started(proc, 2, "started (first attempt)", timeout=240)
@@ -579,6 +583,20 @@ def test_retries_replace_a_deleted_pod_with_a_new_pod_on_real_pods(real, tmp_pat
     report = json.loads((tmp_path / "report.json").read_text())
     assert [(a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(5, [f"{job}-worker-1"]), (0, [])]
     assert report["attempts"][0]["failure"].startswith(f"worker {job}-worker-1 (pod {job}-worker-1 on node ")
+    assert real.leftovers(job) == []
+
+
+def test_retries_with_rank_failures_relaunch_a_new_launcher_pod_on_the_same_pods(real, tmp_path):
+    """--retry-rank-failures with the cluster launcher: no worker is replaced, a new launcher pod runs attempt 2."""
+    job = "rp-retries-rank"
+    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--retries", "1", "--retry-rank-failures", "-q",
+                 "--output-dir", str(tmp_path), "-x", "FAIL_UNIT=1", "-x", "FAIL_CODE=3", "-x", "SLEEP=0",
+                 "--", "python3", f"{PROGRAMS}/attempts.py", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count("as attempt 2") == 2, p.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [(a["attempt"], a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(1, 3, []), (2, 0, [])]
+    assert report["attempts"][0]["failure"] == f"rank 1 on worker {job}-worker-1 exited with code 3"
     assert real.leftovers(job) == []
 
 

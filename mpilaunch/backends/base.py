@@ -87,6 +87,12 @@ class BaseBackend(ABC):
         """The options that find this job again: ``--backend k8s --namespace ns``."""
         return f"--backend {self.name}"
 
+    def relaunch(self, attempt: int) -> None:
+        """Before attempt ``attempt`` of the workload (``--retries``): renew what the backend runs it with.
+
+        Kubernetes with the cluster launcher: a new launcher Job. Others: nothing.
+        """
+
     def replace_workers(self, names: list[str]) -> None:
         """Replace lost workers by new ones of the same name (``--retries``); ``wait_ready`` follows.
 

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
-from . import k8s_manage, k8s_orphan
+from . import k8s_manage, k8s_orphan, k8s_replace
 from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
@@ -493,28 +493,10 @@ class Backend(BaseBackend):
 
     def replace_workers(self, names: list[str]) -> None:
         """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
-        docs = {obj["metadata"]["name"]: obj for group, obj in self.objects() if group == "workers"}
-        owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
-        for name in names:
-            self.api.delete("v1", "pods", name, gracePeriodSeconds=0)
-            deadline = time.monotonic() + 60
-            while True:  # a pod's name is free only once the old pod is gone from the API
-                try:
-                    self.api.get("v1", "pods", name)
-                except (ApiError, OSError) as e:
-                    if getattr(e, "status", None) == 404:
-                        break
-                if time.monotonic() > deadline:
-                    raise AllocationError(f"pod {name} was not deleted within 60 s; cannot replace it",
-                                          f"check the pod's finalizers: kubectl get pod {name} -o yaml")
-                time.sleep(POLL)
-            obj = docs[name]
-            obj["metadata"]["ownerReferences"] = [owner]
-            try:
-                self.api.create(obj)
-            except ApiError as e:
-                raise AllocationError(f"cannot create the replacement pod {name}: {e.message}", _api_hint(e)) from None
-            self.pods.pop(name, None)
+        k8s_replace.replace_workers(self, names)
+
+    def relaunch(self, attempt: int) -> None:
+        k8s_replace.relaunch(self, attempt)
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report)."""

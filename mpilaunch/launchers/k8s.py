@@ -233,7 +233,8 @@ def main(argv=None) -> int:
         workload = MpirunWorkload(spec, launch["job"], plan, info)
         workload.use_output(RelayedOutput(pass_through))
         environ = dict(os.environ)
-        workload.bind(backend, rundir, environ)
+        # a relaunch (--retries): the submitting side made this Job for attempt N
+        workload.bind(backend, rundir, environ, attempt=int(environ.get("MPILAUNCH_ATTEMPT", "1")))
         result = run_job(spec, workload, backend, rundir, None,
                          stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
     except MpilaunchError as e:
