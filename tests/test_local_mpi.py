@@ -164,3 +164,38 @@ def test_large_allreduce_between_workers(mpi_install):
                          mpi_install)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.count("BIG OK") == 4
+
+
+def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmpi5, tmp_path):
+    """Open MPI 5: a SIGKILLed mpirun leaves $TMPDIR/ompi.<pid>; the next mpirun given that pid exits
+    213 ("The PMIx server's listener thread failed to start"). mpilaunch starts mpirun behind a sweep
+    of exactly that directory. Here the pid is made to collide: sh copies the stale directory to
+    ompi.$$ and execs (same pid) the command mpilaunch would run."""
+    from mpilaunch import mpi
+    from mpilaunch.procs import kill_tree
+    from mpilaunch.workloads.mpirun import without_stale_session
+
+    info = mpi.detect(openmpi5.mpirun)
+    env = {**mpilaunch_env(openmpi5), "TMPDIR": str(tmp_path)}
+    # a real stale session: an mpirun SIGKILLed while its job runs
+    victim = subprocess.Popen([openmpi5.mpirun, "--allow-run-as-root", "-np", "1", "sleep", "60"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    session = tmp_path / f"ompi.{victim.pid}"
+    deadline = time.monotonic() + 30
+    while not list(session.glob("pmix.*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    kill_tree(victim.pid)  # mpirun and the rank it forked (in a process group of its own)
+    victim.wait()
+    assert list(session.glob("pmix.*")), "mpirun left no session directory to test with"
+    session.rename(tmp_path / "stale")
+
+    def launch(argv):
+        collide = f'cp -a {tmp_path / "stale"} "$TMPDIR/ompi.$$" && exec "$@"'
+        return subprocess.run(["/bin/sh", "-c", collide, "sh", *argv], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    plain = [openmpi5.mpirun, "--allow-run-as-root", "-np", "1", "true"]
+    bare = launch(plain)
+    assert bare.returncode == 213 and "listener thread failed to start" in bare.stdout + bare.stderr, bare
+    swept = launch(without_stale_session(plain, info))
+    assert swept.returncode == 0, swept.stdout + swept.stderr

@@ -154,6 +154,22 @@ def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
     return "\n".join(lines)
 
 
+# Open MPI 5's mpirun keeps its session in $TMPDIR/ompi.<its pid>; one that
+# was SIGKILLed leaves it behind, and the next mpirun that gets the same pid
+# (pid_max is often 32768) fails: "The PMIx server's listener thread failed to
+# start", exit 213. Through sh, the directory of the pid mpirun is about to
+# have (sh's own, kept by exec) is removed first: it cannot belong to a live
+# process.
+_CLEAR_STALE_SESSION = 'rm -rf "${TMPDIR:-/tmp}/ompi.$$"; exec "$@"'
+
+
+def without_stale_session(argv: list[str], info: mpi.MpiInfo) -> list[str]:
+    """mpirun's argv, behind the stale-session sweep where the MPI needs it (Open MPI 5)."""
+    if info.flavour == "openmpi" and info.major >= 5:
+        return ["/bin/sh", "-c", _CLEAR_STALE_SESSION, "mpirun", *argv]
+    return list(argv)
+
+
 # ------------------------------------------------------------------ dry run
 
 
@@ -333,7 +349,8 @@ class MpirunWorkload(Workload):
         # a relaunch (--retries) must not be ended for the last attempt's failed daemons
         shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
         self.proc = subprocess.Popen(
-            self.command.argv, env={**run.environ, **self.command.env}, stdin=subprocess.DEVNULL, cwd=self.cwd,
+            without_stale_session(self.command.argv, self.info), env={**run.environ, **self.command.env},
+            stdin=subprocess.DEVNULL, cwd=self.cwd,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )
         self.started_at = time.monotonic()
