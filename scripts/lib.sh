@@ -4,19 +4,37 @@ MPILAUNCH_CACHE="${MPILAUNCH_CACHE:-$HOME/.cache}"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # apt packages, installed only when missing (idempotent, no update when present).
-apt_ensure() {
-  local missing=()
+apt_missing() {
+  local pkg
   for pkg in "$@"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || echo "$pkg"
   done
-  if ((${#missing[@]})); then
+}
+apt_ensure() {
+  [ -n "$(apt_missing "$@")" ] || return 0
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  # scripts/test runs several installers at once (the real-pod node's packages
+  # in the background, the MPI packages in front). `apt-get update` does not
+  # wait for the lists lock the way install waits for dpkg's
+  # (DPkg::Lock::Timeout), so on a fresh machine the second one failed with
+  # "Could not get lock /var/lib/apt/lists/lock": take turns on a lock of our
+  # own, and look again for what is missing once it is ours.
+  (
+    flock 9
+    local missing=()
+    mapfile -t missing < <(apt_missing "$@")
+    ((${#missing[@]})) || exit 0
     log "apt-get install ${missing[*]}"
-    local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-    # wait for another apt/dpkg (a parallel setup, unattended upgrades) instead of failing
-    local lock=(-o DPkg::Lock::Timeout=600)
-    $sudo apt-get "${lock[@]}" update -qq
+    # still wait for an apt/dpkg outside this project (unattended upgrades)
+    local lock=(-o DPkg::Lock::Timeout=600) tries
+    for tries in 1 2 3 4 5 6; do
+      $sudo apt-get "${lock[@]}" update -qq && break
+      ((tries < 6)) || exit 1
+      log "apt-get update failed (another apt running?); retrying in 10 s"
+      sleep 10
+    done
     DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y -qq "${missing[@]}" >/dev/null
-  fi
+  ) 9>"${TMPDIR:-/tmp}/mpilaunch-apt.lock"
 }
 
 # ---- phase timing: every setup phase prints its duration, and phase_table
