@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from . import __version__
 from .errors import EXIT_INTERRUPTED, MpilaunchError, UsageError
 from .orphan import DEFAULT_ORPHAN_TIMEOUT
 from .spec import BACKENDS, LAUNCHERS, MPI_FLAVOURS, JobSpec, K8sOptions, PsOptions, YarnOptions
@@ -31,6 +32,7 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
         usage=f"{prog} [run] [OPTIONS] -- COMMAND [ARGS...]",
         description="Launch MPI / Horovod and TensorFlow PS jobs on local workers, Kubernetes or YARN without SSH.",
     )
+    p.add_argument("--version", action="version", version=f"{prog} {__version__}")
     size = p.add_argument_group("sizing")
     size.add_argument("--gpus", type=int, help="total GPUs = MPI ranks, one rank per GPU")
     size.add_argument("--gpus-per-node", type=int, help="GPUs per worker (default: discovered, else 8)")

@@ -262,7 +262,7 @@ def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], 
     if names:
         backend.replace_workers(names)
     backend.relaunch(number)  # the cluster's launcher: a new one for this attempt
-    if names or getattr(backend, "launcher_in_cluster", False):
+    if names or backend.launcher_in_cluster:
         what = (f"{len(names)} replacement worker" + ("s" if len(names) > 1 else "")) if names else "the new launcher"
         with WaitProgress(f"waiting for {what}", run.stderr, quiet=run.quiet) as progress:
             backend.wait_ready(time.monotonic() + spec.start_timeout, progress)

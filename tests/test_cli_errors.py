@@ -77,3 +77,11 @@ def test_mpirun_missing_from_path_is_exit_2(tmp_path):
 def test_help_works():
     proc = run_cli("--help")
     assert proc.returncode == 0 and "--gpus" in proc.stdout
+
+
+def test_version_is_the_installed_packages():
+    """`mpilaunch --version` says what pip installed (pyproject's version, not a second copy gone stale)."""
+    from importlib.metadata import version
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"mpilaunch {version('mpilaunch')}", proc

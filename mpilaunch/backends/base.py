@@ -19,6 +19,10 @@ from ..spec import JobSpec, Plan
 
 class BaseBackend(ABC):
     name = "base"
+    # True where mpirun runs in a launcher inside the cluster (a k8s Job, a
+    # YARN container) rather than in this process; set per job by the backends
+    # that have one.
+    launcher_in_cluster = False
 
     def __init__(self, spec: JobSpec, plan: Plan, rundir: Path):
         self.spec = spec

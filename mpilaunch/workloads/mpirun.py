@@ -159,8 +159,9 @@ def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
 # (pid_max is often 32768) fails: "The PMIx server's listener thread failed to
 # start", exit 213. Through sh, the directory of the pid mpirun is about to
 # have (sh's own, kept by exec) is removed first: it cannot belong to a live
-# process.
-_CLEAR_STALE_SESSION = 'rm -rf "${TMPDIR:-/tmp}/ompi.$$"; exec "$@"'
+# process. The test keeps the common case (nothing stale) to sh alone: an
+# unconditional rm cost an exec on every launch.
+_CLEAR_STALE_SESSION = 'd="${TMPDIR:-/tmp}/ompi.$$"; [ ! -e "$d" ] || rm -rf "$d"; exec "$@"'
 
 
 def without_stale_session(argv: list[str], info: mpi.MpiInfo) -> list[str]:
@@ -344,7 +345,7 @@ class MpirunWorkload(Workload):
         if self.spec.verify:
             self.output.placement_check = placement_watch(self.plan, self.output)
         (run.rundir / "hostfile").write_text(self.hostfile_text)
-        if getattr(run.backend, "launcher_in_cluster", False):
+        if run.backend.launcher_in_cluster:
             return  # mpirun runs in the cluster's launcher; watch() follows it
         # a relaunch (--retries) must not be ended for the last attempt's failed daemons
         shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
