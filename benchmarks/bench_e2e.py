@@ -37,10 +37,57 @@ def timed(argv, env) -> float:
     return elapsed
 
 
+def median_ms(argv, env, runs=15) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, cwd=REPO, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1000, 1)
+
+
+def start_costs(env) -> dict:
+    """What one start of each of mpilaunch's Python processes costs, in ms (medians).
+
+    The CLI runs with ``site`` (the user's interpreter, as installed); the
+    agents, shims and rank wrappers run ``python -IS`` (``pylauncher``), so
+    theirs is the bare interpreter plus their own imports.
+    """
+    py = sys.executable
+    on_path = f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+    bare = median_ms([py, "-IS", "-c", "pass"], env)
+    with_site = median_ms([py, "-c", "pass"], env)
+    costs = {"interpreter_bare_ms": bare, "site_ms": round(with_site - bare, 1)}
+    for name, module in (("cli_imports", "mpilaunch.cli, mpilaunch.lifecycle, mpilaunch.workloads.mpirun, "
+                                          "mpilaunch.backends.local"),
+                         ("agent_imports", "mpilaunch.agent.cli"),
+                         ("shim_imports", "mpilaunch.rsh_agent.shim, mpilaunch.rsh_agent.transports.agent"),
+                         ("rank_wrapper_imports", "mpilaunch.rank")):
+        flags = ["-c"] if name == "cli_imports" else ["-IS", "-c"]
+        base = with_site if name == "cli_imports" else bare
+        costs[name + "_ms"] = round(median_ms([py, *flags, on_path + "import " + module], env) - base, 1)
+    return costs
+
+
+def phase_medians(argv, env, directory: Path, runs: int) -> dict:
+    """Medians of report.json's timings.phases (seconds since run_spec began) over ``runs`` launches."""
+    seen: dict[str, list[float]] = {}
+    for i in range(runs):
+        out = directory / f"report-{i}"
+        timed([*argv[:3], "--output-dir", str(out), *argv[3:]], env)
+        phases = json.loads((out / "report.json").read_text())["timings"]["phases"]
+        for name, at in phases.items():
+            seen.setdefault(name, []).append(at)
+    return {name: round(statistics.median(v), 3) for name, v in seen.items() if len(v) == runs}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--mpirun", help="mpirun to use (default: found like mpilaunch does)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also where the time goes: report.json's phases (7 more launches, with --output-dir) "
+                         "and the start-up cost of each kind of Python process")
     args = ap.parse_args()
     info = mpi.find_mpirun("auto", args.mpirun)
     # `pip install .` leaves the package byte-compiled; an editable checkout
@@ -60,6 +107,9 @@ def main() -> int:
         for _ in range(args.runs):
             ours.append(timed(ours_argv, env))
             base.append(timed(floor_argv, floor_env))
+        if args.breakdown:
+            phases = phase_medians(ours_argv, env, Path(tmp), runs=7)
+            costs = start_costs(env)
     result = {
         "benchmark": "e2e_launch",
         "mpi": f"{info.flavour} {info.version}",
@@ -72,6 +122,11 @@ def main() -> int:
     print(f"mpilaunch --np 4 --slots-per-worker 2 -- python -c pass: median {result['mpilaunch_median_s']:.3f}s")
     print(f"mpirun + /bin/sh agent floor (same hostfile):            median {result['floor_median_s']:.3f}s")
     print(f"ratio {result['ratio']} (target <= {TARGET_RATIO})")
+    if args.breakdown:
+        result["phases_s"], result["start_costs_ms"] = phases, costs
+        print("phases (s since mpilaunch began planning, medians): "
+              + ", ".join(f"{k} {v}" for k, v in phases.items()))
+        print("start-up costs (ms, medians): " + ", ".join(f"{k[:-3]} {v}" for k, v in costs.items()))
     print(json.dumps(result))
     return 0 if result["ratio"] <= TARGET_RATIO else 1
 

@@ -74,6 +74,24 @@ def test_rank_exit_code_propagates_and_names_the_rank(mpi_install, tmp_path):
     assert leftover_processes(name) == []
 
 
+def test_every_rank_that_failed_by_itself_is_named(openmpi5, tmp_path):
+    """Two ranks fail on their own: the summary names the first and, on the next line, the other;
+    the two that mpirun ended after the failure (exit 143) are not called failures."""
+    name = "fail-two"
+    proc = run_mpilaunch(
+        ["--name", name, "--np", "4", "--slots-per-worker", "2", "-q", "--", sys.executable, "tests/programs/fail_rank.py"],
+        openmpi5, env_extra={"FAIL_RANK": "0,3", "FAIL_CODE": "7"},
+    )
+    assert proc.returncode == 7, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("mpilaunch: error: "))
+    named_first = 0 if lines[first].endswith(f"rank 0 on worker {name}-worker-0 exited with code 7") else 3
+    assert lines[first].endswith(f"rank {named_first} on worker {name}-worker-{named_first // 2} exited with code 7"), lines[first]
+    other = 3 - named_first
+    assert lines[first + 1] == f"also failed: rank {other} on {name}-worker-{other // 2} (exit 7)", proc.stderr
+    assert leftover_processes(name) == []
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_no_process_behind(openmpi5, sig):
     name = f"sig-{sig.name.lower()}"

@@ -71,3 +71,16 @@ def test_rank_wrapper_lingers_only_until_the_daemon_has_read_its_status_line():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_other_failures_names_ranks_that_failed_by_themselves_only():
+    from mpilaunch.workloads.mpirun import other_failures
+
+    statuses = [(2, "w1", 7), (0, "w0", 143), (3, "w1", 7), (1, "w0", 137), (4, "w2", 0)]
+    # 143/137 are mpirun's teardown after rank 2 failed, not failures of their own
+    assert other_failures(statuses, 2) == "also failed: rank 3 on w1 (exit 7)"
+    # ...unless the kernel's OOM killer sent that SIGKILL
+    assert other_failures(statuses, 2, oom_killed={1}) == "also failed: ranks 3 on w1 (exit 7), 1 on w0 (exit 137)"
+    assert other_failures([(2, "w1", 7)], 2) == ""
+    many = [(r, "w", 1) for r in range(12)]
+    assert other_failures(many, 0, listed=3) == "also failed: ranks 1 on w (exit 1), 2 on w (exit 1), 3 on w (exit 1) and 8 more"

@@ -133,6 +133,26 @@ def daemon_failure_message(worker: str, code: int, output: RankOutput) -> str:
     return "\n".join([head] + ([f"last {len(tail)} lines of mpirun:"] + ["  | " + t for t in tail] if tail else []))
 
 
+# What a rank that mpirun ended after the first failure reports: SIGTERM
+# forwarded by its wrapper (128 + 15), or SIGKILL (128 + 9).
+ENDED_BY_TEARDOWN = (143, 137)
+
+
+def other_failures(statuses, first_rank: int, oom_killed=(), listed: int = 8) -> str:
+    """The ranks besides the first that failed by themselves, in the order their status lines came.
+
+    Ranks that mpirun ended because the first one failed (ENDED_BY_TEARDOWN,
+    unless the OOM killer did it) are not failures of their own and are left
+    out: "also failed" names ranks a user has to look at too.
+    """
+    others = [f"{rank} on {worker} (exit {code})" for rank, worker, code in statuses
+              if code != 0 and rank != first_rank and (code not in ENDED_BY_TEARDOWN or rank in oom_killed)]
+    if not others:
+        return ""
+    more = f" and {len(others) - listed} more" if len(others) > listed else ""
+    return f"also failed: rank{'s' if len(others) > 1 else ''} {', '.join(others[:listed])}{more}"
+
+
 def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
     if failure is not None:
         rank, worker, code = failure
@@ -141,6 +161,9 @@ def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
             head += (": killed by the kernel's out-of-memory killer (its worker's memory limit was reached; "
                      "give the workers more memory or the ranks less work)")
         tail = list(output.tails.get(rank, []))
+        others = other_failures(output.statuses, rank, output.oom_killed)
+        if others:
+            head += f"\n{others}"
     else:
         head = f"mpirun exited with code {mpirun_code} before any rank failed"
         cause = mpi.daemon_error(output.launcher_head)
