@@ -95,6 +95,11 @@ def node_index(yarn, node_id):
 def assert_released(yarn, name, final_status):
     app = yarn.wait_app(app_by_name(yarn, name)["id"], timeout=30)
     assert app["finalStatus"] == final_status, app
+    # The RM learns that the NodeManagers ended the containers from their next
+    # heartbeats, which can come a little after the application's final state.
+    deadline = time.monotonic() + 15
+    while yarn.app_containers(app["id"]) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert yarn.app_containers(app["id"]) == []
     deadline = time.monotonic() + 10
     while leftover_processes(name) and time.monotonic() < deadline:

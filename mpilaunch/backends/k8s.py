@@ -50,8 +50,8 @@ from .base import BaseBackend
 from . import k8s_manage, k8s_orphan, k8s_replace
 from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
-from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready, pod_loss,
-                       startup_phases, summarize)
+from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready,
+                       launcher_started, pod_loss, startup_phases, summarize)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
@@ -366,9 +366,9 @@ class Backend(BaseBackend):
             launcher_ok = self.launcher != "cluster"
             if self.launcher == "cluster" and launcher:
                 message, is_fatal = _pod_problem(launcher[0])
-                if is_fatal and (launcher[0].get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                launcher_ok = launcher_started(launcher[0])
+                if is_fatal and not launcher_ok:
                     fatal[self.launcher_pod] = message
-                launcher_ok = (launcher[0].get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
                 if launcher_ok:
                     phases.mark(self.phase_times, "launcher_running")
                 if not launcher_ok and not is_fatal:

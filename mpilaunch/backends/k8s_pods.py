@@ -47,6 +47,20 @@ def _pod_problem(pod: dict) -> tuple[str | None, bool]:
     return f"{phase or 'Pending'}, not Ready", False
 
 
+def launcher_started(pod: dict) -> bool:
+    """The launcher pod's container got to run (it may already have ended: its result says how).
+
+    The container's terminated state can reach the API server before the
+    pod's phase leaves Running, so a launcher that finished quickly (a
+    --retries attempt that succeeds at once) looks like "container exited"
+    for a moment; that is a launcher that ran, not one that cannot start.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Running", "Succeeded", "Failed"):
+        return True
+    return any({"running", "terminated"} & set(cs.get("state") or {}) for cs in status.get("containerStatuses") or ())
+
+
 def pod_loss(pod: dict | None) -> str | None:
     """Why a worker pod that was running is gone, in the cluster's words; None while it still serves.
 
