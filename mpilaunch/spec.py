@@ -184,9 +184,6 @@ class JobSpec:
         if self.mode == "ps":
             raise UsageError("--retries relaunches mpirun jobs, not PS jobs",
                              "PS jobs recover through TensorFlow's own fault tolerance; drop --retries")
-        if self.backend == "yarn" and self.launcher != "local":
-            raise UsageError("--retries needs mpirun on this machine with --backend yarn",
-                             "add --launcher local (YARN's launcher container cannot replace workers yet)")
         if self.detach:
             raise UsageError("--retries needs this mpilaunch to stay: it replaces the lost workers",
                              "drop --detach, or drop --retries")

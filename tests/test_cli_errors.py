@@ -45,8 +45,6 @@ CASES = {
     "detach-local": (["--np", "2", "--detach", "--", "true"], "--detach needs a cluster backend"),
     "detach-local-launcher": (["--np", "2", "--backend", "k8s", "--image", "x", "--launcher", "local", "--detach",
                                "--", "true"], "--detach needs the launcher in the cluster"),
-    "retries-yarn-cluster-launcher": (["--np", "2", "--backend", "yarn", "--retries", "1", "--", "true"],
-                                      "--retries needs mpirun on this machine with --backend yarn"),
 }
 
 

@@ -3,7 +3,7 @@ on the same allocation, with only the lost workers replaced, and report.json lis
 
 Local backend (agents), Kubernetes (kwok pods through the exec API,
 ``--launcher local``) and YARN (a real ResourceManager and NodeManagers,
-``--launcher local``). The program (tests/programs/attempts.py) sleeps on the
+both launchers). The program (tests/programs/attempts.py) sleeps on the
 first attempt, so a worker can be lost under it, and succeeds when relaunched.
 """
 
@@ -106,6 +106,7 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
         forget_pod_env(kube, job, 2)
     assert proc.returncode == 0, err[-3000:]
     assert out.count("started (relaunch)") == 2, out
+    assert out.count("as attempt 2") == 2, out  # cluster: told to the new launcher container
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [(a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(5, [f"{job}-worker-1"]), (0, [])]
     assert report["attempts"][0]["failure"].startswith(f"worker {job}-worker-1 (pod {job}-worker-1 on node ")
@@ -114,17 +115,19 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
 
 
 @pytest.mark.yarn
-def test_retries_replace_a_lost_container_and_relaunch_on_yarn(yarn, openmpi_env, tmp_path):
+@pytest.mark.parametrize("launcher", ["local", "cluster"])
+def test_retries_replace_a_lost_container_and_relaunch_on_yarn(yarn, openmpi_env, tmp_path, launcher):
+    """--launcher local: mpirun here is relaunched; cluster: a new launcher container runs attempt 2."""
     from test_yarn import _environ, assert_released
 
-    job = "retries-yarn"
+    job = f"retries-yarn-{launcher}"
 
     def agent_of(worker):
         pid = agent_pid(worker)
         return pid, _environ(pid).get("CONTAINER_ID")
 
     proc = launch(job, tmp_path, openmpi_env["env"], "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
-                  "--launcher", "local", "--memory", "256 MiB", "--retries", "1")
+                  "--launcher", launcher, "--memory", "256 MiB", "--retries", "1")
     seen = wait_started(proc, 2, "started (first attempt)", timeout=180)
     _, container0 = agent_of(f"{job}-worker-0")
     victim, container1 = agent_of(f"{job}-worker-1")
@@ -141,3 +144,24 @@ def test_retries_replace_a_lost_container_and_relaunch_on_yarn(yarn, openmpi_env
     assert workers[f"{job}-worker-1"]["container"] not in (None, container1)
     assert workers[f"{job}-worker-0"]["application"] == workers[f"{job}-worker-1"]["application"]
     assert_released(yarn, job, "SUCCEEDED")
+
+
+@pytest.mark.yarn
+def test_retries_after_a_failed_rank_start_a_new_launcher_container_on_yarn(yarn, openmpi_env, tmp_path):
+    """--retry-rank-failures with YARN's launcher container: the same worker containers, a new launcher
+    container for attempt 2, whose ranks see MPILAUNCH_ATTEMPT=2."""
+    from test_yarn import assert_released
+
+    job = "retries-yarn-rank"
+    proc = launch(job, tmp_path, openmpi_env["env"], "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
+                  "--memory", "256 MiB", "--retries", "1", "--retry-rank-failures",
+                  "-x", "FAIL_UNIT=1", "-x", "FAIL_CODE=3", "-x", "SLEEP=0")
+    out, err = finish(proc, [], timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "mpilaunch: attempt 2 of 2: relaunching on the same workers" in err, err
+    assert out.count("as attempt 2") == 2, out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(a["attempt"], a["exit_code"]) for a in report["attempts"]] == [(1, 3), (2, 0)]
+    assert report["attempts"][0]["failure"] == f"rank 1 on worker {job}-worker-1 exited with code 3"
+    assert_released(yarn, job, "SUCCEEDED")
+

@@ -94,7 +94,7 @@ class BaseBackend(ABC):
     def relaunch(self, attempt: int) -> None:
         """Before attempt ``attempt`` of the workload (``--retries``): renew what the backend runs it with.
 
-        Kubernetes with the cluster launcher: a new launcher Job. Others: nothing.
+        With a launcher in the cluster: a new launcher Job (Kubernetes) or container (YARN). Others: nothing.
         """
 
     def replace_workers(self, names: list[str]) -> None:

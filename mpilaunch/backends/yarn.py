@@ -40,7 +40,7 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
-from . import yarn_detach, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report
+from . import yarn_detach, yarn_launch, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -76,6 +76,8 @@ class Backend(BaseBackend):
         self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_info: dict = {}
         self.launcher_container: dict = {}
+        self.retired_launchers: set[str] = set()  # earlier attempts' launcher containers (--retries)
+        self.attempt = 1
         self.silent: set[str] | None = None  # workers whose agent stopped answering (yarn_report)
         opts = spec.yarn
         if opts.env_archive and not os.path.isfile(opts.env_archive):
@@ -374,49 +376,11 @@ class Backend(BaseBackend):
 
     # ------------------------------------------------------------ cluster launcher
 
-    def launch_spec(self) -> dict:
-        """What the launcher container needs to run mpirun as the local launcher would."""
-        from .. import mpi
-
-        spec = self.spec
-        archive = bool(spec.yarn.env_archive)
-        environ = dict(os.environ)
-        names = mpi.forwarded_names(environ, spec.env)
-        values = mpi.resolve_env(names, spec.env, environ)  # -x NAME takes its value here
-        mpirun = spec.mpirun
-        if mpirun is None and not archive:
-            # The same MPI as here (the containers run this machine's Python too).
-            try:
-                mpirun = mpi.find_mpirun(spec.mpi, None, environ.get("PATH")).path
-            except Exception:
-                mpirun = None
-        return {
-            "job": self.plan.job_name,
-            "workers": [[w.name, w.slots, self.addresses[w.name]] for w in self.plan.workers],
-            "forward_env": list(self.exec_context()["forward_env"]),
-            "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ},
-            "mpi": spec.mpi,
-            "mpirun": mpirun,
-            "command": list(spec.command),
-            "bind_gpus": spec.bind_gpus,
-            "verify": spec.verify,
-            "rank_prefix": self.rank_prefix(),
-            "user_env": [f"{n}={values[n]}" for n in names if n in values],
-            "mpi_args": list(spec.mpi_args),
-            # mpirun's working directory (ranks start there where it exists),
-            # as with the local launcher; the container's own where it does not.
-            "cwd": os.getcwd(),
-            # detached: the launcher enforces --timeout and ends the application itself
-            "detach": spec.detach,
-            "timeout": spec.timeout,
-        }
-
     def put_launch(self) -> None:
-        """The launch description and the secret, for the launcher container (which deletes the secret)."""
-        from ..rsh_agent.agent_client import read_secret
+        yarn_launch.put_launch(self)
 
-        self.app.kv[KV_PREFIX + launcher_keys.SPEC_KEY] = json.dumps(self.launch_spec()).encode()
-        self.app.kv[KV_PREFIX + launcher_keys.SECRET_KEY] = read_secret(str(self.secret_file))
+    def relaunch(self, attempt: int) -> None:
+        yarn_launch.relaunch(self, attempt)
 
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
@@ -492,6 +456,8 @@ class Backend(BaseBackend):
         except Exception:
             return None
         for c in containers:
+            if c.id in self.retired_launchers:
+                continue  # an earlier attempt's (yarn_launch.relaunch)
             self.launcher_container.update({
                 "id": c.id,
                 "container": c.yarn_container_id or None,

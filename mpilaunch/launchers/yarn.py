@@ -195,7 +195,8 @@ def run(app, prefix: str, launch: dict) -> tuple[int, str | None]:
         workload.cwd = cwd if cwd and os.path.isdir(cwd) else None
         workload.on_started = lambda proc: started(app, prefix, info, proc)
         environ = dict(os.environ)
-        workload.bind(backend, rundir, environ)
+        # a relaunch (--retries): the submitting side started this container for attempt N
+        workload.bind(backend, rundir, environ, attempt=int(launch.get("attempt") or 1))
         result = run_job(spec, workload, backend, rundir, None,
                          stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
         return result.exit_code, result.failure

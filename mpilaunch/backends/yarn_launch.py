@@ -1,0 +1,100 @@
+"""The YARN launcher container, from the submitting side: what it is given, and a new one per attempt.
+
+With ``--launcher cluster`` mpirun runs in a container of the skein service
+``launcher`` (:mod:`mpilaunch.launchers.yarn`). ``put_launch`` hands it the
+launch description and the job secret through skein's key-value store once
+every worker's agent answers.
+
+``--retries``: the launcher container ends once it has put mpirun's exit
+code, so each further attempt gets a new one in the same application
+(``relaunch``): the old one's keys go first (a new launcher must not read
+the last attempt's description or exit code), then skein's
+ApplicationMaster adds one container to the launcher service. The
+lifecycle's ``wait_ready`` waits for it to run, and ``run_launcher`` puts
+the new description, with the replaced workers' addresses and the attempt
+number the ranks see as ``MPILAUNCH_ATTEMPT``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import skein
+
+from .yarn_keys import EXIT_KEY, INFO_KEY, OUT_KEY, SECRET_KEY, SPEC_KEY, STOP_KEY
+from .yarn_report import ENDED
+
+
+def launch_spec(backend) -> dict:
+    """What the launcher container needs to run mpirun as the local launcher would."""
+    from .. import mpi
+    from .yarn import FORWARD_ENV
+
+    spec = backend.spec
+    archive = bool(spec.yarn.env_archive)
+    environ = dict(os.environ)
+    names = mpi.forwarded_names(environ, spec.env)
+    values = mpi.resolve_env(names, spec.env, environ)  # -x NAME takes its value here
+    mpirun = spec.mpirun
+    if mpirun is None and not archive:
+        # The same MPI as here (the containers run this machine's Python too).
+        try:
+            mpirun = mpi.find_mpirun(spec.mpi, None, environ.get("PATH")).path
+        except Exception:
+            mpirun = None
+    return {
+        "job": backend.plan.job_name,
+        "workers": [[w.name, w.slots, backend.addresses[w.name]] for w in backend.plan.workers],
+        "forward_env": list(backend.exec_context()["forward_env"]),
+        "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ},
+        "mpi": spec.mpi,
+        "mpirun": mpirun,
+        "command": list(spec.command),
+        "bind_gpus": spec.bind_gpus,
+        "verify": spec.verify,
+        "rank_prefix": backend.rank_prefix(),
+        "user_env": [f"{n}={values[n]}" for n in names if n in values],
+        "mpi_args": list(spec.mpi_args),
+        # mpirun's working directory (ranks start there where it exists),
+        # as with the local launcher; the container's own where it does not.
+        "cwd": os.getcwd(),
+        # detached: the launcher enforces --timeout and ends the application itself
+        "detach": spec.detach,
+        "timeout": spec.timeout,
+        "attempt": backend.attempt,
+    }
+
+
+def put_launch(backend) -> None:
+    """The launch description and the secret, for the launcher container (which deletes the secret)."""
+    from ..rsh_agent.agent_client import read_secret
+    from .yarn import KV_PREFIX
+
+    backend.app.kv[KV_PREFIX + SPEC_KEY] = json.dumps(launch_spec(backend)).encode()
+    backend.app.kv[KV_PREFIX + SECRET_KEY] = read_secret(str(backend.secret_file))
+
+
+def relaunch(backend, attempt: int) -> None:
+    """A new launcher container for attempt ``attempt``; the last attempt's is retired."""
+    if not backend.launcher_in_cluster:
+        return
+    from .yarn import KV_PREFIX, LAUNCHER_SERVICE
+
+    backend._refresh_launcher()
+    old = backend.launcher_container
+    if old.get("id"):
+        if old.get("state") not in ENDED:
+            try:
+                backend.app.kill_container(old["id"])
+            except skein.exceptions.SkeinError:
+                pass  # it ended meanwhile
+        backend.retired_launchers.add(old["id"])
+    kv = backend.app.kv
+    for key in (SPEC_KEY, SECRET_KEY, EXIT_KEY, INFO_KEY, STOP_KEY):
+        kv.discard(KV_PREFIX + key)
+    kv.discard_prefix(KV_PREFIX + OUT_KEY)
+    backend._out_last = ""
+    backend.launcher_info, backend.launcher_container = {}, {}
+    backend.attempt = attempt
+    backend.app.add_container(LAUNCHER_SERVICE)
