@@ -103,6 +103,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=["local", "k8s", "yarn"], default="local")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--launcher", choices=["local", "cluster"], default="local",
+                    help="yarn: where mpirun runs (cluster: a launcher container, a new one per attempt)")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -122,7 +124,7 @@ def main() -> int:
         yarn = YarnCluster(num_nodemanagers=3).start()
         env.update(yarn.env)
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + yarn.env["PATH"]
-        backend_args = ["--backend", "yarn", "--launcher", "local", "--memory", "256 MiB"]
+        backend_args = ["--backend", "yarn", "--launcher", args.launcher, "--memory", "256 MiB"]
     times = {"retry": [], "resubmit": []}
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +136,7 @@ def main() -> int:
             kube.stop()
         if yarn is not None:
             yarn.stop(graceful=False)
-    result = {"benchmark": "retries", "backend": args.backend, "workers": WORKERS, "runs": args.runs,
+    result = {"benchmark": "retries", "backend": args.backend, "launcher": args.launcher, "workers": WORKERS, "runs": args.runs,
               "load_avg": os.getloadavg()[0],
               **{f"{k}_median_s": round(statistics.median(v), 3) for k, v in times.items()},
               **{f"{k}_s": [round(x, 3) for x in v] for k, v in times.items()}}
