@@ -151,9 +151,28 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
     )
 
 
+# Options whose value is often itself an option: `--mpi-args "--mca btl tcp,self"`.
+# argparse takes a value that starts with "-" for the next option and fails
+# ("expected one argument"); these always take exactly one value, so the next
+# word is glued to them (`--mpi-args=...`), which argparse reads as the value.
+VALUE_MAY_START_WITH_DASH = ("--mpi-args",)
+
+
+def glue_dash_values(options: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(options):
+        if options[i] in VALUE_MAY_START_WITH_DASH and i + 1 < len(options) and options[i + 1].startswith("-"):
+            out.append(f"{options[i]}={options[i + 1]}")
+            i += 2
+        else:
+            out.append(options[i])
+            i += 1
+    return out
+
+
 def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
     options, command = split_command(argv)
-    args = build_parser().parse_args(options)
+    args = build_parser().parse_args(glue_dash_values(options))
     return spec_from_args(args, command), args
 
 

@@ -83,3 +83,12 @@ def test_version_is_the_installed_packages():
 
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"mpilaunch {version('mpilaunch')}", proc
+
+
+@pytest.mark.parametrize("argv", [["--mpi-args", "-verbose"], ["--mpi-args=-verbose"], ["--mpi-args", "--mca btl tcp"]])
+def test_mpi_args_may_start_with_a_dash(argv):
+    """`--mpi-args -verbose` is a value, not an unknown option (argparse alone says "expected one argument")."""
+    from mpilaunch.cli import parse_run
+
+    spec, _ = parse_run(["--np", "2", *argv, "--", "true"])
+    assert spec.mpi_args == tuple(argv[-1].split("=", 1)[-1].split()), spec.mpi_args
