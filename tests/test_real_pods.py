@@ -202,9 +202,16 @@ IMAGE_MPIS = {
 # The MPICH case hung in about 1 of 3 full runs, for two causes seen:
 # - hydra's proxies could not yet resolve the launcher's name, and hydra then
 #   waited forever (fixed: launchers/k8s.wait_own_name; 16 of 16 after);
-# - still open: every rank finished its allreduce and printed, then no rank's
-#   exit status came and mpiexec never ended (MPI_Finalize or hydra's
-#   teardown; report.json shows first_output but no ranks_done).
+# - every rank finished its allreduce and printed, then no rank's exit status
+#   came and mpiexec never ended. Caught live (2026-11-24, 1 run in 8-20,
+#   `-verbose` and /proc of every pod): the ranks of one pod wait in
+#   MPI_Finalize's PMI barrier (blocked reading PMI_FD; their proxy forwarded
+#   barrier_in), the other pod's ranks never send barrier_in: they are still
+#   in UCX's disconnect of the cross-pod endpoints, which needs the first
+#   pod's ranks to make progress. That is MPICH 4.0.2's ch4:ucx finalize
+#   (Debian bookworm's MPICH, the image's), fixed upstream by removing that
+#   barrier (pmodels/mpich#6596, MPICH 4.2). Nothing on mpilaunch's path; a
+#   newer MPICH in the image is the cure.
 # A proxy's failure is now bounded (tests/test_hydra_failures.py). Hence one
 # rerun, and a limit of 120 s (a pass takes 10-20 s, under load 20 too); a
 # job past its time is SIGTERMed (finish), so the rerun finds its name free.
