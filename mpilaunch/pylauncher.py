@@ -21,12 +21,25 @@ SHEBANG_MAX = 127
 
 
 def launcher_text(module: str, python: str, package_parent: str = PACKAGE_PARENT) -> str:
-    """The script that runs ``module.main()`` and exits with its return value."""
+    """The script that runs ``module.main()`` and exits with its return value.
+
+    Once ``main`` has returned, the process has nothing left to do: it
+    flushes its streams and leaves with ``os._exit``, skipping the
+    interpreter's teardown (freeing every module and object: 5-10 ms per
+    process here). These processes are on the launch's critical path: each
+    rank wrapper's exit is what the MPI daemon waits for, and mpilaunch waits
+    for the agents' exit to release the job. None of these modules registers
+    atexit work or starts a thread. A ``main`` that raises (``SystemExit``
+    included) exits the ordinary way.
+    """
     body = (
-        "import sys\n"
+        "import os, sys\n"
         f"sys.path.insert(0, {package_parent!r})\n"
         f"from {module} import main\n"
-        "sys.exit(main())\n"
+        "code = main()\n"
+        "sys.stdout.flush()\n"
+        "sys.stderr.flush()\n"
+        "os._exit(code if isinstance(code, int) else 0)\n"
     )
     shebang = f"#!{python} -IS\n"
     if len(shebang) > SHEBANG_MAX or " " in python:
