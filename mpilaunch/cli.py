@@ -228,7 +228,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mpilaunch: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
-    sys.exit(code)
+    exit_without_teardown(code)
+
+
+def exit_without_teardown(code: int) -> None:
+    """Leave now that the command is done, skipping the interpreter's teardown.
+
+    Freeing every module and object at exit cost 15-24 ms after each local
+    launch here, paid after the job's result is known. By this point every
+    worker, pod and container is released by the command itself (never by a
+    finalizer). What would still run at exit does run: atexit handlers
+    (weakref finalizers among them) and the flush of stdout and stderr.
+    """
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (| head): nothing more can be shown
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

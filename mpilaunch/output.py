@@ -28,6 +28,25 @@ _BENIGN_SETPGID = re.compile(
     r"^\[[^\]]*\] plm:(?:ssh|rsh): Warning: setpgid\(\d+,\d+\) failed in parent with errno=[^(]*\(13\)$")
 
 
+def echo_line(echo: dict, stream: str, line: str) -> None:
+    """Show one line on this terminal's ``stream`` (a key of ``echo``).
+
+    A reader that went away (``mpilaunch ... | head``) ends the echo of that
+    stream only: the caller goes on draining mpirun's pipe, writing the rank
+    logs and reading status lines, so the job runs to its end and its exit
+    code still says how it went. (Raising here killed the pump thread: a
+    traceback, and the rank logs of --output-dir cut short.)
+    """
+    target = echo[stream]
+    if target is None:
+        return
+    try:
+        target.write(line)
+        target.flush()
+    except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
+        echo[stream] = None
+
+
 def is_benign_launcher_line(text: str) -> bool:
     """A line of mpirun's own that says nothing is wrong (see _BENIGN_SETPGID)."""
     return _BENIGN_SETPGID.match(text) is not None
@@ -95,9 +114,7 @@ class RankOutput:
                 return
         if rank is None and is_benign_launcher_line(text):
             return
-        echo = self.echo[stream]
-        echo.write(text + "\n" if rank is None else f"[{rank}] {text}\n")
-        echo.flush()
+        echo_line(self.echo, stream, text + "\n" if rank is None else f"[{rank}] {text}\n")
         if rank is None:
             self.launcher_tail.append(text)
             if len(self.launcher_head) < HEAD_LINES:

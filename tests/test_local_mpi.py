@@ -113,6 +113,30 @@ def test_interrupt_leaves_no_process_behind(openmpi5, sig):
     assert leftover_processes(name) == []
 
 
+def test_a_reader_that_goes_away_does_not_cut_the_job_short(openmpi5, tmp_path):
+    # `mpilaunch ... | head -1`: the echo to the closed pipe stops, but every
+    # line still reaches the rank logs, the job ends normally and says so.
+    # (Before: a BrokenPipeError traceback, rank-0.log cut at ~135 lines and
+    # no rank-1.log at all.)
+    lines = 20000
+    name = "closed-reader"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mpilaunch", "--name", name, "--np", "2", "-q", "--output-dir", str(tmp_path),
+         "--", sys.executable, "-c", f"for i in range({lines}): print('line', i)"],
+        cwd=REPO, env=mpilaunch_env(openmpi5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout.readline().endswith(" line 0\n")
+    proc.stdout.close()  # the reader goes away, as `head -1` does
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    for rank in (0, 1):
+        log = (tmp_path / f"rank-{rank}.log").read_text().splitlines()
+        assert log == [f"line {i}" for i in range(lines)], (rank, len(log))
+    assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 0
+    assert leftover_processes(name) == []
+
+
 def test_sigkill_of_mpilaunch_leaves_no_process_behind(openmpi5):
     """SIGKILL runs no cleanup code: the agents end themselves (--exit-with-pid), and mpirun,
     the shims and every rank follow within seconds. No reaper or heartbeat is needed locally."""

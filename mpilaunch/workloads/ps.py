@@ -36,6 +36,7 @@ from pathlib import Path
 from .. import clusterspec, mpi
 from ..clusterspec import Task
 from ..errors import AllocationError, UsageError
+from ..output import echo_line
 from ..procs import kill_tree
 from ..progress import WaitProgress
 from ..result import EXIT_TIMEOUT, JobResult, timeout_failure
@@ -204,9 +205,7 @@ class TaskOutput:
 
     def feed(self, run: TaskRun, stream: str, text: str) -> None:
         with self._lock:
-            echo = self.echo[stream]
-            echo.write(f"[{run.task.id}] {text}\n")
-            echo.flush()
+            echo_line(self.echo, stream, f"[{run.task.id}] {text}\n")
             run.tail.append(text)
             if self.output_dir is not None:
                 log = self._logs.get(run.task)
