@@ -103,7 +103,7 @@ class RankOutput:
             text = text[: text.find(START_PREFIX)].strip(" \0")
             if not text:
                 return
-        status = parse_status(text)
+        status = parse_status(text) if STATUS_PREFIX in text else None  # skip the regex on most lines
         if status is not None:
             self.times["last_status"] = time.monotonic()
             self.statuses.append(status)
