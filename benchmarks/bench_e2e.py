@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from floor import REPO, floor_command
+from floor import REPO, compare_to_floor, floor_command
 
 from mpilaunch import mpi
 
@@ -110,15 +110,7 @@ def main() -> int:
         if args.breakdown:
             phases = phase_medians(ours_argv, env, Path(tmp), runs=7)
             costs = start_costs(env)
-    result = {
-        "benchmark": "e2e_launch",
-        "mpi": f"{info.flavour} {info.version}",
-        "runs": args.runs,
-        "mpilaunch_median_s": round(statistics.median(ours), 3),
-        "floor_median_s": round(statistics.median(base), 3),
-    }
-    result["ratio"] = round(result["mpilaunch_median_s"] / result["floor_median_s"], 2)
-    result["target_ratio"] = TARGET_RATIO
+    result = compare_to_floor("e2e_launch", info, ours, base, TARGET_RATIO)
     print(f"mpilaunch --np 4 --slots-per-worker 2 -- python -c pass: median {result['mpilaunch_median_s']:.3f}s")
     print(f"mpirun + /bin/sh agent floor (same hostfile):            median {result['floor_median_s']:.3f}s")
     print(f"ratio {result['ratio']} (target <= {TARGET_RATIO})")

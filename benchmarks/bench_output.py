@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from floor import REPO, floor_command
+from floor import REPO, compare_to_floor, floor_command
 
 from mpilaunch import mpi
 
@@ -58,16 +57,7 @@ def main() -> int:
         for _ in range(args.runs):
             ours.append(timed(ours_argv, env))
             base.append(timed(floor_argv, floor_env))
-    result = {
-        "benchmark": "output_relay",
-        "mpi": f"{info.flavour} {info.version}",
-        "runs": args.runs,
-        "lines_total": 2 * args.lines,
-        "mpilaunch_median_s": round(statistics.median(ours), 2),
-        "floor_median_s": round(statistics.median(base), 2),
-    }
-    result["ratio"] = round(result["mpilaunch_median_s"] / result["floor_median_s"], 2)
-    result["target_ratio"] = TARGET_RATIO
+    result = compare_to_floor("output_relay", info, ours, base, TARGET_RATIO, digits=2, lines_total=2 * args.lines)
     print(f"mpilaunch, {2 * args.lines} lines of output:  median {result['mpilaunch_median_s']:.2f}s")
     print(f"mpirun + /bin/sh agent floor (same lines): median {result['floor_median_s']:.2f}s")
     print(f"ratio {result['ratio']} (target <= {TARGET_RATIO})")

@@ -9,6 +9,7 @@ the same ``mpi.build_mpirun``), minus the per-rank wrapper.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -52,3 +53,14 @@ def floor_command(info: mpi.MpiInfo, directory: Path, workers: int, slots: int, 
         old = os.environ.get("LD_LIBRARY_PATH")
         command.env["LD_LIBRARY_PATH"] = info.libdir + (":" + old if old else "")
     return command
+
+
+def compare_to_floor(benchmark: str, info: mpi.MpiInfo, ours: list[float], base: list[float], target: float,
+                     digits: int = 3, **extra) -> dict:
+    """The JSON result every floor benchmark prints: medians of both sides and their ratio."""
+    result = {"benchmark": benchmark, "mpi": f"{info.flavour} {info.version}", "runs": len(ours), **extra,
+              "mpilaunch_median_s": round(statistics.median(ours), digits),
+              "floor_median_s": round(statistics.median(base), digits)}
+    result["ratio"] = round(result["mpilaunch_median_s"] / result["floor_median_s"], 2)
+    result["target_ratio"] = target
+    return result
