@@ -96,14 +96,14 @@ class RankOutput:
 
     def _emit(self, stream: str, rank: int | None, text: str) -> None:
         text = text.rstrip("\r")
-        start = parse_start(text) if START_PREFIX in text else None
+        start = parse_start(text)
         if start is not None:
             self.times.setdefault("first_rank_start", time.monotonic())
             self.starts.append(start)
             text = text[: text.find(START_PREFIX)].strip(" \0")
             if not text:
                 return
-        status = parse_status(text) if STATUS_PREFIX in text else None  # skip the regex on most lines
+        status = parse_status(text)
         if status is not None:
             self.times["last_status"] = time.monotonic()
             self.statuses.append(status)

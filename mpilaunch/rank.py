@@ -66,6 +66,8 @@ def parse_status(text: str) -> tuple[int, str, int] | None:
     unterminated tail of an earlier write, or a stray tag (hydra: "exit=7[3] ")
     around it.
     """
+    if STATUS_PREFIX not in text:  # most lines of a job's output: no regex for them
+        return None
     import re  # cached after the first line; keeps the wrapper's start light
 
     m = re.search(re.escape(STATUS_PREFIX) + _STATUS_PATTERN, text)
@@ -89,6 +91,8 @@ _START_PATTERN = r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\
 
 def parse_start(text: str) -> tuple[int, int | None, int | None, str, str] | None:
     """The start line -> (rank, local rank, size, worker, host); unknown numbers are None."""
+    if START_PREFIX not in text:
+        return None
     import re
 
     m = re.search(re.escape(START_PREFIX) + _START_PATTERN, text)
