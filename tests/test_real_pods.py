@@ -192,6 +192,30 @@ def assert_phases(report: dict, extra: tuple = ()) -> dict:
 
 # The image's three MPIs (docker/Dockerfile): how a job selects each, the
 # Python whose mpi4py matches it, and how its library introduces itself.
+def test_a_stale_api_server_route_left_by_a_killed_run_is_replaced(real):
+    """A testbed killed before its stop() leaves its DNAT rule; a later node's
+    rule, appended after it, never matched and every pod got "connection
+    refused" from kubernetes.default (one CI run lost all real-pod tests so).
+    The node's start removes such rules: pods reach the API server again."""
+    from testbeds.k8s.cluster import SERVICE_IP, free_port
+    from testbeds.k8s.node import dnat_rule
+
+    node = real.cluster.node
+    dead = dnat_rule(node.bridge, SERVICE_IP, free_port(), "mpilaunch-testbed-deadrun00000")
+    subprocess.run(["iptables", "-t", "nat", "-I", *dead], check=True)  # first, as the old one was
+    try:
+        with pytest.raises(Exception, match="onnection refused"):
+            node.smoke_check(real.image, timeout=60)
+        node._route_to_apiserver()
+        listed = subprocess.run(["iptables", "-t", "nat", "-S", "PREROUTING"], capture_output=True,
+                                text=True, check=True).stdout
+        assert "deadrun" not in listed
+        assert listed.count(node.comment) == 1, listed
+        node.smoke_check(real.image, timeout=60)
+    finally:
+        subprocess.run(["iptables", "-t", "nat", "-D", *dead], capture_output=True)
+
+
 IMAGE_MPIS = {
     "openmpi4": ([], "python3", "Open MPI v4.1"),
     "openmpi5": (["--mpirun", "/opt/openmpi5/bin/mpirun"], "/opt/openmpi5/bin/python", "Open MPI v5"),

@@ -199,6 +199,12 @@ def corefile(node_ip: str, kubeconfig: Path, health_port: int, ready_port: int) 
         """)
 
 
+def testbed_rules_on(rules: list[str], bridge: str) -> list[str]:
+    """The lines of `iptables -S` output that are testbed DNAT rules on `bridge`."""
+    return [line for line in rules
+            if line.startswith("-A ") and "mpilaunch-testbed-" in line and f"-i {bridge} " in line]
+
+
 def dnat_rule(bridge: str, service_ip: str, apiserver_port: int, comment: str) -> list[str]:
     return ["PREROUTING", "-i", bridge, "-d", f"{service_ip}/32", "-p", "tcp", "--dport", "443",
             "-m", "comment", "--comment", comment,
@@ -417,18 +423,30 @@ class RealNode:
     def _route_to_apiserver(self) -> None:
         from .cluster import SERVICE_IP
 
+        # A run killed before stop() (seen: the machine restarted mid-test) leaves
+        # its rule behind, and being first in the chain it wins: pods were sent to
+        # that run's dead API server port and got "connection refused". The lock
+        # says no other node uses this bridge, so every testbed rule on it is stale.
+        self._delete_rules(testbed_rules_on(self._prerouting_rules(), self.bridge))
         rule = dnat_rule(self.bridge, SERVICE_IP, self.c.ports["kube-apiserver"], self.comment)
         _sh("iptables", "-t", "nat", "-A", *rule)
         self._rule = rule
 
     def _remove_route(self) -> None:
         # by comment, so rules of a run that died are removed as well
-        rules = _sh("iptables", "-t", "nat", "-S", "PREROUTING", check=False).stdout.splitlines()
-        for line in rules:
-            if self.comment in line or (self._rule is None and "mpilaunch-testbed-" in line
-                                        and f"-i {self.bridge} " in line):
-                _sh("iptables", "-t", "nat", *line.replace("-A ", "-D ", 1).split(), check=False)
+        rules = self._prerouting_rules()
+        self._delete_rules([line for line in rules if self.comment in line]
+                           + (testbed_rules_on(rules, self.bridge) if self._rule is None else []))
         self._rule = None
+
+    @staticmethod
+    def _prerouting_rules() -> list[str]:
+        return _sh("iptables", "-t", "nat", "-S", "PREROUTING", check=False).stdout.splitlines()
+
+    @staticmethod
+    def _delete_rules(rules: list[str]) -> None:
+        for line in dict.fromkeys(rules):
+            _sh("iptables", "-t", "nat", *line.replace("-A ", "-D ", 1).split(), check=False)
 
     def _start_coredns(self, binary: Path) -> None:
         from .cluster import free_port
