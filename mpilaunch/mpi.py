@@ -454,3 +454,34 @@ def split_tagged(line: str) -> list[tuple[int | None, str]]:
                 for i, m in enumerate(marks)
             ]
     return [(None, line)]
+
+
+# Open MPI's mpirun (ORTE in 4.x, PRRTE in 5.x) names the rank it saw fail
+# first when it aborts a job for a non-zero exit:
+#   The first process to do so was:
+#     Process name: [[17970,1],3]          (4.x; 5.x: [prterun-host-123@1,3])
+#     Exit code:    7
+_FIRST_TO_FAIL = re.compile(r"The first process to do so was")
+_PROCESS_NAME = re.compile(r"^\s*Process name:\s*\[.*,(\d+)\]\s*$")
+_EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)\s*$")
+
+
+def first_failed_rank(lines: list[str]) -> tuple[int, int] | None:
+    """(rank, exit code) of the first rank mpirun itself says failed, or None.
+
+    mpirun learns of every exit from its daemons in the order they happened;
+    the ranks' own status lines travel as output and can come later than a
+    rank mpirun ended in the teardown, or not at all when a daemon is ended
+    before it forwards them.
+    """
+    for i, line in enumerate(lines):
+        if not _FIRST_TO_FAIL.search(line):
+            continue
+        rank = code = None
+        for later in lines[i + 1:i + 6]:
+            if rank is None and (m := _PROCESS_NAME.match(later)):
+                rank = int(m.group(1))
+            elif rank is not None and (m := _EXIT_CODE.match(later)):
+                code = int(m.group(1))
+                return rank, code
+    return None

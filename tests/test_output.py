@@ -2,6 +2,8 @@
 
 import io
 
+import pytest
+
 from mpilaunch.output import RankOutput
 from mpilaunch.rank import format_status, parse_status
 
@@ -86,6 +88,55 @@ def test_rank_wrapper_lingers_only_until_the_daemon_has_read_its_status_line():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+# What mpirun printed for tests/programs/fail_rank.py with FAIL_RANK=3 FAIL_CODE=7
+# (Debian's Open MPI 4.1.4, and PyPI's Open MPI 5.0.11 through prterun).
+OPENMPI4_ABORT = """\
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+--------------------------------------------------------------------------
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[17970,1],3]
+  Exit code:    7
+--------------------------------------------------------------------------""".splitlines()
+OPENMPI5_ABORT = """\
+--------------------------------------------------------------------------
+prterun detected that one or more processes exited with non-zero status,
+thus causing the job to be terminated. The first process to do so was:
+
+   Process name: [prterun-vm-12073@1,3]
+   Exit code:    7
+--------------------------------------------------------------------------""".splitlines()
+
+
+@pytest.mark.parametrize("lines", [OPENMPI4_ABORT, OPENMPI5_ABORT], ids=["openmpi4", "openmpi5"])
+def test_first_failed_rank_is_read_from_mpiruns_abort_message(lines):
+    from mpilaunch.mpi import first_failed_rank
+
+    assert first_failed_rank(lines) == (3, 7)
+    assert first_failed_rank(["[0] Process name: [[1,1],0]", "Exit code: 1"]) is None  # a rank's own text
+    assert first_failed_rank(lines[:-2]) is None  # cut before the exit code: nothing half-read
+
+
+def test_the_rank_mpirun_names_first_is_the_failure_reported():
+    from mpilaunch.workloads.mpirun import decide_outcome, mpirun_named_first
+
+    assigned = ["w0", "w0", "w1", "w1"]
+    teardown_first = [(0, "w0", 143), (3, "w1", 7), (1, "w0", 143)]
+    statuses = mpirun_named_first(teardown_first, (3, 7), assigned)
+    assert statuses == [(3, "w1", 7), (0, "w0", 143), (1, "w0", 143)]
+    output = RankOutput(None, None)
+    output.statuses = statuses
+    assert decide_outcome(143, output) == (7, (3, "w1", 7))
+    # rank 3's own line never came: mpirun's word for it, on the worker the plan gave it
+    assert mpirun_named_first([(0, "w0", 143)], (3, 7), assigned) == [(3, "w1", 7), (0, "w0", 143)]
+    # mpirun named nobody (MPICH, or no abort message): the lines as they came
+    assert mpirun_named_first(teardown_first, None, assigned) == teardown_first
 
 
 def test_other_failures_names_ranks_that_failed_by_themselves_only():

@@ -114,6 +114,21 @@ def rank_statuses(plan: Plan, output: RankOutput, mpirun_code: int | None) -> li
     ]
 
 
+def mpirun_named_first(statuses, named: tuple[int, int] | None, assigned: list[str]) -> list[tuple[int, str, int]]:
+    """The status lines with the rank mpirun names as the first to fail
+    (mpi.first_failed_rank) put first, and added from mpirun's words when its
+    own line never arrived. Otherwise the summary could name a rank mpirun
+    ended in the teardown (exit 143) while mpirun, just above it, names the
+    one that failed."""
+    if named is None:
+        return list(statuses)
+    rank, code = named
+    own = next((s for s in statuses if s[0] == rank), None)
+    if own is None:
+        own = (rank, assigned[rank] if 0 <= rank < len(assigned) else "?", code)
+    return [own] + [s for s in statuses if s[0] != rank]
+
+
 def decide_outcome(mpirun_code: int, output: RankOutput) -> tuple[int, tuple[int, str, int] | None]:
     """Exit code of the job: the first failing rank's code, else mpirun's."""
     first_failure = next((s for s in output.statuses if s[2] != 0), None)
@@ -398,6 +413,8 @@ class MpirunWorkload(Workload):
         if self.mpirun_code is None:
             self.placement = placement.summary(self.plan, self.starts(), None, False)
             return EXIT_TIMEOUT, timeout_failure(self.spec.timeout)
+        named = mpi.first_failed_rank(list(self.output.launcher_tail))
+        self.output.statuses = mpirun_named_first(self.output.statuses, named, self.plan.rank_to_worker())
         verdict = self.verify(run)
         if verdict is not None:
             return verdict
