@@ -37,4 +37,34 @@ def job_action(action: str, args) -> int:
             f"'{action}' applies to jobs on cluster backends, not --backend {args.backend}",
             "local jobs live and die with their mpilaunch process; use --backend k8s or yarn",
         )
-    return handler(args, sys.stdout) or 0
+    try:
+        return handler(args, ReaderAware(sys.stdout)) or 0
+    except ReaderGone:
+        # `mpilaunch logs -f JOB | head`: the reader has what it wanted; stop
+        # quietly, as `kubectl logs -f | head` does, instead of a traceback
+        return 0
+
+
+class ReaderGone(Exception):
+    """Whoever read the command's standard output went away (a closed pipe)."""
+
+
+class ReaderAware:
+    """The output stream of status/logs/wait/delete. A closed pipe on it
+    raises ReaderGone, so it is not mistaken for a connection to the cluster
+    that broke (BrokenPipeError, too) and reported as an error."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise ReaderGone from None

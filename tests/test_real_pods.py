@@ -458,7 +458,7 @@ def test_launcher_pod_may_not_exec_into_another_jobs_pod(real):
 # ------------------------------------------------------------------ logs -f
 
 
-def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real):
+def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real, tmp_path):
     job = "rp-logs"
     script = "import time\nfor i in range(10):\n    print(f'tick {i}', flush=True); time.sleep(1)\n"
     proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", "--", "python3", "-c", script)
@@ -477,6 +477,16 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real):
         assert any("tick 7" in s for _, s in stamps), follower.stderr.read()
         # following, not a one-shot dump: later ticks arrived over seconds
         assert stamps[-1][0] - stamps[0][0] > 2, stamps
+        # `mpilaunch logs -f JOB | head -1`: once head has its line and leaves,
+        # the follower stops quietly at its next write (a tick a second)
+        err = tmp_path / "follow.err"
+        headed = subprocess.run(
+            ["bash", "-c", f"{shlex.quote(sys.executable)} -m mpilaunch logs -f {job} --backend k8s 2>{err}"
+                           " | head -n 1; echo rc=${PIPESTATUS[0]}"],
+            cwd=REPO, env=real.env(), text=True, capture_output=True, timeout=60)
+        first, rc = headed.stdout.splitlines()
+        assert first.strip() and rc == "rc=0", (headed.stdout, err.read_text())
+        assert err.read_text() == ""  # no BrokenPipeError traceback, no error line
         proc.communicate(timeout=120)
         assert proc.returncode == 0
         follower.wait(timeout=60)  # ends when the launcher pod does
