@@ -477,11 +477,10 @@ def first_failed_rank(lines: list[str]) -> tuple[int, int] | None:
     for i, line in enumerate(lines):
         if not _FIRST_TO_FAIL.search(line):
             continue
-        rank = code = None
+        rank = None
         for later in lines[i + 1:i + 6]:
             if rank is None and (m := _PROCESS_NAME.match(later)):
                 rank = int(m.group(1))
             elif rank is not None and (m := _EXIT_CODE.match(later)):
-                code = int(m.group(1))
-                return rank, code
+                return rank, int(m.group(1))
     return None

@@ -241,7 +241,6 @@ class RealNode:
         self.sock = self.dir / "containerd.sock"
         self.comment = f"mpilaunch-testbed-{cluster.marker[:12]}"
         self._lock = None
-        self._rule = None
 
     # ---------------------------------------------------------- public
 
@@ -423,29 +422,18 @@ class RealNode:
     def _route_to_apiserver(self) -> None:
         from .cluster import SERVICE_IP
 
-        # A run killed before stop() (seen: the machine restarted mid-test) leaves
-        # its rule behind, and being first in the chain it wins: pods were sent to
-        # that run's dead API server port and got "connection refused". The lock
-        # says no other node uses this bridge, so every testbed rule on it is stale.
-        self._delete_rules(testbed_rules_on(self._prerouting_rules(), self.bridge))
+        self._remove_route()
         rule = dnat_rule(self.bridge, SERVICE_IP, self.c.ports["kube-apiserver"], self.comment)
         _sh("iptables", "-t", "nat", "-A", *rule)
-        self._rule = rule
 
     def _remove_route(self) -> None:
-        # by comment, so rules of a run that died are removed as well
-        rules = self._prerouting_rules()
-        self._delete_rules([line for line in rules if self.comment in line]
-                           + (testbed_rules_on(rules, self.bridge) if self._rule is None else []))
-        self._rule = None
-
-    @staticmethod
-    def _prerouting_rules() -> list[str]:
-        return _sh("iptables", "-t", "nat", "-S", "PREROUTING", check=False).stdout.splitlines()
-
-    @staticmethod
-    def _delete_rules(rules: list[str]) -> None:
-        for line in dict.fromkeys(rules):
+        # Every testbed rule on this bridge: this node's, and any left by a run
+        # killed before its stop() (seen: the machine restarted mid-test). Such a
+        # rule, first in the chain, wins over a new node's: pods were sent to a
+        # dead API server port and got "connection refused". The lock says no
+        # other node uses this bridge, so no live rule but ours is on it.
+        rules = _sh("iptables", "-t", "nat", "-S", "PREROUTING", check=False).stdout.splitlines()
+        for line in testbed_rules_on(rules, self.bridge):
             _sh("iptables", "-t", "nat", *line.replace("-A ", "-D ", 1).split(), check=False)
 
     def _start_coredns(self, binary: Path) -> None:
