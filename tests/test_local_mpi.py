@@ -76,11 +76,15 @@ def test_rank_exit_code_propagates_and_names_the_rank(mpi_install, tmp_path):
 
 def test_every_rank_that_failed_by_itself_is_named(openmpi5, tmp_path):
     """Two ranks fail on their own: the summary names the first and, on the next line, the other;
-    the two that mpirun ended after the failure (exit 143) are not called failures."""
+    the two that mpirun ended after the failure (exit 143) are not called failures.
+    Both status lines must arrive: Open MPI 5's daemon dropped a reaped rank's last line under load
+    (the wrapper's linger is what keeps it)."""
     name = "fail-two"
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     proc = run_mpilaunch(
         ["--name", name, "--np", "4", "--slots-per-worker", "2", "-q", "--", sys.executable, "tests/programs/fail_rank.py"],
-        openmpi5, env_extra={"FAIL_RANK": "0,3", "FAIL_CODE": "7"},
+        openmpi5, env_extra={"FAIL_RANK": "0,3", "FAIL_CODE": "7", "FAIL_BARRIER": str(barrier)},
     )
     assert proc.returncode == 7, proc.stdout + proc.stderr
     lines = proc.stderr.splitlines()

@@ -268,3 +268,15 @@ def test_mpirun_version_is_remembered_until_the_binary_changes(tmp_path, monkeyp
     fake.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'mpirun (Open MPI) 5.0.11'\n")  # upgraded in place
     assert mpi.detect(str(fake)).version == "5.0.11"
     assert calls.read_text().count("x") == 2
+
+
+@pytest.mark.parametrize("info, lingers", [(OMPI4, True), (OMPI5, True), (MPICH, False), (INTEL, False)])
+def test_rank_wrapper_lingers_for_its_status_line_under_open_mpi_only(info, lingers):
+    """Both Open MPI daemons drop a reaped rank's last line under load (rank.OPENMPI_LINGER_MS:
+    9 of 60 two-failure runs on 5.x lost a failed rank's exit line without it); hydra does not."""
+    from mpilaunch.spec import JobSpec
+    from mpilaunch.workloads.mpirun import rank_command
+
+    command = rank_command(JobSpec(command=("prog", "arg")), ["wrapper"], info)
+    assert command[-3:] == ["--", "prog", "arg"]
+    assert ("--linger-ms" in command) is lingers

@@ -69,7 +69,7 @@ def test_lines_split_across_chunks_are_reassembled_per_rank():
 
 
 def test_rank_wrapper_lingers_only_until_the_daemon_has_read_its_status_line():
-    """Open MPI 4 linger: gone as soon as the pipe is drained, the full limit while nobody reads."""
+    """Open MPI linger: gone as soon as the pipe is drained, the full limit while nobody reads."""
     import os
     import time
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from .. import hostfile, gpu_slots, mpi, placement
-from ..rank import OPENMPI4_LINGER_MS
+from ..rank import OPENMPI_LINGER_MS
 from ..errors import UsageError
 from ..output import RankOutput
 from ..procs import terminate_group, wait_exit
@@ -71,8 +71,8 @@ def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: i
         wrapper.append("--bind-gpus")
     if attempt > 1:
         wrapper += ["--attempt", str(attempt)]  # the program sees MPILAUNCH_ATTEMPT
-    if info.flavour == "openmpi" and info.major == 4:
-        wrapper += ["--linger-ms", str(OPENMPI4_LINGER_MS)]
+    if info.flavour == "openmpi":
+        wrapper += ["--linger-ms", str(OPENMPI_LINGER_MS)]
     return wrapper + ["--"] + list(spec.command)
 
 
