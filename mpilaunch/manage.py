@@ -58,13 +58,14 @@ class ReaderAware:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        try:
-            return self.stream.write(text)
-        except BrokenPipeError:
-            raise ReaderGone from None
+        return self._guarded(self.stream.write, text)
 
     def flush(self) -> None:
+        self._guarded(self.stream.flush)
+
+    @staticmethod
+    def _guarded(call, *args):
         try:
-            self.stream.flush()
+            return call(*args)
         except BrokenPipeError:
             raise ReaderGone from None
