@@ -19,6 +19,21 @@ from .errors import UsageError
 
 FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_")
 FORWARDED_NAMES = ("PYTHONPATH",)
+# The PATH a rank's program is started with (the rank wrapper restores it).
+# Open MPI treats an mpirun started by its absolute path like --prefix and
+# puts <prefix>/bin ahead of PATH for its daemons and ranks (/usr/bin for a
+# distribution's Open MPI: the system python shadows a venv's). The daemons
+# keep that (they need it to start); the program gets the PATH its worker
+# had before the daemon started: the launcher's for workers that are sent
+# its PATH (local, YARN), else the worker's own (captured by the shim's
+# remote command, CAPTURE_WORKER_PATH), or the user's -x PATH=...
+WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"
+# The names of the variables mpilaunch forwards, for the rank's digest of them.
+FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"
+# Resource-manager components Open MPI (ORTE and PRRTE) may pick up from the
+# environment; excluded so the hostfile is the only host list. Excluding a
+# component an installation lacks is accepted by both.
+RAS_EXCLUDED = "^slurm,gridengine,tm,pbs,lsf,alps,flux"
 # The rank wrapper puts this directory first on the program's LD_LIBRARY_PATH
 # (prepended there, so the worker's own entries, e.g. CUDA's, stay).
 LIBDIR_ENV = "MPILAUNCH_MPI_LIBDIR"
@@ -72,6 +87,7 @@ class MpiInfo:
 class MpirunCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to the launcher's environment
+    forwarded: dict[str, str] = field(default_factory=dict)  # the user's variables sent to every rank
 
     def shell(self) -> str:
         return shlex.join(self.argv)
@@ -279,6 +295,11 @@ def agent_env(shim: str, hostfile: str) -> dict[str, str]:
     }
 
 
+def tag_has_space(info: MpiInfo) -> bool:
+    """Whether this mpirun's output tag carries a space of its own (split_tagged)."""
+    return not (info.flavour == "openmpi" and 0 < info.major < 5)
+
+
 def build_mpirun(
     info: MpiInfo,
     *,
@@ -291,10 +312,22 @@ def build_mpirun(
     user_env: tuple[str, ...] = (),
     extra_args: tuple[str, ...] = (),
     as_root: bool = False,
+    rank_env: dict[str, str] | None = None,
 ) -> MpirunCommand:
-    """The exact mpirun argv and added environment for one job."""
+    """The exact mpirun argv and added environment for one job.
+
+    ``rank_env``: mpilaunch's own variables for the rank wrapper (forwarded
+    like -x values; the digest of forwarded variables leaves them out).
+    """
     names = forwarded_names(environ, user_env)
     values = resolve_env(names, user_env, environ)
+    own = dict(rank_env or {})
+    if "PATH" in values:  # -x PATH=...: the rank's program gets it, not mpirun's prefix ahead of it
+        own[WORKER_PATH_ENV] = values["PATH"]
+    forwarded = {n: values[n] for n in names if n in values}
+    own[FORWARDED_LIST_ENV] = ",".join(forwarded)
+    names = names + [n for n in own if n not in names]
+    values.update(own)
     env = agent_env(shim, hostfile)
     concurrent = str(max(MIN_NUM_CONCURRENT, hosts))
     if info.flavour == "openmpi":
@@ -316,6 +349,10 @@ def build_mpirun(
         # fails. (Open MPI 4 and 5 both take this flag; 5 has no MCA name.)
         argv.append("--leave-session-attached")
         params = {
+            # pinned here: the environment (an image's OMPI_MCA_plm=isolated, a
+            # Slurm allocation) must not choose the launch (inherited.py)
+            "plm": plm.split("_")[1],
+            "ras": RAS_EXCLUDED,
             f"{plm}_agent": openmpi_agent(shim),
             f"{plm}_no_tree_spawn": "1",
             f"{plm}_num_concurrent": concurrent,
@@ -340,6 +377,8 @@ def build_mpirun(
             argv += ["-bootstrap", "rsh", "-bootstrap-exec", shim]
         else:
             argv += ["-launcher", "rsh", "-launcher-exec", shim]
+        # the hostfile, not a Slurm/PBS/LSF/SGE allocation, says where ranks go
+        argv += ["-rmk", "user"]
         # Forward only what the job needs: the launcher's own HOSTNAME, PATH
         # etc. must not override the worker's.
         argv += ["-genvnone", "-prepend-rank"]
@@ -350,7 +389,7 @@ def build_mpirun(
             argv += ["-genv", LIBDIR_ENV, info.libdir]
     argv += list(extra_args)
     argv += list(command)
-    return MpirunCommand(argv=argv, env=env)
+    return MpirunCommand(argv=argv, env=env, forwarded=forwarded)
 
 
 # ------------------------------------------------------------ daemon errors
@@ -438,15 +477,22 @@ def daemon_error(lines: list[str]) -> str | None:
 # an empty tag ("text[1,3]<stdout>:"). So a line of mpirun output is split
 # into (rank, fragment) segments and RankOutput reassembles lines per rank.
 
+# Open MPI 5 puts one space after its tag, Open MPI 4 none: eating an optional
+# space under 4 took a real one from the rank's text (seen: with
+# PYTHONUNBUFFERED=1, print("rank", 0) arrives as chunks "rank", " ", "0",
+# and came out as "rank0").
 _OMPI_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>: ?")
+_OMPI4_TAG = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>:")
 # Hydra's "[N] " is only taken as a tag when the line starts with one, so a
 # rank printing "[3] " in Open MPI output is left alone.
 _HYDRA_TAG = re.compile(r"\[(\d+)\] ?")
 
 
-def split_tagged(line: str) -> list[tuple[int | None, str]]:
-    """One line of mpirun output (no newline) -> [(rank or None, fragment), ...]."""
-    for tag in (_OMPI_TAG, _HYDRA_TAG):
+def split_tagged(line: str, ompi_tag_space: bool = True) -> list[tuple[int | None, str]]:
+    """One line of mpirun output (no newline) -> [(rank or None, fragment), ...].
+
+    ``ompi_tag_space``: Open MPI 5's tag ends with a space of its own (4's does not)."""
+    for tag in (_OMPI_TAG if ompi_tag_space else _OMPI4_TAG, _HYDRA_TAG):
         if tag.match(line):
             marks = list(tag.finditer(line))
             return [

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from .mpi import split_tagged
-from .rank import OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_start, parse_status
+from .rank import (MPI_PREFIX, OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_mpi, parse_start, parse_start_env,
+                   parse_status)
 
 TAIL_LINES = 20
 #: mpirun's own first lines are kept too: a daemon's error comes first and
@@ -64,9 +65,12 @@ class RankOutput:
         self.statuses: list[tuple[int, str, int]] = []  # in arrival order
         self.oom_killed: set[int] = set()  # ranks the kernel's OOM killer ended (their wrapper says so)
         self.starts: list[tuple[int, int | None, int | None, str, str]] = []  # rank wrappers' start lines
+        # rank -> {"program", "env_digest", "mpi_library"}: the environment check's facts
+        self.environments: dict[int, dict] = {}
         # job.py sets this to a function returning the placement mismatch seen so
         # far (or None); launch loops stop mpirun as soon as it returns one.
         self.placement_check = None
+        self.ompi_tag_space = True  # mpi.split_tagged: False under Open MPI 4 (the workload sets it)
         self.cancelled = False  # set by cancel(): mpilaunch stopped following this run
         # phases seen here (phases.py): first_rank_start, first_output, last_status (monotonic)
         self.times: dict[str, float] = {}
@@ -84,7 +88,7 @@ class RankOutput:
     def feed(self, stream: str, line: str) -> None:
         """Take one line of mpirun output (tags and all) and emit every rank line it completes."""
         complete = line.endswith("\n")
-        segments = split_tagged(line.rstrip("\n"))
+        segments = split_tagged(line.rstrip("\n"), self.ompi_tag_space)
         with self._lock:
             for i, (rank, fragment) in enumerate(segments):
                 key = (stream, rank)
@@ -100,7 +104,15 @@ class RankOutput:
         if start is not None:
             self.times.setdefault("first_rank_start", time.monotonic())
             self.starts.append(start)
+            program, env_digest = parse_start_env(text)
+            self.environments.setdefault(start[0], {}).update(program=program, env_digest=env_digest)
             text = text[: text.find(START_PREFIX)].strip(" \0")
+            if not text:
+                return
+        library = parse_mpi(text)
+        if library is not None:
+            self.environments.setdefault(library[0], {})["mpi_library"] = library[1]
+            text = text[: text.find(MPI_PREFIX)].strip(" \0")
             if not text:
                 return
         status = parse_status(text)

@@ -24,8 +24,15 @@ import time
 # start, as much as the rest of the wrapper).
 import _signal as signal
 
+from . import rank_env
+
 STATUS_PREFIX = "mpilaunch-rank-status:"
 START_PREFIX = "mpilaunch-rank-start:"
+MPI_PREFIX = "mpilaunch-rank-mpi:"
+# How long the wrapper looks for the MPI library the program loads (most load
+# it within their first second); a program without MPI is looked at this long.
+MPI_WATCH_S = 120.0
+MPI_WATCH_MAX_INTERVAL_S = 1.0
 UNKNOWN = "?"  # a value the rank's environment does not give
 # Not under any worker's agent or pod: mpirun forked the rank next to itself.
 NO_WORKER = UNKNOWN
@@ -80,17 +87,44 @@ def parse_status(text: str) -> tuple[int, str, int] | None:
     return int(m[1]), m[2], int(m[3])
 
 
-def format_start(environ) -> str:
-    """The start line: where this rank runs, as MPI and the worker's agent/pod tell it."""
+def format_start(environ, program: str | None = None) -> str:
+    """The start line: where this rank runs, as MPI and the worker's agent/pod tell it, the program
+    its PATH resolved and a digest of the variables mpilaunch forwarded (the environment check)."""
     rank = first_env(_RANK_VARS, environ) or UNKNOWN
     local = first_env(_LOCAL_RANK_VARS, environ) or UNKNOWN
     size = first_env(_SIZE_VARS, environ) or UNKNOWN
     worker = environ.get("MPILAUNCH_WORKER") or NO_WORKER
     host = os.uname().nodename or UNKNOWN
-    return f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host}"
+    return (f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host} "
+            f"program={rank_env.quote(program) if program else UNKNOWN} env={rank_env.forwarded_digest(environ)}")
 
 
 _START_PATTERN = r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"
+_START_ENV_PATTERN = r" program=(\S+) env=([0-9a-f]{8})"
+
+
+def parse_start_env(text: str) -> tuple[str | None, str | None]:
+    """(program, digest of forwarded variables) from a start line; None for what it lacks."""
+    import re
+
+    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + _START_ENV_PATTERN, text)
+    if m is None:
+        return None, None
+    return (None if m[6] == UNKNOWN else rank_env.unquote(m[6])), m[7]
+
+
+def format_mpi(rank: str, worker: str, library: str) -> str:
+    return f"{MPI_PREFIX} rank={rank} worker={worker} lib={rank_env.quote(library)}"
+
+
+def parse_mpi(text: str) -> tuple[int, str] | None:
+    """(rank, library path) from the line the wrapper prints once the program loaded an MPI library."""
+    if MPI_PREFIX not in text:
+        return None
+    import re
+
+    m = re.search(re.escape(MPI_PREFIX) + r" rank=(\d+) worker=\S+ lib=(\S+)", text)
+    return None if m is None else (int(m[1]), rank_env.unquote(m[2]))
 
 
 def parse_start(text: str) -> tuple[int, int | None, int | None, str, str] | None:
@@ -117,10 +151,14 @@ def bound_devices(environ) -> str | None:
 
 
 def program_env(environ, bind: bool, attempt: str = "1") -> dict:
-    """The user program's environment: MPI's library directory first, its own GPU with --bind-gpus,
-    and MPILAUNCH_ATTEMPT, which run of the job this is (2 and up: relaunched by --retries)."""
+    """The user program's environment: its worker's PATH, MPI's library directory first, its own GPU
+    with --bind-gpus, torch.distributed's rendezvous variables, and MPILAUNCH_ATTEMPT, which run of
+    the job this is (2 and up: relaunched by --retries)."""
     env = dict(environ)
     env["MPILAUNCH_ATTEMPT"] = attempt
+    rank_env.restore_worker_path(env)
+    env.update(rank_env.torch_env(env, first_env(_RANK_VARS, env), first_env(_LOCAL_RANK_VARS, env),
+                                  first_env(_SIZE_VARS, env)))
     libdir = env.pop("MPILAUNCH_MPI_LIBDIR", "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
     if libdir:
         env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
@@ -202,7 +240,8 @@ def main(argv=None) -> int:
     env = program_env(os.environ, bind, attempt)
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
-    print(format_start(env), file=sys.stderr, flush=True)
+    program = rank_env.resolve_program(command[0], env.get("PATH", "")) if command else None
+    print(format_start(env, program), file=sys.stderr, flush=True)
     # A rank SIGKILLed while its cgroup's OOM kill count went up was killed for
     # memory: the summary says so instead of a bare "exit 137".
     oom_file = memory_cgroup_file(_read("/proc/self/cgroup"), _read("/proc/self/mountinfo"))
@@ -211,8 +250,9 @@ def main(argv=None) -> int:
         # Every descriptor is inherited: MPICH's PMI hands each rank its
         # connection as one (PMI_FD); closing it breaks MPI_Init. Python
         # ignores SIGPIPE and SIGXFSZ; the program gets the defaults back.
-        pid = os.posix_spawnp(command[0], command, env,
-                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        if command and program is None:  # not on the program's PATH (execvp's own search used ours)
+            raise FileNotFoundError(2, "No such file or directory")
+        pid = os.posix_spawn(program, command, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     except (OSError, IndexError) as e:
         what = repr(command[0]) if command else "a program (none given after --)"
         why = getattr(e, "strerror", None) or "empty command"
@@ -228,6 +268,9 @@ def main(argv=None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
+    library = watch_mpi_library(pid, MPI_WATCH_S)
+    if library is not None:
+        print(format_mpi(rank, worker, library), file=sys.stderr, flush=True)
     _, status = os.waitpid(pid, 0)  # retried after a forwarded signal (PEP 475)
     code = os.waitstatus_to_exitcode(status)
     oom = code == -signal.SIGKILL and oom_before is not None and (oom_kills(oom_file) or 0) > oom_before
@@ -237,6 +280,33 @@ def main(argv=None) -> int:
     if linger_s:
         wait_until_read(2, linger_s)
     return code
+
+
+def watch_mpi_library(pid: int, limit_s: float) -> str | None:
+    """The MPI library ``pid`` loads (its path), looked for in its maps until it exits or ``limit_s``.
+
+    Looks often at first (most programs load MPI early) and then at most
+    once a second; waits on a pidfd so that an exit ends the watch at once.
+    """
+    try:
+        import select
+
+        pidfd = os.pidfd_open(pid)
+    except (ImportError, AttributeError, OSError):
+        return None  # no pidfd (old kernel): no check rather than a slower exit
+    try:
+        deadline = time.monotonic() + limit_s
+        interval = 0.005
+        while time.monotonic() < deadline:
+            if select.select([pidfd], [], [], interval)[0]:
+                return None  # exited (a library loaded in its last moments is not worth a read)
+            library = rank_env.mpi_library(_read(f"/proc/{pid}/maps"))
+            if library is not None:
+                return library
+            interval = min(interval * 2, MPI_WATCH_MAX_INTERVAL_S)
+        return None
+    finally:
+        os.close(pidfd)
 
 
 def unread_bytes(fd: int) -> int:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mpilaunch import mpi
+from mpilaunch import mpi, rank_env
 
 OMPI4 = mpi.MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
 OMPI5 = mpi.MpiInfo("openmpi", "5.0.11", "/venv/bin/mpirun")
@@ -165,7 +165,10 @@ def test_mpich_uses_hydra_rsh_launcher_and_explicit_env():
     assert argv[argv.index("-launcher-exec") + 1] == "/bin/mpilaunch-rsh"
     assert "-genvnone" in argv and "-prepend-rank" in argv
     genv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-genv"}
-    assert genv == {"HOROVOD_FUSION_THRESHOLD": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
+    assert {k: v for k, v in genv.items() if not k.startswith("MPILAUNCH_")} == {
+        "HOROVOD_FUSION_THRESHOLD": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
+    # the rank wrapper's digest covers exactly the user's forwarded variables
+    assert genv[rank_env.FORWARDED_LIST_ENV] == "HOROVOD_FUSION_THRESHOLD,NCCL_DEBUG,PYTHONPATH,FOO,SEED"
     assert cmd.env["HYDRA_LAUNCHER_EXEC"] == "/bin/mpilaunch-rsh"
 
 
@@ -199,6 +202,14 @@ def test_extra_args_go_before_the_command():
 )
 def test_split_tagged(line, expected):
     assert mpi.split_tagged(line) == expected
+
+
+def test_open_mpi_4_tags_keep_the_ranks_own_leading_space():
+    # Open MPI 4 adds no space after its tag; an unbuffered print sends " " as a chunk of its own
+    assert mpi.split_tagged("[1,0]<stdout>:rank[1,0]<stdout>: [1,0]<stdout>:0", ompi_tag_space=False) == [
+        (0, "rank"), (0, " "), (0, "0")]
+    assert mpi.split_tagged("[1,0]<stdout>:  indented", ompi_tag_space=False) == [(0, "  indented")]
+    assert mpi.tag_has_space(OMPI5) and not mpi.tag_has_space(OMPI4) and mpi.tag_has_space(MPICH)
 
 
 def test_missing_mpirun_is_a_usage_error(tmp_path):

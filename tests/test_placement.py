@@ -97,7 +97,7 @@ def test_verify_fail_fast_collects_the_other_ranks_start_lines_first():
 
     from mpilaunch.workloads.verification import placement_watch
 
-    output = SimpleNamespace(starts=[(0, 0, 4, rank.NO_WORKER, "h")])
+    output = SimpleNamespace(starts=[(0, 0, 4, rank.NO_WORKER, "h")], environments={})
     watch = placement_watch(PLAN, output, grace=30)
     assert watch() is None  # rank 1 is likely on its way: wait for it (up to the grace)
     output.starts += [(1, 1, 4, rank.NO_WORKER, "h"), (2, 0, 4, "j-worker-1", "h"), (3, 1, 4, "j-worker-1", "h")]

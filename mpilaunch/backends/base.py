@@ -23,6 +23,10 @@ class BaseBackend(ABC):
     # YARN container) rather than in this process; set per job by the backends
     # that have one.
     launcher_in_cluster = False
+    # The environment workers started on this machine get (the local backend's
+    # agents): the launch's, without the settings inherited.py leaves out. Set
+    # by the workload before ``allocate``; None: this process's environment.
+    launch_environ: dict | None = None
 
     def __init__(self, spec: JobSpec, plan: Plan, rundir: Path):
         self.spec = spec
@@ -56,6 +60,16 @@ class BaseBackend(ABC):
     def hostnames(self) -> dict[str, str]:
         """Worker name -> the host name written into the hostfile."""
         return {w.name: w.name for w in self.plan.workers}
+
+    def forwards_path(self) -> bool:
+        """Whether the workers' daemons are sent this process's PATH (so a rank's program
+        resolves here as it will there: the environment check compares with it)."""
+        return False
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        """torch.distributed's MASTER_ADDR and MASTER_PORT on ``worker`` (rank 0's), once the
+        workers are ready: an address every rank can reach and a port free there. None: unknown."""
+        return None
 
     def rank_prefix(self) -> list[str]:
         """How a worker starts mpilaunch's per-rank wrapper (its Python may differ from ours)."""

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
-from . import k8s_manage, k8s_orphan, k8s_replace
+from . import k8s_manage, k8s_orphan, k8s_replace, rendezvous
 from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready,
@@ -439,6 +439,9 @@ class Backend(BaseBackend):
 
     def rank_prefix(self) -> list[str]:
         return [os.environ.get(PYTHON_ENV, "python3"), "-m", "mpilaunch.rank"]
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        return rendezvous.pod_rendezvous(worker, self.plan.job_name)
 
     # ------------------------------------------------------------ cluster launcher
 

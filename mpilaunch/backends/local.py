@@ -25,7 +25,7 @@ from .base import BaseBackend
 # What the daemons need from the launcher's environment to find the same MPI
 # and Python; on the local backend launcher and workers share one machine.
 FORWARD_ENV = (
-    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "OPAL_PREFIX",
+    "PATH", "MPILAUNCH_WORKER_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "OPAL_PREFIX",
     "PRTE_PREFIX", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
 )
 
@@ -111,7 +111,7 @@ class Backend(BaseBackend):
             # which then tears the workers down in order.
             self.agents[worker.name] = subprocess.Popen(
                 self._agent_argv(worker, listener.fileno()), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, pass_fds=(listener.fileno(),),
+                start_new_session=True, pass_fds=(listener.fileno(),), env=self.launch_environ,
             )
             self.addresses[worker.name] = "127.0.0.1:%d" % listener.getsockname()[1]
         log.close()
@@ -153,6 +153,15 @@ class Backend(BaseBackend):
         log = self.rundir / f"{name}.agent.log"
         lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
         return how, (lines[-1] if lines and code > 0 else "")
+
+    def forwards_path(self) -> bool:
+        return True
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        # every worker is on this machine: loopback, and a port free here
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return "127.0.0.1", sock.getsockname()[1]
 
     def exec_context(self) -> dict:
         return {

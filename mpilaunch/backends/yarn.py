@@ -40,7 +40,7 @@ from pathlib import Path
 import skein
 
 from ..errors import AllocationError, UsageError
-from . import yarn_detach, yarn_launch, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report
+from . import rendezvous, yarn_detach, yarn_launch, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -59,7 +59,7 @@ POLL = 0.25
 # this machine with this MPI, so its daemons need the same one in the
 # containers; with --env-archive the archive's environment wins instead.
 FORWARD_ENV = (
-    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OPAL_PREFIX", "PRTE_PREFIX",
+    "PATH", "MPILAUNCH_WORKER_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OPAL_PREFIX", "PRTE_PREFIX",
     "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
 )
 FORWARD_ENV_WITH_ARCHIVE = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
@@ -355,6 +355,13 @@ class Backend(BaseBackend):
     def _not_ready_hint(self) -> str:
         return ("the cluster may lack free resources in this queue/partition: lower --gpus, --memory or "
                 "--vcores, pick another --queue/--node-label, or raise --start-timeout")
+
+    def forwards_path(self) -> bool:
+        return not self.spec.yarn.env_archive
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        return rendezvous.free_port_through_agent(self.addresses[worker], str(self.secret_file),
+                                                  rendezvous.rank_python(self.rank_prefix()))
 
     def exec_context(self) -> dict:
         forward = FORWARD_ENV_WITH_ARCHIVE if self.spec.yarn.env_archive else FORWARD_ENV

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from .. import dns, mpi
-from ..backends import k8s_relay
+from ..backends import k8s_relay, rendezvous
 from ..backends.base import BaseBackend
 from ..backends.k8s_api import Api, ApiError, sa_dir
 from ..backends.k8s_pods import LAUNCHER_READY, RESULT_KEY, WORKER_CONTAINER, pod_loss
@@ -167,6 +167,9 @@ class ReadyPods(BaseBackend):
     def rank_prefix(self) -> list[str]:
         python = os.environ.get("MPILAUNCH_K8S_PYTHON") or self.launch.get("rank_python") or "python3"
         return [python, "-m", "mpilaunch.rank"]
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        return rendezvous.pod_rendezvous(worker, self.plan.job_name)
 
     def release(self) -> None:
         if self.relay is not None:

@@ -37,6 +37,7 @@ import threading
 from pathlib import Path
 
 from .. import mpi
+from ..backends import rendezvous
 from ..backends.base import BaseBackend
 from ..backends.yarn_keys import EXIT_KEY, INFO_KEY, OUT_KEY, SECRET_KEY, SPEC_KEY, STOP_KEY
 from ..lifecycle import make_rundir, run_job
@@ -133,6 +134,14 @@ class PublishedContainers(BaseBackend):
 
     def rank_prefix(self) -> list[str]:
         return list(self.launch["rank_prefix"])
+
+    def forwards_path(self) -> bool:
+        return "PATH" in (self.launch.get("forward_env") or ())
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        address = next(addr for name, _, addr in self.launch["workers"] if name == worker)
+        return rendezvous.free_port_through_agent(address, str(self.secret_file),
+                                                  rendezvous.rank_python(self.rank_prefix()))
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         return self.watch.lost(settle) if self.watch is not None else {}

@@ -20,6 +20,17 @@ import sys
 
 PROG = "mpilaunch-rsh"
 CONTEXT_ENV = "MPILAUNCH_CONTEXT"
+# Run on the worker before the daemon command: the worker's PATH as it is
+# before Open MPI's implied --prefix puts mpirun's bin directory ahead of it
+# (the daemon command starts with "PATH=<prefix>/bin:$PATH"). The rank
+# wrapper gives it back to the program (rank_env.restore_worker_path). Kept
+# when the launcher sent one (local/YARN agents get this machine's PATH
+# from before mpirun; mpi.WORKER_PATH_ENV).
+CAPTURE_WORKER_PATH = ': "${MPILAUNCH_WORKER_PATH:=$PATH}"; export MPILAUNCH_WORKER_PATH; '
+
+
+def remote_command(command: str) -> str:
+    return CAPTURE_WORKER_PATH + command
 
 # ssh options that take a value (the value may be attached: -p22, -oX=Y).
 _SSH_OPTS_WITH_VALUE = set("bcDEeFIiJLlmOopQRSWwB")
@@ -224,7 +235,7 @@ def _run(path: str, host: str, command: str, no_stdin: bool) -> int:
         os.dup2(devnull, 0)
         os.close(devnull)
     try:
-        status = transport.run(context, worker, command)
+        status = transport.run(context, worker, remote_command(command))
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError, KeyError) as exc:  # AgentError is a ConnectionError

@@ -13,10 +13,11 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from .. import hostfile, gpu_slots, mpi, placement
+from .. import envcheck, hostfile, gpu_slots, inherited, mpi, placement, rank_env
 from ..rank import OPENMPI_LINGER_MS
 from ..errors import UsageError
 from ..output import RankOutput
@@ -76,7 +77,16 @@ def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: i
     return wrapper + ["--"] + list(spec.command)
 
 
-def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int = 1) -> tuple[str, mpi.MpirunCommand]:
+def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None) -> dict[str, str]:
+    """What the rank wrapper needs for torch.distributed's variables (rank_env.torch_env)."""
+    out = {rank_env.WORKER_SLOTS_ENV: ",".join(str(w.slots) for w in plan.workers)}
+    if rendezvous is not None:
+        out[rank_env.MASTER_ADDR_ENV], out[rank_env.MASTER_PORT_ENV] = rendezvous[0], str(rendezvous[1])
+    return out
+
+
+def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int = 1,
+                 rendezvous: tuple[str, int] | None = None) -> tuple[str, mpi.MpirunCommand]:
     hosts = backend.hostnames()
     text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
     command = mpi.build_mpirun(
@@ -90,9 +100,24 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
         user_env=spec.env,
         extra_args=spec.mpi_args,
         as_root=os.geteuid() == 0,
+        rank_env=rank_variables(plan, rendezvous),
     )
     command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
+    # workers that are sent this machine's PATH (local, YARN) get it from here, before mpirun's prefix
+    if "PATH" in environ:
+        command.env[mpi.WORKER_PATH_ENV] = environ["PATH"]
     return text, command
+
+
+def expected_environment(spec, info, command: mpi.MpirunCommand, backend, environ) -> envcheck.Expected:
+    """What the environment check holds the ranks to. The program is resolved here only where the
+    workers get this machine's PATH (``backend.forwards_path()``); elsewhere the ranks must agree."""
+    first = spec.command[0] if spec.command else ""
+    path = command.forwarded.get("PATH", environ.get("PATH", ""))
+    program = rank_env.resolve_program(first, path) if first and backend.forwards_path() else None
+    return envcheck.Expected(command=first, program=program, flavour=info.flavour, major=info.major,
+                             mpirun=info.path, version=info.version,
+                             env_digest=rank_env.digest(command.forwarded.items()))
 
 
 # ------------------------------------------------------------------ outcome
@@ -225,6 +250,8 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
         print(f"  {line}", file=stream)
     print("mpirun:", file=stream)
     print(f"  {command.shell()}", file=stream)
+    print("torch.distributed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK per rank; "
+          "MASTER_ADDR/MASTER_PORT on worker 0, chosen at launch", file=stream)
     print("environment:", file=stream)
     for key in sorted(command.env):
         print(f"  {key}={shlex.quote(command.env[key])}", file=stream)
@@ -349,6 +376,10 @@ class MpirunWorkload(Workload):
         self.on_started = None  # called with mpirun's Popen (the YARN launcher publishes its pid)
         self.placement: dict | None = None  # report.json's "placement"
         self.started_at: float | None = None  # mpirun spawned here (not with a launcher in the cluster)
+        self.overrides: list[inherited.Override] = []  # the user's settings left out of the launch
+        self.warned = False
+        self.expected: envcheck.Expected | None = None
+        self.environment: dict | None = None  # report.json's "environment"
 
     @classmethod
     def prepare(cls, spec: JobSpec, backend_cls, job_name: str, environ: dict) -> "MpirunWorkload":
@@ -363,12 +394,34 @@ class MpirunWorkload(Workload):
         return cls(spec, job_name, plan, info)
 
     def bind(self, backend, rundir: Path, environ: dict, attempt: int = 1) -> None:
+        # settings from the user's shell or image that would choose mpirun's launch: out of the
+        # environment of mpirun and of the local workers (in place: the lifecycle's dict)
+        kept, overrides = inherited.split(environ, self.info.flavour)
+        if overrides:
+            environ.clear()
+            environ.update(kept)
+            self.overrides = overrides
+        backend.launch_environ = environ
         self.bound = (backend, rundir, environ)
+        self.attempt = attempt
         self.hostfile_text, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ,
                                                         attempt)
+        self.expected = expected_environment(self.spec, self.info, self.command, backend, environ)
 
     def print_dry_run(self, backend, environ: dict, stream) -> None:
+        self.warn_overrides(sys.stderr)
         print_dry_run(self.spec, self.plan, self.info, self.hostfile_text, self.command, backend, stream)
+        if self.overrides:
+            print("left out of the environment (see the warnings):", file=stream)
+            for o in self.overrides:
+                print(f"  {o.name}", file=stream)
+
+    def warn_overrides(self, stream) -> None:
+        """Each overridden setting named once per job (not again on a --retries relaunch)."""
+        if self.overrides and not self.warned:
+            self.warned = True
+            for line in inherited.warnings(self.overrides):
+                print(line, file=stream, flush=True)
 
     def waiting_for(self) -> str:
         return f"waiting for {len(self.plan.workers)} worker" + ("s" if len(self.plan.workers) > 1 else "")
@@ -378,13 +431,21 @@ class MpirunWorkload(Workload):
         self.output = output
 
     def start(self, run: RunContext) -> None:
+        self.warn_overrides(run.stderr)
         if self.output is None:
             self.output = RankOutput(run.stdout, run.stderr, run.output_dir)
+        self.output.ompi_tag_space = mpi.tag_has_space(self.info)
         if self.spec.verify:
-            self.output.placement_check = placement_watch(self.plan, self.output)
+            self.output.placement_check = placement_watch(self.plan, self.output, self.expected)
         (run.rundir / "hostfile").write_text(self.hostfile_text)
         if run.backend.launcher_in_cluster:
             return  # mpirun runs in the cluster's launcher; watch() follows it
+        # torch.distributed's MASTER_ADDR/MASTER_PORT: a free port on worker 0, known only now
+        rendezvous = run.backend.rendezvous(self.plan.workers[0].name)
+        if rendezvous is not None:
+            backend, rundir, environ = self.bound
+            _, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ,
+                                           self.attempt, rendezvous)
         # a relaunch (--retries) must not be ended for the last attempt's failed daemons
         shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
         self.proc = subprocess.Popen(
@@ -434,14 +495,28 @@ class MpirunWorkload(Workload):
         elif self.spec.verify:
             t0 = time.monotonic()
             mismatch, hint = verify_placement(self.spec, self.plan, self.info, self.output, self.mpirun_code,
-                                              run.backend.hostnames())
+                                              run.backend.hostnames(), self.expected)
             run.result.timings["verify_s"] = round(time.monotonic() - t0, 4)
-        self.placement = placement.summary(self.plan, self.starts(), mismatch,
+        env_mismatch = mismatch if mismatch is not None and mismatch.kind in envcheck.KINDS else None
+        placed = None if env_mismatch is not None else mismatch
+        self.placement = placement.summary(self.plan, self.starts(), placed,
                                            self.spec.verify and unverified is None, note=unverified)
+        self.record_environment(env_mismatch, self.spec.verify and unverified is None and placed is None, run.stderr)
         if mismatch is None:
             return None
         # the ranks' own exit codes are moot: they ran somewhere else than planned
         return placement.EXIT_PLACEMENT, f"{mismatch.message}\n  hint: {hint}"
+
+    def record_environment(self, mismatch, enabled: bool, stream) -> None:
+        """report.json's ``environment``: each rank's program, MPI library and forwarded-variable digest."""
+        if self.expected is None or self.output is None:
+            return
+        self.environment = envcheck.summary(self.expected, dict(self.output.environments), mismatch, enabled)
+        differs = self.environment["env_digest_differs"]
+        if differs and enabled:
+            print(f"mpilaunch: warning: {len(differs)} rank(s) ({placement.ranges(differs)}) saw other values of the "
+                  f"forwarded variables than mpilaunch sent (a worker's startup files may set them); "
+                  f"see report.json's environment", file=stream)
 
     def phase_times(self) -> dict[str, float]:
         """mpirun started (here; the k8s backend marks a launcher pod's), the first rank's
@@ -467,7 +542,7 @@ class MpirunWorkload(Workload):
     def reset(self, attempt: int) -> None:
         # rank logs are opened for appending: the next attempt's lines follow this one's
         self.close()
-        self.output = self.proc = self.mpirun_code = self.placement = None
+        self.output = self.proc = self.mpirun_code = self.placement = self.environment = None
         self.bind(*self.bound, attempt=attempt)
 
     def collect(self, run: RunContext) -> None:
@@ -477,7 +552,7 @@ class MpirunWorkload(Workload):
         run.result.placement = self.placement
 
     def report(self, run: RunContext, workers: dict) -> dict:
-        return mpirun_report(self.spec, self.plan, run.result, workers)
+        return {**mpirun_report(self.spec, self.plan, run.result, workers), "environment": self.environment}
 
     def units_on(self, worker: str) -> str | None:
         ranks = [r for r, w in enumerate(self.plan.rank_to_worker()) if w == worker]

@@ -1,0 +1,40 @@
+"""torch.distributed's MASTER_ADDR/MASTER_PORT on a cluster worker (``BaseBackend.rendezvous``).
+
+A pod has a network namespace of its own: a fixed port is free there (as
+torchrun's and Volcano's pytorch plugin's defaults are), and the worker's
+``<hostname>.<subdomain>`` name resolves from every pod of the job. A YARN
+container shares its NodeManager's network: a free port is asked for on
+that host, through the worker's exec agent, once per launch.
+"""
+
+from __future__ import annotations
+
+from ..rsh_agent import agent_client
+
+POD_PORT = 29500  # torchrun's default: free in a pod of the job's own
+_FREE_PORT = ("import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")
+
+
+def pod_rendezvous(worker: str, job: str) -> tuple[str, int]:
+    return f"{worker}.{job}", POD_PORT
+
+
+def free_port_through_agent(address: str, secret_file: str, python: str) -> tuple[str, int] | None:
+    """(the agent's host, a port free there) asked through the agent at ``address``; None if it
+    cannot tell (the ranks then get no MASTER_ADDR/MASTER_PORT rather than a wrong one)."""
+    command = f'exec {python} -c "{_FREE_PORT}"'
+    try:
+        secret = agent_client.read_secret(secret_file)
+        status, out, _ = agent_client.run_capture(address, secret, command, timeout=30)
+    except (OSError, TimeoutError, ValueError):
+        return None
+    text = out.decode(errors="replace").strip()
+    if status != 0 or not text.isdigit():
+        return None
+    return address.rpartition(":")[0], int(text)
+
+
+def rank_python(rank_prefix: list[str]) -> str:
+    """The python the ranks' wrapper runs with: its absolute path, or the container's own."""
+    first = rank_prefix[0] if rank_prefix else ""
+    return first if first.startswith("/") and "python" in first else '"${MPILAUNCH_PYTHON:-python3}"'

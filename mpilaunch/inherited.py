@@ -1,0 +1,88 @@
+"""Settings a user's shell or image carries that would change how mpirun starts its daemons.
+
+mpirun reads its launch mechanism, its host list and its resource manager
+from the environment before its command line is even parsed: an image that
+sets ``OMPI_MCA_plm=isolated`` (seen on an Ubuntu 24.04 image) makes Open MPI
+refuse every remote host, ``PRTE_MCA_plm`` does the same to Open MPI 5, and
+inside a Slurm, PBS, LSF or SGE allocation Open MPI's ``ras`` takes its host
+list from the allocation instead of mpilaunch's hostfile. mpilaunch pins the
+launch on mpirun's command line (``mpi.build_mpirun``) and leaves these
+variables out of the launch's environment (mpirun, the local workers' agents
+and so their daemons and ranks), naming each one once in a warning.
+
+Pure: environment in, (kept environment, what was left out) out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Why a family is left out: one clause per family, for the warning line.
+OPENMPI_LAUNCH = "Open MPI launch settings (mpilaunch pins plm, ras, the hostfile and the rsh agent)"
+RESOURCE_MANAGER = "resource-manager variables (mpirun would take its host list from that allocation)"
+HYDRA_LAUNCH = "Hydra launch settings (mpilaunch pins the launcher, its agent and the hostfile)"
+
+# MCA parameter names (after OMPI_MCA_ / PRTE_MCA_ / PMIX_MCA_) that choose
+# how daemons are started, where, and with which host list.
+_MCA_LAUNCH = ("plm", "ras", "orte_default_hostfile", "prte_default_hostfile", "orte_rsh_agent", "prte_rsh_agent",
+               "orte_launch_agent", "prte_launch_agent")
+_MCA_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_")
+# Variables Open MPI's and Hydra's resource-manager components read.
+_RM_PREFIXES = ("SLURM_", "LSB_")
+_RM_NAMES = ("PBS_NODEFILE", "PBS_JOBID", "PBS_ENVIRONMENT", "PE_HOSTFILE", "JOB_ID")
+_HYDRA_PREFIXES = ("HYDRA_", "I_MPI_HYDRA_", "I_MPI_PMI")
+
+
+@dataclass(frozen=True)
+class Override:
+    name: str
+    value: str
+    family: str
+
+
+def _is_mca_launch(name: str) -> bool:
+    for prefix in _MCA_PREFIXES:
+        if name.startswith(prefix):
+            param = name[len(prefix):]
+            return any(param == p or param.startswith(p + "_") for p in _MCA_LAUNCH)
+    return False
+
+
+def family_of(name: str, flavour: str) -> str | None:
+    """The family ``name`` belongs to when mpilaunch overrides it for ``flavour``, else None.
+
+    Resource-manager variables matter to every flavour (Open MPI's ras,
+    Hydra's rmk); each runtime's own launch settings only to that runtime.
+    """
+    if name.startswith(_RM_PREFIXES) or name in _RM_NAMES:
+        return RESOURCE_MANAGER
+    if flavour == "openmpi" and _is_mca_launch(name):
+        return OPENMPI_LAUNCH
+    if flavour in ("mpich", "intel") and name.startswith(_HYDRA_PREFIXES):
+        return HYDRA_LAUNCH
+    return None
+
+
+def split(environ: dict[str, str], flavour: str) -> tuple[dict[str, str], list[Override]]:
+    """(the environment without the overridden settings, the overridden ones in name order)."""
+    kept, left_out = {}, []
+    for name in sorted(environ):
+        family = family_of(name, flavour)
+        if family is None:
+            kept[name] = environ[name]
+        else:
+            left_out.append(Override(name, environ[name], family))
+    return kept, left_out
+
+
+def warnings(overrides: list[Override], listed: int = 6) -> list[str]:
+    """One ``mpilaunch: warning:`` line per family, naming every variable in it (the first
+    ``listed`` with their values: a Slurm allocation sets dozens)."""
+    lines = []
+    for family in dict.fromkeys(o.family for o in overrides):
+        members = [o for o in overrides if o.family == family]
+        shown = ", ".join(f"{o.name}={o.value}" if len(o.value) <= 40 else f"{o.name}=..." for o in members[:listed])
+        rest = [o.name for o in members[listed:]]
+        more = f" and {', '.join(rest)}" if rest else ""
+        lines.append(f"mpilaunch: warning: ignoring {shown}{more} from your environment: {family}")
+    return lines
