@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from helpers import run_mpilaunch
-from mpilaunch import envcheck, rank, rank_env
+from helpers import mpilaunch_env, run_mpilaunch
+from mpilaunch import envcheck, mpi, rank, rank_env
 
 E = envcheck.Expected(command="python3", program="/home/u/venv/bin/python3", flavour="openmpi", major=4,
                       mpirun="/usr/bin/mpirun.openmpi", version="4.1.4", env_digest="0000abcd")
@@ -91,8 +91,11 @@ def test_env_check_report_records_each_ranks_environment(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     env = json.loads((out / "report.json").read_text())["environment"]
     assert env["verified"] is True and env["env_digest_differs"] == []
-    assert env["expected"]["env_digest"] == rank_env.digest(
-        [("NCCL_DEBUG", "WARN"), ("PYTHONPATH", install.pythonpath), ("SEED", "7")])
+    sent = mpilaunch_env(install, NCCL_DEBUG="WARN")  # what the job's shell had
+    names = mpi.forwarded_names(sent, ("SEED=7",))
+    values = mpi.resolve_env(names, ("SEED=7",), sent)
+    assert {"NCCL_DEBUG", "PYTHONPATH", "SEED"} <= set(values)
+    assert env["expected"]["env_digest"] == rank_env.digest((n, values[n]) for n in names if n in values)
     assert [r["rank"] for r in env["ranks"]] == [0, 1]
     for r in env["ranks"]:
         assert r["program"] == env["expected"]["program"] and r["program"].endswith("/python")

