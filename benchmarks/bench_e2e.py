@@ -28,9 +28,9 @@ from mpilaunch import mpi
 TARGET_RATIO = 3.0  # issue 11: at most 3x the floor
 
 
-def timed(argv, env) -> float:
+def timed(argv, env, cwd=REPO) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {argv}\n{proc.stdout}\n{proc.stderr}")
@@ -88,6 +88,9 @@ def main() -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="also where the time goes: report.json's phases (7 more launches, with --output-dir) "
                          "and the start-up cost of each kind of Python process")
+    ap.add_argument("--against", metavar="REV",
+                    help="also time the same launch from a worktree of this git revision, interleaved in the "
+                         "same run, and report the difference in percent (e.g. what a change costs the launch)")
     args = ap.parse_args()
     info = mpi.find_mpirun("auto", args.mpirun)
     # `pip install .` leaves the package byte-compiled; an editable checkout
@@ -102,11 +105,24 @@ def main() -> int:
         floor_argv, floor_env = floor.argv, {**env, **floor.env}
         ours_argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--np", "4",
                      "--slots-per-worker", "2", "--", *command]
+        other = None
+        if args.against:
+            other = Path(tmp) / "against"
+            subprocess.run(["git", "worktree", "add", "--detach", str(other), args.against], cwd=REPO, check=True,
+                           capture_output=True)
+            compileall.compile_dir(str(other / "mpilaunch"), quiet=1)
+            timed(ours_argv, env, other)
         timed(ours_argv, env), timed(floor_argv, floor_env)  # warm caches
-        ours, base = [], []
-        for _ in range(args.runs):
-            ours.append(timed(ours_argv, env))
-            base.append(timed(floor_argv, floor_env))
+        ours, base, before = [], [], []
+        try:
+            for _ in range(args.runs):
+                ours.append(timed(ours_argv, env))
+                base.append(timed(floor_argv, floor_env))
+                if other is not None:
+                    before.append(timed(ours_argv, env, other))
+        finally:
+            if other is not None:
+                subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=REPO, capture_output=True)
         if args.breakdown:
             phases = phase_medians(ours_argv, env, Path(tmp), runs=7)
             costs = start_costs(env)
@@ -114,6 +130,12 @@ def main() -> int:
     print(f"mpilaunch --np 4 --slots-per-worker 2 -- python -c pass: median {result['mpilaunch_median_s']:.3f}s")
     print(f"mpirun + /bin/sh agent floor (same hostfile):            median {result['floor_median_s']:.3f}s")
     print(f"ratio {result['ratio']} (target <= {TARGET_RATIO})")
+    if before:
+        then, now = statistics.median(before), statistics.median(ours)
+        result["against"] = {"rev": args.against, "median_s": round(then, 4),
+                             "change_percent": round(100 * (now - then) / then, 2)}
+        print(f"the same launch at {args.against}: median {then:.3f}s; this tree "
+              f"{result['against']['change_percent']:+.2f}%")
     if args.breakdown:
         result["phases_s"], result["start_costs_ms"] = phases, costs
         print("phases (s since mpilaunch began planning, medians): "

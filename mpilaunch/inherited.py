@@ -21,6 +21,10 @@ from dataclasses import dataclass
 OPENMPI_LAUNCH = "Open MPI launch settings (mpilaunch pins plm, ras, the hostfile and the rsh agent)"
 RESOURCE_MANAGER = "resource-manager variables (mpirun would take its host list from that allocation)"
 HYDRA_LAUNCH = "Hydra launch settings (mpilaunch pins the launcher, its agent and the hostfile)"
+TORCH_RENDEZVOUS = ("torch.distributed variables (every rank gets its own; -x NAME=VALUE sets one for all ranks)")
+# torch.distributed's env:// variables: a shell started by torchrun or inside
+# another job has them, and every rank would claim the same RANK.
+_TORCH_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 # MCA parameter names (after OMPI_MCA_ / PRTE_MCA_ / PMIX_MCA_) that choose
 # how daemons are started, where, and with which host list.
@@ -60,14 +64,17 @@ def family_of(name: str, flavour: str) -> str | None:
         return OPENMPI_LAUNCH
     if flavour in ("mpich", "intel") and name.startswith(_HYDRA_PREFIXES):
         return HYDRA_LAUNCH
+    if name in _TORCH_NAMES:
+        return TORCH_RENDEZVOUS
     return None
 
 
-def split(environ: dict[str, str], flavour: str) -> tuple[dict[str, str], list[Override]]:
-    """(the environment without the overridden settings, the overridden ones in name order)."""
+def split(environ: dict[str, str], flavour: str, keep=()) -> tuple[dict[str, str], list[Override]]:
+    """(the environment without the overridden settings, the overridden ones in name order).
+    ``keep``: names the user forwards explicitly (``-x NAME``), left alone."""
     kept, left_out = {}, []
     for name in sorted(environ):
-        family = family_of(name, flavour)
+        family = None if name in keep else family_of(name, flavour)
         if family is None:
             kept[name] = environ[name]
         else:

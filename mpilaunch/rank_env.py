@@ -60,9 +60,14 @@ def torch_env(env: dict, rank: str | None, local: str | None, size: str | None) 
     out = {}
     slots = [int(s) for s in env.get(WORKER_SLOTS_ENV, "").split(",") if s.isdigit()]
     node = node_of(int(rank), slots) if rank is not None and rank.isdigit() else None
-    local_size = next((env[n] for n in _LOCAL_SIZE_VARS if env.get(n)), None)
-    if local_size is None and node is not None:
+    # The plan's count first (each worker runs exactly its slots: the placement check holds
+    # mpirun to it); MPI's variable only without one. Open MPI 5.0.11 sets
+    # OMPI_COMM_WORLD_LOCAL_SIZE=1 on every worker when they hold different numbers of
+    # ranks (slots 2,1 gave 1,1,1).
+    if node is not None:
         local_size = str(slots[node])
+    else:
+        local_size = next((env[n] for n in _LOCAL_SIZE_VARS if env.get(n)), None)
     values = {
         "RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": local, "LOCAL_WORLD_SIZE": local_size,
         "NODE_RANK": None if node is None else str(node),

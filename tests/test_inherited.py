@@ -129,6 +129,26 @@ def test_inherited_hydra_settings_mpich_and_intel(install_id, settings, tmp_path
     assert_ran_on_workers(proc, report, 4, first)
 
 
+@pytest.mark.mpi
+def test_inherited_torch_variables_of_the_shell_do_not_reach_every_rank(tmp_path):
+    """A shell started by torchrun (or inside another job) has RANK, WORLD_SIZE, MASTER_PORT...:
+    each rank gets its own instead, and -x NAME keeps a value the user means for all ranks."""
+    from conftest import _checked, _installs
+
+    install = _checked(_installs()["openmpi4"])
+    proc = run_mpilaunch(["--np", "2", "--slots-per-worker", "1", "-x", "MASTER_ADDR", "--", "python", "-c",
+                          "import os; print('got', os.environ['RANK'], os.environ['WORLD_SIZE'], "
+                          "os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])"],
+                         install=install, env_extra={"RANK": "7", "WORLD_SIZE": "9", "MASTER_PORT": "1234",
+                                                     "MASTER_ADDR": "127.0.0.1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = sorted(line.split()[2:] for line in proc.stdout.splitlines() if " got " in f" {line}")
+    assert [g[:3] for g in got] == [["0", "2", "127.0.0.1"], ["1", "2", "127.0.0.1"]], proc.stdout
+    assert all(g[3] != "1234" for g in got) and got[0][3] == got[1][3]
+    warning = next(line for line in proc.stderr.splitlines() if "torch.distributed variables" in line)
+    assert "RANK=7" in warning and "MASTER_PORT=1234" in warning and "MASTER_ADDR" not in warning
+
+
 def test_inherited_settings_are_named_in_the_dry_run():
     proc = run_mpilaunch(["--dry-run", "--mpi", "openmpi", "--np", "2", "--", "true"],
                          env_extra={"OMPI_MCA_plm": "isolated", "SLURM_JOBID": "1"})

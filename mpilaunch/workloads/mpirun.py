@@ -396,7 +396,8 @@ class MpirunWorkload(Workload):
     def bind(self, backend, rundir: Path, environ: dict, attempt: int = 1) -> None:
         # settings from the user's shell or image that would choose mpirun's launch: out of the
         # environment of mpirun and of the local workers (in place: the lifecycle's dict)
-        kept, overrides = inherited.split(environ, self.info.flavour)
+        kept, overrides = inherited.split(environ, self.info.flavour,
+                                          keep=[item.split("=", 1)[0] for item in self.spec.env])
         if overrides:
             environ.clear()
             environ.update(kept)
