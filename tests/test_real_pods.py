@@ -690,3 +690,31 @@ def test_ps_training_steps_run_across_real_pods(real, tf_image, tmp_path):
     assert not [p for p in seen if p.endswith("-launcher")]
     assert real.leftovers(job) == []
     wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
+
+
+def image_path() -> str:
+    """The PATH the project image sets (docker/Dockerfile's ENV PATH=...)."""
+    for line in (REPO / "docker" / "Dockerfile").read_text().splitlines():
+        if line.startswith("ENV PATH="):
+            return line.split("=", 1)[1].strip()
+    raise AssertionError("docker/Dockerfile sets no PATH")
+
+
+@pytest.mark.parametrize("mpirun_args", [[], ["--mpirun", "/opt/openmpi5/bin/mpirun"]],
+                         ids=["openmpi4-usr", "openmpi5-opt"])
+def test_user_env_ranks_on_real_pods_get_the_images_path(real, mpirun_args):
+    """The launcher pod's mpirun is started by its absolute path, which Open MPI treats like
+    --prefix: /usr/bin (the image's Open MPI 4.1) or /opt/openmpi5/bin (whose venv python3 then
+    shadowed the image's) went ahead of PATH. Every rank's program gets the image's PATH, and
+    python3 is the one that PATH finds."""
+    job = "rp-path-" + ("5" if mpirun_args else "4")
+    proc = real.run(job, "--launcher", "cluster", *mpirun_args, "--np", "4", "--slots-per-worker", "2", "-q", "--",
+                    "python3", "-c", "import os, sys; print('path', os.environ['PATH'], 'exe', sys.executable)",
+                    timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    seen = [line.split()[-4:] for line in proc.stdout.splitlines() if " path " in f" {line}"]
+    assert len(seen) == 4, proc.stdout
+    for _, path, _, exe in seen:
+        assert path == image_path(), (path, proc.stdout)
+        assert exe == "/usr/bin/python3", exe
+    assert real.leftovers(job) == []

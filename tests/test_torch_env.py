@@ -15,6 +15,7 @@ instead of skipping them.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -24,7 +25,8 @@ import pytest
 from conftest import _checked, _installs, require
 from helpers import REPO, leftover_processes, mpilaunch_env
 
-TORCH_PYTHON = "/usr/bin/python3"
+# Debian's python3 with python3-torch here; another machine names its own (the GPU machine's venv).
+TORCH_PYTHON = os.environ.get("MPILAUNCH_TEST_TORCH_PYTHON", "/usr/bin/python3")
 PROGRAM = str(REPO / "tests" / "programs" / "torch_allreduce.py")
 NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
