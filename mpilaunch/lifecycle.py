@@ -51,8 +51,12 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     workload = workload_class(spec).prepare(spec, backend_cls, job_name, environ)
     output_dir = prepare_output_dir(spec)
     rundir = make_rundir(job_name)
-    backend = backend_cls(spec, workload.plan, rundir)
-    workload.bind(backend, rundir, environ)
+    try:
+        backend = backend_cls(spec, workload.plan, rundir)
+        workload.bind(backend, rundir, environ)
+    except BaseException:  # bad input the backend or the launch found: nothing may stay behind
+        remove_tree(rundir)
+        raise
     if spec.dry_run:
         workload.print_dry_run(backend, environ, stdout)
         remove_tree(rundir)

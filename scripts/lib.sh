@@ -10,7 +10,10 @@ apt_missing() {
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || echo "$pkg"
   done
 }
+# A leading --no-install-recommends goes to apt-get install (apt_ensure --no-install-recommends PKG...).
 apt_ensure() {
+  local opts=()
+  if [ "${1:-}" = --no-install-recommends ]; then opts+=("$1"); shift; fi
   [ -n "$(apt_missing "$@")" ] || return 0
   local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   # scripts/test runs several installers at once (the real-pod node's packages
@@ -33,7 +36,7 @@ apt_ensure() {
       log "apt-get update failed (another apt running?); retrying in 10 s"
       sleep 10
     done
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y -qq "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
   ) 9>"${TMPDIR:-/tmp}/mpilaunch-apt.lock"
 }
 

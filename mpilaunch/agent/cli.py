@@ -35,6 +35,9 @@ def build_parser():
     secret.add_argument("--secret-file", help="job secret file (must not be group/world readable)")
     secret.add_argument("--secret-stdin", action="store_true", help="read the job secret as one line from stdin")
     parser.add_argument("--exit-with-pid", type=int, help="stop (killing all sessions) when this process is gone")
+    parser.add_argument("--orphan-cleanup", metavar="DIR",
+                        help="with --exit-with-pid: remove DIR (the job's run directory, its secret included) when "
+                             "that process is gone, since it ran no cleanup of its own (SIGKILL)")
     parser.add_argument("--env", action="append", type=_parse_env_pair, default=[], metavar="K=V",
                         help="extra environment for every command (repeatable)")
     parser.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT, help=argparse.SUPPRESS)
@@ -157,4 +160,6 @@ def main(argv=None) -> int:
         return agent.serve()
     finally:
         shutil.rmtree(private, ignore_errors=True)
+        if args.orphan_cleanup and agent.orphaned:
+            shutil.rmtree(args.orphan_cleanup, ignore_errors=True)
 

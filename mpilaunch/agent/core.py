@@ -25,6 +25,7 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
         self.base_env = dict(os.environ)
         self.base_env.update(extra_env or {})
         self.exit_with_pid = exit_with_pid
+        self.orphaned = False  # stopped because the --exit-with-pid process is gone (no cleanup of its own ran)
         self.handshake_timeout = handshake_timeout
         self.kill_grace = kill_grace
         self.log_stream = log or sys.stderr
@@ -119,9 +120,11 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
             elif signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 self.stop(f"received {signal.Signals(signum).name}")
             elif signum == PDEATH_SIGNAL and self.exit_with_pid and _pid_gone(self.exit_with_pid):
+                self.orphaned = True
                 self.stop(f"parent process {self.exit_with_pid} exited")
 
     def _on_exit_pid(self, key, events):
+        self.orphaned = True
         self.stop(f"process {self.exit_with_pid} exited")
 
     def _next_timeout(self):

@@ -91,6 +91,7 @@ class Backend(BaseBackend):
             "--listen-fd", str(listen_fd),
             "--secret-file", str(self.secret_file),
             "--exit-with-pid", str(os.getpid()),
+            "--orphan-cleanup", str(self.rundir),
             "--env", f"MPILAUNCH_JOB={self.job_marker}",
         ]
         if worker.name in self.devices:
