@@ -4,7 +4,9 @@
     mpilaunch --np 2 -- python -c 'for i in range(N): print("x" * 40)'
     mpirun (same flags, same two-host hostfile, --tag-output) with a /bin/sh agent
 
-Both print into /dev/null. mpilaunch reads every line of mpirun's output (to
+Both print into /dev/null. With ``--output-dir`` mpilaunch also writes the
+rank logs (``rank-<i>.log``, flushed at most ``output.LOG_FLUSH_S`` late)
+into a temporary directory: what the log writing costs. mpilaunch reads every line of mpirun's output (to
 split it per rank and catch the rank wrappers' status lines) before echoing
 it; when that reader is slower than mpirun, mpirun's pipe fills and the
 ranks block in print(), so the job itself runs longer. Runs alternate;
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +47,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--lines", type=int, default=200_000, help="lines each of the 2 ranks prints")
     ap.add_argument("--mpirun", help="mpirun to use (default: found like mpilaunch does)")
+    ap.add_argument("--output-dir", action="store_true",
+                    help="mpilaunch writes the rank logs too (--output-dir in a temporary directory)")
     args = ap.parse_args()
     info = mpi.find_mpirun("auto", args.mpirun)
     command = [sys.executable, "-c", f"for i in range({args.lines}): print('x' * 40)"]
@@ -52,12 +57,17 @@ def main() -> int:
         floor = floor_command(info, Path(tmp), workers=2, slots=1, command=command)
         floor_argv, floor_env = floor.argv, {**env, **floor.env}
         ours_argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--np", "2",
-                     "--slots-per-worker", "1", "--", *command]
+                     "--slots-per-worker", "1"]
+        if args.output_dir:
+            ours_argv += ["--output-dir", str(Path(tmp) / "logs")]
+        ours_argv += ["--", *command]
         ours, base = [], []
         for _ in range(args.runs):
+            shutil.rmtree(Path(tmp) / "logs", ignore_errors=True)  # each run's logs start empty
             ours.append(timed(ours_argv, env))
             base.append(timed(floor_argv, floor_env))
-    result = compare_to_floor("output_relay", info, ours, base, TARGET_RATIO, digits=2, lines_total=2 * args.lines)
+    result = compare_to_floor("output_relay", info, ours, base, TARGET_RATIO, digits=2, lines_total=2 * args.lines,
+                              rank_logs=args.output_dir)
     print(f"mpilaunch, {2 * args.lines} lines of output:  median {result['mpilaunch_median_s']:.2f}s")
     print(f"mpirun + /bin/sh agent floor (same lines): median {result['floor_median_s']:.2f}s")
     print(f"ratio {result['ratio']} (target <= {TARGET_RATIO})")

@@ -9,7 +9,8 @@ import sys
 from . import __version__
 from .errors import EXIT_INTERRUPTED, MpilaunchError, UsageError
 from .orphan import DEFAULT_ORPHAN_TIMEOUT
-from .spec import BACKENDS, LAUNCHERS, MPI_FLAVOURS, JobSpec, K8sOptions, PsOptions, YarnOptions
+from .spec import (BACKENDS, LAUNCHERS, MPI_FLAVOURS, JobSpec, K8sOptions, PsOptions, YarnOptions, check_duration,
+                   check_namespace)
 
 SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "agent")
 
@@ -110,9 +111,19 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def spec_from_args(args, command: list[str]) -> JobSpec:
+def split_mpi_args(text: str) -> tuple[str, ...]:
+    """--mpi-args "...": split like a shell would; an unbalanced quote is bad input, not a traceback."""
     import shlex
 
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as e:  # "No closing quotation", "No escaped character"
+        raise UsageError(f"cannot split --mpi-args {text!r}: {str(e)[:1].lower()}{str(e)[1:]}",
+                         "quote --mpi-args as one shell word and balance the quotes inside it, "
+                         "e.g. --mpi-args '--mca btl \"tcp,self\"'") from None
+
+
+def spec_from_args(args, command: list[str]) -> JobSpec:
     return JobSpec(
         command=tuple(command),
         gpus=args.gpus,
@@ -123,7 +134,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         mpi=args.mpi,
         mpirun=args.mpirun,
         env=tuple(args.env),
-        mpi_args=tuple(shlex.split(args.mpi_args)),
+        mpi_args=split_mpi_args(args.mpi_args),
         launcher=args.launcher,
         name=args.name,
         start_timeout=args.start_timeout,
@@ -187,7 +198,12 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
         p.add_argument("-f", "--follow", action="store_true", help="keep printing while the launcher runs")
     if action == "wait":
         p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 124)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_namespace(args.namespace)
+    if action == "wait":
+        check_duration("--timeout", args.timeout, f"give the seconds to wait for the job, e.g. --timeout 600, "
+                                                  f"or leave it out to wait until it ends")
+    return args
 
 
 def cmd_run(argv: list[str]) -> int:

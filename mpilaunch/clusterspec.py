@@ -30,7 +30,7 @@ SINGLETONS = (CHIEF, EVALUATOR)
 _ORDER = {CHIEF: 0, WORKER: 1, PS: 2, EVALUATOR: 3}
 
 # Job names become DTF_{NAME}_HOSTS and part of container names.
-_JOB_RE = re.compile(r"^[a-z][a-z0-9_]{0,14}$")  # <job>-<name>-<i> fits 63 characters
+_JOB_RE = re.compile(r"[a-z][a-z0-9_]{0,14}")  # <job>-<name>-<i> fits 63 characters
 REQUIREMENT_HINT = 'write JOB:COUNT pairs separated by commas, e.g. -r "ps:2,worker:4"'
 
 
@@ -71,7 +71,7 @@ def parse_requirement(text: str) -> tuple[tuple[str, int], ...]:
         name, count_text = name.strip(), count_text.strip()
         if not sep or not name:
             raise UsageError(f"bad cluster requirement {item!r} in {text!r}", REQUIREMENT_HINT)
-        if not _JOB_RE.match(name):
+        if not _JOB_RE.fullmatch(name):
             raise UsageError(
                 f"bad job name {name!r} in cluster requirement {text!r}",
                 "job names are up to 15 lowercase letters, digits and '_', starting with a letter (e.g. ps, worker, chief)",
@@ -81,7 +81,7 @@ def parse_requirement(text: str) -> tuple[tuple[str, int], ...]:
                 "'tensorboard' is not a job of the TensorFlow cluster",
                 "use --tensorboard (with -o OUTPUT) to run TensorBoard next to the job",
             )
-        if not count_text.isdigit():
+        if not (count_text.isascii() and count_text.isdigit()):  # int() refuses "²", which isdigit() accepts
             raise UsageError(
                 f"task count of {name!r} must be a whole number, got {count_text!r}", REQUIREMENT_HINT
             )

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 from .errors import UsageError
-from .spec import Plan, WorkerPlan
+from .spec import Plan, WorkerPlan, check_plan_size
 
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -38,8 +38,10 @@ def size_gpu_job(gpus: int, gpus_per_node: int) -> tuple[int, int]:
             "give the GPUs of one worker, e.g. --gpus-per-node 8",
         )
     if gpus <= gpus_per_node:
+        check_plan_size(gpus, 1, f"--gpus {gpus}")
         return 1, gpus
     if gpus % gpus_per_node == 0:
+        check_plan_size(gpus, gpus // gpus_per_node, f"--gpus {gpus} with --gpus-per-node {gpus_per_node}")
         return gpus // gpus_per_node, gpus_per_node
     lower = gpus - gpus % gpus_per_node
     upper = lower + gpus_per_node
@@ -63,6 +65,7 @@ def size_cpu_job(np: int, slots_per_worker: int | None) -> tuple[int, list[int]]
             "give the ranks per worker, e.g. --slots-per-worker 2",
         )
     workers = math.ceil(np / slots_per_worker)
+    check_plan_size(np, workers, f"--np {np}" + (f" with --slots-per-worker {slots_per_worker}" if workers > 1 else ""))
     slots = [slots_per_worker] * workers
     slots[-1] = np - slots_per_worker * (workers - 1)
     return workers, slots
@@ -88,7 +91,8 @@ def plan_job(
                 "--slots-per-worker only applies to --np jobs",
                 "with --gpus, the slots of a worker are its GPUs: use --gpus-per-node",
             )
-        per_node = gpus_per_node or discovered_gpus_per_node or DEFAULT_GPUS_PER_NODE
+        # `is not None`: an explicit --gpus-per-node 0 is an error (size_gpu_job), never the default
+        per_node = gpus_per_node if gpus_per_node is not None else (discovered_gpus_per_node or DEFAULT_GPUS_PER_NODE)
         count, per_worker = size_gpu_job(gpus, per_node)
         workers = tuple(
             WorkerPlan(worker_name(job_name, i), slots=per_worker, gpus=per_worker) for i in range(count)

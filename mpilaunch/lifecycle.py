@@ -12,12 +12,11 @@ worker, Ctrl-C, SIGTERM, timeouts and crashes all release the same things.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from . import backends, phases
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
 from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, LostWorker, lost_workers_failure, worker_location
+from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # noqa: F401 (launchers import them here)
 from .spec import JobSpec
 from .workloads import workload_class
 from .placement import EXIT_PLACEMENT
@@ -67,6 +67,22 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
                    stdout=stdout, stderr=stderr, environ=environ, quiet=quiet, started=started)
 
 
+def keeps_caller_signal_handlers(fn):
+    """Whatever handlers SIGINT, SIGTERM and SIGHUP had before ``fn`` (the caller's: an
+    application using ``mpilaunch.run``), they have again after it, on every exit path."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        saved = caller_signal_handlers()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            restore_signal_handlers(saved)
+
+    return wrapper
+
+
+@keeps_caller_signal_handlers
 def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir: Path | None, *,
             stdout, stderr, environ: dict, quiet: bool, started: float | None = None) -> JobResult:
     """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path.
@@ -131,14 +147,14 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         if spec.retries:
             report["attempts"] = attempts
         if output_dir is not None:
-            write_report(output_dir / "report.json", report)
+            save_report(output_dir / "report.json", report, stderr)
         if not quiet:
             workload.print_summary(report, stderr)
         remove_tree(rundir)
-        restore_default_signals()
     return result
 
 
+@keeps_caller_signal_handlers
 def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *, stdout, stderr,
                     quiet: bool) -> JobResult:
     """--detach: allocate and hand the job to its launcher in the cluster, then leave it running.
@@ -159,7 +175,6 @@ def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *,
         if not handed_off:
             ignore_interrupts()
             backend.release()
-            restore_default_signals()
         remove_tree(rundir)
     name, flags = workload.job_name, backend.manage_flags()
     print(f"mpilaunch: submitted job {name} ({len(workload.plan.workers)} workers, {workload.plan.ranks} ranks); "
@@ -188,13 +203,6 @@ def prepare_output_dir(spec: JobSpec) -> Path | None:
         except OSError as e:
             raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror}", "choose a writable directory") from None
     return output_dir
-
-
-def make_rundir(job_name: str) -> Path:
-    """Private per-job directory: secret, context file, hostfile, shim launcher."""
-    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{job_name}-"))
-    os.chmod(rundir, 0o700)
-    return rundir
 
 
 def write_context(path: Path, job_name: str, backend) -> None:
@@ -308,16 +316,41 @@ class LostWorkerWatch:
                 continue
             if lost and not self._done.is_set():
                 self.lost = lost
+                names = sorted(lost)
+                self.workload.note_stop(f"after worker{'s' if len(names) > 1 else ''} {', '.join(names)} "
+                                        f"{'were' if len(names) > 1 else 'was'} lost")
                 self.workload.stop()
                 return
 
 
 def write_report(path: Path, report: dict) -> None:
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    """report.json, whole or not at all: a temporary file beside it, then renamed over it
+    (a reader never sees half a report; a failed write leaves no temporary file)."""
+    text = json.dumps(report, indent=2) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def save_report(path: Path, report: dict, stderr) -> None:
+    """write_report in the lifecycle's teardown: a failure (the directory removed, a full disk)
+    is one warning line; the job's exit code and the rest of the teardown stand."""
+    try:
+        write_report(path, report)
+    except (OSError, TypeError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        try:
+            print(f"mpilaunch: warning: cannot write {path}: {why}", file=stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 # ------------------------------------------------------------------ signals
@@ -333,7 +366,7 @@ def interrupts_raise():
     def handler(signum, _frame):
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}", "all workers were released")
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, handler) for s in INTERRUPT_SIGNALS}
     try:
         yield
     finally:
@@ -341,18 +374,29 @@ def interrupts_raise():
             signal.signal(s, h)
 
 
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def ignore_interrupts():
     """During teardown a second Ctrl-C must not abort the cleanup itself."""
     if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for s in INTERRUPT_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
 
 
-def restore_default_signals():
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for s in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_DFL)
+def caller_signal_handlers() -> dict | None:
+    """The handlers of the interrupt signals now (None off the main thread: nothing is changed there)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {s: signal.getsignal(s) for s in INTERRUPT_SIGNALS}
+
+
+def restore_signal_handlers(saved: dict | None) -> None:
+    """Put back what ``caller_signal_handlers`` saw (a handler installed outside Python: the default)."""
+    if saved is None:
+        return
+    for s, handler in saved.items():
+        signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 __all__ = ["run_spec", "run_job", "JobResult"]

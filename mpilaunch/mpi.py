@@ -300,6 +300,13 @@ def tag_has_space(info: MpiInfo) -> bool:
     return not (info.flavour == "openmpi" and 0 < info.major < 5)
 
 
+def announced_mpi(text: str) -> MpiInfo | None:
+    """The MPI an in-cluster launcher names when it starts ("openmpi 4.1.4, 2 workers ready"): its
+    mpirun's output is parsed by its rules (an image's Open MPI 4 under a local Open MPI 5)."""
+    m = re.match(r"\s*(openmpi|mpich|intel) (\S+?),?(?:\s|$)", text)
+    return MpiInfo(flavour=m.group(1), version=m.group(2), path="(launcher)") if m else None
+
+
 def build_mpirun(
     info: MpiInfo,
     *,

@@ -13,6 +13,11 @@ from .rank import (MPI_PREFIX, OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_mpi,
                    parse_status)
 
 TAIL_LINES = 20
+#: a rank log (--output-dir) is at most this late on disk: ``tail -f`` follows
+#: it, and a SIGKILLed mpilaunch loses at most this much of it. Flushing every
+#: line costs a write(2) per line (benchmarks/bench_output.py --output-dir);
+#: a flusher thread that writes what came in since its last round does not.
+LOG_FLUSH_S = 0.2
 #: mpirun's own first lines are kept too: a daemon's error comes first and
 #: Open MPI's generic advice after it would push it out of the tail
 HEAD_LINES = 200
@@ -71,10 +76,16 @@ class RankOutput:
         # far (or None); launch loops stop mpirun as soon as it returns one.
         self.placement_check = None
         self.ompi_tag_space = True  # mpi.split_tagged: False under Open MPI 4 (the workload sets it)
+        # the launch's token (rank.new_token, set by the workload): only the wrappers' lines that
+        # carry it count; None (unit tests) takes any
+        self.token: str | None = None
         self.cancelled = False  # set by cancel(): mpilaunch stopped following this run
         # phases seen here (phases.py): first_rank_start, first_output, last_status (monotonic)
         self.times: dict[str, float] = {}
         self._logs: dict[int, object] = {}
+        self._unflushed: set[int] = set()  # ranks whose log has lines not yet written out
+        self._flusher: threading.Thread | None = None
+        self._closing = threading.Event()
         self._partial: dict[tuple[str, int | None], str] = {}  # a rank's unfinished line
         self._lock = threading.Lock()
 
@@ -82,8 +93,35 @@ class RankOutput:
         if self.output_dir is None:
             return None
         if rank not in self._logs:
-            self._logs[rank] = open(self.output_dir / f"rank-{rank}.log", "a", encoding="utf-8")
+            try:
+                self._logs[rank] = open(self.output_dir / f"rank-{rank}.log", "a", encoding="utf-8")
+            except OSError as e:  # the directory was removed meanwhile: no log, the job goes on
+                self._logs[rank] = None
+                self._log_failed(rank, e)
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_logs, name="rank-log-flush", daemon=True)
+                self._flusher.start()
+        if self._logs[rank] is not None:
+            self._unflushed.add(rank)
         return self._logs[rank]
+
+    def _log_failed(self, rank: int, error: OSError) -> None:
+        echo_line(self.echo, "stderr", f"mpilaunch: warning: rank {rank}'s log in {self.output_dir} is incomplete: "
+                                       f"{error.strerror or error}\n")
+
+    def _flush_logs(self) -> None:
+        """The flusher thread: every half LOG_FLUSH_S, write out the logs that got lines since the last round."""
+        while not self._closing.wait(LOG_FLUSH_S / 2):
+            with self._lock:
+                self._flush_unflushed()
+
+    def _flush_unflushed(self) -> None:
+        for rank in self._unflushed:
+            try:
+                self._logs[rank].flush()
+            except (OSError, ValueError):  # a full disk: the close says so; closed: nothing left
+                pass
+        self._unflushed.clear()
 
     def feed(self, stream: str, line: str) -> None:
         """Take one line of mpirun output (tags and all) and emit every rank line it completes."""
@@ -100,22 +138,23 @@ class RankOutput:
 
     def _emit(self, stream: str, rank: int | None, text: str) -> None:
         text = text.rstrip("\r")
-        start = parse_start(text)
+        token = self.token
+        start = parse_start(text, token)
         if start is not None:
             self.times.setdefault("first_rank_start", time.monotonic())
             self.starts.append(start)
-            program, env_digest = parse_start_env(text)
+            program, env_digest = parse_start_env(text, token)
             self.environments.setdefault(start[0], {}).update(program=program, env_digest=env_digest)
             text = text[: text.find(START_PREFIX)].strip(" \0")
             if not text:
                 return
-        library = parse_mpi(text)
+        library = parse_mpi(text, token)
         if library is not None:
             self.environments.setdefault(library[0], {})["mpi_library"] = library[1]
             text = text[: text.find(MPI_PREFIX)].strip(" \0")
             if not text:
                 return
-        status = parse_status(text)
+        status = parse_status(text, token)
         if status is not None:
             self.times["last_status"] = time.monotonic()
             self.statuses.append(status)
@@ -136,7 +175,16 @@ class RankOutput:
         self.tails[rank].append(text)
         log = self._log(rank)
         if log is not None:
-            log.write(text + "\n")
+            try:
+                log.write(text + "\n")
+            except OSError as e:  # a full disk: the rest of this rank's lines still reach the terminal
+                self._logs[rank] = None
+                self._unflushed.discard(rank)
+                self._log_failed(rank, e)
+                try:
+                    log.close()
+                except OSError:
+                    pass
 
     def misplaced(self):
         """The placement mismatch seen so far, None if none (or verification is off)."""
@@ -161,11 +209,20 @@ class RankOutput:
         return thread
 
     def close(self) -> None:
+        self._closing.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=5)
         with self._lock:
             for (stream, rank), text in list(self._partial.items()):
                 if text:
                     self._emit(stream, rank, text)
             self._partial.clear()
-            for log in self._logs.values():
-                log.close()
+            for rank, log in self._logs.items():
+                if log is None:
+                    continue
+                try:
+                    log.close()
+                except OSError as e:
+                    self._log_failed(rank, e)
             self._logs.clear()
+            self._unflushed.clear()

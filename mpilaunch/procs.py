@@ -8,20 +8,22 @@ import signal
 import subprocess
 
 
-def processes_with_env(name: str, value: str) -> list[int]:
-    """PIDs of this user's processes whose environment has NAME=VALUE.
+def processes_with_env(name: str, value: str, **also: str) -> list[int]:
+    """PIDs of this user's processes whose environment has NAME=VALUE (and every KEY=VALUE of ``also``).
 
     The environment survives setsid and double forks, so it finds daemonized
-    MPI daemons that left every process group we know of.
+    MPI daemons that left every process group we know of. ``also`` narrows
+    the match: a worker's name is shared by every local job of the same
+    ``--name``, its job's marker (``MPILAUNCH_JOB``) is not.
     """
-    needle = f"{name}={value}".encode()
+    needles = {f"{name}={value}".encode(), *(f"{k}={v}".encode() for k, v in also.items())}
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
+                if needles <= set(f.read().split(b"\0")):
                     found.append(int(entry))
         except OSError:
             continue
@@ -44,24 +46,29 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
             pass
 
 
-def terminate_group(pid: int, grace: float = 5.0) -> None:
-    """SIGTERM a process group, then SIGKILL it and the tree after ``grace`` seconds."""
-    import psutil
+def terminate_group(proc: subprocess.Popen, grace: float = 5.0) -> int:
+    """SIGTERM ``proc``'s process group, SIGKILL it and ``proc``'s tree after ``grace``
+    seconds; ``proc``'s exit status.
 
+    ``proc`` is waited for through its own Popen, the one owner of its status:
+    a caller blocked in ``wait_exit(proc)`` on another thread then reads the
+    same code. (A wait by pid, psutil's, reaped the child behind the Popen's
+    back, whose own wait then read 0: mpirun "succeeded" whenever mpilaunch
+    stopped it.)
+    """
     try:
-        os.killpg(pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
-        return
+        return proc.wait()  # nothing left of the group: the process has ended
     try:
-        psutil.Process(pid).wait(timeout=grace)
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.TimeoutExpired:
-        kill_tree(pid)
+        wait_exit(proc, grace)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)  # what the group leader left behind
     except ProcessLookupError:
         pass
+    return proc.wait()
 
 
 def forward_signals_to_group(pgid: int) -> None:

@@ -42,9 +42,11 @@ def launcher_text(module: str, python: str, package_parent: str = PACKAGE_PARENT
         "os._exit(code if isinstance(code, int) else 0)\n"
     )
     shebang = f"#!{python} -IS\n"
-    if len(shebang) > SHEBANG_MAX or " " in python:
-        body_lit = body.replace("'", "'\"'\"'")
-        return f"#!/bin/sh\nexec '{python}' -IS -c '{body_lit}' \"$@\"\n"
+    # the kernel splits a "#!" line at blanks and ends it at a newline: such paths go through /bin/sh too
+    if len(shebang) > SHEBANG_MAX or any(c in python for c in " \t\n"):
+        from shlex import quote  # here, not at the top: the shim imports this module on every start
+
+        return f"#!/bin/sh\nexec {quote(python)} -IS -c {quote(body)} \"$@\"\n"
     return shebang + body
 
 

@@ -7,6 +7,11 @@ it, and prints one status line on stderr that the launcher reads from
 mpirun's tagged output. That is how mpilaunch knows *where* every rank runs
 and *which* rank failed, on which worker, with which exit code, for every MPI
 flavour alike (mpirun's own exit code and messages differ).
+Those lines end in ``token=T``: a random token mpilaunch makes per launch and
+passes in ``MPILAUNCH_STATUS_TOKEN``, which the wrapper takes out of the
+program's environment. mpilaunch counts only lines with its token, so a
+program that prints such a line (or cats an old log) cannot forge a rank's
+exit or start.
 Standard library only, and few modules of it: one of these starts per
 rank, so the program is started with ``os.posix_spawnp`` (no ``subprocess``),
 signals come from ``_signal`` (no ``enum``), and ``re`` is imported only by
@@ -29,6 +34,8 @@ from . import rank_env
 STATUS_PREFIX = "mpilaunch-rank-status:"
 START_PREFIX = "mpilaunch-rank-start:"
 MPI_PREFIX = "mpilaunch-rank-mpi:"
+#: the per-launch token (``new_token``); the program never sees it (``program_env``)
+TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
 # How long the wrapper looks for the MPI library the program loads (most load
 # it within their first second); a program without MPI is looked at this long.
 MPI_WATCH_S = 120.0
@@ -63,15 +70,30 @@ def first_env(names, environ) -> str | None:
 OOM_MARK = " oom=1"
 
 
-def format_status(rank: str, worker: str, code: int, oom: bool = False) -> str:
-    return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}" + (OOM_MARK if oom else "")
+def new_token() -> str:
+    """A launch's token for the wrappers' lines (mpilaunch's side; os.urandom: no secrets/hashlib import)."""
+    return os.urandom(8).hex()
+
+
+def _signed(token: str | None) -> str:
+    """The end of a wrapper's line: its launch's token (none: a line of a caller that has none)."""
+    return f" token={token}" if token else ""
+
+
+def _token_pattern(token: str | None) -> str:
+    """What a parser requires after a line's fields: exactly ``token`` (None: any token or none)."""
+    return " token=" + token if token else ""  # a token is hex: nothing to escape
+
+
+def format_status(rank: str, worker: str, code: int, oom: bool = False, token: str | None = None) -> str:
+    return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}" + (OOM_MARK if oom else "") + _signed(token)
 
 
 _STATUS_PATTERN = r" rank=(\d+) worker=(\S+) exit=(-?\d+)"
 
 
-def parse_status(text: str) -> tuple[int, str, int] | None:
-    """The wrapper's status line -> (rank, worker, exit code).
+def parse_status(text: str, token: str | None = None) -> tuple[int, str, int] | None:
+    """The wrapper's status line -> (rank, worker, exit code); with ``token``, only a line carrying it.
 
     Searched anywhere in the line: MPI runtimes sometimes glue a NUL, the
     unterminated tail of an earlier write, or a stray tag (hydra: "exit=7[3] ")
@@ -81,13 +103,14 @@ def parse_status(text: str) -> tuple[int, str, int] | None:
         return None
     import re  # cached after the first line; keeps the wrapper's start light
 
-    m = re.search(re.escape(STATUS_PREFIX) + _STATUS_PATTERN, text)
+    m = re.search(re.escape(STATUS_PREFIX) + _STATUS_PATTERN + "(?:" + re.escape(OOM_MARK) + ")?"
+                  + _token_pattern(token), text)
     if m is None:
         return None
     return int(m[1]), m[2], int(m[3])
 
 
-def format_start(environ, program: str | None = None) -> str:
+def format_start(environ, program: str | None = None, token: str | None = None) -> str:
     """The start line: where this rank runs, as MPI and the worker's agent/pod tell it, the program
     its PATH resolved and a digest of the variables mpilaunch forwarded (the environment check)."""
     rank = first_env(_RANK_VARS, environ) or UNKNOWN
@@ -96,44 +119,46 @@ def format_start(environ, program: str | None = None) -> str:
     worker = environ.get("MPILAUNCH_WORKER") or NO_WORKER
     host = os.uname().nodename or UNKNOWN
     return (f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host} "
-            f"program={rank_env.quote(program) if program else UNKNOWN} env={rank_env.forwarded_digest(environ)}")
+            f"program={rank_env.quote(program) if program else UNKNOWN} env={rank_env.forwarded_digest(environ)}"
+            + _signed(token))
 
 
 _START_PATTERN = r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"
 _START_ENV_PATTERN = r" program=(\S+) env=([0-9a-f]{8})"
 
 
-def parse_start_env(text: str) -> tuple[str | None, str | None]:
+def parse_start_env(text: str, token: str | None = None) -> tuple[str | None, str | None]:
     """(program, digest of forwarded variables) from a start line; None for what it lacks."""
     import re
 
-    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + _START_ENV_PATTERN, text)
+    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + _START_ENV_PATTERN + _token_pattern(token), text)
     if m is None:
         return None, None
     return (None if m[6] == UNKNOWN else rank_env.unquote(m[6])), m[7]
 
 
-def format_mpi(rank: str, worker: str, library: str) -> str:
-    return f"{MPI_PREFIX} rank={rank} worker={worker} lib={rank_env.quote(library)}"
+def format_mpi(rank: str, worker: str, library: str, token: str | None = None) -> str:
+    return f"{MPI_PREFIX} rank={rank} worker={worker} lib={rank_env.quote(library)}" + _signed(token)
 
 
-def parse_mpi(text: str) -> tuple[int, str] | None:
+def parse_mpi(text: str, token: str | None = None) -> tuple[int, str] | None:
     """(rank, library path) from the line the wrapper prints once the program loaded an MPI library."""
     if MPI_PREFIX not in text:
         return None
     import re
 
-    m = re.search(re.escape(MPI_PREFIX) + r" rank=(\d+) worker=\S+ lib=(\S+)", text)
+    m = re.search(re.escape(MPI_PREFIX) + r" rank=(\d+) worker=\S+ lib=(\S+)" + _token_pattern(token), text)
     return None if m is None else (int(m[1]), rank_env.unquote(m[2]))
 
 
-def parse_start(text: str) -> tuple[int, int | None, int | None, str, str] | None:
+def parse_start(text: str, token: str | None = None) -> tuple[int, int | None, int | None, str, str] | None:
     """The start line -> (rank, local rank, size, worker, host); unknown numbers are None."""
     if START_PREFIX not in text:
         return None
     import re
 
-    m = re.search(re.escape(START_PREFIX) + _START_PATTERN, text)
+    tail = r" program=\S+ env=[0-9a-f]{8}" + _token_pattern(token) if token else ""
+    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + tail, text)
     if m is None:
         return None
     number = lambda v: None if v == UNKNOWN else int(v)  # noqa: E731
@@ -155,6 +180,7 @@ def program_env(environ, bind: bool, attempt: str = "1") -> dict:
     with --bind-gpus, torch.distributed's rendezvous variables, and MPILAUNCH_ATTEMPT, which run of
     the job this is (2 and up: relaunched by --retries)."""
     env = dict(environ)
+    env.pop(TOKEN_ENV, None)  # the wrapper's alone: a program that knew it could forge its rank's exit
     env["MPILAUNCH_ATTEMPT"] = attempt
     rank_env.restore_worker_path(env)
     env.update(rank_env.torch_env(env, first_env(_RANK_VARS, env), first_env(_LOCAL_RANK_VARS, env),
@@ -237,11 +263,12 @@ def main(argv=None) -> int:
         elif option == "--linger-ms" and argv:
             linger_s = int(argv.pop(0)) / 1000
     command = argv[1:]
+    token = os.environ.get(TOKEN_ENV)
     env = program_env(os.environ, bind, attempt)
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     program = rank_env.resolve_program(command[0], env.get("PATH", "")) if command else None
-    print(format_start(env, program), file=sys.stderr, flush=True)
+    print(format_start(env, program, token), file=sys.stderr, flush=True)
     # A rank SIGKILLed while its cgroup's OOM kill count went up was killed for
     # memory: the summary says so instead of a bare "exit 137".
     oom_file = memory_cgroup_file(_read("/proc/self/cgroup"), _read("/proc/self/mountinfo"))
@@ -257,7 +284,7 @@ def main(argv=None) -> int:
         what = repr(command[0]) if command else "a program (none given after --)"
         why = getattr(e, "strerror", None) or "empty command"
         print(f"mpilaunch: error: rank {rank}: cannot start {what}: {why}", file=sys.stderr)
-        print(format_status(rank, worker, 127), file=sys.stderr, flush=True)
+        print(format_status(rank, worker, 127, token=token), file=sys.stderr, flush=True)
         return 127
 
     def forward(signum, _frame):
@@ -270,13 +297,13 @@ def main(argv=None) -> int:
         signal.signal(sig, forward)
     library = watch_mpi_library(pid, MPI_WATCH_S)
     if library is not None:
-        print(format_mpi(rank, worker, library), file=sys.stderr, flush=True)
+        print(format_mpi(rank, worker, library, token), file=sys.stderr, flush=True)
     _, status = os.waitpid(pid, 0)  # retried after a forwarded signal (PEP 475)
     code = os.waitstatus_to_exitcode(status)
     oom = code == -signal.SIGKILL and oom_before is not None and (oom_kills(oom_file) or 0) > oom_before
     if code < 0:
         code = 128 - code
-    print(format_status(rank, worker, code, oom), file=sys.stderr, flush=True)
+    print(format_status(rank, worker, code, oom, token), file=sys.stderr, flush=True)
     if linger_s:
         wait_until_read(2, linger_s)
     return code

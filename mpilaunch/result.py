@@ -15,8 +15,10 @@ EXIT_WORKER_LOST = 5
 class RankStatus:
     rank: int
     worker: str
-    exit_code: int | None  # None: the rank never reported (killed, never started)
+    exit_code: int | None  # None: the rank's end was not observed (``unobserved`` says why)
     oom_killed: bool = False  # the kernel's OOM killer ended it (its cgroup's count rose as it died)
+    # why exit_code is None: "mpirun was stopped by mpilaunch after rank 2 failed", "mpirun never started", ...
+    unobserved: str | None = None
 
 
 @dataclass

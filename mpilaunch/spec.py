@@ -7,6 +7,7 @@ plan can be printed by ``--dry-run`` and stored in ``report.json``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -18,11 +19,49 @@ MPI_FLAVOURS = ("auto", "openmpi", "mpich", "intel")
 LAUNCHERS = ("auto", "local", "cluster")
 MODES = ("allreduce", "ps")
 
+# The biggest job mpilaunch plans (README, "Sizing"): per-rank and per-worker
+# work (hostfile, rank map, pods, containers) grows with these, and a typo
+# such as --np 100000000 must be an error, not an endless plan.
+MAX_RANKS = 65536
+MAX_WORKERS = 8192
+
+# Validation patterns of user input: always used with fullmatch (``$`` would
+# also match before a trailing newline: --name $'ab\n').
 # A Kubernetes resource quantity: 512Mi, 8Gi, 1.5G, 500m, 4.
-_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 
 # Kubernetes object names and YARN application names both accept this.
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?")
+
+# A Kubernetes namespace: a DNS-1123 label.
+_NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+NAMESPACE_HINT = ("a namespace is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, "
+                  "starting and ending with a letter or digit, e.g. --namespace ml-team")
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_namespace(namespace: str | None) -> None:
+    """--namespace must be a valid namespace name: it is part of API paths and of rendered YAML."""
+    if namespace is not None and not _NAMESPACE_RE.fullmatch(namespace):
+        raise UsageError(f"invalid --namespace {namespace!r}", NAMESPACE_HINT)
+
+
+def check_duration(option: str, value: float | None, hint: str) -> None:
+    """A duration option: a finite number of seconds above 0 (NaN and inf are no durations)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{option} must be positive and finite (seconds), got {value:g}", hint)
+
+
+def check_plan_size(ranks: int, workers: int, asked: str) -> None:
+    """The size limits (MAX_RANKS, MAX_WORKERS), checked before any per-rank or per-worker work."""
+    if ranks > MAX_RANKS:
+        raise UsageError(f"{asked} asks for {ranks} ranks; mpilaunch launches at most {MAX_RANKS}",
+                         f"give at most {MAX_RANKS} ranks (README, 'Sizing')")
+    if workers > MAX_WORKERS:
+        raise UsageError(f"{asked} needs {workers} workers; mpilaunch launches at most {MAX_WORKERS}",
+                         f"put more ranks on each worker (--slots-per-worker, --gpus-per-node) to stay within "
+                         f"{MAX_WORKERS} workers (README, 'Sizing')")
 
 
 def _as_dict(obj) -> dict:
@@ -49,9 +88,10 @@ class K8sOptions:
                 "choose one of: none, volcano, scheduler-plugins",
             )
         for option, value, example in (("--pod-memory", self.pod_memory, "8Gi"), ("--pod-cpu", self.pod_cpu, "4")):
-            if value is not None and not _QUANTITY_RE.match(value):
+            if value is not None and not _QUANTITY_RE.fullmatch(value):
                 raise UsageError(f"{option} {value!r} is not a Kubernetes quantity",
                                  f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)")
+        check_namespace(self.namespace)
 
 
 @dataclass(frozen=True)
@@ -126,16 +166,10 @@ class JobSpec:
             )
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}", "choose one of: allreduce, ps")
-        if self.start_timeout <= 0:
-            raise UsageError(
-                f"--start-timeout must be positive, got {self.start_timeout:g}",
-                "give the seconds to wait for workers, e.g. --start-timeout 300",
-            )
-        if self.timeout is not None and self.timeout <= 0:
-            raise UsageError(
-                f"--timeout must be positive, got {self.timeout:g}",
-                "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out",
-            )
+        check_duration("--start-timeout", self.start_timeout,
+                       "give the seconds to wait for workers, e.g. --start-timeout 300")
+        check_duration("--timeout", self.timeout,
+                       "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out")
         if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
             raise UsageError(
                 f"--orphan-timeout must be a finite number of seconds, at least {MIN_ORPHAN_TIMEOUT:g}; "
@@ -143,9 +177,10 @@ class JobSpec:
                 f"give the seconds the cluster waits for a vanished mpilaunch, e.g. --orphan-timeout "
                 f"{DEFAULT_ORPHAN_TIMEOUT:g}",
             )
+        self._check_sizes()
         self._check_detach()
         self._check_retries()
-        if self.name is not None and not _NAME_RE.match(self.name):
+        if self.name is not None and not _NAME_RE.fullmatch(self.name):
             raise UsageError(
                 f"invalid job name {self.name!r}",
                 "use lowercase letters, digits and '-', at most 42 characters, "
@@ -153,10 +188,19 @@ class JobSpec:
             )
         for item in self.env:
             name = item.split("=", 1)[0]
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            if not _ENV_NAME_RE.fullmatch(name):
                 raise UsageError(
                     f"invalid -x {item!r}", "use -x NAME or -x NAME=VALUE with a valid variable name"
                 )
+
+    def _check_sizes(self) -> None:
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:  # 0 must not fall back to the default (8)
+            raise UsageError(f"--gpus-per-node must be at least 1, got {self.gpus_per_node}",
+                             "give the GPUs of one worker, e.g. --gpus-per-node 8, or leave it out "
+                             "(discovered, else 8)")
+        for option, value in (("--np", self.np), ("--gpus", self.gpus)):
+            if value is not None and value > MAX_RANKS:
+                check_plan_size(value, 1, f"{option} {value}")
 
     def _check_detach(self) -> None:
         if not self.detach:
@@ -207,6 +251,7 @@ class Plan:
     def __post_init__(self):
         if not self.workers:
             raise ValueError("a plan needs at least one worker")
+        check_plan_size(self.ranks, len(self.workers), f"the plan of job {self.job_name}")
 
     @property
     def ranks(self) -> int:

@@ -1,5 +1,6 @@
 """Bad input: exit 2, one `mpilaunch: error:` line plus a hint, nothing started."""
 
+import os
 import subprocess
 import sys
 
@@ -92,3 +93,84 @@ def test_mpi_args_may_start_with_a_dash(argv):
 
     spec, _ = parse_run(["--np", "2", *argv, "--", "true"])
     assert spec.mpi_args == tuple(argv[-1].split("=", 1)[-1].split()), spec.mpi_args
+
+
+# Issue 24, items 8: inputs that got a traceback, a hang or a wrong meaning.
+# "{kubeconfig}" stands for a kubeconfig whose API server is nowhere: these
+# must fail on their own, before any cluster is contacted.
+K8S = ["--backend", "k8s", "--image", "x", "--kubeconfig", "{kubeconfig}"]
+STRICT_CASES = {
+    "timeout-nan-does-not-run": (["--np", "2", "--timeout", "nan", "--", "true"],
+                                 "--timeout must be positive and finite (seconds), got nan"),
+    "timeout-inf": (["--np", "2", "--timeout", "inf", "--", "true"],
+                    "--timeout must be positive and finite (seconds), got inf"),
+    "timeout-zero": (["--np", "2", "--timeout", "0", "--", "true"],
+                     "--timeout must be positive and finite (seconds), got 0"),
+    "start-timeout-nan": (["--np", "2", "--start-timeout", "nan", "--", "true"],
+                          "--start-timeout must be positive and finite (seconds), got nan"),
+    "k8s-timeout-inf": ([*K8S, "--np", "2", "--timeout", "inf", "--", "true"],
+                        "--timeout must be positive and finite (seconds), got inf"),
+    "k8s-start-timeout-inf": ([*K8S, "--np", "2", "--start-timeout", "inf", "--", "true"],
+                              "--start-timeout must be positive and finite (seconds), got inf"),
+    "k8s-start-timeout-nan-dry-run": (["--backend", "k8s", "--image", "x", "--np", "2", "--start-timeout", "nan",
+                                       "--dry-run", "--", "true"],
+                                      "--start-timeout must be positive and finite (seconds), got nan"),
+    "k8s-orphan-timeout-nan": ([*K8S, "--np", "2", "--orphan-timeout", "nan", "--", "true"],
+                               "--orphan-timeout must be a finite number of seconds"),
+    "wait-timeout-nan": (["wait", "--backend", "k8s", "--kubeconfig", "{kubeconfig}", "--timeout", "nan", "somejob"],
+                         "--timeout must be positive and finite (seconds), got nan"),
+    "mpi-args-unbalanced-quote": (["--np", "2", "--mpi-args", '--mca "x', "--", "true"],
+                                  "cannot split --mpi-args '--mca \"x': no closing quotation"),
+    "name-with-trailing-newline": (["--np", "2", "--name", "ab\n", "--dry-run", "--", "true"],
+                                   "invalid job name 'ab\\n'"),
+    "env-name-with-trailing-newline": (["--np", "2", "-x", "FOO\n", "--dry-run", "--", "true"],
+                                       "invalid -x 'FOO\\n'"),
+    "pod-memory-with-trailing-newline": (["--backend", "k8s", "--image", "x", "--np", "2", "--pod-memory", "8Gi\n",
+                                          "--dry-run", "--", "true"], "is not a Kubernetes quantity"),
+    "render-namespace-injects-yaml": (["render", "--backend", "k8s", "--image", "x", "--np", "2", "--namespace",
+                                       "ns\n---\nkind: Secret", "--", "true"],
+                                      "invalid --namespace 'ns\\n---\\nkind: Secret'"),
+    "namespace-not-a-dns-label": ([*K8S, "--np", "2", "--namespace", "Team_A", "--", "true"],
+                                  "invalid --namespace 'Team_A'"),
+    "status-namespace-not-a-dns-label": (["status", "--backend", "k8s", "--kubeconfig", "{kubeconfig}",
+                                          "--namespace", "a/b", "somejob"], "invalid --namespace 'a/b'"),
+    "gpus-per-node-zero-is-not-8": (["--gpus", "8", "--gpus-per-node", "0", "--dry-run", "--", "true"],
+                                    "--gpus-per-node must be at least 1, got 0"),
+    "np-beyond-max-ranks-dry-run": (["--np", "100000000", "--dry-run", "--", "true"],
+                                    "--np 100000000 asks for 100000000 ranks; mpilaunch launches at most 65536"),
+    "np-beyond-max-workers": (["--np", "10000", "--slots-per-worker", "1", "--dry-run", "--", "true"],
+                              "needs 10000 workers; mpilaunch launches at most 8192"),
+    "gpus-beyond-max-workers": (["--gpus", "16384", "--gpus-per-node", "1", "--dry-run", "--", "true"],
+                                "needs 16384 workers; mpilaunch launches at most 8192"),
+    "ps-tasks-beyond-max": (["--workers", "100000000", "--", "true"],
+                            "asks for 100000000 tasks, one worker each; mpilaunch launches at most 8192 workers"),
+    "cluster-requirement-non-ascii-digit": (["-r", "worker:²", "--", "true"], "must be a whole number, got '²'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRICT_CASES))
+def test_bad_input_is_one_error_and_one_hint_with_nothing_left(case, tmp_path):
+    """Exactly `mpilaunch: error: ...` + `  hint: ...`, exit 2, no traceback, no run directory, no agent."""
+    args, expected = STRICT_CASES[case]
+    kubeconfig = tmp_path / "kubeconfig"  # an API server nobody listens on
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n"
+                          "clusters: [{name: nowhere, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+                          "users: [{name: nobody, user: {token: x}}]\n"
+                          "contexts: [{name: nowhere, context: {cluster: nowhere, user: nobody}}]\n")
+    args = [str(kubeconfig) if a == "{kubeconfig}" else a for a in args]
+    job = f"bad-{case}"[:42]
+    if "--name" not in args and args[0] not in ("wait", "status"):  # after the subcommand, if any
+        at = 1 if args[0] == "render" else 0
+        args = [*args[:at], "--name", job, *args[at:]]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = run_cli(*args, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "", proc.stdout  # render prints nothing of a job it refused
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith("mpilaunch: error: ") and expected in lines[0], proc.stderr
+    assert lines[1].startswith("  hint: ") and len(lines[1]) > len("  hint: "), proc.stderr
+    assert list(tmp.iterdir()) == []  # no /tmp/mpilaunch-<job>-* run directory
+    assert agents_of(job) == []

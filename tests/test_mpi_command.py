@@ -210,6 +210,11 @@ def test_open_mpi_4_tags_keep_the_ranks_own_leading_space():
         (0, "rank"), (0, " "), (0, "0")]
     assert mpi.split_tagged("[1,0]<stdout>:  indented", ompi_tag_space=False) == [(0, "  indented")]
     assert mpi.tag_has_space(OMPI5) and not mpi.tag_has_space(OMPI4) and mpi.tag_has_space(MPICH)
+    # an in-cluster launcher names its (the image's) MPI: its lines are parsed by that MPI's rules
+    image = mpi.announced_mpi("openmpi 4.1.4, 2 workers ready")
+    assert (image.flavour, image.version, mpi.tag_has_space(image)) == ("openmpi", "4.1.4", False)
+    assert mpi.announced_mpi("mpich 5.0.0, 16 workers ready").flavour == "mpich"
+    assert mpi.announced_mpi("something else") is None
 
 
 def test_missing_mpirun_is_a_usage_error(tmp_path):

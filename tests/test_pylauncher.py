@@ -72,3 +72,15 @@ def test_long_interpreter_path_goes_through_sh(tmp_path):
     assert open(launcher).readline() == "#!/bin/sh\n"
     r = _run(launcher, "return", "5")
     assert (r.returncode, r.stdout, r.stderr) == (5, "out-no-newline", "err-no-newline")
+
+
+def test_interpreter_path_with_space_and_quote_is_quoted_for_sh(tmp_path):
+    # a space sends the launcher through /bin/sh; a quote in the path must not end the shell word early
+    odd = tmp_path / "it's a dir; echo INJECTED"
+    odd.mkdir()
+    python = odd / "python"
+    os.symlink(sys.executable, python)
+    launcher = _launcher(odd, str(python))  # the package directory has the odd name too
+    assert open(launcher).readline() == "#!/bin/sh\n"
+    r = _run(launcher, "return", "6")
+    assert (r.returncode, r.stdout, r.stderr) == (6, "out-no-newline", "err-no-newline")

@@ -335,7 +335,8 @@ def test_failing_rank_is_named_with_its_pod(real, tmp_path):
     assert summary == f"mpilaunch: error: rank 3 on worker {job}-worker-1 exited with code 7", p.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 7
-    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7, "oom_killed": False} in report["ranks"]
+    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7, "oom_killed": False, "unobserved": None} \
+        in report["ranks"]
     assert f"rank 3 on worker {job}-worker-1" in report["failure"]
     assert "rank 3 about to fail" in (tmp_path / "rank-3.log").read_text()
     assert real.leftovers(job) == []

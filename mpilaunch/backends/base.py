@@ -27,6 +27,9 @@ class BaseBackend(ABC):
     # agents): the launch's, without the settings inherited.py leaves out. Set
     # by the workload before ``allocate``; None: this process's environment.
     launch_environ: dict | None = None
+    # The launch's token for the rank wrappers' lines (rank.TOKEN_ENV), set by the mpirun workload
+    # before ``allocate``: a launcher in the cluster gets it in its launch description.
+    status_token: str | None = None
 
     def __init__(self, spec: JobSpec, plan: Plan, rundir: Path):
         self.spec = spec

@@ -44,7 +44,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import phases
+from .. import mpi, phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
 from . import k8s_manage, k8s_orphan, k8s_replace, rendezvous
@@ -202,6 +202,8 @@ class Backend(BaseBackend):
             "rank_python": os.environ.get(PYTHON_ENV, "python3"),
             "start_timeout": spec.start_timeout,
             "detach": spec.detach,
+            # the rank wrappers' lines count only with it, here and in the launcher (rank.py)
+            "status_token": self.status_token,
         }
 
     def _values(self) -> dict:
@@ -445,6 +447,12 @@ class Backend(BaseBackend):
 
     # ------------------------------------------------------------ cluster launcher
 
+    def _launcher_ready(self, output, said: str) -> None:
+        phases.mark(self.phase_times, "mpirun_started")
+        info = mpi.announced_mpi(said)
+        if info is not None:  # the image's mpirun tags its ranks' lines, not the one found here
+            output.ompi_tag_space = mpi.tag_has_space(info)
+
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Follow the launcher pod: its log into ``output``, its exit code back.
 
@@ -454,7 +462,7 @@ class Backend(BaseBackend):
         stop = threading.Event()
         follower = threading.Thread(
             target=follow_log, args=(self.api, self.namespace, pod, output, stop),
-            kwargs={"on_launcher_ready": lambda: phases.mark(self.phase_times, "mpirun_started")}, daemon=True)
+            kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said)}, daemon=True)
         follower.start()
         code = None
         try:

@@ -45,7 +45,7 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
                 else:
                     last_ts, seen_at_last = ts, 1
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
-                    on_launcher_ready()
+                    on_launcher_ready(text[len(LAUNCHER_READY):])
                 output.feed("stdout", text)
         except OSError:
             pass

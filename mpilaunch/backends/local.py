@@ -125,8 +125,9 @@ class Backend(BaseBackend):
             if old is not None and old.poll() is None:
                 kill_tree(old.pid)
                 old.wait()
-            # daemons and ranks of the lost worker that outlived its agent
-            for pid in processes_with_env("MPILAUNCH_WORKER", name):
+            # daemons and ranks of the lost worker that outlived its agent: this job's only (another
+            # local job of the same --name or --hostfile has workers of the same names)
+            for pid in processes_with_env("MPILAUNCH_WORKER", name, MPILAUNCH_JOB=self.job_marker):
                 kill_tree(pid)
             self._start_agent(by_name[name])
 

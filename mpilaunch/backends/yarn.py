@@ -39,6 +39,7 @@ from pathlib import Path
 
 import skein
 
+from .. import mpi
 from ..errors import AllocationError, UsageError
 from . import rendezvous, yarn_detach, yarn_launch, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report
 from .base import BaseBackend
@@ -423,6 +424,9 @@ class Backend(BaseBackend):
                     info = kv.get(KV_PREFIX + launcher_keys.INFO_KEY)
                     if info is not None:
                         self.launcher_info = json.loads(info)
+                        # the launcher container's mpirun tags the ranks' lines
+                        output.ompi_tag_space = mpi.tag_has_space(mpi.MpiInfo(
+                            self.launcher_info.get("flavour", ""), str(self.launcher_info.get("version", "")), ""))
                 if not stop_sent:
                     if failed_at is None and any(c != 0 for _, _, c in output.statuses):
                         failed_at = now

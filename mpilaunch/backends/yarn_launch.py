@@ -63,6 +63,8 @@ def launch_spec(backend) -> dict:
         "detach": spec.detach,
         "timeout": spec.timeout,
         "attempt": backend.attempt,
+        # the rank wrappers' lines count only with it, here and in the launcher (rank.py)
+        "status_token": backend.status_token,
     }
 
 

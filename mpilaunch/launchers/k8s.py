@@ -235,6 +235,7 @@ def main(argv=None) -> int:
         backend = ReadyPods(spec, plan, rundir, launch, info)
         workload = MpirunWorkload(spec, launch["job"], plan, info)
         workload.use_output(RelayedOutput(pass_through))
+        workload.token = launch.get("status_token") or workload.token  # the submitting side's
         environ = dict(os.environ)
         # a relaunch (--retries): the submitting side made this Job for attempt N
         workload.bind(backend, rundir, environ, attempt=int(environ.get("MPILAUNCH_ATTEMPT", "1")))

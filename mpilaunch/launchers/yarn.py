@@ -200,6 +200,7 @@ def run(app, prefix: str, launch: dict) -> tuple[int, str | None]:
         backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
         workload = MpirunWorkload(spec, launch["job"], plan, info)
         workload.use_output(RelayedOutput(relay))
+        workload.token = launch.get("status_token") or workload.token  # the submitting side's
         cwd = launch.get("cwd")
         workload.cwd = cwd if cwd and os.path.isdir(cwd) else None
         workload.on_started = lambda proc: started(app, prefix, info, proc)
@@ -234,7 +235,7 @@ def started(app, prefix: str, info: mpi.MpiInfo, proc) -> None:
             app.kv.wait(prefix + STOP_KEY)
         except Exception:
             return
-        terminate_group(proc.pid)
+        terminate_group(proc)  # through the Popen: the workload's wait reads mpirun's real status
 
     threading.Thread(target=watch_stop, daemon=True).start()
 

@@ -65,6 +65,10 @@ class Workload(ABC):
     def stop(self) -> None:
         """Stop whatever still runs. Idempotent; called on every exit path."""
 
+    def note_stop(self, why: str) -> None:
+        """Why the next ``stop()`` comes ("after worker W was lost"), for what the report says of
+        units whose end it cuts off (mpirun jobs: ``ranks[].unobserved``)."""
+
     def close(self) -> None:
         """Close logs once everything has stopped."""
 

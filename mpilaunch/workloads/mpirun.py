@@ -18,18 +18,21 @@ import time
 from pathlib import Path
 
 from .. import envcheck, hostfile, gpu_slots, inherited, mpi, placement, rank_env
-from ..rank import OPENMPI_LINGER_MS
-from ..errors import UsageError
+from ..rank import OPENMPI_LINGER_MS, TOKEN_ENV, new_token
+from ..errors import EXIT_INTERRUPTED, UsageError
 from ..output import RankOutput
 from ..procs import terminate_group, wait_exit
-from ..result import EXIT_TIMEOUT, JobResult, RankStatus, number_ranges, timeout_failure
+from ..result import EXIT_TIMEOUT, JobResult, number_ranges, timeout_failure
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
-from ..spec import JobSpec, Plan, WorkerPlan
+from ..spec import JobSpec, Plan, WorkerPlan, check_plan_size
 from .base import RunContext, Workload, print_manifests, shim_path
+from .mpirun_outcome import (FAIL_FAST_GRACE_S, NEVER_STARTED, ENDED_BY_TEARDOWN, daemon_failure_message,  # noqa: F401
+                             decide_outcome, failure_message, mpirun_named_first, other_failures, rank_statuses,
+                             unobserved_reason)
 from .verification import placement_watch, verify_placement
 
-FAIL_FAST_GRACE_S = 5.0
 DONE_GRACE_S = 15.0
+STOPPED = "mpirun was stopped by mpilaunch"  # how report.json's ``unobserved`` reasons begin
 
 
 # ------------------------------------------------------------------ planning
@@ -41,6 +44,7 @@ def plan_from_hostfile(job_name: str, path: str, np: int | None) -> Plan:
     if np is not None and np > total:
         raise UsageError(f"--np {np} exceeds the {total} slots of {path}", f"use --np {total} or fewer")
     remaining = total if np is None else np
+    check_plan_size(remaining, 0, f"--hostfile {path}")  # ranks; Plan counts the workers
     workers = []
     for host, slots in hosts:
         if remaining <= 0:
@@ -77,16 +81,19 @@ def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: i
     return wrapper + ["--"] + list(spec.command)
 
 
-def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None) -> dict[str, str]:
-    """What the rank wrapper needs for torch.distributed's variables (rank_env.torch_env)."""
+def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None, token: str | None = None) -> dict[str, str]:
+    """What the rank wrapper needs for torch.distributed's variables (rank_env.torch_env), and the
+    launch's token for its start and status lines (``rank.TOKEN_ENV``; the program does not get it)."""
     out = {rank_env.WORKER_SLOTS_ENV: ",".join(str(w.slots) for w in plan.workers)}
+    if token:
+        out[TOKEN_ENV] = token
     if rendezvous is not None:
         out[rank_env.MASTER_ADDR_ENV], out[rank_env.MASTER_PORT_ENV] = rendezvous[0], str(rendezvous[1])
     return out
 
 
 def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int = 1,
-                 rendezvous: tuple[str, int] | None = None) -> tuple[str, mpi.MpirunCommand]:
+                 rendezvous: tuple[str, int] | None = None, token: str | None = None) -> tuple[str, mpi.MpirunCommand]:
     hosts = backend.hostnames()
     text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
     command = mpi.build_mpirun(
@@ -100,7 +107,7 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
         user_env=spec.env,
         extra_args=spec.mpi_args,
         as_root=os.geteuid() == 0,
-        rank_env=rank_variables(plan, rendezvous),
+        rank_env=rank_variables(plan, rendezvous, token),
     )
     command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
     # workers that are sent this machine's PATH (local, YARN) get it from here, before mpirun's prefix
@@ -118,103 +125,6 @@ def expected_environment(spec, info, command: mpi.MpirunCommand, backend, enviro
     return envcheck.Expected(command=first, program=program, flavour=info.flavour, major=info.major,
                              mpirun=info.path, version=info.version,
                              env_digest=rank_env.digest(command.forwarded.items()))
-
-
-# ------------------------------------------------------------------ outcome
-
-
-def rank_statuses(plan: Plan, output: RankOutput, mpirun_code: int | None) -> list[RankStatus]:
-    """Per-rank exit codes from the wrappers' status lines.
-
-    A rank whose line never arrived gets None, except after mpirun exited 0:
-    every MPI flavour's mpirun fails when any rank does, so all ranks exited 0.
-    """
-    reported = {rank: (worker, code) for rank, worker, code in output.statuses}
-    assigned = plan.rank_to_worker()
-    missing = 0 if mpirun_code == 0 else None
-    return [
-        RankStatus(rank=r, worker=reported.get(r, (assigned[r], missing))[0],
-                   exit_code=reported.get(r, (assigned[r], missing))[1], oom_killed=r in output.oom_killed)
-        for r in range(plan.ranks)
-    ]
-
-
-def mpirun_named_first(statuses, named: tuple[int, int] | None, assigned: list[str]) -> list[tuple[int, str, int]]:
-    """The status lines with the rank mpirun names as the first to fail
-    (mpi.first_failed_rank) put first, and added from mpirun's words when its
-    own line never arrived. Otherwise the summary could name a rank mpirun
-    ended in the teardown (exit 143) while mpirun, just above it, names the
-    one that failed."""
-    if named is None:
-        return list(statuses)
-    rank, code = named
-    own = next((s for s in statuses if s[0] == rank), None)
-    if own is None:
-        own = (rank, assigned[rank] if 0 <= rank < len(assigned) else "?", code)
-    return [own] + [s for s in statuses if s[0] != rank]
-
-
-def decide_outcome(mpirun_code: int, output: RankOutput) -> tuple[int, tuple[int, str, int] | None]:
-    """Exit code of the job: the first failing rank's code, else mpirun's."""
-    first_failure = next((s for s in output.statuses if s[2] != 0), None)
-    if first_failure is not None:
-        return first_failure[2], first_failure
-    return mpirun_code, None
-
-
-def daemon_failure_message(worker: str, code: int, output: RankOutput) -> str:
-    """mpilaunch ended an mpirun that kept waiting for a failed daemon (see _wait)."""
-    head = (f"the MPI daemon on worker {worker} ended with code {code} before any rank failed, "
-            f"and mpirun kept waiting for it (stopped after {FAIL_FAST_GRACE_S:g} s)")
-    cause = mpi.daemon_error(output.launcher_head)
-    if cause:
-        head += f"; MPI daemon {cause}"
-    tail = list(output.launcher_tail)
-    return "\n".join([head] + ([f"last {len(tail)} lines of mpirun:"] + ["  | " + t for t in tail] if tail else []))
-
-
-# What a rank that mpirun ended after the first failure reports: SIGTERM
-# forwarded by its wrapper (128 + 15), or SIGKILL (128 + 9).
-ENDED_BY_TEARDOWN = (143, 137)
-
-
-def other_failures(statuses, first_rank: int, oom_killed=(), listed: int = 8) -> str:
-    """The ranks besides the first that failed by themselves, in the order their status lines came.
-
-    Ranks that mpirun ended because the first one failed (ENDED_BY_TEARDOWN,
-    unless the OOM killer did it) are not failures of their own and are left
-    out: "also failed" names ranks a user has to look at too.
-    """
-    others = [f"{rank} on {worker} (exit {code})" for rank, worker, code in statuses
-              if code != 0 and rank != first_rank and (code not in ENDED_BY_TEARDOWN or rank in oom_killed)]
-    if not others:
-        return ""
-    more = f" and {len(others) - listed} more" if len(others) > listed else ""
-    return f"also failed: rank{'s' if len(others) > 1 else ''} {', '.join(others[:listed])}{more}"
-
-
-def failure_message(failure, output: RankOutput, mpirun_code: int) -> str:
-    if failure is not None:
-        rank, worker, code = failure
-        head = f"rank {rank} on worker {worker} exited with code {code}"
-        if rank in output.oom_killed:
-            head += (": killed by the kernel's out-of-memory killer (its worker's memory limit was reached; "
-                     "give the workers more memory or the ranks less work)")
-        tail = list(output.tails.get(rank, []))
-        others = other_failures(output.statuses, rank, output.oom_killed)
-        if others:
-            head += f"\n{others}"
-    else:
-        head = f"mpirun exited with code {mpirun_code} before any rank failed"
-        cause = mpi.daemon_error(output.launcher_head)
-        if cause:
-            head += f"; MPI daemon {cause}"
-        tail = list(output.launcher_tail)
-    lines = [head]
-    if tail:
-        lines.append(f"last {len(tail)} lines of {'rank ' + str(failure[0]) if failure else 'mpirun'}:")
-        lines += ["  | " + t for t in tail]
-    return "\n".join(lines)
 
 
 # Open MPI 5's mpirun keeps its session in $TMPDIR/ompi.<its pid>; one that
@@ -259,10 +169,12 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
 
 
 def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ranks: int,
-          failed_agents=lambda: []) -> tuple[int | None, tuple[str, int] | None]:
-    """``(mpirun's exit code, None)``, ``(None, None)`` when the deadline passed
-    (the caller kills it), or ``(code, (worker, agent's exit code))`` when
-    mpilaunch ended an mpirun that kept waiting for a daemon that had failed.
+          failed_agents=lambda: []) -> tuple[int | None, tuple[str, int] | None, str | None]:
+    """``(mpirun's exit code, daemon, stopped)``: ``daemon`` is ``(worker, agent's
+    exit code)`` when mpilaunch ended an mpirun that kept waiting for a daemon
+    that had failed; ``stopped`` says why mpilaunch stopped mpirun before every
+    rank had reported (None: it ended by itself, or after every rank reported).
+    The code is None when the deadline passed (the caller kills it).
 
     Fail fast: once a rank has failed, mpirun gets FAIL_FAST_GRACE_S to end the
     job itself. Open MPI does; MPICH's hydra waits for every other rank when
@@ -276,37 +188,36 @@ def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ra
     MPICH's and Intel MPI's hydra ignore their launcher's exit and wait for a
     proxy that never connects back, forever.
     """
-    failed_at = done_at = daemon_failed_at = None
+    failed_at = done_at = daemon_failed_at = failed_rank = None
     while True:
         timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
         try:
-            return wait_exit(proc, timeout), None
+            return wait_exit(proc, timeout), None, None
         except subprocess.TimeoutExpired:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                return None, None
+                return None, None, None
             if output.misplaced() is not None:
                 # ranks run elsewhere than planned: no point letting them go on
-                terminate_group(proc.pid)
-                return proc.wait(), None
-            if failed_at is None and any(code != 0 for _, _, code in output.statuses):
-                failed_at = now
+                return terminate_group(proc), None, f"{STOPPED} after the placement check failed"
+            if failed_at is None:
+                failed = next((s for s in output.statuses if s[2] != 0), None)
+                if failed is not None:
+                    failed_at, failed_rank = now, failed[0]
             if failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S:
-                terminate_group(proc.pid)
-                return proc.wait(), None
+                return terminate_group(proc), None, f"{STOPPED} after rank {failed_rank} failed"
             if done_at is None and failed_at is None and len({r for r, _, _ in output.statuses}) >= ranks:
                 done_at = now
             if done_at is not None and now - done_at > DONE_GRACE_S:
-                terminate_group(proc.pid)
-                proc.wait()
-                return 0, None
+                terminate_group(proc)
+                return 0, None, None
             if failed_at is None and done_at is None:
                 agents = failed_agents()
                 if agents and daemon_failed_at is None:
                     daemon_failed_at = now
                 if agents and now - daemon_failed_at > FAIL_FAST_GRACE_S:
-                    terminate_group(proc.pid)
-                    return proc.wait(), agents[0]
+                    return (terminate_group(proc), agents[0],
+                            f"{STOPPED} after the MPI daemon on worker {agents[0][0]} failed")
 
 
 
@@ -380,6 +291,11 @@ class MpirunWorkload(Workload):
         self.warned = False
         self.expected: envcheck.Expected | None = None
         self.environment: dict | None = None  # report.json's "environment"
+        self.stopped: str | None = None  # why mpilaunch stopped mpirun before every rank reported (report.json)
+        self.stop_reason: str | None = None  # the cause the next stop() records (note_stop)
+        # the rank wrappers sign their start and status lines with it (rank.py); an in-cluster
+        # launcher takes the submitting side's from its launch description instead
+        self.token = new_token()
 
     @classmethod
     def prepare(cls, spec: JobSpec, backend_cls, job_name: str, environ: dict) -> "MpirunWorkload":
@@ -403,10 +319,11 @@ class MpirunWorkload(Workload):
             environ.update(kept)
             self.overrides = overrides
         backend.launch_environ = environ
+        backend.status_token = self.token  # for the launch description of a launcher in the cluster
         self.bound = (backend, rundir, environ)
         self.attempt = attempt
         self.hostfile_text, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ,
-                                                        attempt)
+                                                        attempt, token=self.token)
         # a launcher in the cluster checks the ranks against its own mpirun (the image's, not this machine's)
         self.expected = (None if backend.launcher_in_cluster
                          else expected_environment(self.spec, self.info, self.command, backend, environ))
@@ -438,6 +355,7 @@ class MpirunWorkload(Workload):
         if self.output is None:
             self.output = RankOutput(run.stdout, run.stderr, run.output_dir)
         self.output.ompi_tag_space = mpi.tag_has_space(self.info)
+        self.output.token = self.token
         if self.spec.verify:
             self.output.placement_check = placement_watch(self.plan, self.output, self.expected)
         (run.rundir / "hostfile").write_text(self.hostfile_text)
@@ -448,7 +366,7 @@ class MpirunWorkload(Workload):
         if rendezvous is not None:
             backend, rundir, environ = self.bound
             _, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ,
-                                           self.attempt, rendezvous)
+                                           self.attempt, rendezvous, self.token)
         # a relaunch (--retries) must not be ended for the last attempt's failed daemons
         shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
         self.proc = subprocess.Popen(
@@ -466,8 +384,9 @@ class MpirunWorkload(Workload):
             # the backend streams the launcher's output into ``self.output``
             self.mpirun_code = run.backend.run_launcher(self.output, deadline)
         else:
-            self.mpirun_code, daemon = _wait(self.proc, deadline, self.output, self.plan.ranks,
-                                             lambda: failed_agents(str(run.rundir)))
+            self.mpirun_code, daemon, stopped = _wait(self.proc, deadline, self.output, self.plan.ranks,
+                                                      lambda: failed_agents(str(run.rundir)))
+            self.stopped = self.stopped or stopped  # or the lost-worker watch's stop(), on its thread
             for p in self.pumps:
                 p.join(timeout=10)
             if daemon is not None:
@@ -475,6 +394,7 @@ class MpirunWorkload(Workload):
                 self.placement = placement.summary(self.plan, self.starts(), None, False)
                 return code, daemon_failure_message(worker, code, self.output)
         if self.mpirun_code is None:
+            self.stopped = self.stopped or f"{STOPPED} at --timeout {self.spec.timeout:g}s"
             self.placement = placement.summary(self.plan, self.starts(), None, False)
             return EXIT_TIMEOUT, timeout_failure(self.spec.timeout)
         named = mpi.first_failed_rank(list(self.output.launcher_tail))
@@ -483,7 +403,8 @@ class MpirunWorkload(Workload):
         if verdict is not None:
             return verdict
         exit_code, failure = decide_outcome(self.mpirun_code, self.output)
-        return exit_code, (failure_message(failure, self.output, self.mpirun_code) if exit_code != 0 else None)
+        return exit_code, (failure_message(failure, self.output, self.mpirun_code, self.stopped)
+                           if exit_code != 0 else None)
 
     def starts(self) -> list[placement.RankStart]:
         return [placement.RankStart.from_tuple(t) for t in self.output.starts]
@@ -497,7 +418,9 @@ class MpirunWorkload(Workload):
             print(f"mpilaunch: warning: placement not verified: {unverified}", file=run.stderr)
         elif self.spec.verify:
             t0 = time.monotonic()
-            mismatch, hint = verify_placement(self.spec, self.plan, self.info, self.output, self.mpirun_code,
+            # an mpirun that mpilaunch stopped did not end well, whatever its code: no ranks are "missing"
+            ended = None if self.stopped else self.mpirun_code
+            mismatch, hint = verify_placement(self.spec, self.plan, self.info, self.output, ended,
                                               run.backend.hostnames(), self.expected)
             run.result.timings["verify_s"] = round(time.monotonic() - t0, 4)
         env_mismatch = mismatch if mismatch is not None and mismatch.kind in envcheck.KINDS else None
@@ -532,11 +455,20 @@ class MpirunWorkload(Workload):
             times["mpirun_started"] = self.started_at
         return times
 
+    def note_stop(self, why: str) -> None:
+        self.stop_reason = why
+
     def stop(self) -> None:
+        # recorded before the signal: the watch's wait may see mpirun end before terminate_group returns
+        why = f"{STOPPED} {self.stop_reason or 'before it ended'}"
         if self.output is not None:
+            in_cluster = getattr(getattr(self, "bound", (None,))[0], "launcher_in_cluster", False)
+            if in_cluster and self.mpirun_code is None and not self.output.cancelled:
+                self.stopped = self.stopped or why  # a launcher in the cluster, still followed
             self.output.cancel()  # a launcher in the cluster: stop following it
         if self.proc is not None and self.proc.poll() is None:
-            terminate_group(self.proc.pid)
+            self.stopped = self.stopped or why
+            terminate_group(self.proc)
 
     def close(self) -> None:
         if self.output is not None:
@@ -546,12 +478,16 @@ class MpirunWorkload(Workload):
         # rank logs are opened for appending: the next attempt's lines follow this one's
         self.close()
         self.output = self.proc = self.mpirun_code = self.placement = self.environment = None
+        self.stopped = self.stop_reason = None
         self.bind(*self.bound, attempt=attempt)
 
     def collect(self, run: RunContext) -> None:
         # never started (allocation failed, interrupted): every rank unreported
         output = self.output or RankOutput(None, None)
-        run.result.ranks = rank_statuses(self.plan, output, self.mpirun_code)
+        stopped = self.stopped
+        if stopped and self.stop_reason is None and run.result.exit_code == EXIT_INTERRUPTED and run.result.failure:
+            stopped = f"{STOPPED}: {run.result.failure}"  # "...: interrupted by SIGINT"
+        run.result.ranks = rank_statuses(self.plan, output, self.mpirun_code if self.output else None, stopped)
         run.result.placement = self.placement
 
     def report(self, run: RunContext, workers: dict) -> dict:

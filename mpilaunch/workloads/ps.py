@@ -40,7 +40,7 @@ from ..output import echo_line
 from ..procs import kill_tree
 from ..progress import WaitProgress
 from ..result import EXIT_TIMEOUT, JobResult, timeout_failure
-from ..spec import JobSpec, Plan, WorkerPlan
+from ..spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
 from ..task_starter import ADDRESS_PREFIX
 from .base import RunContext, Workload, print_manifests, shim_path
 
@@ -75,6 +75,10 @@ def make_ps_plan(spec: JobSpec, job_name: str) -> PsPlan:
                 'size PS jobs with --ps N --workers N [--chief] [--evaluator] or -r "ps:2,worker:4"',
             )
     jobs = clusterspec.requirements_from_options(spec.ps)
+    total = sum(count for _, count in jobs)  # one worker per task: check before the tasks are listed
+    if total > MAX_WORKERS:
+        raise UsageError(f"the PS job asks for {total} tasks, one worker each; mpilaunch launches at most "
+                         f"{MAX_WORKERS} workers", f"give at most {MAX_WORKERS} tasks in all (README, 'Sizing')")
     tasks = clusterspec.task_list(jobs, spec.ps.tensorboard)
     gpus = spec.gpus_per_node or 0  # GPUs for each compute task (chief, worker)
     workers = tuple(

@@ -4,6 +4,10 @@ With FAIL_BARRIER (a directory every rank can see), the failing ranks wait for
 each other before they exit and ignore SIGTERM from then on: every one of them
 then fails by itself, none is ended by mpirun's teardown after the first
 failure, however late the machine's load lets it start.
+
+With VANISH_ON_TERM, the other ranks answer SIGTERM by SIGKILLing their own
+wrapper (mpilaunch.rank, their parent) before they exit: no exit status line
+ever comes for them, as for a rank whose wrapper was killed.
 """
 
 import os
@@ -25,5 +29,11 @@ if rank in failing:
             time.sleep(0.002)
     print(f"rank {rank} about to fail", flush=True)
     sys.exit(int(os.environ.get("FAIL_CODE", "7")))
+if os.environ.get("VANISH_ON_TERM"):
+    def vanish(_signum, _frame):
+        os.kill(os.getppid(), signal.SIGKILL)
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, vanish)
 print(f"rank {rank} started", flush=True)
 time.sleep(float(os.environ.get("SLEEP", "120")))

@@ -38,12 +38,18 @@ _OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 1
 # daemon's exit code was lost and mpirun never learnt that a daemon died;
 # and the pid recorded outside was not the command's group. So: ``-w``
 # (wait, pass the exit code on), and the pid is written by the shell that
-# is the session leader itself. Without a usable setsid the wrapper's own
-# pid is the group to signal.
+# is the session leader itself. That shell stays until the command ends and
+# then removes the pid file (the killer removes it after a signal): pods
+# kept no file per daemon session in their /tmp. It traps the forwarded
+# signals with a no-op, so it outlives the command (whose handlers are the
+# defaults again) and passes its exit code on: 128+N when a signal ended it.
+# Without a usable setsid the wrapper's own pid is the group to signal (and
+# its file stays: nothing is left to remove it).
 _WRAPPER = (
     'f="${TMPDIR:-/tmp}/mpilaunch-$1.pid"; '
     'if command -v setsid >/dev/null 2>&1 && setsid -w true 2>/dev/null; then '
-    """exec setsid -w /bin/sh -c 'echo $$ >"$0" 2>/dev/null; exec /bin/sh -c "$1"' "$f" "$2"; fi; """
+    """exec setsid -w /bin/sh -c 'trap : INT TERM HUP; echo $$ >"$0" 2>/dev/null; /bin/sh -c "$1"; r=$?; """
+    """rm -f "$0"; exit $r' "$f" "$2"; fi; """
     'echo $$ >"$f" 2>/dev/null; exec /bin/sh -c "$2"'
 )
 # ``$1`` is the signal name, ``$2`` the session id.

@@ -1,0 +1,127 @@
+"""Per-job run directories in $TMPDIR: made private, owned, and swept when their owner is gone.
+
+A run directory holds a job's secret, context file, hostfile, shim launcher
+and (Kubernetes) credential copies. mpilaunch removes its own on every exit
+path it runs; one that was SIGKILLed runs none, so each directory names its
+owner process and the next mpilaunch removes those whose owner is dead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def make_rundir(job_name: str) -> Path:
+    """Private per-job directory: secret, context file, hostfile, shim launcher.
+
+    It names its owner (this process: ``OWNER_FILE``), and the run
+    directories of owners that are gone (a SIGKILLed mpilaunch: no finally
+    ran; they hold its secret and the k8s backend's credential copies) are
+    removed first (``sweep_stale_rundirs``).
+    """
+    sweep_stale_rundirs()
+    rundir = Path(tempfile.mkdtemp(prefix=f"mpilaunch-{job_name}-"))
+    os.chmod(rundir, 0o700)
+    write_owner(rundir)
+    return rundir
+
+
+#: in a run directory: who made it (``owner_record``); the sweep removes only directories that have one
+OWNER_FILE = ".mpilaunch-owner"
+_OWNER_MAGIC = "mpilaunch-rundir-owner v1"
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def process_start_time(pid: int) -> str | None:
+    """When ``pid`` started (/proc/PID/stat field 22, clock ticks since boot): a pid reused by another
+    process has another one. None when there is no such process (or no /proc)."""
+    stat = _read_text(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the command name before ")" may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
+def _identity() -> tuple[str, str]:
+    """This machine's boot and pid namespace: a pid means the same process only within both."""
+    boot = (_read_text("/proc/sys/kernel/random/boot_id") or "?").strip()
+    try:
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pidns = "?"
+    return boot, pidns
+
+
+def owner_record(pid: int) -> str:
+    boot, pidns = _identity()
+    return f"{_OWNER_MAGIC}\npid={pid}\nstart={process_start_time(pid) or '?'}\nboot={boot}\npidns={pidns}\n"
+
+
+def write_owner(rundir: Path) -> None:
+    """Name this process as the run directory's owner (written whole: a reader sees all of it or nothing)."""
+    tmp = rundir / (OWNER_FILE + ".tmp")
+    tmp.write_text(owner_record(os.getpid()))
+    os.replace(tmp, rundir / OWNER_FILE)
+
+
+def owner_gone(record: str, identity: tuple[str, str] | None = None) -> bool:
+    """True only when the owner file says for sure that its process is dead: same boot and pid
+    namespace as ours, and no process with its pid, or one that started at another time (reused)."""
+    lines = record.splitlines()
+    if not lines or lines[0] != _OWNER_MAGIC:
+        return False
+    identity = identity or _identity()
+    fields = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+    pid, start = fields.get("pid", ""), fields.get("start", "?")
+    if not pid.isdigit() or "?" in identity or (fields.get("boot"), fields.get("pidns")) != identity:
+        return False  # another machine's or container's process (a shared /tmp), or nothing to compare
+    if int(pid) == os.getpid():
+        return False
+    now = process_start_time(int(pid))
+    if now is None:
+        return not os.path.exists(f"/proc/{pid}")  # unreadable but there: alive, as far as we know
+    return start != "?" and now != start
+
+
+def sweep_stale_rundirs(tmpdir: str | None = None) -> list[str]:
+    """Remove the run directories (``$TMPDIR/mpilaunch-*`` of this user) whose owner process is gone.
+
+    Only directories with an owner file count: the agents' private
+    directories (``mpilaunch-<worker>-XXXX``) have none, and a live job's
+    owner is alive. Never fails a launch: what cannot be read is left alone.
+    """
+    base = tmpdir or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = [e for e in os.scandir(base) if e.name.startswith("mpilaunch-")]
+    except OSError:
+        return removed
+    uid, identity = os.getuid(), _identity()
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not entry.is_dir(follow_symlinks=False) or st.st_uid != uid:
+                continue
+            fd = os.open(os.path.join(entry.path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd) as f:
+                record = f.read(4096)
+        except (OSError, ValueError):
+            continue
+        if owner_gone(record, identity):
+            remove_tree(Path(entry.path))
+            removed.append(entry.path)
+    return removed
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
