@@ -137,3 +137,32 @@ def test_heartbeat_stops_when_there_is_nothing_left_to_renew():
     beat = Heartbeat(renew, 3, "x").start()
     beat._thread.join(timeout=5)
     assert calls == [1] and not beat._thread.is_alive()
+
+
+def test_k8s_relay_ends_with_its_mpilaunch_through_a_pidfd(tmp_path):
+    """The exec relay (one per k8s job, holding the credentials) leaves as soon as the process it
+    serves is gone: it waits on a pidfd, which a reused pid cannot keep alive."""
+    import json as _json
+    import subprocess as _sp
+    import sys as _sys
+    import time as _time
+
+    owner = _sp.Popen(["sleep", "60"])
+    context = tmp_path / "context.json"
+    context.write_text(_json.dumps({"server": "https://127.0.0.1:9", "insecure": True}))
+    relay = _sp.Popen([_sys.executable, "-m", "mpilaunch.backends.k8s_relay", str(context), str(tmp_path / "s"),
+                       "--exit-with-pid", str(owner.pid)], stdout=_sp.PIPE)
+    try:
+        assert relay.stdout.readline()  # READY
+        _time.sleep(0.3)
+        assert relay.poll() is None  # serves while its owner lives
+        owner.kill()
+        owner.wait()
+        t0 = _time.monotonic()
+        relay.wait(timeout=5)
+        assert _time.monotonic() - t0 < 0.5  # at once, not at the next 1 s poll
+    finally:
+        for p in (owner, relay):
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -199,6 +199,26 @@ def stop(proc) -> None:
         proc.wait()
 
 
+def exit_with(pid: int) -> None:
+    """End this process when ``pid`` (mpilaunch) is gone. A pidfd names that very process: polling
+    its pid with kill(0) was fooled by a reused pid, and the relay (with its credentials) stayed."""
+    import select
+
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(0)
+    except (AttributeError, OSError):  # no pidfd (old kernel): poll the pid
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+    select.select([pidfd], [], [])
+    os._exit(0)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ctx_file, path = argv[0], argv[1]
@@ -213,14 +233,7 @@ def main(argv=None) -> int:
     relay = Relay(context, path)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if parent is not None:
-        def watch():
-            while True:
-                time.sleep(1.0)
-                try:
-                    os.kill(parent, 0)
-                except ProcessLookupError:
-                    os._exit(0)
-        threading.Thread(target=watch, daemon=True).start()
+        threading.Thread(target=exit_with, args=(parent,), daemon=True).start()
     os.write(1, READY_LINE)
     try:
         relay.serve_forever()
