@@ -37,6 +37,17 @@ RAS_EXCLUDED = "^slurm,gridengine,tm,pbs,lsf,alps,flux"
 # The rank wrapper puts this directory first on the program's LD_LIBRARY_PATH
 # (prepended there, so the worker's own entries, e.g. CUDA's, stay).
 LIBDIR_ENV = "MPILAUNCH_MPI_LIBDIR"
+# Forwarded values travel in mpirun's environment, never on its command line
+# (``ps`` shows every user's argv on a shared login node: ``-x HF_TOKEN``):
+# argv names them (Open MPI's ``-x NAME``, Hydra's ``-genvlist A,B``) and
+# mpirun takes each value from its own environment. These few are mpirun's
+# own loader and search paths too: a value of the user's that differs from
+# mpirun's own stays on the command line rather than changing how mpirun
+# itself starts (they are paths, not secrets).
+MPIRUN_OWN_NAMES = ("PATH", "LD_LIBRARY_PATH", "LD_PRELOAD")
+# mpilaunch's own variable that --dry-run masks like the user's values
+# (rank.TOKEN_ENV: a program that knew it could forge its rank's status line)
+STATUS_TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
 
 # Open MPI runs at most plm_rsh_num_concurrent agents at once and keeps one
 # per daemon alive: below the host count, a large launch stalls forever.
@@ -88,9 +99,19 @@ class MpirunCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to the launcher's environment
     forwarded: dict[str, str] = field(default_factory=dict)  # the user's variables sent to every rank
+    masked: frozenset[str] = frozenset()  # names in ``env`` whose values --dry-run does not show
 
     def shell(self) -> str:
         return shlex.join(self.argv)
+
+    def shown_env(self) -> dict[str, str]:
+        """``env`` for --dry-run: the forwarded values masked (``<set, 32 chars>``), shell-quoted otherwise."""
+        return {k: mask(v) if k in self.masked else shlex.quote(v) for k, v in self.env.items()}
+
+
+def mask(value: str) -> str:
+    """What --dry-run and ``mpilaunch render`` show instead of a forwarded value."""
+    return f"<set, {len(value)} chars>"
 
 
 def parse_version_output(text: str) -> tuple[str, str] | None:
@@ -325,6 +346,8 @@ def build_mpirun(
 
     ``rank_env``: mpilaunch's own variables for the rank wrapper (forwarded
     like -x values; the digest of forwarded variables leaves them out).
+    Every forwarded value goes into ``env`` (mpirun's environment) and argv
+    only names it (``MPIRUN_OWN_NAMES`` aside): no value on a command line.
     """
     names = forwarded_names(environ, user_env)
     values = resolve_env(names, user_env, environ)
@@ -335,7 +358,16 @@ def build_mpirun(
     own[FORWARDED_LIST_ENV] = ",".join(forwarded)
     names = names + [n for n in own if n not in names]
     values.update(own)
-    env = agent_env(shim, hostfile)
+    if info.flavour == "intel":
+        names.append(LIBDIR_ENV)
+        values[LIBDIR_ENV] = info.libdir
+    names = [n for n in names if n in values]
+    on_argv = [n for n in names if n in MPIRUN_OWN_NAMES and values[n] != environ.get(n)]
+    by_env = [n for n in names if n not in on_argv]
+    # the launch's own settings below win over a forwarded name that collides with one
+    env = {n: values[n] for n in by_env}
+    env.update(agent_env(shim, hostfile))
+    masked = frozenset(n for n in by_env if n in forwarded or n == STATUS_TOKEN_ENV)
     concurrent = str(max(MIN_NUM_CONCURRENT, hosts))
     if info.flavour == "openmpi":
         argv = [info.path]
@@ -370,9 +402,9 @@ def build_mpirun(
         env.update({env_prefix + k: v for k, v in params.items()})
         for key, value in params.items():
             argv += [mca, key, value]
+        # -x NAME (no value): mpirun exports NAME from its own environment (4.1 and 5)
         for name in names:
-            if name in values:
-                argv += ["-x", f"{name}={values[name]}"]
+            argv += ["-x", f"{name}={values[name]}" if name in on_argv else name]
     else:
         # Intel's -f reads host names only and fills each host with as many
         # ranks as the launching machine has cores (seen: --np 2 on two
@@ -387,16 +419,16 @@ def build_mpirun(
         # the hostfile, not a Slurm/PBS/LSF/SGE allocation, says where ranks go
         argv += ["-rmk", "user"]
         # Forward only what the job needs: the launcher's own HOSTNAME, PATH
-        # etc. must not override the worker's.
-        argv += ["-genvnone", "-prepend-rank"]
-        for name in names:
-            if name in values:
-                argv += ["-genv", name, values[name]]
-        if info.flavour == "intel":
-            argv += ["-genv", LIBDIR_ENV, info.libdir]
+        # etc. must not override the worker's. -genvlist takes the values from
+        # mpiexec's environment and, like -genvnone, forwards nothing else
+        # (hydra accepts only one of them).
+        argv += ["-genvlist", ",".join(by_env)] if by_env else ["-genvnone"]
+        argv += ["-prepend-rank"]
+        for name in on_argv:
+            argv += ["-genv", name, values[name]]
     argv += list(extra_args)
     argv += list(command)
-    return MpirunCommand(argv=argv, env=env, forwarded=forwarded)
+    return MpirunCommand(argv=argv, env=env, forwarded=forwarded, masked=masked)
 
 
 # ------------------------------------------------------------ daemon errors

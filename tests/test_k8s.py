@@ -18,6 +18,7 @@ reuse it instead of starting one.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -308,6 +309,49 @@ def test_ctrl_c_releases_everything(kube, k8s_env, tmp_path):
     wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
 
 
+def manage_k8s(env, *args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--backend", "k8s"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_delete_status_logs_wait_refuse_a_configmap_that_is_not_a_job(kube, k8s_env):
+    """A ConfigMap named like a job, without mpilaunch's job label (or labelled for another
+    job), is no job: status, logs, wait and delete say so (exit 2) and it is still there;
+    a detached job is then deleted, every object of it."""
+    name, job = "k8s-not-a-job", "k8s-delete-detached"
+    kube.kubectl("create", "configmap", name, "--from-literal=plan.json={}")
+    try:
+        for label in (None, "mpilaunch/job=another-job"):
+            if label:
+                kube.kubectl("label", "configmap", name, label)
+            for action in (["delete"], ["status"], ["logs"], ["logs", "-f"], ["wait", "--timeout", "5"]):
+                r = manage_k8s(k8s_env, *action[:1], name, *action[1:])
+                assert r.returncode == 2, (action, r.stdout, r.stderr)
+                assert r.stderr.startswith(f"mpilaunch: error: configmap {name} in namespace default "
+                                           f"is not an mpilaunch job ("), (action, r.stderr)
+                assert "\n  hint: " in r.stderr and "Traceback" not in r.stderr and r.stdout == "", r.stderr
+            # refused, and nothing deleted
+            assert kube.get_json("configmap", name)["metadata"]["name"] == name
+    finally:
+        kube.kubectl("delete", "configmap", name, "--ignore-not-found", check=False)
+
+    proc = start(["--name", job, "--np", "2", "--slots-per-worker", "1", "--detach", "-q", "--", "true"], k8s_env)
+    out, err = proc.communicate(timeout=120)
+    try:
+        assert proc.returncode == 0, err[-3000:]
+        assert f"mpilaunch delete {job} --backend k8s" in out, out
+        status = manage_k8s(k8s_env, "status", job)
+        assert status.returncode == 0 and f"job {job}  namespace default  " in status.stdout, status.stdout + status.stderr
+        deleted = manage_k8s(k8s_env, "delete", job)
+        assert deleted.returncode == 0, deleted.stderr
+        assert deleted.stdout == f"deleted job {job} in namespace default\n", deleted.stdout
+    finally:
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", "--wait=false", check=False)
+    assert leftover_objects(kube, job) == []
+    gone = manage_k8s(k8s_env, "delete", job)
+    assert gone.returncode == 2 and f"mpilaunch: error: no job {job} in namespace default" in gone.stderr, gone.stderr
+
+
 # ------------------------------------------------------------------ render
 
 
@@ -363,6 +407,20 @@ def _access(kube, sa: str, verb: str, resource: str, name: str, subresource: str
     return json.loads(out.stdout)["status"].get("allowed", False)
 
 
+def launcher_files(kube, job: str, tmp_path: Path) -> Path:
+    """Play the kubelet's volumes for the launcher pod: the root ConfigMap's launch.json and the job
+    Secret's, the latter where the former's ``secret_file`` says (rewritten to a path here)."""
+    launch = json.loads(kube.get_json("configmap", job)["data"]["launch.json"])
+    secret = kube.get_json("secret", f"{job}-env")
+    secret_file = tmp_path / "launcher-secret" / "launch.json"
+    secret_file.parent.mkdir(parents=True, exist_ok=True)
+    secret_file.write_bytes(base64.b64decode(secret["data"]["launch.json"]))
+    assert launch["secret_file"] == "/etc/mpilaunch-secret/launch.json"
+    launch["secret_file"] = str(secret_file)
+    (tmp_path / "launch.json").write_text(json.dumps(launch))
+    return tmp_path / "launch.json"
+
+
 def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env, tmp_path):
     """--launcher cluster: the launcher pod's entry point, with the job's own token, runs the
     allreduce through exec; the ServiceAccount may exec into its own pods and no others."""
@@ -385,8 +443,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         assert spec["serviceAccountName"] == f"{job}-launcher"
         (container,) = spec["containers"]
         assert container["command"][:3] == ["python3", "-m", "mpilaunch.launchers.k8s"]
-        launch = json.loads(kube.get_json("configmap", job)["data"]["launch.json"])
-        (tmp_path / "launch.json").write_text(json.dumps(launch))
+        launch_json = launcher_files(kube, job, tmp_path)
 
         # RBAC, decided by the real authorizer
         sa = f"{job}-launcher"
@@ -400,7 +457,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         # the pod's in-cluster environment: a TokenRequest token for the job's ServiceAccount
         sa_dir = tmp_path / "serviceaccount"
         pod_env = in_cluster_env(kube, k8s_env, sa, sa_dir)
-        ran = subprocess.run([sys.executable, "-m", "mpilaunch.launchers.k8s", str(tmp_path / "launch.json")],
+        ran = subprocess.run([sys.executable, "-m", "mpilaunch.launchers.k8s", str(launch_json)],
                              cwd=REPO, env=pod_env, capture_output=True, text=True, timeout=180)
         assert ran.returncode == 0, ran.stderr[-3000:]
         ranks = ranks_from(ran.stdout)
@@ -441,6 +498,82 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         forget_pod_env(kube, other, 1)
     assert leftover_objects(kube, job) == []
     assert leftover_objects(kube, other) == []
+
+
+def test_secret_env_cluster_launcher_keeps_values_out_of_configmaps_and_command_lines(kube, k8s_env, tmp_path):
+    """--launcher cluster with -x SECRET_TOKEN=VALUE: the value is in no ConfigMap of the
+    namespace (the `view` role reads those) and in no pod or Job spec, but in the Secret
+    <job>-env, owned by the root ConfigMap and gone with the job; while the ranks run no
+    process on this machine (the launcher's mpirun, the shims, the exec'd daemons, the ranks)
+    has it on its command line, and every rank saw it."""
+    import hashlib
+
+    import psutil
+
+    job = "k8s-secret-env"
+    secret = f"s3cr3t-value-{time.time_ns()}"
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    release = tmp_path / "release"
+    give_pods_their_env(kube, job, 2, tmp_path)
+    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "-q", "-x", f"SECRET_TOKEN={secret}",
+                  "--", sys.executable, "tests/programs/secret_env.py", digest, str(release)], k8s_env)
+    launcher = None
+    try:
+        def launcher_pod():
+            pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
+            return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
+
+        pod = wait_for(launcher_pod, 120, "the launcher pod")
+        root = kube.get_json("configmap", job)
+        # nothing a `view` user reads holds the value: ConfigMaps, the pods' and Jobs' specs
+        for kinds in ("configmaps", "pods,jobs"):
+            listed = kube.kubectl("get", kinds, "-o", "yaml").stdout
+            assert secret not in listed, f"the value is in the namespace's {kinds}"
+        assert "SECRET_TOKEN" not in root["data"]["launch.json"]
+        # the Secret holds it, owned by the root (the garbage collector deletes it with the job)
+        stored = kube.get_json("secret", f"{job}-env")
+        owner = stored["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("ConfigMap", job, root["metadata"]["uid"])
+        assert f"SECRET_TOKEN={secret}" in json.loads(base64.b64decode(stored["data"]["launch.json"]))["env"]
+        # the launcher pod mounts it (the job's Role gets no access to Secrets)
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["job-secret"]["secret"]["secretName"] == f"{job}-env"
+        assert not _access(kube, f"{job}-launcher", "get", "secrets", f"{job}-env")
+
+        # play the kubelet: the launcher's entry point with its volumes and its ServiceAccount's token
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "mpilaunch.launchers.k8s", str(launcher_files(kube, job, tmp_path))],
+            cwd=REPO, text=True, env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines = wait_started(launcher, 4, text="SECRET_SEEN")
+        on_argv = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if secret in cmd and p.info["pid"] != proc.pid:  # mpilaunch's own: what the user typed
+                on_argv.append(f"{p.info['pid']}: {cmd[:200]}")
+        assert on_argv == [], on_argv
+        seen = sorted(line.split("SECRET_SEEN ", 1)[1].split() for line in lines if "SECRET_SEEN " in line)
+        assert [s[0] for s in seen] == [f"rank={r}" for r in range(4)], lines
+        assert all(s[2] == "match=yes" for s in seen), lines
+        assert {s[1] for s in seen} == {f"worker={job}-worker-0", f"worker={job}-worker-1"}, lines
+        release.write_text("")
+        out, err = launcher.communicate(timeout=120)
+        assert launcher.returncode == 0, err[-3000:]
+        patch = {"status": {"phase": "Succeeded", "containerStatuses": [{
+            "name": "launcher", "image": pod["spec"]["containers"][0]["image"], "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}
+        kube.kubectl("patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge",
+                     "-p", json.dumps(patch))
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-2000:]
+        assert secret not in out + err
+    finally:
+        release.write_text("")
+        end_processes(launcher)
+        stop(proc)
+        forget_pod_env(kube, job, 2)
+    assert leftover_objects(kube, job) == []
+    assert kube.kubectl("get", "secret", f"{job}-env", "--ignore-not-found", "-o", "name").stdout.strip() == ""
 
 
 # ------------------------------------------------------------------ SIGKILL of mpilaunch: the cluster reaps the job
@@ -572,9 +705,8 @@ def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_
         deadline_s = kube.get_json("job", f"{job}-launcher")["spec"]["activeDeadlineSeconds"]
         assert deadline_s == 300 + 600 + 30
         assert kube.get_json("pod", f"{job}-worker-1")["spec"]["activeDeadlineSeconds"] == deadline_s
-        (tmp_path / "launch.json").write_text(kube.get_json("configmap", job)["data"]["launch.json"])
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "mpilaunch.launchers.k8s", str(tmp_path / "launch.json")], cwd=REPO, text=True,
+            [sys.executable, "-m", "mpilaunch.launchers.k8s", str(launcher_files(kube, job, tmp_path))], cwd=REPO, text=True,
             env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)

@@ -83,10 +83,12 @@ def test_intel_launch_sets_hydra_bootstrap_through_the_shim_and_the_library_path
     assert argv[argv.index("-bootstrap-exec") + 1] == "/bin/mpilaunch-rsh"
     assert cmd.env["I_MPI_HYDRA_BOOTSTRAP"] == "rsh"
     assert cmd.env["I_MPI_HYDRA_BOOTSTRAP_EXEC"] == "/bin/mpilaunch-rsh"
-    genv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-genv"}
-    assert genv[mpi.LIBDIR_ENV] == "/opt/intel/lib"  # <prefix>/lib of <prefix>/bin/mpirun
-    assert "-launcher" not in argv and "LD_LIBRARY_PATH" not in genv  # the worker's own path stays
-    assert mpi.LIBDIR_ENV not in pairs(build(MPICH).argv, "-genv")
+    listed = argv[argv.index("-genvlist") + 1].split(",")
+    assert mpi.LIBDIR_ENV in listed and cmd.env[mpi.LIBDIR_ENV] == "/opt/intel/lib"  # <prefix>/lib of <prefix>/bin/mpirun
+    assert "-launcher" not in argv and "LD_LIBRARY_PATH" not in listed  # the worker's own path stays
+    assert "-genv" not in argv
+    mpich = build(MPICH)
+    assert mpi.LIBDIR_ENV not in mpich.argv[mpich.argv.index("-genvlist") + 1] and mpi.LIBDIR_ENV not in mpich.env
 
 
 def test_intel_rank_environment_puts_the_mpi_libdir_first():
@@ -137,11 +139,62 @@ def test_openmpi5_daemons_fork_ranks_on_their_progress_thread():
     assert "odls_base_max_threads" not in " ".join(build(OMPI4).argv)
 
 
-def test_openmpi_forwards_nccl_horovod_pythonpath_and_user_vars():
-    xs = pairs(build(OMPI5).argv, "-x")
-    assert "NCCL_DEBUG=INFO" in xs and "HOROVOD_FUSION_THRESHOLD=1" in xs and "PYTHONPATH=/src" in xs
-    assert "FOO=bar" in xs and "SEED=3" in xs
-    assert not any(x.startswith("HOME=") for x in xs)
+@pytest.mark.parametrize("info", [OMPI4, OMPI5], ids=["openmpi4", "openmpi5"])
+def test_openmpi_forwards_nccl_horovod_pythonpath_and_user_vars(info):
+    cmd = build(info)
+    xs = pairs(cmd.argv, "-x")
+    # names on the command line, values in mpirun's environment (-x NAME exports it from there)
+    assert {"NCCL_DEBUG", "HOROVOD_FUSION_THRESHOLD", "PYTHONPATH", "FOO", "SEED"} <= set(xs)
+    assert not any("=" in x for x in xs) and "HOME" not in xs
+    assert {k: cmd.env[k] for k in ("NCCL_DEBUG", "HOROVOD_FUSION_THRESHOLD", "PYTHONPATH", "FOO", "SEED")} == {
+        "NCCL_DEBUG": "INFO", "HOROVOD_FUSION_THRESHOLD": "1", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
+    assert "HOME" not in cmd.env
+
+
+SECRET = "s3cr3t-value-of-32-characters-xy"
+
+
+@pytest.mark.parametrize("info", [OMPI4, OMPI5, MPICH, INTEL], ids=["openmpi4", "openmpi5", "mpich", "intel"])
+def test_secret_env_values_are_on_no_command_line(info):
+    """-x NAME=VALUE, -x NAME and mpilaunch's own per-rank variables (the status token among
+    them): every value in mpirun's environment, none in its argv; --dry-run masks the forwarded ones."""
+    environ = {**ENVIRON, "HF_TOKEN": SECRET}
+    cmd = build(info, environ=environ, user_env=("HF_TOKEN", f"API_KEY={SECRET[::-1]}"),
+                rank_env={mpi.STATUS_TOKEN_ENV: "feedbeef" * 4, rank_env.WORKER_SLOTS_ENV: "2,2"})
+    joined = " ".join(cmd.argv)
+    for value in (SECRET, SECRET[::-1], "feedbeef", "2,2", "INFO"):
+        assert value not in joined, (value, cmd.argv)
+    assert cmd.env["HF_TOKEN"] == SECRET and cmd.env["API_KEY"] == SECRET[::-1]
+    assert cmd.env[mpi.STATUS_TOKEN_ENV] == "feedbeef" * 4 and cmd.env[rank_env.WORKER_SLOTS_ENV] == "2,2"
+    if info.flavour == "openmpi":
+        names = pairs(cmd.argv, "-x")
+    else:
+        assert "-genvnone" not in cmd.argv and "-genv" not in cmd.argv  # hydra takes one of -genvnone/-genvlist
+        names = cmd.argv[cmd.argv.index("-genvlist") + 1].split(",")
+    assert {"HF_TOKEN", "API_KEY", mpi.STATUS_TOKEN_ENV, rank_env.WORKER_SLOTS_ENV} <= set(names)
+    assert "HOME" not in names
+    shown = cmd.shown_env()
+    assert shown["HF_TOKEN"] == "<set, 32 chars>" and shown["API_KEY"] == "<set, 32 chars>"
+    assert shown[mpi.STATUS_TOKEN_ENV] == "<set, 32 chars>" and shown["NCCL_DEBUG"] == "<set, 4 chars>"
+    assert shown[rank_env.WORKER_SLOTS_ENV] == "2,2"  # mpilaunch's own plan is no secret
+    assert shown["HYDRA_LAUNCHER_EXEC"] == "/bin/mpilaunch-rsh"
+
+
+@pytest.mark.parametrize("info", [OMPI5, MPICH], ids=["openmpi5", "mpich"])
+def test_secret_env_mpiruns_own_paths_stay_on_the_command_line_when_they_differ(info):
+    """-x PATH=... / LD_LIBRARY_PATH=...: mpirun's own search and loader paths are not changed by
+    a value meant for the ranks; a PATH equal to mpirun's own travels by name like any other."""
+    cmd = build(info, environ={"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/lib"},
+                user_env=("PATH=/opt/venv/bin:/usr/bin", "LD_LIBRARY_PATH"))
+    assert "PATH" not in cmd.env and cmd.env["LD_LIBRARY_PATH"] == "/lib"
+    assert cmd.env[mpi.WORKER_PATH_ENV] == "/opt/venv/bin:/usr/bin"  # the rank's program gets the user's
+    if info.flavour == "openmpi":
+        xs = pairs(cmd.argv, "-x")
+        assert "PATH=/opt/venv/bin:/usr/bin" in xs and "LD_LIBRARY_PATH" in xs
+    else:
+        genv = {cmd.argv[i + 1]: cmd.argv[i + 2] for i, a in enumerate(cmd.argv) if a == "-genv"}
+        assert genv == {"PATH": "/opt/venv/bin:/usr/bin"}
+        assert "LD_LIBRARY_PATH" in cmd.argv[cmd.argv.index("-genvlist") + 1].split(",")
 
 
 def test_more_than_128_hosts_raise_concurrency_and_radix():
@@ -163,8 +216,10 @@ def test_mpich_uses_hydra_rsh_launcher_and_explicit_env():
     assert argv[:5] == ["/usr/bin/mpiexec.hydra", "-n", "4", "-f", "/run/hostfile"]
     assert argv[argv.index("-launcher") + 1] == "rsh"
     assert argv[argv.index("-launcher-exec") + 1] == "/bin/mpilaunch-rsh"
-    assert "-genvnone" in argv and "-prepend-rank" in argv
-    genv = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-genv"}
+    # -genvlist: only the listed names, each with its value from mpiexec's environment
+    assert "-genvnone" not in argv and "-genv" not in argv and "-prepend-rank" in argv
+    listed = argv[argv.index("-genvlist") + 1].split(",")
+    genv = {name: cmd.env[name] for name in listed}
     assert {k: v for k, v in genv.items() if not k.startswith("MPILAUNCH_")} == {
         "HOROVOD_FUSION_THRESHOLD": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
     # the rank wrapper's digest covers exactly the user's forwarded variables

@@ -342,6 +342,43 @@ def test_failing_rank_is_named_with_its_pod(real, tmp_path):
     assert real.leftovers(job) == []
 
 
+def test_secret_env_on_real_pods_in_no_configmap_or_command_line(real):
+    """-x SECRET_TOKEN=VALUE with the cluster launcher on real pods: the kubelet mounts the job's
+    Secret into the launcher pod, every rank sees the value, no ConfigMap of the namespace holds
+    it, and no process of the node (the pods' included: they run on this machine) has it on its
+    command line while the ranks run; the Secret goes with the job."""
+    import hashlib
+
+    import psutil
+
+    job = "rp-secret-env"
+    secret = f"s3cr3t-value-{time.time_ns()}"
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    # the ranks wait 20 s (no file to release them: the pods' file systems are their own)
+    proc = real.start(job, "--np", "4", "--slots-per-worker", "2", "-q", "-x", f"SECRET_TOKEN={secret}",
+                      "--", "python3", f"{PROGRAMS}/secret_env.py", digest, "/nonexistent", "20")
+    try:
+        lines = wait_started(proc, 4, text="SECRET_SEEN")
+        on_argv = [f"{p.info['pid']}: {' '.join(p.info['cmdline'] or [])[:200]}"
+                   for p in psutil.process_iter(["pid", "cmdline"])
+                   if secret in " ".join(p.info["cmdline"] or []) and p.info["pid"] != proc.pid]
+        assert on_argv == [], on_argv
+        assert secret not in real.kubectl("get", "configmaps", "-o", "yaml").stdout
+        stored = json.loads(real.kubectl("get", "secret", f"{job}-env", "-o", "json").stdout)
+        assert stored["metadata"]["ownerReferences"][0]["name"] == job
+        seen = sorted(line.split("SECRET_SEEN ", 1)[1].split() for line in lines if "SECRET_SEEN " in line)
+        assert [s[0] for s in seen] == [f"rank={r}" for r in range(4)], lines
+        assert all(s[2] == "match=yes" for s in seen), lines
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        assert secret not in out + err
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+    assert real.leftovers(job) == []
+
+
 def test_rank_past_the_pods_memory_limit_is_named_as_killed_by_the_oom_killer(real, tmp_path):
     """--pod-memory is a real limit in the pod's cgroup, and a rank past it is named for what killed it."""
     job = "rp-oom"

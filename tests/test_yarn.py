@@ -458,6 +458,81 @@ def test_status_logs_delete_by_name(yarn, openmpi_env, tmp_path):
     assert missing.returncode == 2 and "no YARN application named 'no-such-job'" in missing.stderr
 
 
+SKEIN_SUBMIT = r"""
+import sys, skein
+name, tags = sys.argv[1], set(sys.argv[2:])
+spec = skein.ApplicationSpec(name=name, queue="default", tags=tags, max_attempts=1, master=skein.Master(
+    resources=skein.Resources(memory=128, vcores=1), script="sleep 600"))
+with skein.Client(security=skein.Security.new_credentials()) as client:
+    print(client.submit(spec), flush=True)
+"""
+
+
+def submit_with_skein(yarn, env, name, *tags):
+    """An application submitted with skein directly, not by mpilaunch: its id, once RUNNING."""
+    out = subprocess.run([sys.executable, "-c", SKEIN_SUBMIT, name, *tags], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    app_id = out.split()[-1]
+    wait_for(lambda: yarn.app_info(app_id)["state"] == "RUNNING", 90, f"{app_id} to run")
+    return app_id
+
+
+def test_delete_refuses_an_application_mpilaunch_did_not_submit(yarn, openmpi_env):
+    """An application of the job's name that mpilaunch did not submit (no `mpilaunch` tag) is
+    no job: delete, status and logs say so (exit 2) and it runs on. One tagged but submitted
+    by another user is not deleted either; the user's own is, and the foreign one still runs."""
+    name = "yarn-foreign"
+
+    def manage(*args, **env):
+        return subprocess.run([sys.executable, "-m", "mpilaunch", *args[:1], name, *args[1:], "--backend", "yarn"],
+                              cwd=REPO, env={**openmpi_env["env"], **env}, capture_output=True, text=True,
+                              timeout=120)
+
+    def state(app_id):
+        return yarn.app_info(app_id)["state"]
+
+    apps = []
+    try:
+        foreign = submit_with_skein(yarn, openmpi_env["env"], name)
+        apps.append(foreign)
+        for action in (["delete"], ["status"], ["logs"], ["logs", "-f"]):
+            r = manage(*action)
+            assert r.returncode == 2, (action, r.stdout, r.stderr)
+            assert r.stderr.startswith(f"mpilaunch: error: YARN application {name!r} ({foreign}) "
+                                       f"is not an mpilaunch job"), (action, r.stderr)
+            assert "\n  hint: " in r.stderr and "Traceback" not in r.stderr and r.stdout == "", r.stderr
+        assert state(foreign) == "RUNNING"  # refused, nothing killed
+
+        # tagged as mpilaunch's (what marks a job), under the same name: not someone else's to delete
+        ours = submit_with_skein(yarn, openmpi_env["env"], name, "mpilaunch")
+        apps.append(ours)
+        user = yarn.app_info(ours)["user"]
+        r = manage("delete", HADOOP_USER_NAME="someone-else")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.startswith(f"mpilaunch: error: YARN application {name!r} is not yours to delete "
+                                   f"({ours} submitted by {user}; you are someone-else)"), r.stderr
+        assert "\n  hint: " in r.stderr and r.stdout == ""
+        assert state(foreign) == state(ours) == "RUNNING"
+
+        # the user's own is killed; the foreign one is left, and said so
+        r = manage("delete")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == f"killed {ours} ({name})\nleft {foreign} ({name}) RUNNING: not an mpilaunch job\n", r.stdout
+        assert yarn.wait_app(ours, timeout=30)["state"] == "KILLED"
+        assert state(foreign) == "RUNNING"
+        status = manage("status")
+        assert status.returncode == 0, status.stderr
+        assert f"{ours}  {name}  KILLED" in status.stdout, status.stdout
+        assert f"not listed: {foreign} (RUNNING, user={user}), of the same name but not an mpilaunch job" \
+            in status.stdout, status.stdout
+    finally:
+        for app_id in apps:  # the test's own applications: killed by the test
+            if state(app_id) not in ("FINISHED", "FAILED", "KILLED"):
+                yarn.kill_app(app_id)
+            yarn.wait_app(app_id, timeout=30)
+    assert state(foreign) == "KILLED"
+
+
 def test_allocation_timeout_reports_pending_requests_and_kills(yarn, openmpi_env):
     name = "yarn-toobig"
     proc = start(["--name", name, "--gpus", "8", "--gpus-per-node", "4", "--queue", "ml", "--node-label", "gpu",

@@ -6,6 +6,11 @@ What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
 * a root ConfigMap ``<job>`` (hostfile, plan, the launcher's ``launch.json``)
   that owns every other object through ownerReferences: deleting it, or
   ``mpilaunch delete NAME``, garbage-collects the job;
+* with the cluster launcher, a Secret ``<job>-env`` with what the ConfigMap
+  must not show to everyone who may read it (the built-in ``view`` role
+  reads ConfigMaps, not Secrets): the forwarded variables' values (``-x``,
+  ``NCCL_*``, ``HOROVOD_*``) and the launch's status token, mounted into the
+  launcher pod only;
 * ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
   ``create/get pods/exec`` on this job's worker pods by name, nothing else;
 * unless detached, a Lease ``<job>`` this process renews and a reaper Job
@@ -47,48 +52,20 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import mpi, phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
-from . import k8s_manage, k8s_orphan, k8s_replace, rendezvous
+from . import k8s_launch, k8s_manage, k8s_orphan, k8s_replace, rendezvous
+from .k8s_launch import PYTHON_ENV, SECRET_DIR, SECRET_KEY, parse_toleration, secret_name  # noqa: F401
+from .k8s_launch import templates as _templates
 from .k8s_follow import follow_log
 from .k8s_api import Api, ApiError, resolve
 from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready,
                        launcher_started, pod_loss, startup_phases, summarize)
 
 GPU_RESOURCE = "nvidia.com/gpu"
-PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
 SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
 # Container states that will not fix themselves: fail the allocation at once.
 POLL = 0.5
 # The cluster's DNS domain (kubelet --cluster-domain); almost always this.
 CLUSTER_DOMAIN = os.environ.get("MPILAUNCH_K8S_CLUSTER_DOMAIN", "cluster.local")
-
-
-def _templates():
-    try:
-        import jinja2
-    except ImportError:
-        raise UsageError("the k8s backend needs the Python package 'jinja2'", "pip install 'mpilaunch[k8s]'") from None
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("mpilaunch", "templates"),
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
-    )
-
-
-def parse_toleration(text: str) -> dict:
-    """``KEY[=VALUE][:EFFECT]`` -> a toleration (``Exists`` without a value)."""
-    body, _, effect = text.partition(":")
-    key, eq, value = body.partition("=")
-    if not key and not effect:
-        raise UsageError(f"invalid --toleration {text!r}", "use KEY[=VALUE]:EFFECT, e.g. nvidia.com/gpu:NoSchedule")
-    tol = {"key": key, "operator": "Equal" if eq else "Exists"}
-    if eq:
-        tol["value"] = value
-    if effect:
-        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise UsageError(f"invalid toleration effect {effect!r}", "use NoSchedule, PreferNoSchedule or NoExecute")
-        tol["effect"] = effect
-    return tol
-
-
 def use_relay() -> bool:
     return os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0"
 
@@ -175,38 +152,12 @@ class Backend(BaseBackend):
         return self.opts.image
 
     def launch_spec(self) -> dict:
-        """What the launcher pod needs to run mpirun (mounted as /etc/mpilaunch/launch.json)."""
-        spec = self.spec
-        env = []
-        for item in spec.env:  # -x NAME takes its value here, not in the launcher pod
-            name = item.split("=", 1)[0]
-            if "=" not in item and name in os.environ:
-                item = f"{name}={os.environ[name]}"
-            env.append(item)
-        for name, value in sorted(os.environ.items()):
-            if name.startswith(("NCCL_", "HOROVOD_")) and not any(e.split("=", 1)[0] == name for e in env):
-                env.append(f"{name}={value}")
-        return {
-            "job": self.job,
-            "namespace": self.namespace,
-            "container": WORKER_CONTAINER,
-            "workers": [[w.name, w.slots] for w in self.plan.workers],
-            "mpi": spec.mpi,
-            # with the cluster launcher, --mpirun names the image's mpirun
-            "mpirun": spec.mpirun,
-            "command": list(spec.command),
-            "bind_gpus": spec.bind_gpus,
-            "verify": spec.verify,
-            "env": env,
-            "mpi_args": list(spec.mpi_args),
-            "rank_python": os.environ.get(PYTHON_ENV, "python3"),
-            "start_timeout": spec.start_timeout,
-            "detach": spec.detach,
-            # the rank wrappers' lines count only with it, here and in the launcher (rank.py)
-            "status_token": self.status_token,
-        }
+        return k8s_launch.launch_spec(self.spec, self.plan, self.job, self.namespace)
 
-    def _values(self) -> dict:
+    def launch_secret(self, reveal: bool = False) -> dict:
+        return k8s_launch.launch_secret(self.spec, self.status_token, os.environ, reveal)
+
+    def _values(self, reveal: bool = False) -> dict:
         opts = self.opts
         labels = {JOB_LABEL: self.job}
         worker_labels = {**labels, ROLE_LABEL: "worker"}
@@ -248,18 +199,23 @@ class Backend(BaseBackend):
             "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers], "openmpi"),
             "plan_json": json.dumps(self.plan.to_dict(), indent=1),
             "launch_json": json.dumps(self.launch_spec(), indent=1) if self.launcher == "cluster" else "",
+            "secret_name": secret_name(self.job),
+            "secret_dir": SECRET_DIR,
+            "secret_json": json.dumps(self.launch_secret(reveal), indent=1) if self.launcher == "cluster" else "",
             "detach": self.spec.detach,
         }
 
-    def manifests(self) -> list[tuple[str, str]]:
-        """``(group, yaml text)`` in creation order; group: root, lease, reaper-rbac, reaper, setup, workers, launcher."""
+    def manifests(self, reveal: bool = False) -> list[tuple[str, str]]:
+        """``(group, yaml text)`` in creation order; group: root, lease, reaper-rbac, reaper, setup, workers, launcher.
+        ``reveal``: the Secret with the values themselves (to create it), else masked (render, --dry-run)."""
         env = _templates()
-        values = self._values()
+        values = self._values(reveal)
         docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
         if not self.spec.detach:  # a detached job has no heartbeat: its launcher ends it
             docs += [(group, env.get_template(name).render(values)) for group, name in k8s_orphan.TEMPLATES]
         if self.launcher == "cluster":
             docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
+            docs.append(("setup", env.get_template("k8s-secret.yaml.j2").render(values)))
         docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))
         if self.opts.gang != "none":
             docs.append(("setup", env.get_template("k8s-podgroup.yaml.j2").render(values)))
@@ -270,11 +226,11 @@ class Backend(BaseBackend):
             docs.append(("launcher", env.get_template("k8s-launcher.yaml.j2").render(values)))
         return docs
 
-    def objects(self) -> list[tuple[str, dict]]:
+    def objects(self, reveal: bool = False) -> list[tuple[str, dict]]:
         import yaml
 
         out = []
-        for group, text in self.manifests():
+        for group, text in self.manifests(reveal):
             for obj in yaml.safe_load_all(text):
                 if obj:
                     out.append((group, obj))
@@ -282,13 +238,14 @@ class Backend(BaseBackend):
 
     def render(self) -> str:
         head = (f"# mpilaunch job {self.job} in namespace {self.namespace}: objects are created in this order;\n"
-                f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before).\n")
+                f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
+                f"# the Secret's values are masked here.\n")
         return head + "".join(f"---\n{text.strip()}\n" for _, text in self.manifests())
 
     # ------------------------------------------------------------ life cycle
 
     def allocate(self) -> None:
-        objects = self.objects()  # usage errors (image, tolerations) before touching the cluster
+        objects = self.objects(reveal=True)  # usage errors (image, tolerations) before touching the cluster
         api = self.api
         root = objects[0][1]
         try:
@@ -297,7 +254,7 @@ class Backend(BaseBackend):
             if e.status == 409:
                 raise UsageError(
                     f"a job named {self.job} already exists in namespace {self.namespace}",
-                    f"choose another --name, or remove it with: mpilaunch delete {self.job} --backend k8s",
+                    f"choose another --name, or, if it is an mpilaunch job of yours, remove it with: mpilaunch delete {self.job} --backend k8s",
                 ) from None
             raise AllocationError(f"cannot create ConfigMap {self.job}: {e.message}", _api_hint(e)) from None
         self.root_uid = made["metadata"]["uid"]

@@ -248,6 +248,7 @@ class Api:
 
 PLURALS = {
     "ConfigMap": "configmaps",
+    "Secret": "secrets",
     "ServiceAccount": "serviceaccounts",
     "Role": "roles",
     "RoleBinding": "rolebindings",

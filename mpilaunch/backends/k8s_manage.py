@@ -16,14 +16,31 @@ from .k8s_pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, _la
 def _manage_api(args) -> Api:
     return Api(resolve(args.kubeconfig, args.context, args.namespace, None))
 
+
+_LIST_HINT = f"list jobs with: kubectl get configmap -l {JOB_LABEL}"
+
+
 def _root(api: Api, name: str) -> dict:
+    """The job's root ConfigMap; a usage error if there is none, or if the
+    ConfigMap of that name is not one mpilaunch made (someone else's: never
+    to be reported on as a job, nor deleted)."""
     try:
-        return api.get("v1", "configmaps", name)
+        root = api.get("v1", "configmaps", name)
     except ApiError as e:
         if e.status == 404:
-            raise UsageError(f"no job {name} in namespace {api.namespace}",
-                             "list jobs with: kubectl get configmap -l mpilaunch/job") from None
+            raise UsageError(f"no job {name} in namespace {api.namespace}", _LIST_HINT) from None
         raise
+    _check_ours(api, root, name)
+    return root
+
+
+def _check_ours(api: Api, root: dict, name: str) -> None:
+    """Only a ConfigMap labelled ``mpilaunch/job=NAME`` (what k8s-root.yaml.j2 puts on it) is a job's root."""
+    label = (root["metadata"].get("labels") or {}).get(JOB_LABEL)
+    if label != name:
+        has = f"its {JOB_LABEL} label is {label!r}" if label is not None else f"it has no {JOB_LABEL} label"
+        raise UsageError(f"configmap {name} in namespace {api.namespace} is not an mpilaunch job ({has})",
+                         "mpilaunch looks at and deletes only the jobs it created; " + _LIST_HINT)
 
 
 def _seconds(timestamp: str | None) -> float | None:
@@ -97,6 +114,7 @@ def logs(args, stream) -> int:
     api = _manage_api(args)
     pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
     if not pods:
+        _root(api, args.name)  # no such job, or not an mpilaunch one, rather than "no launcher pod"
         raise UsageError(
             f"job {args.name} has no launcher pod in namespace {api.namespace}",
             "jobs run with --launcher local print their output on the submitting machine; workers only sleep",
@@ -116,16 +134,29 @@ def logs(args, stream) -> int:
     return 0
 
 def delete(args, stream) -> int:
+    """Delete job NAME: its root ConfigMap (only if mpilaunch's, and only the
+    very object checked: a uid precondition) and whatever carries its label."""
     api = _manage_api(args)
+    root_uid = ""  # no root: leave alone a ConfigMap of that name made meanwhile
     try:
-        api.get("v1", "configmaps", args.name)
+        root = api.get("v1", "configmaps", args.name)
     except ApiError as e:
         if e.status != 404:
             raise
+        # the root is gone but objects of the job may be left (a delete that was cut short)
         pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
         if not pods:
-            raise UsageError(f"no job {args.name} in namespace {api.namespace}", None) from None
-    delete_job(api, args.name, [], wait=30.0)
+            raise UsageError(f"no job {args.name} in namespace {api.namespace}", _LIST_HINT) from None
+    else:
+        _check_ours(api, root, args.name)  # someone else's ConfigMap: refuse, delete nothing
+        root_uid = root["metadata"]["uid"]
+    try:
+        delete_job(api, args.name, [], wait=30.0, root_uid=root_uid)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+        raise UsageError(f"configmap {args.name} in namespace {api.namespace} was replaced while it was being "
+                         f"deleted; nothing was deleted", "run mpilaunch delete again") from None
     print(f"deleted job {args.name} in namespace {api.namespace}", file=stream)
     return 0
 
@@ -134,16 +165,25 @@ _KINDS = [
     ("batch/v1", "jobs"), ("v1", "pods"), ("v1", "services"),
     ("rbac.authorization.k8s.io/v1", "rolebindings"), ("rbac.authorization.k8s.io/v1", "roles"),
     ("v1", "serviceaccounts"), ("coordination.k8s.io/v1", "leases"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
-    ("scheduling.x-k8s.io/v1alpha1", "podgroups"),
+    ("scheduling.x-k8s.io/v1alpha1", "podgroups"), ("v1", "secrets"),
 ]
 
 
-def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: float) -> None:
+def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: float,
+               root_uid: str | None = None) -> None:
     """Delete the root (garbage collection) and, not to depend on the GC's
-    pace, everything labelled with the job; wait until its pods are gone."""
+    pace, everything labelled with the job; wait until its pods are gone.
+
+    ``root_uid``: delete the root only if it is still that object (an
+    ApiError 409 otherwise, before anything else is deleted); ``""``: the
+    root is known to be gone, so a ConfigMap of that name made since is not
+    touched."""
     selector = f"{JOB_LABEL}={job}"
     background = {"propagationPolicy": "Background"}
-    api.delete("v1", "configmaps", job, **background)
+    if root_uid:
+        api.delete("v1", "configmaps", job, **background, preconditions={"uid": root_uid})
+    elif root_uid is None:
+        api.delete("v1", "configmaps", job, **background)
     errors = []
     names = {(v, p) for v, p, _ in created}
     for api_version, plural in _KINDS:
@@ -157,7 +197,8 @@ def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: fl
                 for item in items:
                     api.delete(api_version, plural, item["metadata"]["name"], **background)
         except ApiError as e:
-            if e.status not in (404, 405):
+            # may not list Secrets (``mpilaunch delete`` by someone else): the garbage collector takes it
+            if e.status not in (404, 405) and not (e.status == 403 and plural == "secrets"):
                 errors.append(f"{plural}: {e.message}")
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:

@@ -7,6 +7,12 @@ import skein
 from ..errors import AllocationError
 
 TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
+TAG = "mpilaunch"  # what yarn.py's ApplicationSpec tags every job's application with
+
+
+def is_mpilaunch(report) -> bool:
+    """An application mpilaunch submitted: it carries the ``mpilaunch`` tag (YARN lowercases tags)."""
+    return TAG in {t.lower() for t in (report.tags or ())}
 
 
 def _state(value) -> str:

@@ -24,7 +24,7 @@ import time
 from ..errors import UsageError
 from ..result import EXIT_TIMEOUT
 from . import yarn_outcome
-from .yarn_client import _client, _short, _state
+from .yarn_client import _client, _short, _state, is_mpilaunch
 
 POLL_S = 1.0
 NO_LAUNCHER_S = 30.0
@@ -49,9 +49,11 @@ def find_app(client, name: str):
     """The newest application of that name (names may be reused; the newest is the job asked for)."""
     import skein
 
-    apps = client.get_applications(name=name, states=list(skein.model.ApplicationState))
+    every = client.get_applications(name=name, states=list(skein.model.ApplicationState))
+    apps = [a for a in every if is_mpilaunch(a)]  # another tool's application of that name is not the job
     if not apps:
-        raise UsageError(f"no YARN application named {name!r}",
+        others = f" (only {len(every)} not submitted by mpilaunch)" if every else ""
+        raise UsageError(f"no mpilaunch job named {name!r} on YARN{others}",
                          "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
     return max(apps, key=lambda a: a.start_time or 0)
 

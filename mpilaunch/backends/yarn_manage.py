@@ -2,26 +2,77 @@
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 
 import skein
 
 from ..errors import UsageError
 from . import yarn_detach, yarn_outcome
-from .yarn_client import TERMINAL_STATES, _client, _short, _state
+from .yarn_client import TAG, TERMINAL_STATES, _client, _short, _state, is_mpilaunch  # noqa: F401
 
 
-def _find_apps(client, name: str) -> list:
+
+
+def current_user() -> str:
+    """Who YARN takes us for, as Hadoop's UserGroupInformation decides with
+    simple authentication: HADOOP_USER_NAME, else the operating system's
+    name for our uid (not $USER)."""
+    if os.environ.get("HADOOP_USER_NAME"):
+        return os.environ["HADOOP_USER_NAME"]
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return getpass.getuser()
+
+
+def _all_apps(client, name: str) -> list:
+    """Every application of that name, in any state, oldest first (an error if there is none)."""
     apps = client.get_applications(name=name, states=list(skein.model.ApplicationState))
     if not apps:
         raise UsageError(f"no YARN application named {name!r}",
                          "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
     return sorted(apps, key=lambda a: a.start_time or 0)
 
+
+def _find_apps(client, name: str) -> list:
+    """The applications of that name that mpilaunch submitted, oldest first; an
+    error if there are none (an application of someone else's is never reported
+    on as a job)."""
+    return _ours(_all_apps(client, name), name)
+
+
+def _ours(apps: list, name: str) -> list:
+    ours = [a for a in apps if is_mpilaunch(a)]
+    if not ours:
+        ids = ", ".join(a.id for a in apps)
+        raise UsageError(f"YARN application {name!r} ({ids}) is not an mpilaunch job: it has no {TAG!r} tag",
+                         "mpilaunch looks at and kills only the applications it submitted; "
+                         "see it with: yarn application -status ID")
+    return ours
+
+
+class _OursOnly:
+    """A skein client whose get_applications sees only mpilaunch's applications."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, attr):
+        return getattr(self._client, attr)
+
+    def get_applications(self, *args, **kwargs):
+        return [a for a in self._client.get_applications(*args, **kwargs) if is_mpilaunch(a)]
+
+
 def status(args, stream) -> int:
     client = _client()
     try:
-        for report in _find_apps(client, args.name):
+        apps = _all_apps(client, args.name)
+        for report in _ours(apps, args.name):
             phase, code, _failure, elapsed = yarn_detach.phase_of(report)
             print(f"{report.id}  {report.name}  {phase}" + (f" (exit {code})" if code is not None else "")
                   + f"  elapsed {elapsed:.0f}s  state={_state(report.state)} final={_state(report.final_status)}"
@@ -34,6 +85,10 @@ def status(args, stream) -> int:
                       f"  exit={c.get('exitCode')}", file=stream)
             if not containers and code is not None:
                 print("  no containers left: all released", file=stream)
+        for report in apps:
+            if not is_mpilaunch(report):
+                print(f"not listed: {report.id} ({_state(report.state)}, user={report.user}), "
+                      f"of the same name but not an mpilaunch job", file=stream)
     finally:
         client.close()
     return 0
@@ -42,7 +97,8 @@ def logs(args, stream) -> int:
     client = _client()
     try:
         if getattr(args, "follow", False):
-            return yarn_detach.follow(client, args.name, stream, _node_containers, _http_text)
+            _find_apps(client, args.name)  # no such job, or not an mpilaunch one: say so at once
+            return yarn_detach.follow(_OursOnly(client), args.name, stream, _node_containers, _http_text)
         report = _find_apps(client, args.name)[-1]
         containers = _node_containers(client, report.id)
         ended_log = yarn_outcome.launcher_log(report.diagnostics) if not containers else None
@@ -74,14 +130,30 @@ def logs(args, stream) -> int:
     return 0
 
 def delete(args, stream) -> int:
+    """Kill the running applications of that name that mpilaunch submitted for
+    this user; anyone else's (no mpilaunch tag, or another user's) is left
+    alone, and when there is nothing else, nothing is killed (exit 2)."""
     client = _client()
     try:
-        for report in _find_apps(client, args.name):
+        apps = _all_apps(client, args.name)
+        ours = _ours(apps, args.name)  # none: refused, nothing killed
+        user = current_user()
+        mine = [a for a in ours if a.user == user]
+        if not mine:
+            owners = ", ".join(f"{a.id} submitted by {a.user}" for a in ours)
+            raise UsageError(f"YARN application {args.name!r} is not yours to delete ({owners}; you are {user})",
+                             "mpilaunch delete kills only your own jobs; ask their owner or a YARN administrator")
+        for report in mine:
             if _state(report.state) not in TERMINAL_STATES:
                 client.kill_application(report.id)
                 print(f"killed {report.id} ({report.name})", file=stream)
             else:
                 print(f"{report.id} already {_state(report.state)}", file=stream)
+        killed = {a.id for a in mine}
+        for report in apps:
+            if report.id not in killed and _state(report.state) not in TERMINAL_STATES:
+                why = f"submitted by {report.user}" if is_mpilaunch(report) else "not an mpilaunch job"
+                print(f"left {report.id} ({report.name}) {_state(report.state)}: {why}", file=stream)
     finally:
         client.close()
     return 0

@@ -206,6 +206,19 @@ def finish_detached(creds: dict, launch: dict, result) -> None:
           file=sys.stderr, flush=True)
 
 
+def read_secret(launch: dict) -> dict:
+    """The Secret's part of the launch description (the forwarded values, the status token),
+    mounted where ``secret_file`` says (``backends.k8s.SECRET_DIR``); ``{}`` when it names none."""
+    path = launch.get("secret_file")
+    if not path:
+        return {}
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise MpilaunchError(f"cannot read the job's Secret at {path}: {getattr(e, 'strerror', None) or e}",
+                             f"the launcher pod mounts Secret {launch['job']}-env there; check that it exists") from None
+
+
 def spec_from_launch(launch: dict) -> JobSpec:
     return JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")), name=launch["job"],
                    env=tuple(launch.get("env") or ()), mpi_args=tuple(launch.get("mpi_args") or ()),
@@ -227,6 +240,7 @@ def main(argv=None) -> int:
     launch = json.loads(Path(argv[0]).read_text())
     result = JobResult(job_name=launch["job"], exit_code=1, failure="the launcher failed before mpirun ran")
     try:
+        launch.update(read_secret(launch))
         spec = spec_from_launch(launch)
         plan = Plan(job_name=launch["job"], workers=tuple(
             WorkerPlan(name=name, slots=int(slots), gpus=0) for name, slots in launch["workers"]))

@@ -110,9 +110,10 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
         rank_env=rank_variables(plan, rendezvous, token),
     )
     command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
-    # workers that are sent this machine's PATH (local, YARN) get it from here, before mpirun's prefix
+    # workers that are sent this machine's PATH (local, YARN) get it from here, before mpirun's
+    # prefix; -x PATH=... already put the user's there (forwarded to the ranks from this environment)
     if "PATH" in environ:
-        command.env[mpi.WORKER_PATH_ENV] = environ["PATH"]
+        command.env.setdefault(mpi.WORKER_PATH_ENV, environ["PATH"])
     return text, command
 
 
@@ -162,9 +163,11 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
     print(f"  {command.shell()}", file=stream)
     print("torch.distributed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK per rank; "
           "MASTER_ADDR/MASTER_PORT on worker 0, chosen at launch", file=stream)
-    print("environment:", file=stream)
-    for key in sorted(command.env):
-        print(f"  {key}={shlex.quote(command.env[key])}", file=stream)
+    # the forwarded values travel in mpirun's environment, not on its command line; shown masked
+    print("environment (forwarded values masked):", file=stream)
+    shown = command.shown_env()
+    for key in sorted(shown):
+        print(f"  {key}={shown[key]}", file=stream)
     print_manifests(backend, stream)
 
 

@@ -10,8 +10,7 @@ message carries one channel byte: 0 stdin, 1 stdout, 2 stderr, 3 the final
 Context keys (written once per job by the backend or the launcher pod):
 ``server``, ``ca_file`` | ``insecure``, ``token_file`` | ``cert_file`` +
 ``key_file``, ``namespace``, ``container``; ``in_cluster: true`` takes the
-server from ``KUBERNETES_SERVICE_HOST/PORT`` instead. Each worker entry has
-``pod``.
+server from ``KUBERNETES_SERVICE_HOST/PORT``. Each worker entry has ``pod``.
 
 The remote command runs as ``setsid /bin/sh -c CMD`` and writes its process
 id to a file first, so a signal to the shim (mpirun tearing down) becomes a
@@ -38,13 +37,12 @@ _OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 1
 # daemon's exit code was lost and mpirun never learnt that a daemon died;
 # and the pid recorded outside was not the command's group. So: ``-w``
 # (wait, pass the exit code on), and the pid is written by the shell that
-# is the session leader itself. That shell stays until the command ends and
-# then removes the pid file (the killer removes it after a signal): pods
-# kept no file per daemon session in their /tmp. It traps the forwarded
-# signals with a no-op, so it outlives the command (whose handlers are the
-# defaults again) and passes its exit code on: 128+N when a signal ended it.
-# Without a usable setsid the wrapper's own pid is the group to signal (and
-# its file stays: nothing is left to remove it).
+# is the session leader itself. That shell stays until the command ends,
+# then removes the pid file (pods kept one per daemon session in /tmp); it
+# traps the forwarded signals with a no-op, so it outlives the command (whose
+# handlers are the defaults again) and passes its exit code on (128+N after
+# a signal). Without a usable setsid the wrapper's own pid is the group to
+# signal (and its file stays: nothing is left to remove it).
 _WRAPPER = (
     'f="${TMPDIR:-/tmp}/mpilaunch-$1.pid"; '
     'if command -v setsid >/dev/null 2>&1 && setsid -w true 2>/dev/null; then '
