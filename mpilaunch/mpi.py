@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from . import mpi_versions
+from .rank_env import FORWARDED_LIST_ENV, WORKER_PATH_ENV
 from .errors import UsageError
 
 FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_")
@@ -27,9 +28,8 @@ FORWARDED_NAMES = ("PYTHONPATH",)
 # had before the daemon started: the launcher's for workers that are sent
 # its PATH (local, YARN), else the worker's own (captured by the shim's
 # remote command, CAPTURE_WORKER_PATH), or the user's -x PATH=...
-WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"
-# The names of the variables mpilaunch forwards, for the rank's digest of them.
-FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"
+# (rank_env.WORKER_PATH_ENV). The names of the variables mpilaunch forwards, for the rank's
+# digest of them: rank_env.FORWARDED_LIST_ENV. One definition, shared with the rank wrapper.
 # Resource-manager components Open MPI (ORTE and PRRTE) may pick up from the
 # environment; excluded so the hostfile is the only host list. Excluding a
 # component an installation lacks is accepted by both.

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .mpi import split_tagged
-from .rank import (MPI_PREFIX, OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_mpi, parse_start, parse_start_env,
+from .rank import (MPI_PREFIX, OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_mpi, parse_start_line,
                    parse_status)
 
 TAIL_LINES = 20
@@ -139,11 +139,11 @@ class RankOutput:
     def _emit(self, stream: str, rank: int | None, text: str) -> None:
         text = text.rstrip("\r")
         token = self.token
-        start = parse_start(text, token)
-        if start is not None:
+        parsed = parse_start_line(text, token)
+        if parsed is not None:
+            start, program, env_digest = parsed
             self.times.setdefault("first_rank_start", time.monotonic())
             self.starts.append(start)
-            program, env_digest = parse_start_env(text, token)
             self.environments.setdefault(start[0], {}).update(program=program, env_digest=env_digest)
             text = text[: text.find(START_PREFIX)].strip(" \0")
             if not text:

@@ -13,7 +13,7 @@ program's environment. mpilaunch counts only lines with its token, so a
 program that prints such a line (or cats an old log) cannot forge a rank's
 exit or start.
 Standard library only, and few modules of it: one of these starts per
-rank, so the program is started with ``os.posix_spawnp`` (no ``subprocess``),
+rank, so the program is started with ``os.posix_spawn`` (no ``subprocess``),
 signals come from ``_signal`` (no ``enum``), and ``re`` is imported only by
 the parsers, which run in mpilaunch itself.
 """
@@ -129,12 +129,8 @@ _START_ENV_PATTERN = r" program=(\S+) env=([0-9a-f]{8})"
 
 def parse_start_env(text: str, token: str | None = None) -> tuple[str | None, str | None]:
     """(program, digest of forwarded variables) from a start line; None for what it lacks."""
-    import re
-
-    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + _START_ENV_PATTERN + _token_pattern(token), text)
-    if m is None:
-        return None, None
-    return (None if m[6] == UNKNOWN else rank_env.unquote(m[6])), m[7]
+    parsed = parse_start_line(text, token)
+    return (None, None) if parsed is None else parsed[1:]
 
 
 def format_mpi(rank: str, worker: str, library: str, token: str | None = None) -> str:
@@ -151,18 +147,27 @@ def parse_mpi(text: str, token: str | None = None) -> tuple[int, str] | None:
     return None if m is None else (int(m[1]), rank_env.unquote(m[2]))
 
 
-def parse_start(text: str, token: str | None = None) -> tuple[int, int | None, int | None, str, str] | None:
-    """The start line -> (rank, local rank, size, worker, host); unknown numbers are None."""
+def parse_start_line(text: str, token: str | None = None):
+    """A start line -> ((rank, local rank, size, worker, host), program, forwarded-variable digest),
+    or None; unknown numbers are None, and so are the program and digest of a line without them.
+    With ``token``, only a line carrying it (and its environment fields) counts."""
     if START_PREFIX not in text:
         return None
     import re
 
-    tail = r" program=\S+ env=[0-9a-f]{8}" + _token_pattern(token) if token else ""
-    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + tail, text)
+    env_fields = _START_ENV_PATTERN + _token_pattern(token) if token else f"(?:{_START_ENV_PATTERN})?"
+    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + env_fields, text)
     if m is None:
         return None
     number = lambda v: None if v == UNKNOWN else int(v)  # noqa: E731
-    return int(m[1]), number(m[2]), number(m[3]), m[4], m[5]
+    program = None if m[6] in (None, UNKNOWN) else rank_env.unquote(m[6])
+    return (int(m[1]), number(m[2]), number(m[3]), m[4], m[5]), program, m[7]
+
+
+def parse_start(text: str, token: str | None = None) -> tuple[int, int | None, int | None, str, str] | None:
+    """The start line -> (rank, local rank, size, worker, host); unknown numbers are None."""
+    parsed = parse_start_line(text, token)
+    return None if parsed is None else parsed[0]
 
 
 def bound_devices(environ) -> str | None:

@@ -1,7 +1,7 @@
 """What the rank wrapper adds to a rank's environment, and what it reports of it.
 
 - PATH: the rank's program gets the PATH its worker had before mpirun's
-  daemon started (``MPILAUNCH_WORKER_PATH``, see ``mpi.WORKER_PATH_ENV``), not
+  daemon started (``MPILAUNCH_WORKER_PATH``), not
   the one Open MPI's implied ``--prefix`` put its own bin directory ahead in.
 - torch.distributed's env rendezvous (``RANK``, ``WORLD_SIZE``,
   ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``, ``MASTER_ADDR``,
@@ -17,8 +17,8 @@ wrapper (the hot-path import contract in pyproject.toml).
 
 import os
 
-WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"  # mpi.WORKER_PATH_ENV
-FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"  # mpi.FORWARDED_LIST_ENV
+WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"  # set by mpilaunch (mpi.py, the shim), read here
+FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"  # the names mpilaunch forwards, for forwarded_digest
 WORKER_SLOTS_ENV = "MPILAUNCH_WORKER_SLOTS"  # "4,4": each worker's slots in plan order
 MASTER_ADDR_ENV = "MPILAUNCH_MASTER_ADDR"
 MASTER_PORT_ENV = "MPILAUNCH_MASTER_PORT"

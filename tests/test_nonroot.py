@@ -163,6 +163,17 @@ def wait_started_or_kill(proc, count: int) -> None:
         raise
 
 
+def communicate_or_stop(proc, timeout: float) -> tuple[str, str]:
+    """The job's output once it ended; a job still running when that fails (a timeout) gets
+    SIGTERM, as a user's Ctrl-C would, so its cleanup runs before the test's checks."""
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+
+
 def local_job(nonroot, workdir, name: str, *args: str, env=None, **popen):
     """``mpilaunch --mpirun MPIRUN --name NAME --np 4 --slots-per-worker 2 -q ARGS...`` as the user."""
     return nonroot.popen(["mpilaunch", "--mpirun", MPIRUN, "--name", name, "--np", "4", "--slots-per-worker", "2",
@@ -282,12 +293,7 @@ def test_nonroot_k8s_job_client_side(kube, nonroot, workdir, nothing_left, tmp_p
              "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q", "--output-dir", str(out_dir),
              "--", nonroot.python, "-c", RANK_INFO],
             workdir, nonroot.env(workdir, KUBECONFIG=str(kubeconfig), MPILAUNCH_K8S_PYTHON=nonroot.python))
-        try:
-            out, err = proc.communicate(timeout=180)
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.communicate(timeout=60)
+        out, err = communicate_or_stop(proc, 180)
     finally:
         forget_pod_env(kube, job, 2)
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
@@ -358,12 +364,7 @@ def test_nonroot_yarn_job_client_side(yarn, nonroot, workdir, nothing_left):
                           "--np", "4", "--slots-per-worker", "2", "--memory", "512 MiB", "--vcores", "1", "-q",
                           "--", nonroot.python, "-c", RANK_INFO],
                          workdir, env)
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=60)
+    out, err = communicate_or_stop(proc, 240)
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
     assert err == "", err  # -q: nothing but the ranks' own output (no warning of a mixed venv, no traceback)
     ranks = rank_infos(out)

@@ -26,5 +26,6 @@ if forge == "start" and rank == 0:
           file=sys.stderr, flush=True)
 if forge == "status" and rank == 1:
     print("mpilaunch-rank-status: rank=1 worker=x exit=0", file=sys.stderr, flush=True)
+    time.sleep(1)  # rank 0 ends (exit 0) by itself first, not in mpirun's teardown after this failure
     sys.exit(3)
 sys.exit(int(os.environ.get("EXIT_CODE", "0")))
