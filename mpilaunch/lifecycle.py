@@ -118,6 +118,8 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             while True:
                 with LostWorkerWatch(backend, workload) as watch:
                     result.exit_code, result.failure = workload.watch(run, deadline)
+                if watch.fatal is not None:
+                    raise watch.fatal
                 phases.mark(seen, "workload_done")
                 lost = diagnose_lost_workers(backend, workload, result, watch.lost)
                 attempts.append(attempt_record(len(attempts) + 1, t0, t_run, result, lost))
@@ -297,6 +299,7 @@ class LostWorkerWatch:
         self.workload = workload
         self.interval = interval
         self.lost: dict[str, str] = {}
+        self.fatal: MpilaunchError | None = None  # the backend can no longer watch (its credentials failed)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lost-worker-watch", daemon=True)
 
@@ -312,6 +315,11 @@ class LostWorkerWatch:
         while not self._done.wait(self.interval):
             try:
                 lost = self.backend.lost_workers()
+            except MpilaunchError as e:  # e.g. the cluster's credentials failed: stop while they still work
+                self.fatal = e
+                self.workload.note_stop(f"after {e.message}")
+                self.workload.stop()
+                return
             except Exception:  # a flaky API call is no verdict; ask again next time
                 continue
             if lost and not self._done.is_set():

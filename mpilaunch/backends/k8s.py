@@ -56,7 +56,8 @@ from . import k8s_launch, k8s_manage, k8s_orphan, k8s_replace, rendezvous
 from .k8s_launch import PYTHON_ENV, SECRET_DIR, SECRET_KEY, parse_toleration, secret_name  # noqa: F401
 from .k8s_launch import templates as _templates
 from .k8s_follow import follow_log
-from .k8s_api import Api, ApiError, resolve
+from .k8s_api import Api, ApiError, ApiOutage, resolve, resolve_with_tokens
+from .k8s_credentials import refused
 from .k8s_pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, _launcher_exit, _pod_problem, _pod_ready,
                        launcher_started, pod_loss, startup_phases, summarize)
 
@@ -87,6 +88,7 @@ class Backend(BaseBackend):
         self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_name = f"{self.job}-launcher"
         self._creds: dict | None = None
+        self._tokens = None  # a k8s_credentials.TokenSource when the kubeconfig's token expires
         self._api: Api | None = None
         self._namespace: str | None = None
         self.root_uid: str | None = None
@@ -95,6 +97,7 @@ class Backend(BaseBackend):
         self.pods: dict[str, dict] = {}
         self.relay = None
         self.heartbeat = None
+        self._outage = ApiOutage("the job's pods")
 
     # ------------------------------------------------------------ cluster access
 
@@ -112,13 +115,16 @@ class Backend(BaseBackend):
 
     def _credentials(self) -> dict:
         if self._creds is None:
-            self._creds = resolve(self.opts.kubeconfig, self.opts.context, self.opts.namespace, self.rundir)
+            self._creds, self._tokens = resolve_with_tokens(self.opts.kubeconfig, self.opts.context,
+                                                            self.opts.namespace, self.rundir)
         return self._creds
 
     @property
     def api(self) -> Api:
         if self._api is None:
-            self._api = Api(self._credentials())
+            self._api = Api(self._credentials(), tokens=self._tokens)
+            if self._tokens is not None:
+                self._tokens.start()  # refreshed from here on, for this process, the relay and the shims
         return self._api
 
     @classmethod
@@ -300,6 +306,8 @@ class Backend(BaseBackend):
             try:
                 pods = self._list_pods()
             except (ApiError, OSError) as e:
+                if isinstance(e, ApiError) and e.status == 403:
+                    raise refused(e.status, e.message, "listing the job's pods") from None
                 if time.monotonic() > deadline:
                     raise AllocationError(f"cannot list the job's pods: {e}", "check the API server") from None
                 time.sleep(POLL)
@@ -422,17 +430,22 @@ class Backend(BaseBackend):
             kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said)}, daemon=True)
         follower.start()
         code = None
+        outage = ApiOutage(f"the launcher pod {pod}")
         try:
             while True:
+                self.api.check_credentials()
                 try:
                     current = self.api.get("v1", "pods", pod)
+                    outage.ok()
                 except ApiError as e:
                     if e.status == 404:
                         output.feed("stderr", f"mpilaunch: launcher pod {pod} disappeared\n")
                         return 1
-                    current = None
-                except OSError:
-                    current = None
+                    if e.status == 403:
+                        raise refused(e.status, e.message, f"reading the launcher pod {pod}") from None
+                    current = outage.failed(e)
+                except OSError as e:
+                    current = outage.failed(e)
                 if current is not None:
                     code = _launcher_exit(current)
                     if code is not None:
@@ -467,11 +480,20 @@ class Backend(BaseBackend):
         k8s_replace.relaunch(self, attempt)
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
-        """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report)."""
+        """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report).
+
+        Raises CredentialError when the credentials failed (the watch stops the job); any
+        other failed call is no verdict, and is said on stderr if it lasts."""
+        self.api.check_credentials()
         try:
             pods = {p["metadata"]["name"]: p for p in self._list_pods()}
-        except (ApiError, OSError, ValueError):
-            return {}
+            self._outage.ok()
+        except ApiError as e:
+            if e.status == 403:
+                raise refused(e.status, e.message, "listing the job's pods") from None
+            return self._outage.failed(e) or {}
+        except (OSError, ValueError) as e:
+            return self._outage.failed(e) or {}
         lost = {}
         for w in self.plan.workers:
             reason = pod_loss(pods.get(w.name))
@@ -497,6 +519,8 @@ class Backend(BaseBackend):
         return out
 
     def release(self) -> None:
+        if self._tokens is not None:
+            self._tokens.stop()
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None
@@ -510,7 +534,8 @@ class Backend(BaseBackend):
         try:
             k8s_manage.delete_job(self.api, self.job, self.created, wait=20.0)
         except Exception as e:  # never raise from teardown
-            print(f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); "
+            print(f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); the cluster's reaper deletes it "
+                  f"--orphan-timeout {self.spec.orphan_timeout:g}s after the last Lease renewal, or "
                   f"run: mpilaunch delete {self.job} --backend k8s", file=sys.stderr)
         self.root_uid = None
 

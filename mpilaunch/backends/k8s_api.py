@@ -17,9 +17,13 @@ from ``KUBERNETES_SERVICE_HOST/PORT``; that path imports nothing but stdlib.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import logging
 import os
+import ssl
+import sys
 import threading
 import time
 import urllib.parse
@@ -67,6 +71,12 @@ def _kubeconfig_exists(paths: str) -> bool:
 
 def resolve(kubeconfig: str | None, context: str | None, namespace: str | None, rundir: Path | None) -> dict:
     """Credentials + namespace as a flat dict (see module doc). Files go to ``rundir``."""
+    return resolve_with_tokens(kubeconfig, context, namespace, rundir)[0]
+
+
+def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: str | None,
+                        rundir: Path | None) -> tuple[dict, "TokenSource | None"]:
+    """``resolve``, plus the TokenSource that keeps an exec plugin's token fresh (None: nothing expires)."""
     paths = _kubeconfig_paths(kubeconfig)
     if not _kubeconfig_exists(paths) and not kubeconfig and not context and in_cluster_available():
         ns = namespace
@@ -75,7 +85,7 @@ def resolve(kubeconfig: str | None, context: str | None, namespace: str | None, 
                 ns = Path(sa_dir(), "namespace").read_text().strip()
             except OSError:
                 ns = None
-        return {"in_cluster": True, "sa_dir": sa_dir(), "namespace": ns or "default"}
+        return {"in_cluster": True, "sa_dir": sa_dir(), "namespace": ns or "default"}, None
     if not _kubeconfig_exists(paths):
         raise UsageError(
             f"no kubeconfig found ({paths})",
@@ -83,22 +93,26 @@ def resolve(kubeconfig: str | None, context: str | None, namespace: str | None, 
         )
     try:
         from kubernetes import client as kclient
-        from kubernetes import config as kconfig
+        from kubernetes.config import kube_config
     except ImportError:
         raise UsageError("the k8s backend needs the Python package 'kubernetes'", "pip install 'mpilaunch[k8s]'") from None
+    from . import k8s_credentials
+
     try:
-        contexts, active = kconfig.list_kube_config_contexts(config_file=paths)
+        merged = kube_config.KubeConfigMerger(paths)
+        if merged.config is None:
+            raise kube_config.ConfigException("no configuration found")
         if context:
-            chosen = next((c for c in contexts if c["name"] == context), None)
-            if chosen is None:
-                names = ", ".join(c["name"] for c in contexts) or "none"
-                raise UsageError(f"context {context!r} not in {paths}", f"choose one of: {names}")
-        else:
-            chosen = active
+            names = [c["name"] for c in (merged.config.safe_get("contexts") or [])]
+            if context not in names:
+                raise UsageError(f"context {context!r} not in {paths}", f"choose one of: {', '.join(names) or 'none'}")
+        loader = kube_config.KubeConfigLoader(config_dict=merged.config, active_context=context,
+                                              config_base_path=None,
+                                              temp_file_path=str(rundir) if rundir is not None else None)
+        chosen = loader.current_context
         cfg = kclient.Configuration()
-        tmp = str(rundir) if rundir is not None else None
-        kconfig.load_kube_config(config_file=paths, context=context, client_configuration=cfg,
-                                 persist_config=False, temp_file_path=tmp)
+        with _quiet_loader_log():  # a failing exec plugin is logged there, then named by us below
+            loader.load_and_set(cfg)
     except UsageError:
         raise
     except Exception as e:  # the loader raises ConfigException, ValueError, OSError...
@@ -117,10 +131,10 @@ def resolve(kubeconfig: str | None, context: str | None, namespace: str | None, 
             creds[key] = src
         else:
             creds[key] = _write_private(rundir / f"k8s-{key.replace('_file', '')}.pem", Path(src).read_bytes())
+    plugin = k8s_credentials.exec_plugin_fetcher(paths, (chosen or {}).get("name"))
     auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    if auth is None and getattr(cfg, "refresh_api_key_hook", None):
-        cfg.refresh_api_key_hook(cfg)
-        auth = (cfg.api_key or {}).get("authorization")
+    if plugin is not None and not auth and not cfg.cert_file:
+        plugin[0]()  # the loader swallowed the plugin's failure: run it again for the error (exit 3)
     if auth:
         token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
         if rundir is None:
@@ -129,14 +143,39 @@ def resolve(kubeconfig: str | None, context: str | None, namespace: str | None, 
             creds["token_file"] = _write_private(rundir / "k8s-token", token.encode())
     elif cfg.username and cfg.password:
         raise UsageError("basic-auth kubeconfig users are not supported", "use a token or client certificate")
-    return creds
+    tokens = None
+    if plugin is not None and auth:
+        fetch, describe = plugin
+        expiry = getattr(loader, "expiry", None)  # set by the loader from the plugin's expirationTimestamp
+        first = k8s_credentials.Token(token, time.time(),
+                                      expiry.timestamp() if expiry is not None else None)
+        tokens = k8s_credentials.TokenSource(fetch, first, Path(creds["token_file"]) if "token_file" in creds else None,
+                                             describe)
+    return creds, tokens
+
+
+def client(kubeconfig: str | None, context: str | None, namespace: str | None) -> "Api":
+    """An Api for a command that may run long (``logs -f``, ``wait``): its token is kept fresh."""
+    creds, tokens = resolve_with_tokens(kubeconfig, context, namespace, None)
+    return Api(creds, tokens=tokens.start() if tokens is not None else None)
+
+
+@contextlib.contextmanager
+def _quiet_loader_log():
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 class Api:
     """Minimal JSON REST client (one keep-alive connection per thread)."""
 
-    def __init__(self, creds: dict, timeout: float = 30.0):
+    def __init__(self, creds: dict, timeout: float = 30.0, tokens=None):
         self.creds = creds
+        self.tokens = tokens  # a k8s_credentials.TokenSource when the token expires
         self.namespace = creds.get("namespace") or "default"
         self.host, self.port, _ = transport.server_address(creds)
         self.timeout = timeout
@@ -144,6 +183,8 @@ class Api:
         self._local = threading.local()
 
     def _token(self) -> str | None:
+        if self.tokens is not None:
+            return self.tokens.current()
         if "token" in self.creds:
             return self.creds["token"]
         return transport.bearer_token(self.creds)
@@ -159,10 +200,36 @@ class Api:
 
     def request(self, method: str, path: str, body=None, query: dict | None = None,
                 content_type: str = "application/json", stream: bool = False, timeout: float | None = None):
+        """One request; a 401 with an expiring token fetches a new one and sends the request once more.
+
+        A 401 that stays is raised as a CredentialError (exit 3, one line):
+        it is never an answer to read as "nothing there"."""
+        token = self._token()
+        try:
+            return self._request(method, path, body, query, content_type, stream, timeout, token)
+        except ApiError as e:
+            if e.status != 401:
+                raise
+            if self.tokens is not None and self.tokens.after_unauthorized(token):
+                try:
+                    return self._request(method, path, body, query, content_type, stream, timeout, self._token())
+                except ApiError as again:
+                    if again.status != 401:
+                        raise
+                    e = again
+            from .k8s_credentials import refused
+
+            raise refused(401, e.message, f"{method} {path.split('?')[0]}") from None
+
+    def check_credentials(self) -> None:
+        """Raise the CredentialError once the token source gave up (a running job's watchers ask)."""
+        if self.tokens is not None:
+            self.tokens.check()
+
+    def _request(self, method, path, body, query, content_type, stream, timeout, token):
         if query:
             path += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
         headers = {"Accept": "application/json", "User-Agent": "mpilaunch"}
-        token = self._token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
         data = None
@@ -186,7 +253,9 @@ class Api:
                 raw = resp.read()
                 break
             except (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError,
-                    BrokenPipeError, http.client.ResponseNotReady):
+                    BrokenPipeError, http.client.ResponseNotReady, ssl.SSLEOFError):
+                # a kept-alive connection the server closed while idle (the apiserver does after
+                # about 90 s): the request never reached it, so it is sent again on a new one
                 if attempt == 2:
                     raise
                 time.sleep(0.1)
@@ -244,6 +313,38 @@ class Api:
         except ApiError as e:
             if e.status not in (404, 405):
                 raise
+
+
+class ApiOutage:
+    """Calls to the API server failing in a row: no verdict on the job, but never silent.
+
+    The first SAY_AFTER_S seconds of failures pass quietly (a leader
+    election, a restarting apiserver); then one warning line, and one more
+    when the server answers again.
+    """
+
+    SAY_AFTER_S = 30.0
+
+    def __init__(self, what: str, clock=time.monotonic, stream=None):
+        self.what = what
+        self.clock = clock
+        self.stream = stream
+        self.since: float | None = None
+        self.said = False
+
+    def ok(self) -> None:
+        if self.said:
+            print(f"mpilaunch: the API server answers again about {self.what}", file=self.stream or sys.stderr)
+        self.since, self.said = None, False
+
+    def failed(self, error: Exception) -> None:
+        now = self.clock()
+        self.since = now if self.since is None else self.since
+        if not self.said and now - self.since >= self.SAY_AFTER_S:
+            self.said = True
+            print(f"mpilaunch: warning: cannot read {self.what} for {now - self.since:.0f}s "
+                  f"({str(error)[:200]}); still trying", file=self.stream or sys.stderr)
+        return None
 
 
 PLURALS = {

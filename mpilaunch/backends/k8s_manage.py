@@ -9,12 +9,12 @@ import time
 
 from ..errors import UsageError
 from ..result import EXIT_TIMEOUT
-from .k8s_api import Api, ApiError, resolve
+from .k8s_api import Api, ApiError, client
 from .k8s_pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, _launcher_exit, _pod_ready
 
 
 def _manage_api(args) -> Api:
-    return Api(resolve(args.kubeconfig, args.context, args.namespace, None))
+    return client(args.kubeconfig, args.context, args.namespace)
 
 
 _LIST_HINT = f"list jobs with: kubectl get configmap -l {JOB_LABEL}"

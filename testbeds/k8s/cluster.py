@@ -257,7 +257,7 @@ class KubeCluster:
     pid).
     """
 
-    COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+    COMPONENTS = ("token-webhook", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
     def __init__(self, workdir: str | os.PathLike | None = None, *,
                  exec_dir: str | os.PathLike | None = None,
@@ -330,9 +330,11 @@ class KubeCluster:
         self._started = True
         try:
             self._make_pki()
+            self._start_token_webhook()
             self._start_etcd()
             self._start_apiserver()
             self.wait_apiserver_ready(timeout=self.start_timeout)
+            self._bind_token_users()
             if self.enable_exec_crd:
                 self._apply_kwok_crds()
             self._start_controller_manager()
@@ -379,9 +381,9 @@ class KubeCluster:
 
     # ---------------------------------------------------------- processes
 
-    def _spawn(self, name: str, args: list, pass_fds: tuple = ()) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list, pass_fds: tuple = (), env: dict | None = None) -> subprocess.Popen:
         log = open(self.workdir / "logs" / f"{name}.log", "ab")
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}
         env[MARKER_ENV] = self.marker
         env.pop("KUBECONFIG", None)
         p = subprocess.Popen([str(a) for a in args], stdin=subprocess.DEVNULL, stdout=log,
@@ -498,6 +500,10 @@ class KubeCluster:
             f"--service-account-signing-key-file={self.sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--authorization-mode=Node,RBAC",
+            # short-lived exec-plugin tokens (token_auth.py), checked at most 1 s late
+            f"--authentication-token-webhook-config-file={self.token_webhook_kubeconfig}",
+            "--authentication-token-webhook-version=v1",
+            "--authentication-token-webhook-cache-ttl=1s",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # the apiserver is on loopback: do not publish it as the
             # `kubernetes` service's endpoint (loopback endpoints are invalid)
@@ -508,6 +514,48 @@ class KubeCluster:
             "--max-mutating-requests-inflight=500",
             f"--v={self.verbosity}",
         ])
+
+    def _start_token_webhook(self) -> None:
+        from . import token_auth
+
+        self.token_dir = self.workdir / "token-auth"
+        self.token_dir.mkdir(exist_ok=True)
+        secret = self.token_dir / "secret"
+        secret.write_bytes(os.urandom(32))
+        os.chmod(secret, 0o600)
+        port = free_port()
+        self.ports["token-webhook"] = port
+        self.token_webhook_kubeconfig = token_auth.write_webhook_kubeconfig(self.workdir / "token-webhook.kubeconfig", port)
+        self._spawn("token-webhook", [sys.executable, "-m", "testbeds.k8s.token_auth", "webhook",
+                                      "--port", port, "--dir", self.token_dir],
+                    env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+
+    def _bind_token_users(self) -> None:
+        """The token webhook's users may do anything (a test bed; mpilaunch's own RBAC is tested elsewhere)."""
+        from .token_auth import GROUP
+
+        self.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": "mpilaunch-token-users"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": GROUP}]})
+
+    def token_kubeconfig(self, path: Path, user: str, lifetime: float, state: Path) -> Path:
+        """A kubeconfig whose exec plugin hands out tokens valid ``lifetime`` seconds (``token_auth.py``)."""
+        from . import token_auth
+
+        state.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "mpilaunch-testbed", "cluster": {
+                "server": self.server, "certificate-authority-data": _b64(self.pki.ca_crt)}}],
+            "users": [{"name": user, "user": token_auth.exec_user(sys.executable, self.workdir / "token-auth" / "secret",
+                                                                 user, lifetime, state)}],
+            "contexts": [{"name": f"{user}@mpilaunch-testbed",
+                          "context": {"cluster": "mpilaunch-testbed", "user": user, "namespace": "default"}}],
+            "current-context": f"{user}@mpilaunch-testbed",
+        }))
+        os.chmod(path, 0o600)
+        return path
 
     def _start_controller_manager(self) -> None:
         port = free_port()
