@@ -118,14 +118,14 @@ def wait_for_file(path: Path, timeout=10.0) -> str:
 
 def open_raw_session(agent: AgentProc, command: str, env=None, cwd=None) -> socket.socket:
     """Authenticated connection with a RUN sent; returns (socket, session id)."""
-    sock = agent_client._open_session(agent.address, agent.secret, 10)
-    sock.sendall(P.frame(P.RUN, P.encode_run(command, env, cwd)))
+    sock, channel = agent_client._open_session(agent.address, agent.secret, 10)
+    sock.sendall(channel.frame(P.RUN, P.encode_run(command, env, cwd)))
     buf = bytearray()
     while True:
         data = sock.recv(4096)
         assert data, "agent closed the connection"
         buf += data
-        for ftype, payload in P.pop_frames(buf, P.AGENT_TYPES):
+        for ftype, payload in channel.pop_frames(buf, P.AGENT_TYPES):
             assert ftype == P.STARTED, (ftype, payload)
             return sock, P.decode_started(payload)[0]
 
@@ -159,14 +159,22 @@ def test_hmac_matches_stdlib():
 
 
 def test_frames_roundtrip_and_bounds():
-    buf = bytearray(P.frame(P.STDOUT, b"abc") + P.frame(P.EXIT, P.encode_int(-3)) + P.frame(P.STDERR, b"x")[:3])
-    frames = P.pop_frames(buf, P.AGENT_TYPES)
+    key = os.urandom(32)
+    agent_side, client_side = P.Channel(key, P.AGENT), P.Channel(key, P.CLIENT)
+    complete = agent_side.frame(P.STDOUT, b"abc") + agent_side.frame(P.EXIT, P.encode_int(-3))
+    partial = agent_side.frame(P.STDERR, b"x")
+    buf = bytearray(complete + partial[:3])
+    frames = client_side.pop_frames(buf, P.AGENT_TYPES)
     assert frames == [(P.STDOUT, b"abc"), (P.EXIT, P.encode_int(-3))]
-    assert bytes(buf) == P.frame(P.STDERR, b"x")[:3]
+    assert bytes(buf) == partial[:3]
+    buf += partial[3:-1]  # all but the tag's last byte: not complete yet
+    assert client_side.pop_frames(buf, P.AGENT_TYPES) == []
+    buf += partial[-1:]
+    assert client_side.pop_frames(buf, P.AGENT_TYPES) == [(P.STDERR, b"x")] and not buf
     with pytest.raises(P.ProtocolError):
-        P.pop_frames(bytearray(bytes([P.STDIN]) + (P.MAX_FRAME + 1).to_bytes(4, "big")), P.CLIENT_TYPES)
+        agent_side.pop_frames(bytearray(bytes([P.STDIN]) + (P.MAX_FRAME + 1).to_bytes(4, "big")), P.CLIENT_TYPES)
     with pytest.raises(P.ProtocolError):
-        P.pop_frames(bytearray(b"\xff\0\0\0\0"), P.CLIENT_TYPES)
+        agent_side.pop_frames(bytearray(b"\xff\0\0\0\0"), P.CLIENT_TYPES)
     cmd, env, cwd = P.decode_run(P.encode_run("echo hi", {"A": "1=2", "B": ""}, "/tmp"))
     assert (cmd, env, cwd) == ("echo hi", {"A": "1=2", "B": ""}, "/tmp")
     with pytest.raises(P.ProtocolError):
@@ -305,9 +313,9 @@ def test_random_bytes_oversized_and_half_open_run_nothing(tmp_path):
                     pass
         # Authenticated, then garbage: an oversized frame and an unknown frame type.
         for tail in (bytes([P.RUN]) + (P.MAX_FRAME + 10).to_bytes(4, "big"), b"\x99" * 50,
-                     P.frame(P.STDIN, f"touch {marker}".encode())):
-            s = agent_client._open_session(a.address, SECRET, 5)
-            s.sendall(tail)
+                     lambda channel: channel.frame(P.STDIN, f"touch {marker}".encode())):
+            s, channel = agent_client._open_session(a.address, SECRET, 5)
+            s.sendall(tail(channel) if callable(tail) else tail)
             s.settimeout(5)
             try:
                 while s.recv(4096):

@@ -1,8 +1,9 @@
 """``mpilaunch agent``: the exec agent that runs inside each worker.
 
 It replaces sshd for ``mpilaunch-rsh``: it listens on TCP, authenticates each
-connection with the job secret (``rsh_agent/protocol.py``), runs
-``/bin/sh -c CMD`` in a fresh session and streams its stdio back.
+connection with the job secret and every frame after that with a key of the
+session (``rsh_agent/protocol.py``), runs ``/bin/sh -c CMD`` in a fresh
+session and streams its stdio back.
 
 Why it looks the way it does:
 
@@ -19,8 +20,12 @@ Why it looks the way it does:
   ends the session: everything in it is killed.
 * The secret is read from a 0600 file or stdin, never from argv/environment,
   and is not passed to commands.
+* Agents listen on every address (YARN), so a connection that has not
+  authenticated is cheap to refuse and short-lived: a few seconds to finish
+  the handshake, a cap per peer and in all (``admission``).
 
 Modules: ``core`` (event loop), ``connections`` (handshake + protocol),
+``admission`` (per-peer limits on unauthenticated connections),
 ``relay`` (stdio relay), ``supervision`` (sessions and their descendants),
 ``proctree`` (/proc reads), ``cli`` (``mpilaunch agent``).
 """

@@ -1,5 +1,6 @@
-"""Client connections: authentication handshake, the wire protocol, and
-non-blocking send/receive plumbing. Mixed into :class:`.core.Agent`."""
+"""Client connections: admission, authentication handshake, the wire
+protocol, and non-blocking send/receive plumbing. Mixed into
+:class:`.core.Agent`."""
 
 import selectors
 import socket
@@ -8,19 +9,23 @@ import time
 
 from mpilaunch.rsh_agent import protocol as P
 
-from .constants import MAX_PENDING_HANDSHAKES, STDIN_HIGH_WATER, OUT_LOW_WATER
+from .admission import peer_key
+from .constants import CLOSE_LINGER, STDIN_HIGH_WATER, OUT_LOW_WATER
 
 
 class Conn:
     """One client connection: handshake, then at most one request."""
 
-    __slots__ = ("sock", "fd", "peer", "state", "inbuf", "outbuf", "deadline", "nonce", "session", "reading",
-                 "events")
+    __slots__ = ("sock", "fd", "peer", "peer_key", "state", "inbuf", "outbuf", "deadline", "nonce", "session",
+                 "reading", "events", "channel", "pending")
 
-    def __init__(self, sock, peer, deadline):
+    def __init__(self, sock, peer, key, deadline):
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
+        self.peer_key = key  # what the per-peer limit counts (agent/admission.py)
+        self.pending = True  # counted in the agent's PendingLimits until it authenticates or closes
+        self.channel = None  # protocol.Channel once authenticated
         self.state = "hello"  # hello -> request -> running -> closing
         self.inbuf = bytearray()
         self.outbuf = bytearray()
@@ -44,18 +49,39 @@ class ConnectionsMixin:
             except OSError as exc:  # EMFILE and friends: log, keep serving
                 self.log(f"accept failed: {exc}")
                 return
-            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-            pending = sum(1 for c in self.conns.values() if c.state in ("hello", "request"))
-            if pending >= MAX_PENDING_HANDSHAKES:
-                self.log(f"refused connection from {peer}: too many pending handshakes")
+            host = addr[0] if isinstance(addr, tuple) else str(addr)
+            peer = f"{host}:{addr[1]}" if isinstance(addr, tuple) else host
+            key = peer_key(host)
+            sock.setblocking(False)
+            refusal = self.pending.admit(key)
+            if refusal is not None:
+                self._quiet_note(key, refusal, f"refused connection from {peer}: {refusal}")
+                try:  # a real client backs off and retries; nothing else is read or sent
+                    sock.send(P.SERVER_BUSY)
+                except OSError:
+                    pass
                 sock.close()
                 continue
-            sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Conn(sock, peer, time.monotonic() + self.handshake_timeout)
+            conn = Conn(sock, peer, key, time.monotonic() + self.handshake_timeout)
             self.conns[conn.fd] = conn
             self.sel.register(sock, selectors.EVENT_READ, self._on_conn)
             self._send(conn, P.server_hello(conn.nonce))
+
+    def _quiet_note(self, key, reason, text):
+        line = self.quiet.note(key, reason, text, time.monotonic())
+        if line is not None:
+            self.log(line)
+
+    def _authenticated(self, conn, channel):
+        conn.channel = channel
+        conn.state = "request"
+        self._release_pending(conn)
+
+    def _release_pending(self, conn):
+        if conn.pending:
+            conn.pending = False
+            self.pending.release(conn.peer_key)
 
     def _on_conn(self, key, events):
         conn = self.conns.get(key.fd)
@@ -89,12 +115,13 @@ class ConnectionsMixin:
             del conn.inbuf[: P.CLIENT_HELLO_LEN]
             client_nonce = P.check_client_hello(self.secret, conn.nonce, hello)
             self._send(conn, P.server_proof(self.secret, conn.nonce, client_nonce))
-            conn.state = "request"
+            self._authenticated(conn, P.Channel(P.session_key(self.secret, conn.nonce, client_nonce), P.AGENT))
         if conn.state == "closing":
             conn.inbuf.clear()
             return
         if conn.state in ("request", "running"):
-            for ftype, payload in P.pop_frames(conn.inbuf, P.CLIENT_TYPES):
+            # A frame that fails its tag raises before any frame of the batch is acted on.
+            for ftype, payload in conn.channel.pop_frames(conn.inbuf, P.CLIENT_TYPES):
                 if conn.state == "request":
                     self._handle_request(conn, ftype, payload)
                 elif conn.state == "running":
@@ -102,7 +129,7 @@ class ConnectionsMixin:
 
     def _handle_request(self, conn, ftype, payload):
         if ftype == P.PING:
-            self._send(conn, P.frame(P.PONG))
+            self._send_frame(conn, P.PONG)
             self._close_after_flush(conn)
             return
         if ftype != P.RUN:
@@ -136,7 +163,8 @@ class ConnectionsMixin:
             self._end_session(sess, reason)
             return
         if conn.state == "hello":
-            self.log(f"refused connection from {conn.peer}: closed before authenticating")
+            self._quiet_note(conn.peer_key, "closed",
+                             f"refused connection from {conn.peer}: closed before authenticating")
         elif conn.state == "request":
             self.log(f"connection from {conn.peer} closed without a request")
         self._close(conn)
@@ -146,9 +174,15 @@ class ConnectionsMixin:
         if sess is not None:
             self.log(f"session {sess.sid}: protocol error from {conn.peer}: {reason}")
             self._end_session(sess, f"protocol error: {reason}")
+        elif conn.state == "hello":  # anyone can cause these: keep them from flooding the log
+            self._quiet_note(conn.peer_key, reason, f"refused connection from {conn.peer}: {reason}")
+            self._close(conn)
         else:
             self.log(f"refused connection from {conn.peer}: {reason}")
             self._close(conn)
+
+    def _send_frame(self, conn, ftype, payload=b""):
+        self._send(conn, conn.channel.frame(ftype, payload))
 
     def _send(self, conn, data):
         conn.outbuf += data
@@ -195,12 +229,13 @@ class ConnectionsMixin:
 
     def _close_after_flush(self, conn):
         conn.state = "closing"
-        conn.deadline = time.monotonic() + self.handshake_timeout
+        conn.deadline = time.monotonic() + CLOSE_LINGER
         self._flush(conn)
 
     def _close(self, conn):
         if self.conns.pop(conn.fd, None) is None:
             return
+        self._release_pending(conn)
         if conn.events:
             self.sel.unregister(conn.sock)
             conn.events = 0

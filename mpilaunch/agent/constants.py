@@ -6,7 +6,17 @@ SESSION_ENV = "MPILAUNCH_SESSION"
 
 WORKER_ENV = "MPILAUNCH_WORKER"
 
-HANDSHAKE_TIMEOUT = 10.0
+# From accept to the client's request (RUN or PING). A real client needs one
+# round trip for the handshake and sends its request right after; even a
+# burst of 64 shims on this 2-core machine finished in 0.4 s. 3 s leaves
+# room for a loaded host and frees a slowloris peer's slots 3x sooner than
+# the old 10 s.
+HANDSHAKE_TIMEOUT = 3.0
+
+# How long a finished connection may take to read what is still queued for
+# it (the last output, EXIT) before it is dropped. Only authenticated
+# clients get here, so this stays as generous as it was.
+CLOSE_LINGER = 10.0
 
 KILL_GRACE = 1.0  # SIGTERM first, SIGKILL whatever is left this much later
 
@@ -26,7 +36,16 @@ OUT_LOW_WATER = 1 << 18
 
 STDIN_HIGH_WATER = 4 << 20  # pause reading the client above this stdin backlog
 
+# Connections that have not authenticated yet: at most this many in all,
+# and per peer (an IPv4 address or IPv6 /64). A real peer has one or two at
+# a time per agent (one shim per daemon, the launcher's pings); a burst from
+# one host above the per-peer limit is answered "busy" and retried by the
+# client. So one hostile peer holds at most 32 of the 1024 slots, for at
+# most HANDSHAKE_TIMEOUT each, and never locks out other peers.
 MAX_PENDING_HANDSHAKES = 1024
+MAX_PENDING_PER_PEER = 32
+
+REFUSAL_NOTE_INTERVAL = 10.0  # at most one log line per peer and reason this often
 
 CMD_LOG_CHARS = 160
 

@@ -9,8 +9,10 @@ import socket
 import sys
 import time
 
+from .admission import PendingLimits, QuietNotes
 from .connections import ConnectionsMixin
-from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE, PDEATH_SIGNAL, SCAN_INTERVAL
+from .constants import (HANDSHAKE_TIMEOUT, KILL_GRACE, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_PEER, PDEATH_SIGNAL,
+                        REFUSAL_NOTE_INTERVAL, SCAN_INTERVAL)
 from .proctree import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, _pid_gone, _prctl, processes_by_session
 from .relay import RelayMixin
 from .supervision import SupervisionMixin
@@ -18,7 +20,8 @@ from .supervision import SupervisionMixin
 
 class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
     def __init__(self, name, secret, listener, extra_env=None, exit_with_pid=None,
-                 handshake_timeout=HANDSHAKE_TIMEOUT, kill_grace=KILL_GRACE, log=None):
+                 handshake_timeout=HANDSHAKE_TIMEOUT, kill_grace=KILL_GRACE, log=None,
+                 max_pending_per_peer=MAX_PENDING_PER_PEER, max_pending=MAX_PENDING_HANDSHAKES):
         self.name = name
         self.secret = secret
         self.listener = listener
@@ -27,6 +30,8 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
         self.exit_with_pid = exit_with_pid
         self.orphaned = False  # stopped because the --exit-with-pid process is gone (no cleanup of its own ran)
         self.handshake_timeout = handshake_timeout
+        self.pending = PendingLimits(max_pending_per_peer, max_pending)  # unauthenticated connections
+        self.quiet = QuietNotes(REFUSAL_NOTE_INTERVAL)
         self.kill_grace = kill_grace
         self.log_stream = log or sys.stderr
         self.sel = selectors.DefaultSelector()
@@ -153,11 +158,11 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
                 else:
                     self._finish(sess)
         for conn in [c for c in self.conns.values() if c.deadline is not None and c.deadline <= now]:
-            if conn.state == "closing":
-                self._close(conn)
-            else:
-                self.log(f"refused connection from {conn.peer}: handshake timed out")
-                self._close(conn)
+            if conn.state == "hello":
+                self._quiet_note(conn.peer_key, "timeout", f"refused connection from {conn.peer}: handshake timed out")
+            elif conn.state == "request":
+                self.log(f"connection from {conn.peer} sent no request in time")
+            self._close(conn)
         if self.exit_with_pid and self.pidfd is None and _pid_gone(self.exit_with_pid):
             self.stop(f"process {self.exit_with_pid} is gone")
         waiting = [s for s in self.sessions.values() if (s.status is not None and not s.pipes) or s.ending]

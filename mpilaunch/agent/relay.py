@@ -28,7 +28,7 @@ class RelayMixin:
             return
         conn = sess.conn
         if conn is not None:
-            self._send(conn, P.frame(sess.pipes[key.fd], data))
+            self._send_frame(conn, sess.pipes[key.fd], data)
             if len(conn.outbuf) > OUT_HIGH_WATER:
                 self._pause_pipes(sess, True)
 

@@ -61,7 +61,7 @@ class SupervisionMixin:
             where = f" in {cwd}" if cwd else ""
             msg = f"cannot start command{where}: {exc.strerror or exc}"
             self.log(f"session {sid} refused for {conn.peer}: {msg}")
-            self._send(conn, P.frame(P.ERROR, msg.encode()))
+            self._send_frame(conn, P.ERROR, msg.encode())
             self._close_after_flush(conn)
             return
         sess = Session(sid, conn, proc, command)
@@ -78,7 +78,7 @@ class SupervisionMixin:
         shown = command if len(command) <= CMD_LOG_CHARS else command[:CMD_LOG_CHARS] + "..."
         self.log(f"session {sid} start pid={sess.pid} peer={conn.peer}"
                  f"{' cwd=' + cwd if cwd else ''} cmd={shown!r}")
-        self._send(conn, P.frame(P.STARTED, P.encode_started(sid, sess.pid)))
+        self._send_frame(conn, P.STARTED, P.encode_started(sid, sess.pid))
 
     def _reap(self):
         while True:
@@ -116,7 +116,7 @@ class SupervisionMixin:
         duration = time.monotonic() - sess.started
         status = sess.status if sess.status is not None else 255
         if conn is not None and not sess.ending:
-            self._send(conn, P.frame(P.EXIT, P.encode_int(status)))
+            self._send_frame(conn, P.EXIT, P.encode_int(status))
             self._close_after_flush(conn)
         reason = sess.reason or "exited"
         self.log(f"session {sess.sid} end status={status} reason={reason} duration={duration:.2f}s")

@@ -85,12 +85,19 @@ def _recv_exact(sock, n: int, address: str) -> bytes:
     return data
 
 
-def _open_session(address: str, secret: bytes, timeout: float):
-    """Connect and authenticate both ways; return a blocking socket."""
+class _Busy(Exception):
+    """The agent has too many connections waiting to authenticate; try again."""
+
+
+def _handshake(address: str, secret: bytes, timeout: float):
+    """Connect and authenticate both ways; return ``(blocking socket, Channel)``."""
     sock = _connect(address, timeout)
     try:
+        hello = _recv_exact(sock, P.SERVER_HELLO_LEN, address)
+        if hello == P.SERVER_BUSY:
+            raise _Busy()
         try:
-            server_nonce = P.parse_server_hello(_recv_exact(sock, P.SERVER_HELLO_LEN, address))
+            server_nonce = P.parse_server_hello(hello)
         except P.ProtocolError as exc:
             raise AgentError(f"{address}: {exc}") from None
         client_nonce = P.new_nonce()
@@ -98,27 +105,54 @@ def _open_session(address: str, secret: bytes, timeout: float):
         proof = _recv_exact(sock, P.MAC_LEN, address)
         if not P.compare_digest(proof, P.server_proof(secret, server_nonce, client_nonce)):
             raise AgentError(f"agent at {address} failed to prove it knows the job secret")
-        return sock
+        return sock, P.Channel(P.session_key(secret, server_nonce, client_nonce), P.CLIENT)
     except BaseException:
         sock.close()
         raise
 
 
+def _open_session(address: str, secret: bytes, timeout: float):
+    """``_handshake``, tried again while the agent answers busy, for up to ``timeout`` seconds.
+
+    An agent refuses a peer with more connections waiting to authenticate
+    than its per-peer limit (a burst of clients on one host, or a hostile
+    peer on ours): the clients back off and retry instead of failing.
+    """
+    try:
+        return _handshake(address, secret, timeout)
+    except _Busy:
+        pass
+    deadline = _monotonic() + timeout
+    delay = 0.01
+    while True:
+        # Jitter spreads a burst's retries; os.urandom spares importing random.
+        pause = delay * (0.5 + os.urandom(1)[0] / 255)
+        left = deadline - _monotonic()
+        if left <= pause:
+            raise AgentError(f"agent at {address} stayed busy for {timeout:g} s "
+                             "(too many connections waiting to authenticate)")
+        select.select([], [], [], pause)
+        try:
+            return _handshake(address, secret, max(0.1, left - pause))
+        except _Busy:
+            delay = min(delay * 2, 0.5)
+
+
 def ping(address: str, secret: bytes, timeout: float = 5.0) -> bool:
     """True when an agent answers an authenticated no-op at ``address``."""
     try:
-        sock = _open_session(address, secret, timeout)
+        sock, channel = _open_session(address, secret, timeout)
     except (AgentError, OSError, ValueError):
         return False
     try:
-        sock.sendall(P.frame(P.PING))
+        sock.sendall(channel.frame(P.PING))
         buf = bytearray()
         while True:
             chunk = sock.recv(4096)
             if not chunk:
                 return False
             buf += chunk
-            for ftype, _ in P.pop_frames(buf, P.AGENT_TYPES):
+            for ftype, _ in channel.pop_frames(buf, P.AGENT_TYPES):
                 return ftype == P.PONG
     except (OSError, P.ProtocolError):
         return False
@@ -233,9 +267,9 @@ def run_command(
     deadline = None if timeout is None else _monotonic() + timeout
     forwarder = _SignalForwarder() if forward_signals else None
     try:
-        sock = _open_session(address, secret, connect_timeout)
+        sock, channel = _open_session(address, secret, connect_timeout)
         try:
-            return _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder,
+            return _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder,
                              hangup_after_signal)
         finally:
             sock.close()
@@ -257,11 +291,11 @@ def _monotonic() -> float:
     return time.monotonic()
 
 
-def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder, hangup_after):
-    out = bytearray(P.frame(P.RUN, P.encode_run(command, env, cwd)))
+def _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder, hangup_after):
+    out = bytearray(channel.frame(P.RUN, P.encode_run(command, env, cwd)))
     stdin_fd = None
     if stdin is None:
-        out += P.frame(P.STDIN)
+        out += channel.frame(P.STDIN)
     else:
         stdin_fd = stdin if isinstance(stdin, int) else stdin.fileno()
     sinks = {P.STDOUT: _Sink(stdout), P.STDERR: _Sink(stderr)}
@@ -277,7 +311,7 @@ def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline,
     if forwarder is not None:
         poller.register(forwarder.rfd, POLLIN)
         for signum in forwarder.drain():  # arrived before we were connected
-            out += P.frame(P.SIGNAL, P.encode_int(signum))
+            out += channel.frame(P.SIGNAL, P.encode_int(signum))
     inbuf = bytearray()
     first_signal = None  # (signum, hang up at) once a signal was relayed
     while True:
@@ -306,7 +340,7 @@ def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline,
                     if data:
                         inbuf += data
                         try:
-                            frames = P.pop_frames(inbuf, P.AGENT_TYPES)
+                            frames = channel.pop_frames(inbuf, P.AGENT_TYPES)
                         except P.ProtocolError as exc:
                             raise AgentError(f"agent at {address}: {exc}") from None
                         for ftype, payload in frames:
@@ -334,14 +368,14 @@ def _run_loop(sock, address, command, env, cwd, stdin, stdout, stderr, deadline,
                     data = b""
                 if ev & select.POLLNVAL:
                     data = b""
-                out += P.frame(P.STDIN, data)
+                out += channel.frame(P.STDIN, data)
                 if not data:
                     poller.unregister(stdin_fd)
                     stdin_fd = None
                     stdin_registered = False
             elif forwarder is not None and fd == forwarder.rfd:
                 for signum in forwarder.drain():
-                    out += P.frame(P.SIGNAL, P.encode_int(signum))
+                    out += channel.frame(P.SIGNAL, P.encode_int(signum))
                     if first_signal is None and hangup_after is not None:
                         first_signal = (signum, _monotonic() + hangup_after)
         # Back-pressure: stop reading stdin while the agent is not taking it.

@@ -9,6 +9,8 @@ Handshake (mutual HMAC-SHA256 challenge-response; the secret never crosses
 the wire)::
 
     agent  -> client  SERVER_HELLO = MAGIC | VERSION | server_nonce(32)
+                      (or SERVER_BUSY: too many connections are waiting to
+                      authenticate; the client closes and tries again later)
     client -> agent   CLIENT_HELLO = MAGIC | VERSION | client_nonce(32)
                                      | HMAC(secret, CLIENT_LABEL | sn | cn)
     agent  -> client  SERVER_PROOF = HMAC(secret, SERVER_LABEL | sn | cn)
@@ -17,28 +19,47 @@ A wrong proof makes the agent close the connection without running anything;
 the client checks the agent's proof before it sends the command (so a fake
 agent learns neither the command nor the forwarded environment).
 
-Then both sides exchange frames: ``type(u8) | length(u32, big endian) |
-payload``, payload at most ``MAX_FRAME`` bytes.  Client -> agent: one RUN or
-PING first, then STDIN (empty payload = EOF) and SIGNAL.  Agent -> client:
-STARTED (or ERROR), STDOUT/STDERR chunks, then EXIT (or PONG for a PING).
+Both sides then derive a session key, HMAC(secret, KEY_LABEL | sn | cn), and
+exchange frames through a :class:`Channel`::
+
+    type(u8) | length(u32, big endian) | payload | tag(32)
+    tag = HMAC(session key, direction(u8) | sequence(u64) | type | length | payload)
+
+The sequence number is not sent: each side counts the frames it sent and
+received, per direction, from 0.  So an on-path attacker who cannot compute
+the key can neither change, inject, drop, reorder nor replay a frame (from
+this session or another, whose key differs): the receiver fails the tag and
+ends the session without acting on the frame.  Frames are authenticated, not
+encrypted (the forwarded environment is readable on the wire, as before).
+
+Payload at most ``MAX_FRAME`` bytes.  Client -> agent: one RUN or PING first,
+then STDIN (empty payload = EOF) and SIGNAL.  Agent -> client: STARTED (or
+ERROR), STDOUT/STDERR chunks, then EXIT (or PONG for a PING).
 """
 
 import os
 
 try:  # C implementation that ships with CPython; avoids importing OpenSSL.
     from _sha256 import sha256 as _sha256
-except ImportError:  # pragma: no cover - exotic builds
-    from hashlib import sha256 as _sha256
+except ImportError:  # pragma: no cover - Python 3.12+ merged it into _sha2
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:  # exotic builds
+        from hashlib import sha256 as _sha256
 from _operator import _compare_digest as compare_digest
 
 MAGIC = b"MPLA"
-VERSION = 1
+VERSION = 2  # 2: every frame carries a tag (1 had none); a mismatch fails the handshake by name
 NONCE_LEN = 32
 MAC_LEN = 32
 SERVER_HELLO_LEN = len(MAGIC) + 1 + NONCE_LEN
 CLIENT_HELLO_LEN = len(MAGIC) + 1 + NONCE_LEN + MAC_LEN
 CLIENT_LABEL = b"mpilaunch-agent client proof v1\0"
 SERVER_LABEL = b"mpilaunch-agent server proof v1\0"
+KEY_LABEL = b"mpilaunch-agent session key v2\0"
+# Same length as SERVER_HELLO, so a client reads it in the same place; no
+# real nonce is this string (2**-256).
+SERVER_BUSY = MAGIC + bytes((VERSION,)) + b"busy".ljust(NONCE_LEN, b"\0")
 
 HEADER_LEN = 5
 MAX_FRAME = 1 << 20  # a RUN request with a large forwarded environment fits
@@ -72,12 +93,30 @@ _OPAD = bytes((x ^ 0x5C) for x in range(256))
 _IPAD = bytes((x ^ 0x36) for x in range(256))
 
 
+class _KeyedHash:
+    """HMAC-SHA256 under one key, with the padded key hashed once: each tag
+    then costs two hash copies instead of two extra 64-byte blocks."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes):
+        if len(key) > _BLOCK:
+            key = _sha256(key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        self._inner = _sha256(key.translate(_IPAD))
+        self._outer = _sha256(key.translate(_OPAD))
+
+    def digest(self, *parts: bytes) -> bytes:
+        inner = self._inner.copy()
+        for part in parts:
+            inner.update(part)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
 def hmac_sha256(key: bytes, msg: bytes) -> bytes:
-    if len(key) > _BLOCK:
-        key = _sha256(key).digest()
-    key = key.ljust(_BLOCK, b"\0")
-    inner = _sha256(key.translate(_IPAD) + msg).digest()
-    return _sha256(key.translate(_OPAD) + inner).digest()
+    return _KeyedHash(key).digest(msg)
 
 
 def new_nonce() -> bytes:
@@ -122,39 +161,84 @@ def check_client_hello(secret: bytes, server_nonce: bytes, data: bytes) -> bytes
     return client_nonce
 
 
+def session_key(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
+    """The key that authenticates one session's frames: fresh for every pair of nonces."""
+    return hmac_sha256(secret, KEY_LABEL + server_nonce + client_nonce)
+
+
 # --- frames -----------------------------------------------------------------
 
+CLIENT = b"C"  # direction of frames the client sends
+AGENT = b"A"  # direction of frames the agent sends
 
-def frame(ftype: int, payload: bytes = b"") -> bytes:
+
+def _header(ftype: int, payload: bytes) -> bytes:
     if len(payload) > MAX_FRAME:
         raise ValueError(f"frame payload of {len(payload)} bytes exceeds {MAX_FRAME}")
-    return bytes((ftype,)) + len(payload).to_bytes(4, "big") + payload
+    return bytes((ftype,)) + len(payload).to_bytes(4, "big")
 
 
-def pop_frames(buf: bytearray, allowed: frozenset) -> list:
-    """Remove every complete frame from the front of ``buf``.
+class Channel:
+    """One authenticated session's frames, for one side (``CLIENT`` or ``AGENT``).
 
-    Returns ``[(type, payload), ...]``; raises ProtocolError on an unknown
-    type or a length above MAX_FRAME, before buffering any such payload.
+    ``frame`` tags what this side sends; ``pop_frames`` verifies what the
+    other side sent, in order.  The direction is in the tag so a frame
+    cannot be reflected back to its sender.
     """
-    frames = []
-    pos = 0
-    end = len(buf)
-    while end - pos >= HEADER_LEN:
-        ftype = buf[pos]
-        if ftype not in allowed:
-            raise ProtocolError(f"unexpected frame type 0x{ftype:02x}")
-        length = int.from_bytes(buf[pos + 1 : pos + 5], "big")
-        if length > MAX_FRAME:
-            raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME}")
-        if end - pos - HEADER_LEN < length:
-            break
-        start = pos + HEADER_LEN
-        frames.append((ftype, bytes(buf[start : start + length])))
-        pos = start + length
-    if pos:
-        del buf[:pos]
-    return frames
+
+    __slots__ = ("_mac", "_send_dir", "_recv_dir", "sent", "received")
+
+    def __init__(self, key: bytes, side: bytes):
+        if side not in (CLIENT, AGENT):
+            raise ValueError(f"side must be CLIENT or AGENT, not {side!r}")
+        self._mac = _KeyedHash(key)
+        self._send_dir = side
+        self._recv_dir = AGENT if side == CLIENT else CLIENT
+        self.sent = 0
+        self.received = 0
+
+    def _tag(self, direction: bytes, seq: int, header: bytes, payload: bytes) -> bytes:
+        return self._mac.digest(direction, seq.to_bytes(8, "big"), header, payload)
+
+    def frame(self, ftype: int, payload: bytes = b"") -> bytes:
+        """The next frame to send: header, payload and its tag."""
+        header = _header(ftype, payload)
+        tag = self._tag(self._send_dir, self.sent, header, payload)
+        self.sent += 1
+        return header + payload + tag
+
+    def pop_frames(self, buf: bytearray, allowed: frozenset) -> list:
+        """Remove every complete frame from the front of ``buf``; ``[(type, payload), ...]``.
+
+        Raises ProtocolError on an unknown type or a length above MAX_FRAME
+        (before buffering any such payload), and on a frame whose tag does
+        not verify; nothing is returned then, not even the frames before it,
+        so a caller acts on no frame of a batch that was tampered with.
+        """
+        frames = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= HEADER_LEN:
+            ftype = buf[pos]
+            if ftype not in allowed:
+                raise ProtocolError(f"unexpected frame type 0x{ftype:02x}")
+            length = int.from_bytes(buf[pos + 1 : pos + HEADER_LEN], "big")
+            if length > MAX_FRAME:
+                raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME}")
+            start = pos + HEADER_LEN
+            stop = start + length
+            if end < stop + MAC_LEN:
+                break
+            payload = bytes(buf[start:stop])
+            expected = self._tag(self._recv_dir, self.received, bytes(buf[pos:start]), payload)
+            if not compare_digest(bytes(buf[stop : stop + MAC_LEN]), expected):
+                raise ProtocolError("frame failed authentication (altered, injected, replayed or out of order)")
+            self.received += 1
+            frames.append((ftype, payload))
+            pos = stop + MAC_LEN
+        if pos:
+            del buf[:pos]
+        return frames
 
 
 # --- payloads ---------------------------------------------------------------
