@@ -153,6 +153,8 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         if not quiet:
             workload.print_summary(report, stderr)
         remove_tree(rundir)
+        # and what this job's SIGKILLed agents (a lost worker) or an earlier killed mpilaunch left
+        sweep_stale_rundirs()
     return result
 
 

@@ -96,9 +96,10 @@ def owner_gone(record: str, identity: tuple[str, str] | None = None) -> bool:
 def sweep_stale_rundirs(tmpdir: str | None = None) -> list[str]:
     """Remove the run directories (``$TMPDIR/mpilaunch-*`` of this user) whose owner process is gone.
 
-    Only directories with an owner file count: the agents' private
-    directories (``mpilaunch-<worker>-XXXX``) have none, and a live job's
-    owner is alive. Never fails a launch: what cannot be read is left alone.
+    Only directories with an owner file count: a job's run directory names
+    its mpilaunch, an agent's private directory (``mpilaunch-<worker>-XXXX``,
+    its ranks' TMPDIR) the agent; a live one's owner is alive. Never fails a
+    launch: what cannot be read is left alone.
     """
     base = tmpdir or tempfile.gettempdir()
     removed = []

@@ -6,11 +6,13 @@ worker ``<job>-worker-<i>``: unit 1 exits non-zero, or worker 1 disappears
 report's common fields must not depend on the mode.
 """
 
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -74,6 +76,8 @@ def test_unit_exit_code_is_the_job_exit_code_in_both_modes(start, openmpi5, mode
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_lost_worker_is_reported_the_same_way_in_both_modes(start, openmpi5, mode, tmp_path):
     name = f"parity-lost-{mode}"
+    private_dirs = os.path.join(tempfile.gettempdir(), f"mpilaunch-{name}-*")
+    earlier = set(glob.glob(private_dirs))
     proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
                  SLEEP="120")
     wait_started(proc, 2, timeout=120)
@@ -92,6 +96,8 @@ def test_lost_worker_is_reported_the_same_way_in_both_modes(start, openmpi5, mod
                                "where": f"agent pid {victim} on localhost", "units": LOST_UNITS[mode]}]
     assert report["failure"].splitlines()[0] == lost
     assert leftover_processes(name) == []
+    # the killed agent's private TMPDIR named it as owner: mpilaunch's end removed it
+    assert set(glob.glob(private_dirs)) - earlier == set()
 
 
 def agent_pid(worker):

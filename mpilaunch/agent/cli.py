@@ -5,8 +5,10 @@ import argparse
 import os
 import socket
 import sys
+from pathlib import Path
 
 from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rundir import write_owner
 
 from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE
 from .core import Agent
@@ -147,6 +149,8 @@ def main(argv=None) -> int:
     import tempfile
 
     private = tempfile.mkdtemp(prefix=f"mpilaunch-{os.path.basename(args.name)}-")
+    # named as this agent's, so that the next mpilaunch removes it should this agent be SIGKILLed
+    write_owner(Path(private))
     extra_env = dict(args.env)
     extra_env.update(private_dir_env(private, extra_env))
     agent = Agent(args.name, secret, listener, extra_env=extra_env, exit_with_pid=args.exit_with_pid,
