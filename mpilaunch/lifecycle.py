@@ -232,7 +232,7 @@ def diagnose_lost_workers(backend, workload: Workload, result: JobResult,
     The lost workers lead the failure text; what the MPI runtime or the task
     made of it follows, as the tail.
     """
-    if not seen and result.exit_code in (0, EXIT_TIMEOUT):
+    if not seen and (result.exit_code == EXIT_TIMEOUT or (result.exit_code == 0 and workload.all_units_reported())):
         return []
     reasons = seen or backend.lost_workers(settle=True)
     if not reasons:

@@ -242,3 +242,37 @@ def test_local_retry_replaces_only_its_own_worker_beside_a_job_of_the_same_name(
     assert report["exit_code"] == 0 and [r["exit_code"] for r in report["ranks"]] == [0, 0], report["ranks"]
     assert report["lost_workers"] == []
     assert leftover_processes(job) == []
+
+
+def test_mpirun_exit_0_with_unreported_ranks_on_a_lost_worker_is_a_lost_worker():
+    """Open MPI 5's prterun can end with 0 after losing a daemon and its ranks: an exit 0
+    vouches for the job only when every rank's own exit status came; otherwise the backend
+    is asked, and a lost worker makes it exit 5."""
+    from mpilaunch import lifecycle
+    from mpilaunch.result import JobResult
+
+    class Backend:
+        def __init__(self, lost):
+            self.lost = lost
+
+        def lost_workers(self, settle=False):
+            return dict(self.lost)
+
+        def describe_workers(self):
+            return {"w-1": {"host": "localhost", "pid": 42}}
+
+    class Workload:
+        def __init__(self, reported):
+            self.reported = reported
+
+        def all_units_reported(self):
+            return self.reported
+
+        def units_on(self, worker):
+            return "rank 1"
+
+    lost = {"w-1": "its agent was killed by SIGKILL"}
+    for reported, backend_lost, code in ((True, lost, 0), (False, {}, 0), (False, lost, EXIT_WORKER_LOST)):
+        result = JobResult(job_name="j", exit_code=0)
+        found = lifecycle.diagnose_lost_workers(Backend(backend_lost), Workload(reported), result, {})
+        assert result.exit_code == code and [w.worker for w in found] == (["w-1"] if code else [])

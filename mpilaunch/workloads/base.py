@@ -95,6 +95,10 @@ class Workload(ABC):
         """What ran on a worker, for the lost-worker line: ``ranks 2-3``, ``task worker:1``."""
         return None
 
+    def all_units_reported(self) -> bool:
+        """Whether every unit's own end was observed (a success needs no other witness)."""
+        return True
+
 
 def shim_path(rundir: Path) -> str:
     """The shim mpirun will call: a per-job launcher that starts Python with -IS.

@@ -496,6 +496,10 @@ class MpirunWorkload(Workload):
     def report(self, run: RunContext, workers: dict) -> dict:
         return {**mpirun_report(self.spec, self.plan, run.result, workers), "environment": self.environment}
 
+    def all_units_reported(self) -> bool:
+        # Open MPI 5's prterun can exit 0 after losing a daemon with its ranks: then some never reported
+        return self.output is not None and {r for r, _, _ in self.output.statuses} >= set(range(self.plan.ranks))
+
     def units_on(self, worker: str) -> str | None:
         ranks = [r for r, w in enumerate(self.plan.rank_to_worker()) if w == worker]
         if not ranks:
