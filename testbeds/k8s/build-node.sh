@@ -12,6 +12,8 @@
 #                                current sources; the tests rebuild it when the
 #                                sources change (only the small code layer)
 #   images/mpilaunch-tf.tar      the same with TensorFlow (--with-tf), for PS mode
+#   images/foreign-*.tar         images without mpilaunch, from Debian packages only
+#                                (build-foreign-images.sh)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -53,4 +55,5 @@ for variant in "" --with-tf; do
     log "image $tag ready in $((SECONDS - t1))s"
   fi
 done
+"$HERE/build-foreign-images.sh"
 log "real node prerequisites ready in $((SECONDS - T0))s"

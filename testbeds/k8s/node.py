@@ -327,6 +327,15 @@ class RealNode:
         self.ensure_image(archive, tag)
         return tag
 
+    def foreign_image(self, name: str) -> str:
+        """An image without mpilaunch (``build-foreign-images.sh``: ``openmpi``, ``mpich``,
+        ``nopython``), built when missing and imported into containerd; its tag."""
+        env = {**os.environ, "MPILAUNCH_BUILDAH_ROOT": str(self.cache / "buildah")}
+        _sh("bash", REPO / "testbeds" / "k8s" / "build-foreign-images.sh", name, env=env, timeout=1800)
+        tag = (self.cache / "images" / f"foreign-{name}.tag").read_text().strip()
+        self.ensure_image(self.cache / "images" / f"foreign-{name}.tar", tag)
+        return tag
+
     def containers_of(self, pod_prefix: str) -> list[str]:
         """Running containers (sandboxes included) of pods whose name starts
         with `pod_prefix`. Exited ones wait for the kubelet's container GC

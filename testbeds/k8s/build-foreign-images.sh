@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Images that no one here prepared for mpilaunch: Debian bookworm plus
+# distribution packages only, never mpilaunch (tests/test_foreign_image.py runs
+# jobs in them on the real node). Idempotent; cached under
+# $MPILAUNCH_K8S_CACHE/images/foreign-<name>.{tar,tag}, smoke-checked:
+#
+#   foreign-openmpi    openmpi-bin + python3-mpi4py (Debian's mpi4py, built on Open MPI 4.1)
+#   foreign-mpich      mpich + python3 (Debian's python3-mpi4py is built only against
+#                      Open MPI and would bring Open MPI along and make it the
+#                      image's mpirun: ranks here reach MPICH's libmpi through ctypes)
+#   foreign-nopython   openmpi-bin alone: no python3 (mpilaunch must refuse it)
+#
+#   testbeds/k8s/build-foreign-images.sh [NAME...]   # default: all three
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+source "$REPO/scripts/lib.sh"
+CACHE="${MPILAUNCH_K8S_CACHE:-$MPILAUNCH_CACHE/mpilaunch-k8s}"
+export MPILAUNCH_BUILDAH_ROOT="${MPILAUNCH_BUILDAH_ROOT:-$CACHE/buildah}"
+MIRROR="${MPILAUNCH_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# bump when the recipe changes: every image's tag covers it
+RECIPE=1
+
+declare -A PACKAGES=(
+  [openmpi]="openmpi-bin,python3-mpi4py"
+  [mpich]="mpich,python3-minimal,libpython3-stdlib"
+  [nopython]="openmpi-bin"
+)
+# what each image must hold (paths in its root file system), and must not
+declare -A MUST=(
+  [openmpi]="usr/bin/mpirun.openmpi usr/bin/python3 usr/lib/python3/dist-packages/mpi4py/__init__.py"
+  [mpich]="usr/bin/mpirun.mpich usr/bin/python3"
+  [nopython]="usr/bin/mpirun.openmpi"
+)
+declare -A MUST_NOT=([openmpi]="" [mpich]="usr/bin/mpirun.openmpi" [nopython]="usr/bin/python3")
+
+tag_of() { printf 'mpilaunch.local/foreign-%s:%s\n' "$1" "$(printf '%s|%s|%s' "$RECIPE" "${PACKAGES[$1]}" "$MIRROR" | sha256sum | cut -c1-12)"; }
+
+# the archive's root file system has what it must and lacks what it must not
+smoke_check() {
+  local name="$1" archive="$2" listing path
+  listing="$(mktemp)"
+  # a docker-archive holds one layer tarball: list its paths
+  tar -xOf "$archive" --wildcards '*.tar' 2>/dev/null | tar -t 2>/dev/null | sed 's|^\./||' >"$listing" || true
+  for path in ${MUST[$name]}; do
+    grep -qx "$path" "$listing" || { log "foreign-$name: $path missing"; rm -f "$listing"; return 1; }
+  done
+  for path in ${MUST_NOT[$name]}; do
+    ! grep -qx "$path" "$listing" || { log "foreign-$name: $path present"; rm -f "$listing"; return 1; }
+  done
+  rm -f "$listing"
+}
+
+build_one() {
+  local name="$1" tag archive tagfile rootfs ctr t0=$SECONDS
+  tag="$(tag_of "$name")"
+  archive="$CACHE/images/foreign-$name.tar" tagfile="$CACHE/images/foreign-$name.tag"
+  if [[ "$(cat "$tagfile" 2>/dev/null)" == "$tag" && -f "$archive" ]] && smoke_check "$name" "$archive"; then
+    return 0
+  fi
+  log "foreign-$name: mmdebstrap bookworm minbase + ${PACKAGES[$name]}"
+  rootfs="$(mktemp -d)"
+  mmdebstrap --quiet --variant=minbase --include="${PACKAGES[$name]}" bookworm "$rootfs/rootfs.tar" "$MIRROR"
+  b=(buildah --root "$MPILAUNCH_BUILDAH_ROOT/storage" --runroot "$MPILAUNCH_BUILDAH_ROOT/run" --storage-driver overlay)
+  ctr="$("${b[@]}" from scratch)"
+  "${b[@]}" add "$ctr" "$rootfs/rootfs.tar" / >/dev/null
+  "${b[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd /bin/sh "$ctr"
+  "${b[@]}" commit --quiet --rm "$ctr" "$tag" >/dev/null
+  rm -f "$archive.tmp"
+  "${b[@]}" push --quiet "$tag" "docker-archive:$archive.tmp:$tag"
+  rm -rf "$rootfs"
+  smoke_check "$name" "$archive.tmp" || { rm -f "$archive.tmp"; log "foreign-$name: smoke check failed"; return 1; }
+  mv -f "$archive.tmp" "$archive"
+  echo "$tag" >"$tagfile"
+  log "foreign-$name: $tag ready in $((SECONDS - t0))s"
+}
+
+apt_ensure buildah mmdebstrap
+mkdir -p "$CACHE/images"
+for name in "${@:-openmpi mpich nopython}"; do
+  for n in $name; do build_one "$n"; done
+done
