@@ -304,7 +304,7 @@ def main(argv=None) -> int:
     if library is not None:
         print(format_mpi(rank, worker, library, token), file=sys.stderr, flush=True)
     _, status = os.waitpid(pid, 0)  # retried after a forwarded signal (PEP 475)
-    code = os.waitstatus_to_exitcode(status)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)  # 3.8 has no waitstatus_to_exitcode
     oom = code == -signal.SIGKILL and oom_before is not None and (oom_kills(oom_file) or 0) > oom_before
     if code < 0:
         code = 128 - code

@@ -764,9 +764,10 @@ def test_timeout_is_enforced_by_the_cluster_after_sigkill(kube, k8s_env, tmp_pat
 
 
 @pytest.mark.parametrize("detach", [False, True])
-def test_a_detached_job_has_no_lease_or_reaper_but_keeps_the_deadline(tmp_path, detach):
-    """Nobody renews a detached job's heartbeat, so it gets no reaper (its launcher ends it);
-    --timeout still reaches the cluster as activeDeadlineSeconds. Rendering only: no cluster."""
+def test_a_detached_job_has_a_reaper_but_no_lease_and_keeps_the_deadline(tmp_path, detach):
+    """Nobody renews a detached job's heartbeat, so it gets no Lease; its reaper watches the launcher
+    instead (test_k8s_detach.py); --timeout still reaches the cluster as activeDeadlineSeconds.
+    Rendering only: no cluster."""
     from mpilaunch.backends.k8s import Backend
     from mpilaunch.spec import JobSpec, K8sOptions, Plan, WorkerPlan
 
@@ -776,7 +777,7 @@ def test_a_detached_job_has_no_lease_or_reaper_but_keeps_the_deadline(tmp_path, 
     objects = Backend(spec, plan, tmp_path).objects()
     kinds = {(obj["kind"], obj["metadata"]["name"]) for _, obj in objects}
     assert (("Lease", "k8s-detached") in kinds) == (not detach)
-    assert (("Job", "k8s-detached-reaper") in kinds) == (not detach)
+    assert ("Job", "k8s-detached-reaper") in kinds
     pod = next(obj for _, obj in objects if obj["kind"] == "Pod")
     launcher = next(obj for _, obj in objects if obj["metadata"]["name"] == "k8s-detached-launcher"
                     and obj["kind"] == "Job")

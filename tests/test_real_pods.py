@@ -586,6 +586,81 @@ def test_detach_failed_rank_makes_wait_exit_with_its_code_and_name_it(real):
     assert real.leftovers(job) == []
 
 
+def launcher_pod_of(real, job: str) -> dict | None:
+    pods = real.cluster.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
+    return pods[0] if pods else None
+
+
+@pytest.mark.parametrize("how", ["sigkill", "delete"])
+def test_detach_launcher_pod_killed_or_deleted_releases_the_workers_and_status_says_why(real, how):
+    """A detached job's launcher pod dies under a running job. SIGKILLed (what the OOM killer does: exit
+    137, no chance to record anything), the job's reaper reads the end from the launcher Job and records
+    it; deleted (SIGTERM), the launcher records it and releases the workers itself. Either way the worker
+    pods are gone within 60 s, `status` says what happened, `wait` exits with the job's code, and the
+    reaper's own pod has ended: nothing of the job runs any more, and the record stays until `delete`."""
+    job = f"rp-detach-{how}"
+    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--detach", "-x", "FAIL_RANK=-1", "-x", "SLEEP=600",
+                 "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    try:
+        def both_ranks_started():
+            log = real.kubectl("logs", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher", check=False).stdout
+            return "rank 0 started" in log and "rank 1 started" in log
+
+        wait_for(both_ranks_started, 240, "both ranks to start")
+        launcher = launcher_pod_of(real, job)
+        if how == "sigkill":
+            container = launcher["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+            real.cluster.node.ctr("tasks", "kill", "--signal", "SIGKILL", container)
+        else:
+            real.kubectl("delete", "pod", launcher["metadata"]["name"], "--wait=false")
+        t0 = time.monotonic()
+        wait_for(lambda: not [n for n in pods_of(real, job) if "-worker-" in n], 60, "the worker pods to go")
+        gone_s = time.monotonic() - t0
+        code = 137 if how == "sigkill" else 130
+        w = _mpilaunch(real, "wait", job, "--timeout", "60")
+        assert w.returncode == code, w.stdout + w.stderr
+        status = _mpilaunch(real, "status", job)
+        assert status.returncode == 0 and f"  Failed (exit {code})  " in status.stdout, status.stdout + status.stderr
+        if how == "sigkill":
+            assert (f"  outcome: the launcher container ended with exit code 137 (SIGKILL: out of memory, or killed) "
+                    f"(Job {job}-launcher: PodFailurePolicy: Container launcher for pod default/"
+                    f"{launcher['metadata']['name']} failed with exit code 137") in status.stdout, status.stdout
+            assert "; the launcher recorded no outcome, so the job's reaper released its workers" in status.stdout
+            assert "exit=137 (Error)" in status.stdout  # the launcher pod stays, with the kubelet's word
+        else:
+            assert ("  outcome: the launcher pod was stopped by the cluster (SIGTERM: deleted, evicted, preempted, "
+                    "or past its deadline)" in status.stdout), status.stdout
+        # the reaper's pod ended too (owned by the root, it goes with `delete`)
+        wait_for(lambda: [p["status"].get("phase") for p in real.cluster.get_json(
+            "pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper")["items"]] == ["Succeeded"], 60,
+            "the reaper pod to end")
+        print(f"{job}: worker pods gone {gone_s:.1f}s after the launcher {how}")
+    finally:
+        d = _mpilaunch(real, "delete", job)
+    assert d.returncode == 0, d.stderr
+    assert real.leftovers(job) == []
+    wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
+
+
+def test_detach_timeout_is_enforced_by_the_launcher_with_exit_124(real):
+    """Detached, nobody on the submitting side counts --timeout: the launcher does, as an attached
+    mpilaunch would (exit 124, the usual line), long before the Job's activeDeadlineSeconds
+    (--start-timeout + --timeout + 30 s) would SIGTERM it."""
+    job = "rp-detach-timeout"
+    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--detach", "--timeout", "5", "-x", "FAIL_RANK=-1",
+                 "-x", "SLEEP=600", "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    try:
+        w = _mpilaunch(real, "wait", job, "--timeout", "200")
+        assert w.returncode == 124, w.stdout + w.stderr
+        assert w.stderr.splitlines()[0] == "mpilaunch: error: the job ran past --timeout 5s and was stopped", w.stderr
+        wait_for(lambda: not [n for n in pods_of(real, job) if "-worker-" in n], 60, "the worker pods to go")
+    finally:
+        _mpilaunch(real, "delete", job)
+    assert real.leftovers(job) == []
+
+
 EVICTION = '{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "%s", "namespace": "default"}}'
 
 

@@ -13,9 +13,11 @@ What one job creates (jinja2 templates in ``mpilaunch/templates/k8s-*.j2``,
   launcher pod only;
 * ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
   ``create/get pods/exec`` on this job's worker pods by name, nothing else;
-* unless detached, a Lease ``<job>`` this process renews and a reaper Job
-  ``<job>-reaper`` that deletes the job when the renewals stop for
-  ``--orphan-timeout`` or at the cluster-side deadline (:mod:`.k8s_orphan`);
+* a reaper Job ``<job>-reaper``: attached, with a Lease ``<job>`` this process
+  renews, it deletes the job when the renewals stop for ``--orphan-timeout``
+  or at the cluster-side deadline (:mod:`.k8s_orphan`); detached, it watches
+  the launcher Job and, should the launcher end without recording the
+  outcome, records one and releases the workers (:mod:`.k8s_detached`);
 * a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
   launcher, ready or not);
 * one Pod per worker, ``<job>-worker-<i>``, sleeping, with ``nvidia.com/gpu``
@@ -86,7 +88,7 @@ class Backend(BaseBackend):
         self.launcher = launcher_mode(spec)
         # the mpirun workload's hook: mpirun runs in the launcher pod, this backend follows it
         self.launcher_in_cluster = self.launcher == "cluster"
-        self.launcher_name = f"{self.job}-launcher"
+        self.launcher_name = k8s_launch.launcher_job_name(self.job)
         self._creds: dict | None = None
         self._tokens = None  # a k8s_credentials.TokenSource when the kubeconfig's token expires
         self._api: Api | None = None
@@ -217,8 +219,8 @@ class Backend(BaseBackend):
         env = _templates()
         values = self._values(reveal)
         docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
-        if not self.spec.detach:  # a detached job has no heartbeat: its launcher ends it
-            docs += [(group, env.get_template(name).render(values)) for group, name in k8s_orphan.TEMPLATES]
+        docs += [(group, env.get_template(name).render(values))
+                 for group, name in k8s_orphan.templates_for(self.spec.detach)]
         if self.launcher == "cluster":
             docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
             docs.append(("setup", env.get_template("k8s-secret.yaml.j2").render(values)))

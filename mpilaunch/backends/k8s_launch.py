@@ -26,6 +26,10 @@ def secret_name(job: str) -> str:
     return f"{job}-env"
 
 
+def launcher_job_name(job: str) -> str:
+    return f"{job}-launcher"
+
+
 def templates():
     try:
         import jinja2
@@ -70,6 +74,10 @@ def launch_spec(spec, plan, job: str, namespace: str) -> dict:
         "mpi_args": list(spec.mpi_args),
         "rank_python": os.environ.get(PYTHON_ENV, "python3"),
         "start_timeout": spec.start_timeout,
+        # detached, the launcher enforces --timeout itself (exit 124, as attached); the Job's
+        # activeDeadlineSeconds, later by the start timeout and a margin, only backs it up.
+        # Attached, the submitting side enforces it.
+        "timeout": spec.timeout if spec.detach else None,
         "detach": spec.detach,
         # the Secret's launch.json, merged into this one by the launcher
         "secret_file": f"{SECRET_DIR}/{SECRET_KEY}",

@@ -61,8 +61,28 @@ def job_phase(root: dict, launcher: dict | None, now: float) -> tuple[str, int |
     code = _launcher_exit(launcher) if launcher else None
     if code is not None:
         return ("Succeeded" if code == 0 else "Failed"), code, (now - created if created else None)
-    phase = ((launcher or {}).get("status") or {}).get("phase") or ("Pending" if launcher else "Attached")
+    if launcher is not None:
+        phase = (launcher.get("status") or {}).get("phase") or "Pending"
+    elif json.loads((root.get("data") or {}).get("launch.json") or "{}").get("detach"):
+        phase = "Unknown (no launcher pod)"  # its reaper records the outcome shortly
+    else:
+        phase = "Attached"
     return phase, None, (now - created if created else None)
+
+
+def outcome_line(root: dict) -> str | None:
+    """What ended a detached job, as its launcher (or, when the launcher could not, its reaper) recorded it."""
+    result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null")
+    return f"outcome: {result['failure']}" if result and result.get("failure") else None
+
+
+def ended_why(pod: dict) -> str:
+    """`` (OOMKilled)``, `` (Error)``: how the launcher container ended, in the kubelet's word."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        reason = ((cs.get("state") or {}).get("terminated") or {}).get("reason")
+        if cs.get("name") == LAUNCHER_CONTAINER and reason and reason != "Completed":
+            return f" ({reason})"
+    return ""
 
 
 def status(args, stream) -> int:
@@ -76,13 +96,16 @@ def status(args, stream) -> int:
           + (f"  elapsed {elapsed:.0f}s" if elapsed is not None else "")
           + f"  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
           f"created {root['metadata'].get('creationTimestamp')}", file=stream)
+    outcome = outcome_line(root)
+    if outcome:
+        print(f"  {outcome}", file=stream)
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         status = pod.get("status") or {}
         role = (pod["metadata"].get("labels") or {}).get(ROLE_LABEL, "?")
         code = _launcher_exit(pod) if role == "launcher" else None
         print(f"  {pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
               f"ready={_pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
-              + (f" exit={code}" if code is not None else ""), file=stream)
+              + (f" exit={code}{ended_why(pod)}" if code is not None else ""), file=stream)
     return 0
 
 def wait(args, stream) -> int:

@@ -7,13 +7,15 @@ while it is attached. The reaper, ``python3 -m mpilaunch.launchers.reaper``
 in the pod of the Job ``<job>-reaper``, under a ServiceAccount that may only get/watch
 that Lease and delete that ConfigMap, deletes the root once the Lease has
 not been renewed for ``--orphan-timeout`` or the job passed its
-cluster-side deadline (``mpilaunch/orphan.py`` decides).
+cluster-side deadline (``mpilaunch/orphan.py`` decides). A detached job has
+no Lease: its reaper watches the launcher Job instead (``k8s_detached.py``).
 
 Standard library only: the reaper runs this in the job's image.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from datetime import datetime, timezone
@@ -22,6 +24,8 @@ from typing import Callable
 from .. import orphan
 from .heartbeat import Heartbeat
 from .k8s_api import Api, ApiError
+from .k8s_credentials import CredentialError
+from .k8s_launch import launcher_job_name
 
 LEASE_API = "coordination.k8s.io/v1"
 # (creation group, template): the Lease, then the reaper's identity, then the reaper (the
@@ -30,17 +34,28 @@ TEMPLATES = (("lease", "k8s-lease.yaml.j2"), ("reaper-rbac", "k8s-reaper.yaml.j2
              ("reaper", "k8s-reaper-job.yaml.j2"))
 
 
+def templates_for(detach: bool) -> tuple:
+    """A detached job has no heartbeat to renew, so no Lease; its reaper watches the launcher
+    (``k8s_detached.py``) and, like an attached job's, is created before any worker."""
+    return tuple(t for t in TEMPLATES if t[0] != "lease") if detach else TEMPLATES
+
+
 def template_values(spec, job: str, reaper_labels: dict) -> dict:
     """What the Lease, the reaper and the deadline on pods and the launcher Job are rendered from."""
     deadline_s = orphan.cluster_deadline_s(spec.start_timeout, spec.timeout)
     command = ["python3", "-m", "mpilaunch.launchers.reaper", job, "--orphan-timeout", f"{spec.orphan_timeout:g}"]
+    if spec.detach:  # the launcher Job's own activeDeadlineSeconds carries the deadline
+        start_bound = math.ceil(spec.start_timeout + orphan.DEADLINE_MARGIN_S)
+        command += ["--launcher-job", launcher_job_name(job), "--start-bound", str(start_bound)]
+    elif deadline_s:
+        command += ["--deadline", str(deadline_s)]
     return {
         "deadline_s": deadline_s,
         "lease_holder": f"mpilaunch@{os.uname().nodename}:{os.getpid()}",
         "orphan_timeout_s": int(-(-spec.orphan_timeout // 1)),
         "reaper_name": f"{job}-reaper",
         "reaper_labels": reaper_labels,
-        "reaper_command": command + (["--deadline", str(deadline_s)] if deadline_s else []),
+        "reaper_command": command,
     }
 
 
@@ -90,6 +105,9 @@ def reap(api: Api, job: str, orphan_timeout: float, deadline_s: float | None, *,
             lease = None
         except OSError as e:
             log(f"cannot reach the API server ({e}); retrying")
+            lease = None
+        except CredentialError as e:  # a token being rotated, or the job's ServiceAccount going with the job
+            log(f"{e.message}; retrying")
             lease = None
         if lease is not None:
             # Judged only after a successful read: an unreachable API server is not a dead mpilaunch.

@@ -33,7 +33,8 @@ from .. import dns, mpi
 from ..backends import k8s_relay, rendezvous
 from ..backends.base import BaseBackend
 from ..backends.k8s_api import Api, ApiError, sa_dir
-from ..backends.k8s_pods import LAUNCHER_READY, RESULT_KEY, WORKER_CONTAINER, pod_loss
+from ..backends.k8s_detached import outcome, record_outcome
+from ..backends.k8s_pods import LAUNCHER_READY, WORKER_CONTAINER, pod_loss
 from ..errors import MpilaunchError, UsageError
 from ..lifecycle import make_rundir, run_job
 from ..result import JobResult
@@ -186,15 +187,16 @@ def finish_detached(creds: dict, launch: dict, result) -> None:
     ``mpilaunch delete NAME``.
     """
     api = Api(creds)
-    outcome = {"exit_code": result.exit_code, "failure": result.failure,
-               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "ranks": [r.__dict__ for r in result.ranks]}
-    if result.exit_code != 0 and result.failure:
-        print(f"mpilaunch: error: {result.failure}", file=sys.stderr, flush=True)
-    path = api.collection_path("v1", "configmaps", launch["namespace"]) + f"/{launch['job']}"
+    failure = result.failure
+    if failure == "interrupted by SIGTERM":  # in a pod, only the cluster sends it
+        failure = ("the launcher pod was stopped by the cluster "
+                   "(SIGTERM: deleted, evicted, preempted, or past its deadline)")
+    if result.exit_code != 0 and failure:
+        print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
     try:
-        api.request("PATCH", path, body={"data": {RESULT_KEY: json.dumps(outcome)}},
-                    content_type="application/merge-patch+json")
+        record = outcome(result.exit_code, failure, [r.__dict__ for r in result.ranks])
+        if not record_outcome(api, launch["job"], record):  # the first record wins
+            print("mpilaunch: launcher: the job's reaper recorded the outcome first", file=sys.stderr)
     except (ApiError, OSError) as e:
         print(f"mpilaunch: launcher: cannot record the outcome in ConfigMap {launch['job']}: {e}", file=sys.stderr)
     for name, _slots in launch["workers"]:
@@ -222,7 +224,8 @@ def read_secret(launch: dict) -> dict:
 def spec_from_launch(launch: dict) -> JobSpec:
     return JobSpec(command=tuple(launch["command"]), bind_gpus=bool(launch.get("bind_gpus")), name=launch["job"],
                    env=tuple(launch.get("env") or ()), mpi_args=tuple(launch.get("mpi_args") or ()),
-                   start_timeout=float(launch.get("start_timeout", 300)), verify=bool(launch.get("verify", True)))
+                   start_timeout=float(launch.get("start_timeout", 300)), verify=bool(launch.get("verify", True)),
+                   timeout=launch.get("timeout"))
 
 
 def pass_through(stream: str, line: str) -> None:
