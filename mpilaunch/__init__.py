@@ -4,7 +4,7 @@ Kept import-light on purpose: ``mpilaunch-rsh`` and the per-rank wrapper
 start once per worker / rank and must not pay for the orchestration code.
 """
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 
 def run(command, **options):

@@ -12,6 +12,8 @@ get the environment unchanged.
 Standard library only (imported by the shim's module).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 

@@ -259,10 +259,13 @@ def main(argv=None) -> int:
     bind = False
     linger_s = 0.0
     attempt = "1"
+    worker_cwd = False
     while argv and argv[0] != "--":
         option = argv.pop(0)
         if option == "--bind-gpus":
             bind = True
+        elif option == "--worker-cwd":
+            worker_cwd = True
         elif option == "--attempt" and argv:
             attempt = argv.pop(0)
         elif option == "--linger-ms" and argv:
@@ -270,10 +273,16 @@ def main(argv=None) -> int:
     command = argv[1:]
     token = os.environ.get(TOKEN_ENV)
     env = program_env(os.environ, bind, attempt)
+    cwd = env.pop(rank_env.WORKER_CWD_ENV, None)
+    if worker_cwd and cwd:
+        try:
+            os.chdir(cwd)  # the worker's own directory: the program starts where it would under ssh
+        except OSError:
+            pass
     rank = first_env(_RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     program = rank_env.resolve_program(command[0], env.get("PATH", "")) if command else None
-    print(format_start(env, program, token), file=sys.stderr, flush=True)
+    print(format_start(env, rank_env.reported_program(program, env), token), file=sys.stderr, flush=True)
     # A rank SIGKILLed while its cgroup's OOM kill count went up was killed for
     # memory: the summary says so instead of a bare "exit 137".
     oom_file = memory_cgroup_file(_read("/proc/self/cgroup"), _read("/proc/self/mountinfo"))

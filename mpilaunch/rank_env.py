@@ -15,13 +15,18 @@ Standard library only, and only built-in modules: it runs in every rank's
 wrapper (the hot-path import contract in pyproject.toml).
 """
 
+from __future__ import annotations
+
 import os
 
 WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"  # set by mpilaunch (mpi.py, the shim), read here
+WORKER_CWD_ENV = "MPILAUNCH_WORKER_CWD"  # the worker's directory, set by the shim's remote command
 FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"  # the names mpilaunch forwards, for forwarded_digest
 WORKER_SLOTS_ENV = "MPILAUNCH_WORKER_SLOTS"  # "4,4": each worker's slots in plan order
 MASTER_ADDR_ENV = "MPILAUNCH_MASTER_ADDR"
 MASTER_PORT_ENV = "MPILAUNCH_MASTER_PORT"
+# a packed environment unpacked into each container (YARN --env-archive): its path differs per container
+ENV_DIR_ENV = "MPILAUNCH_ENV_DIR"
 
 _LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE")
 
@@ -43,6 +48,16 @@ def resolve_program(name: str, path: str) -> str | None:
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
             return candidate
     return None
+
+
+def reported_program(program: str | None, env: dict) -> str | None:
+    """The program as the environment check compares it across ranks: one inside the container's
+    own copy of a packed environment (``$MPILAUNCH_ENV_DIR``) relative to that copy, so the same
+    program of the same archive reads the same in every container."""
+    root = (env.get(ENV_DIR_ENV) or "").rstrip("/")
+    if program and root and program.startswith(root + "/"):
+        return f"${ENV_DIR_ENV}{program[len(root):]}"
+    return program
 
 
 def node_of(rank: int, slots: list[int]) -> int | None:

@@ -233,7 +233,8 @@ def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, ope
 def test_intel_allreduce_on_pods_through_the_exec_api(kube, intel, tmp_path):
     """Intel MPI's hydra proxies exec'd into 2 pods; mpi4py on Intel's library, placement verified."""
     job = "k8s-intel"
-    env = mpilaunch_env(intel, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable)
+    env = mpilaunch_env(intel, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable,
+                        MPILAUNCH_TOOLS_IMAGE="none")
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
         proc = start(["--name", job, "--mpirun", intel.mpirun, "--np", "4", "--slots-per-worker", "2",

@@ -26,99 +26,12 @@ import time
 
 import pytest
 
-from conftest import require
+from conftest import KINDS, Real, require  # noqa: F401 (the fixtures `real`, `tf_image` are conftest's)
 from helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 
 pytestmark = pytest.mark.real_pods
 
-KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases"
 PROGRAMS = "/opt/mpilaunch/tests/programs"  # where the image has them
-
-
-class Real:
-    """What a test needs: the cluster, the image's tag, the job arguments."""
-
-    def __init__(self, cluster, image: str):
-        from testbeds.k8s.node import JOB_ARGS
-
-        self.cluster = cluster
-        self.image = image
-        self.job_args = list(JOB_ARGS)
-        self.kubeconfig = str(cluster.kubeconfig)
-
-    def kubectl(self, *args, **kw):
-        return self.cluster.kubectl(*args, **kw)
-
-    def env(self, **extra) -> dict:
-        return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, **extra)
-
-    def argv(self, job: str, *args, image: str | None = None) -> list[str]:
-        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image or self.image,
-                "--name", job, *self.job_args, *args]
-
-    def run(self, job: str, *args, timeout: float = 300, image: str | None = None, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout, **kw)
-
-    def start(self, job: str, *args, image: str | None = None) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
-        """Objects of the job still in the API after ``timeout`` (pods of a real
-        kubelet take their grace period; garbage collection is asynchronous)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            out = self.kubectl("get", KINDS, "-l", f"mpilaunch/job={job}", "-o", "name").stdout.split()
-            out += self.kubectl("get", "configmap", job, "-o", "name", "--ignore-not-found").stdout.split()
-            if not out or time.monotonic() > deadline:
-                return out
-            time.sleep(0.5)
-
-    def containers_left(self, job: str) -> list[str]:
-        """Containers of the job containerd still has (the kubelet's teardown is real too)."""
-        return self.cluster.node.containers_of(f"{job}-")
-
-
-@pytest.fixture(scope="session")
-def real():
-    try:
-        from testbeds.k8s.cluster import KubeCluster
-        from testbeds.k8s.node import missing_prerequisites
-    except ImportError as e:
-        require(f"Kubernetes testbed not importable: {e}")
-    missing = missing_prerequisites()
-    if missing:
-        require("real node prerequisites missing: " + ", ".join(missing) + " (run testbeds/k8s/build-node.sh)")
-    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
-    if shared:
-        cluster = KubeCluster.attach(shared)
-        if cluster.node is None:
-            require(f"the cluster in {shared} has no real node (cluster up --real-node)")
-        image = cluster.node.project_image()
-        cluster.node.smoke_check(image)
-        yield Real(cluster, image)
-        return
-    cluster = KubeCluster(real_node=True)
-    try:
-        cluster.start()
-        image = cluster.node.project_image()
-        cluster.node.smoke_check(image)
-    except Exception as e:  # the testbed's own error names the cause
-        cluster.stop()
-        require(f"Kubernetes testbed with a real node did not start: {e}")
-    yield Real(cluster, image)
-    cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def tf_image(real):
-    """The image's TensorFlow variant (``build-image.sh --with-tf``): the `ps`
-    extra in a cached layer of its own, so a code change rebuilds only the code."""
-    try:
-        return real.cluster.node.project_image(with_tf=True)
-    except Exception as e:  # the build's own error names the cause
-        require(f"the TensorFlow image did not build: {e}")
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:

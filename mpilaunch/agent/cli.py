@@ -1,6 +1,8 @@
 """``mpilaunch agent`` command line: read the secret, listen, give the
 worker private temp/shm directories, and serve until told to stop."""
 
+from __future__ import annotations
+
 import argparse
 import os
 import socket

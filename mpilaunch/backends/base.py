@@ -64,6 +64,12 @@ class BaseBackend(ABC):
         """Worker name -> the host name written into the hostfile."""
         return {w.name: w.name for w in self.plan.workers}
 
+    def control_address(self) -> str | None:
+        """The address at which the workers' MPI daemons reach an mpirun on this machine, where
+        its host name may not resolve for them (hydra's proxies connect back by name); None:
+        the name does."""
+        return None
+
     def forwards_path(self) -> bool:
         """Whether the workers' daemons are sent this process's PATH (so a rank's program
         resolves here as it will there: the environment check compares with it)."""
@@ -77,6 +83,13 @@ class BaseBackend(ABC):
     def rank_prefix(self) -> list[str]:
         """How a worker starts mpilaunch's per-rank wrapper (its Python may differ from ours)."""
         return [sys.executable, "-m", "mpilaunch.rank"]
+
+    def task_starter_prefix(self) -> list[str]:
+        """How a worker starts mpilaunch's PS task starter: as the rank wrapper, another module."""
+        prefix = list(self.rank_prefix())
+        if len(prefix) >= 2 and prefix[-2:] == ["-m", "mpilaunch.rank"]:
+            return prefix[:-1] + ["mpilaunch.task_starter"]
+        return ["python3", "-m", "mpilaunch.task_starter"]
 
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         """Called once with the job's outcome, before ``describe_workers`` and ``release``.

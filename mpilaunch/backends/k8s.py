@@ -54,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import mpi, phases
 from ..errors import AllocationError, UsageError
 from .base import BaseBackend
-from . import k8s_launch, k8s_manage, k8s_orphan, k8s_replace, rendezvous
+from . import k8s_launch, k8s_manage, k8s_orphan, k8s_replace, k8s_tools, rendezvous
 from .k8s_launch import PYTHON_ENV, SECRET_DIR, SECRET_KEY, parse_toleration, secret_name  # noqa: F401
 from .k8s_launch import templates as _templates
 from .k8s_follow import follow_log
@@ -100,6 +100,8 @@ class Backend(BaseBackend):
         self.relay = None
         self.heartbeat = None
         self._outage = ApiOutage("the job's pods")
+        # None: --image has mpilaunch; else the image its pieces are copied from (k8s_tools.py)
+        self.tools = k8s_tools.tools_image(self.opts.image, self.opts.tools_image)
 
     # ------------------------------------------------------------ cluster access
 
@@ -160,7 +162,7 @@ class Backend(BaseBackend):
         return self.opts.image
 
     def launch_spec(self) -> dict:
-        return k8s_launch.launch_spec(self.spec, self.plan, self.job, self.namespace)
+        return k8s_launch.launch_spec(self.spec, self.plan, self.job, self.namespace, self.rank_prefix())
 
     def launch_secret(self, reveal: bool = False) -> dict:
         return k8s_launch.launch_secret(self.spec, self.status_token, os.environ, reveal)
@@ -176,8 +178,11 @@ class Backend(BaseBackend):
             annotations["scheduling.k8s.io/group-name"] = self.job
         from .. import hostfile
 
+        image = self._check_image()
         return {
             **k8s_orphan.template_values(self.spec, self.job, {**labels, ROLE_LABEL: "reaper"}),
+            **k8s_tools.template_values(self.tools, image),
+            "worker_command": k8s_tools.worker_command(self.tools),
             "job": self.job,
             "namespace": self.namespace,
             "labels": labels,
@@ -189,7 +194,7 @@ class Backend(BaseBackend):
             # <job>-launcher"), so every pod of the job searches that domain.
             "dns_search": f"{self.job}.{self.namespace}.svc.{CLUSTER_DOMAIN}",
             "pod_annotations": annotations,
-            "image": self._check_image(),
+            "image": image,
             "container": WORKER_CONTAINER,
             "workers": list(self.plan.workers),
             "worker_names": [w.name for w in self.plan.workers],
@@ -203,7 +208,7 @@ class Backend(BaseBackend):
             "scheduler_name": SCHEDULERS.get(opts.gang),
             "schedule_timeout": int(self.spec.start_timeout),
             "launcher_name": self.launcher_name,
-            "launcher_command": ["python3", "-m", "mpilaunch.launchers.k8s", "/etc/mpilaunch/launch.json"],
+            "launcher_command": k8s_tools.launcher_command(self.tools, self.spec.mpirun),
             "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers], "openmpi"),
             "plan_json": json.dumps(self.plan.to_dict(), indent=1),
             "launch_json": json.dumps(self.launch_spec(), indent=1) if self.launcher == "cluster" else "",
@@ -342,6 +347,9 @@ class Backend(BaseBackend):
                     phases.mark(self.phase_times, "launcher_running")
                 if not launcher_ok and not is_fatal:
                     problems[self.launcher_pod] = message
+            image_line = next(filter(None, map(k8s_tools.image_problem, fatal.values())), None)
+            if image_line:
+                raise AllocationError(image_line, k8s_tools.HINT + "; nothing was left in the cluster")
             if fatal:
                 raise AllocationError(
                     f"workers cannot start: {summarize(fatal)}",
@@ -407,10 +415,18 @@ class Backend(BaseBackend):
         return context
 
     def rank_prefix(self) -> list[str]:
-        return [os.environ.get(PYTHON_ENV, "python3"), "-m", "mpilaunch.rank"]
+        return k8s_tools.rank_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+
+    def task_starter_prefix(self) -> list[str]:
+        return k8s_tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.pod_rendezvous(worker, self.plan.job_name)
+
+    def control_address(self) -> str | None:
+        """--launcher local: this machine's address on the route to the first worker pod."""
+        ip = ((self.pods.get(self.plan.workers[0].name) or {}).get("status") or {}).get("podIP")
+        return rendezvous.source_address(ip) if ip and not self.launcher_in_cluster else None
 
     # ------------------------------------------------------------ cluster launcher
 
@@ -450,6 +466,9 @@ class Backend(BaseBackend):
                     current = outage.failed(e)
                 if current is not None:
                     code = _launcher_exit(current)
+                    line = k8s_tools.image_problem(k8s_tools.termination_messages(current)) if code else None
+                    if line:
+                        raise AllocationError(line, k8s_tools.HINT)
                     if code is not None:
                         return code
                 if deadline is not None and time.monotonic() >= deadline:

@@ -57,7 +57,7 @@ def parse_toleration(text: str) -> dict:
     return tol
 
 
-def launch_spec(spec, plan, job: str, namespace: str) -> dict:
+def launch_spec(spec, plan, job: str, namespace: str, rank_prefix: list[str]) -> dict:
     """What the launcher pod needs to run mpirun (mounted as /etc/mpilaunch/launch.json); the
     values of the forwarded variables and the status token are in the job's Secret (``launch_secret``)."""
     return {
@@ -72,7 +72,7 @@ def launch_spec(spec, plan, job: str, namespace: str) -> dict:
         "bind_gpus": spec.bind_gpus,
         "verify": spec.verify,
         "mpi_args": list(spec.mpi_args),
-        "rank_python": os.environ.get(PYTHON_ENV, "python3"),
+        "rank_prefix": list(rank_prefix),
         "start_timeout": spec.start_timeout,
         # detached, the launcher enforces --timeout itself (exit 124, as attached); the Job's
         # activeDeadlineSeconds, later by the start timeout and a margin, only backs it up.

@@ -38,7 +38,9 @@ def _pod_problem(pod: dict) -> tuple[str | None, bool]:
             return f"{waiting['reason']}: {waiting.get('message') or cs.get('image')}", True
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated:
-            return f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})", True
+            said = (terminated.get("message") or "").strip()
+            return (f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})"
+                    + (f": {said}" if said else "")), True
     for cond in status.get("conditions") or ():
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return (cond.get("message") or cond.get("reason") or "not scheduled").strip(), False

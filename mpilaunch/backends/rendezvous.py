@@ -38,3 +38,17 @@ def rank_python(rank_prefix: list[str]) -> str:
     """The python the ranks' wrapper runs with: its absolute path, or the container's own."""
     first = rank_prefix[0] if rank_prefix else ""
     return first if first.startswith("/") and "python" in first else '"${MPILAUNCH_PYTHON:-python3}"'
+
+
+def source_address(peer_ip: str) -> str | None:
+    """This machine's address on its route to ``peer_ip`` (what the peer sees connections come
+    from, so an address it can reach); None without a route. A UDP connect sends nothing."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in peer_ip else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((peer_ip, 9))
+            return sock.getsockname()[0]
+    except OSError:
+        return None

@@ -4,7 +4,8 @@
   ``worker``, of N containers (``--memory``, ``--vcores``, ``yarn.io/gpu`` =
   GPUs per worker, ``--queue``, ``--node-label``). Each container runs
   ``mpilaunch.backends.yarn_container``, which starts ``mpilaunch agent``
-  and publishes its address in skein's key-value store.
+  and publishes its address in skein's key-value store (``--env-archive``:
+  from mpilaunch's pieces localized with the job, ``yarn_tools.py``).
 * The job secret goes into that key-value store (mutual TLS with the
   ApplicationMaster, per-application credentials made here); containers read
   it with ``ApplicationClient.from_current()`` and hand it to the agent on
@@ -41,7 +42,8 @@ import skein
 
 from .. import mpi
 from ..errors import AllocationError, UsageError
-from . import rendezvous, yarn_detach, yarn_launch, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report
+from . import (rendezvous, yarn_detach, yarn_launch, yarn_manage, yarn_orphan, yarn_outcome, yarn_replace, yarn_report,
+               yarn_tools)
 from .base import BaseBackend
 from .local import write_secret
 from .yarn_client import TERMINAL_STATES, _client, _short, _state
@@ -53,7 +55,7 @@ LAUNCHER_SERVICE = "launcher"
 LAUNCHER_MEMORY = "512 MiB"
 FAIL_FAST_GRACE_S = 5.0  # as workloads/mpirun.py's: mpirun gets this long to end the job after a rank failed
 KV_PREFIX = "mpilaunch/"
-ENV_DIR = "mpilaunch-env"  # where --env-archive is unpacked in each container
+ENV_DIR = yarn_tools.ENV_DIR  # where --env-archive is unpacked in each container
 MASTER_MEMORY = "256 MiB"
 POLL = 0.25
 # What the shim passes to the agents with each daemon command. mpirun runs on
@@ -111,18 +113,9 @@ class Backend(BaseBackend):
         return max(w.gpus for w in self.plan.workers)
 
     def _service_script(self, module: str = "mpilaunch.backends.yarn_container") -> str:
-        lines = ["set -e"]
-        if self.spec.yarn.env_archive:
-            env = f'"$PWD/{ENV_DIR}"'
-            lines += [
-                f'if [ -f {env}/bin/activate ]; then . {env}/bin/activate; fi',
-                f'export PATH={env}/bin:"$PATH"',
-                f'export MPILAUNCH_PYTHON={env}/bin/python',
-                'exec "$MPILAUNCH_PYTHON" -m ' + module,
-            ]
-        else:
-            lines.append(f"exec {shlex.quote(sys.executable)} -m {module}")
-        return "\n".join(lines) + "\n"
+        if self.spec.yarn.env_archive:  # the archive's python, mpilaunch's pieces localized (yarn_tools)
+            return yarn_tools.service_script(module)
+        return f"set -e\nexec {shlex.quote(sys.executable)} -m {module}\n"
 
     def _service_env(self) -> dict[str, str]:
         env = {
@@ -147,9 +140,7 @@ class Backend(BaseBackend):
             resources = skein.Resources(memory=opts.memory, vcores=opts.vcores, gpus=self.gpus_per_worker)
         except (TypeError, ValueError) as e:
             raise UsageError(f"invalid YARN resources: {e}", "e.g. --memory '4 GiB' --vcores 4") from None
-        files = {}
-        if opts.env_archive:
-            files[ENV_DIR] = skein.File(source=os.path.abspath(opts.env_archive), type="archive")
+        files = yarn_tools.files(opts.env_archive, self.rundir) if opts.env_archive else {}
         service = skein.Service(
             instances=len(self.plan.workers),
             resources=resources,
@@ -206,6 +197,8 @@ class Backend(BaseBackend):
 
     def allocate(self) -> None:
         write_secret(self.secret_file)
+        if self.spec.yarn.env_archive:
+            yarn_tools.build(self.rundir)
         self.client = _client(log=str(self.rundir / "skein-driver.log"))
         self.security = skein.Security.new_credentials()
         try:
@@ -219,17 +212,27 @@ class Backend(BaseBackend):
     def _report(self):
         return self.client.application_report(self.app_id)
 
+    def _raise_if_ended(self, report=None) -> None:
+        """Allocation failed when the application ended before its workers were ready."""
+        report = report or self._report()
+        state = _state(report.state)
+        if state not in TERMINAL_STATES:
+            return
+        # --env-archive: its python could not run the ApplicationMaster's driver?
+        problem = self.spec.yarn.env_archive and yarn_tools.driver_problem(self.client, report)
+        if problem:
+            raise AllocationError(problem, yarn_tools.HINT)
+        raise AllocationError(
+            f"YARN application {self.app_id} ended ({state}) before its workers were ready: "
+            f"{_short(report.diagnostics) or 'no diagnostics'}",
+            "check the queue, node label and resources; `yarn logs` has the ApplicationMaster's log",
+        )
+
     def _connect(self) -> bool:
         """Connect to the ApplicationMaster once it runs and hand it the secret."""
         report = self._report()
-        state = _state(report.state)
-        if state in TERMINAL_STATES:
-            raise AllocationError(
-                f"YARN application {self.app_id} ended ({state}) before its workers were ready: "
-                f"{_short(report.diagnostics) or 'no diagnostics'}",
-                "check the queue, node label and resources; `yarn logs` has the ApplicationMaster's log",
-            )
-        if state != "RUNNING":
+        self._raise_if_ended(report)
+        if _state(report.state) != "RUNNING":
             return False
         self.app = self.client.connect(self.app_id, wait=False, security=self.security)
         if not self.spec.detach:  # a detached job's launcher ends it; nobody stays to renew
@@ -278,10 +281,10 @@ class Backend(BaseBackend):
         total = len(self.plan.workers)
         next_check = 0.0
         while True:
-            if self.app is None:
-                self._connect()
-            if self.app is not None:
-                for key, value in self.app.kv.get_prefix(KV_PREFIX + WORKER_KEY).items():
+            try:
+                if self.app is None:
+                    self._connect()
+                for key, value in (self.app.kv.get_prefix(KV_PREFIX + WORKER_KEY) if self.app else {}).items():
                     name = key[len(KV_PREFIX + WORKER_KEY):]
                     if name in self.addresses:
                         continue
@@ -290,6 +293,13 @@ class Backend(BaseBackend):
                     if ping(info["address"], secret, timeout=2.0):
                         self.addresses[name] = info["address"]
                         self.ready_at[name] = round(time.time(), 3)
+            except (skein.exceptions.SkeinError, ConnectionError, OSError):
+                # the ApplicationMaster is gone (its driver failed, or it was killed): the RM says so soon
+                for _ in range(20):
+                    self._raise_if_ended()
+                    time.sleep(POLL)
+                raise
+            if self.app is not None:
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + 1.0
                     self._raise_if_a_container_ended()
@@ -309,6 +319,7 @@ class Backend(BaseBackend):
     def _raise_if_a_container_ended(self) -> None:
         if self.launcher == "cluster" and self._refresh_launcher() in ("FAILED", "KILLED", "SUCCEEDED"):
             c = self.launcher_container
+            self._raise_archive_problem(c.get("node"), c.get("container"), LAUNCHER_SERVICE)
             raise AllocationError(
                 f"the launcher container ({c.get('container')} on {c.get('node')}) ended ({c.get('state')}) "
                 f"before the job started: {_short(c.get('exit')) or 'no exit message'}",
@@ -318,11 +329,18 @@ class Backend(BaseBackend):
             state = _state(c.state)
             name = self.worker_of(c)
             if state in ("FAILED", "KILLED", "SUCCEEDED") and name is not None:
+                self._raise_archive_problem(c.yarn_node_http_address, c.yarn_container_id, SERVICE)
                 raise AllocationError(
                     f"worker {name} (YARN container {c.yarn_container_id} on {c.yarn_node_http_address}) "
                     f"ended ({state}) before it was ready: {_short(c.exit_message) or 'no exit message'}",
                     "see the container's stderr (mpilaunch logs NAME --backend yarn)",
                 )
+
+    def _raise_archive_problem(self, node: str | None, container: str | None, service: str) -> None:
+        """An ended container's finding that the --env-archive cannot run mpilaunch's pieces, if any."""
+        problem = self.spec.yarn.env_archive and yarn_tools.container_problem(node, container, service)
+        if problem:
+            raise AllocationError(problem, yarn_tools.HINT)
 
     def _not_ready_message(self, total: int) -> str:
         missing = sorted(w.name for w in self.plan.workers if w.name not in self.addresses)
@@ -378,8 +396,8 @@ class Backend(BaseBackend):
 
     def rank_prefix(self) -> list[str]:
         if self.spec.yarn.env_archive:
-            # The archive's python, whose absolute path only the container knows.
-            return ["/bin/sh", "-c", 'exec "$MPILAUNCH_PYTHON" -m mpilaunch.rank "$@"', "mpilaunch-rank"]
+            # The archive's python, whose absolute path only the container knows; the tools' wrapper.
+            return yarn_tools.rank_prefix()
         return [sys.executable, "-m", "mpilaunch.rank"]
 
     # ------------------------------------------------------------ cluster launcher

@@ -15,6 +15,10 @@ The container's whole job is to host one ``mpilaunch agent``:
    are re-parented here if the agent was killed) and exit with its code, so
    YARN sees the container end.
 
+With ``--env-archive`` this module, the agent and every rank wrapper run
+from mpilaunch's pieces localized with the job, under the archive's python
+(``yarn_tools.py``).
+
 Environment set by the launcher (skein service env): MPILAUNCH_YARN_JOB,
 MPILAUNCH_YARN_GPUS (GPUs allocated to the container), MPILAUNCH_YARN_KV
 (key prefix). YARN/skein add CONTAINER_ID, NM_HOST, NM_HTTP_PORT and
@@ -128,8 +132,9 @@ def advertise_host() -> str:
 
 def start_agent(name: str, secret: bytes, devices: list[str] | None, container_id: str):
     addr_file = os.path.abspath("mpilaunch-agent.addr")
-    argv = [
-        sys.executable, "-m", "mpilaunch.agent",
+    from .yarn_tools import module_argv
+
+    argv = module_argv("mpilaunch.agent") + [
         "--name", name,
         "--listen", "0.0.0.0:0",
         "--advertise", advertise_host(),

@@ -19,6 +19,7 @@ import time
 import skein
 
 from ..orphan import cluster_deadline_s
+from . import yarn_tools
 from .heartbeat import Heartbeat
 
 HEARTBEAT_KEY = "heartbeat"
@@ -39,9 +40,13 @@ def master(backend, resources, security, files: dict) -> "skein.Master":
 
     A detached job has none: no heartbeat is renewed once mpilaunch exits,
     and its launcher container ends the application (``--timeout`` too).
+    With ``--env-archive`` its driver checks the archive, then holds (``yarn_tools``).
     """
     if backend.spec.detach:
-        return skein.Master(resources=resources, security=security)
+        if not backend.spec.yarn.env_archive:
+            return skein.Master(resources=resources, security=security)
+        return skein.Master(resources=resources, security=security, files=files,
+                            script=yarn_tools.service_script(None), env=backend._service_env())
     return skein.Master(resources=resources, security=security, files=files,
                         script=backend._service_script(REAPER_MODULE),
                         env={**backend._service_env(), **reaper_env(backend.spec)})

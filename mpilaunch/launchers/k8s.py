@@ -166,8 +166,10 @@ class ReadyPods(BaseBackend):
         return lost
 
     def rank_prefix(self) -> list[str]:
-        python = os.environ.get("MPILAUNCH_K8S_PYTHON") or self.launch.get("rank_python") or "python3"
-        return [python, "-m", "mpilaunch.rank"]
+        python = os.environ.get("MPILAUNCH_K8S_PYTHON")
+        if python:  # the tests' stand-in for a pod's python3 (kwok runs pods' commands here)
+            return [python, "-m", "mpilaunch.rank"]
+        return list(self.launch.get("rank_prefix") or ["python3", "-m", "mpilaunch.rank"])
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.pod_rendezvous(worker, self.plan.job_name)

@@ -6,6 +6,8 @@ and by the orchestrator (``ping`` to wait for agents, ``run_command`` to run
 something in a worker).
 """
 
+from __future__ import annotations
+
 import os
 import select
 import _socket

@@ -37,6 +37,8 @@ then STDIN (empty payload = EOF) and SIGNAL.  Agent -> client: STARTED (or
 ERROR), STDOUT/STDERR chunks, then EXIT (or PONG for a PING).
 """
 
+from __future__ import annotations
+
 import os
 
 try:  # C implementation that ships with CPython; avoids importing OpenSSL.

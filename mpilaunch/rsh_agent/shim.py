@@ -15,6 +15,8 @@ everything it imports use only built-in or C stdlib modules (no ``json``:
 the context is parsed by a small JSON reader that falls back to ``json``).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
@@ -26,7 +28,9 @@ CONTEXT_ENV = "MPILAUNCH_CONTEXT"
 # wrapper gives it back to the program (rank_env.restore_worker_path). Kept
 # when the launcher sent one (local/YARN agents get this machine's PATH
 # from before mpirun; mpi.WORKER_PATH_ENV).
-CAPTURE_WORKER_PATH = ': "${MPILAUNCH_WORKER_PATH:=$PATH}"; export MPILAUNCH_WORKER_PATH; '
+CAPTURE_WORKER_PATH = (': "${MPILAUNCH_WORKER_PATH:=$PATH}"; export MPILAUNCH_WORKER_PATH; '
+                       # and its directory, for a rank whose mpirun's is not there (rank --worker-cwd)
+                       'MPILAUNCH_WORKER_CWD="$PWD"; export MPILAUNCH_WORKER_CWD; ')
 
 
 def remote_command(command: str) -> str:

@@ -69,9 +69,12 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
     )
 
 
-def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: int = 1) -> list[str]:
+def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: int = 1,
+                 worker_cwd: bool = False) -> list[str]:
     """The per-rank wrapper (``mpilaunch.rank``) around the user's command."""
     wrapper = list(prefix)
+    if worker_cwd:
+        wrapper.append("--worker-cwd")  # mpirun's directory is not the worker's (see build_launch)
     if spec.bind_gpus:
         wrapper.append("--bind-gpus")
     if attempt > 1:
@@ -96,13 +99,17 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
                  rendezvous: tuple[str, int] | None = None, token: str | None = None) -> tuple[str, mpi.MpirunCommand]:
     hosts = backend.hostnames()
     text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
+    # hydra's proxies connect back to mpiexec by this host's name and start the ranks in mpiexec's
+    # directory; in pods neither exists: give them an address, start in /, and the rank wrapper
+    # goes to the worker's own directory (captured by the shim)
+    address = backend.control_address() if info.flavour in ("mpich", "intel") else None
     command = mpi.build_mpirun(
         info,
         ranks=plan.ranks,
         hosts=len(plan.workers),
         hostfile=str(rundir / "hostfile"),
         shim=shim_path(rundir),
-        command=rank_command(spec, backend.rank_prefix(), info, attempt),
+        command=rank_command(spec, backend.rank_prefix(), info, attempt, worker_cwd=bool(address)),
         environ=environ,
         user_env=spec.env,
         extra_args=spec.mpi_args,
@@ -110,6 +117,8 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
         rank_env=rank_variables(plan, rendezvous, token),
     )
     command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
+    if address:
+        command.argv[1:1] = ["-localhost", address, "-wdir", "/"]
     # workers that are sent this machine's PATH (local, YARN) get it from here, before mpirun's
     # prefix; -x PATH=... already put the user's there (forwarded to the ranks from this environment)
     if "PATH" in environ:

@@ -125,13 +125,13 @@ def task_host_option(spec: JobSpec) -> list[str]:
     return ["--host", "127.0.0.1"] if spec.backend == "local" else []
 
 
-def starter_command(spec: JobSpec, task: Task, python: list[str]) -> str:
+def starter_command(spec: JobSpec, task: Task, backend) -> str:
     """The shell command run in the task's container."""
     if task.in_cluster:
         command = list(spec.command)
     else:
-        command = [clusterspec.tensorboard_command(python)]
-    argv = python + ["-m", "mpilaunch.task_starter", "--task", task.id, *task_host_option(spec), "--", *command]
+        command = [clusterspec.tensorboard_command(python_prefix(backend))]
+    argv = backend.task_starter_prefix() + ["--task", task.id, *task_host_option(spec), "--", *command]
     return shlex.join(argv)
 
 
@@ -247,7 +247,6 @@ def print_dry_run(spec, ps_plan: PsPlan, backend, script, environ, stream) -> No
     tasks = ps_plan.tasks
     addresses = clusterspec.placeholder_addresses(tasks, ps_plan.job_name)
     cluster = clusterspec.cluster_spec(tasks, addresses)
-    python = python_prefix(backend)
     print(f"# mpilaunch plan for PS job {ps_plan.job_name} (dry run: nothing is created)", file=stream)
     print(f"backend: {spec.backend}", file=stream)
     print(f"tasks: {len(tasks)}, one container each", file=stream)
@@ -258,7 +257,7 @@ def print_dry_run(spec, ps_plan: PsPlan, backend, script, environ, stream) -> No
         print(f"  {line}", file=stream)
     for t in tasks:
         print(f"task {t.id}:", file=stream)
-        print(f"  command: {starter_command(spec, t, python)}", file=stream)
+        print(f"  command: {starter_command(spec, t, backend)}", file=stream)
         env = task_message(spec, cluster, t, environ, None)["env"]
         if script:
             env["DTF_TASK_SCRIPT"] = f"<task dir>/{script['name']}"
@@ -442,11 +441,10 @@ class PsWorkload(Workload):
         spec, runs = self.spec, self.runs
         self.output = TaskOutput(run.stdout, run.stderr, run.output_dir)
         shim = shim_path(run.rundir)
-        python = python_prefix(run.backend)
         t_reg = time.monotonic()
         for task_run in runs:
             task_run.proc = exec_in_worker(shim, str(run.context_file), task_run.worker,
-                                           starter_command(spec, task_run.task, python), run.environ)
+                                           starter_command(spec, task_run.task, run.backend), run.environ)
             task_run.pumps = [self.output.pump(task_run, "stdout", task_run.proc.stdout),
                               self.output.pump(task_run, "stderr", task_run.proc.stderr)]
         with WaitProgress(f"waiting for {len(runs)} task ports", run.stderr, quiet=run.quiet) as progress:
