@@ -143,3 +143,32 @@ def test_horovod_yarn_4_ranks_in_2_containers(horovod, yarn, openmpi4_mpirun, tm
     if controller == "gloo":
         agent_host = report["workers"][f"{name}-worker-0"]["address"].rpartition(":")[0]
         assert ranks[0]["env"]["MASTER_ADDR"] == agent_host, (ranks[0]["env"], report["workers"])
+
+
+# ------------------------------------------------------------------ Kubernetes (real pods)
+
+@pytest.mark.real_pods
+@pytest.mark.parametrize("launcher,controller", [("cluster", "mpi"), ("cluster", "gloo"), ("local", "mpi")])
+def test_horovod_on_real_pods_in_a_users_horovod_image(horovod, real, openmpi4_mpirun, tmp_path, launcher,
+                                                        controller):
+    """A user's Horovod image (testbeds/k8s/build-foreign-images.sh horovod: Debian's torch and
+    Open MPI, this build's wheel; no mpilaunch): 4 ranks in 2 pods, Horovod's view is the plan's.
+    With Gloo, rank 0 serves the rendezvous at worker 0's pod name and port 29500."""
+    try:
+        image = real.cluster.node.foreign_image("horovod")
+    except Exception as e:  # the build's own error names the cause
+        require(f"the Horovod image did not build: {e}")
+    name = f"horovod-k8s-{launcher}-{controller}"
+    args = ["--np", "4", "--slots-per-worker", "2", "--launcher", launcher, "--output-dir", str(tmp_path), "-q"]
+    if launcher == "local":
+        args += ["--mpirun", openmpi4_mpirun]
+    program = ["python3", "-c", Path(PROGRAM).read_text(), *(["--gloo"] if controller == "gloo" else [])]
+    proc = real.run(name, *args, "--", *program, image=image, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = horovod_ranks(proc.stdout)
+    assert_planned(ranks, name, controller)
+    if controller == "gloo":
+        assert ranks[0]["env"]["MASTER_ADDR"] == f"{name}-worker-0.{name}", ranks[0]["env"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [r["exit_code"] for r in report["ranks"]] == [0, 0, 0, 0]
+    assert real.leftovers(name) == []

@@ -9,8 +9,12 @@
 #                      Open MPI and would bring Open MPI along and make it the
 #                      image's mpirun: ranks here reach MPICH's libmpi through ctypes)
 #   foreign-nopython   openmpi-bin alone: no python3 (mpilaunch must refuse it)
+#   foreign-horovod    python3-torch + openmpi-bin + Horovod's Python dependencies from Debian,
+#                      and the Horovod wheel scripts/build-horovod.sh made (against the same
+#                      bookworm torch 1.13 and Open MPI 4.1), unpacked into dist-packages: a
+#                      user's Horovod image. Only when named: it needs that build first.
 #
-#   testbeds/k8s/build-foreign-images.sh [NAME...]   # default: all three
+#   testbeds/k8s/build-foreign-images.sh [NAME...]   # default: the first three
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -25,16 +29,21 @@ declare -A PACKAGES=(
   [openmpi]="openmpi-bin,python3-mpi4py"
   [mpich]="mpich,python3-minimal,libpython3-stdlib"
   [nopython]="openmpi-bin"
+  [horovod]="python3-torch,openmpi-bin,python3-cloudpickle,python3-psutil,python3-yaml,python3-packaging"
 )
+HOROVOD_WHEEL="${MPILAUNCH_HOROVOD_WHEEL:-$(ls "$MPILAUNCH_CACHE"/mpilaunch-horovod/openmpi/wheel/horovod-*.whl 2>/dev/null | head -1)}"
+SITE=usr/local/lib/python3.11/dist-packages
 # what each image must hold (paths in its root file system), and must not
 declare -A MUST=(
   [openmpi]="usr/bin/mpirun.openmpi usr/bin/python3 usr/lib/python3/dist-packages/mpi4py/__init__.py"
   [mpich]="usr/bin/mpirun.mpich usr/bin/python3"
   [nopython]="usr/bin/mpirun.openmpi"
+  [horovod]="usr/bin/mpirun.openmpi usr/bin/python3 $SITE/horovod/torch/__init__.py usr/lib/python3/dist-packages/torch/__init__.py"
 )
-declare -A MUST_NOT=([openmpi]="" [mpich]="usr/bin/mpirun.openmpi" [nopython]="usr/bin/python3")
+declare -A MUST_NOT=([openmpi]="" [mpich]="usr/bin/mpirun.openmpi" [nopython]="usr/bin/python3" [horovod]="")
 
-tag_of() { printf 'mpilaunch.local/foreign-%s:%s\n' "$1" "$(printf '%s|%s|%s' "$RECIPE" "${PACKAGES[$1]}" "$MIRROR" | sha256sum | cut -c1-12)"; }
+extra_of() { [[ "$1" != horovod ]] || sha256sum "$HOROVOD_WHEEL" | cut -c1-16; }
+tag_of() { printf 'mpilaunch.local/foreign-%s:%s\n' "$1" "$(printf '%s|%s|%s|%s' "$RECIPE" "${PACKAGES[$1]}" "$MIRROR" "$(extra_of "$1")" | sha256sum | cut -c1-12)"; }
 
 # the archive's root file system has what it must and lacks what it must not
 smoke_check() {
@@ -52,7 +61,12 @@ smoke_check() {
 }
 
 build_one() {
-  local name="$1" tag archive tagfile rootfs ctr t0=$SECONDS
+  local name="$1" tag archive tagfile rootfs ctr t0=$SECONDS hooks=()
+  if [[ "$name" == horovod ]]; then
+    [[ -f "$HOROVOD_WHEEL" ]] || { log "foreign-horovod: no Horovod wheel (run scripts/build-horovod.sh)"; return 1; }
+    # a wheel is a zip: unpacked into the image's site packages, as pip would without its metadata scripts
+    hooks=(--customize-hook="python3 -m zipfile -e '$HOROVOD_WHEEL' \"\$1/$SITE\"")
+  fi
   tag="$(tag_of "$name")"
   archive="$CACHE/images/foreign-$name.tar" tagfile="$CACHE/images/foreign-$name.tag"
   if [[ "$(cat "$tagfile" 2>/dev/null)" == "$tag" && -f "$archive" ]] && smoke_check "$name" "$archive"; then
@@ -60,7 +74,7 @@ build_one() {
   fi
   log "foreign-$name: mmdebstrap bookworm minbase + ${PACKAGES[$name]}"
   rootfs="$(mktemp -d)"
-  mmdebstrap --quiet --variant=minbase --include="${PACKAGES[$name]}" bookworm "$rootfs/rootfs.tar" "$MIRROR"
+  mmdebstrap --quiet --variant=minbase --include="${PACKAGES[$name]}" "${hooks[@]}" bookworm "$rootfs/rootfs.tar" "$MIRROR"
   b=(buildah --root "$MPILAUNCH_BUILDAH_ROOT/storage" --runroot "$MPILAUNCH_BUILDAH_ROOT/run" --storage-driver overlay)
   ctr="$("${b[@]}" from scratch)"
   "${b[@]}" add "$ctr" "$rootfs/rootfs.tar" / >/dev/null
