@@ -18,6 +18,14 @@ Open MPI 4.1 (Debian's, on the host and in the image):
   per daemon) and the same mpirun flags mpilaunch uses, ``kubectl delete
   --wait``.
 
+``--tools``: what bringing mpilaunch's pieces with the job costs
+(``k8s_tools.py``: a ConfigMap volume, the zip imported by each piece): 2
+pods, cluster launcher, interleaved in one run: the project's image
+running its own mpilaunch (``MPILAUNCH_K8S_TOOLS=image``); the same image
+with the job's pieces (nothing else differs); the foreign Debian image
+with Open MPI and mpi4py (``build-foreign-images.sh openmpi``), which has
+no mpilaunch.
+
 Wall times are from the process start (mpilaunch) or the first kubectl call
 (baseline) to the first rank line and to exit (pods deleted). The phase
 table is report.json's ``timings.phases`` (seconds since mpilaunch started)
@@ -68,11 +76,11 @@ def stream_first(proc: subprocess.Popen, t0: float) -> float | None:
     return first
 
 
-def mpilaunch_run(cluster, image: str, n: int, job: str, launcher: str) -> dict:
+def mpilaunch_run(cluster, image: str, n: int, job: str, launcher: str, tools: str = "configmap") -> dict:
     from testbeds.k8s.node import JOB_ARGS
 
     out = Path(tempfile.mkdtemp(prefix="bench-rp-"))
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "MPILAUNCH_K8S_TOOLS": tools}
     extra = ["--launcher", "local", "--mpirun", MPIRUN] if launcher == "local" else ["--launcher", "cluster"]
     argv = [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image, "--name", job, *JOB_ARGS,
             *extra, "--np", str(n), "--slots-per-worker", "1", "--output-dir", str(out), "-q",
@@ -199,6 +207,32 @@ def print_tables(rows: list[tuple[int, int, dict]]) -> None:
         print(f"| {phase} | " + " | ".join(cells) + " |")
 
 
+def tools_overhead(cluster, repeat: int) -> None:
+    """The --tools comparison (see the module doc): medians and every run."""
+    project = cluster.node.project_image()
+    foreign = cluster.node.foreign_image("openmpi")
+    variants = {"project image, its own mpilaunch": (project, "image"),
+                "project image, the job's pieces (ConfigMap)": (project, "configmap"),
+                "Debian openmpi-bin + mpi4py, the job's pieces": (foreign, "configmap")}
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    for i in range(repeat):
+        for k, (name, (image, tools)) in enumerate(variants.items()):
+            r = mpilaunch_run(cluster, image, 2, f"bench-t{k}-{i}", "cluster", tools)
+            runs[name].append(r)
+            print(f"# {name} run {i}: first {fmt(r['first'])} exit {fmt(r['exit'])} load {r['load']}"
+                  f"{'' if r['ok'] else ' FAILED'}", file=sys.stderr)
+    base = median([r["first"] for r in runs[next(iter(variants))]])
+    print(f"2 pods, cluster launcher, {repeat} runs each, interleaved; seconds from the start of mpilaunch")
+    print()
+    print("| image, pieces | first rank line (median) | vs the first row | exit (median) | every run: first rank line |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, rs in runs.items():
+        first = median([r["first"] for r in rs])
+        delta = "" if first is None or base is None else f"{first - base:+.2f} s"
+        every = ", ".join(fmt(r["first"]) + ("" if r["ok"] else " FAILED") for r in rs)
+        print(f"| {name} | {fmt(first)} | {delta} | {fmt(median([r['exit'] for r in rs]))} | {every} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[2, 8, 16])
@@ -206,6 +240,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", help="attach to a testbed started with `cluster up --real-node`")
     ap.add_argument("--json", help="also write every run's numbers here")
     ap.add_argument("--tables", metavar="JSON", help="only print the tables of a --json file")
+    ap.add_argument("--tools", action="store_true", help="only the init container's cost (see above)")
     args = ap.parse_args(argv)
     if args.tables:
         saved = json.loads(Path(args.tables).read_text())
@@ -221,6 +256,9 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-rp-kubectl-"))
     rows = []
     try:
+        if args.tools:
+            tools_overhead(cluster, args.repeat)
+            return 0
         image = cluster.node.project_image()
         for n in args.sizes:
             for i in range(args.repeat):

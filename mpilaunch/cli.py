@@ -82,10 +82,6 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
                      help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the namespace's "
                           "LimitRange decides); a rank past it is reported as killed by the out-of-memory killer")
     k8s.add_argument("--pod-cpu", metavar="QUANTITY", help="CPU request and limit of each worker pod, e.g. 4 or 3500m")
-    k8s.add_argument("--tools-image", metavar="IMAGE",
-                     help="the image mpilaunch's own pieces are copied from into pods of an --image without "
-                          "mpilaunch (default: $MPILAUNCH_TOOLS_IMAGE, else the mpilaunch image of this version); "
-                          "'none': --image has mpilaunch")
 
     yarn = p.add_argument_group("yarn")
     yarn.add_argument("--queue")
@@ -157,7 +153,6 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
             image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
             node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
             priority_class=args.priority_class, gang=args.gang, pod_memory=args.pod_memory, pod_cpu=args.pod_cpu,
-            tools_image=args.tools_image,
         ),
         yarn=YarnOptions(queue=args.queue, node_label=args.node_label, memory=args.memory,
                          vcores=args.vcores, env_archive=args.env_archive),

@@ -1,33 +1,34 @@
-"""mpilaunch's own pieces, brought into a user's image that does not have mpilaunch.
+"""mpilaunch's own pieces, for a container whose image does not have mpilaunch.
 
-    python3 -m mpilaunch.image_tools copy DEST
+On Kubernetes every job's pods mount them from a ConfigMap of the job
+(``backends/k8s_tools.py``) at ``TOOLS_DIR``, as these files (``tools_files``):
 
-runs in an init container of every pod of a Kubernetes job whose ``--image``
-is not the tools image (``--tools-image``, default: the mpilaunch image of
-this version). It copies the package (Python sources only; what runs in a
-pod is standard library) into DEST, an emptyDir the job's own containers
-mount at ``TOOLS_DIR``, and writes there:
+* ``mpilaunch.zip``: the package (Python sources; what runs in a pod is
+  standard library), imported from the zip (zipimport) by
+* ``<name>`` for each entry point (rank wrapper, shim, in-cluster launcher,
+  reaper, task starter): ``/bin/sh`` starting the image's ``python3 -IS``
+  with the zip on ``sys.path``. Only these processes import mpilaunch: the
+  user's program gets its environment, PYTHONPATH and packages untouched.
+* ``check-image``: what the image lacks (``/bin/sh``; its one line goes to
+  the container's termination message and stderr, exit 3).
 
-* ``bin/<name>`` for each entry point (rank wrapper, shim, in-cluster
-  launcher, reaper, task starter): ``/bin/sh`` starting the image's
-  ``python3 -IS`` with DEST on ``sys.path``. Only these processes import
-  mpilaunch: the user's program gets its environment, PYTHONPATH and
-  packages untouched.
-* ``bin/check-image``: what the image lacks (``/bin/sh`` script; its one line
-  goes to the container's termination message and stderr, exit 3).
+On YARN an ``--env-archive``'s containers get the same zip as a localized
+archive (``backends/yarn_tools.py``). ``python3 -m mpilaunch.image_tools
+write DEST`` writes the files into DEST (what a pod sees).
 
-Standard library only: it runs in the tools image, and its output in any image.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
-#: where the job's containers see the tools (an emptyDir, read-only there)
+#: where the job's containers see the tools (a ConfigMap volume, read-only)
 TOOLS_DIR = "/opt/mpilaunch-tools"
+#: the package's zip in that directory
+ZIP_NAME = "mpilaunch.zip"
 #: the oldest python3 the pieces run on (checked by ``check-image``)
 MIN_PYTHON = (3, 8)
 #: the line ``check-image`` writes starts with this (the backend recognises it in a pod's status)
@@ -44,17 +45,18 @@ ENTRY_POINTS = {
 
 
 def entry_point(name: str, tools_dir: str = TOOLS_DIR) -> str:
-    """The path of an entry point in a container of a job in tools mode."""
+    """The path of an entry point in a job's container."""
     if name not in ENTRY_POINTS:
         raise KeyError(name)
-    return f"{tools_dir}/bin/{name}"
+    return f"{tools_dir}/{name}"
 
 
-def entry_script(module: str, tools_dir: str) -> str:
-    """``/bin/sh`` running ``module.main()`` under the image's python3 (found on PATH when run)."""
+def entry_script(module: str, package_path: str) -> str:
+    """``/bin/sh`` running ``module.main()`` under the image's python3 (found on PATH when run),
+    the package imported from ``package_path`` (the zip, or a directory holding ``mpilaunch/``)."""
     from shlex import quote
 
-    body = (f"import sys\nsys.path.insert(0, {tools_dir!r})\nfrom {module} import main\n"
+    body = (f"import sys\nsys.path.insert(0, {package_path!r})\nfrom {module} import main\n"
             "sys.exit(main())\n")
     return f"#!/bin/sh\nexec python3 -IS -c {quote(body)} \"$@\"\n"
 
@@ -90,38 +92,29 @@ exit {CHECK_EXIT}
 """
 
 
-def _write_executable(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, path)
-
-
-def copy_tools(dest: str, tools_dir: str = TOOLS_DIR) -> list[str]:
-    """Copy the package and write the entry points into ``dest`` (seen as ``tools_dir``); the files written."""
-    package = Path(__file__).resolve().parent
-    target = Path(dest) / "mpilaunch"
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(package, target, ignore=shutil.ignore_patterns(*IGNORED))
-    # the job's containers mount the copy read-only: bytecode made now saves every rank wrapper
-    # its compile, where the image's python3 is the tools image's version (others compile in memory)
-    import compileall
-
-    compileall.compile_dir(str(target), quiet=2, ddir=f"{tools_dir}/mpilaunch")
-    bindir = Path(dest) / "bin"
-    bindir.mkdir(parents=True, exist_ok=True)
-    written = []
+def tools_files(tools_dir: str = TOOLS_DIR) -> dict[str, bytes]:
+    """Every file a job's container sees in ``tools_dir``: the zip, the entry points, the check."""
+    files = {ZIP_NAME: zip_bytes()}
     for name, module in ENTRY_POINTS.items():
-        _write_executable(bindir / name, entry_script(module, tools_dir))
-        written.append(str(bindir / name))
-    _write_executable(bindir / "check-image", check_script(tools_dir))
-    written.append(str(bindir / "check-image"))
+        files[name] = entry_script(module, f"{tools_dir}/{ZIP_NAME}").encode()
+    files["check-image"] = check_script(tools_dir).encode()
+    return files
+
+
+def write_tools(dest: str, tools_dir: str | None = None) -> list[str]:
+    """Write ``tools_files`` into ``dest`` (seen as ``tools_dir``, default ``dest``), executables 0755."""
+    written = []
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    for name, data in tools_files(tools_dir or dest).items():
+        path = Path(dest) / name
+        path.write_bytes(data)
+        os.chmod(path, 0o644 if name == ZIP_NAME else 0o755)
+        written.append(str(path))
     return written
 
 
 #: what a copy of the package leaves out (bytecode is made where it runs, by the python that runs it)
-IGNORED = ("__pycache__", "*.pyc")
+IGNORED = ("__pycache__", "*.pyc", "*.j2")  # templates: rendered on the submitting side only
 
 
 def package_files() -> list[tuple[str, Path]]:
@@ -137,13 +130,14 @@ def package_files() -> list[tuple[str, Path]]:
     return out
 
 
-def zip_tools(dest: str, extra: dict[str, str] | None = None) -> str:
-    """A zip of the package (``mpilaunch/...`` at its top, as ``copy_tools`` copies it) plus ``extra``
-    files (name -> text); the same bytes for the same sources (fixed timestamps), written atomically."""
+def zip_bytes(extra: dict[str, str] | None = None) -> bytes:
+    """A zip of the package (``mpilaunch/...`` at its top) plus ``extra`` files (name -> text); the
+    same bytes for the same sources (fixed timestamps)."""
+    import io
     import zipfile
 
-    tmp = f"{dest}.tmp.{os.getpid()}"
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
         entries = [(name, path.read_bytes()) for name, path in package_files()]
         entries += [(name, text.encode()) for name, text in sorted((extra or {}).items())]
         for name, data in entries:
@@ -151,17 +145,25 @@ def zip_tools(dest: str, extra: dict[str, str] | None = None) -> str:
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
+    return buffer.getvalue()
+
+
+def zip_tools(dest: str, extra: dict[str, str] | None = None) -> str:
+    """``zip_bytes`` written to ``dest`` atomically."""
+    tmp = f"{dest}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(zip_bytes(extra))
     os.replace(tmp, dest)
     return dest
 
 
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) not in (2, 3) or args[0] != "copy":
-        print("usage: python3 -m mpilaunch.image_tools copy DEST [TOOLS_DIR]", file=sys.stderr)
+    if len(args) not in (2, 3) or args[0] != "write":
+        print("usage: python3 -m mpilaunch.image_tools write DEST [TOOLS_DIR]", file=sys.stderr)
         return 2
-    written = copy_tools(args[1], args[2] if len(args) == 3 else TOOLS_DIR)
-    print(f"mpilaunch tools: {len(written)} entry points in {args[1]}", file=sys.stderr)
+    written = write_tools(args[1], args[2] if len(args) == 3 else None)
+    print(f"mpilaunch tools: {len(written)} files in {args[1]}", file=sys.stderr)
     return 0
 
 

@@ -80,7 +80,6 @@ class K8sOptions:
     gang: str = "none"
     pod_memory: str | None = None  # each worker pod's memory request = limit (a Kubernetes quantity)
     pod_cpu: str | None = None  # ... and CPU request = limit
-    tools_image: str | None = None  # where mpilaunch's pieces come from (backends/k8s_tools.py)
 
     def __post_init__(self):
         if self.gang not in ("none", "volcano", "scheduler-plugins"):

@@ -157,7 +157,7 @@ def kube():
 def k8s_env(kube, openmpi5):
     # kwok runs the pods' commands on this machine, where mpilaunch is: no tools image (k8s_tools.py)
     env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable,
-                        MPILAUNCH_TOOLS_IMAGE="none")
+                        MPILAUNCH_K8S_TOOLS="image")
     return env
 
 
@@ -220,8 +220,7 @@ class Real:
         return self.cluster.kubectl(*args, **kw)
 
     def env(self, **extra) -> dict:
-        # the project's image has mpilaunch; it is also the tools image of the foreign images' jobs
-        return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, MPILAUNCH_TOOLS_IMAGE=self.image, **extra)
+        return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, **extra)
 
     def argv(self, job: str, *args, image: str | None = None) -> list[str]:
         return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image or self.image,

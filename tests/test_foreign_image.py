@@ -4,9 +4,9 @@ Built from Debian packages only, never with mpilaunch inside
 (``testbeds/k8s/build-foreign-images.sh``): bookworm + openmpi-bin +
 python3-mpi4py; bookworm + mpich + python3 (Debian's mpi4py exists only for
 Open MPI, so ranks there reach MPICH's library through ctypes); bookworm +
-openmpi-bin without python3. mpilaunch's pieces come from the tools image
-(the project's image here) through an init container; with the cluster
-launcher mpirun runs in the user's image, so it is the workers' MPI. The
+openmpi-bin without python3. mpilaunch's pieces come with the job, from its
+ConfigMap ``<job>-tools``; with the cluster launcher mpirun runs in the
+user's image, so it is the workers' MPI. The
 rank programs are passed as ``python3 -c TEXT``: the images do not have
 this repository.
 """
@@ -59,7 +59,7 @@ def launch_args(name: str, launcher: str, ranks: int, per_worker: int) -> list[s
 def test_foreign_image_allreduce_with_placement_verified(real, foreign, name, launcher, tmp_path):
     """A stock image with an MPI and python3 runs unchanged: every rank in its planned pod on the
     image's MPI library, placement verified; the pods run the user's image, mpilaunch's pieces
-    from the init container."""
+    mounted from the job's ConfigMap."""
     job = f"fi-{name}-{launcher}"
     program, library = PROGRAMS[name]
     image = foreign(name)
@@ -84,7 +84,8 @@ def test_foreign_image_allreduce_with_placement_verified(real, foreign, name, la
     assert "placement not verified" not in err and "placement check failed" not in err, err
     for pod in (p for n, p in seen.items() if "-worker-" in n or "-launcher" in n):
         assert pod["spec"]["containers"][0]["image"] == image
-        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["mpilaunch-tools"]
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["mpilaunch-tools"]["configMap"]["name"] == f"{job}-tools"
     assert real.leftovers(job) == []
 
 

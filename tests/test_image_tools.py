@@ -27,13 +27,13 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 def test_the_version_is_pyprojects():
     assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__
-    assert k8s_tools.DEFAULT_TOOLS_IMAGE == f"mpilaunch/mpilaunch:{__version__}"
 
 
 @pytest.fixture
 def tools(tmp_path) -> Path:
+    """What a job's pod sees at /opt/mpilaunch-tools, here."""
     dest = tmp_path / "tools"
-    image_tools.copy_tools(str(dest), str(dest))
+    image_tools.write_tools(str(dest))
     return dest
 
 
@@ -52,7 +52,7 @@ def test_the_rank_wrapper_runs_from_the_copy_and_the_program_does_not_see_it(too
     path = bare_path(tmp_path, SYSTEM_PYTHON)
     probe = ("import importlib.util, os, sys; print(os.environ.get('PYTHONPATH'), "
              "importlib.util.find_spec('mpilaunch') is not None, any('tools' in p for p in sys.path))")
-    ran = subprocess.run([str(tools / "bin" / "mpilaunch-rank"), "--", "python3", "-c", probe],
+    ran = subprocess.run([str(tools / "mpilaunch-rank"), "--", "python3", "-c", probe],
                          env={"PATH": path, "MPILAUNCH_WORKER": "w-0", "PYTHONPATH": "/user/lib"},
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
@@ -61,7 +61,7 @@ def test_the_rank_wrapper_runs_from_the_copy_and_the_program_does_not_see_it(too
 
 
 def check(tools: Path, path: str, role: str = "worker", mpirun: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/sh", str(tools / "bin" / "check-image"), role, mpirun],
+    return subprocess.run(["/bin/sh", str(tools / "check-image"), role, mpirun],
                           env={"PATH": path, "MPILAUNCH_IMAGE": "example/img:1"},
                           capture_output=True, text=True, timeout=30)
 
@@ -85,12 +85,12 @@ def test_check_image_names_what_the_image_lacks(tools, tmp_path):
     assert k8s_tools.image_problem("container exited with 1 (Error)") is None
 
 
-def test_tools_image_is_used_only_for_an_image_without_mpilaunch():
-    env = {}
-    assert k8s_tools.tools_image("myorg/horovod:1", None, env) == k8s_tools.DEFAULT_TOOLS_IMAGE
-    assert k8s_tools.tools_image(k8s_tools.DEFAULT_TOOLS_IMAGE, None, env) is None
-    assert k8s_tools.tools_image("myorg/horovod:1", "none", env) is None
-    assert k8s_tools.tools_image("myorg/horovod:1", None, {k8s_tools.TOOLS_IMAGE_ENV: "reg/mpl:1"}) == "reg/mpl:1"
-    assert k8s_tools.tools_image("reg/mpl:1", None, {k8s_tools.TOOLS_IMAGE_ENV: "reg/mpl:1"}) is None
-    assert k8s_tools.rank_prefix("t", "python3") == ["/opt/mpilaunch-tools/bin/mpilaunch-rank"]
-    assert k8s_tools.rank_prefix(None, "python3") == ["python3", "-m", "mpilaunch.rank"]
+def test_the_jobs_pieces_unless_the_image_is_said_to_have_them():
+    assert k8s_tools.from_configmap({}) and not k8s_tools.from_configmap({k8s_tools.TOOLS_ENV: "image"})
+    assert k8s_tools.rank_prefix(True, "python3") == ["/opt/mpilaunch-tools/mpilaunch-rank"]
+    assert k8s_tools.rank_prefix(False, "python3") == ["python3", "-m", "mpilaunch.rank"]
+    values = k8s_tools.template_values(True, "j")["tools"]
+    assert values["name"] == "j-tools" and sorted(values["binary"]) == ["mpilaunch.zip"]
+    assert set(values["data"]) == {"check-image", *image_tools.ENTRY_POINTS}
+    # a ConfigMap holds at most 1 MiB: the package must stay well below
+    assert len(values["binary"]["mpilaunch.zip"]) + sum(map(len, values["data"].values())) < 700_000

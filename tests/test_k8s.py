@@ -84,6 +84,15 @@ def stop(proc) -> None:
 
 
 
+def end_launcher_pod(kube, pod: dict, code: int) -> None:
+    """Play the kubelet: the launcher container ended with ``code`` (kwok runs no container)."""
+    patch = {"status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [{
+        "name": "launcher", "image": pod["spec"]["containers"][0]["image"], "imageID": "", "ready": False,
+        "restartCount": 0, "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}}]}}
+    kube.kubectl("patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge",
+                 "-p", json.dumps(patch))
+
+
 def rank_text(line: str) -> str | None:
     """The program's text of one echoed rank line (``[r] text``, or Open MPI's ``[1,r]<stdout>: text``)."""
     m = re.match(r"^\[(?:\d+,)?\d+\](?:<std(?:out|err)>:)?\s?(.*)$", line)
@@ -234,7 +243,7 @@ def test_intel_allreduce_on_pods_through_the_exec_api(kube, intel, tmp_path):
     """Intel MPI's hydra proxies exec'd into 2 pods; mpi4py on Intel's library, placement verified."""
     job = "k8s-intel"
     env = mpilaunch_env(intel, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable,
-                        MPILAUNCH_TOOLS_IMAGE="none")
+                        MPILAUNCH_K8S_TOOLS="image")
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
         proc = start(["--name", job, "--mpirun", intel.mpirun, "--np", "4", "--slots-per-worker", "2",
@@ -476,11 +485,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         assert "hi" not in denied.stdout
 
         # play the kubelet: the launcher container ended with the entry point's status
-        patch = {"status": {"phase": "Succeeded", "containerStatuses": [{
-            "name": "launcher", "image": container["image"], "imageID": "", "ready": False, "restartCount": 0,
-            "state": {"terminated": {"exitCode": ran.returncode, "reason": "Completed"}}}]}}
-        kube.kubectl("patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge",
-                     "-p", json.dumps(patch))
+        end_launcher_pod(kube, pod, ran.returncode)
         out, err = procs[0].communicate(timeout=60)
         assert procs[0].returncode == 0, err[-2000:]
         # kwok serves no pod logs, so no rank's start line reached this side: said, not failed
@@ -560,11 +565,7 @@ def test_secret_env_cluster_launcher_keeps_values_out_of_configmaps_and_command_
         release.write_text("")
         out, err = launcher.communicate(timeout=120)
         assert launcher.returncode == 0, err[-3000:]
-        patch = {"status": {"phase": "Succeeded", "containerStatuses": [{
-            "name": "launcher", "image": pod["spec"]["containers"][0]["image"], "imageID": "", "ready": False,
-            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}
-        kube.kubectl("patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge",
-                     "-p", json.dumps(patch))
+        end_launcher_pod(kube, pod, 0)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err[-2000:]
         assert secret not in out + err
@@ -783,3 +784,29 @@ def test_a_detached_job_has_a_reaper_but_no_lease_and_keeps_the_deadline(tmp_pat
     launcher = next(obj for _, obj in objects if obj["metadata"]["name"] == "k8s-detached-launcher"
                     and obj["kind"] == "Job")
     assert pod["spec"]["activeDeadlineSeconds"] == launcher["spec"]["activeDeadlineSeconds"] == 300 + 100 + 30
+
+
+def test_render_with_the_jobs_own_pieces_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
+    """The default for a real cluster: mpilaunch's pieces in the ConfigMap <job>-tools (a ~300 KB
+    zip as binaryData), mounted into every pod of the job; the API server takes all of it."""
+    job = "k8s-render-tools"
+    env = {k: v for k, v in k8s_env.items() if k != "MPILAUNCH_K8S_TOOLS"}
+    proc = subprocess.run([sys.executable, "-m", "mpilaunch", "render", "--backend", "k8s", "--image", "debian:12",
+                           "--name", job, "--np", "4", "--slots-per-worker", "2", "--", "python3", "train.py"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(proc.stdout)
+    # --server-side: client-side apply would copy the ~300 KB ConfigMap into an annotation (256 KB at most)
+    applied = kube.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(manifest), check=False)
+    assert applied.returncode == 0, applied.stderr
+    assert f"configmap/{job}-tools" in applied.stdout
+    import yaml
+
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(proc.stdout) if d}
+    for kind, name in (("Pod", f"{job}-worker-0"), ("Job", f"{job}-launcher"), ("Job", f"{job}-reaper")):
+        spec = docs[(kind, name)]["spec"]
+        spec = spec["template"]["spec"] if kind == "Job" else spec
+        assert {"name": "mpilaunch-tools", "configMap": {"name": f"{job}-tools", "defaultMode": 365}} in spec["volumes"]
+        assert spec["containers"][0]["image"] == "debian:12"
+        assert "initContainers" not in spec

@@ -12,7 +12,6 @@ cluster-launcher test plays the kubelet for the launcher pod's status.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, leftover_processes, wait_for, wait_started
-from test_k8s import forget_pod_env, give_pods_their_env, leftover_objects, start, stop
+from test_k8s import end_launcher_pod, forget_pod_env, give_pods_their_env, leftover_objects, start, stop
 
 pytestmark = pytest.mark.k8s
 
@@ -119,11 +118,7 @@ def test_token_expiring_every_20s_cluster_launcher_followed_to_its_end(kube, tok
         time.sleep(2.5 * LIFETIME)
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert renewed_within(kube, job, 10)
-        patch = {"status": {"phase": "Succeeded", "containerStatuses": [{
-            "name": "launcher", "image": pod["spec"]["containers"][0]["image"], "imageID": "", "ready": False,
-            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}
-        kube.kubectl("patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge",
-                     "-p", json.dumps(patch))
+        end_launcher_pod(kube, pod, 0)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err[-3000:]
         assert "credential" not in err, err

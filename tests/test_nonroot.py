@@ -293,7 +293,7 @@ def test_nonroot_k8s_job_client_side(kube, nonroot, workdir, nothing_left, tmp_p
              "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q", "--output-dir", str(out_dir),
              "--", nonroot.python, "-c", RANK_INFO],
             workdir, nonroot.env(workdir, KUBECONFIG=str(kubeconfig), MPILAUNCH_K8S_PYTHON=nonroot.python,
-                        MPILAUNCH_TOOLS_IMAGE="none"))
+                        MPILAUNCH_K8S_TOOLS="image"))
         out, err = communicate_or_stop(proc, 180)
     finally:
         forget_pod_env(kube, job, 2)

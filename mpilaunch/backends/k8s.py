@@ -100,8 +100,8 @@ class Backend(BaseBackend):
         self.relay = None
         self.heartbeat = None
         self._outage = ApiOutage("the job's pods")
-        # None: --image has mpilaunch; else the image its pieces are copied from (k8s_tools.py)
-        self.tools = k8s_tools.tools_image(self.opts.image, self.opts.tools_image)
+        # mpilaunch's pieces come with the job (its ConfigMap), not from the image (k8s_tools.py)
+        self.tools = k8s_tools.from_configmap()
 
     # ------------------------------------------------------------ cluster access
 
@@ -180,8 +180,9 @@ class Backend(BaseBackend):
 
         image = self._check_image()
         return {
-            **k8s_orphan.template_values(self.spec, self.job, {**labels, ROLE_LABEL: "reaper"}),
-            **k8s_tools.template_values(self.tools, image),
+            **k8s_orphan.template_values(self.spec, self.job, {**labels, ROLE_LABEL: "reaper"},
+                                         lambda args: k8s_tools.reaper_command(self.tools, args)),
+            **k8s_tools.template_values(self.tools, self.job),
             "worker_command": k8s_tools.worker_command(self.tools),
             "job": self.job,
             "namespace": self.namespace,
@@ -219,11 +220,13 @@ class Backend(BaseBackend):
         }
 
     def manifests(self, reveal: bool = False) -> list[tuple[str, str]]:
-        """``(group, yaml text)`` in creation order; group: root, lease, reaper-rbac, reaper, setup, workers, launcher.
+        """``(group, yaml text)`` in creation order; group: root, tools, lease, reaper-rbac, reaper, setup, workers, launcher.
         ``reveal``: the Secret with the values themselves (to create it), else masked (render, --dry-run)."""
         env = _templates()
         values = self._values(reveal)
         docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
+        if self.tools:
+            docs.append(("tools", env.get_template("k8s-tools.yaml.j2").render(values)))
         docs += [(group, env.get_template(name).render(values))
                  for group, name in k8s_orphan.templates_for(self.spec.detach)]
         if self.launcher == "cluster":
@@ -250,7 +253,9 @@ class Backend(BaseBackend):
         return out
 
     def render(self) -> str:
-        head = (f"# mpilaunch job {self.job} in namespace {self.namespace}: objects are created in this order;\n"
+        head = (f"# mpilaunch job {self.job} in namespace {self.namespace}: objects are created in this order\n"
+                f"# (apply with `kubectl create -f` or `kubectl apply --server-side -f`: client-side apply keeps a\n"
+                f"# copy of each object in an annotation, and {k8s_tools.configmap_name(self.job)} is larger than its 256 KB);\n"
                 f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
                 f"# the Secret's values are masked here.\n")
         return head + "".join(f"---\n{text.strip()}\n" for _, text in self.manifests())
@@ -293,7 +298,7 @@ class Backend(BaseBackend):
             self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
 
         # The Lease and the reaper come first: a job is reaped if this process dies from here on.
-        for group in ("lease", "reaper-rbac", "reaper", "setup", "workers", "launcher"):
+        for group in ("tools", "lease", "reaper-rbac", "reaper", "setup", "workers", "launcher"):
             batch = [obj for g, obj in objects if g == group]
             if not batch:
                 continue

@@ -40,10 +40,11 @@ def templates_for(detach: bool) -> tuple:
     return tuple(t for t in TEMPLATES if t[0] != "lease") if detach else TEMPLATES
 
 
-def template_values(spec, job: str, reaper_labels: dict) -> dict:
-    """What the Lease, the reaper and the deadline on pods and the launcher Job are rendered from."""
+def template_values(spec, job: str, reaper_labels: dict, reaper: Callable[[list[str]], list[str]]) -> dict:
+    """What the Lease, the reaper and the deadline on pods and the launcher Job are rendered from.
+    ``reaper``: the reaper's command for its arguments (``k8s_tools.reaper_command``)."""
     deadline_s = orphan.cluster_deadline_s(spec.start_timeout, spec.timeout)
-    command = ["python3", "-m", "mpilaunch.launchers.reaper", job, "--orphan-timeout", f"{spec.orphan_timeout:g}"]
+    command = [job, "--orphan-timeout", f"{spec.orphan_timeout:g}"]
     if spec.detach:  # the launcher Job's own activeDeadlineSeconds carries the deadline
         start_bound = math.ceil(spec.start_timeout + orphan.DEADLINE_MARGIN_S)
         command += ["--launcher-job", launcher_job_name(job), "--start-bound", str(start_bound)]
@@ -55,7 +56,7 @@ def template_values(spec, job: str, reaper_labels: dict) -> dict:
         "orphan_timeout_s": int(-(-spec.orphan_timeout // 1)),
         "reaper_name": f"{job}-reaper",
         "reaper_labels": reaper_labels,
-        "reaper_command": command,
+        "reaper_command": reaper(command),
     }
 
 

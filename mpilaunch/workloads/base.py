@@ -111,8 +111,17 @@ def shim_path(rundir: Path) -> str:
     return write_launcher(str(rundir / SHIM_NAME))
 
 
+#: on a terminal --dry-run shows this much of a manifest's line (the job's zipped pieces are
+#: ~300 KB of base64); into a file or pipe (and `mpilaunch render`) every line goes whole
+SHOWN_LINE = 300
+
+
 def print_manifests(backend, stream) -> None:
     render = getattr(backend, "render", None)
     if render is not None:
         print("manifests:", file=stream)
-        print(render(), file=stream)
+        shorten = getattr(stream, "isatty", lambda: False)()
+        for line in render().splitlines():
+            if shorten and len(line) > SHOWN_LINE:
+                line = f"{line[:SHOWN_LINE]}... ({len(line) - SHOWN_LINE} more characters; mpilaunch render shows all)"
+            print(line, file=stream)

@@ -4,8 +4,19 @@ hvd.init(), then an allreduce (Sum of each rank's number), a broadcast from
 rank 0 and an allgather; the line holds Horovod's own view of the job
 (rank, size, local rank and size, cross rank and size, which controller ran)
 next to mpilaunch's plan (MPILAUNCH_WORKER and the rank wrapper's variables),
-and the collectives' results. The exit status is 0 only if every result is
-right on this rank.
+and the collectives' results. Then one real training step: a small
+torch.nn.Linear whose initial weights differ per rank, hvd.broadcast_parameters
+from rank 0, hvd.DistributedOptimizer over SGD, rank-dependent data, one
+step(); an allgather of the flattened parameters before and after checks
+that every rank started from rank 0's and ends identical, that they moved,
+and by the step the average of the ranks' own gradients gives (the "train"
+entry of the line). The exit status is 0 only if every result is right on
+this rank.
+
+HVD_FAIL_RANK=R (with HVD_FAIL_CODE, default 43): rank R exits with that code
+right after hvd.init() and the first collective (the allreduce), the others
+are then stuck in the next one: what a rank dying inside a Horovod job looks
+like to mpilaunch.
 
 Runs under the interpreter scripts/build-horovod.sh built
 (``~/.cache/mpilaunch-horovod/openmpi/venv/bin/python``).
@@ -83,9 +94,50 @@ import horovod.torch as hvd  # noqa: E402
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
 total = hvd.allreduce(torch.tensor([float(rank)]), op=hvd.Sum, name="sum").item()
+if os.environ.get("HVD_FAIL_RANK") == str(rank):
+    print(f"HOROVOD rank {rank} fails on purpose after the first collective", file=sys.stderr, flush=True)
+    os._exit(int(os.environ.get("HVD_FAIL_CODE", "43")))
 root_value = hvd.broadcast(torch.tensor([100.0 + rank]), root_rank=0, name="bcast").item()
 gathered = hvd.allgather(torch.tensor([rank]), name="gather").tolist()
 ok = (total == size * (size - 1) / 2 and root_value == 100.0 and gathered == list(range(size)))
+
+
+def train_step() -> dict:
+    """One data-parallel SGD step; what every rank can check of it."""
+    lr = 0.1
+    torch.manual_seed(rank)  # a different initialisation on every rank: the broadcast must fix it
+    model = torch.nn.Linear(4, 2)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    flat = lambda m: torch.cat([p.detach().reshape(-1) for p in m.parameters()])  # noqa: E731
+    before = flat(model).clone()
+    data = torch.Generator().manual_seed(1000 + rank)  # each rank its own batch
+    x, y = torch.randn(8, 4, generator=data), torch.randn(8, 2, generator=data)
+    # this rank's own gradient, from a copy Horovod's hooks do not see
+    ref = torch.nn.Linear(4, 2)
+    ref.load_state_dict(model.state_dict())
+    torch.nn.functional.mse_loss(ref(x), y).backward()
+    own_grad = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
+                                   named_parameters=model.named_parameters())
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    after = flat(model)
+    befores = hvd.allgather(before.unsqueeze(0), name="params_before")
+    afters = hvd.allgather(after.unsqueeze(0), name="params_after")
+    mean_grad = hvd.allgather(own_grad.unsqueeze(0), name="own_grads").mean(dim=0)
+    return {
+        "broadcast": all(torch.equal(b, befores[0]) for b in befores),
+        "identical": all(torch.equal(a, afters[0]) for a in afters),
+        "moved": not torch.equal(after, before),
+        "averaged": torch.allclose(after, before - lr * mean_grad, atol=1e-6),
+        "params": len(after), "loss": round(loss.item(), 6),
+    }
+
+
+train = train_step()
+ok = ok and all(train[k] for k in ("broadcast", "identical", "moved", "averaged"))
 print("HOROVOD " + json.dumps({
     "env": given,
     "worker": os.environ.get("MPILAUNCH_WORKER"),
@@ -93,8 +145,10 @@ print("HOROVOD " + json.dumps({
     "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
     "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
     "controller": "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else None,
-    "sum": total, "broadcast": root_value, "allgather": gathered,
+    "sum": total, "broadcast": root_value, "allgather": gathered, "train": train,
     "version": __import__("horovod").__version__,
+    # the MPI library this process loaded (Horovod links it whichever controller runs)
+    "libmpi": next((line.split()[-1] for line in open("/proc/self/maps") if "/libmpi.so" in line), None),
 }), flush=True)
 # rank 0's rendezvous server lives in this process: nobody leaves before all are done
 hvd.join()
