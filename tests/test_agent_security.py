@@ -195,17 +195,23 @@ def test_tampered_run_frame_runs_nothing(agent, tmp_path):
     assert log.count("start pid=") == 1  # only the check above ran
 
 
-def test_tampered_forged_run_frame_under_a_guessed_key_runs_nothing(agent, tmp_path):
-    """An attacker who hijacks the connection after the handshake and sends its own RUN."""
-    marker = tmp_path / "forged"
-    forged = P.Channel(os.urandom(32), P.CLIENT).frame(P.RUN, P.encode_run(f"touch {marker}"))
-    proxy = TamperingProxy(agent.address, upstream=lambda i, frame: forged if i == 0 else frame)
+def assert_first_frame_swapped_runs_nothing(agent, frame: bytes, marker) -> None:
+    """A session whose first frame (the client's RUN of ``true``) a proxy replaces by ``frame``
+    fails, and ``frame``'s command (it would create ``marker``) did not run."""
+    proxy = TamperingProxy(agent.address, upstream=lambda i, sent: frame if i == 0 else sent)
     try:
         with pytest.raises(agent_client.AgentError):
             agent_client.run_command(proxy.address, SECRET, "true", timeout=10)
     finally:
         proxy.close()
     assert_still_serving_and_ran_nothing(agent, marker)
+
+
+def test_tampered_forged_run_frame_under_a_guessed_key_runs_nothing(agent, tmp_path):
+    """An attacker who hijacks the connection after the handshake and sends its own RUN."""
+    marker = tmp_path / "forged"
+    forged = P.Channel(os.urandom(32), P.CLIENT).frame(P.RUN, P.encode_run(f"touch {marker}"))
+    assert_first_frame_swapped_runs_nothing(agent, forged, marker)
 
 
 def test_tampered_replay_of_another_sessions_run_frame_runs_nothing(agent, tmp_path):
@@ -217,14 +223,7 @@ def test_tampered_replay_of_another_sessions_run_frame_runs_nothing(agent, tmp_p
         recorder.close()
     assert marker.exists()  # the genuine session ran
     marker.unlink()
-    recorded_run = recorder.frames[0]
-    proxy = TamperingProxy(agent.address, upstream=lambda i, frame: recorded_run if i == 0 else frame)
-    try:
-        with pytest.raises(agent_client.AgentError):
-            agent_client.run_command(proxy.address, SECRET, "true", timeout=10)
-    finally:
-        proxy.close()
-    assert_still_serving_and_ran_nothing(agent, marker)
+    assert_first_frame_swapped_runs_nothing(agent, recorder.frames[0], marker)
 
 
 def test_tampered_replayed_stdin_frame_ends_the_running_session(agent, tmp_path):
