@@ -31,7 +31,8 @@ declare -A PACKAGES=(
   [nopython]="openmpi-bin"
   [horovod]="python3-torch,openmpi-bin,python3-cloudpickle,python3-psutil,python3-yaml,python3-packaging"
 )
-HOROVOD_WHEEL="${MPILAUNCH_HOROVOD_WHEEL:-$(ls "$MPILAUNCH_CACHE"/mpilaunch-horovod/openmpi/wheel/horovod-*.whl 2>/dev/null | head -1)}"
+# (none yet on a first run: scripts/test builds Horovod beside this; only `horovod` needs it)
+HOROVOD_WHEEL="${MPILAUNCH_HOROVOD_WHEEL:-$(ls "$MPILAUNCH_CACHE"/mpilaunch-horovod/openmpi/wheel/horovod-*.whl 2>/dev/null | head -1 || true)}"
 SITE=usr/local/lib/python3.11/dist-packages
 # what each image must hold (paths in its root file system), and must not
 declare -A MUST=(
