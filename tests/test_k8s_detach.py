@@ -124,7 +124,7 @@ def test_detach_renders_a_reaper_that_watches_the_launcher_with_a_by_name_role(t
     groups = [group for group, _ in backend.objects()]
     assert groups.index("reaper") < groups.index("workers")  # a worker never exists without its reaper
     command = objects[("Job", "dj-reaper")]["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command == ["python3", "-m", "mpilaunch.launchers.reaper", "dj", "--orphan-timeout", "20",
+    assert command == ["/opt/mpilaunch-tools/mpilaunch-reaper", "dj", "--orphan-timeout", "20",
                        "--launcher-job", "dj-launcher", "--start-bound", "330"]
     rules = {(r["apiGroups"][0], r["resources"][0]): (r["verbs"], r["resourceNames"])
              for r in objects[("Role", "dj-reaper")]["rules"]}
