@@ -59,7 +59,7 @@ def start_costs(env) -> dict:
     with_site = median_ms([py, "-c", "pass"], env)
     costs = {"interpreter_bare_ms": bare, "site_ms": round(with_site - bare, 1)}
     for name, module in (("cli_imports", "mpilaunch.cli, mpilaunch.lifecycle, mpilaunch.workloads.mpirun, "
-                                          "mpilaunch.backends.local"),
+                                          "mpilaunch.backends.local.backend"),
                          ("agent_imports", "mpilaunch.agent.cli"),
                          ("shim_imports", "mpilaunch.rsh_agent.shim, mpilaunch.rsh_agent.transports.agent"),
                          ("rank_wrapper_imports", "mpilaunch.rank")):

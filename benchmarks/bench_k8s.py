@@ -99,7 +99,7 @@ def fanout(agent_argv: list[str], pods: list[str], env: dict, relay_context: dic
     cpu0 = cpu_children()
     relay = None
     if relay_context is not None:
-        from mpilaunch.backends import k8s_relay
+        from mpilaunch.backends.k8s import relay as k8s_relay
 
         # started before the clock (job set-up, once per job), its CPU counted
         relay, path = k8s_relay.start(relay_context, work)
@@ -112,7 +112,7 @@ def fanout(agent_argv: list[str], pods: list[str], env: dict, relay_context: dic
     results = [(p.communicate(timeout=600), p.returncode) for p in procs]
     wall = time.monotonic() - t0
     if relay is not None:
-        from mpilaunch.backends import k8s_relay
+        from mpilaunch.backends.k8s import relay as k8s_relay
 
         k8s_relay.stop(relay)
     cpu = cpu_children() - cpu0
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
 
         # mpilaunch's side: credentials flattened once, as the backend does for --launcher local
-        from mpilaunch.backends.k8s_api import resolve
+        from mpilaunch.backends.k8s.api import resolve
 
         creds = resolve(str(cluster.kubeconfig), None, "default", work)
         context = {"transport": "k8s", **creds, "container": "worker", "workers": {p: {"pod": p} for p in pods}}
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         # (b) full mpirun launches
         info = mpi.find_mpirun("auto", None, env.get("PATH"))
         floor_agent = write_sh_agent(work)
-        from mpilaunch.backends import k8s_relay
+        from mpilaunch.backends.k8s import relay as k8s_relay
 
         relay, relay_path = k8s_relay.start(context, work)
         (work / "context-relay.json").write_text(json.dumps({**context, "relay": relay_path}))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests"))  # tests/support: the test helpers it reuses
 
 WORKERS = 4
 
@@ -59,7 +59,7 @@ def wait_lines(proc, text: str, count: int, timeout: float = 300) -> float:
 def lose_worker(backend: str, kube, name: str) -> None:
     worker = f"{name}-worker-1"
     if backend in ("local", "yarn"):
-        from test_failure_parity import agent_pid
+        from support.helpers import agent_pid
 
         os.kill(agent_pid(worker), signal.SIGKILL)
     else:
@@ -70,7 +70,7 @@ def one_run(kind: str, i: int, backend: str, kube, env: dict, work: Path, backen
     name = f"bench-{kind}-{i}"
     marker = work / f"{name}.marker"
     if kube is not None:
-        from test_k8s import give_pods_their_env
+        from support.k8s import give_pods_their_env
 
         give_pods_their_env(kube, name, WORKERS, work / "pods")
     proc = subprocess.Popen(job_argv(name, marker, backend_args, kind == "retry"), cwd=REPO, env=env, text=True,
@@ -93,7 +93,7 @@ def one_run(kind: str, i: int, backend: str, kube, env: dict, work: Path, backen
     if proc.returncode != 0:
         raise SystemExit(f"{kind} run {i} ended with {proc.returncode}: {proc.stderr.read()[-2000:]}")
     if kube is not None:
-        from test_k8s import forget_pod_env
+        from support.k8s import forget_pod_env
 
         forget_pod_env(kube, name, WORKERS)
     return t_next - t_lost

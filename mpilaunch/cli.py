@@ -6,11 +6,11 @@ import argparse
 import os
 import sys
 
-from . import __version__
-from .errors import EXIT_INTERRUPTED, MpilaunchError, UsageError
+from . import __version__, backends
+from .errors import MpilaunchError, UsageError
+from .exit_codes import EXIT_INTERRUPTED
 from .orphan import DEFAULT_ORPHAN_TIMEOUT
-from .spec import (BACKENDS, LAUNCHERS, MPI_FLAVOURS, JobSpec, K8sOptions, PsOptions, YarnOptions, check_duration,
-                   check_namespace)
+from .spec import LAUNCHERS, JobSpec, PsOptions, check_duration, mpi_choices
 
 SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "agent")
 
@@ -20,11 +20,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, f"see '{self.prog} --help'")
 
 
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected K=V, got {text!r}")
-    return key, value
+def default_backend() -> str:
+    return os.environ.get("MPILAUNCH_BACKEND", "local")
 
 
 def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
@@ -43,8 +40,9 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     size.add_argument("--bind-gpus", action="store_true", help="each rank sees only its own GPU (off: Horovod picks local_rank itself)")
 
     run = p.add_argument_group("backend and MPI")
-    run.add_argument("--backend", default=os.environ.get("MPILAUNCH_BACKEND", "local"), help=f"one of {', '.join(BACKENDS)} (default: local or $MPILAUNCH_BACKEND)")
-    run.add_argument("--mpi", default="auto", help=f"one of {', '.join(MPI_FLAVOURS)}")
+    run.add_argument("--backend", default=default_backend(),
+                     help=f"one of {', '.join(backends.names())} (default: local or $MPILAUNCH_BACKEND)")
+    run.add_argument("--mpi", default="auto", help=f"one of {', '.join(mpi_choices())}")
     run.add_argument("--mpirun", help="path of the mpirun to use")
     run.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]", help="export a variable to every rank (repeatable)")
     run.add_argument("--mpi-args", default="", help="extra arguments for mpirun, as one string")
@@ -69,26 +67,9 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
                      help="skip the placement check (every rank on its planned worker, np ranks in all)")
     ctl.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
-    k8s = p.add_argument_group("kubernetes")
-    k8s.add_argument("--image")
-    k8s.add_argument("--namespace")
-    k8s.add_argument("--context")
-    k8s.add_argument("--kubeconfig")
-    k8s.add_argument("--node-selector", action="append", default=[], type=_key_value, metavar="K=V")
-    k8s.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
-    k8s.add_argument("--priority-class")
-    k8s.add_argument("--gang", default="none", help="none, volcano or scheduler-plugins")
-    k8s.add_argument("--pod-memory", metavar="QUANTITY",
-                     help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the namespace's "
-                          "LimitRange decides); a rank past it is reported as killed by the out-of-memory killer")
-    k8s.add_argument("--pod-cpu", metavar="QUANTITY", help="CPU request and limit of each worker pod, e.g. 4 or 3500m")
-
-    yarn = p.add_argument_group("yarn")
-    yarn.add_argument("--queue")
-    yarn.add_argument("--node-label")
-    yarn.add_argument("--memory", default="2 GiB")
-    yarn.add_argument("--vcores", type=int, default=1)
-    yarn.add_argument("--env-archive")
+    # each backend's own options (backends/<name>/options.py), in a group of its own
+    for name in backends.names():
+        backends.options_class(name).add_arguments(p.add_argument_group(f"--backend {name}"))
 
     ps = p.add_argument_group("parameter-server mode")
     ps.add_argument("--mode", help="allreduce (default) or ps (implied by -r and the other options of this group)")
@@ -149,13 +130,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         detach=args.detach,
         retry_rank_failures=args.retry_rank_failures,
         mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers or args.chief or args.evaluator or args.tensorboard) else "allreduce"),
-        k8s=K8sOptions(
-            image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
-            node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
-            priority_class=args.priority_class, gang=args.gang, pod_memory=args.pod_memory, pod_cpu=args.pod_cpu,
-        ),
-        yarn=YarnOptions(queue=args.queue, node_label=args.node_label, memory=args.memory,
-                         vcores=args.vcores, env_archive=args.env_archive),
+        backend_options=backends.options_class(args.backend).from_args(args),
         ps=PsOptions(ps=args.ps, workers=args.workers, chief=args.chief, evaluator=args.evaluator,
                      tensorboard=args.tensorboard, input_path=args.input, output_path=args.output,
                      script=args.script, requirement=args.requirement),
@@ -188,18 +163,20 @@ def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
 
 
 def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
+    # --backend first: the rest of the options are that backend's (add_manage_arguments)
+    first = _Parser(prog=f"mpilaunch {action}", add_help=False)
+    first.add_argument("--backend", default=default_backend())
+    options = backends.options_class(first.parse_known_args(argv)[0].backend)
     p = _Parser(prog=f"mpilaunch {action}")
     p.add_argument("name")
-    p.add_argument("--backend", default=os.environ.get("MPILAUNCH_BACKEND", "local"))
-    p.add_argument("--namespace")
-    p.add_argument("--context")
-    p.add_argument("--kubeconfig")
+    p.add_argument("--backend", default=default_backend())
+    options.add_manage_arguments(p)
     if action == "logs":
         p.add_argument("-f", "--follow", action="store_true", help="keep printing while the launcher runs")
     if action == "wait":
         p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 124)")
     args = p.parse_args(argv)
-    check_namespace(args.namespace)
+    options.check_manage_arguments(args)
     if action == "wait":
         check_duration("--timeout", args.timeout, f"give the seconds to wait for the job, e.g. --timeout 600, "
                                                   f"or leave it out to wait until it ends")

@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from . import mpi
 from .placement import Mismatch
 
 PROGRAM = "program"
@@ -61,7 +62,8 @@ def library_mpi(path: str) -> tuple[str, int | None] | None:
 
 
 def _mpirun_family(flavour: str) -> str:
-    return "openmpi" if flavour == "openmpi" else "mpich-abi"
+    strategy = mpi.FLAVOURS.get(flavour)
+    return strategy.abi if strategy is not None else "mpich-abi"
 
 
 def _describe_library(family: str, major: int | None) -> str:
@@ -69,7 +71,8 @@ def _describe_library(family: str, major: int | None) -> str:
 
 
 def _describe_mpirun(e: Expected) -> str:
-    name = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel MPI"}.get(e.flavour, e.flavour)
+    strategy = mpi.FLAVOURS.get(e.flavour)
+    name = strategy.title if strategy is not None else e.flavour
     return f"{name} {e.version} ({e.mpirun})"
 
 

@@ -6,13 +6,11 @@ Every error carries a one-line message and a hint; the CLI prints them as
 
 from __future__ import annotations
 
-EXIT_USAGE = 2
-EXIT_ALLOCATION = 3
-EXIT_INTERRUPTED = 130
+from .exit_codes import EXIT_ALLOCATION, EXIT_INTERRUPTED, EXIT_RANK_FAILED, EXIT_USAGE
 
 
 class MpilaunchError(Exception):
-    exit_code = 1
+    exit_code = EXIT_RANK_FAILED
 
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)

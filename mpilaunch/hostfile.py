@@ -1,12 +1,15 @@
 """Render and parse hostfiles for each MPI flavour.
 
-Open MPI: ``host slots=N``; MPICH / Intel MPI (hydra machinefile): ``host:N``.
+Each flavour writes its own syntax (``mpi.MpiFlavour.hostfile_line``): Open
+MPI ``host slots=N``; MPICH / Intel MPI (hydra machinefile) ``host:N``. A
+user's hostfile is read in either.
 """
 
 from __future__ import annotations
 
 import re
 
+from . import mpi
 from .errors import UsageError
 
 _OPENMPI_LINE = re.compile(r"^(?P<host>\S+)(?:\s+(?P<opts>.*))?$")
@@ -14,13 +17,10 @@ _HYDRA_LINE = re.compile(r"^(?P<host>[^\s:]+)(?::(?P<slots>\d+))?\s*$")
 
 
 def render(hosts: list[tuple[str, int]], flavour: str) -> str:
-    if flavour == "openmpi":
-        lines = [f"{host} slots={slots}" for host, slots in hosts]
-    elif flavour in ("mpich", "intel"):
-        lines = [f"{host}:{slots}" for host, slots in hosts]
-    else:
+    strategy = mpi.FLAVOURS.get(flavour)
+    if strategy is None:
         raise ValueError(f"no hostfile format for MPI flavour {flavour!r}")
-    return "\n".join(lines) + "\n"
+    return strategy.render_hostfile(hosts)
 
 
 def parse(text: str) -> list[tuple[str, int]]:

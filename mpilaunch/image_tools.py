@@ -25,6 +25,8 @@ import os
 import sys
 from pathlib import Path
 
+from .exit_codes import EXIT_ALLOCATION
+
 #: where the job's containers see the tools (a ConfigMap volume, read-only)
 TOOLS_DIR = "/opt/mpilaunch-tools"
 #: the package's zip in that directory
@@ -34,12 +36,12 @@ MIN_PYTHON = (3, 8)
 #: the line ``check-image`` writes starts with this (the backend recognises it in a pod's status)
 CHECK_MARK = "mpilaunch: the image"
 #: exit status of a failed check (the container's, then mpilaunch's: allocation failed)
-CHECK_EXIT = 3
+CHECK_EXIT = EXIT_ALLOCATION
 ENTRY_POINTS = {
     "mpilaunch-rank": "mpilaunch.rank",
     "mpilaunch-rsh": "mpilaunch.rsh_agent.shim",
-    "mpilaunch-launcher": "mpilaunch.launchers.k8s",
-    "mpilaunch-reaper": "mpilaunch.launchers.reaper",
+    "mpilaunch-launcher": "mpilaunch.backends.k8s.launcher",
+    "mpilaunch-reaper": "mpilaunch.backends.k8s.reaper",
     "mpilaunch-task": "mpilaunch.task_starter",
 }
 

@@ -17,24 +17,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Why a family is left out: one clause per family, for the warning line.
-OPENMPI_LAUNCH = "Open MPI launch settings (mpilaunch pins plm, ras, the hostfile and the rsh agent)"
+from . import mpi
+
+# Why a family is left out: one clause per family, for the warning line (each MPI flavour's
+# own launch settings: its strategy's pinned_setting, mpi/<flavour>.py).
 RESOURCE_MANAGER = "resource-manager variables (mpirun would take its host list from that allocation)"
-HYDRA_LAUNCH = "Hydra launch settings (mpilaunch pins the launcher, its agent and the hostfile)"
 TORCH_RENDEZVOUS = ("torch.distributed variables (every rank gets its own; -x NAME=VALUE sets one for all ranks)")
 # torch.distributed's env:// variables: a shell started by torchrun or inside
 # another job has them, and every rank would claim the same RANK.
 _TORCH_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
-# MCA parameter names (after OMPI_MCA_ / PRTE_MCA_ / PMIX_MCA_) that choose
-# how daemons are started, where, and with which host list.
-_MCA_LAUNCH = ("plm", "ras", "orte_default_hostfile", "prte_default_hostfile", "orte_rsh_agent", "prte_rsh_agent",
-               "orte_launch_agent", "prte_launch_agent")
-_MCA_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_")
 # Variables Open MPI's and Hydra's resource-manager components read.
 _RM_PREFIXES = ("SLURM_", "LSB_")
 _RM_NAMES = ("PBS_NODEFILE", "PBS_JOBID", "PBS_ENVIRONMENT", "PE_HOSTFILE", "JOB_ID")
-_HYDRA_PREFIXES = ("HYDRA_", "I_MPI_HYDRA_", "I_MPI_PMI")
 
 
 @dataclass(frozen=True)
@@ -42,14 +37,6 @@ class Override:
     name: str
     value: str
     family: str
-
-
-def _is_mca_launch(name: str) -> bool:
-    for prefix in _MCA_PREFIXES:
-        if name.startswith(prefix):
-            param = name[len(prefix):]
-            return any(param == p or param.startswith(p + "_") for p in _MCA_LAUNCH)
-    return False
 
 
 def family_of(name: str, flavour: str) -> str | None:
@@ -60,10 +47,10 @@ def family_of(name: str, flavour: str) -> str | None:
     """
     if name.startswith(_RM_PREFIXES) or name in _RM_NAMES:
         return RESOURCE_MANAGER
-    if flavour == "openmpi" and _is_mca_launch(name):
-        return OPENMPI_LAUNCH
-    if flavour in ("mpich", "intel") and name.startswith(_HYDRA_PREFIXES):
-        return HYDRA_LAUNCH
+    strategy = mpi.FLAVOURS.get(flavour)
+    pinned = strategy.pinned_setting(name) if strategy is not None else None
+    if pinned:
+        return pinned
     if name in _TORCH_NAMES:
         return TORCH_RENDEZVOUS
     return None

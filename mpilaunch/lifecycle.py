@@ -25,11 +25,11 @@ from pathlib import Path
 from . import backends, phases
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
-from .result import EXIT_TIMEOUT, EXIT_WORKER_LOST, JobResult, LostWorker, lost_workers_failure, worker_location
+from .exit_codes import EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
+from .result import JobResult, LostWorker, lost_workers_failure, worker_location
 from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # noqa: F401 (launchers import them here)
 from .spec import JobSpec
 from .workloads import workload_class
-from .placement import EXIT_PLACEMENT
 from .workloads.base import RunContext, Workload
 
 
@@ -47,12 +47,13 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     stderr = stderr or sys.stderr
     environ = dict(os.environ if environ is None else environ)
     backend_cls = backends.load(spec.backend)
+    backend_cls.check_spec(spec)
     job_name = job_name_for(spec)
     workload = workload_class(spec).prepare(spec, backend_cls, job_name, environ)
     output_dir = prepare_output_dir(spec)
     rundir = make_rundir(job_name)
     try:
-        backend = backend_cls(spec, workload.plan, rundir)
+        backend = backend_cls(spec, workload.plan, rundir, cluster_launcher_allowed=workload.can_use_cluster_launcher)
         workload.bind(backend, rundir, environ)
     except BaseException:  # bad input the backend or the launch found: nothing may stay behind
         remove_tree(rundir)
@@ -100,7 +101,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
     t0 = time.monotonic()
     seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
     try:
-        with interrupts_raise():
+        with interrupts_raise(then_ignore=True):
             # allocate, and wait until every worker is ready (the backend's diagnosis on timeout)
             backend.allocate()
             phases.mark(seen, "allocated")
@@ -137,7 +138,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         # stop, release, collect: the same on every exit path
         ignore_interrupts()
         workload.stop()
-        workers = finish_backend(backend, result)
+        workers = finish_backend(backend, result, stderr)
         phases.mark(seen, "released")
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
@@ -214,13 +215,26 @@ def write_context(path: Path, job_name: str, backend) -> None:
     path.write_text(json.dumps({"job": job_name, **backend.exec_context()}))
 
 
-def finish_backend(backend, result: JobResult) -> dict:
-    """Tell the backend how the job ended (YARN final status), collect worker facts, release everything."""
-    extra = backend.job_finished(result.exit_code, result.failure)
-    if extra and result.failure:
-        result.failure = f"{result.failure}\n{extra}"
-    workers = backend.describe_workers()
-    backend.release()
+def finish_backend(backend, result: JobResult, stderr) -> dict:
+    """Tell the backend how the job ended (YARN final status), collect worker facts, release everything.
+
+    The outcome and the facts are extras, the release is not: a backend hook that raises
+    (against its contract) costs a warning, never the release or the rest of the teardown.
+    """
+    workers: dict = {}
+    try:
+        extra = backend.job_finished(result.exit_code, result.failure)
+        if extra and result.failure:
+            result.failure = f"{result.failure}\n{extra}"
+        workers = backend.describe_workers()
+    except Exception as e:
+        print(f"mpilaunch: warning: the {backend.name} backend could not report the job's end: {e}", file=stderr)
+    finally:
+        try:
+            backend.release()
+        except Exception as e:
+            print(f"mpilaunch: warning: releasing the job's workers failed: {e}; "
+                  f"check what is left with the cluster's own tools", file=stderr)
     return workers
 
 
@@ -296,10 +310,10 @@ class LostWorkerWatch:
     an agent process exited), never a slow answer.
     """
 
-    def __init__(self, backend, workload: Workload, interval: float = WATCH_INTERVAL_S):
+    def __init__(self, backend, workload: Workload, interval: float | None = None):
         self.backend = backend
         self.workload = workload
-        self.interval = interval
+        self.interval = WATCH_INTERVAL_S if interval is None else interval  # read at each watch: tests shorten it
         self.lost: dict[str, str] = {}
         self.fatal: MpilaunchError | None = None  # the backend can no longer watch (its credentials failed)
         self._done = threading.Event()
@@ -367,8 +381,12 @@ def save_report(path: Path, report: dict, stderr) -> None:
 
 
 @contextmanager
-def interrupts_raise():
-    """SIGINT/SIGTERM/SIGHUP raise Interrupted in the main thread (so finally blocks run)."""
+def interrupts_raise(then_ignore: bool = False):
+    """SIGINT/SIGTERM/SIGHUP raise Interrupted in the main thread (so finally blocks run).
+
+    ``then_ignore``: on the way out they are ignored instead of restored, so a second Ctrl-C
+    between this block and the teardown after it cannot skip the release (the caller's
+    handlers come back at the end: ``keeps_caller_signal_handlers``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -381,7 +399,7 @@ def interrupts_raise():
         yield
     finally:
         for s, h in previous.items():
-            signal.signal(s, h)
+            signal.signal(s, signal.SIG_IGN if then_ignore else h)
 
 
 INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -31,14 +31,13 @@ def render(spec: JobSpec) -> int:
 def job_action(action: str, args) -> int:
     """status / logs / delete NAME on the backend named by ``args.backend``."""
     backend_cls = backends.load(args.backend)
-    handler = getattr(backend_cls, f"manage_{action}", None)
-    if handler is None:
+    if not backend_cls.capabilities.manage:
         raise UsageError(
             f"'{action}' applies to jobs on cluster backends, not --backend {args.backend}",
             "local jobs live and die with their mpilaunch process; use --backend k8s or yarn",
         )
     try:
-        return handler(args, ReaderAware(sys.stdout)) or 0
+        return backend_cls.manage_action(action, args, ReaderAware(sys.stdout)) or 0
     except ReaderGone:
         # `mpilaunch logs -f JOB | head`: the reader has what it wanted; stop
         # quietly, as `kubectl logs -f | head` does, instead of a traceback

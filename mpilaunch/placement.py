@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from . import mpi
 from .rank import NO_WORKER
 from .spec import Plan
 
-EXIT_PLACEMENT = 4
 LAUNCHER_KEY = "(launcher)"  # report.json's name for ranks outside every worker
 
 # kinds of mismatch, for hints and report.json
@@ -132,22 +132,10 @@ def check(plan: Plan, starts: list[RankStart], *, complete: bool,
     return None
 
 
-# What each flavour reads to reach the workers through the shim; named in hints.
-AGENT_SETTINGS = {
-    ("openmpi", 5): "Open MPI 5 takes the agent only from --prtemca plm_ssh_agent / PRTE_MCA_plm_ssh_agent "
-                    "and ignores OMPI_MCA_plm_rsh_agent",
-    ("openmpi", 4): "Open MPI 4 takes the agent from --mca plm_rsh_agent / OMPI_MCA_plm_rsh_agent "
-                    "and ignores the PRTE_MCA_ names",
-    ("mpich", 0): "MPICH takes the agent from -launcher rsh -launcher-exec / HYDRA_LAUNCHER(_EXEC)",
-    ("intel", 0): "Intel MPI takes the agent from -bootstrap rsh -bootstrap-exec / "
-                  "I_MPI_HYDRA_BOOTSTRAP(_EXEC) and ignores HYDRA_LAUNCHER",
-}
-
-
 def agent_setting(flavour: str, major: int) -> str:
-    if flavour == "openmpi":
-        return AGENT_SETTINGS[("openmpi", 5 if major >= 5 else 4)]
-    return AGENT_SETTINGS.get((flavour, 0), f"{flavour} takes the agent from its own option")
+    """What this flavour reads to reach the workers through the shim; named in hints."""
+    strategy = mpi.FLAVOURS.get(flavour)
+    return strategy.agent_setting(major) if strategy else f"{flavour} takes the agent from its own option"
 
 
 def likely_cause(mismatch: Mismatch, *, flavour: str, major: int, local_hosts: tuple[str, ...] = (),

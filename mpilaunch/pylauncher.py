@@ -22,6 +22,21 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHEBANG_MAX = 127
 
 
+def run_module_code(module: str, package_parent_expr: str, separator: str = "; ") -> str:
+    """Python code that runs ``module.main()`` from the package under ``package_parent_expr`` (a
+    Python expression: a path's repr, or ``os.environ[...]`` where the path is known only there)
+    and exits with its return value; ``separator`` "; " makes it one line for ``python -c``."""
+    return separator.join((
+        "import os, sys",
+        f"sys.path.insert(0, {package_parent_expr})",
+        f"from {module} import main",
+        "code = main()",
+        "sys.stdout.flush()",
+        "sys.stderr.flush()",
+        "os._exit(code if isinstance(code, int) else 0)",
+    ))
+
+
 def launcher_text(module: str, python: str, package_parent: str = PACKAGE_PARENT) -> str:
     """The script that runs ``module.main()`` and exits with its return value.
 
@@ -34,15 +49,7 @@ def launcher_text(module: str, python: str, package_parent: str = PACKAGE_PARENT
     atexit work or starts a thread. A ``main`` that raises (``SystemExit``
     included) exits the ordinary way.
     """
-    body = (
-        "import os, sys\n"
-        f"sys.path.insert(0, {package_parent!r})\n"
-        f"from {module} import main\n"
-        "code = main()\n"
-        "sys.stdout.flush()\n"
-        "sys.stderr.flush()\n"
-        "os._exit(code if isinstance(code, int) else 0)\n"
-    )
+    body = run_module_code(module, repr(package_parent), separator="\n") + "\n"
     shebang = f"#!{python} -IS\n"
     # the kernel splits a "#!" line at blanks and ends it at a newline: such paths go through /bin/sh too
     if len(shebang) > SHEBANG_MAX or any(c in python for c in " \t\n"):

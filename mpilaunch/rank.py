@@ -43,15 +43,9 @@ MPI_WATCH_MAX_INTERVAL_S = 1.0
 UNKNOWN = "?"  # a value the rank's environment does not give
 # Not under any worker's agent or pod: mpirun forked the rank next to itself.
 NO_WORKER = UNKNOWN
-# Open MPI's daemons (4.x orted and 5.x prted alike) can drop a process's
-# last output when they reap the process before draining its pipe. Seen: 1
-# status line in ~4 runs lost on 4.x; on 5.x, ranks 0 and 3 failing with busy
-# loops beside the job, a failed rank's "exit=7" line was lost in 9 of 60 runs
-# without the linger and in 0 of 60 with it (A/B interleaved). mpilaunch passes
-# --linger-ms for Open MPI (MPICH's hydra lost none in 15 such runs). The
-# wrapper waits only until the daemon has read its pipe (usually under a
-# millisecond), this at most.
-OPENMPI_LINGER_MS = 100
+# --linger-ms N: after its status line, the wrapper stays until the daemon has
+# read its pipe, at most N ms (Open MPI's daemons can drop a reaped process's
+# last output; mpi.openmpi.LINGER_MS says when and how long).
 _FIONREAD = 0x541B  # termios.FIONREAD on Linux; not importing termios keeps the start light
 
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -359,7 +353,7 @@ def unread_bytes(fd: int) -> int:
 
 
 def wait_until_read(fd: int, limit_s: float) -> None:
-    """Stay alive until the daemon has read our last line (OPENMPI_LINGER_MS), at most ``limit_s``."""
+    """Stay alive until the daemon has read our last line (--linger-ms), at most ``limit_s``."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"  # set by mpilaunch (mpi.py, the shim), read here
+WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"  # set by mpilaunch (mpi/command.py, the shim), read here
 WORKER_CWD_ENV = "MPILAUNCH_WORKER_CWD"  # the worker's directory, set by the shim's remote command
 FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"  # the names mpilaunch forwards, for forwarded_digest
 WORKER_SLOTS_ENV = "MPILAUNCH_WORKER_SLOTS"  # "4,4": each worker's slots in plan order

@@ -4,12 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-EXIT_TIMEOUT = 124
-# A worker disappeared (its pod deleted or evicted, its container killed, its
-# agent gone): the cluster's fault, not the program's. Distinct from a rank's
-# own code and from mpirun's generic 255, which used to hide the cause.
-EXIT_WORKER_LOST = 5
-
 
 @dataclass
 class RankStatus:

@@ -11,12 +11,16 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from . import mpi
 from .errors import UsageError
 from .orphan import DEFAULT_ORPHAN_TIMEOUT, MIN_ORPHAN_TIMEOUT
 
-BACKENDS = ("local", "k8s", "yarn")
-MPI_FLAVOURS = ("auto", "openmpi", "mpich", "intel")
 LAUNCHERS = ("auto", "local", "cluster")
+
+
+def mpi_choices() -> tuple[str, ...]:
+    """--mpi's values: auto (detected) or a registered flavour (mpi/registry.py)."""
+    return ("auto",) + mpi.names()
 MODES = ("allreduce", "ps")
 
 # The biggest job mpilaunch plans (README, "Sizing"): per-rank and per-worker
@@ -27,24 +31,10 @@ MAX_WORKERS = 8192
 
 # Validation patterns of user input: always used with fullmatch (``$`` would
 # also match before a trailing newline: --name $'ab\n').
-# A Kubernetes resource quantity: 512Mi, 8Gi, 1.5G, 500m, 4.
-_QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-
 # Kubernetes object names and YARN application names both accept this.
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?")
 
-# A Kubernetes namespace: a DNS-1123 label.
-_NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-NAMESPACE_HINT = ("a namespace is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, "
-                  "starting and ending with a letter or digit, e.g. --namespace ml-team")
-
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_namespace(namespace: str | None) -> None:
-    """--namespace must be a valid namespace name: it is part of API paths and of rendered YAML."""
-    if namespace is not None and not _NAMESPACE_RE.fullmatch(namespace):
-        raise UsageError(f"invalid --namespace {namespace!r}", NAMESPACE_HINT)
 
 
 def check_duration(option: str, value: float | None, hint: str) -> None:
@@ -66,41 +56,6 @@ def check_plan_size(ranks: int, workers: int, asked: str) -> None:
 
 def _as_dict(obj) -> dict:
     return dataclasses.asdict(obj)
-
-
-@dataclass(frozen=True)
-class K8sOptions:
-    image: str | None = None
-    namespace: str | None = None
-    context: str | None = None
-    kubeconfig: str | None = None
-    node_selector: tuple[tuple[str, str], ...] = ()
-    tolerations: tuple[str, ...] = ()
-    priority_class: str | None = None
-    gang: str = "none"
-    pod_memory: str | None = None  # each worker pod's memory request = limit (a Kubernetes quantity)
-    pod_cpu: str | None = None  # ... and CPU request = limit
-
-    def __post_init__(self):
-        if self.gang not in ("none", "volcano", "scheduler-plugins"):
-            raise UsageError(
-                f"unknown --gang {self.gang!r}",
-                "choose one of: none, volcano, scheduler-plugins",
-            )
-        for option, value, example in (("--pod-memory", self.pod_memory, "8Gi"), ("--pod-cpu", self.pod_cpu, "4")):
-            if value is not None and not _QUANTITY_RE.fullmatch(value):
-                raise UsageError(f"{option} {value!r} is not a Kubernetes quantity",
-                                 f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)")
-        check_namespace(self.namespace)
-
-
-@dataclass(frozen=True)
-class YarnOptions:
-    queue: str | None = None
-    node_label: str | None = None
-    memory: str = "2 GiB"
-    vcores: int = 1
-    env_archive: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,8 +97,8 @@ class JobSpec:
     retries: int = 0  # relaunch mpirun on the same allocation after a lost worker, this many times
     retry_rank_failures: bool = False  # ... and after a rank failure too
     mode: str = "allreduce"
-    k8s: K8sOptions = field(default_factory=K8sOptions)
-    yarn: YarnOptions = field(default_factory=YarnOptions)
+    # the backend's own options (its BackendOptions subclass, backends/<name>/options.py); None: its defaults
+    backend_options: object = None
     ps: PsOptions = field(default_factory=PsOptions)
 
     def __post_init__(self):
@@ -152,13 +107,9 @@ class JobSpec:
                 "no command given",
                 "put the program after '--', e.g. mpilaunch --np 4 -- python train.py",
             )
-        if self.backend not in BACKENDS:
+        if self.mpi != "auto" and self.mpi not in mpi.FLAVOURS:  # a flavour registered later counts too
             raise UsageError(
-                f"unknown backend {self.backend!r}", f"choose one of: {', '.join(BACKENDS)}"
-            )
-        if self.mpi not in MPI_FLAVOURS:
-            raise UsageError(
-                f"unknown MPI flavour {self.mpi!r}", f"choose one of: {', '.join(MPI_FLAVOURS)}"
+                f"unknown MPI flavour {self.mpi!r}", f"choose one of: {', '.join(mpi_choices())}"
             )
         if self.launcher not in LAUNCHERS:
             raise UsageError(
@@ -205,9 +156,6 @@ class JobSpec:
     def _check_detach(self) -> None:
         if not self.detach:
             return
-        if self.backend == "local":
-            raise UsageError("--detach needs a cluster backend: local workers are processes of this mpilaunch",
-                             "use --backend k8s or --backend yarn, or run without --detach")
         if self.launcher == "local":
             raise UsageError("--detach needs the launcher in the cluster, not --launcher local",
                              "drop --launcher local (the cluster launcher is the default)")

@@ -37,11 +37,12 @@ import sys
 import tempfile
 import time
 
+from .exit_codes import EXIT_NO_SPEC
+
 ADDRESS_PREFIX = "MPILAUNCH-TASK-ADDRESS "
 DEFAULT_HOLD = 120.0  # tasks that never listen (a coordinator) release the port after this
 STOP_GRACE = 5.0
 POLL = 0.2
-EXIT_NO_SPEC = 75  # the launcher went away before sending the cluster spec
 
 
 def reserve_port(host: str = "0.0.0.0") -> socket.socket:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The unprivileged user tests/test_nonroot.py runs mpilaunch as, and that
+# The unprivileged user tests/e2e/test_nonroot.py runs mpilaunch as, and that
 # user's own Python environment (idempotent; needs root; called by
 # scripts/test and by the test module's session fixture).
 #

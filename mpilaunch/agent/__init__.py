@@ -20,6 +20,10 @@ Why it looks the way it does:
   ends the session: everything in it is killed.
 * The secret is read from a 0600 file or stdin, never from argv/environment,
   and is not passed to commands.
+* It ends with what started it: ``--exit-with-pid`` (the local backend: that
+  process is gone) or ``--exit-on-stdin-eof`` (the ssh backend: its stdin
+  ends when the ssh session does, however that ends; sshd sends no SIGHUP
+  to a session without a terminal).
 * Agents listen on every address (YARN), so a connection that has not
   authenticated is cheap to refuse and short-lived: a few seconds to finish
   the handshake, a cap per peer and in all (``admission``).

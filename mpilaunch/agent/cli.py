@@ -42,6 +42,9 @@ def build_parser():
     parser.add_argument("--orphan-cleanup", metavar="DIR",
                         help="with --exit-with-pid: remove DIR (the job's run directory, its secret included) when "
                              "that process is gone, since it ran no cleanup of its own (SIGKILL)")
+    parser.add_argument("--exit-on-stdin-eof", action="store_true",
+                        help="stop (killing all sessions) when stdin reaches its end: an agent started over ssh "
+                             "ends with its ssh session, whatever ended that")
     parser.add_argument("--env", action="append", type=_parse_env_pair, default=[], metavar="K=V",
                         help="extra environment for every command (repeatable)")
     parser.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT, help=argparse.SUPPRESS)
@@ -156,7 +159,8 @@ def main(argv=None) -> int:
     extra_env = dict(args.env)
     extra_env.update(private_dir_env(private, extra_env))
     agent = Agent(args.name, secret, listener, extra_env=extra_env, exit_with_pid=args.exit_with_pid,
-                  handshake_timeout=args.handshake_timeout, kill_grace=args.kill_grace)
+                  handshake_timeout=args.handshake_timeout, kill_grace=args.kill_grace,
+                  exit_on_stdin_eof=args.exit_on_stdin_eof)
     address = _advertised_address(listener, P.parse_address(args.listen)[0] if ":" in args.listen else args.listen,
                                   args.advertise)
     if args.address_file:

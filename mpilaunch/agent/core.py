@@ -13,7 +13,7 @@ from .admission import PendingLimits, QuietNotes
 from .connections import ConnectionsMixin
 from .constants import (HANDSHAKE_TIMEOUT, KILL_GRACE, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_PEER, PDEATH_SIGNAL,
                         REFUSAL_NOTE_INTERVAL, SCAN_INTERVAL)
-from .proctree import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, _pid_gone, _prctl, processes_by_session
+from .proctree import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, pid_gone, prctl, processes_by_session
 from .relay import RelayMixin
 from .supervision import SupervisionMixin
 
@@ -21,13 +21,17 @@ from .supervision import SupervisionMixin
 class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
     def __init__(self, name, secret, listener, extra_env=None, exit_with_pid=None,
                  handshake_timeout=HANDSHAKE_TIMEOUT, kill_grace=KILL_GRACE, log=None,
-                 max_pending_per_peer=MAX_PENDING_PER_PEER, max_pending=MAX_PENDING_HANDSHAKES):
+                 max_pending_per_peer=MAX_PENDING_PER_PEER, max_pending=MAX_PENDING_HANDSHAKES,
+                 exit_on_stdin_eof=False):
         self.name = name
         self.secret = secret
         self.listener = listener
         self.base_env = dict(os.environ)
         self.base_env.update(extra_env or {})
         self.exit_with_pid = exit_with_pid
+        # started over ssh (backends/ssh): the session's stdin closes when the ssh session ends, however
+        # it ends; sshd sends no SIGHUP without a terminal, so end of file is the one sign
+        self.exit_on_stdin_eof = exit_on_stdin_eof
         self.orphaned = False  # stopped because the --exit-with-pid process is gone (no cleanup of its own ran)
         self.handshake_timeout = handshake_timeout
         self.pending = PendingLimits(max_pending_per_peer, max_pending)  # unauthenticated connections
@@ -72,22 +76,43 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
         if pid is None:
             return
         if pid == os.getppid():
-            _prctl(PR_SET_PDEATHSIG, PDEATH_SIGNAL)
+            prctl(PR_SET_PDEATHSIG, PDEATH_SIGNAL)
         try:
             self.pidfd = os.pidfd_open(pid)
             self.sel.register(self.pidfd, selectors.EVENT_READ, self._on_exit_pid)
         except (AttributeError, OSError):
             self.pidfd = None  # polled in _tick instead
-        if _pid_gone(pid):
+        if pid_gone(pid):
             self.stop(f"process {pid} is gone")
 
+    def _watch_stdin(self):
+        if not self.exit_on_stdin_eof:
+            return
+        try:
+            os.set_blocking(0, False)
+            self.sel.register(0, selectors.EVENT_READ, self._on_stdin)
+        except (OSError, ValueError) as exc:  # not pollable (a file, /dev/null): its end could never be seen
+            self.stop(f"stdin cannot be watched for its end ({exc})")
+
+    def _on_stdin(self, key, events):
+        try:
+            data = os.read(0, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # what arrives before the end is ignored: only the end means something
+            self.sel.unregister(0)
+            self.stop("stdin closed: the session that started this agent ended")
+
     def serve(self) -> int:
-        if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
+        if not prctl(PR_SET_CHILD_SUBREAPER, 1):
             self.log("warning: cannot become a child subreaper; daemonized descendants may escape")
         self._install_signals()
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
         self._watch_exit_pid()
+        self._watch_stdin()
         while self.stopping is None:
             timeout = self._next_timeout()
             for key, events in self.sel.select(timeout):
@@ -124,7 +149,7 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
                 self._reap()
             elif signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 self.stop(f"received {signal.Signals(signum).name}")
-            elif signum == PDEATH_SIGNAL and self.exit_with_pid and _pid_gone(self.exit_with_pid):
+            elif signum == PDEATH_SIGNAL and self.exit_with_pid and pid_gone(self.exit_with_pid):
                 self.orphaned = True
                 self.stop(f"parent process {self.exit_with_pid} exited")
 
@@ -163,7 +188,7 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
             elif conn.state == "request":
                 self.log(f"connection from {conn.peer} sent no request in time")
             self._close(conn)
-        if self.exit_with_pid and self.pidfd is None and _pid_gone(self.exit_with_pid):
+        if self.exit_with_pid and self.pidfd is None and pid_gone(self.exit_with_pid):
             self.stop(f"process {self.exit_with_pid} is gone")
         waiting = [s for s in self.sessions.values() if (s.status is not None and not s.pipes) or s.ending]
         if waiting and (self.scan_due or now >= self.next_scan):

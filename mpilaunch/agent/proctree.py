@@ -90,7 +90,7 @@ def processes_by_session(root: int) -> dict:
     return result
 
 
-def _prctl(option: int, arg: int) -> bool:
+def prctl(option: int, arg: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(option, arg, 0, 0, 0) == 0
@@ -98,21 +98,21 @@ def _prctl(option: int, arg: int) -> bool:
         return False
 
 
-def _kill(pid: int, sig: int) -> None:
+def kill_quietly(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _killpg(pgid: int, sig: int) -> None:
+def killpg_quietly(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _pid_gone(pid: int) -> bool:
+def pid_gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

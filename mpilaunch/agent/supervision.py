@@ -10,7 +10,7 @@ import time
 from mpilaunch.rsh_agent import protocol as P
 
 from .constants import CMD_LOG_CHARS, SESSION_ENV, STOP_GRACE, WORKER_ENV
-from .proctree import _kill, _killpg, descendants, processes_by_session
+from .proctree import kill_quietly, killpg_quietly, descendants, processes_by_session
 
 
 class Session:
@@ -125,11 +125,11 @@ class SupervisionMixin:
         # Once the leader is reaped its pid may be recycled as someone else's
         # group; from then on the session marker alone finds the members.
         if sess.status is None:
-            _killpg(sess.pid, sig)
+            killpg_quietly(sess.pid, sig)
         if pids is None:
             pids = processes_by_session(self.mypid).get(sess.sid, [])
         for pid in pids:
-            _kill(pid, sig)
+            kill_quietly(pid, sig)
 
     def _end_session(self, sess, reason):
         """Kill everything in the session; it is finished once nothing is left."""
@@ -161,9 +161,9 @@ class SupervisionMixin:
             sess.ending = True
             sess.reason = sess.reason or f"agent stopping ({self.stopping})"
             if sess.status is None:
-                _killpg(sess.pid, signal.SIGTERM)
+                killpg_quietly(sess.pid, signal.SIGTERM)
         for pid in descendants(self.mypid):
-            _kill(pid, signal.SIGTERM)
+            kill_quietly(pid, signal.SIGTERM)
         deadline = time.monotonic() + min(self.kill_grace, STOP_GRACE)
         while time.monotonic() < deadline and descendants(self.mypid):
             self._reap()
@@ -174,9 +174,9 @@ class SupervisionMixin:
                 break
             for sess in self.sessions.values():
                 if sess.status is None:
-                    _killpg(sess.pid, signal.SIGKILL)
+                    killpg_quietly(sess.pid, signal.SIGKILL)
             for pid in left:
-                _kill(pid, signal.SIGKILL)
+                kill_quietly(pid, signal.SIGKILL)
             time.sleep(0.02)
             self._reap()
         self._reap()

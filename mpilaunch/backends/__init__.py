@@ -1,4 +1,14 @@
-"""Backends are imported lazily: k8s and yarn pull heavy optional clients."""
+"""The backend registry: one line per backend, naming its options class.
+
+A backend lives in its own folder (``backends/<name>/``); what the command
+line, the lifecycle and ``manage`` need of it goes through this registry.
+Third-party backends register the same way through the entry-point group
+``mpilaunch.backends`` (``name = "package.module:OptionsClass"``).
+
+Options classes are light (dataclasses, argparse); the backend classes they
+name are imported only for a job that runs on them, since k8s and yarn pull
+heavy optional clients.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +16,61 @@ import importlib
 
 from ..errors import UsageError
 
-_MODULES = {"local": "local", "k8s": "k8s", "yarn": "yarn"}
-_EXTRAS = {"k8s": "k8s", "yarn": "yarn"}
+# name -> "module:OptionsClass"
+BUILTIN = {
+    "local": "mpilaunch.backends.local.options:LocalOptions",
+    "k8s": "mpilaunch.backends.k8s.options:K8sOptions",
+    "yarn": "mpilaunch.backends.yarn.options:YarnOptions",
+    "ssh": "mpilaunch.backends.ssh.options:SshOptions",
+}
+ENTRY_POINT_GROUP = "mpilaunch.backends"
+
+_registered: dict[str, str] | None = None
+
+
+def registered() -> dict[str, str]:
+    """Every backend: the built-in ones, then those of installed packages (entry points)."""
+    global _registered
+    if _registered is None:
+        found = dict(BUILTIN)
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            found.setdefault(ep.name, ep.value)  # a package may not shadow a built-in backend
+        _registered = found
+    return _registered
+
+
+def names() -> tuple[str, ...]:
+    return tuple(registered())
+
+
+def _import(path: str):
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _unknown(name: str) -> UsageError:
+    return UsageError(f"unknown backend {name!r}", f"choose one of: {', '.join(names())}")
+
+
+def options_class(name: str):
+    """Backend name -> its options class (light: no cluster client is imported)."""
+    if name not in registered():
+        raise _unknown(name)
+    return _import(registered()[name])
 
 
 def load(name: str):
-    """Backend name -> its Backend class, with an install hint if its extra is missing."""
-    if name not in _MODULES:
-        raise UsageError(f"unknown backend {name!r}", f"choose one of: {', '.join(_MODULES)}")
+    """Backend name -> its backend class, with an install hint if its extra is missing."""
+    options = options_class(name)
     try:
-        module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
+        return _import(options.backend_class)
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("mpilaunch"):
             raise UsageError(f"the {name} backend is not available in this version", None) from None
-        extra = _EXTRAS.get(name, name)
+        extra = options.extra or name
         raise UsageError(
             f"the {name} backend needs the Python package {e.name!r}",
             f"pip install 'mpilaunch[{extra}]'",
         ) from None
-    return module.Backend

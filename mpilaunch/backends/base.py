@@ -1,24 +1,90 @@
-"""The small interface every backend implements.
+"""The whole contract of a backend: its options, its capabilities, its hooks.
+
+A backend is one folder, ``backends/<name>/``, and one line in
+``backends/__init__.py`` (or an entry point in the group
+``mpilaunch.backends``) naming its options class. The options class
+(``BackendOptions``) adds the backend's command-line options and names the
+backend class (``backend_class``), which is imported only when a job runs
+on it.
 
 ``lifecycle.py`` drives every backend through these hooks, in this order:
 ``allocate`` -> ``wait_ready`` -> ``exec_context`` (written to the context
 file the shim reads) -> mpirun runs -> ``describe_workers`` (for reports)
 -> ``release`` (always, on every exit path; must be idempotent and must not
-raise).
+raise). What a backend can do beyond that is data (``Capabilities``), which
+the command line, the lifecycle and ``manage`` read instead of probing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ..errors import UsageError
 from ..spec import JobSpec, Plan
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend does beyond allocating workers, as data."""
+
+    # --detach: ``hand_off`` gives the job to a launcher in the cluster
+    detach: bool = False
+    # --retries: ``replace_workers`` recreates lost workers in place
+    replace_workers: bool = False
+    # mpirun may run in the cluster (``remote_mpi_info``, ``run_launcher``, ``relaunch``)
+    cluster_launcher: bool = False
+    # `mpilaunch status|logs|delete|wait NAME` find the job again (``manage_*``)
+    manage: bool = False
+    # `mpilaunch render` shows what a run would create (``render``)
+    render: bool = False
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """A backend's own command-line options, kept in ``JobSpec.backend_options``.
+
+    Subclasses are frozen dataclasses: they declare their options in
+    ``add_arguments`` (an argparse group titled with the backend's name),
+    build themselves from the parsed arguments in ``from_args`` and validate
+    in ``__post_init__`` (``UsageError``: one line and a hint).
+    """
+
+    # "package.module:Class" of the backend: imported only when a job runs on it
+    backend_class: ClassVar[str] = ""
+    # the pip extra that brings what the backend imports (install hint), None: nothing extra
+    extra: ClassVar[str | None] = None
+
+    @classmethod
+    def add_arguments(cls, group) -> None:
+        """Add this backend's options for `mpilaunch run`/`render` to an argparse group."""
+
+    @classmethod
+    def from_args(cls, args) -> "BackendOptions":
+        return cls()
+
+    @classmethod
+    def add_manage_arguments(cls, parser) -> None:
+        """Options that find a job again for status/logs/delete/wait (``--namespace``, ...)."""
+
+    @classmethod
+    def check_manage_arguments(cls, args) -> None:
+        """Validate what ``add_manage_arguments`` added (UsageError)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 class BaseBackend(ABC):
     name = "base"
+    options_class: ClassVar[type[BackendOptions]] = BackendOptions
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    # True where every worker shares this machine, so loopback reaches them (PS tasks bind there)
+    workers_on_this_host: ClassVar[bool] = False
     # True where mpirun runs in a launcher inside the cluster (a k8s Job, a
     # YARN container) rather than in this process; set per job by the backends
     # that have one.
@@ -31,16 +97,39 @@ class BaseBackend(ABC):
     # before ``allocate``: a launcher in the cluster gets it in its launch description.
     status_token: str | None = None
 
-    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path):
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, *, cluster_launcher_allowed: bool = True):
         self.spec = spec
         self.plan = plan
         self.rundir = rundir
+        # this backend's options (its options_class), the defaults where the spec has none
+        self.options = spec.backend_options if spec.backend_options is not None else self.options_class()
+        # False where the workload must run from this machine (PS mode: its registry is this mpilaunch)
+        self.cluster_launcher_allowed = cluster_launcher_allowed
         # phases this backend saw (phases.mark: name -> time.monotonic()), merged into report.json
         self.phase_times: dict[str, float] = {}
 
     @classmethod
     def discover_gpus_per_node(cls, spec: JobSpec) -> int | None:
         """GPUs of one node, when the backend can tell (used when --gpus-per-node is absent)."""
+        return None
+
+    @classmethod
+    def check_spec(cls, spec: JobSpec) -> None:
+        """Before anything is created: what the job asks of this backend, against its capabilities."""
+        caps = cls.capabilities
+        if spec.detach and not caps.detach:
+            raise UsageError(f"--detach needs a cluster backend: {cls.name} workers live and die with this mpilaunch",
+                             "use --backend k8s or --backend yarn, or run without --detach")
+        if spec.launcher == "cluster" and not caps.cluster_launcher:
+            raise UsageError(f"--launcher cluster needs a cluster backend; {cls.name} workers have no cluster to run "
+                             f"mpirun in", "drop --launcher (mpirun runs on this machine) or use --backend k8s or yarn")
+        if spec.retries and not caps.replace_workers:
+            raise UsageError(f"the {cls.name} backend cannot replace workers", "drop --retries")
+
+    @classmethod
+    def remote_mpi_info(cls, spec: JobSpec):
+        """The MPI of the launcher in the cluster (``mpi.MpiInfo``), asked when there is no mpirun
+        here; None: mpirun runs here. Only with ``capabilities.cluster_launcher``."""
         return None
 
     @abstractmethod
@@ -121,6 +210,15 @@ class BaseBackend(ABC):
         """The options that find this job again: ``--backend k8s --namespace ns``."""
         return f"--backend {self.name}"
 
+    def render(self) -> str:
+        """What a run would create, as the cluster's own manifests (``capabilities.render``)."""
+        raise UsageError(f"the {self.name} backend has nothing to render", "use --dry-run to see the plan")
+
+    def run_launcher(self, output, deadline: float | None) -> int | None:
+        """Run mpirun in the cluster's launcher, feed its output to ``output`` (``workloads.mpirun.RelayedOutput``)
+        and return its exit code; None when ``deadline`` passed first. Only where ``launcher_in_cluster``."""
+        raise NotImplementedError(f"the {self.name} backend has no launcher in the cluster")
+
     def relaunch(self, attempt: int) -> None:
         """Before attempt ``attempt`` of the workload (``--retries``): renew what the backend runs it with.
 
@@ -141,3 +239,29 @@ class BaseBackend(ABC):
     @abstractmethod
     def release(self) -> None:
         """Free every worker, container and process. Idempotent, never raises."""
+
+    # ---------------------------------------------------------- `mpilaunch status|logs|delete|wait NAME`
+    # (``capabilities.manage``): classmethods, given the parsed manage arguments and the output stream;
+    # they return the command's exit status.
+
+    @classmethod
+    def manage_status(cls, args, stream) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def manage_logs(cls, args, stream) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def manage_delete(cls, args, stream) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def manage_wait(cls, args, stream) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def manage_action(cls, action: str, args, stream) -> int:
+        handlers = {"status": cls.manage_status, "logs": cls.manage_logs, "delete": cls.manage_delete,
+                    "wait": cls.manage_wait}
+        return handlers[action](args, stream)

@@ -198,9 +198,11 @@ def _error(message: str) -> int:
 
 
 def _load_transport(name: str):
-    if not isinstance(name, str) or not name.isidentifier():
+    """A context's transport: a module of rsh_agent/transports by its short name ("agent"), or
+    a backend's own by its full name ("mpilaunch.backends.k8s.transport")."""
+    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
         raise ValueError(f"bad transport name {name!r}")
-    module = f"mpilaunch.rsh_agent.transports.{name}"
+    module = name if "." in name else f"mpilaunch.rsh_agent.transports.{name}"
     __import__(module)
     return sys.modules[module]
 

@@ -36,6 +36,9 @@ class RunContext:
 
 class Workload(ABC):
     mode: str = "base"
+    # whether the backend may run this workload's driver in the cluster (a launcher pod/container):
+    # mpirun can; a PS job's registry is this mpilaunch itself, so its backend keeps everything here
+    can_use_cluster_launcher: bool = True
 
     def __init__(self, spec: JobSpec, job_name: str, plan: Plan):
         self.spec = spec
@@ -117,11 +120,10 @@ SHOWN_LINE = 300
 
 
 def print_manifests(backend, stream) -> None:
-    render = getattr(backend, "render", None)
-    if render is not None:
+    if backend.capabilities.render:
         print("manifests:", file=stream)
         shorten = getattr(stream, "isatty", lambda: False)()
-        for line in render().splitlines():
+        for line in backend.render().splitlines():
             if shorten and len(line) > SHOWN_LINE:
                 line = f"{line[:SHOWN_LINE]}... ({len(line) - SHOWN_LINE} more characters; mpilaunch render shows all)"
             print(line, file=stream)

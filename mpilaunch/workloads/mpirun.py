@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 
 from .. import envcheck, hostfile, gpu_slots, inherited, mpi, placement, rank_env
-from ..rank import OPENMPI_LINGER_MS, TOKEN_ENV, new_token
-from ..errors import EXIT_INTERRUPTED, UsageError
+from ..rank import TOKEN_ENV, new_token
+from ..errors import UsageError
+from ..exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
 from ..output import RankOutput
 from ..procs import terminate_group, wait_exit
-from ..result import EXIT_TIMEOUT, JobResult, number_ranges, timeout_failure
+from ..result import JobResult, number_ranges, timeout_failure
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..spec import JobSpec, Plan, WorkerPlan, check_plan_size
 from .base import RunContext, Workload, print_manifests, shim_path
@@ -79,8 +80,7 @@ def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: i
         wrapper.append("--bind-gpus")
     if attempt > 1:
         wrapper += ["--attempt", str(attempt)]  # the program sees MPILAUNCH_ATTEMPT
-    if info.flavour == "openmpi":
-        wrapper += ["--linger-ms", str(OPENMPI_LINGER_MS)]
+    wrapper += mpi.for_name(info.flavour).rank_wrapper_options(info)  # Open MPI: --linger-ms
     return wrapper + ["--"] + list(spec.command)
 
 
@@ -97,12 +97,13 @@ def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None, token: str | 
 
 def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int = 1,
                  rendezvous: tuple[str, int] | None = None, token: str | None = None) -> tuple[str, mpi.MpirunCommand]:
+    flavour = mpi.for_name(info.flavour)
     hosts = backend.hostnames()
     text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
     # hydra's proxies connect back to mpiexec by this host's name and start the ranks in mpiexec's
-    # directory; in pods neither exists: give them an address, start in /, and the rank wrapper
-    # goes to the worker's own directory (captured by the shim)
-    address = backend.control_address() if info.flavour in ("mpich", "intel") else None
+    # directory; in pods neither exists: give them an address, start in / (connect_back_args),
+    # and the rank wrapper goes to the worker's own directory (captured by the shim)
+    address = backend.control_address() if flavour.proxies_connect_back else None
     command = mpi.build_mpirun(
         info,
         ranks=plan.ranks,
@@ -118,7 +119,7 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
     )
     command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
     if address:
-        command.argv[1:1] = ["-localhost", address, "-wdir", "/"]
+        command.argv[1:1] = flavour.connect_back_args(address)
     # workers that are sent this machine's PATH (local, YARN) get it from here, before mpirun's
     # prefix; -x PATH=... already put the user's there (forwarded to the ranks from this environment)
     if "PATH" in environ:
@@ -137,21 +138,10 @@ def expected_environment(spec, info, command: mpi.MpirunCommand, backend, enviro
                              env_digest=rank_env.digest(command.forwarded.items()))
 
 
-# Open MPI 5's mpirun keeps its session in $TMPDIR/ompi.<its pid>; one that
-# was SIGKILLed leaves it behind, and the next mpirun that gets the same pid
-# (pid_max is often 32768) fails: "The PMIx server's listener thread failed to
-# start", exit 213. Through sh, the directory of the pid mpirun is about to
-# have (sh's own, kept by exec) is removed first: it cannot belong to a live
-# process. The test keeps the common case (nothing stale) to sh alone: an
-# unconditional rm cost an exec on every launch.
-_CLEAR_STALE_SESSION = 'd="${TMPDIR:-/tmp}/ompi.$$"; [ ! -e "$d" ] || rm -rf "$d"; exec "$@"'
-
-
 def without_stale_session(argv: list[str], info: mpi.MpiInfo) -> list[str]:
-    """mpirun's argv, behind the stale-session sweep where the MPI needs it (Open MPI 5)."""
-    if info.flavour == "openmpi" and info.major >= 5:
-        return ["/bin/sh", "-c", _CLEAR_STALE_SESSION, "mpirun", *argv]
-    return list(argv)
+    """mpirun's argv, behind the stale-session sweep where the MPI needs it (Open MPI 5:
+    mpi.openmpi.CLEAR_STALE_SESSION)."""
+    return mpi.for_name(info.flavour).spawn_argv(info, argv)
 
 
 # ------------------------------------------------------------------ dry run
@@ -443,7 +433,7 @@ class MpirunWorkload(Workload):
         if mismatch is None:
             return None
         # the ranks' own exit codes are moot: they ran somewhere else than planned
-        return placement.EXIT_PLACEMENT, f"{mismatch.message}\n  hint: {hint}"
+        return EXIT_PLACEMENT, f"{mismatch.message}\n  hint: {hint}"
 
     def record_environment(self, mismatch, enabled: bool, stream) -> None:
         """report.json's ``environment``: each rank's program, MPI library and forwarded-variable digest."""

@@ -39,7 +39,8 @@ from ..errors import AllocationError, UsageError
 from ..output import echo_line
 from ..procs import kill_tree
 from ..progress import WaitProgress
-from ..result import EXIT_TIMEOUT, JobResult, timeout_failure
+from ..exit_codes import EXIT_TIMEOUT
+from ..result import JobResult, timeout_failure
 from ..spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
 from ..task_starter import ADDRESS_PREFIX
 from .base import RunContext, Workload, print_manifests, shim_path
@@ -119,10 +120,10 @@ def python_prefix(backend) -> list[str]:
     return ["python3"]
 
 
-def task_host_option(spec: JobSpec) -> list[str]:
-    # Local "containers" share this machine: loopback always works there.
+def task_host_option(backend) -> list[str]:
+    # Workers that share this machine (local "containers"): loopback always works there.
     # Elsewhere each starter finds its own reachable address.
-    return ["--host", "127.0.0.1"] if spec.backend == "local" else []
+    return ["--host", "127.0.0.1"] if backend.workers_on_this_host else []
 
 
 def starter_command(spec: JobSpec, task: Task, backend) -> str:
@@ -131,7 +132,7 @@ def starter_command(spec: JobSpec, task: Task, backend) -> str:
         command = list(spec.command)
     else:
         command = [clusterspec.tensorboard_command(python_prefix(backend))]
-    argv = backend.task_starter_prefix() + ["--task", task.id, *task_host_option(spec), "--", *command]
+    argv = backend.task_starter_prefix() + ["--task", task.id, *task_host_option(backend), "--", *command]
     return shlex.join(argv)
 
 
@@ -414,6 +415,8 @@ def _print_summary(report: dict, stream) -> None:
 
 class PsWorkload(Workload):
     """One task starter per container; the job ends by YARN-DTF's rules (module docstring)."""
+
+    can_use_cluster_launcher = False  # the registry every task reports to is this mpilaunch
 
     mode = "ps"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Images that no one here prepared for mpilaunch: Debian bookworm plus
-# distribution packages only, never mpilaunch (tests/test_foreign_image.py runs
+# distribution packages only, never mpilaunch (tests/e2e/k8s/test_foreign_image.py runs
 # jobs in them on the real node). Idempotent; cached under
 # $MPILAUNCH_K8S_CACHE/images/foreign-<name>.{tar,tag}, smoke-checked:
 #

@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -43,6 +42,8 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+
+from .network import POD_CIDR, SERVICE_CIDR, SERVICE_IP, free_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"
@@ -60,11 +61,6 @@ MARKER_ENV = "MPILAUNCH_TESTBED_K8S"
 STATE_FILE = "cluster.json"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "mpilaunch-k8s"
 
-SERVICE_CIDR = "10.96.0.0/16"
-SERVICE_IP = "10.96.0.1"
-#: pod IPs are handed out by kwok from a loopback range, so a process that
-#: connects to a pod IP reaches this machine and nothing else
-POD_CIDR = "127.64.0.1/16"
 
 
 class ClusterError(RuntimeError):
@@ -114,12 +110,6 @@ def ensure_built(quiet: bool = False) -> Path:
 # helpers
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     kw.setdefault("check", True)
     kw.setdefault("stdout", subprocess.PIPE)
@@ -135,7 +125,7 @@ def _b64(path: Path) -> str:
     return base64.b64encode(Path(path).read_bytes()).decode()
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -150,7 +140,7 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def _marked_pids(marker: str) -> list[int]:
+def marked_pids(marker: str) -> list[int]:
     """Pids of processes whose environment carries MARKER_ENV=marker."""
     needle = f"{MARKER_ENV}={marker}".encode()
     me = os.getpid()
@@ -178,16 +168,16 @@ def _kill_all(pgids: list[int], marker: str | None, timeout: float = 10.0) -> No
             except (ProcessLookupError, PermissionError):
                 pass
         if marker:
-            for pid in _marked_pids(marker):
+            for pid in marked_pids(marker):
                 try:
                     os.kill(pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
         deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5.0)
         while time.monotonic() < deadline:
-            alive = [pg for pg in pgids if _pid_alive(pg)]
+            alive = [pg for pg in pgids if pid_alive(pg)]
             if marker:
-                alive += [p for p in _marked_pids(marker) if _pid_alive(p)]
+                alive += [p for p in marked_pids(marker) if pid_alive(p)]
             if not alive:
                 return
             time.sleep(0.1)
@@ -922,7 +912,7 @@ def _load_state(workdir: Path) -> dict | None:
 def _cmd_up(args) -> int:
     workdir = Path(args.workdir)
     st = _load_state(workdir)
-    if st and any(_pid_alive(p) for p in st["pids"].values()):
+    if st and any(pid_alive(p) for p in st["pids"].values()):
         print(f"a cluster is already running in {workdir} (server {st['server']}); "
               f"`down` it first", file=sys.stderr)
         return 1
@@ -963,7 +953,7 @@ def _cmd_status(args) -> int:
     if not st:
         print(f"no cluster in {workdir}")
         return 1
-    alive = {c: _pid_alive(p) for c, p in st["pids"].items()}
+    alive = {c: pid_alive(p) for c, p in st["pids"].items()}
     print(f"server:     {st['server']}")
     print(f"kubeconfig: {st['kubeconfig']}")
     for c, p in st["pids"].items():

@@ -414,7 +414,7 @@ class RealNode:
             _sh("ip", "link", "del", self.bridge, check=False)
 
     def _start_containerd(self) -> None:
-        from .cluster import SERVICE_CIDR
+        from .network import SERVICE_CIDR
 
         cni = self.dir / "cni"
         (cni / "net.d").mkdir(parents=True, exist_ok=True)
@@ -429,7 +429,7 @@ class RealNode:
                     60, "containerd")
 
     def _route_to_apiserver(self) -> None:
-        from .cluster import SERVICE_IP
+        from .network import SERVICE_IP
 
         self._remove_route()
         rule = dnat_rule(self.bridge, SERVICE_IP, self.c.ports["kube-apiserver"], self.comment)
@@ -446,7 +446,7 @@ class RealNode:
             _sh("iptables", "-t", "nat", *line.replace("-A ", "-D ", 1).split(), check=False)
 
     def _start_coredns(self, binary: Path) -> None:
-        from .cluster import free_port
+        from .network import free_port
 
         kc = self.c.client_kubeconfig(self.dir / "coredns.kubeconfig", "coredns", orgs=("system:masters",))
         health, ready = free_port(), free_port()
@@ -457,7 +457,7 @@ class RealNode:
         self.c.wait(lambda: self.c.http_ok(f"http://127.0.0.1:{ready}/ready"), 60, "CoreDNS ready")
 
     def _start_kubelet(self) -> None:
-        from .cluster import free_port
+        from .network import free_port
 
         d = self.dir / "kubelet"
         for sub in ("root", "pod-logs", "plugins", "certs"):

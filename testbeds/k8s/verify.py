@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from .cluster import MARKER_ENV, KubeCluster, _marked_pids, _pid_alive
+from .cluster import MARKER_ENV, KubeCluster, marked_pids, pid_alive
 
 FAILS: list[str] = []
 
@@ -159,8 +159,8 @@ def main() -> int:
         t1 = time.monotonic()
         c.stop()
         print(f"stopped in {time.monotonic() - t1:.1f}s", flush=True)
-    left = _marked_pids(marker)
-    alive = daemon_pid is not None and _pid_alive(daemon_pid)  # a zombie (pid 1 not reaping) counts as gone
+    left = marked_pids(marker)
+    alive = daemon_pid is not None and pid_alive(daemon_pid)  # a zombie (pid 1 not reaping) counts as gone
     check("nothing left behind after stop() (incl. a setsid'd exec child)", not left and not alive,
           f"left={left}")
     print(f"{len(FAILS)} failed" if FAILS else "all checks passed", f"in {time.monotonic() - t0:.1f}s")

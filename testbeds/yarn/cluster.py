@@ -203,7 +203,7 @@ def _http(method, url, body=None, content_type="application/json", timeout=10):
         return raw.decode(errors="replace")
 
 
-def _pid_alive(pid):
+def pid_alive(pid):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -230,7 +230,7 @@ def _ancestors():
     return pids
 
 
-def _proc_environ(pid):
+def proc_environ(pid):
     try:
         with open("/proc/%d/environ" % pid, "rb") as f:
             raw = f.read()
@@ -590,7 +590,7 @@ class YarnCluster:
                     return
             except (OSError, ValueError, KeyError, TypeError):
                 pass
-            if not _pid_alive(self.rm_pid):
+            if not pid_alive(self.rm_pid):
                 raise YarnTestbedError("ResourceManager died:\n" + _tail(self._rm_log))
             if time.time() > deadline:
                 raise YarnTestbedError("ResourceManager did not start:\n" + _tail(self._rm_log))
@@ -624,7 +624,7 @@ class YarnCluster:
                     nm["rack"] = n.get("rack")
                 return
             for nm in self.nodemanagers:
-                if not _pid_alive(nm["pid"]):
+                if not pid_alive(nm["pid"]):
                     raise YarnTestbedError("NodeManager %d died:\n%s" % (nm["index"], _tail(nm["log"])))
             if time.time() > deadline:
                 raise YarnTestbedError(
@@ -718,7 +718,7 @@ class YarnCluster:
         proc = self._procs.get(pid)
         if proc is not None:
             return proc.poll() is None
-        return _pid_alive(pid)
+        return pid_alive(pid)
 
     def _reap(self, pid):
         proc = self._procs.get(pid)
@@ -739,9 +739,9 @@ class YarnCluster:
             if not name.isdigit():
                 continue
             pid = int(name)
-            if pid in mine or not _pid_alive(pid):
+            if pid in mine or not pid_alive(pid):
                 continue
-            env = _proc_environ(pid)
+            env = proc_environ(pid)
             hit = env.get(MARKER_VAR) == self.token
             if not hit:
                 try:
@@ -975,7 +975,7 @@ def main(argv=None):
     if args.command == "up":
         if os.path.exists(state):
             old = YarnCluster.attach(args.workdir)
-            if old._started and _pid_alive(old.rm_pid or 0):
+            if old._started and pid_alive(old.rm_pid or 0):
                 sys.stderr.write("already up (workdir %s)\n" % args.workdir)
                 sys.stdout.write(old.shell_exports())
                 return 0
@@ -999,7 +999,7 @@ def main(argv=None):
         sys.stdout.write(yc.shell_exports())
         return 0
     if args.command == "status":
-        up = yc._started and _pid_alive(yc.rm_pid or 0)
+        up = yc._started and pid_alive(yc.rm_pid or 0)
         print("workdir:   %s" % yc.workdir)
         print("rm:        %s  (pid %s, %s)" % (yc.rm_address, yc.rm_pid, "alive" if up else "down"))
         print("webapp:    %s" % yc.rm_webapp_url)

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from testbeds.yarn.cluster import YarnCluster, resource_value, _proc_environ, _pid_alive
+from testbeds.yarn.cluster import YarnCluster, resource_value, proc_environ, pid_alive
 
 SCRIPT = r"""
 set -x
@@ -125,7 +125,7 @@ def main(argv=None):
         # local processes of the containers
         procs = {}
         for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
-            env = _proc_environ(pid)
+            env = proc_environ(pid)
             if env.get("CONTAINER_ID", "").startswith("container_") and app_id.split("_", 1)[1] in env["CONTAINER_ID"]:
                 try:
                     cmd = open("/proc/%d/cmdline" % pid, "rb").read().replace(b"\0", b" ").decode()[:80]
@@ -145,7 +145,7 @@ def main(argv=None):
         summary["kill_to_killed_s"] = round(time.time() - t, 2)
         summary["rm_app_after_kill"] = {k: final.get(k) for k in ("state", "finalStatus", "diagnostics")}
         time.sleep(3)
-        summary["alive_after_kill"] = {pid: p for pid, p in procs.items() if _pid_alive(pid)}
+        summary["alive_after_kill"] = {pid: p for pid, p in procs.items() if pid_alive(pid)}
         client.close()
     finally:
         if not args.keep:

@@ -1,0 +1,34 @@
+"""What the backends whose workers run ``mpilaunch agent`` share (local, ssh, YARN).
+
+The job's agent secret (one file, readable by its owner only; the shims and
+agents read it by path), the launch's environment their daemons get where
+the workers run this machine's software, and how an agent's process ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+# What the daemons need from the launcher's environment to find the same MPI
+# and Python: this machine's, on workers that share its software (the local
+# backend's processes; ssh hosts on a shared filesystem, the HPC norm).
+FORWARD_ENV = (
+    "PATH", "MPILAUNCH_WORKER_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "OPAL_PREFIX",
+    "PRTE_PREFIX", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+)
+
+
+def write_secret(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        # os.urandom is what secrets.token_hex reads; importing secrets (hmac, OpenSSL) costs every launch
+        f.write(os.urandom(32).hex())
+
+
+def how_it_ended(returncode: int) -> str:
+    """A process's end as a report says it: ``exited with code 1``, ``was killed by SIGKILL``."""
+    if returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"

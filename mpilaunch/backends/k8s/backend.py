@@ -1,0 +1,592 @@
+"""Kubernetes backend: sleeping worker pods, exec API instead of SSH.
+
+What one job creates (jinja2 templates in ``mpilaunch/backends/k8s/templates/k8s-*.j2``,
+``mpilaunch render`` prints them):
+
+* a root ConfigMap ``<job>`` (hostfile, plan, the launcher's ``launch.json``)
+  that owns every other object through ownerReferences: deleting it, or
+  ``mpilaunch delete NAME``, garbage-collects the job;
+* with the cluster launcher, a Secret ``<job>-env`` with what the ConfigMap
+  must not show to everyone who may read it (the built-in ``view`` role
+  reads ConfigMaps, not Secrets): the forwarded variables' values (``-x``,
+  ``NCCL_*``, ``HOROVOD_*``) and the launch's status token, mounted into the
+  launcher pod only;
+* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
+  ``create/get pods/exec`` on this job's worker pods by name, nothing else;
+* a reaper Job ``<job>-reaper``: attached, with a Lease ``<job>`` this process
+  renews, it deletes the job when the renewals stop for ``--orphan-timeout``
+  or at the cluster-side deadline (:mod:`.k8s_orphan`); detached, it watches
+  the launcher Job and, should the launcher end without recording the
+  outcome, records one and releases the workers (:mod:`.k8s_detached`);
+* a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
+  launcher, ready or not);
+* one Pod per worker, ``<job>-worker-<i>``, sleeping, with ``nvidia.com/gpu``
+  limits, node selector, tolerations, priority class, a memory ``/dev/shm``;
+* optionally a PodGroup (``--gang volcano|scheduler-plugins``);
+* with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
+  pod runs :mod:`mpilaunch.backends.k8s.launcher` with the job's
+  ServiceAccount: it waits for the workers itself (no launcher racing
+  workers), detects the image's MPI and runs mpirun with ``mpilaunch-rsh``.
+  The CLI streams its log and takes its exit status.
+
+``wait_ready`` is all or nothing: every worker Ready before
+``--start-timeout``, else ``AllocationError`` (exit 3) quoting the cluster
+(scheduler messages such as ``0/16 nodes are available: 16 Insufficient
+nvidia.com/gpu``, image pull errors) — and ``release`` deletes everything on
+every exit path.
+
+The exec transport (:mod:`mpilaunch.backends.k8s.transport`) is a stdlib
+websocket client: one TLS connection per daemon, no kubectl and no client
+library per shim. The ``kubernetes`` package is used only to read
+kubeconfigs (exec plugins, auth providers); API calls use a small stdlib
+REST client (:mod:`.k8s_api`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ... import mpi, phases
+from ...errors import AllocationError, UsageError
+from ..base import BaseBackend, Capabilities
+from . import launch as k8s_launch, manage as k8s_manage, orphan as k8s_orphan, replace as k8s_replace
+from . import tools as k8s_tools
+from .. import rendezvous
+from .launch import (CLUSTER_DOMAIN, PYTHON_ENV, SECRET_DIR, TRANSPORT, parse_toleration,
+                     secret_name)
+from .launch import templates as _templates
+from .follow import follow_log
+from .options import K8sOptions
+from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
+from .credentials import refused
+from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, pod_problem, pod_ready,
+                       launcher_started, pod_loss, startup_phases, summarize)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
+# Container states that will not fix themselves: fail the allocation at once.
+POLL = 0.5
+
+
+def use_relay() -> bool:
+    return os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0"
+
+
+def launcher_mode(spec, cluster_launcher_allowed: bool = True) -> str:
+    return "cluster" if cluster_launcher_allowed and spec.launcher != "local" else "local"
+
+
+class K8sBackend(BaseBackend):
+    name = "k8s"
+    options_class = K8sOptions
+    capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
+
+    def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
+        super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
+        self.opts: K8sOptions = self.options
+        self.job = plan.job_name
+        self.launcher = launcher_mode(spec, cluster_launcher_allowed)
+        # the mpirun workload's hook: mpirun runs in the launcher pod, this backend follows it
+        self.launcher_in_cluster = self.launcher == "cluster"
+        self.launcher_name = k8s_launch.launcher_job_name(self.job)
+        self._creds: dict | None = None
+        self._tokens = None  # a k8s_credentials.TokenSource when the kubeconfig's token expires
+        self._api: Api | None = None
+        self._namespace: str | None = None
+        self.root_uid: str | None = None
+        self.created: list[tuple[str, str, str]] = []  # (apiVersion, plural, name)
+        self.launcher_pod: str | None = None
+        self.pods: dict[str, dict] = {}
+        self.relay = None
+        self.heartbeat = None
+        self._outage = ApiOutage("the job's pods")
+        # mpilaunch's pieces come with the job (its ConfigMap), not from the image (k8s_tools.py)
+        self.tools = k8s_tools.from_configmap()
+
+    # ------------------------------------------------------------ cluster access
+
+    @property
+    def namespace(self) -> str:
+        if self._namespace is None:
+            if self.opts.namespace:
+                self._namespace = self.opts.namespace
+            else:
+                try:
+                    self._namespace = self._credentials()["namespace"]
+                except UsageError:
+                    self._namespace = "default"  # render without a cluster
+        return self._namespace
+
+    def _credentials(self) -> dict:
+        if self._creds is None:
+            self._creds, self._tokens = resolve_with_tokens(self.opts.kubeconfig, self.opts.context,
+                                                            self.opts.namespace, self.rundir)
+        return self._creds
+
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            self._api = Api(self._credentials(), tokens=self._tokens)
+            if self._tokens is not None:
+                self._tokens.start()  # refreshed from here on, for this process, the relay and the shims
+        return self._api
+
+    @classmethod
+    def remote_mpi_info(cls, spec):
+        """The mpirun workload asks when there is no mpirun here: the launcher pod brings its own."""
+        return k8s_launch.image_mpi_info(spec) if launcher_mode(spec) == "cluster" else None
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        """Largest ``nvidia.com/gpu`` allocatable among the nodes the job may use."""
+        try:
+            opts = spec.backend_options or K8sOptions()
+            creds = resolve(opts.kubeconfig, opts.context, opts.namespace, None)
+            selector = ",".join(f"{k}={v}" for k, v in opts.node_selector) or None
+            nodes = Api(creds, timeout=15).get("v1", "nodes", namespace=None, labelSelector=selector)["items"]
+        except (UsageError, ApiError, OSError, ValueError):
+            return None
+        counts = []
+        for node in nodes:
+            value = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+            try:
+                counts.append(int(value))
+            except (TypeError, ValueError):
+                continue
+        return max(counts) if counts and max(counts) > 0 else None
+
+    # ------------------------------------------------------------ manifests
+
+    def _check_image(self) -> str:
+        if not self.opts.image:
+            raise UsageError("--backend k8s needs --image", "give the worker image, e.g. --image myorg/horovod:latest")
+        return self.opts.image
+
+    def launch_description(self):
+        return k8s_launch.launch_description(self.spec, self.plan, self.job, self.namespace, self.rank_prefix(),
+                                             self.status_token, os.environ)
+
+    def _values(self, reveal: bool = False) -> dict:
+        opts = self.opts
+        labels = {JOB_LABEL: self.job}
+        worker_labels = {**labels, ROLE_LABEL: "worker"}
+        annotations = {}
+        if opts.gang == "scheduler-plugins":
+            worker_labels["scheduling.x-k8s.io/pod-group"] = self.job
+        elif opts.gang == "volcano":
+            annotations["scheduling.k8s.io/group-name"] = self.job
+        from ... import hostfile
+
+        image = self._check_image()
+        return {
+            **k8s_orphan.template_values(self.spec, self.job, {**labels, ROLE_LABEL: "reaper"},
+                                         lambda args: k8s_tools.reaper_command(self.tools, args)),
+            **k8s_tools.template_values(self.tools, self.job),
+            "worker_command": k8s_tools.worker_command(self.tools),
+            "job": self.job,
+            "namespace": self.namespace,
+            "labels": labels,
+            "worker_labels": worker_labels,
+            "launcher_labels": {**labels, ROLE_LABEL: "launcher"},
+            # A pod's own name resolves only as <pod>.<job>.<ns>.svc.<domain>;
+            # hydra proxies connect back to the launcher by its bare hostname
+            # (seen on real pods: "unable to get host address for
+            # <job>-launcher"), so every pod of the job searches that domain.
+            "dns_search": f"{self.job}.{self.namespace}.svc.{CLUSTER_DOMAIN}",
+            "pod_annotations": annotations,
+            "image": image,
+            "container": WORKER_CONTAINER,
+            "workers": list(self.plan.workers),
+            "worker_names": [w.name for w in self.plan.workers],
+            "gpu_resource": GPU_RESOURCE,
+            "pod_memory": opts.pod_memory, "pod_cpu": opts.pod_cpu,
+            "total_gpus": self.plan.gpus,
+            "node_selector": dict(opts.node_selector),
+            "tolerations": [parse_toleration(t) for t in opts.tolerations],
+            "priority_class": opts.priority_class,
+            "gang": opts.gang,
+            "scheduler_name": SCHEDULERS.get(opts.gang),
+            "schedule_timeout": int(self.spec.start_timeout),
+            "launcher_name": self.launcher_name,
+            "launcher_command": k8s_tools.launcher_command(self.tools, self.spec.mpirun),
+            "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers],
+                                        k8s_launch.image_mpi_info(self.spec).flavour),
+            "plan_json": json.dumps(self.plan.to_dict(), indent=1),
+            "launch_json": (json.dumps(self.launch_description().without_secrets().to_dict(), indent=1)
+                            if self.launcher == "cluster" else ""),
+            "secret_name": secret_name(self.job),
+            "secret_dir": SECRET_DIR,
+            "secret_json": (json.dumps(k8s_launch.secret_values(self.launch_description(), reveal), indent=1)
+                            if self.launcher == "cluster" else ""),
+            "detach": self.spec.detach,
+        }
+
+    def manifests(self, reveal: bool = False) -> list[tuple[str, str]]:
+        """``(group, yaml text)`` in creation order; group: root, tools, lease, reaper-rbac, reaper, setup, workers, launcher.
+        ``reveal``: the Secret with the values themselves (to create it), else masked (render, --dry-run)."""
+        env = _templates()
+        values = self._values(reveal)
+        docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
+        if self.tools:
+            docs.append(("tools", env.get_template("k8s-tools.yaml.j2").render(values)))
+        docs += [(group, env.get_template(name).render(values))
+                 for group, name in k8s_orphan.templates_for(self.spec.detach)]
+        if self.launcher == "cluster":
+            docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
+            docs.append(("setup", env.get_template("k8s-secret.yaml.j2").render(values)))
+        docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))
+        if self.opts.gang != "none":
+            docs.append(("setup", env.get_template("k8s-podgroup.yaml.j2").render(values)))
+        worker = env.get_template("k8s-worker.yaml.j2")
+        for w in self.plan.workers:
+            docs.append(("workers", worker.render({**values, "worker": w})))
+        if self.launcher == "cluster":
+            docs.append(("launcher", env.get_template("k8s-launcher.yaml.j2").render(values)))
+        return docs
+
+    def objects(self, reveal: bool = False) -> list[tuple[str, dict]]:
+        import yaml
+
+        out = []
+        for group, text in self.manifests(reveal):
+            for obj in yaml.safe_load_all(text):
+                if obj:
+                    out.append((group, obj))
+        return out
+
+    def render(self) -> str:
+        head = (f"# mpilaunch job {self.job} in namespace {self.namespace}: objects are created in this order\n"
+                f"# (apply with `kubectl create -f` or `kubectl apply --server-side -f`: client-side apply keeps a\n"
+                f"# copy of each object in an annotation, and {k8s_tools.configmap_name(self.job)} is larger than its 256 KB);\n"
+                f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
+                f"# the Secret's values are masked here.\n")
+        return head + "".join(f"---\n{text.strip()}\n" for _, text in self.manifests())
+
+    # ------------------------------------------------------------ life cycle
+
+    def allocate(self) -> None:
+        objects = self.objects(reveal=True)  # usage errors (image, tolerations) before touching the cluster
+        api = self.api
+        root = objects[0][1]
+        try:
+            made = api.create(root)
+        except ApiError as e:
+            if e.status == 409:
+                raise UsageError(
+                    f"a job named {self.job} already exists in namespace {self.namespace}",
+                    f"choose another --name, or, if it is an mpilaunch job of yours, remove it with: mpilaunch delete {self.job} --backend k8s",
+                ) from None
+            raise AllocationError(f"cannot create ConfigMap {self.job}: {e.message}", creation_hint(e)) from None
+        self.root_uid = made["metadata"]["uid"]
+        self.created.append(("v1", "configmaps", self.job))
+        owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
+
+        def create(obj: dict) -> None:
+            obj["metadata"]["ownerReferences"] = [owner]
+            api_version, kind = obj["apiVersion"], obj["kind"]
+            from .api import PLURALS
+
+            if kind == "Lease":
+                k8s_orphan.stamp_lease(obj, time.time())
+            try:
+                api.create(obj)
+            except ApiError as e:
+                if e.status == 404 and kind == "PodGroup":
+                    raise UsageError(
+                        f"--gang {self.opts.gang}: the PodGroup API ({api_version}) is not installed in this cluster",
+                        "install the scheduler's CRDs, or use --gang none",
+                    ) from None
+                raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {e.message}", creation_hint(e)) from None
+            self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
+
+        # The Lease and the reaper come first: a job is reaped if this process dies from here on.
+        for group in ("tools", "lease", "reaper-rbac", "reaper", "setup", "workers", "launcher"):
+            batch = [obj for g, obj in objects if g == group]
+            if not batch:
+                continue
+            with ThreadPoolExecutor(max_workers=min(8, len(batch))) as pool:
+                for future in [pool.submit(create, obj) for obj in batch]:
+                    future.result()
+            if group == "lease":
+                self.heartbeat = k8s_orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
+
+    def _list_pods(self) -> list[dict]:
+        return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        names = [w.name for w in self.plan.workers]
+        total = len(names)
+        while True:
+            try:
+                pods = self._list_pods()
+            except (ApiError, OSError) as e:
+                if isinstance(e, ApiError) and e.status == 403:
+                    raise refused(e.status, e.message, "listing the job's pods") from None
+                if time.monotonic() > deadline:
+                    raise AllocationError(f"cannot list the job's pods: {e}", "check the API server") from None
+                time.sleep(POLL)
+                continue
+            by_name = {p["metadata"]["name"]: p for p in pods}
+            self.pods = by_name
+            launcher = [p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"]
+            if launcher:
+                self.launcher_pod = launcher[0]["metadata"]["name"]
+            for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
+                phases.mark(self.phase_times, phase)
+            ready = [n for n in names if n in by_name and pod_ready(by_name[n])]
+            progress(len(ready), total)
+            problems, fatal = {}, {}
+            for n in names:
+                if n in ready:
+                    continue
+                if n not in by_name:
+                    problems[n] = "pod missing"
+                    continue
+                message, is_fatal = pod_problem(by_name[n])
+                (fatal if is_fatal else problems)[n] = message
+            launcher_ok = self.launcher != "cluster"
+            if self.launcher == "cluster" and launcher:
+                message, is_fatal = pod_problem(launcher[0])
+                launcher_ok = launcher_started(launcher[0])
+                if is_fatal and not launcher_ok:
+                    fatal[self.launcher_pod] = message
+                if launcher_ok:
+                    phases.mark(self.phase_times, "launcher_running")
+                if not launcher_ok and not is_fatal:
+                    problems[self.launcher_pod] = message
+            image_line = next(filter(None, map(k8s_tools.image_problem, fatal.values())), None)
+            if image_line:
+                raise AllocationError(image_line, k8s_tools.HINT + "; nothing was left in the cluster")
+            if fatal:
+                raise AllocationError(
+                    f"workers cannot start: {summarize(fatal)}",
+                    "fix the image or pod settings; nothing was left in the cluster",
+                )
+            if len(ready) == total and launcher_ok:
+                return
+            if time.monotonic() > deadline:
+                if self.launcher == "cluster" and not launcher and len(ready) == total:
+                    problems[self.launcher_name] = self._job_events(self.launcher_name) or "launcher pod not created"
+                reasons = summarize(problems) or "unknown"
+                extra = self._events_for(list(problems)[:3])
+                raise AllocationError(
+                    f"{total - len(ready)} of {total} workers not ready after --start-timeout "
+                    f"{self.spec.start_timeout:g}s: {reasons}{extra}",
+                    "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
+                )
+            time.sleep(POLL)
+
+    def _events_for(self, pods: list[str]) -> str:
+        """Recent warning events of a few pods that conditions do not show."""
+        seen = []
+        for pod in pods:
+            try:
+                events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={pod}")["items"]
+            except (ApiError, OSError):
+                return ""
+            for ev in events:
+                if ev.get("type") == "Warning" and ev.get("reason") != "FailedScheduling":
+                    text = f"{ev.get('reason')}: {ev.get('message', '').strip()}"
+                    if text not in seen:
+                        seen.append(text)
+        return (" [events: " + "; ".join(seen[:3]) + "]") if seen else ""
+
+    def _job_events(self, name: str) -> str | None:
+        try:
+            events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={name}")["items"]
+        except (ApiError, OSError):
+            return None
+        msgs = [f"{e.get('reason')}: {e.get('message')}" for e in events if e.get("type") == "Warning"]
+        return msgs[-1] if msgs else None
+
+    def exec_context(self) -> dict:
+        """Credentials for the shims, and the job's exec relay that uses them.
+
+        With the relay (default) a shim costs an interpreter start and a
+        unix-socket round trip; ``MPILAUNCH_K8S_RELAY=0`` makes every shim
+        open its own TLS connection instead.
+        """
+        creds = dict(self._credentials())
+        creds.pop("token", None)  # in memory only when no rundir; never the case here
+        context = {
+            "transport": TRANSPORT,
+            **creds,
+            "container": WORKER_CONTAINER,
+            "workers": {w.name: {"pod": w.name} for w in self.plan.workers},
+        }
+        if self.launcher == "local" and use_relay():
+            from . import relay as k8s_relay
+
+            k8s_relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
+            self.relay, context["relay"] = k8s_relay.start(context, self.rundir)
+        return context
+
+    def rank_prefix(self) -> list[str]:
+        return k8s_tools.rank_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+
+    def task_starter_prefix(self) -> list[str]:
+        return k8s_tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        return rendezvous.pod_rendezvous(worker, self.plan.job_name)
+
+    def control_address(self) -> str | None:
+        """--launcher local: this machine's address on the route to the first worker pod."""
+        ip = ((self.pods.get(self.plan.workers[0].name) or {}).get("status") or {}).get("podIP")
+        return rendezvous.source_address(ip) if ip and not self.launcher_in_cluster else None
+
+    # ------------------------------------------------------------ cluster launcher
+
+    def _launcher_ready(self, output, said: str) -> None:
+        phases.mark(self.phase_times, "mpirun_started")
+        info = mpi.announced_mpi(said)
+        if info is not None:  # the image's mpirun tags its ranks' lines, not the one found here
+            output.ompi_tag_space = mpi.tag_has_space(info)
+
+    def run_launcher(self, output, deadline: float | None) -> int | None:
+        """Follow the launcher pod: its log into ``output``, its exit code back.
+
+        None when ``deadline`` passed first (the workload reports the timeout).
+        """
+        pod = self.launcher_pod
+        stop = threading.Event()
+        follower = threading.Thread(
+            target=follow_log, args=(self.api, self.namespace, pod, output, stop),
+            kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said)}, daemon=True)
+        follower.start()
+        code = None
+        outage = ApiOutage(f"the launcher pod {pod}")
+        try:
+            while True:
+                self.api.check_credentials()
+                try:
+                    current = self.api.get("v1", "pods", pod)
+                    outage.ok()
+                except ApiError as e:
+                    if e.status == 404:
+                        output.feed("stderr", f"mpilaunch: launcher pod {pod} disappeared\n")
+                        return 1
+                    if e.status == 403:
+                        raise refused(e.status, e.message, f"reading the launcher pod {pod}") from None
+                    current = outage.failed(e)
+                except OSError as e:
+                    current = outage.failed(e)
+                if current is not None:
+                    code = launcher_exit(current)
+                    line = k8s_tools.image_problem(k8s_tools.termination_messages(current)) if code else None
+                    if line:
+                        raise AllocationError(line, k8s_tools.HINT)
+                    if code is not None:
+                        return code
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                if output.abandoned():
+                    return 1  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
+                time.sleep(POLL)
+        finally:
+            stop.set()
+            follower.join(timeout=10 if code is not None else 1)
+
+    # ------------------------------------------------------------ reports, teardown
+
+    def hand_off(self, deadline: float, progress) -> None:
+        """--detach: the launcher Job exists; it waits for the workers and cleans up itself."""
+
+    def manage_flags(self) -> str:
+        flags = f"--backend k8s --namespace {self.namespace}"
+        if self.opts.context:
+            flags += f" --context {self.opts.context}"
+        if self.opts.kubeconfig:
+            flags += f" --kubeconfig {self.opts.kubeconfig}"
+        return flags
+
+    def replace_workers(self, names: list[str]) -> None:
+        """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
+        k8s_replace.replace_workers(self, names)
+
+    def relaunch(self, attempt: int) -> None:
+        k8s_replace.relaunch(self, attempt)
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report).
+
+        Raises CredentialError when the credentials failed (the watch stops the job); any
+        other failed call is no verdict, and is said on stderr if it lasts."""
+        self.api.check_credentials()
+        try:
+            pods = {p["metadata"]["name"]: p for p in self._list_pods()}
+            self._outage.ok()
+        except ApiError as e:
+            if e.status == 403:
+                raise refused(e.status, e.message, "listing the job's pods") from None
+            return self._outage.failed(e) or {}
+        except (OSError, ValueError) as e:
+            return self._outage.failed(e) or {}
+        lost = {}
+        for w in self.plan.workers:
+            reason = pod_loss(pods.get(w.name))
+            if reason is not None:
+                lost[w.name] = reason
+            if w.name in pods:
+                self.pods[w.name] = pods[w.name]  # a deleted pod keeps its last known node and IP
+        return lost
+
+    def describe_workers(self) -> dict[str, dict]:
+        out = {}
+        for w in self.plan.workers:
+            pod = self.pods.get(w.name) or {}
+            status = pod.get("status") or {}
+            out[w.name] = {
+                "pod": w.name,
+                "namespace": self.namespace,
+                "node": (pod.get("spec") or {}).get("nodeName"),
+                "pod_ip": status.get("podIP"),
+                "phase": status.get("phase"),
+                "gpus": w.gpus,
+            }
+        return out
+
+    def release(self) -> None:
+        if self._tokens is not None:
+            self._tokens.stop()
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+        if self.relay is not None:
+            from . import relay as k8s_relay
+
+            k8s_relay.stop(self.relay)
+            self.relay = None
+        if self.root_uid is None:
+            return
+        try:
+            k8s_manage.delete_job(self.api, self.job, self.created, wait=20.0)
+        except Exception as e:  # never raise from teardown
+            print(f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); the cluster's reaper deletes it "
+                  f"--orphan-timeout {self.spec.orphan_timeout:g}s after the last Lease renewal, or "
+                  f"run: mpilaunch delete {self.job} --backend k8s", file=sys.stderr)
+        self.root_uid = None
+
+    # ------------------------------------------------------------ manage (k8s_manage.py)
+
+    @classmethod
+    def manage_status(cls, args, stream) -> int:
+        return k8s_manage.status(args, stream)
+
+    @classmethod
+    def manage_logs(cls, args, stream) -> int:
+        return k8s_manage.logs(args, stream)
+
+    @classmethod
+    def manage_delete(cls, args, stream) -> int:
+        return k8s_manage.delete(args, stream)
+
+    @classmethod
+    def manage_wait(cls, args, stream) -> int:
+        return k8s_manage.wait(args, stream)
+

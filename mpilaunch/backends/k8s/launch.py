@@ -1,0 +1,121 @@
+"""What the launcher pod of a Kubernetes job is told, and where each part is kept.
+
+``launch_description``: a ``LaunchDescription``; the root ConfigMap's
+launch.json holds it without its secrets (readable with the built-in
+``view`` role: names and plan only). ``secret_values``: the values of the
+forwarded variables and the status token, in the job's Secret (mounted
+into the launcher pod, deleted with the job). Plus the
+small helpers the manifests use.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ... import mpi
+from ...errors import UsageError
+from ..launch_description import LaunchDescription, LaunchWorker
+from .pods import WORKER_CONTAINER
+
+# What --mpi auto is taken to be before the launcher pod detects the image's MPI itself.
+ASSUMED_IMAGE_MPI = "openmpi"
+# the shim's transport for this backend's contexts (the exec API), by module name
+TRANSPORT = "mpilaunch.backends.k8s.transport"
+PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
+
+# Where the launcher pod finds the job's Secret (a volume: no RBAC on Secrets for the launcher).
+SECRET_DIR = "/etc/mpilaunch-secret"
+SECRET_KEY = "launch.json"
+# The cluster's DNS domain (kubelet --cluster-domain); almost always this.
+CLUSTER_DOMAIN = os.environ.get("MPILAUNCH_K8S_CLUSTER_DOMAIN", "cluster.local")
+
+
+def secret_name(job: str) -> str:
+    return f"{job}-env"
+
+
+def launcher_job_name(job: str) -> str:
+    return f"{job}-launcher"
+
+
+def templates():
+    try:
+        import jinja2
+    except ImportError:
+        raise UsageError("the k8s backend needs the Python package 'jinja2'", "pip install 'mpilaunch[k8s]'") from None
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("mpilaunch.backends.k8s", "templates"),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+    )
+
+
+def parse_toleration(text: str) -> dict:
+    """``KEY[=VALUE][:EFFECT]`` -> a toleration (``Exists`` without a value)."""
+    body, _, effect = text.partition(":")
+    key, eq, value = body.partition("=")
+    if not key and not effect:
+        raise UsageError(f"invalid --toleration {text!r}", "use KEY[=VALUE]:EFFECT, e.g. nvidia.com/gpu:NoSchedule")
+    tol = {"key": key, "operator": "Equal" if eq else "Exists"}
+    if eq:
+        tol["value"] = value
+    if effect:
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise UsageError(f"invalid toleration effect {effect!r}", "use NoSchedule, PreferNoSchedule or NoExecute")
+        tol["effect"] = effect
+    return tol
+
+
+def launch_description(spec, plan, job: str, namespace: str, rank_prefix: list[str], status_token: str | None,
+                       environ) -> LaunchDescription:
+    """What the launcher pod needs to run mpirun. Its ConfigMap (launch.json) gets it without the
+    secrets (``without_secrets``); the job's Secret gets those (``secret_values``)."""
+    return LaunchDescription(
+        job=job, workers=tuple(LaunchWorker(w.name, w.slots) for w in plan.workers), command=tuple(spec.command),
+        rank_prefix=tuple(rank_prefix), mpi=spec.mpi,
+        mpirun=spec.mpirun,  # with the cluster launcher, --mpirun names the image's mpirun
+        env=forwarded_env(spec.env, environ), mpi_args=tuple(spec.mpi_args), bind_gpus=spec.bind_gpus,
+        verify=spec.verify, start_timeout=spec.start_timeout,
+        # detached, the launcher enforces --timeout itself (exit 124, as attached); the Job's
+        # activeDeadlineSeconds, later by the start timeout and a margin, only backs it up.
+        # Attached, the submitting side enforces it.
+        timeout=spec.timeout if spec.detach else None, detach=spec.detach, status_token=status_token,
+        cluster={"namespace": namespace, "container": WORKER_CONTAINER,
+                 # the Secret's part, merged in by the launcher
+                 "secret_file": f"{SECRET_DIR}/{SECRET_KEY}"},
+    )
+
+
+def forwarded_env(user_env: tuple[str, ...], environ) -> tuple[str, ...]:
+    """-x items with their values taken here (not in the launcher pod), then the variables every
+    rank gets (mpi.FORWARDED_PREFIXES: NCCL_*, HOROVOD_*); not this machine's paths (PYTHONPATH):
+    the image has its own."""
+    env = []
+    for item in user_env:
+        name = item.split("=", 1)[0]
+        if "=" not in item and name in environ:
+            item = f"{name}={environ[name]}"
+        env.append(item)
+    for name, value in sorted(environ.items()):
+        if name.startswith(mpi.FORWARDED_PREFIXES) and not any(e.split("=", 1)[0] == name for e in env):
+            env.append(f"{name}={value}")
+    return tuple(env)
+
+
+def secret_values(description: LaunchDescription, reveal: bool = False) -> dict:
+    """The launch description's part kept in the job's Secret, not in its ConfigMap;
+    ``reveal``: the values themselves (only for creating it), else masked."""
+    secrets = description.secrets()
+    if not reveal:
+        secrets["env"] = [(f"{n}={mpi.mask(v)}" if eq else n) for n, eq, v in (e.partition("=") for e in secrets["env"])]
+        secrets["status_token"] = mpi.mask(secrets["status_token"]) if secrets["status_token"] else None
+    else:
+        secrets["env"] = list(secrets["env"])
+    return secrets
+
+
+def image_mpi_info(spec) -> mpi.MpiInfo:
+    """The image's MPI as far as this side can tell before the launcher pod detects it:
+    --mpi's flavour, else what images usually bring (ASSUMED_IMAGE_MPI)."""
+    flavour = ASSUMED_IMAGE_MPI if spec.mpi == "auto" else spec.mpi
+    return mpi.MpiInfo(flavour=flavour, version="5 (the image's; detected in the launcher pod)",
+                       path=spec.mpirun or "mpirun")

@@ -1,0 +1,264 @@
+"""Entry point of the launcher pod: ``python3 -m mpilaunch.backends.k8s.launcher LAUNCH_JSON``.
+
+Runs inside the cluster with the job's ServiceAccount (in-cluster
+credentials: ``KUBERNETES_SERVICE_HOST/PORT`` and the token and CA under
+``$MPILAUNCH_K8S_SA_DIR``, default
+``/var/run/secrets/kubernetes.io/serviceaccount``; the token file is re-read
+by every shim, so rotated tokens keep working). It
+
+1. waits until every worker pod is Ready (``get`` on each pod by name, which
+   is all the Role allows) — the launcher never races the workers;
+2. finds the image's mpirun and renders the hostfile for its flavour;
+3. runs mpirun with ``mpilaunch-rsh`` as the rsh agent, exec transport,
+   and exits with the job's status. mpirun's tagged output goes to the pod log
+   unchanged; the CLI that follows the log reads rank status lines from it.
+
+Steps 1-3 are the lifecycle (``lifecycle.run_job``) and the mpirun workload
+that a launcher on the submitting machine runs, with :class:`ReadyPods` as
+the backend: the pods exist already, and the submitting side releases them.
+
+Standard library plus mpilaunch's pure modules: no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from ... import dns, mpi
+from .. import rendezvous
+from . import relay as k8s_relay
+from ..base import BaseBackend
+from ..launch_description import LaunchDescription
+from .api import Api, ApiError, sa_dir
+from .detached import outcome, record_outcome
+from .pods import LAUNCHER_READY, WORKER_CONTAINER, pod_loss
+from .launch import CLUSTER_DOMAIN, TRANSPORT
+from ...errors import MpilaunchError, UsageError
+from ...lifecycle import make_rundir, run_job
+from ...result import JobResult
+from ...spec import JobSpec, Plan
+from ...workloads.mpirun import MpirunWorkload, RelayedOutput
+
+
+def _ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+
+
+def wait_workers(api: Api, names: list[str], deadline: float) -> None:
+    pending = list(names)
+    last_error = None
+    while pending:
+        still = []
+        for name in pending:
+            try:
+                if not _ready(api.get("v1", "pods", name)):
+                    still.append(name)
+            except ApiError as e:
+                if e.status == 403:
+                    raise UsageError(f"the launcher may not read pod {name}: {e.message}", "check the job's Role") from None
+                last_error = e.message
+                still.append(name)
+            except OSError as e:
+                # the API server unreachable for a moment (seen on real pods: a connect
+                # that timed out) is no reason to fail; past the deadline it is, in one line
+                last_error = f"cannot reach the API server: {e}"
+                still.append(name)
+        pending = still
+        if pending:
+            if time.monotonic() > deadline:
+                raise MpilaunchError(f"{len(pending)} workers not ready: {', '.join(pending[:5])}"
+                                     + (f" ({last_error})" if last_error else ""), None)
+            time.sleep(0.5)
+
+
+def in_cluster_credentials(launch: LaunchDescription) -> dict:
+    return {"in_cluster": True, "sa_dir": sa_dir(), "namespace": launch.cluster["namespace"]}
+
+
+# Hydra's proxies (a flavour's proxies_connect_back) connect back to the launcher by its
+# name (hydra has no address to give them instead), so that name must resolve in the workers first.
+NAME_WAIT_S = 60.0
+
+
+def wait_own_name(launch: LaunchDescription, deadline: float) -> None:
+    """Until the cluster's DNS resolves this pod's name to its IP.
+
+    Seen on real pods (1 MPICH launch in 6): the launcher started mpiexec
+    before CoreDNS had its record (the endpoints of a just-started pod), the
+    proxies failed with "unable to get host address for <job>-launcher" and
+    hydra then hung instead of exiting.
+    """
+    server = dns.nameserver()
+    if server is None:
+        return  # no cluster DNS to ask; hydra's own error will say what is wrong
+    host = socket.gethostname()
+    fqdn = f"{host}.{launch.job}.{launch.cluster['namespace']}.svc.{CLUSTER_DOMAIN}"
+    own = socket.gethostbyname(host)  # /etc/hosts: the pod's IP
+    until = min(deadline, time.monotonic() + NAME_WAIT_S)
+    seen: list[str] = []
+    while True:
+        try:
+            seen = dns.query_a(server, fqdn)
+        except OSError:
+            seen = []
+        if own in seen:
+            return
+        if time.monotonic() > until:
+            raise MpilaunchError(f"the launcher's name {fqdn} does not resolve to {own} in the cluster's DNS "
+                                 f"({server} answers {seen or 'nothing'}); the MPI's proxies could not reach it",
+                                 "check the job's headless Service and the cluster DNS")
+        time.sleep(0.2)
+
+
+class ReadyPods(BaseBackend):
+    """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or deleted."""
+
+    name = "k8s"
+
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: LaunchDescription, info: mpi.MpiInfo):
+        super().__init__(spec, plan, rundir)
+        self.launch = launch
+        self.info = info
+        self.creds = in_cluster_credentials(launch)
+        self.relay = None
+
+    def allocate(self) -> None:
+        pass  # the submitting side created the pods
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
+        if mpi.for_name(self.info.flavour).proxies_connect_back:
+            wait_own_name(self.launch, deadline)
+        # LAUNCHER_READY: the submitting side marks mpirun_started when it sees this line
+        print(f"{LAUNCHER_READY}{self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
+              file=sys.stderr, flush=True)
+
+    def exec_context(self) -> dict:
+        context = {"transport": TRANSPORT, **self.creds,
+                   "container": self.launch.cluster.get("container", WORKER_CONTAINER),
+                   "workers": {w.name: {"pod": w.name} for w in self.plan.workers}}
+        if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
+            self.relay, context["relay"] = k8s_relay.start(dict(context), self.rundir)
+        return context
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        """Worker pods deleted, evicted or failed, read pod by pod (all the Role allows)."""
+        api, lost = Api(self.creds), {}
+        for w in self.plan.workers:
+            try:
+                pod = api.get("v1", "pods", w.name)
+            except ApiError as e:
+                if e.status != 404:
+                    continue  # no verdict on an error
+                pod = None
+            except OSError:
+                continue
+            reason = pod_loss(pod)
+            if reason is not None:
+                lost[w.name] = reason
+        return lost
+
+    def rank_prefix(self) -> list[str]:
+        python = os.environ.get("MPILAUNCH_K8S_PYTHON")
+        if python:  # the tests' stand-in for a pod's python3 (kwok runs pods' commands here)
+            return [python, "-m", "mpilaunch.rank"]
+        return list(self.launch.rank_prefix)
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        return rendezvous.pod_rendezvous(worker, self.plan.job_name)
+
+    def release(self) -> None:
+        if self.relay is not None:
+            k8s_relay.stop(self.relay)
+            self.relay = None
+
+
+def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
+    """A detached job has no one on the submitting side: record its outcome, release its workers.
+
+    The outcome goes into the job's root ConfigMap (``result.json``, read by
+    ``mpilaunch wait`` and ``status``); the worker pods are deleted so their
+    GPUs go back at once. The root, the launcher's Job and its log stay until
+    ``mpilaunch delete NAME``.
+    """
+    api = Api(creds)
+    failure = result.failure
+    if failure == "interrupted by SIGTERM":  # in a pod, only the cluster sends it
+        failure = ("the launcher pod was stopped by the cluster "
+                   "(SIGTERM: deleted, evicted, preempted, or past its deadline)")
+    if result.exit_code != 0 and failure:
+        print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
+    try:
+        record = outcome(result.exit_code, failure, [r.__dict__ for r in result.ranks])
+        if not record_outcome(api, launch.job, record):  # the first record wins
+            print("mpilaunch: launcher: the job's reaper recorded the outcome first", file=sys.stderr)
+    except (ApiError, OSError) as e:
+        print(f"mpilaunch: launcher: cannot record the outcome in ConfigMap {launch.job}: {e}", file=sys.stderr)
+    for name in launch.addresses():
+        try:
+            api.delete("v1", "pods", name, gracePeriodSeconds=0)
+        except (ApiError, OSError) as e:
+            print(f"mpilaunch: launcher: cannot delete worker pod {name}: {e}", file=sys.stderr)
+    print(f"mpilaunch: launcher: job {launch.job} ended with exit code {result.exit_code}; workers released",
+          file=sys.stderr, flush=True)
+
+
+def read_secret(launch: LaunchDescription) -> dict:
+    """The Secret's part of the launch description (the forwarded values, the status token),
+    mounted where ``secret_file`` says (``launch.SECRET_DIR``); ``{}`` when it names none."""
+    path = launch.cluster.get("secret_file")
+    if not path:
+        return {}
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise MpilaunchError(f"cannot read the job's Secret at {path}: {getattr(e, 'strerror', None) or e}",
+                             f"the launcher pod mounts Secret {launch.job}-env there; check that it exists") from None
+
+
+def pass_through(stream: str, line: str) -> None:
+    """mpirun's lines to the pod log as they are: the submitting side parses them."""
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(line)
+    out.flush()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m mpilaunch.backends.k8s.launcher LAUNCH_JSON", file=sys.stderr)
+        return 2
+    launch = LaunchDescription.from_dict(json.loads(Path(argv[0]).read_text()))
+    result = JobResult(job_name=launch.job, exit_code=1, failure="the launcher failed before mpirun ran")
+    try:
+        launch = launch.with_secrets(read_secret(launch))
+        spec, plan = launch.job_spec(), launch.plan()
+        info = mpi.find_mpirun(launch.mpi, launch.mpirun, os.environ.get("PATH"))
+        rundir = make_rundir(launch.job)
+        backend = ReadyPods(spec, plan, rundir, launch, info)
+        workload = MpirunWorkload(spec, launch.job, plan, info)
+        workload.use_output(RelayedOutput(pass_through))
+        workload.token = launch.status_token or workload.token  # the submitting side's
+        environ = dict(os.environ)
+        # a relaunch (--retries): the submitting side made this Job for attempt N
+        workload.bind(backend, rundir, environ, attempt=int(environ.get("MPILAUNCH_ATTEMPT", "1")))
+        result = run_job(spec, workload, backend, rundir, None,
+                         stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+    except MpilaunchError as e:
+        print(e.format(), file=sys.stderr)
+        result = JobResult(job_name=launch.job, exit_code=e.exit_code, failure=e.message)
+    finally:
+        if launch.detach:  # every exit path: nobody else will release a detached job's workers
+            finish_detached(in_cluster_credentials(launch), launch, result)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

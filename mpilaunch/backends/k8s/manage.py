@@ -1,0 +1,235 @@
+"""``mpilaunch status|logs|delete NAME --backend k8s``, and deleting a job's objects."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import sys
+import time
+
+from ...errors import UsageError
+from ...exit_codes import EXIT_TIMEOUT
+from .api import Api, ApiError, client
+from .pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready
+
+
+def _manage_api(args) -> Api:
+    return client(args.kubeconfig, args.context, args.namespace)
+
+
+_LIST_HINT = f"list jobs with: kubectl get configmap -l {JOB_LABEL}"
+
+
+def _root(api: Api, name: str) -> dict:
+    """The job's root ConfigMap; a usage error if there is none, or if the
+    ConfigMap of that name is not one mpilaunch made (someone else's: never
+    to be reported on as a job, nor deleted)."""
+    try:
+        root = api.get("v1", "configmaps", name)
+    except ApiError as e:
+        if e.status == 404:
+            raise UsageError(f"no job {name} in namespace {api.namespace}", _LIST_HINT) from None
+        raise
+    _check_ours(api, root, name)
+    return root
+
+
+def _check_ours(api: Api, root: dict, name: str) -> None:
+    """Only a ConfigMap labelled ``mpilaunch/job=NAME`` (what k8s-root.yaml.j2 puts on it) is a job's root."""
+    label = (root["metadata"].get("labels") or {}).get(JOB_LABEL)
+    if label != name:
+        has = f"its {JOB_LABEL} label is {label!r}" if label is not None else f"it has no {JOB_LABEL} label"
+        raise UsageError(f"configmap {name} in namespace {api.namespace} is not an mpilaunch job ({has})",
+                         "mpilaunch looks at and deletes only the jobs it created; " + _LIST_HINT)
+
+
+def _seconds(timestamp: str | None) -> float | None:
+    """An API timestamp (``2026-11-23T21:05:00Z``) as epoch seconds."""
+    if not timestamp:
+        return None
+    return calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def job_phase(root: dict, launcher: dict | None, now: float) -> tuple[str, int | None, float | None]:
+    """(phase, exit code or None, elapsed seconds) of a job, from its root ConfigMap and launcher pod."""
+    created = _seconds(root["metadata"].get("creationTimestamp"))
+    result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null")
+    if result is not None:
+        end = _seconds(result.get("finished")) or now
+        return ("Succeeded" if result["exit_code"] == 0 else "Failed"), result["exit_code"], \
+            (end - created if created else None)
+    code = launcher_exit(launcher) if launcher else None
+    if code is not None:
+        return ("Succeeded" if code == 0 else "Failed"), code, (now - created if created else None)
+    if launcher is not None:
+        phase = (launcher.get("status") or {}).get("phase") or "Pending"
+    elif json.loads((root.get("data") or {}).get("launch.json") or "{}").get("detach"):
+        phase = "Unknown (no launcher pod)"  # its reaper records the outcome shortly
+    else:
+        phase = "Attached"
+    return phase, None, (now - created if created else None)
+
+
+def outcome_line(root: dict) -> str | None:
+    """What ended a detached job, as its launcher (or, when the launcher could not, its reaper) recorded it."""
+    result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null")
+    return f"outcome: {result['failure']}" if result and result.get("failure") else None
+
+
+def ended_why(pod: dict) -> str:
+    """`` (OOMKilled)``, `` (Error)``: how the launcher container ended, in the kubelet's word."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        reason = ((cs.get("state") or {}).get("terminated") or {}).get("reason")
+        if cs.get("name") == LAUNCHER_CONTAINER and reason and reason != "Completed":
+            return f" ({reason})"
+    return ""
+
+
+def status(args, stream) -> int:
+    api = _manage_api(args)
+    root = _root(api, args.name)
+    plan = json.loads((root.get("data") or {}).get("plan.json") or "{}")
+    pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
+    launcher = next((p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"), None)
+    phase, code, elapsed = job_phase(root, launcher, time.time())
+    print(f"job {args.name}  namespace {api.namespace}  {phase}" + (f" (exit {code})" if code is not None else "")
+          + (f"  elapsed {elapsed:.0f}s" if elapsed is not None else "")
+          + f"  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
+          f"created {root['metadata'].get('creationTimestamp')}", file=stream)
+    outcome = outcome_line(root)
+    if outcome:
+        print(f"  {outcome}", file=stream)
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        status = pod.get("status") or {}
+        role = (pod["metadata"].get("labels") or {}).get(ROLE_LABEL, "?")
+        code = launcher_exit(pod) if role == "launcher" else None
+        print(f"  {pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
+              f"ready={pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
+              + (f" exit={code}{ended_why(pod)}" if code is not None else ""), file=stream)
+    return 0
+
+def wait(args, stream) -> int:
+    """Block until the job's launcher ends; its exit code (and failure line) become ours."""
+    api = _manage_api(args)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    while True:
+        root = _root(api, args.name)
+        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
+        if not pods and RESULT_KEY not in (root.get("data") or {}):
+            if not json.loads((root.get("data") or {}).get("launch.json") or "null"):
+                raise UsageError(f"job {args.name} has no launcher in the cluster (it runs with --launcher local)",
+                                 "its mpilaunch on the submitting machine reports the outcome")
+        phase, code, elapsed = job_phase(root, pods[0] if pods else None, time.time())
+        if code is not None:
+            result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null") or {}
+            if code != 0:
+                print(f"mpilaunch: error: {result.get('failure') or f'the launcher exited with code {code}'}",
+                      file=sys.stderr)
+            print(f"job {args.name} {phase.lower()} (exit {code}) after {elapsed or 0:.0f}s", file=stream)
+            return code
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"mpilaunch: error: job {args.name} still {phase} after --timeout {args.timeout:g}s", file=sys.stderr)
+            return EXIT_TIMEOUT
+        time.sleep(1.0)
+
+
+def logs(args, stream) -> int:
+    api = _manage_api(args)
+    pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
+    if not pods:
+        _root(api, args.name)  # no such job, or not an mpilaunch one, rather than "no launcher pod"
+        raise UsageError(
+            f"job {args.name} has no launcher pod in namespace {api.namespace}",
+            "jobs run with --launcher local print their output on the submitting machine; workers only sleep",
+        )
+    path = api.collection_path("v1", "pods", api.namespace) + f"/{pods[0]['metadata']['name']}/log"
+    query = {"container": LAUNCHER_CONTAINER}
+    if getattr(args, "follow", False):
+        query["follow"] = "true"
+    # following: the log may be quiet for long stretches, which is no error
+    conn, resp = api.request("GET", path, query=query, stream=True, timeout=86400.0 if "follow" in query else None)
+    try:
+        for raw in iter(resp.readline, b""):
+            stream.write(raw.decode("utf-8", "replace"))
+            stream.flush()
+    finally:
+        conn.close()
+    return 0
+
+def delete(args, stream) -> int:
+    """Delete job NAME: its root ConfigMap (only if mpilaunch's, and only the
+    very object checked: a uid precondition) and whatever carries its label."""
+    api = _manage_api(args)
+    root_uid = ""  # no root: leave alone a ConfigMap of that name made meanwhile
+    try:
+        root = api.get("v1", "configmaps", args.name)
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        # the root is gone but objects of the job may be left (a delete that was cut short)
+        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
+        if not pods:
+            raise UsageError(f"no job {args.name} in namespace {api.namespace}", _LIST_HINT) from None
+    else:
+        _check_ours(api, root, args.name)  # someone else's ConfigMap: refuse, delete nothing
+        root_uid = root["metadata"]["uid"]
+    try:
+        delete_job(api, args.name, [], wait=30.0, root_uid=root_uid)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+        raise UsageError(f"configmap {args.name} in namespace {api.namespace} was replaced while it was being "
+                         f"deleted; nothing was deleted", "run mpilaunch delete again") from None
+    print(f"deleted job {args.name} in namespace {api.namespace}", file=stream)
+    return 0
+
+
+_KINDS = [
+    ("batch/v1", "jobs"), ("v1", "pods"), ("v1", "services"),
+    ("rbac.authorization.k8s.io/v1", "rolebindings"), ("rbac.authorization.k8s.io/v1", "roles"),
+    ("v1", "serviceaccounts"), ("coordination.k8s.io/v1", "leases"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
+    ("scheduling.x-k8s.io/v1alpha1", "podgroups"), ("v1", "secrets"),
+]
+
+
+def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: float,
+               root_uid: str | None = None) -> None:
+    """Delete the root (garbage collection) and, not to depend on the GC's
+    pace, everything labelled with the job; wait until its pods are gone.
+
+    ``root_uid``: delete the root only if it is still that object (an
+    ApiError 409 otherwise, before anything else is deleted); ``""``: the
+    root is known to be gone, so a ConfigMap of that name made since is not
+    touched."""
+    selector = f"{JOB_LABEL}={job}"
+    background = {"propagationPolicy": "Background"}
+    if root_uid:
+        api.delete("v1", "configmaps", job, **background, preconditions={"uid": root_uid})
+    elif root_uid is None:
+        api.delete("v1", "configmaps", job, **background)
+    errors = []
+    names = {(v, p) for v, p, _ in created}
+    for api_version, plural in _KINDS:
+        if created and (api_version, plural) not in names:
+            continue
+        try:
+            if plural in ("pods", "jobs"):
+                api.delete_collection(api_version, plural, selector, **background)
+            else:
+                items = api.get(api_version, plural, labelSelector=selector)["items"]
+                for item in items:
+                    api.delete(api_version, plural, item["metadata"]["name"], **background)
+        except ApiError as e:
+            # may not list Secrets (``mpilaunch delete`` by someone else): the garbage collector takes it
+            if e.status not in (404, 405) and not (e.status == 403 and plural == "secrets"):
+                errors.append(f"{plural}: {e.message}")
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            if not api.get("v1", "pods", labelSelector=selector)["items"]:
+                break
+        except (ApiError, OSError):
+            break
+        time.sleep(0.3)
+    if errors:
+        raise RuntimeError("; ".join(errors))

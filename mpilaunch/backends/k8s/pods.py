@@ -1,0 +1,136 @@
+"""What a pod's status says: ready, why not, how its launcher container ended.
+
+Pure functions of the API's pod objects, shared by the backend's wait and
+watch and by the management commands.
+"""
+
+from __future__ import annotations
+
+JOB_LABEL = "mpilaunch/job"
+ROLE_LABEL = "mpilaunch/role"
+WORKER_CONTAINER = "worker"
+LAUNCHER_CONTAINER = "launcher"
+# Where a detached job's launcher records the outcome, in the job's root ConfigMap.
+RESULT_KEY = "result.json"
+
+FATAL_WAITING = {
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
+}
+
+def pod_ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+
+
+def pod_problem(pod: dict) -> tuple[str | None, bool]:
+    """Why a pod is not ready: ``(message, fatal)``."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase in ("Failed", "Succeeded"):
+        reason = status.get("reason") or phase
+        return f"pod {phase.lower()} ({reason}: {status.get('message') or 'no message'})", True
+    for cs in status.get("containerStatuses") or ():
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING:
+            return f"{waiting['reason']}: {waiting.get('message') or cs.get('image')}", True
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            said = (terminated.get("message") or "").strip()
+            return (f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})"
+                    + (f": {said}" if said else "")), True
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return (cond.get("message") or cond.get("reason") or "not scheduled").strip(), False
+    if not status.get("conditions"):
+        return "not scheduled yet", False
+    return f"{phase or 'Pending'}, not Ready", False
+
+
+def launcher_started(pod: dict) -> bool:
+    """The launcher pod's container got to run (it may already have ended: its result says how).
+
+    The container's terminated state can reach the API server before the
+    pod's phase leaves Running, so a launcher that finished quickly (a
+    --retries attempt that succeeds at once) looks like "container exited"
+    for a moment; that is a launcher that ran, not one that cannot start.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Running", "Succeeded", "Failed"):
+        return True
+    return any({"running", "terminated"} & set(cs.get("state") or {}) for cs in status.get("containerStatuses") or ())
+
+
+def pod_loss(pod: dict | None) -> str | None:
+    """Why a worker pod that was running is gone, in the cluster's words; None while it still serves.
+
+    Only what the API server states counts (deleted, terminating, evicted,
+    failed, the worker container ended), so a slow answer is never a loss.
+    """
+    if pod is None:
+        return "pod deleted"
+    status = pod.get("status") or {}
+    # why the cluster is ending it: eviction (API or node pressure), preemption, taints
+    disruption = next((c for c in status.get("conditions") or ()
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    if disruption is not None:
+        return f"{disruption.get('reason') or 'disrupted'}: {disruption.get('message') or 'no message'}".strip()
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "pod deleted (terminating)"
+    if status.get("reason") == "Evicted":
+        return f"Evicted: {status.get('message') or 'no message'}".strip()
+    for cs in status.get("containerStatuses") or ():
+        terminated = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == WORKER_CONTAINER and terminated:
+            reason = terminated.get("reason") or "container ended"
+            return f"{reason} (exit {terminated.get('exitCode')})"
+    if status.get("phase") in ("Failed", "Succeeded"):
+        return f"pod {status['phase'].lower()}: {status.get('reason') or status.get('message') or 'no reason given'}"
+    return None
+
+
+# The launcher pod's line just before it starts mpirun (launchers/k8s.py):
+# when the submitting side sees it, mpirun is starting in the cluster.
+LAUNCHER_READY = "mpilaunch: launcher: "
+
+
+def startup_phases(pods: list[dict], expected: int) -> list[str]:
+    """The start-up phases (``phases.py``) every one of ``expected`` pods has reached:
+    ``pods_scheduled`` (bound to a node), ``containers_running`` (phase Running)."""
+    if len(pods) < expected:
+        return []
+    reached = []
+    if all((p.get("spec") or {}).get("nodeName") for p in pods):
+        reached.append("pods_scheduled")
+    if all((p.get("status") or {}).get("phase") == "Running" for p in pods):
+        reached.append("containers_running")
+    return reached
+
+
+def summarize(problems: dict[str, str], limit: int = 3) -> str:
+    """Group identical reasons: ``12 pods: <reason> (a, b, c, ...)``."""
+    groups: dict[str, list[str]] = {}
+    for pod, reason in problems.items():
+        groups.setdefault(reason, []).append(pod)
+    parts = []
+    for reason, pods in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(sorted(pods)[:limit]) + (", ..." if len(pods) > limit else "")
+        parts.append(f"{len(pods)} pod{'s' if len(pods) != 1 else ''} ({shown}): {reason}")
+    return "; ".join(parts)
+
+
+def launcher_exit(pod: dict) -> int | None:
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or ():
+        if cs.get("name") == LAUNCHER_CONTAINER:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if terminated is not None:
+                return int(terminated.get("exitCode", 1))
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return 0
+    if phase == "Failed":
+        return 1
+    return None

@@ -1,0 +1,1 @@
+"""The local backend: one exec agent process per worker on this machine (``backend.py``)."""

@@ -1,0 +1,198 @@
+"""Local backend: one exec agent process per worker on this machine.
+
+Each worker is a real ``mpilaunch agent`` listening on loopback; mpirun
+reaches it through ``mpilaunch-rsh`` exactly as it reaches a YARN
+container, so the local backend exercises the whole exec path. Worker host
+names (``<job>-worker-<i>``) do not resolve, which is what makes mpirun hand
+them to the agent instead of forking locally.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+from ... import gpu_slots
+from ...errors import AllocationError
+from ...procs import kill_tree, processes_with_env, wait_exit
+from ...pylauncher import write_launcher
+from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
+from ..base import BaseBackend, Capabilities
+from .options import LocalOptions
+
+def listening_socket() -> socket.socket:
+    """A loopback socket bound and listening here, handed to an agent that serves it.
+
+    Its address is known before the agent's interpreter has started, so mpirun
+    starts at once: connections wait in the backlog until the agent accepts
+    them. Should the agent die, the socket closes with it and the shim's
+    connection is refused, which the lost-worker watch then explains.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    return sock
+
+
+class LocalBackend(BaseBackend):
+    name = "local"
+    options_class = LocalOptions
+    capabilities = Capabilities(replace_workers=True)
+    workers_on_this_host = True
+
+    def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
+        self.check_spec(spec)  # also where no lifecycle checked it (tests, benchmarks)
+        super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
+        self.secret_file = rundir / "secret"
+        self.agents: dict[str, subprocess.Popen] = {}
+        self.addresses: dict[str, str] = {}
+        self.devices: dict[str, list[str]] = {}
+        self.job_marker = f"{plan.job_name}-{os.getpid()}-{os.urandom(4).hex()}"
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        return len(gpu_slots.discover_local_gpus()) or None
+
+    def _launcher(self, name: str, module: str) -> str:
+        """A per-job ``python -IS`` executable for a module that starts many times (``pylauncher``)."""
+        path = self.rundir / name
+        if not path.exists():
+            write_launcher(str(path), module)
+        return str(path)
+
+    def rank_prefix(self) -> list[str]:
+        # one wrapper per rank: skip site (see pylauncher); the ranks' own
+        # programs still see the full environment
+        return [self._launcher("mpilaunch.rank", "mpilaunch.rank")]
+
+    def _agent_argv(self, worker, listen_fd: int) -> list[str]:
+        argv = [
+            # named like the module: `ps` shows "mpilaunch.agent" as for `python -m mpilaunch.agent`
+            self._launcher("mpilaunch.agent", "mpilaunch.agent.cli"),
+            "--name", worker.name,
+            "--listen-fd", str(listen_fd),
+            "--secret-file", str(self.secret_file),
+            "--exit-with-pid", str(os.getpid()),
+            "--orphan-cleanup", str(self.rundir),
+            "--env", f"MPILAUNCH_JOB={self.job_marker}",
+        ]
+        if worker.name in self.devices:
+            argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(self.devices[worker.name])]
+        return argv
+
+    def allocate(self) -> None:
+        if self.plan.gpus:
+            self.devices = gpu_slots.partition_devices(gpu_slots.discover_local_gpus(), self.plan)
+        write_secret(self.secret_file)
+        for worker in self.plan.workers:
+            self._start_agent(worker)
+
+    def _start_agent(self, worker) -> None:
+        log = open(self.rundir / f"{worker.name}.agent.log", "ab")
+        with listening_socket() as listener:
+            # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
+            # which then tears the workers down in order.
+            self.agents[worker.name] = subprocess.Popen(
+                self._agent_argv(worker, listener.fileno()), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, pass_fds=(listener.fileno(),), env=self.launch_environ,
+            )
+            self.addresses[worker.name] = "127.0.0.1:%d" % listener.getsockname()[1]
+        log.close()
+
+    def replace_workers(self, names: list[str]) -> None:
+        """A new agent for each lost worker; whatever the old one left running goes first."""
+        by_name = {w.name: w for w in self.plan.workers}
+        for name in names:
+            old = self.agents.get(name)
+            if old is not None and old.poll() is None:
+                kill_tree(old.pid)
+                old.wait()
+            # daemons and ranks of the lost worker that outlived its agent: this job's only (another
+            # local job of the same --name or --hostfile has workers of the same names)
+            for pid in processes_with_env("MPILAUNCH_WORKER", name, MPILAUNCH_JOB=self.job_marker):
+                kill_tree(pid)
+            self._start_agent(by_name[name])
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        """Nothing to wait for: each agent's socket listened before the agent started.
+
+        An agent that already exited (a broken interpreter, an unreadable
+        secret) is reported here, with its own last line; one that dies later
+        is a lost worker.
+        """
+        for name in self.agents:
+            ended = self._agent_exit(name)
+            if ended is not None:
+                how, last_line = ended
+                raise AllocationError(f"worker {name} {how} before it was ready" + (f": {last_line}" if last_line else ""),
+                                      f"see {self.rundir / (name + '.agent.log')}")
+        progress(len(self.agents), len(self.plan.workers))
+
+    def _agent_exit(self, name: str) -> tuple[str, str] | None:
+        """How the worker's agent ended and its last log line; None while it runs."""
+        code = self.agents[name].poll()
+        if code is None:
+            return None
+        how = how_it_ended(code)
+        log = self.rundir / f"{name}.agent.log"
+        lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+        return how, (lines[-1] if lines and code > 0 else "")
+
+    def forwards_path(self) -> bool:
+        return True
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        # every worker is on this machine: loopback, and a port free here
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return "127.0.0.1", sock.getsockname()[1]
+
+    def exec_context(self) -> dict:
+        return {
+            "transport": "agent",
+            "secret_file": str(self.secret_file),
+            "forward_env": list(FORWARD_ENV),
+            "cwd": os.getcwd(),
+            "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
+        }
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        lost = {}
+        for name in self.agents:
+            ended = self._agent_exit(name)
+            if ended is not None:
+                how, last_line = ended
+                lost[name] = f"its agent {how}" + (f" ({last_line})" if last_line else "")
+        return lost
+
+    def describe_workers(self) -> dict[str, dict]:
+        out = {}
+        for worker in self.plan.workers:
+            proc = self.agents.get(worker.name)
+            state = "not started" if proc is None else ("running" if proc.poll() is None else f"exited {proc.returncode}")
+            out[worker.name] = {
+                "host": "localhost",
+                "address": self.addresses.get(worker.name),
+                "pid": proc.pid if proc else None,
+                "state": state,
+                "gpus": self.devices.get(worker.name, []),
+            }
+        return out
+
+    def release(self) -> None:
+        for proc in self.agents.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 5
+        for proc in self.agents.values():
+            try:
+                wait_exit(proc, max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                kill_tree(proc.pid)
+                proc.wait()
+        # The agents end their sessions' descendants themselves; this sweep is
+        # the backstop for anything that escaped them (all carry the marker).
+        for pid in processes_with_env("MPILAUNCH_JOB", self.job_marker):
+            kill_tree(pid)

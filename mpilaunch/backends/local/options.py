@@ -1,0 +1,12 @@
+"""The local backend's options: none of its own (``--hostfile`` is the job's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base import BackendOptions
+
+
+@dataclass(frozen=True)
+class LocalOptions(BackendOptions):
+    backend_class = "mpilaunch.backends.local.backend:LocalBackend"

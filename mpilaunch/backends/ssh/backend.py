@@ -1,0 +1,253 @@
+"""ssh backend: plain hosts (the job's --hostfile, its names as ssh knows them) with one exec agent each.
+
+``allocate`` starts one ``ssh HOST python3 -c STAGE0`` per host, all at
+once, each in a session of its own (a Ctrl-C at the terminal reaches
+mpilaunch only). ``wait_ready`` feeds each session's stdin: ``remote.py``,
+the package zip (the host needs Python and the MPI, not mpilaunch) and the
+job's secret (never in an argv); the host answers with its agent's address.
+From there on a job runs as on the local backend: mpirun reaches each host's
+agent through ``mpilaunch-rsh`` and the agent transport, and the rank
+wrapper, placement check and teardown are the same.
+
+Every way the ssh session ends (``release`` closing its stdin, mpilaunch
+killed, the connection lost) ends the host's agent with it
+(``--exit-on-stdin-eof``), and the agent ends everything it started: nothing
+stays on a host. A session that ends during the run is a lost worker,
+named with ssh's own last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shlex
+import shutil
+import subprocess
+import time
+from contextlib import suppress
+from pathlib import Path
+
+from ...errors import AllocationError, UsageError
+from ...image_tools import zip_bytes
+from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
+from ...pylauncher import run_module_code
+from ..base import BaseBackend
+from ..rendezvous import free_port_through_agent, rank_python, source_address
+from .options import SshOptions
+from .remote import READY, ZIP_ENV  # ZIP_ENV: the zip's path on the host, in every command the agent runs there
+
+# The host's first program, one line in argv: it runs what comes first on stdin (remote.py's text).
+STAGE0 = "import sys; exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())), 'mpilaunch-ssh', 'exec'))"
+REMOTE = Path(__file__).with_name("remote.py")
+# a module of the zip on the host runs as pylauncher's executables run theirs (flush, then os._exit)
+ZIP_ON_HOST = "os.environ[" + repr(ZIP_ENV) + "]"
+RELEASE_GRACE = 5.0  # for each host's agent to end its sessions and ssh to exit, before ssh is killed
+AGENT_MARK = "mpilaunch-agent["  # the agent's log lines, which come through ssh's stderr
+
+
+def remote_command(options: SshOptions, host: str) -> str:
+    """What the host's login shell runs: its Python, reading remote.py from stdin."""
+    return f"exec {shlex.quote(options.remote_python)} -c {shlex.quote(STAGE0)} {shlex.quote(host)}"
+
+
+def session_input(secret: bytes) -> bytes:
+    """What a session's stdin carries (remote.py's docstring), up to the end that ends it."""
+    code, package = REMOTE.read_bytes(), zip_bytes()
+    return b"%d\n%s%d\n%s%s\n" % (len(code), code, len(package), package, secret)
+
+
+class SshBackend(BaseBackend):
+    name = "ssh"
+    options_class = SshOptions
+
+    @classmethod
+    def check_spec(cls, spec) -> None:
+        super().check_spec(spec)
+        if not spec.hostfile:
+            raise UsageError("the ssh backend runs on the hosts of --hostfile, and none was given",
+                             "write one 'HOST slots=N' line per host (HOST as ssh reaches it: a name, an address "
+                             "or a Host alias of your ssh config) and add --hostfile FILE")
+        client = shlex.split((spec.backend_options or SshOptions()).ssh_command)[0]
+        if not shutil.which(client):
+            raise UsageError(f"the ssh client {client!r} (--ssh-command) is not an executable on PATH",
+                             "install OpenSSH's client (Debian: openssh-client) or give its path with --ssh-command")
+
+    def __init__(self, spec, plan, rundir, **kw):
+        super().__init__(spec, plan, rundir, **kw)
+        names = [w.name for w in plan.workers]
+        for host in names:
+            if host.startswith("-") or "@" in host or names.count(host) > 1:
+                raise UsageError(f"--hostfile names host {host!r} " + (
+                    "twice" if names.count(host) > 1 else "in a form ssh would take for an option or a user"),
+                    "name each host once, with all its slots ('HOST slots=N'); a login name goes in your ssh "
+                    "config (User) or --ssh-option User=NAME")
+        self.secret_file = rundir / "secret"
+        self.sessions: dict[str, subprocess.Popen] = {}
+        self.facts: dict[str, dict] = {}  # host -> remote.py's line: address, hostname, pid, python
+        self._unsent: dict[str, memoryview] = {}  # what each session's stdin has still to get
+        self._control: str | None = None  # control_address, once asked ("": none)
+
+    def _log(self, host: str) -> Path:
+        return self.rundir / f"{host}.agent.log"  # ssh's own messages and the agent's log, as they came
+
+    # ---------------------------------------------------------------- allocate, wait_ready
+
+    def allocate(self) -> None:
+        write_secret(self.secret_file)
+        stdin = session_input(self.secret_file.read_bytes())
+        for worker in self.plan.workers:
+            with open(self._log(worker.name), "ab") as log:
+                proc = subprocess.Popen(self.options.ssh_argv(worker.name, remote_command(self.options, worker.name)),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                        start_new_session=True, env=self.launch_environ)
+            os.set_blocking(proc.stdin.fileno(), False)
+            self.sessions[worker.name] = proc
+            self._unsent[worker.name] = memoryview(stdin)
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        """Feed every session its stdin and read each host's line, all at once, until every host
+        answered (AllocationError: a session that ended first, with ssh's reason, or the deadline)."""
+        with selectors.DefaultSelector() as sel:
+            for host, proc in self.sessions.items():
+                if host not in self.facts:
+                    sel.register(proc.stdout, selectors.EVENT_READ, (host, bytearray()))
+                    if self._unsent.get(host):
+                        sel.register(proc.stdin, selectors.EVENT_WRITE, (host, None))
+            while len(self.facts) < len(self.sessions):
+                self._check_started()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waiting = [h for h in self.sessions if h not in self.facts]
+                    raise AllocationError(
+                        f"host{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} did not start mpilaunch's "
+                        f"agent within --start-timeout {self.spec.start_timeout:g}s",
+                        f"check that `{self.options.ssh_command} {waiting[0]} true` answers at once; a slow "
+                        f"host needs a longer --start-timeout (log: {self._log(waiting[0])})")
+                for key, _ in sel.select(min(left, 0.5)):
+                    host, line = key.data
+                    if line is None:
+                        self._send(sel, key.fileobj, host)
+                    elif self._read_line(sel, key.fileobj, host, line):
+                        progress(len(self.facts), len(self.sessions))
+
+    def _send(self, sel, pipe, host: str) -> None:
+        try:
+            sent = os.write(pipe.fileno(), self._unsent[host][:1 << 16])
+        except BlockingIOError:
+            return
+        except OSError:  # ssh exited: _check_started tells why
+            sent = len(self._unsent[host])
+        self._unsent[host] = self._unsent[host][sent:]
+        if not self._unsent[host]:
+            sel.unregister(pipe)
+
+    def _read_line(self, sel, pipe, host: str, received: bytearray) -> bool:
+        """Read what came; True once the host's READY line did. Lines before it (a login script's
+        chatter) are skipped; after it remote.py writes nothing."""
+        chunk = os.read(pipe.fileno(), 4096)
+        received += chunk
+        for line in bytes(received).split(b"\n")[:-1]:
+            if line.startswith(READY):
+                self.facts[host] = json.loads(line[len(READY):])
+                sel.unregister(pipe)
+                return True
+        if not chunk:
+            sel.unregister(pipe)  # ssh is ending: _check_started tells why
+        return False
+
+    def _check_started(self) -> None:
+        ended = [h for h in self.sessions if h not in self.facts and self.sessions[h].poll() is not None]
+        if ended:
+            host = ended[0]
+            others = f" (and {len(ended) - 1} more host{'s' if len(ended) > 2 else ''})" if len(ended) > 1 else ""
+            raise AllocationError(
+                f"host {host}{others}: ssh {self._how(host)} before mpilaunch's agent started there: "
+                f"{self._last_line(host) or 'no message'}",
+                f"check that `{self.options.ssh_command} {host} {self.options.remote_python} -V` works from "
+                f"this machine without a prompt (keys, known hosts, BatchMode); log: {self._log(host)}")
+
+    def _how(self, host: str) -> str:
+        return how_it_ended(self.sessions[host].returncode)
+
+    def _last_line(self, host: str) -> str:
+        """ssh's last line in the host's log (the agent's own lines come through ssh's stderr too)."""
+        with suppress(OSError):
+            for line in reversed(self._log(host).read_text(errors="replace").splitlines()):
+                if line.strip() and AGENT_MARK not in line:
+                    return line.strip()
+        return ""
+
+    # ---------------------------------------------------------------- the run
+
+    def exec_context(self) -> dict:
+        # no cwd (this machine's need not exist there): mpirun sets the ranks' own
+        return {
+            "transport": "agent",
+            "secret_file": str(self.secret_file),
+            "forward_env": list(FORWARD_ENV),
+            "workers": {host: {"address": facts["address"]} for host, facts in self.facts.items()},
+        }
+
+    def forwards_path(self) -> bool:
+        return True
+
+    def control_address(self) -> str | None:
+        """This machine's address on its route to the first host: hydra's proxies connect back to it
+        (this machine's name need not resolve there). Asked before the hosts are up, so from where
+        ssh goes (``ssh -G``); a UDP connect sends nothing."""
+        if self._control is None:
+            address = self.options.resolve(self.plan.workers[0].name)
+            self._control = (source_address(address) if address else None) or ""
+        return self._control or None
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        """torch.distributed's MASTER_ADDR/MASTER_PORT: the host's agent address and a port free there."""
+        facts = self.facts.get(worker)
+        return free_port_through_agent(facts["address"], str(self.secret_file),
+                                       rank_python(self.rank_prefix())) if facts else None
+
+    def rank_prefix(self) -> list[str]:
+        return [self.options.remote_python, "-IS", "-c", run_module_code("mpilaunch.rank", ZIP_ON_HOST)]
+
+    def task_starter_prefix(self) -> list[str]:
+        return [self.options.remote_python, "-IS", "-c", run_module_code("mpilaunch.task_starter", ZIP_ON_HOST)]
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        lost = {}
+        for host, proc in self.sessions.items():
+            if proc.poll() is not None:
+                last = self._last_line(host)
+                lost[host] = f"its ssh session {self._how(host)}" + (f" ({last})" if last else "")
+        return lost
+
+    def describe_workers(self) -> dict[str, dict]:
+        out = {}
+        for worker in self.plan.workers:
+            proc, facts = self.sessions.get(worker.name), self.facts.get(worker.name, {})
+            state = "not started" if proc is None else (
+                "running" if proc.poll() is None else f"ssh {self._how(worker.name)}")
+            # host and pid as result.worker_location reads them: "agent pid P on HOST"
+            out[worker.name] = {"host": facts.get("hostname") or worker.name, "pid": facts.get("pid"),
+                                "address": facts.get("address"), "python": facts.get("python"),
+                                "ssh_pid": proc.pid if proc else None, "state": state}
+        return out
+
+    def release(self) -> None:
+        """End of stdin for every host: each agent ends what it runs and exits, and ssh with it; ssh
+        itself is killed after RELEASE_GRACE (the host's sshd then ends the session: the same end for
+        the agent), at once where no agent answered yet (ssh may still be connecting)."""
+        for host, proc in self.sessions.items():
+            with suppress(OSError, ValueError):
+                proc.stdin.close()
+                if host not in self.facts and proc.poll() is None:
+                    proc.terminate()
+        deadline = time.monotonic() + RELEASE_GRACE
+        for proc in self.sessions.values():
+            with suppress(OSError, ValueError):
+                try:
+                    proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()

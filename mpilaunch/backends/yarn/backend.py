@@ -1,0 +1,590 @@
+"""YARN backend: one skein application whose worker containers host exec agents.
+
+* ``allocate`` submits one application (``--name``) with one skein service,
+  ``worker``, of N containers (``--memory``, ``--vcores``, ``yarn.io/gpu`` =
+  GPUs per worker, ``--queue``, ``--node-label``). Each container runs
+  ``mpilaunch.backends.yarn.container``, which starts ``mpilaunch agent``
+  and publishes its address in skein's key-value store (``--env-archive``:
+  from mpilaunch's pieces localized with the job, ``yarn_tools.py``).
+* The job secret goes into that key-value store (mutual TLS with the
+  ApplicationMaster, per-application credentials made here); containers read
+  it with ``ApplicationClient.from_current()`` and hand it to the agent on
+  stdin, never on a command line, in an environment or ``launch_container.sh``.
+* ``wait_ready`` is all or nothing: every worker's agent must answer ``ping``
+  before ``--start-timeout``, else the error carries what YARN says (state,
+  diagnostics, pending container requests) and the application is killed.
+* Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
+  yarn) in one more container, service ``launcher`` (part of the
+  all-or-nothing wait), running :mod:`mpilaunch.backends.yarn.launcher`. Its launch
+  description and the secret go through the key-value store; mpirun's
+  output comes back in chunks through it and ``run_launcher`` feeds it to
+  the mpirun workload's rank-output parser, so status lines, fail fast,
+  ``--timeout`` and Ctrl-C behave as with ``--launcher local``. Either way
+  mpirun reaches the containers through ``mpilaunch-rsh`` and the agents.
+* ``job_finished`` ends the application with final status SUCCEEDED or FAILED
+  (killed on allocation failure or interrupt) and, on failure, reports every
+  worker container (host, state, exit status), tf-yarn style. Should this
+  process die, the application's driver ends it (``yarn_orphan.py``).
+
+skein is imported with this module (``backends.load`` hints the install).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import skein
+
+from ... import mpi
+from ...errors import AllocationError, UsageError
+from .. import rendezvous
+from . import handoff as yarn_handoff, launch as yarn_launch, manage as yarn_manage, orphan as yarn_orphan
+from . import outcome as yarn_outcome, replace as yarn_replace, report as yarn_report, tools as yarn_tools
+from ..base import BaseBackend, Capabilities
+from .options import YarnOptions
+from ..agent_workers import write_secret
+from .client import TERMINAL_STATES, skein_client, shorten, state_name
+from . import keys as launcher_keys
+from .keys import (FORWARD_ENV, FORWARD_ENV_WITH_ARCHIVE, KV_PREFIX, LAUNCHER_SERVICE, SERVICE,
+                   WORKER_KEY, WORKER_SECRET_KEY)
+
+LAUNCHER_MEMORY = "512 MiB"
+FAIL_FAST_GRACE_S = 5.0  # as workloads/mpirun.py's: mpirun gets this long to end the job after a rank failed
+ENV_DIR = yarn_tools.ENV_DIR  # where --env-archive is unpacked in each container
+MASTER_MEMORY = "256 MiB"
+POLL = 0.25
+
+
+class YarnBackend(BaseBackend):
+    name = "yarn"
+    options_class = YarnOptions
+    capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
+
+    def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
+        super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
+        self.opts: YarnOptions = self.options
+        # the mpirun workload's hook: mpirun runs in a launcher container, run_launcher follows it
+        # (a PS job's driver stays here: no launcher container)
+        self.launcher = "cluster" if cluster_launcher_allowed and spec.launcher != "local" else "local"
+        self.launcher_in_cluster = self.launcher == "cluster"
+        self.launcher_info: dict = {}
+        self.launcher_container: dict = {}
+        self.retired_launchers: set[str] = set()  # earlier attempts' launcher containers (--retries)
+        self.attempt = 1
+        self.silent: set[str] | None = None  # workers whose agent stopped answering (yarn_report)
+        opts = self.opts
+        if opts.env_archive and not os.path.isfile(opts.env_archive):
+            raise UsageError(f"--env-archive {opts.env_archive} does not exist",
+                             "give a venv-pack or conda-pack archive (.tar.gz)")
+        if opts.vcores < 1:
+            raise UsageError(f"--vcores must be at least 1, got {opts.vcores}", "e.g. --vcores 4")
+        self.secret_file = rundir / "secret"
+        self.client = None
+        self.app = None
+        self.app_id: str | None = None
+        self.security = None
+        self.workers_info: dict[str, dict] = {}  # from the kv store
+        self.addresses: dict[str, str] = {}
+        self.ready_at: dict[str, float] = {}  # wall clock when its agent first answered
+        self.containers: dict[str, dict] = {}  # worker name -> last known container facts
+        self.replacements: dict[int, str] = {}  # container instance -> worker it replaced (yarn_replace)
+        self.retired: set[int] = set()  # instances whose worker was replaced
+        self.outcome: int | None = None
+        self.failure: str | None = None
+        self._released = False
+        self.heartbeat = None
+        self._secret_put = False
+        self._out_last = ""
+
+    # ------------------------------------------------------------ spec
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return max(w.gpus for w in self.plan.workers)
+
+    def _service_script(self, module: str = "mpilaunch.backends.yarn.container") -> str:
+        if self.opts.env_archive:  # the archive's python, mpilaunch's pieces localized (yarn_tools)
+            return yarn_tools.service_script(module)
+        return f"set -e\nexec {shlex.quote(sys.executable)} -m {module}\n"
+
+    def _service_env(self) -> dict[str, str]:
+        env = {
+            "MPILAUNCH_YARN_JOB": self.plan.job_name,
+            # Container instance i is plan worker i (PS tasks are named by role).
+            "MPILAUNCH_YARN_WORKER_NAMES": ",".join(w.name for w in self.plan.workers),
+            "MPILAUNCH_YARN_GPUS": str(self.gpus_per_worker),
+            "MPILAUNCH_YARN_KV": KV_PREFIX,
+        }
+        if not self.opts.env_archive:
+            # The same mpilaunch as here, even when it is not installed but
+            # imported from a checkout (found from this file: importing the
+            # package's top would import upward, into the lifecycle).
+            package_root = str(Path(__file__).resolve().parent.parent.parent)
+            paths = [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
+
+    def application_spec(self, security=None) -> "skein.ApplicationSpec":
+        opts = self.opts
+        try:
+            resources = skein.Resources(memory=opts.memory, vcores=opts.vcores, gpus=self.gpus_per_worker)
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"invalid YARN resources: {e}", "e.g. --memory '4 GiB' --vcores 4") from None
+        files = yarn_tools.files(opts.env_archive, self.rundir) if opts.env_archive else {}
+        service = skein.Service(
+            instances=len(self.plan.workers),
+            resources=resources,
+            script=self._service_script(),
+            env=self._service_env(),
+            files=files,
+            node_label=opts.node_label or "",
+            max_restarts=0,
+            # The launcher decides the application's fate (and reports which
+            # container ended); skein must not shut it down on its own.
+            allow_failures=True,
+        )
+        services = {SERVICE: service}
+        if self.launcher == "cluster":
+            # Requested with the workers (its allocation overlaps theirs); it
+            # waits for the launch description. A container added later with
+            # add_container/scale was not reliably allocated by skein's AM.
+            services[LAUNCHER_SERVICE] = skein.Service(
+                instances=1,
+                resources=skein.Resources(memory=LAUNCHER_MEMORY, vcores=1),
+                script=self._service_script("mpilaunch.backends.yarn.launcher"),
+                env=self._service_env(),
+                files=files,
+                max_restarts=0,
+                allow_failures=True,
+            )
+        master = yarn_orphan.master(self, skein.Resources(memory=MASTER_MEMORY, vcores=1), security, files)
+        return skein.ApplicationSpec(
+            name=self.plan.job_name,
+            queue=opts.queue or "default",
+            tags={"mpilaunch"},
+            max_attempts=1,
+            master=master,
+            services=services,
+        )
+
+    def render(self) -> str:
+        return self.application_spec().to_yaml()
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        client = skein_client()
+        try:
+            label = (spec.backend_options or YarnOptions()).node_label or ""
+            counts = [n.total_resources.gpus for n in client.get_nodes(states=["RUNNING"])
+                      if label in (n.node_labels or set()) or (not label and not n.node_labels)]
+        except Exception:
+            return None
+        finally:
+            client.close()
+        return max(counts, default=0) or None
+
+    def allocate(self) -> None:
+        write_secret(self.secret_file)
+        if self.opts.env_archive:
+            yarn_tools.build(self.rundir)
+        self.client = skein_client(log=str(self.rundir / "skein-driver.log"))
+        self.security = skein.Security.new_credentials()
+        try:
+            self.app_id = self.client.submit(self.application_spec(self.security))
+        except skein.exceptions.SkeinError as e:
+            raise AllocationError(
+                f"YARN refused the application: {shorten(str(e))}",
+                "check --queue, --node-label, --memory, --vcores and --gpus-per-node against the cluster",
+            ) from None
+
+    def _report(self):
+        return self.client.application_report(self.app_id)
+
+    def _raise_if_ended(self, report=None) -> None:
+        """Allocation failed when the application ended before its workers were ready."""
+        report = report or self._report()
+        state = state_name(report.state)
+        if state not in TERMINAL_STATES:
+            return
+        # --env-archive: its python could not run the ApplicationMaster's driver?
+        problem = self.opts.env_archive and yarn_tools.driver_problem(self.client, report)
+        if problem:
+            raise AllocationError(problem, yarn_tools.HINT)
+        raise AllocationError(
+            f"YARN application {self.app_id} ended ({state}) before its workers were ready: "
+            f"{shorten(report.diagnostics) or 'no diagnostics'}",
+            "check the queue, node label and resources; `yarn logs` has the ApplicationMaster's log",
+        )
+
+    def _connect(self) -> bool:
+        """Connect to the ApplicationMaster once it runs and hand it the secret."""
+        report = self._report()
+        self._raise_if_ended(report)
+        if state_name(report.state) != "RUNNING":
+            return False
+        self.app = self.client.connect(self.app_id, wait=False, security=self.security)
+        if not self.spec.detach:  # a detached job's launcher ends it; nobody stays to renew
+            self.heartbeat = yarn_orphan.start_heartbeat(self.app.kv, KV_PREFIX, self.spec.orphan_timeout)
+        from ...rsh_agent.agent_client import read_secret
+
+        self.app.kv[KV_PREFIX + WORKER_SECRET_KEY] = read_secret(str(self.secret_file))
+        self._secret_put = True
+        return True
+
+    def _refresh_containers(self) -> list | None:
+        """The worker containers as the ApplicationMaster sees them (None: it cannot be asked)."""
+        if self.app is None:
+            return None
+        try:
+            containers = self.app.get_containers(services=[SERVICE], states=list(skein.model.ContainerState))
+        except Exception:
+            return None
+        for c in containers:
+            name = self.worker_of(c)
+            if name is None:
+                continue
+            self.containers[name] = {
+                "id": c.id,
+                "instance": c.instance,
+                "container": c.yarn_container_id or None,
+                "node": c.yarn_node_http_address or None,
+                "state": state_name(c.state),
+                "exit": shorten(c.exit_message, 300) or None,
+            }
+        return containers
+
+    def worker_of(self, container) -> str | None:
+        """The worker a container serves: instance i is plan worker i; replacements as recorded; retired: None."""
+        if container.instance in self.retired:
+            return None
+        if container.instance in self.replacements:
+            return self.replacements[container.instance]
+        workers = self.plan.workers
+        return workers[container.instance].name if container.instance < len(workers) else None
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        from ...rsh_agent.agent_client import ping, read_secret
+
+        secret = read_secret(str(self.secret_file))
+        total = len(self.plan.workers)
+        next_check = 0.0
+        while True:
+            try:
+                if self.app is None:
+                    self._connect()
+                for key, value in (self.app.kv.get_prefix(KV_PREFIX + WORKER_KEY) if self.app else {}).items():
+                    name = key[len(KV_PREFIX + WORKER_KEY):]
+                    if name in self.addresses:
+                        continue
+                    info = json.loads(value)
+                    self.workers_info[name] = info
+                    if ping(info["address"], secret, timeout=2.0):
+                        self.addresses[name] = info["address"]
+                        self.ready_at[name] = round(time.time(), 3)
+            except (skein.exceptions.SkeinError, ConnectionError, OSError):
+                # the ApplicationMaster is gone (its driver failed, or it was killed): the RM says so soon
+                for _ in range(20):
+                    self._raise_if_ended()
+                    time.sleep(POLL)
+                raise
+            if self.app is not None:
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 1.0
+                    self._raise_if_a_container_ended()
+            progress(len(self.addresses), total)
+            if len(self.addresses) == total and self._launcher_running():
+                self._refresh_containers()
+                # Every agent holds it now; the key-value store need not.
+                self.app.kv.discard(KV_PREFIX + WORKER_SECRET_KEY)
+                return
+            if time.monotonic() > deadline:
+                raise AllocationError(self._not_ready_message(total), self._not_ready_hint())
+            time.sleep(POLL)
+
+    def _launcher_running(self) -> bool:
+        return self.launcher != "cluster" or self._refresh_launcher() == "RUNNING"
+
+    def _raise_if_a_container_ended(self) -> None:
+        if self.launcher == "cluster" and self._refresh_launcher() in ("FAILED", "KILLED", "SUCCEEDED"):
+            c = self.launcher_container
+            self._raise_archive_problem(c.get("node"), c.get("container"), LAUNCHER_SERVICE)
+            raise AllocationError(
+                f"the launcher container ({c.get('container')} on {c.get('node')}) ended ({c.get('state')}) "
+                f"before the job started: {shorten(c.get('exit')) or 'no exit message'}",
+                "see the container's log (mpilaunch logs NAME --backend yarn), or use --launcher local",
+            )
+        for c in self._refresh_containers() or []:
+            state = state_name(c.state)
+            name = self.worker_of(c)
+            if state in ("FAILED", "KILLED", "SUCCEEDED") and name is not None:
+                self._raise_archive_problem(c.yarn_node_http_address, c.yarn_container_id, SERVICE)
+                raise AllocationError(
+                    f"worker {name} (YARN container {c.yarn_container_id} on {c.yarn_node_http_address}) "
+                    f"ended ({state}) before it was ready: {shorten(c.exit_message) or 'no exit message'}",
+                    "see the container's stderr (mpilaunch logs NAME --backend yarn)",
+                )
+
+    def _raise_archive_problem(self, node: str | None, container: str | None, service: str) -> None:
+        """An ended container's finding that the --env-archive cannot run mpilaunch's pieces, if any."""
+        problem = self.opts.env_archive and yarn_tools.container_problem(node, container, service)
+        if problem:
+            raise AllocationError(problem, yarn_tools.HINT)
+
+    def _not_ready_message(self, total: int) -> str:
+        missing = sorted(w.name for w in self.plan.workers if w.name not in self.addresses)
+        if missing:
+            parts = [f"{len(missing)} of {total} workers not ready before --start-timeout "
+                     f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})"]
+        else:
+            parts = [f"all {total} workers ready but the launcher container not running before --start-timeout"]
+        try:
+            report = self._report()
+            parts.append(f"YARN application {self.app_id} is {state_name(report.state)} in queue {report.queue}"
+                         + (f": {shorten(report.diagnostics)}" if report.diagnostics else ""))
+        except Exception as e:
+            parts.append(f"YARN application {self.app_id}: no report ({shorten(str(e), 120)})")
+        if self.app is not None:
+            containers = self._refresh_containers() or []
+            pending = [c for c in containers if state_name(c.state) in ("WAITING", "REQUESTED")]
+            running = [c for c in containers if state_name(c.state) == "RUNNING"]
+            opts = self.opts
+            want = f"memory={opts.memory}, vcores={opts.vcores}, yarn.io/gpu={self.gpus_per_worker}"
+            if opts.node_label:
+                want += f", node label {opts.node_label}"
+            parts.append(f"{len(pending)} container requests pending ({want}), {len(running)} running")
+            if self.launcher == "cluster" and self._refresh_launcher() != "RUNNING":
+                parts.append(f"launcher container {self.launcher_container.get('state', 'not requested').lower()} "
+                             f"(memory={LAUNCHER_MEMORY}, vcores=1)")
+        else:
+            parts.append("the ApplicationMaster never started")
+        return "; ".join(parts)
+
+    def _not_ready_hint(self) -> str:
+        return ("the cluster may lack free resources in this queue/partition: lower --gpus, --memory or "
+                "--vcores, pick another --queue/--node-label, or raise --start-timeout")
+
+    def forwards_path(self) -> bool:
+        return not self.opts.env_archive
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        return rendezvous.free_port_through_agent(self.addresses[worker], str(self.secret_file),
+                                                  rendezvous.rank_python(self.rank_prefix()))
+
+    def exec_context(self) -> dict:
+        forward = FORWARD_ENV_WITH_ARCHIVE if self.opts.env_archive else FORWARD_ENV
+        return {
+            "transport": "agent",
+            "secret_file": str(self.secret_file),
+            "forward_env": list(forward),
+            # Daemons start in their container's directory (this machine's
+            # cwd need not exist on the NodeManagers).
+            "cwd": None,
+            "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
+        }
+
+    def rank_prefix(self) -> list[str]:
+        if self.opts.env_archive:
+            # The archive's python, whose absolute path only the container knows; the tools' wrapper.
+            return yarn_tools.rank_prefix()
+        return [sys.executable, "-m", "mpilaunch.rank"]
+
+    # ------------------------------------------------------------ cluster launcher
+
+    def put_launch(self) -> None:
+        yarn_launch.put_launch(self)
+
+    def relaunch(self, attempt: int) -> None:
+        yarn_launch.relaunch(self, attempt)
+
+    def run_launcher(self, output, deadline: float | None) -> int | None:
+        """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
+
+        None when ``deadline`` passed first (the workload reports the timeout).
+        """
+        kv = self.app.kv
+        self.put_launch()
+        failed_at = None
+        stop_sent = False
+        next_check = 0.0
+        while True:
+            try:
+                code = kv.get(KV_PREFIX + launcher_keys.EXIT_KEY)
+                self._drain_output(output)
+            except (skein.exceptions.SkeinError, ConnectionError, OSError) as e:
+                # The ApplicationMaster is gone (`mpilaunch delete`, yarn application -kill).
+                try:
+                    state = state_name(self._report().state)
+                except Exception:
+                    state = "unknown"
+                output.feed("stderr", f"mpilaunch: lost the YARN application {self.app_id} ({state}) "
+                                      f"while mpirun ran: {shorten(str(e), 200)}\n")
+                return 1
+            if code is not None:
+                self._refresh_launcher()
+                return int(code)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            try:
+                if not self.launcher_info:
+                    info = kv.get(KV_PREFIX + launcher_keys.INFO_KEY)
+                    if info is not None:
+                        self.launcher_info = json.loads(info)
+                        # the launcher container's mpirun tags the ranks' lines
+                        output.ompi_tag_space = mpi.tag_has_space(mpi.MpiInfo(
+                            self.launcher_info.get("flavour", ""), str(self.launcher_info.get("version", "")), ""))
+                if not stop_sent:
+                    if failed_at is None and any(c != 0 for _, _, c in output.statuses):
+                        failed_at = now
+                    # mpirun did not end the job itself (hydra waits for every rank),
+                    # or ranks run elsewhere than planned, or a worker was lost
+                    if (failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S) or output.abandoned():
+                        kv[KV_PREFIX + launcher_keys.STOP_KEY] = b"1"
+                        stop_sent = True
+            except (skein.exceptions.SkeinError, ConnectionError, OSError):
+                pass  # the next round's kv.get tells
+            if now >= next_check:
+                next_check = now + 1.0
+                state = self._refresh_launcher()
+                if state in ("FAILED", "KILLED", "SUCCEEDED") and kv.get(KV_PREFIX + launcher_keys.EXIT_KEY) is None:
+                    self._drain_output(output)
+                    c = self.launcher_container
+                    output.feed("stderr", f"mpilaunch: launcher container {c.get('container')} on {c.get('node')} "
+                                          f"ended ({state}) without reporting mpirun's exit: "
+                                          f"{shorten(c.get('exit')) or 'no exit message'}\n")
+                    return 1
+            time.sleep(0.1)
+
+    def _drain_output(self, output) -> None:
+        kv = self.app.kv
+        prefix = KV_PREFIX + launcher_keys.OUT_KEY
+        chunks = kv.get_prefix(prefix)
+        keys = sorted(k for k in chunks if k > self._out_last)
+        for key in keys:
+            for stream, line in json.loads(chunks[key]):
+                output.feed(stream, line)
+        if keys:
+            self._out_last = keys[-1]
+            kv.discard_range(prefix, keys[-1] + "\0")
+
+    def _refresh_launcher(self) -> str | None:
+        try:
+            containers = self.app.get_containers(services=[LAUNCHER_SERVICE], states=list(skein.model.ContainerState))
+        except Exception:
+            return None
+        for c in containers:
+            if c.id in self.retired_launchers:
+                continue  # an earlier attempt's (yarn_launch.relaunch)
+            self.launcher_container.update({
+                "id": c.id,
+                "container": c.yarn_container_id or None,
+                "node": c.yarn_node_http_address or None,
+                "state": state_name(c.state),
+                "exit": shorten(c.exit_message, 300) or None,
+            })
+            return state_name(c.state)
+        return None
+
+    def describe_workers(self) -> dict[str, dict]:
+        out = {}
+        for w in self.plan.workers:
+            info = self.workers_info.get(w.name, {})
+            facts = self.containers.get(w.name, {})
+            out[w.name] = {
+                "application": self.app_id,
+                "container": facts.get("container") or info.get("container"),
+                "host": facts.get("node") or info.get("host"),
+                "address": self.addresses.get(w.name),
+                "ready_at": self.ready_at.get(w.name),
+                "state": facts.get("state", "not started"),
+                "exit": facts.get("exit"),
+                "gpus": info.get("gpus", []),
+                "gpu_source": info.get("gpu_source"),
+            }
+        return out
+
+    # ------------------------------------------------------------ end
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        return yarn_report.lost_workers(self, settle)
+
+    def hand_off(self, deadline: float, progress) -> None:
+        yarn_handoff.hand_off(self, deadline, progress)
+
+    def replace_workers(self, names: list[str]) -> None:
+        yarn_replace.replace_workers(self, names)
+
+    def job_finished(self, exit_code: int, failure: str | None) -> str | None:
+        self.outcome, self.failure = exit_code, failure
+        if exit_code == 0 or self.app is None:
+            return None
+        try:
+            return yarn_report.failure_report(self)
+        except Exception:
+            return None
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            if self.app_id is not None and self.client is not None:
+                self._finish_application()
+        except Exception:
+            pass
+        finally:
+            if self.heartbeat is not None:  # only now: the driver must not end the application first
+                self.heartbeat.stop()
+            for obj in (self.app, self.client):
+                try:
+                    if obj is not None:
+                        obj.close()
+                except Exception:
+                    pass
+
+    def _finish_application(self) -> None:
+        ended_ok = self.outcome == 0
+        graceful = self.app is not None and self.outcome not in (None, 3, 130)
+        try:
+            if graceful:
+                status = "SUCCEEDED" if ended_ok else "FAILED"
+                # the same form as a detached job's, so `mpilaunch wait` reads either
+                self.app.shutdown(status, diagnostics=yarn_outcome.diagnostics(self.outcome, self.failure, None, None))
+            else:
+                self.client.kill_application(self.app_id)
+        except Exception:
+            self.client.kill_application(self.app_id)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if state_name(self._report().state) in TERMINAL_STATES:
+                    return
+            except Exception:
+                pass
+            time.sleep(POLL)
+        self.client.kill_application(self.app_id)
+
+    # ------------------------------------------------------------ manage (yarn_manage.py)
+
+    @classmethod
+    def manage_status(cls, args, stream) -> int:
+        return yarn_manage.status(args, stream)
+
+    @classmethod
+    def manage_logs(cls, args, stream) -> int:
+        return yarn_manage.logs(args, stream)
+
+    @classmethod
+    def manage_delete(cls, args, stream) -> int:
+        return yarn_manage.delete(args, stream)
+
+    @classmethod
+    def manage_wait(cls, args, stream) -> int:
+        return yarn_handoff.wait(args, stream)

@@ -1,0 +1,35 @@
+"""Talking to the ResourceManager: a skein client with fresh credentials, and reading its states."""
+
+from __future__ import annotations
+
+import skein
+
+from ...errors import AllocationError
+
+TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
+TAG = "mpilaunch"  # what yarn.py's ApplicationSpec tags every job's application with
+
+
+def is_mpilaunch(report) -> bool:
+    """An application mpilaunch submitted: it carries the ``mpilaunch`` tag (YARN lowercases tags)."""
+    return TAG in {t.lower() for t in (report.tags or ())}
+
+
+def state_name(value) -> str:
+    return str(value).rsplit(".", 1)[-1]
+
+
+def shorten(text: str | None, limit: int = 400) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def skein_client(log=False) -> "skein.Client":
+    try:
+        # Fresh credentials for our own driver: nothing written to ~/.skein.
+        return skein.Client(log=log, security=skein.Security.new_credentials())
+    except (skein.exceptions.DriverError, skein.exceptions.SkeinError, OSError) as e:
+        raise AllocationError(
+            f"cannot start the skein driver to talk to YARN: {shorten(str(e))}",
+            "check JAVA_HOME, HADOOP_CONF_DIR and that `yarn classpath --glob` works on this machine",
+        ) from None

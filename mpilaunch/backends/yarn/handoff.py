@@ -1,0 +1,133 @@
+"""--detach on YARN: hand the job to the launcher container, and find it again (wait, logs -f).
+
+Submitting side (``hand_off``): once every worker's agent answers and the
+launcher container runs, the launch description (``"detach": true``) and the
+secret go into skein's key-value store, as for an attached job; then
+mpilaunch lets go: it closes its connection to the ApplicationMaster and
+stops its own skein driver. Neither ends the application (a skein
+application outlives the driver that submitted it); the launcher container
+ends it when the job is over (``launchers/yarn_detached.py``).
+
+Coming back needs nothing but the ResourceManager and the NodeManagers: the
+per-application credentials made at submission are gone with the process
+that made them, so the key-value store is not read again. ``wait`` and
+``status`` read the application report (the outcome is in its final
+diagnostics, ``yarn_outcome``), ``logs -f`` follows the launcher container's
+log through the NodeManager's REST API.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ...errors import UsageError
+from ...exit_codes import EXIT_TIMEOUT
+from . import outcome as yarn_outcome
+from .client import skein_client, shorten, state_name, is_mpilaunch
+
+POLL_S = 1.0
+NO_LAUNCHER_S = 30.0
+_LOCAL_HINT = ("jobs run with --launcher local print their output on the submitting machine; "
+               "`mpilaunch logs NAME --backend yarn` shows the containers' own logs")
+
+
+def hand_off(backend, deadline: float, progress) -> None:
+    """Wait until the job can start, give it to the launcher container, let go of the application."""
+    backend.wait_ready(deadline, progress)
+    backend.put_launch()
+    # From here on the application is the launcher's to end: release() must not kill it.
+    backend._released = True
+    for obj in (backend.app, backend.client):
+        try:
+            obj.close()  # the AM connection; our own driver process (the application keeps running)
+        except Exception:
+            pass
+
+
+def find_app(client, name: str):
+    """The newest application of that name (names may be reused; the newest is the job asked for)."""
+    import skein
+
+    every = client.get_applications(name=name, states=list(skein.model.ApplicationState))
+    apps = [a for a in every if is_mpilaunch(a)]  # another tool's application of that name is not the job
+    if not apps:
+        others = f" (only {len(every)} not submitted by mpilaunch)" if every else ""
+        raise UsageError(f"no mpilaunch job named {name!r} on YARN{others}",
+                         "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
+    return max(apps, key=lambda a: a.start_time or 0)
+
+
+def phase_of(report) -> tuple[str, int | None, str | None, float]:
+    """(phase, exit code or None, failure, elapsed seconds) of an application report."""
+    phase, code, failure = yarn_outcome.outcome(state_name(report.state), state_name(report.final_status),
+                                                report.diagnostics)
+    elapsed = report.runtime.total_seconds() if report.runtime is not None else 0.0
+    return phase, code, failure, elapsed
+
+
+def wait(args, stream) -> int:
+    """Block until the application ends; the job's exit code (and failure line) become ours."""
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    client = skein_client()
+    try:
+        while True:
+            report = find_app(client, args.name)
+            phase, code, failure, elapsed = phase_of(report)
+            if code is not None:
+                if code != 0:
+                    print(f"mpilaunch: error: {failure or f'job failed with exit code {code}'}", file=sys.stderr)
+                print(f"job {args.name} ({report.id}) {phase.lower()} (exit {code}) after {elapsed:.0f}s",
+                      file=stream)
+                return code
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"mpilaunch: error: job {args.name} ({report.id}) still {phase} after --timeout "
+                      f"{args.timeout:g}s", file=sys.stderr)
+                return EXIT_TIMEOUT
+            time.sleep(POLL_S)
+    finally:
+        client.close()
+
+
+def launcher_log_url(report, live: list[dict]) -> str | None:
+    """Where the launcher container's log is: the live container listing, or the final diagnostics."""
+    for c in live:
+        if yarn_outcome.LAUNCHER_LOG in (c.get("containerLogFiles") or ()):
+            return f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{yarn_outcome.LAUNCHER_LOG}"
+    found = yarn_outcome.launcher_log(report.diagnostics)
+    if found:
+        container, node = found
+        return f"http://{node}/ws/v1/node/containerlogs/{container}/{yarn_outcome.LAUNCHER_LOG}"
+    return None
+
+
+def follow(client, name: str, stream, node_containers, http_text) -> int:
+    """``logs -f``: print the launcher container's log as it grows, until the application ends."""
+    printed = 0
+    url = None
+    workers_seen = None
+    while True:
+        report = find_app(client, name)
+        ended = state_name(report.state) in yarn_outcome.TERMINAL_STATES
+        if url is None:
+            live = [] if ended else node_containers(client, report.id)
+            url = launcher_log_url(report, live)
+            if url is None and any("worker.log" in (c.get("containerLogFiles") or ()) for c in live):
+                # the launcher is requested with the workers: long after them, there is none
+                workers_seen = workers_seen or time.monotonic()
+                if time.monotonic() - workers_seen > NO_LAUNCHER_S:
+                    raise UsageError(f"job {name} ({report.id}) has no launcher container "
+                                     f"(it runs with --launcher local)", _LOCAL_HINT)
+        if url is not None:
+            text = yarn_outcome.log_contents(http_text(url) or "")
+            if len(text) > printed:
+                stream.write(text[printed:])
+                stream.flush()
+                printed = len(text)
+        if ended:
+            if url is None:
+                raise UsageError(
+                    f"job {name} ({report.id}) ended ({state_name(report.state)}) and no launcher log was found: "
+                    f"{shorten(report.diagnostics, 200) or 'no diagnostics'}", _LOCAL_HINT)
+            return 0
+        time.sleep(POLL_S)

@@ -1,0 +1,93 @@
+"""The YARN launcher container, from the submitting side: what it is given, and a new one per attempt.
+
+With ``--launcher cluster`` mpirun runs in a container of the skein service
+``launcher`` (:mod:`mpilaunch.backends.yarn.launcher`). ``put_launch`` hands it the
+launch description and the job secret through skein's key-value store once
+every worker's agent answers.
+
+``--retries``: the launcher container ends once it has put mpirun's exit
+code, so each further attempt gets a new one in the same application
+(``relaunch``): the old one's keys go first (a new launcher must not read
+the last attempt's description or exit code), then skein's
+ApplicationMaster adds one container to the launcher service. The
+lifecycle's ``wait_ready`` waits for it to run, and ``run_launcher`` puts
+the new description, with the replaced workers' addresses and the attempt
+number the ranks see as ``MPILAUNCH_ATTEMPT``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import skein
+
+from ..launch_description import LaunchDescription, LaunchWorker
+from .keys import (EXIT_KEY, FORWARD_ENV, INFO_KEY, KV_PREFIX, LAUNCHER_SECRET_KEY, LAUNCHER_SERVICE, OUT_KEY, SPEC_KEY,
+                   STOP_KEY)
+from .report import ENDED
+
+
+def launch_description(backend) -> LaunchDescription:
+    """What the launcher container needs to run mpirun as the local launcher would."""
+    from ... import mpi
+
+    spec = backend.spec
+    archive = bool(backend.opts.env_archive)
+    environ = dict(os.environ)
+    names = mpi.forwarded_names(environ, spec.env)
+    values = mpi.resolve_env(names, spec.env, environ)  # -x NAME takes its value here
+    mpirun = spec.mpirun
+    if mpirun is None and not archive:
+        # The same MPI as here (the containers run this machine's Python too).
+        try:
+            mpirun = mpi.find_mpirun(spec.mpi, None, environ.get("PATH")).path
+        except Exception:
+            mpirun = None
+    return LaunchDescription(
+        job=backend.plan.job_name,
+        workers=tuple(LaunchWorker(w.name, w.slots, backend.addresses[w.name]) for w in backend.plan.workers),
+        command=tuple(spec.command), rank_prefix=tuple(backend.rank_prefix()), mpi=spec.mpi, mpirun=mpirun,
+        env=tuple(f"{n}={values[n]}" for n in names if n in values), mpi_args=tuple(spec.mpi_args),
+        bind_gpus=spec.bind_gpus, verify=spec.verify,
+        # detached: the launcher enforces --timeout and ends the application itself; attached, this side does
+        timeout=spec.timeout if spec.detach else None, detach=spec.detach, attempt=backend.attempt,
+        status_token=backend.status_token,
+        # mpirun's working directory (ranks start there where it exists),
+        # as with the local launcher; the container's own where it does not.
+        cwd=os.getcwd(),
+        cluster={"forward_env": list(backend.exec_context()["forward_env"]),
+                 "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ}},
+    )
+
+
+def put_launch(backend) -> None:
+    """The launch description and the secret, for the launcher container (which deletes the secret)."""
+    from ...rsh_agent.agent_client import read_secret
+
+    backend.app.kv[KV_PREFIX + SPEC_KEY] = json.dumps(launch_description(backend).to_dict()).encode()
+    backend.app.kv[KV_PREFIX + LAUNCHER_SECRET_KEY] = read_secret(str(backend.secret_file))
+
+
+def relaunch(backend, attempt: int) -> None:
+    """A new launcher container for attempt ``attempt``; the last attempt's is retired."""
+    if not backend.launcher_in_cluster:
+        return
+
+    backend._refresh_launcher()
+    old = backend.launcher_container
+    if old.get("id"):
+        if old.get("state") not in ENDED:
+            try:
+                backend.app.kill_container(old["id"])
+            except skein.exceptions.SkeinError:
+                pass  # it ended meanwhile
+        backend.retired_launchers.add(old["id"])
+    kv = backend.app.kv
+    for key in (SPEC_KEY, LAUNCHER_SECRET_KEY, EXIT_KEY, INFO_KEY, STOP_KEY):
+        kv.discard(KV_PREFIX + key)
+    kv.discard_prefix(KV_PREFIX + OUT_KEY)
+    backend._out_last = ""
+    backend.launcher_info, backend.launcher_container = {}, {}
+    backend.attempt = attempt
+    backend.app.add_container(LAUNCHER_SERVICE)

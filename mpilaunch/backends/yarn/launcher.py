@@ -1,0 +1,270 @@
+"""The launcher container of a YARN job: ``python -m mpilaunch.backends.yarn.launcher``.
+
+With ``--launcher cluster`` (what ``auto`` means for yarn) the application
+has one container of the skein service ``launcher``, requested with the
+workers. This module runs in it and
+
+1. waits for and reads the launch description (put once every worker's
+   agent answers) (``<kv>launcher/spec``: workers with their
+   agent addresses, the rank command, resolved ``-x`` values, mpirun, ...)
+   and the job secret (``<kv>launcher/secret``, deleted once read) from
+   skein's key-value store: the secret is written to a 0600 file in a
+   private directory and is on no command line, in no environment and in no
+   ``launch_container.sh``;
+2. writes the hostfile, the shim's context file and the shim launcher for
+   its own paths, publishes ``<kv>launcher/info`` (its ``CONTAINER_ID``,
+   host, mpirun) and runs mpirun with ``mpilaunch-rsh`` and the agents
+   through the same lifecycle and mpirun workload as the local launcher
+   (:class:`PublishedContainers` is its backend);
+3. streams mpirun's stdout/stderr lines into the key-value store in chunks
+   (``<kv>launcher/out/<seq>``, JSON ``[[stream, line], ...]``) that the
+   submitting side feeds to its rank-output parser and deletes, stops mpirun
+   when ``<kv>launcher/stop`` appears (fail fast after a rank failed), and
+   finally puts the job's exit code in ``<kv>launcher/exit``.
+
+A detached job's launcher (``"detach": true`` in the launch description)
+writes mpirun's output to its own container log instead, enforces
+``--timeout`` itself and ends the application (``yarn_detached.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+from ... import mpi
+from .. import rendezvous
+from ..base import BaseBackend
+from ..launch_description import LaunchDescription
+from .keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
+from ...lifecycle import make_rundir, run_job
+from ...procs import terminate_group
+from ...spec import JobSpec, Plan
+from ...workloads.mpirun import MpirunWorkload, RelayedOutput
+from .launcher_detached import WorkerContainers, finish, to_container_log
+
+FLUSH_S = 0.1
+CHUNK_BYTES = 256 * 1024
+
+
+class Streamer:
+    """Lines of mpirun's pipes -> numbered chunks in the key-value store."""
+
+    def __init__(self, kv, prefix: str):
+        self.kv = kv
+        self.prefix = prefix
+        self.pending: list[list[str]] = []
+        self.size = 0
+        self.seq = 0
+        self.lock = threading.Lock()
+        self.put_lock = threading.Lock()
+        self.done = threading.Event()
+        self.flusher = threading.Thread(target=self._flush_loop, daemon=True)
+        self.flusher.start()
+
+    def add(self, stream: str, line: str) -> None:
+        with self.lock:
+            self.pending.append([stream, line])
+            self.size += len(line)
+            big = self.size >= CHUNK_BYTES
+        if big:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.put_lock:
+            with self.lock:
+                batch, self.pending, self.size = self.pending, [], 0
+            if not batch:
+                return
+            key = f"{self.prefix}{OUT_KEY}{self.seq:010d}"
+            self.seq += 1
+            self.kv[key] = json.dumps(batch).encode()
+
+    def _flush_loop(self) -> None:
+        while not self.done.wait(FLUSH_S):
+            try:
+                self.flush()
+            except Exception:
+                pass
+
+    def pump(self, stream: str, pipe) -> threading.Thread:
+        def run():
+            for raw in iter(pipe.readline, b""):
+                self.add(stream, raw.decode("utf-8", "replace"))
+            pipe.close()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self.done.set()
+        self.flush()
+
+
+class PublishedContainers(BaseBackend):
+    """The job's worker containers, seen from the launcher container: their agents answer already."""
+
+    name = "yarn"
+
+    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: LaunchDescription, secret_file: Path,
+                 watch: WorkerContainers | None = None):
+        super().__init__(spec, plan, rundir)
+        self.launch = launch
+        self.secret_file = secret_file
+        self.watch = watch  # detached only: nobody on the submitting side watches the containers
+
+    def allocate(self) -> None:
+        pass  # the submitting side requested the containers
+
+    def wait_ready(self, deadline: float, progress) -> None:
+        pass  # the launch description is put only once every worker's agent answered
+
+    def exec_context(self) -> dict:
+        return {
+            "transport": "agent",
+            "secret_file": str(self.secret_file),
+            "forward_env": list(self.launch.cluster.get("forward_env") or ()),
+            "cwd": None,
+            "workers": {name: {"address": address} for name, address in self.launch.addresses().items()},
+        }
+
+    def rank_prefix(self) -> list[str]:
+        return list(self.launch.rank_prefix)
+
+    def forwards_path(self) -> bool:
+        return "PATH" in (self.launch.cluster.get("forward_env") or ())
+
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        address = self.launch.addresses()[worker]
+        return rendezvous.free_port_through_agent(address, str(self.secret_file),
+                                                  rendezvous.rank_python(self.rank_prefix()))
+
+    def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        return self.watch.lost(settle) if self.watch is not None else {}
+
+    def describe_workers(self) -> dict[str, dict]:
+        if self.watch is None:
+            return super().describe_workers()
+        self.watch.refresh()
+        # the submitting side's keys (yarn.Backend.describe_workers): the same "container C on HOST" in reports
+        return {w.name: {"container": f.get("container"), "host": f.get("node"), "state": f.get("state"),
+                         "exit": f.get("exit")}
+                for w in self.plan.workers for f in [self.watch.facts.get(w.name, {})]}
+
+    def release(self) -> None:
+        pass  # the submitting side ends the application
+
+
+def write_secret_file(rundir: Path, secret: bytes) -> Path:
+    secret_file = rundir / "secret"
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret.rstrip(b"\n") + b"\n")
+    return secret_file
+
+
+def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
+    """Run mpirun as the launch description says; (exit code, failure line)."""
+    secret = app.kv.wait(prefix + LAUNCHER_SECRET_KEY)
+    app.kv.discard(prefix + LAUNCHER_SECRET_KEY)
+    detached = launch.detach
+    # attached: chunks in the kv store for the submitting side; detached: this container's log
+    streamer = None if detached else Streamer(app.kv, prefix)
+    relay = to_container_log if detached else streamer.add
+    rundir = make_rundir(launch.job + "-launcher")
+    try:
+        secret_file = write_secret_file(rundir, secret)
+        del secret
+        # What the submitting machine's mpirun would have had (its PATH etc.,
+        # forwarded by the shim to the daemons); none with --env-archive.
+        os.environ.update(launch.cluster.get("environ") or {})
+        try:
+            info = mpi.find_mpirun(launch.mpi, launch.mpirun, os.environ.get("PATH"))
+        except Exception as e:
+            failure = f"launcher: no usable mpirun in the launcher container: {e}"
+            relay("stderr", f"mpilaunch: {failure}\n")
+            return 2, failure
+        spec, plan = launch.job_spec(), launch.plan()
+        watch = WorkerContainers(app, plan, launch.addresses(), secret_file) if detached else None
+        backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
+        workload = MpirunWorkload(spec, launch.job, plan, info)
+        workload.use_output(RelayedOutput(relay))
+        workload.token = launch.status_token or workload.token  # the submitting side's
+        cwd = launch.cwd
+        workload.cwd = cwd if cwd and os.path.isdir(cwd) else None
+        workload.on_started = lambda proc: started(app, prefix, info, proc)
+        environ = dict(os.environ)
+        # a relaunch (--retries): the submitting side started this container for attempt N
+        workload.bind(backend, rundir, environ, attempt=launch.attempt)
+        result = run_job(spec, workload, backend, rundir, None,
+                         stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        return result.exit_code, result.failure
+    finally:
+        try:
+            if streamer is not None:
+                streamer.close()
+        except Exception:
+            pass
+        shutil.rmtree(rundir, ignore_errors=True)
+
+
+def started(app, prefix: str, info: mpi.MpiInfo, proc) -> None:
+    """mpirun runs: publish where (for reports), and stop it when the submitting side asks."""
+    app.kv[prefix + INFO_KEY] = json.dumps({
+        "container": os.environ.get("CONTAINER_ID"),
+        "host": os.environ.get("NM_HOST"),
+        "mpirun": info.path,
+        "flavour": info.flavour,
+        "version": info.version,
+        "pid": proc.pid,
+    }).encode()
+
+    def watch_stop():
+        try:
+            app.kv.wait(prefix + STOP_KEY)
+        except Exception:
+            return
+        terminate_group(proc)  # through the Popen: the workload's wait reads mpirun's real status
+
+    threading.Thread(target=watch_stop, daemon=True).start()
+
+
+def main() -> int:
+    import skein
+
+    prefix = os.environ.get("MPILAUNCH_YARN_KV", "mpilaunch/")
+    app = skein.ApplicationClient.from_current()
+    detached = False
+    try:
+        launch = LaunchDescription.from_dict(json.loads(app.kv.wait(prefix + SPEC_KEY).decode()))
+        detached = launch.detach
+        code, failure = run(app, prefix, launch)
+    except Exception as e:
+        print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
+        code, failure = 1, f"launcher container failed: {e!r}"
+        if not detached:
+            try:
+                app.kv[prefix + OUT_KEY + "9999999999"] = json.dumps(
+                    [["stderr", f"mpilaunch: {failure}\n"]]).encode()
+            except Exception:
+                pass
+    if detached:  # every exit path: nobody else will end a detached job's application
+        finish(app, code, failure)
+    else:
+        app.kv[prefix + EXIT_KEY] = str(code).encode()
+    return code
+
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    except Exception as e:
+        print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
+        code = 1
+    sys.stderr.flush()
+    os._exit(code)

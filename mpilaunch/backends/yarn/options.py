@@ -1,0 +1,34 @@
+"""The YARN backend's options: queue, node label, container size, the workers' Python."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base import BackendOptions
+
+
+@dataclass(frozen=True)
+class YarnOptions(BackendOptions):
+    backend_class = "mpilaunch.backends.yarn.backend:YarnBackend"
+    extra = "yarn"
+
+    queue: str | None = None
+    node_label: str | None = None
+    memory: str = "2 GiB"
+    vcores: int = 1
+    env_archive: str | None = None
+
+    @classmethod
+    def add_arguments(cls, group) -> None:
+        group.add_argument("--queue", help="the YARN queue (default: the scheduler's default)")
+        group.add_argument("--node-label", help="run the containers on nodes with this label")
+        group.add_argument("--memory", default="2 GiB", help="memory of each worker container (default 2 GiB)")
+        group.add_argument("--vcores", type=int, default=1, help="vcores of each worker container (default 1)")
+        group.add_argument("--env-archive", metavar="PATH",
+                           help="a packed Python environment (conda-pack/venv-pack) the containers run in; "
+                                "mpilaunch's pieces come with the job")
+
+    @classmethod
+    def from_args(cls, args) -> "YarnOptions":
+        return cls(queue=args.queue, node_label=args.node_label, memory=args.memory, vcores=args.vcores,
+                   env_archive=args.env_archive)

@@ -1,0 +1,16 @@
+"""Every exit status mpilaunch gives, in one place (README, "Exit status").
+
+Pure constants: the per-rank and per-task helpers import them too.
+"""
+
+EXIT_OK = 0
+EXIT_RANK_FAILED = 1  # a rank (or PS task) failed: its own code is in the report
+EXIT_USAGE = 2  # bad input: one line and a hint, nothing allocated
+EXIT_ALLOCATION = 3  # workers never became ready, or the cluster refused (credentials, quota, image check)
+EXIT_PLACEMENT = 4  # a rank ran elsewhere than planned, or ranks are missing
+# a worker (pod, container, host, its agent) went away during the run: the cluster's fault, not the
+# program's; distinct from a rank's own code and from mpirun's generic 255, which used to hide the cause
+EXIT_WORKER_LOST = 5
+EXIT_NO_SPEC = 75  # a PS task starter: its launcher went away before sending the cluster spec
+EXIT_TIMEOUT = 124  # --timeout, as timeout(1)
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGINT, as a shell reports it

@@ -1,0 +1,156 @@
+"""Fixtures of the end-to-end tests: the cluster testbeds (testbeds/k8s, testbeds/yarn).
+
+Here, not in a test module: a fixture imported into another test module is a
+second fixture there, and each started its own testbed. Session-scoped: every
+module under tests/e2e shares one testbed of each kind. Their helpers are
+``support/k8s.py``, ``support/real_pods.py`` and ``support/yarn.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.helpers import mpilaunch_env
+from support.mpi_installs import require
+from support.real_pods import Real
+
+
+# ------------------------------------------------------------------ cluster testbeds (kwok nodes, YARN)
+
+class _Attached:
+    """A cluster started elsewhere (``cluster up``), with the KubeCluster helpers."""
+
+    def __init__(self, workdir: str):
+        from testbeds.k8s.cluster import KubeCluster
+
+        state = json.loads(Path(workdir, "cluster.json").read_text())
+        c = KubeCluster.__new__(KubeCluster)
+        c.workdir = Path(workdir)
+        c.kubeconfig = Path(state["kubeconfig"])
+        c.server = state["server"]
+        c.kubectl_bin = state["kubectl"]
+        c.marker = state["marker"]
+        c.exec_dir = Path(state["exec_dir"])
+        c._procs = {}  # started elsewhere: nothing of ours to watch
+        c.pki = type("Pki", (), {"ca_crt": Path(workdir, "pki", "ca.crt")})()
+        self.cluster = c
+
+
+@pytest.fixture(scope="session")
+def kube():
+    try:
+        from testbeds.k8s.cluster import KubeCluster
+    except ImportError as e:
+        require(f"Kubernetes testbed not importable: {e}")
+    try:
+        import jinja2  # noqa: F401
+        import kubernetes  # noqa: F401
+    except ImportError as e:
+        require(f"the k8s extra is not installed ({e.name}): pip install 'mpilaunch[k8s]'")
+    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
+    if shared:
+        yield _Attached(shared).cluster
+        return
+    cluster = KubeCluster()
+    try:
+        cluster.start()
+        cluster.create_nodes(16, gpus=8)
+    except Exception as e:  # the testbed's own error names the cause (no binaries, no openssl, ...)
+        cluster.stop()
+        require(f"Kubernetes testbed did not start: {e}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def k8s_env(kube, openmpi5):
+    # kwok runs the pods' commands on this machine, where mpilaunch is: no tools image (k8s_tools.py)
+    env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable,
+                        MPILAUNCH_K8S_TOOLS="image")
+    return env
+
+
+@pytest.fixture(scope="session")
+def yarn():
+    try:
+        from testbeds.yarn.cluster import YarnCluster
+    except ImportError as e:
+        require(f"YARN testbed not importable: {e}")
+    try:
+        import skein  # noqa: F401
+    except ImportError:
+        require("skein not installed (pip install 'mpilaunch[yarn]')")
+    shared = os.environ.get("MPILAUNCH_YARN_TESTBED_DIR")
+    cluster = None
+    try:
+        if shared:
+            cluster = YarnCluster.attach(shared)
+        else:
+            cluster = YarnCluster(num_nodemanagers=3).start()
+    except Exception as e:  # the testbed's own error names the cause
+        require(f"YARN testbed did not start: {e}")
+    yield cluster
+    if not shared:
+        cluster.stop(graceful=False)
+
+
+@pytest.fixture
+def openmpi_env(openmpi5, yarn):
+    return {"env": mpilaunch_env(openmpi5, **yarn.env) | {"PATH": os.pathsep.join(
+        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": openmpi5.mpirun}
+
+
+@pytest.fixture
+def intel_env(intel, yarn):
+    """Intel MPI (impi-rt) and its mpi4py; nothing Intel-specific is passed to the job."""
+    return {"env": mpilaunch_env(intel, **yarn.env) | {"PATH": os.pathsep.join(
+        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": intel.mpirun}
+
+
+# ------------------------------------------------------------------ the real node (tests/e2e/k8s/test_real_pods.py,
+# test_foreign_image.py, tests/e2e/test_horovod.py): one testbed for every module
+
+@pytest.fixture(scope="session")
+def real():
+    try:
+        from testbeds.k8s.cluster import KubeCluster
+        from testbeds.k8s.node import missing_prerequisites
+    except ImportError as e:
+        require(f"Kubernetes testbed not importable: {e}")
+    missing = missing_prerequisites()
+    if missing:
+        require("real node prerequisites missing: " + ", ".join(missing) + " (run testbeds/k8s/build-node.sh)")
+    shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
+    if shared:
+        cluster = KubeCluster.attach(shared)
+        if cluster.node is None:
+            require(f"the cluster in {shared} has no real node (cluster up --real-node)")
+        image = cluster.node.project_image()
+        cluster.node.smoke_check(image)
+        yield Real(cluster, image)
+        return
+    cluster = KubeCluster(real_node=True)
+    try:
+        cluster.start()
+        image = cluster.node.project_image()
+        cluster.node.smoke_check(image)
+    except Exception as e:  # the testbed's own error names the cause
+        cluster.stop()
+        require(f"Kubernetes testbed with a real node did not start: {e}")
+    yield Real(cluster, image)
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def tf_image(real):
+    """The image's TensorFlow variant (``build-image.sh --with-tf``): the `ps`
+    extra in a cached layer of its own, so a code change rebuilds only the code."""
+    try:
+        return real.cluster.node.project_image(with_tf=True)
+    except Exception as e:  # the build's own error names the cause
+        require(f"the TensorFlow image did not build: {e}")

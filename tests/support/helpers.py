@@ -1,0 +1,99 @@
+"""Helpers for tests that run the mpilaunch command line for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAMS = REPO / "tests" / "programs"
+
+
+def mpilaunch_env(install = None, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    if install is not None and install.pythonpath:
+        env["PYTHONPATH"] = install.pythonpath
+    env.update(extra)
+    return env
+
+
+def run_mpilaunch(args, install = None, env_extra=None, timeout=240, **popen):
+    cmd = [sys.executable, "-m", "mpilaunch"]
+    if install is not None:
+        cmd += ["--mpirun", install.mpirun]
+    cmd += list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=mpilaunch_env(install, **(env_extra or {})), **popen)
+
+
+def leftover_processes(job_name: str) -> list[str]:
+    """Processes of a job still alive: anything whose command line or environment names it."""
+    found = []
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
+        if p.info["pid"] == me:
+            continue
+        cmd = " ".join(p.info["cmdline"] or [])
+        env = p.info["environ"] or {}
+        if job_name in cmd or env.get("MPILAUNCH_WORKER", "").startswith(job_name + "-"):
+            found.append(f"{p.info['pid']}: {cmd[:120]}")
+    return found
+
+
+def agent_pid(worker):
+    """The pid of the exec agent (``mpilaunch.agent``) serving worker ``worker``; fails when there is none."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"mpilaunch.agent" in cmdline and f"--name\0{worker}\0".encode() in cmdline:
+            return int(pid)
+    raise AssertionError(f"no agent for {worker}")
+
+
+def wait_started(proc, count: int, text: str = "started", timeout: float = 180) -> list[str]:
+    """Read a running job's stdout until ``count`` lines contain ``text``; the lines read.
+
+    Fails with the job's stderr when it ended first, or says what never came.
+    """
+    seen, started = [], 0
+    deadline = time.monotonic() + timeout
+    while started < count and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        started += text in line
+    if started < count:
+        why = proc.stderr.read() if proc.poll() is not None else f"{count - started} of {count} units did not start"
+        raise AssertionError("".join(seen)[-2000:] + why[-3000:])
+    return seen
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
+    """Poll ``pred`` until it returns something true (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def assert_intel_allreduce_placed(name: str, stdout: str) -> None:
+    """tests/programs/placement.py under Intel MPI: 4 ranks summed to 10, two per worker, on Intel's library."""
+    ranks = sorted((json.loads(line[line.find("{"):]) for line in stdout.splitlines() if '"rank"' in line),
+                   key=lambda r: r["rank"])
+    assert [r["sum"] for r in ranks] == [10] * 4
+    assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
+    assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2

@@ -1,0 +1,112 @@
+"""Helpers of the tests on the Kubernetes testbed's real node (marker ``real_pods``:
+``tests/e2e/k8s/test_real_pods.py``, ``test_foreign_image.py``, ``tests/e2e/test_horovod.py``).
+
+The session's one real-node testbed is the ``real`` fixture (``tests/e2e/conftest.py``),
+a ``Real``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from support.helpers import REPO, mpilaunch_env
+from support.k8s import KINDS
+
+
+class Real:
+    """What a test needs: the cluster, the image's tag, the job arguments."""
+
+    def __init__(self, cluster, image: str):
+        from testbeds.k8s.node import JOB_ARGS
+
+        self.cluster = cluster
+        self.image = image
+        self.job_args = list(JOB_ARGS)
+        self.kubeconfig = str(cluster.kubeconfig)
+
+    def kubectl(self, *args, **kw):
+        return self.cluster.kubectl(*args, **kw)
+
+    def env(self, **extra) -> dict:
+        return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, **extra)
+
+    def argv(self, job: str, *args, image: str | None = None) -> list[str]:
+        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image or self.image,
+                "--name", job, *self.job_args, *args]
+
+    def run(self, job: str, *args, timeout: float = 300, image: str | None = None, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), capture_output=True,
+                              text=True, timeout=timeout, **kw)
+
+    def start(self, job: str, *args, image: str | None = None) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
+        """Objects of the job still in the API after ``timeout`` (pods of a real
+        kubelet take their grace period; garbage collection is asynchronous)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.kubectl("get", KINDS, "-l", f"mpilaunch/job={job}", "-o", "name").stdout.split()
+            out += self.kubectl("get", "configmap", job, "-o", "name", "--ignore-not-found").stdout.split()
+            if not out or time.monotonic() > deadline:
+                return out
+            time.sleep(0.5)
+
+    def containers_left(self, job: str) -> list[str]:
+        """Containers of the job containerd still has (the kubelet's teardown is real too)."""
+        return self.cluster.node.containers_of(f"{job}-")
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """A job's (stdout, stderr) within ``timeout``. Past it, or when the test
+    gives up earlier (``stop``), the job gets SIGTERM first: mpilaunch then
+    deletes its objects, so a rerun of the test does not find its name taken,
+    and what it printed so far is kept for the assertion message."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def ranks_from(stdout: str) -> list[dict]:
+    out = []
+    for line in stdout.splitlines():
+        text = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+        if text.startswith("{") and '"rank"' in text:
+            out.append(json.loads(text))
+    return sorted(out, key=lambda r: r["rank"])
+
+
+def pods_of(real: Real, job: str) -> dict[str, dict]:
+    """The job's launcher and worker (or task) pods; not its orphan reaper's,
+    which may run anywhere and come and go on its own schedule."""
+    items = real.cluster.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role!=reaper")["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def assert_placement(real: Real, job: str, ranks: list[dict], n: int, per_worker: int, pods: dict) -> None:
+    """Every rank ran in its planned pod (map-by slot: rank r on worker r // per_worker),
+    saw that pod's name, hostname and IP, and the allreduce summed over all ranks."""
+    assert [r["rank"] for r in ranks] == list(range(n)), ranks
+    for r in ranks:
+        planned = f"{job}-worker-{r['rank'] // per_worker}"
+        assert r["pod"] == planned and r["worker"] == planned and r["hostname"] == planned, r
+        assert r["ip"] == pods[planned]["status"]["podIP"], (r, pods[planned]["status"].get("podIP"))
+        assert r["sum"] == n * (n + 1) // 2 and r["size"] == n
+    ips = {pods[p]["status"]["podIP"] for p in pods if "-worker-" in p}
+    assert len(ips) == n // per_worker, "each worker pod has its own IP"

@@ -1,0 +1,96 @@
+"""mpilaunch's pieces outside an image that has mpilaunch (``image_tools.py``, ``backends/k8s_tools.py``).
+
+The copy is run and its entry points started with this machine's system
+python3 (no venv, no mpilaunch installed) in an empty environment; the
+image check runs against directories that have or lack python3 and an MPI.
+The same on real pods with images built from Debian packages only:
+``tests/e2e/k8s/test_foreign_image.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from support.helpers import REPO
+from mpilaunch import image_tools
+from mpilaunch.backends.k8s import tools as k8s_tools
+from mpilaunch.version import __version__
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def test_the_version_is_pyprojects():
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__
+
+
+@pytest.fixture
+def tools(tmp_path) -> Path:
+    """What a job's pod sees at /opt/mpilaunch-tools, here."""
+    dest = tmp_path / "tools"
+    image_tools.write_tools(str(dest))
+    return dest
+
+
+def bare_path(tmp_path: Path, *programs: str) -> str:
+    """A PATH with only these programs (and the shell's basics)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    for program in ("sh", "cat", "echo") + programs:
+        target = shutil.which(program) or program
+        (bindir / os.path.basename(program)).symlink_to(target)
+    return str(bindir)
+
+
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="no system python3")
+def test_the_rank_wrapper_runs_from_the_copy_and_the_program_does_not_see_it(tools, tmp_path):
+    path = bare_path(tmp_path, SYSTEM_PYTHON)
+    probe = ("import importlib.util, os, sys; print(os.environ.get('PYTHONPATH'), "
+             "importlib.util.find_spec('mpilaunch') is not None, any('tools' in p for p in sys.path))")
+    ran = subprocess.run([str(tools / "mpilaunch-rank"), "--", "python3", "-c", probe],
+                         env={"PATH": path, "MPILAUNCH_WORKER": "w-0", "PYTHONPATH": "/user/lib"},
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["/user/lib", "False", "False"]  # the user's PYTHONPATH, no mpilaunch
+    assert "mpilaunch-rank-status: rank=" in ran.stderr and "exit=0" in ran.stderr
+
+
+def check(tools: Path, path: str, role: str = "worker", mpirun: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/sh", str(tools / "check-image"), role, mpirun],
+                          env={"PATH": path, "MPILAUNCH_IMAGE": "example/img:1"},
+                          capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="no system python3")
+def test_check_image_names_what_the_image_lacks(tools, tmp_path):
+    no_python = check(tools, bare_path(tmp_path / "a"))
+    assert no_python.returncode == 3
+    assert no_python.stderr.strip() == "mpilaunch: the image example/img:1 lacks python3 (3.8 or newer) on PATH"
+    no_mpi = check(tools, bare_path(tmp_path / "b", SYSTEM_PYTHON), "launcher")
+    assert no_mpi.returncode == 3 and "lacks an MPI: no mpirun or mpiexec on PATH" in no_mpi.stderr
+    fine = check(tools, bare_path(tmp_path / "c", SYSTEM_PYTHON, "mpirun.openmpi"), "launcher")
+    assert fine.returncode == 3  # named mpirun.openmpi, not mpirun
+    mpirun_named = check(tools, bare_path(tmp_path / "d", SYSTEM_PYTHON, "mpirun.openmpi"), "launcher",
+                         "mpirun.openmpi")
+    assert mpirun_named.returncode == 0, mpirun_named.stderr
+    missing_named = check(tools, bare_path(tmp_path / "e", SYSTEM_PYTHON), "launcher", "/opt/mpi/bin/mpirun")
+    assert "lacks the MPI launcher /opt/mpi/bin/mpirun (--mpirun)" in missing_named.stderr
+    line = k8s_tools.image_problem("container exited with 3 (Error): " + no_python.stderr)
+    assert line == "the image example/img:1 lacks python3 (3.8 or newer) on PATH"
+    assert k8s_tools.image_problem("container exited with 1 (Error)") is None
+
+
+def test_the_jobs_pieces_unless_the_image_is_said_to_have_them():
+    assert k8s_tools.from_configmap({}) and not k8s_tools.from_configmap({k8s_tools.TOOLS_ENV: "image"})
+    assert k8s_tools.rank_prefix(True, "python3") == ["/opt/mpilaunch-tools/mpilaunch-rank"]
+    assert k8s_tools.rank_prefix(False, "python3") == ["python3", "-m", "mpilaunch.rank"]
+    values = k8s_tools.template_values(True, "j")["tools"]
+    assert values["name"] == "j-tools" and sorted(values["binary"]) == ["mpilaunch.zip"]
+    assert set(values["data"]) == {"check-image", *image_tools.ENTRY_POINTS}
+    # a ConfigMap holds at most 1 MiB: the package must stay well below
+    assert len(values["binary"]["mpilaunch.zip"]) + sum(map(len, values["data"].values())) < 700_000

@@ -1,0 +1,27 @@
+"""Reading pod states: what the Kubernetes backend concludes from a pod's status (pure)."""
+
+from mpilaunch.backends.k8s.pods import pod_problem, launcher_started
+
+
+def pod(phase, *container_states):
+    return {"status": {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "True"}],
+                       "containerStatuses": [{"state": state} for state in container_states]}}
+
+
+def test_a_launcher_that_already_finished_has_started():
+    """The container's end reaches the API server before the pod's phase does: the launcher
+    of a --retries attempt that succeeded at once is still phase Running for a moment."""
+    finished = pod("Running", {"terminated": {"exitCode": 0, "reason": "Completed"}})
+    assert launcher_started(finished)
+    assert pod_problem(finished) == ("container exited with 0 (Completed)", True)  # fatal for a worker pod
+    assert launcher_started(pod("Pending", {"running": {}}))
+    assert launcher_started(pod("Succeeded"))
+    assert launcher_started(pod("Failed"))
+
+
+def test_a_launcher_that_cannot_start_has_not():
+    pulling = pod("Pending", {"waiting": {"reason": "ErrImagePull", "message": "no such image"}})
+    assert not launcher_started(pulling)
+    assert pod_problem(pulling) == ("ErrImagePull: no such image", True)
+    assert not launcher_started(pod("Pending"))
+    assert not launcher_started({"status": {}})
