@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from mpilaunch import hostfile, mpi  # noqa: E402
 from mpilaunch.rsh_agent.shim import write_launcher  # noqa: E402
+from mpilaunch.backends.k8s.launch import TRANSPORT  # noqa: E402
 from floor import write_sh_agent  # noqa: E402
 
 # Kubeflow MPI operator v1's ConfigMap script, pointed at the testbed's kubectl.
@@ -210,7 +211,7 @@ def main(argv=None) -> int:
         from mpilaunch.backends.k8s.api import resolve
 
         creds = resolve(str(cluster.kubeconfig), None, "default", work)
-        context = {"transport": "k8s", **creds, "container": "worker", "workers": {p: {"pod": p} for p in pods}}
+        context = {"transport": TRANSPORT, **creds, "container": "worker", "workers": {p: {"pod": p} for p in pods}}
         (work / "context.json").write_text(json.dumps(context))
         shim = write_launcher(str(work / "mpilaunch-rsh"))
         shim_env = {**env, "MPILAUNCH_CONTEXT": str(work / "context.json")}

@@ -36,7 +36,7 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     size.add_argument("--gpus-per-node", type=int, help="GPUs per worker (default: discovered, else 8)")
     size.add_argument("--np", type=int, help="ranks for CPU-only jobs")
     size.add_argument("--slots-per-worker", type=int, help="spread --np ranks over ceil(N/S) workers")
-    size.add_argument("--hostfile", help="local backend: take worker names and slots from this hostfile")
+    size.add_argument("--hostfile", help="local and ssh backends: take worker names and slots (ssh: the hosts) from this hostfile")
     size.add_argument("--bind-gpus", action="store_true", help="each rank sees only its own GPU (off: Horovod picks local_rank itself)")
 
     run = p.add_argument_group("backend and MPI")

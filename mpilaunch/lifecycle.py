@@ -227,6 +227,9 @@ def finish_backend(backend, result: JobResult, stderr) -> dict:
         if extra and result.failure:
             result.failure = f"{result.failure}\n{extra}"
         workers = backend.describe_workers()
+    except MpilaunchError as e:  # the backend's verdict (its credentials refused): the job's, unless it has one
+        if result.exit_code == 0 or not result.failure:
+            result.exit_code, result.failure = e.exit_code, e.message
     except Exception as e:
         print(f"mpilaunch: warning: the {backend.name} backend could not report the job's end: {e}", file=stderr)
     finally:

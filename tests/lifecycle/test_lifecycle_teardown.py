@@ -131,3 +131,20 @@ def test_a_job_finished_that_raises_still_releases(run_fake):
     assert job.log.count("release") == 1
     assert job.result.exit_code == 1
     assert "could not report the job's end: ResourceManager unreachable" in job.stderr.getvalue()
+
+
+def test_a_backend_verdict_at_the_end_becomes_the_outcome_of_a_job_that_had_none(run_fake):
+    # a Kubernetes backend whose refreshed token is refused while it records the end (CredentialError)
+    job = run_fake(succeeds(), backend=Script(job_finished=AllocationError("cluster credentials failed: refused")))
+
+    assert job.log.count("release") == 1
+    assert job.result.exit_code == EXIT_ALLOCATION
+    assert job.result.failure == "cluster credentials failed: refused"
+    assert "warning" not in job.stderr.getvalue()
+
+
+def test_a_backend_verdict_at_the_end_leaves_an_earlier_failure_standing(run_fake):
+    job = run_fake(rank_fails(2, code=7), backend=Script(job_finished=AllocationError("cluster credentials failed")))
+
+    assert job.log.count("release") == 1
+    assert job.result.exit_code == 7 and "rank 2" in job.result.failure

@@ -3,6 +3,8 @@
 import pytest
 
 from mpilaunch import mpi, rank_env
+from support.mpi_outputs import (INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_MPIEXEC_VERSION,
+                                   OMPI5_VERSION)
 
 OMPI4 = mpi.MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
 OMPI5 = mpi.MpiInfo("openmpi", "5.0.11", "/venv/bin/mpirun")
@@ -24,22 +26,6 @@ def pairs(argv, flag):
 
 
 # Real `--version` outputs, captured from the installations the suite runs.
-OMPI5_VERSION = "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
-OMPI5_MPIEXEC_VERSION = "mpiexec (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
-OMPI4_VERSION = "mpirun.openmpi (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
-MPICH_VERSION = """HYDRA build details:
-    Version:                                 4.0.2
-    Release Date:                            Thu Apr  7 12:34:45 CDT 2022
-    CC:                              gcc -Wdate-time -D_FORTIFY_SOURCE=2 -g -O2
-    Configure options:                       '--with-hwloc-prefix=/usr' '--with-device=ch4:ucx' '--prefix=/usr'
-    Process Manager:                         pmi
-    Launchers available:                     ssh rsh fork slurm ll lsf sge manual persist
-    Topology libraries available:            hwloc
-    Resource management kernels available:   user slurm ll lsf sge pbs cobalt
-    Demux engines available:                 poll select
-"""
-INTEL_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b44796a)\n"
-                 "Copyright 2003-2026, Intel Corporation.\n")
 INTEL_2019_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2019 Update 9 Build 20200923 (id: abd58e492)\n"
                       "Copyright 2003-2020, Intel Corporation.\n")
 

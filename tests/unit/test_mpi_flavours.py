@@ -8,6 +8,8 @@ from mpilaunch.mpi.base import LaunchArgs, MpiFlavour, MpiInfo
 from mpilaunch.mpi.intel import IntelMpi
 from mpilaunch.mpi.mpich import Mpich
 from mpilaunch.mpi.openmpi import OpenMpi
+from support.mpi_outputs import (INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_VERSION,
+                                   OPENMPI4_ABORT, OPENMPI5_ABORT)
 
 OMPI4 = MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
 OMPI5 = MpiInfo("openmpi", "5.0.11", "/venv/bin/mpirun")
@@ -16,40 +18,6 @@ INTEL = MpiInfo("intel", "2021.10", "/opt/intel/bin/mpiexec.hydra")
 HOSTS = [("job-worker-0", 8), ("job-worker-1", 2)]
 RAS = "^slurm,gridengine,tm,pbs,lsf,alps,flux"
 
-# Real `--version` outputs (copied from test_mpi_command.py: the installations the suite runs).
-OMPI5_VERSION = "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
-OMPI4_VERSION = "mpirun.openmpi (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
-MPICH_VERSION = """HYDRA build details:
-    Version:                                 4.0.2
-    Release Date:                            Thu Apr  7 12:34:45 CDT 2022
-    CC:                              gcc -Wdate-time -D_FORTIFY_SOURCE=2 -g -O2
-    Configure options:                       '--with-hwloc-prefix=/usr' '--with-device=ch4:ucx' '--prefix=/usr'
-    Process Manager:                         pmi
-    Launchers available:                     ssh rsh fork slurm ll lsf sge manual persist
-    Topology libraries available:            hwloc
-    Resource management kernels available:   user slurm ll lsf sge pbs cobalt
-    Demux engines available:                 poll select
-"""
-INTEL_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b44796a)\n"
-                 "Copyright 2003-2026, Intel Corporation.\n")
-# Real abort messages of Open MPI 4's and 5's mpirun (copied from test_output.py).
-OPENMPI4_ABORT = """\
---------------------------------------------------------------------------
-mpirun detected that one or more processes exited with non-zero status, thus causing
-the job to be terminated. The first process to do so was:
-
-  Process name: [[17970,1],3]
-  Exit code:    7
---------------------------------------------------------------------------""".splitlines()
-OPENMPI5_ABORT = """\
---------------------------------------------------------------------------
-prterun detected that one or more processes exited with non-zero status,
-thus causing the job to be terminated. The first process to do so was:
-
-   Process name: [prterun-vm-12073@1,3]
-   Exit code:    7
---------------------------------------------------------------------------""".splitlines()
-# A real Open MPI 4.1.4 daemon's failure and a real hydra proxy's (copied from test_mpi_command.py).
 ORTED_FORCE_TERMINATE = ("[j-worker-1:16036] [[21145,0],1] FORCE-TERMINATE AT Not found:-13 - error "
                          "../../../../../../orte/mca/plm/rsh/plm_rsh_component.c(335)")
 HYDRA_PROXY = "[proxy:0:1@w-1] HYDU_sock_connect (utils/sock/sock.c:111): unable to get host address for x.invalid"

@@ -6,6 +6,7 @@ import pytest
 
 from mpilaunch.output import RankOutput
 from mpilaunch.rank import format_status, parse_status
+from support.mpi_outputs import OPENMPI4_ABORT, OPENMPI5_ABORT
 
 
 def test_status_lines_are_consumed_not_echoed(tmp_path):
@@ -92,26 +93,7 @@ def test_rank_wrapper_lingers_only_until_the_daemon_has_read_its_status_line():
 
 # What mpirun printed for tests/programs/fail_rank.py with FAIL_RANK=3 FAIL_CODE=7
 # (Debian's Open MPI 4.1.4, and PyPI's Open MPI 5.0.11 through prterun).
-OPENMPI4_ABORT = """\
---------------------------------------------------------------------------
-Primary job  terminated normally, but 1 process returned
-a non-zero exit code. Per user-direction, the job has been aborted.
---------------------------------------------------------------------------
---------------------------------------------------------------------------
-mpirun detected that one or more processes exited with non-zero status, thus causing
-the job to be terminated. The first process to do so was:
 
-  Process name: [[17970,1],3]
-  Exit code:    7
---------------------------------------------------------------------------""".splitlines()
-OPENMPI5_ABORT = """\
---------------------------------------------------------------------------
-prterun detected that one or more processes exited with non-zero status,
-thus causing the job to be terminated. The first process to do so was:
-
-   Process name: [prterun-vm-12073@1,3]
-   Exit code:    7
---------------------------------------------------------------------------""".splitlines()
 
 
 @pytest.mark.parametrize("lines", [OPENMPI4_ABORT, OPENMPI5_ABORT], ids=["openmpi4", "openmpi5"])

@@ -22,6 +22,7 @@ import json
 import time
 from typing import Callable
 
+from ..launch_description import LaunchDescription
 from . import launcher_end
 from .api import Api, ApiError
 from .pods import RESULT_KEY
@@ -60,8 +61,9 @@ def record_outcome(api: Api, job: str, record: dict) -> bool:
 
 
 def worker_names(root: dict) -> list[str]:
-    launch = json.loads((root.get("data") or {}).get("launch.json") or "{}")
-    return [name for name, _slots in launch.get("workers") or ()]
+    """The worker pods of a job with a cluster launcher, from its launch description (none without one)."""
+    text = (root.get("data") or {}).get("launch.json")
+    return list(LaunchDescription.from_dict(json.loads(text)).addresses()) if text else []
 
 
 def release(api: Api, workers: list[str], launcher_job: str | None, log: Callable[[str], None]) -> None:

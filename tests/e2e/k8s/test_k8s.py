@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from mpilaunch.backends.k8s.launch import TRANSPORT
 from support.helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 from support.k8s import (access, end_launcher_pod, end_processes, forget_pod_env, give_pods_their_env, in_cluster_env,
                          leftover_objects, manage_k8s, run_reaper_pod, start, stop)
@@ -157,7 +158,7 @@ def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, ope
     relay = None
     try:
         kube.wait_pods(selector=f"test={job}", count=n, timeout=120)
-        context = {"transport": "k8s", **resolve(str(kube.kubeconfig), None, "default", tmp_path),
+        context = {"transport": TRANSPORT, **resolve(str(kube.kubeconfig), None, "default", tmp_path),
                    "container": "worker", "workers": {p: {"pod": p} for p in pods}}
         relay, path = k8s_relay.start(context, tmp_path)
         (tmp_path / "context.json").write_text(json.dumps({**context, "relay": path}))
@@ -347,14 +348,14 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
 
 def launcher_files(kube, job: str, tmp_path: Path) -> Path:
     """Play the kubelet's volumes for the launcher pod: the root ConfigMap's launch.json and the job
-    Secret's, the latter where the former's ``secret_file`` says (rewritten to a path here)."""
+    Secret's, the latter where the former's ``cluster.secret_file`` says (rewritten to a path here)."""
     launch = json.loads(kube.get_json("configmap", job)["data"]["launch.json"])
     secret = kube.get_json("secret", f"{job}-env")
     secret_file = tmp_path / "launcher-secret" / "launch.json"
     secret_file.parent.mkdir(parents=True, exist_ok=True)
     secret_file.write_bytes(base64.b64decode(secret["data"]["launch.json"]))
-    assert launch["secret_file"] == "/etc/mpilaunch-secret/launch.json"
-    launch["secret_file"] = str(secret_file)
+    assert launch["cluster"]["secret_file"] == "/etc/mpilaunch-secret/launch.json"
+    launch["cluster"]["secret_file"] = str(secret_file)
     (tmp_path / "launch.json").write_text(json.dumps(launch))
     return tmp_path / "launch.json"
 
@@ -403,7 +404,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         assert {r["sum"] for r in ranks} == {10}
 
         # the same credentials through the same transport, pointed at the other job's pod
-        context = {"transport": "k8s", "in_cluster": True, "sa_dir": str(sa_dir), "namespace": "default",
+        context = {"transport": TRANSPORT, "in_cluster": True, "sa_dir": str(sa_dir), "namespace": "default",
                    "container": "worker", "workers": {"x": {"pod": f"{other}-worker-0"}}}
         (tmp_path / "ctx.json").write_text(json.dumps(context))
         denied = subprocess.run([sys.executable, "-m", "mpilaunch.rsh_agent.shim", "x", "echo", "hi"],

@@ -79,25 +79,6 @@ OPENMPI4 = FLAVOURS["openmpi4"]
 MPILAUNCH = (sys.executable, "-m", "mpilaunch")
 
 
-@pytest.fixture(scope="module")
-def bed():
-    try:
-        from testbeds.ssh.cluster import SshCluster, missing_prerequisites
-    except ImportError as e:
-        require(f"ssh testbed not importable: {e}")
-    missing = missing_prerequisites()
-    if missing:
-        require("the ssh testbed needs " + ", ".join(missing) + " (apt-get install openssh-server openssh-client)")
-    cluster = SshCluster(["node-1", "node-2", "node-3"])
-    try:
-        cluster.start()
-    except Exception as e:  # the testbed's own error names the cause
-        cluster.stop()
-        require(f"ssh testbed did not start: {e}")
-    yield cluster
-    cluster.stop()
-
-
 def argv(bed, hostfile, mpi: Flavour, *args) -> list[str]:
     return [*MPILAUNCH, "--backend", "ssh", "--ssh-command", bed.ssh_command,
             "--hostfile", str(hostfile), "--mpirun", mpi.mpirun, *args]
