@@ -42,13 +42,18 @@ def refused(address: str) -> bool:
     return False
 
 
-def assert_release_is_idempotent(backend) -> dict:
-    """After ``ready``: release twice, nothing raised; agent ports are closed after. Returns the context."""
+def assert_release_is_idempotent(backend, settle: float = 0) -> dict:
+    """After ``ready``: release twice, nothing raised; the agents' ports are closed after (within
+    ``settle`` seconds where the cluster ends the containers after the release returned: YARN's
+    NodeManagers kill them once the application has finished). Returns the context."""
     context = backend.exec_context()
     backend.release()
     backend.release()
     if shim._load_transport(context["transport"]).__name__ == AGENT:
-        assert all(refused(w["address"]) for w in context["workers"].values())
+        deadline = time.monotonic() + settle
+        while not all(refused(w["address"]) for w in context["workers"].values()):
+            assert time.monotonic() < deadline, f"an agent still answers after the release: {context['workers']}"
+            time.sleep(0.5)
     return context
 
 

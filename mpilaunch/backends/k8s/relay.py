@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 
+from ...pylauncher import PACKAGE_PARENT
 from . import transport
 
 READY_LINE = b"mpilaunch-relay-ready\n"
@@ -172,8 +173,8 @@ def start(context: dict, rundir, python: str | None = None):
     with os.fdopen(fd, "w") as f:
         json.dump(context, f)
     path = str(rundir / "relay.sock")
-    package_parent = str(Path(__file__).resolve().parent.parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)}
+    # the same mpilaunch as this one (a checkout, the job's tools zip in a launcher pod)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.Popen(
         [python or sys.executable, "-m", "mpilaunch.backends.k8s.relay", str(ctx_file), path,
          "--exit-with-pid", str(os.getpid())],

@@ -32,7 +32,7 @@ from ...errors import AllocationError, UsageError
 from ...image_tools import zip_bytes
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ...pylauncher import run_module_code
-from ..base import BaseBackend
+from ..base import BaseBackend, Capabilities
 from ..rendezvous import free_port_through_agent, rank_python, source_address
 from .options import SshOptions
 from .remote import READY, ZIP_ENV  # ZIP_ENV: the zip's path on the host, in every command the agent runs there
@@ -44,6 +44,18 @@ REMOTE = Path(__file__).with_name("remote.py")
 ZIP_ON_HOST = "os.environ[" + repr(ZIP_ENV) + "]"
 RELEASE_GRACE = 5.0  # for each host's agent to end its sessions and ssh to exit, before ssh is killed
 AGENT_MARK = "mpilaunch-agent["  # the agent's log lines, which come through ssh's stderr
+
+
+def end_session(proc: subprocess.Popen, grace: float) -> None:
+    """An ssh session whose stdin is closed: its agent ends, and ssh with it; killed after ``grace``."""
+    with suppress(OSError, ValueError):
+        proc.stdin.close()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
 
 
 def remote_command(options: SshOptions, host: str) -> str:
@@ -60,6 +72,7 @@ def session_input(secret: bytes) -> bytes:
 class SshBackend(BaseBackend):
     name = "ssh"
     options_class = SshOptions
+    capabilities = Capabilities(replace_workers=True)
 
     @classmethod
     def check_spec(cls, spec) -> None:
@@ -97,13 +110,26 @@ class SshBackend(BaseBackend):
         write_secret(self.secret_file)
         stdin = session_input(self.secret_file.read_bytes())
         for worker in self.plan.workers:
-            with open(self._log(worker.name), "ab") as log:
-                proc = subprocess.Popen(self.options.ssh_argv(worker.name, remote_command(self.options, worker.name)),
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                        start_new_session=True, env=self.launch_environ)
-            os.set_blocking(proc.stdin.fileno(), False)
-            self.sessions[worker.name] = proc
-            self._unsent[worker.name] = memoryview(stdin)
+            self._start_session(worker.name, stdin)
+
+    def _start_session(self, host: str, stdin: bytes) -> None:
+        """ssh to the host, its stdin still to be fed (``wait_ready``)."""
+        with open(self._log(host), "ab") as log:
+            proc = subprocess.Popen(self.options.ssh_argv(host, remote_command(self.options, host)),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    start_new_session=True, env=self.launch_environ)
+        os.set_blocking(proc.stdin.fileno(), False)
+        self.sessions[host] = proc
+        self._unsent[host] = memoryview(stdin)
+
+    def replace_workers(self, names: list[str]) -> None:
+        """--retries: a lost host gets a new ssh session and agent (``wait_ready`` follows); the
+        others keep theirs. The same host: a plan's workers are its hostfile's hosts."""
+        stdin = session_input(self.secret_file.read_bytes())
+        for host in names:
+            end_session(self.sessions.pop(host), grace=RELEASE_GRACE)
+            self.facts.pop(host, None)
+            self._start_session(host, stdin)
 
     def wait_ready(self, deadline: float, progress) -> None:
         """Feed every session its stdin and read each host's line, all at once, until every host
@@ -244,10 +270,4 @@ class SshBackend(BaseBackend):
                     proc.terminate()
         deadline = time.monotonic() + RELEASE_GRACE
         for proc in self.sessions.values():
-            with suppress(OSError, ValueError):
-                try:
-                    proc.wait(max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                proc.stdout.close()
+            end_session(proc, grace=max(0.1, deadline - time.monotonic()))

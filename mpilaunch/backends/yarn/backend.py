@@ -36,12 +36,12 @@ import os
 import shlex
 import sys
 import time
-from pathlib import Path
 
 import skein
 
 from ... import mpi
 from ...errors import AllocationError, UsageError
+from ...pylauncher import PACKAGE_PARENT
 from .. import rendezvous
 from . import handoff as yarn_handoff, launch as yarn_launch, manage as yarn_manage, orphan as yarn_orphan
 from . import outcome as yarn_outcome, replace as yarn_replace, report as yarn_report, tools as yarn_tools
@@ -122,10 +122,8 @@ class YarnBackend(BaseBackend):
         }
         if not self.opts.env_archive:
             # The same mpilaunch as here, even when it is not installed but
-            # imported from a checkout (found from this file: importing the
-            # package's top would import upward, into the lifecycle).
-            package_root = str(Path(__file__).resolve().parent.parent.parent)
-            paths = [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            # imported from a checkout.
+            paths = [PACKAGE_PARENT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         return env
 
@@ -531,8 +529,8 @@ class YarnBackend(BaseBackend):
             return None
 
     def release(self) -> None:
-        if self._released:
-            return
+        if self._released or (self.client is None and self.app is None):
+            return  # released already, or nothing allocated yet (a later allocate is released by a later call)
         self._released = True
         try:
             if self.app_id is not None and self.client is not None:

@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.ssh]
 
 PYTHON = "/usr/bin/python3"  # Debian's, on every host: the same program here and there (environment check)
 FAIL_RANK = str(REPO / "tests" / "programs" / "fail_rank.py")
+ATTEMPTS = str(REPO / "tests" / "programs" / "attempts.py")  # sleeps on the first attempt, succeeds on a relaunch
 # An allreduce through Open MPI's library, no mpi4py; each rank says where it ran, as whom.
 OPENMPI_ALLREDUCE = """
 import ctypes, json, os, socket
@@ -226,6 +227,27 @@ def test_a_host_whose_ssh_session_dies_is_a_lost_worker(bed, tmp_path, flavour):
     report = json.loads((out / "report.json").read_text())
     assert report["lost_workers"] == ["node-2"] and report["exit_code"] == 5
     assert_hosts_clean(bed)  # node-2's agent saw its session end and ended its ranks; node-1's was released
+
+
+def test_retries_give_a_lost_host_a_new_session_and_relaunch(bed, tmp_path):
+    out = tmp_path / "out"
+    proc = start(bed, hostfile(tmp_path, "node-1", "node-2"), OPENMPI4, "--name", "ssh-retry", "--retries", "1",
+                 "--output-dir", str(out), "--", PYTHON, ATTEMPTS)
+    try:
+        seen = wait_started(proc, 4, "started (first attempt)", timeout=60)
+        assert bed.kill_sessions("node-2")
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "mpilaunch: attempt 2 of 2: relaunching replacing node-2 (attempt 1: worker node-2" in stderr, stderr
+    stdout = "".join(seen) + stdout
+    assert stdout.count("started (relaunch)") == stdout.count("as attempt 2") == 4, stdout
+    report = json.loads((out / "report.json").read_text())
+    first, second = report["attempts"]
+    assert (first["exit_code"], first["lost_workers"]) == (5, ["node-2"])
+    assert (second["exit_code"], second["lost_workers"]) == (0, [])
+    assert_hosts_clean(bed)  # the replaced session's agent ended with it, the new ones with the release
 
 
 def test_a_host_behind_a_pulled_cable_is_a_lost_worker(bed, tmp_path):

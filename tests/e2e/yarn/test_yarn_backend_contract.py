@@ -27,7 +27,7 @@ def backend(openmpi_env, monkeypatch, tmp_path, request):
 def test_release_is_idempotent_and_ends_the_application(backend, yarn):
     backend.release()  # before allocate
     ready(backend, timeout=180)
-    assert_release_is_idempotent(backend)
+    assert_release_is_idempotent(backend, settle=30)
     app = next(a for a in yarn.apps() if a["id"] == backend.app_id)
     assert app["state"] in ("FINISHED", "KILLED", "FAILED")
 
