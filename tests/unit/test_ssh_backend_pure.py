@@ -63,8 +63,9 @@ def test_the_hosts_are_the_hostfiles_and_ssh_must_exist():
     SshBackend.check_spec(spec(hostfile="hosts"))
     with pytest.raises(UsageError, match=r"the ssh client 'no-such-ssh' \(--ssh-command\) is not an executable"):
         SshBackend.check_spec(spec(hostfile="hosts", backend_options=SshOptions(ssh_command="no-such-ssh -F x")))
-    with pytest.raises(UsageError, match="cannot replace workers"):
-        SshBackend.check_spec(spec(hostfile="hosts", retries=1))
+    SshBackend.check_spec(spec(hostfile="hosts", retries=1))  # a lost host gets a new session
+    with pytest.raises(UsageError, match="--detach needs a cluster backend"):
+        SshBackend.check_spec(spec(hostfile="hosts", detach=True))
 
 
 @pytest.mark.parametrize("hosts, why", [
