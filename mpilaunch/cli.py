@@ -24,7 +24,10 @@ def default_backend() -> str:
     return os.environ.get("MPILAUNCH_BACKEND", "local")
 
 
-def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
+def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
+    """The run/render parser, with an option group for each of ``backend_names`` (default: every
+    registered backend, installed packages' included)."""
+    backend_names = backends.names() if backend_names is None else backend_names
     p = _Parser(
         prog=prog,
         usage=f"{prog} [run] [OPTIONS] -- COMMAND [ARGS...]",
@@ -41,7 +44,7 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
 
     run = p.add_argument_group("backend and MPI")
     run.add_argument("--backend", default=default_backend(),
-                     help=f"one of {', '.join(backends.names())} (default: local or $MPILAUNCH_BACKEND)")
+                     help=f"one of {', '.join(backend_names)} (default: local or $MPILAUNCH_BACKEND)")
     run.add_argument("--mpi", default="auto", help=f"one of {', '.join(mpi_choices())}")
     run.add_argument("--mpirun", help="path of the mpirun to use")
     run.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]", help="export a variable to every rank (repeatable)")
@@ -68,7 +71,7 @@ def build_parser(prog: str = "mpilaunch") -> argparse.ArgumentParser:
     ctl.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     # each backend's own options (backends/<name>/options.py), in a group of its own
-    for name in backends.names():
+    for name in backend_names:
         backends.options_class(name).add_arguments(p.add_argument_group(f"--backend {name}"))
 
     ps = p.add_argument_group("parameter-server mode")
@@ -156,9 +159,21 @@ def glue_dash_values(options: list[str]) -> list[str]:
     return out
 
 
+def parser_backends(options: list[str]) -> tuple[str, ...] | None:
+    """The backends whose options a run's parser needs: the built-in ones and the chosen one, so
+    a launch does not read every installed package's entry points (backends.installed); all of
+    them (None) for --help."""
+    if "-h" in options or "--help" in options:
+        return None
+    first = _Parser(add_help=False)
+    first.add_argument("--backend", default=default_backend())
+    chosen = first.parse_known_args(glue_dash_values(options))[0].backend
+    return tuple(backends.BUILTIN) + (() if chosen in backends.BUILTIN else (chosen,))
+
+
 def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
     options, command = split_command(argv)
-    args = build_parser().parse_args(glue_dash_values(options))
+    args = build_parser(backend_names=parser_backends(options)).parse_args(glue_dash_values(options))
     return spec_from_args(args, command), args
 
 
