@@ -159,21 +159,29 @@ def glue_dash_values(options: list[str]) -> list[str]:
     return out
 
 
-def parser_backends(options: list[str]) -> tuple[str, ...] | None:
-    """The backends whose options a run's parser needs: the built-in ones and the chosen one, so
-    a launch does not read every installed package's entry points (backends.installed); all of
-    them (None) for --help."""
+def chosen_backend(options: list[str]) -> str | None:
+    """--backend's value among the options (its default where absent); None for --help."""
     if "-h" in options or "--help" in options:
         return None
     first = _Parser(add_help=False)
     first.add_argument("--backend", default=default_backend())
-    chosen = first.parse_known_args(glue_dash_values(options))[0].backend
-    return tuple(backends.BUILTIN) + (() if chosen in backends.BUILTIN else (chosen,))
+    return first.parse_known_args(options)[0].backend
 
 
 def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
+    """A run's spec. The parser first holds the chosen backend's options alone: each backend's
+    options class costs its import (~0.5-2 ms), paid by every launch. Anything it does not know
+    (another backend's option, a typo) is parsed again by the whole parser, so what is accepted,
+    and every error, is as with every backend's options (--help: all of them, installed ones too)."""
     options, command = split_command(argv)
-    args = build_parser(backend_names=parser_backends(options)).parse_args(glue_dash_values(options))
+    options = glue_dash_values(options)
+    chosen = chosen_backend(options)
+    if chosen is not None:
+        args, unknown = build_parser(backend_names=(chosen,)).parse_known_args(options)
+        if not unknown:
+            return spec_from_args(args, command), args
+    names = None if chosen is None else tuple(backends.BUILTIN) + (() if chosen in backends.BUILTIN else (chosen,))
+    args = build_parser(backend_names=names).parse_args(options)
     return spec_from_args(args, command), args
 
 

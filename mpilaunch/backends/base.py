@@ -22,7 +22,6 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 from ..errors import UsageError
 from ..spec import JobSpec, Plan
@@ -54,10 +53,11 @@ class BackendOptions:
     in ``__post_init__`` (``UsageError``: one line and a hint).
     """
 
-    # "package.module:Class" of the backend: imported only when a job runs on it
-    backend_class: ClassVar[str] = ""
+    # Class attributes, not fields (no annotation: importing typing for ClassVar costs every launch
+    # ~2 ms). "package.module:Class" of the backend: imported only when a job runs on it.
+    backend_class = ""
     # the pip extra that brings what the backend imports (install hint), None: nothing extra
-    extra: ClassVar[str | None] = None
+    extra = None
 
     @classmethod
     def add_arguments(cls, group) -> None:
@@ -81,10 +81,10 @@ class BackendOptions:
 
 class BaseBackend(ABC):
     name = "base"
-    options_class: ClassVar[type[BackendOptions]] = BackendOptions
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    options_class: type[BackendOptions] = BackendOptions
+    capabilities: Capabilities = Capabilities()
     # True where every worker shares this machine, so loopback reaches them (PS tasks bind there)
-    workers_on_this_host: ClassVar[bool] = False
+    workers_on_this_host: bool = False
     # True where mpirun runs in a launcher inside the cluster (a k8s Job, a
     # YARN container) rather than in this process; set per job by the backends
     # that have one.
