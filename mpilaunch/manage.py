@@ -34,7 +34,7 @@ def job_action(action: str, args) -> int:
     if not backend_cls.capabilities.manage:
         raise UsageError(
             f"'{action}' applies to jobs on cluster backends, not --backend {args.backend}",
-            "local jobs live and die with their mpilaunch process; use --backend k8s or yarn",
+            f"{args.backend} jobs live and die with their mpilaunch process; use --backend k8s or yarn",
         )
     try:
         return backend_cls.manage_action(action, args, ReaderAware(sys.stdout)) or 0
