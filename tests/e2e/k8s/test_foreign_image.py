@@ -54,7 +54,11 @@ def launch_args(name: str, launcher: str, ranks: int, per_worker: int) -> list[s
     return args + (["--mpirun", LOCAL_MPIRUN[name]] if launcher == "local" else [])
 
 
-@pytest.mark.parametrize("launcher", ["cluster", "local"])
+# local first: an MPICH job whose worker pods get the IPs that the pods of the job before it just
+# gave back hung in MPICH's own TCP connection setup between ranks (connections closed under it,
+# CLOSE-WAIT in one pod, ESTAB in the other) in 2 of 2 runs where mpich-local followed a
+# successful mpich-cluster, and never alone; an open problem of the real node's pod network
+@pytest.mark.parametrize("launcher", ["local", "cluster"])
 @pytest.mark.parametrize("name", ["openmpi", "mpich"])
 def test_foreign_image_allreduce_with_placement_verified(real, foreign, name, launcher, tmp_path):
     """A stock image with an MPI and python3 runs unchanged: every rank in its planned pod on the
