@@ -86,8 +86,7 @@ class BaseBackend(ABC):
     # True where every worker shares this machine, so loopback reaches them (PS tasks bind there)
     workers_on_this_host: bool = False
     # True where mpirun runs in a launcher inside the cluster (a k8s Job, a
-    # YARN container) rather than in this process; set per job by the backends
-    # that have one.
+    # YARN container) rather than in this process; decided per job in __init__.
     launcher_in_cluster = False
     # The environment workers started on this machine get (the local backend's
     # agents): the launch's, without the settings inherited.py leaves out. Set
@@ -103,8 +102,12 @@ class BaseBackend(ABC):
         self.rundir = rundir
         # this backend's options (its options_class), the defaults where the spec has none
         self.options = spec.backend_options if spec.backend_options is not None else self.options_class()
-        # False where the workload must run from this machine (PS mode: its registry is this mpilaunch)
-        self.cluster_launcher_allowed = cluster_launcher_allowed
+        # where mpirun runs: "cluster" (a launcher pod/container) where the backend has one, the workload
+        # allows it (PS mode does not: its registry is this mpilaunch) and --launcher is not local
+        self.launcher = ("cluster" if self.capabilities.cluster_launcher and cluster_launcher_allowed
+                         and spec.launcher != "local" else "local")
+        # the mpirun workload's hook: mpirun runs in the cluster's launcher, run_launcher follows it
+        self.launcher_in_cluster = self.launcher == "cluster"
         # phases this backend saw (phases.mark: name -> time.monotonic()), merged into report.json
         self.phase_times: dict[str, float] = {}
 

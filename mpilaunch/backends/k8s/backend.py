@@ -77,10 +77,6 @@ def use_relay() -> bool:
     return os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0"
 
 
-def launcher_mode(spec, cluster_launcher_allowed: bool = True) -> str:
-    return "cluster" if cluster_launcher_allowed and spec.launcher != "local" else "local"
-
-
 class K8sBackend(BaseBackend):
     name = "k8s"
     options_class = K8sOptions
@@ -90,9 +86,6 @@ class K8sBackend(BaseBackend):
         super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
         self.opts: K8sOptions = self.options
         self.job = plan.job_name
-        self.launcher = launcher_mode(spec, cluster_launcher_allowed)
-        # the mpirun workload's hook: mpirun runs in the launcher pod, this backend follows it
-        self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_name = k8s_launch.launcher_job_name(self.job)
         self._creds: dict | None = None
         self._tokens = None  # a k8s_credentials.TokenSource when the kubeconfig's token expires
@@ -139,7 +132,7 @@ class K8sBackend(BaseBackend):
     @classmethod
     def remote_mpi_info(cls, spec):
         """The mpirun workload asks when there is no mpirun here: the launcher pod brings its own."""
-        return k8s_launch.image_mpi_info(spec) if launcher_mode(spec) == "cluster" else None
+        return k8s_launch.image_mpi_info(spec) if spec.launcher != "local" else None
 
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:

@@ -68,10 +68,6 @@ class YarnBackend(BaseBackend):
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
         super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
         self.opts: YarnOptions = self.options
-        # the mpirun workload's hook: mpirun runs in a launcher container, run_launcher follows it
-        # (a PS job's driver stays here: no launcher container)
-        self.launcher = "cluster" if cluster_launcher_allowed and spec.launcher != "local" else "local"
-        self.launcher_in_cluster = self.launcher == "cluster"
         self.launcher_info: dict = {}
         self.launcher_container: dict = {}
         self.retired_launchers: set[str] = set()  # earlier attempts' launcher containers (--retries)
