@@ -40,6 +40,7 @@ CHECK_EXIT = EXIT_ALLOCATION
 ENTRY_POINTS = {
     "mpilaunch-rank": "mpilaunch.rank",
     "mpilaunch-rsh": "mpilaunch.rsh_agent.shim",
+    "mpilaunch-agent": "mpilaunch.agent.cli",
     "mpilaunch-launcher": "mpilaunch.backends.k8s.launcher",
     "mpilaunch-reaper": "mpilaunch.backends.k8s.reaper",
     "mpilaunch-task": "mpilaunch.task_starter",

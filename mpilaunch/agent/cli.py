@@ -38,6 +38,10 @@ def build_parser():
     secret = parser.add_mutually_exclusive_group(required=True)
     secret.add_argument("--secret-file", help="job secret file (must not be group/world readable)")
     secret.add_argument("--secret-stdin", action="store_true", help="read the job secret as one line from stdin")
+    parser.add_argument("--own-host", action="store_true",
+                        help="this worker is alone on its host (a Kubernetes pod): no private temp and shared-memory "
+                             "directories, no shared-host MPI defaults, and the secret may be a Secret volume's "
+                             "world-readable file (the pod is the job's alone)")
     parser.add_argument("--exit-with-pid", type=int, help="stop (killing all sessions) when this process is gone")
     parser.add_argument("--orphan-cleanup", metavar="DIR",
                         help="with --exit-with-pid: remove DIR (the job's run directory, its secret included) when "
@@ -61,7 +65,7 @@ def _load_secret(args) -> bytes:
         return secret
     from mpilaunch.rsh_agent.agent_client import read_secret
 
-    return read_secret(args.secret_file)
+    return read_secret(args.secret_file, shared_ok=args.own_host)
 
 
 def _listen(spec: str) -> socket.socket:
@@ -153,11 +157,13 @@ def main(argv=None) -> int:
     import shutil
     import tempfile
 
-    private = tempfile.mkdtemp(prefix=f"mpilaunch-{os.path.basename(args.name)}-")
-    # named as this agent's, so that the next mpilaunch removes it should this agent be SIGKILLed
-    write_owner(Path(private))
     extra_env = dict(args.env)
-    extra_env.update(private_dir_env(private, extra_env))
+    private = None
+    if not args.own_host:
+        private = tempfile.mkdtemp(prefix=f"mpilaunch-{os.path.basename(args.name)}-")
+        # named as this agent's, so that the next mpilaunch removes it should this agent be SIGKILLed
+        write_owner(Path(private))
+        extra_env.update(private_dir_env(private, extra_env))
     agent = Agent(args.name, secret, listener, extra_env=extra_env, exit_with_pid=args.exit_with_pid,
                   handshake_timeout=args.handshake_timeout, kill_grace=args.kill_grace,
                   exit_on_stdin_eof=args.exit_on_stdin_eof)
@@ -169,7 +175,8 @@ def main(argv=None) -> int:
     try:
         return agent.serve()
     finally:
-        shutil.rmtree(private, ignore_errors=True)
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
         if args.orphan_cleanup and agent.orphaned:
             shutil.rmtree(args.orphan_cleanup, ignore_errors=True)
 

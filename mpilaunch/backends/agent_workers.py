@@ -1,4 +1,4 @@
-"""What the backends whose workers run ``mpilaunch agent`` share (local, ssh, YARN).
+"""What the backends whose workers run ``mpilaunch agent`` share (local, ssh, YARN; k8s's agent transport).
 
 The job's agent secret (one file, readable by its owner only; the shims and
 agents read it by path), the launch's environment their daemons get where
@@ -20,11 +20,12 @@ FORWARD_ENV = (
 )
 
 
-def write_secret(path: Path) -> None:
+def write_secret(path: Path, secret: str | None = None) -> None:
+    """A new file, its owner's alone, holding ``secret`` (default: a new random one)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         # os.urandom is what secrets.token_hex reads; importing secrets (hmac, OpenSSL) costs every launch
-        f.write(os.urandom(32).hex())
+        f.write(secret or os.urandom(32).hex())
 
 
 def how_it_ended(returncode: int) -> str:

@@ -22,12 +22,17 @@ class AgentError(ConnectionError):
     """The agent could not be reached, refused us, or the connection died."""
 
 
-def read_secret(path: str) -> bytes:
-    """Read a job secret file; refuse one that group or others may read."""
+def read_secret(path: str, shared_ok: bool = False) -> bytes:
+    """Read a job secret file; refuse one that group or others may read.
+
+    ``shared_ok``: a Kubernetes Secret volume, private to one pod whose
+    processes all belong to the job; its files are world-readable so that any
+    image user can read them (the kubelet makes them root-owned).
+    """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         mode = os.fstat(fd).st_mode
-        if mode & 0o044:
+        if mode & 0o044 and not shared_ok:
             raise PermissionError(
                 f"secret file {path} is readable by group or others "
                 f"(mode {mode & 0o777:o}); chmod 600 it"
@@ -46,7 +51,18 @@ def read_secret(path: str) -> bytes:
     return secret
 
 
-def _connect(address: str, timeout: float):
+def _connect(address: str, timeout: float, refused_wait: float = 0.0):
+    """A connected socket; a refused connection is tried again for ``refused_wait`` seconds
+    (a pod is Ready once its container started, a moment before its agent listens)."""
+    if refused_wait > 0:
+        deadline = _monotonic() + refused_wait
+        while True:
+            try:
+                return _connect(address, timeout)
+            except AgentError as exc:
+                if not isinstance(exc.__cause__, ConnectionRefusedError) or _monotonic() > deadline:
+                    raise
+            select.select([], [], [], 0.05)
     host, port = P.parse_address(address)
     last = None
     try:
@@ -66,7 +82,7 @@ def _connect(address: str, timeout: float):
         except OSError as exc:
             last = exc
             sock.close()
-    raise AgentError(f"cannot connect to agent at {address}: {last}")
+    raise AgentError(f"cannot connect to agent at {address}: {last}") from last
 
 
 def _recv_exact(sock, n: int, address: str) -> bytes:
@@ -91,9 +107,23 @@ class _Busy(Exception):
     """The agent has too many connections waiting to authenticate; try again."""
 
 
-def _handshake(address: str, secret: bytes, timeout: float):
+class _Dropped(Exception):
+    """The agent closed a handshake that took us too long (its HANDSHAKE_TIMEOUT, 3 s); try again.
+
+    Seen with 64 kwok pods' agents and 64 shims starting at once on 2 cores: a
+    starved shim's handshake outlived the agent's patience. A wrong secret is
+    refused at once instead, and is not tried again.
+    """
+
+
+# A handshake the agent closed after this long was dropped for being slow, not refused.
+_SLOW_HANDSHAKE_S = 2.0
+
+
+def _handshake(address: str, secret: bytes, timeout: float, refused_wait: float = 0.0):
     """Connect and authenticate both ways; return ``(blocking socket, Channel)``."""
-    sock = _connect(address, timeout)
+    sock = _connect(address, timeout, refused_wait)
+    started = _monotonic()
     try:
         hello = _recv_exact(sock, P.SERVER_HELLO_LEN, address)
         if hello == P.SERVER_BUSY:
@@ -103,8 +133,13 @@ def _handshake(address: str, secret: bytes, timeout: float):
         except P.ProtocolError as exc:
             raise AgentError(f"{address}: {exc}") from None
         client_nonce = P.new_nonce()
-        sock.sendall(P.client_hello(secret, server_nonce, client_nonce))
-        proof = _recv_exact(sock, P.MAC_LEN, address)
+        try:
+            sock.sendall(P.client_hello(secret, server_nonce, client_nonce))
+            proof = _recv_exact(sock, P.MAC_LEN, address)
+        except (AgentError, OSError):
+            if _monotonic() - started >= _SLOW_HANDSHAKE_S:
+                raise _Dropped() from None
+            raise
         if not P.compare_digest(proof, P.server_proof(secret, server_nonce, client_nonce)):
             raise AgentError(f"agent at {address} failed to prove it knows the job secret")
         return sock, P.Channel(P.session_key(secret, server_nonce, client_nonce), P.CLIENT)
@@ -113,16 +148,17 @@ def _handshake(address: str, secret: bytes, timeout: float):
         raise
 
 
-def _open_session(address: str, secret: bytes, timeout: float):
+def _open_session(address: str, secret: bytes, timeout: float, refused_wait: float = 0.0):
     """``_handshake``, tried again while the agent answers busy, for up to ``timeout`` seconds.
 
     An agent refuses a peer with more connections waiting to authenticate
     than its per-peer limit (a burst of clients on one host, or a hostile
-    peer on ours): the clients back off and retry instead of failing.
+    peer on ours): the clients back off and retry instead of failing. So does
+    a client whose handshake the agent dropped for being slow (``_Dropped``).
     """
     try:
-        return _handshake(address, secret, timeout)
-    except _Busy:
+        return _handshake(address, secret, timeout, refused_wait)
+    except (_Busy, _Dropped):
         pass
     deadline = _monotonic() + timeout
     delay = 0.01
@@ -132,11 +168,12 @@ def _open_session(address: str, secret: bytes, timeout: float):
         left = deadline - _monotonic()
         if left <= pause:
             raise AgentError(f"agent at {address} stayed busy for {timeout:g} s "
-                             "(too many connections waiting to authenticate)")
+                             "(too many connections waiting to authenticate, or a host too loaded to "
+                             "finish a handshake in time)")
         select.select([], [], [], pause)
         try:
             return _handshake(address, secret, max(0.1, left - pause))
-        except _Busy:
+        except (_Busy, _Dropped):
             delay = min(delay * 2, 0.5)
 
 
@@ -250,6 +287,7 @@ def run_command(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     forward_signals: bool = False,
     hangup_after_signal: float | None = None,
+    refused_wait: float = 0.0,
 ) -> int:
     """Run ``/bin/sh -c command`` through the agent; return its exit status.
 
@@ -262,6 +300,7 @@ def run_command(
     the first relayed signal and hang up (the agent then kills whatever is
     left of the session, e.g. background jobs that ignore SIGINT), returning
     128+signal.
+    ``refused_wait``: how long a refused connection is tried again.
     Raises AgentError when the agent cannot be reached or the connection
     dies, TimeoutError after ``timeout`` seconds (the remote session is
     killed by the agent when we hang up).
@@ -269,7 +308,7 @@ def run_command(
     deadline = None if timeout is None else _monotonic() + timeout
     forwarder = _SignalForwarder() if forward_signals else None
     try:
-        sock, channel = _open_session(address, secret, connect_timeout)
+        sock, channel = _open_session(address, secret, connect_timeout, refused_wait)
         try:
             return _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder,
                              hangup_after_signal)

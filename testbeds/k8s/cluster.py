@@ -247,7 +247,8 @@ class KubeCluster:
     pid).
     """
 
-    COMPONENTS = ("token-webhook", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+    COMPONENTS = ("token-webhook", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+                  "pod-runner")
 
     def __init__(self, workdir: str | os.PathLike | None = None, *,
                  exec_dir: str | os.PathLike | None = None,
@@ -330,6 +331,7 @@ class KubeCluster:
             self._start_controller_manager()
             self._start_scheduler()
             self._start_kwok()
+            self._start_pod_runner()
             self._wait_control_plane(timeout=self.start_timeout - (time.monotonic() - t0))
             if self.want_real_node:
                 self.add_real_node()
@@ -651,6 +653,13 @@ class KubeCluster:
             args.append("--enable-crds=Exec")
         self._spawn("kwok", args)
 
+    def _start_pod_runner(self) -> None:
+        """The kubelet's part for agent pods on kwok nodes (``pod_runner.py``)."""
+        repo = Path(__file__).resolve().parents[2]
+        self._spawn("pod-runner", [sys.executable, "-m", "testbeds.k8s.pod_runner", "--kubeconfig", self.kubeconfig,
+                                   "--workdir", self.workdir / "pods"],
+                    env={"PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))})
+
     def _wait_control_plane(self, timeout: float) -> None:
         deadline = time.monotonic() + max(timeout, 30)
         for name in ("kube-controller-manager", "kube-scheduler"):
@@ -811,6 +820,22 @@ class KubeCluster:
         if wait:
             self.wait_nodes_ready(names, timeout=timeout)
         return names
+
+    def longrunning_requests(self) -> dict[str, int]:
+        """kube-apiserver's ``apiserver_longrunning_requests`` gauge, summed by verb and
+        subresource (``"CONNECT pods/exec"``, ``"GET pods/log"``, ``"WATCH pods"``): the
+        requests it holds open now (exec streams, followed logs, watches)."""
+        counts: dict[str, int] = {}
+        for line in self.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+            if not line.startswith("apiserver_longrunning_requests{"):
+                continue
+            labels_text, _, value = line.rpartition("} ")
+            labels = dict(item.split("=", 1) for item in labels_text.split("{", 1)[1].split(",") if "=" in item)
+            labels = {k: v.strip('"') for k, v in labels.items()}
+            resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            key = f"{labels.get('verb', '')} {resource}"
+            counts[key] = counts.get(key, 0) + int(float(value))
+        return counts
 
     def set_pod_exec(self, pod: str, namespace: str = "default", workdir: str | None = None,
                      env: dict[str, str] | None = None, containers: list[str] | None = None) -> None:

@@ -8,6 +8,7 @@ own command must run (``end_launcher_pod``, ``run_reaper_pod``).
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -134,3 +135,23 @@ def end_processes(*procs) -> None:
                 p.communicate(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def launcher_files(kube, job: str, tmp_path: Path) -> Path:
+    """Play the kubelet's volumes for the launcher pod: the root ConfigMap's launch.json and the job
+    Secret's, the latter where the former's ``cluster.secret_file`` says (rewritten to a path here);
+    with the agent transport also the agent Secret's (``cluster.agent_secret_file``)."""
+    launch = json.loads(kube.get_json("configmap", job)["data"]["launch.json"])
+    secret = kube.get_json("secret", f"{job}-env")
+    secret_file = tmp_path / "launcher-secret" / "launch.json"
+    secret_file.parent.mkdir(parents=True, exist_ok=True)
+    secret_file.write_bytes(base64.b64decode(secret["data"]["launch.json"]))
+    assert launch["cluster"]["secret_file"] == "/etc/mpilaunch-secret/launch.json"
+    launch["cluster"]["secret_file"] = str(secret_file)
+    if launch["cluster"]["transport"] == "agent":  # the workers' agents' secret, for the shims
+        agent_secret = kube.get_json("secret", f"{job}-agent")
+        assert launch["cluster"]["agent_secret_file"] == "/etc/mpilaunch-agent/secret"
+        launch["cluster"]["agent_secret_file"] = str(secret_file.parent / "agent-secret")
+        Path(launch["cluster"]["agent_secret_file"]).write_bytes(base64.b64decode(agent_secret["data"]["secret"]))
+    (tmp_path / "launch.json").write_text(json.dumps(launch))
+    return tmp_path / "launch.json"

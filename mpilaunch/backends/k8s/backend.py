@@ -53,22 +53,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ... import mpi, phases
 from ...errors import AllocationError, UsageError
+from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from . import launch as k8s_launch, manage as k8s_manage, orphan as k8s_orphan, replace as k8s_replace
-from . import tools as k8s_tools
+from . import launch as k8s_launch, manage as k8s_manage, manifests as k8s_manifests, orphan as k8s_orphan
+from . import replace as k8s_replace, tools as k8s_tools
 from .. import rendezvous
-from .launch import (CLUSTER_DOMAIN, PYTHON_ENV, SECRET_DIR, TRANSPORT, parse_toleration,
-                     secret_name)
-from .launch import templates as _templates
+from .launch import PYTHON_ENV, TRANSPORT
 from .follow import follow_log
+from .manifests import GPU_RESOURCE
 from .options import K8sOptions
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
 from .credentials import refused
 from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, pod_problem, pod_ready,
-                       launcher_started, pod_loss, startup_phases, summarize)
+                   launcher_started, pod_loss, startup_phases, summarize)
 
-GPU_RESOURCE = "nvidia.com/gpu"
-SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
 # Container states that will not fix themselves: fail the allocation at once.
 POLL = 0.5
 
@@ -100,6 +98,10 @@ class K8sBackend(BaseBackend):
         self._outage = ApiOutage("the job's pods")
         # mpilaunch's pieces come with the job (its ConfigMap), not from the image (k8s_tools.py)
         self.tools = k8s_tools.from_configmap()
+        self.transport = k8s_launch.resolve_transport(self.opts.transport, self.launcher)
+        # --transport agent: the workers' agents and the shims share it (Secret <job>-agent)
+        self.agent_secret = os.urandom(32).hex() if self.transport == "agent" else ""
+        self.agent_secret_file = rundir / "agent-secret"
 
     # ------------------------------------------------------------ cluster access
 
@@ -162,109 +164,25 @@ class K8sBackend(BaseBackend):
 
     def launch_description(self):
         return k8s_launch.launch_description(self.spec, self.plan, self.job, self.namespace, self.rank_prefix(),
-                                             self.status_token, os.environ)
-
-    def _values(self, reveal: bool = False) -> dict:
-        opts = self.opts
-        labels = {JOB_LABEL: self.job}
-        worker_labels = {**labels, ROLE_LABEL: "worker"}
-        annotations = {}
-        if opts.gang == "scheduler-plugins":
-            worker_labels["scheduling.x-k8s.io/pod-group"] = self.job
-        elif opts.gang == "volcano":
-            annotations["scheduling.k8s.io/group-name"] = self.job
-        from ... import hostfile
-
-        image = self._check_image()
-        return {
-            **k8s_orphan.template_values(self.spec, self.job, {**labels, ROLE_LABEL: "reaper"},
-                                         lambda args: k8s_tools.reaper_command(self.tools, args)),
-            **k8s_tools.template_values(self.tools, self.job),
-            "worker_command": k8s_tools.worker_command(self.tools),
-            "job": self.job,
-            "namespace": self.namespace,
-            "labels": labels,
-            "worker_labels": worker_labels,
-            "launcher_labels": {**labels, ROLE_LABEL: "launcher"},
-            # A pod's own name resolves only as <pod>.<job>.<ns>.svc.<domain>;
-            # hydra proxies connect back to the launcher by its bare hostname
-            # (seen on real pods: "unable to get host address for
-            # <job>-launcher"), so every pod of the job searches that domain.
-            "dns_search": f"{self.job}.{self.namespace}.svc.{CLUSTER_DOMAIN}",
-            "pod_annotations": annotations,
-            "image": image,
-            "container": WORKER_CONTAINER,
-            "workers": list(self.plan.workers),
-            "worker_names": [w.name for w in self.plan.workers],
-            "gpu_resource": GPU_RESOURCE,
-            "pod_memory": opts.pod_memory, "pod_cpu": opts.pod_cpu,
-            "total_gpus": self.plan.gpus,
-            "node_selector": dict(opts.node_selector),
-            "tolerations": [parse_toleration(t) for t in opts.tolerations],
-            "priority_class": opts.priority_class,
-            "gang": opts.gang,
-            "scheduler_name": SCHEDULERS.get(opts.gang),
-            "schedule_timeout": int(self.spec.start_timeout),
-            "launcher_name": self.launcher_name,
-            "launcher_command": k8s_tools.launcher_command(self.tools, self.spec.mpirun),
-            "hostfile": hostfile.render([(w.name, w.slots) for w in self.plan.workers],
-                                        k8s_launch.image_mpi_info(self.spec).flavour),
-            "plan_json": json.dumps(self.plan.to_dict(), indent=1),
-            "launch_json": (json.dumps(self.launch_description().without_secrets().to_dict(), indent=1)
-                            if self.launcher == "cluster" else ""),
-            "secret_name": secret_name(self.job),
-            "secret_dir": SECRET_DIR,
-            "secret_json": (json.dumps(k8s_launch.secret_values(self.launch_description(), reveal), indent=1)
-                            if self.launcher == "cluster" else ""),
-            "detach": self.spec.detach,
-        }
+                                             self.status_token, os.environ, self.transport)
 
     def manifests(self, reveal: bool = False) -> list[tuple[str, str]]:
-        """``(group, yaml text)`` in creation order; group: root, tools, lease, reaper-rbac, reaper, setup, workers, launcher.
-        ``reveal``: the Secret with the values themselves (to create it), else masked (render, --dry-run)."""
-        env = _templates()
-        values = self._values(reveal)
-        docs = [("root", env.get_template("k8s-root.yaml.j2").render(values))]
-        if self.tools:
-            docs.append(("tools", env.get_template("k8s-tools.yaml.j2").render(values)))
-        docs += [(group, env.get_template(name).render(values))
-                 for group, name in k8s_orphan.templates_for(self.spec.detach)]
-        if self.launcher == "cluster":
-            docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(values)))
-            docs.append(("setup", env.get_template("k8s-secret.yaml.j2").render(values)))
-        docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(values)))
-        if self.opts.gang != "none":
-            docs.append(("setup", env.get_template("k8s-podgroup.yaml.j2").render(values)))
-        worker = env.get_template("k8s-worker.yaml.j2")
-        for w in self.plan.workers:
-            docs.append(("workers", worker.render({**values, "worker": w})))
-        if self.launcher == "cluster":
-            docs.append(("launcher", env.get_template("k8s-launcher.yaml.j2").render(values)))
-        return docs
+        """``(group, yaml text)`` in creation order (:func:`.manifests.manifests`)."""
+        return k8s_manifests.manifests(self, reveal)
 
     def objects(self, reveal: bool = False) -> list[tuple[str, dict]]:
-        import yaml
-
-        out = []
-        for group, text in self.manifests(reveal):
-            for obj in yaml.safe_load_all(text):
-                if obj:
-                    out.append((group, obj))
-        return out
+        return k8s_manifests.objects(self, reveal)
 
     def render(self) -> str:
-        head = (f"# mpilaunch job {self.job} in namespace {self.namespace}: objects are created in this order\n"
-                f"# (apply with `kubectl create -f` or `kubectl apply --server-side -f`: client-side apply keeps a\n"
-                f"# copy of each object in an annotation, and {k8s_tools.configmap_name(self.job)} is larger than its 256 KB);\n"
-                f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
-                f"# the Secret's values are masked here.\n")
-        return head + "".join(f"---\n{text.strip()}\n" for _, text in self.manifests())
+        return k8s_manifests.render(self)
 
     # ------------------------------------------------------------ life cycle
 
     def allocate(self) -> None:
         objects = self.objects(reveal=True)  # usage errors (image, tolerations) before touching the cluster
         api = self.api
+        if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
+            write_secret(self.agent_secret_file, self.agent_secret)
         root = objects[0][1]
         try:
             made = api.create(root)
@@ -398,12 +316,16 @@ class K8sBackend(BaseBackend):
         return msgs[-1] if msgs else None
 
     def exec_context(self) -> dict:
-        """Credentials for the shims, and the job's exec relay that uses them.
+        """How the shims reach the worker pods: their agents (``--transport agent``), or the exec API
+        with the credentials and the job's exec relay.
 
-        With the relay (default) a shim costs an interpreter start and a
+        With the relay (default) an exec shim costs an interpreter start and a
         unix-socket round trip; ``MPILAUNCH_K8S_RELAY=0`` makes every shim
         open its own TLS connection instead.
         """
+        if self.transport == "agent":
+            ips = {w.name: ((self.pods.get(w.name) or {}).get("status") or {}).get("podIP") for w in self.plan.workers}
+            return k8s_launch.agent_context(str(self.agent_secret_file), ips, in_pod=False)
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from ... import mpi
-from ...errors import UsageError
+from ...errors import AllocationError, UsageError
 from ..launch_description import LaunchDescription, LaunchWorker
 from .pods import WORKER_CONTAINER
 
@@ -26,6 +26,21 @@ PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
 # Where the launcher pod finds the job's Secret (a volume: no RBAC on Secrets for the launcher).
 SECRET_DIR = "/etc/mpilaunch-secret"
 SECRET_KEY = "launch.json"
+
+# --transport: how mpirun's daemons get into the worker pods.
+#   agent: each worker pod's main process is mpilaunch's exec agent, listening on the pod IP,
+#          reached over the pod network (no exec stream through kube-apiserver per daemon);
+#   exec:  the Kubernetes exec API (pods sleep; every daemon holds one exec stream for the job);
+#   auto:  agent with the cluster launcher; exec with --launcher local, whose machine is
+#          usually outside the pod network (pod IPs do not route there; the API server does).
+TRANSPORTS = ("auto", "agent", "exec")
+AGENT_PORT = 7355
+# The agent secret, a Secret volume in every pod of the job that runs or reaches an agent.
+AGENT_SECRET_DIR = "/etc/mpilaunch-agent"
+AGENT_SECRET_KEY = "secret"
+# How long a shim tries a refused connection again: a pod is Ready once its container
+# started, a moment (an interpreter start) before its agent listens.
+AGENT_REFUSED_WAIT_S = 30.0
 # The cluster's DNS domain (kubelet --cluster-domain); almost always this.
 CLUSTER_DOMAIN = os.environ.get("MPILAUNCH_K8S_CLUSTER_DOMAIN", "cluster.local")
 
@@ -36,6 +51,38 @@ def secret_name(job: str) -> str:
 
 def launcher_job_name(job: str) -> str:
     return f"{job}-launcher"
+
+
+def agent_secret_name(job: str) -> str:
+    return f"{job}-agent"
+
+
+def resolve_transport(choice: str, launcher: str) -> str:
+    """--transport auto|agent|exec and where mpirun runs -> agent or exec."""
+    if choice != "auto":
+        return choice
+    return "agent" if launcher == "cluster" else "exec"
+
+
+def agent_address(pod_ip: str, port: int = AGENT_PORT) -> str:
+    return f"[{pod_ip}]:{port}" if ":" in pod_ip else f"{pod_ip}:{port}"
+
+
+def agent_context(secret_file: str, pod_ips: dict[str, str | None], *, in_pod: bool) -> dict:
+    """The shims' context for the agent transport: each worker pod's agent by its pod IP.
+
+    ``in_pod``: the secret is the launcher pod's Secret volume file (world-readable in a
+    pod that is the job's alone), not the submitting side's own 0600 file.
+    Nothing of the launcher's environment is forwarded: the pods have the image's.
+    """
+    missing = sorted(name for name, ip in pod_ips.items() if not ip)
+    if missing:
+        raise AllocationError(f"worker pods without an IP: {', '.join(missing[:5])}",
+                              "the agent transport reaches pods by their IPs; check the pods' network "
+                              "(kubectl describe pod), or use --transport exec")
+    return {"transport": "agent", "secret_file": secret_file, "secret_shared_ok": in_pod, "forward_env": [],
+            "refused_wait": AGENT_REFUSED_WAIT_S,
+            "workers": {name: {"address": agent_address(ip)} for name, ip in pod_ips.items()}}
 
 
 def templates():
@@ -66,7 +113,7 @@ def parse_toleration(text: str) -> dict:
 
 
 def launch_description(spec, plan, job: str, namespace: str, rank_prefix: list[str], status_token: str | None,
-                       environ) -> LaunchDescription:
+                       environ, transport: str = "exec") -> LaunchDescription:
     """What the launcher pod needs to run mpirun. Its ConfigMap (launch.json) gets it without the
     secrets (``without_secrets``); the job's Secret gets those (``secret_values``)."""
     return LaunchDescription(
@@ -81,7 +128,8 @@ def launch_description(spec, plan, job: str, namespace: str, rank_prefix: list[s
         timeout=spec.timeout if spec.detach else None, detach=spec.detach, status_token=status_token,
         cluster={"namespace": namespace, "container": WORKER_CONTAINER,
                  # the Secret's part, merged in by the launcher
-                 "secret_file": f"{SECRET_DIR}/{SECRET_KEY}"},
+                 "secret_file": f"{SECRET_DIR}/{SECRET_KEY}",
+                 "transport": transport, "agent_secret_file": f"{AGENT_SECRET_DIR}/{AGENT_SECRET_KEY}"},
     )
 
 

@@ -37,7 +37,7 @@ from ..launch_description import LaunchDescription
 from .api import Api, ApiError, sa_dir
 from .detached import outcome, record_outcome
 from .pods import LAUNCHER_READY, WORKER_CONTAINER, pod_loss
-from .launch import CLUSTER_DOMAIN, TRANSPORT
+from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
 from ...errors import MpilaunchError, UsageError
 from ...lifecycle import make_rundir, run_job
 from ...result import JobResult
@@ -51,14 +51,19 @@ def _ready(pod: dict) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
 
 
-def wait_workers(api: Api, names: list[str], deadline: float) -> None:
+def wait_workers(api: Api, names: list[str], deadline: float) -> dict[str, dict]:
+    """Each worker pod once it is Ready, by name."""
     pending = list(names)
+    ready = {}
     last_error = None
     while pending:
         still = []
         for name in pending:
             try:
-                if not _ready(api.get("v1", "pods", name)):
+                pod = api.get("v1", "pods", name)
+                if _ready(pod):
+                    ready[name] = pod
+                else:
                     still.append(name)
             except ApiError as e:
                 if e.status == 403:
@@ -76,6 +81,7 @@ def wait_workers(api: Api, names: list[str], deadline: float) -> None:
                 raise MpilaunchError(f"{len(pending)} workers not ready: {', '.join(pending[:5])}"
                                      + (f" ({last_error})" if last_error else ""), None)
             time.sleep(0.5)
+    return ready
 
 
 def in_cluster_credentials(launch: LaunchDescription) -> dict:
@@ -128,12 +134,13 @@ class ReadyPods(BaseBackend):
         self.info = info
         self.creds = in_cluster_credentials(launch)
         self.relay = None
+        self.pods: dict[str, dict] = {}
 
     def allocate(self) -> None:
         pass  # the submitting side created the pods
 
     def wait_ready(self, deadline: float, progress) -> None:
-        wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
+        self.pods = wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
         if mpi.for_name(self.info.flavour).proxies_connect_back:
             wait_own_name(self.launch, deadline)
         # LAUNCHER_READY: the submitting side marks mpirun_started when it sees this line
@@ -141,6 +148,9 @@ class ReadyPods(BaseBackend):
               file=sys.stderr, flush=True)
 
     def exec_context(self) -> dict:
+        if self.launch.cluster.get("transport") == "agent":
+            ips = {name: (pod.get("status") or {}).get("podIP") for name, pod in self.pods.items()}
+            return agent_context(self.launch.cluster["agent_secret_file"], ips, in_pod=True)
         context = {"transport": TRANSPORT, **self.creds,
                    "container": self.launch.cluster.get("container", WORKER_CONTAINER),
                    "workers": {w.name: {"pod": w.name} for w in self.plan.workers}}

@@ -16,6 +16,7 @@ NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 NAMESPACE_HINT = ("a namespace is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, "
                   "starting and ending with a letter or digit, e.g. --namespace ml-team")
 GANGS = ("none", "volcano", "scheduler-plugins")
+TRANSPORTS = ("auto", "agent", "exec")  # launch.resolve_transport says what auto is
 
 
 def check_namespace(namespace: str | None) -> None:
@@ -52,6 +53,7 @@ class K8sOptions(BackendOptions):
     gang: str = "none"
     pod_memory: str | None = None  # each worker pod's memory request = limit (a Kubernetes quantity)
     pod_cpu: str | None = None  # ... and CPU request = limit
+    transport: str = "auto"
 
     def __post_init__(self):
         if self.gang not in GANGS:
@@ -60,6 +62,8 @@ class K8sOptions(BackendOptions):
             if value is not None and not QUANTITY_RE.fullmatch(value):
                 raise UsageError(f"{option} {value!r} is not a Kubernetes quantity",
                                  f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)")
+        if self.transport not in TRANSPORTS:
+            raise UsageError(f"unknown --transport {self.transport!r}", f"choose one of: {', '.join(TRANSPORTS)}")
         check_namespace(self.namespace)
 
     @classmethod
@@ -76,13 +80,19 @@ class K8sOptions(BackendOptions):
                                 "out-of-memory killer")
         group.add_argument("--pod-cpu", metavar="QUANTITY",
                            help="CPU request and limit of each worker pod, e.g. 4 or 3500m")
+        group.add_argument("--transport", default="auto", choices=TRANSPORTS,
+                           help="how mpirun's daemons reach the worker pods: agent (mpilaunch's exec agent is each "
+                                "pod's main process, reached over the pod network: no exec stream through the API "
+                                "server per daemon, no pods/exec permission), exec (the Kubernetes exec API), or "
+                                "auto (default: agent with --launcher cluster, exec with --launcher local, whose "
+                                "machine is usually outside the pod network)")
 
     @classmethod
     def from_args(cls, args) -> "K8sOptions":
         return cls(image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
                    node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
                    priority_class=args.priority_class, gang=args.gang, pod_memory=args.pod_memory,
-                   pod_cpu=args.pod_cpu)
+                   pod_cpu=args.pod_cpu, transport=args.transport)
 
     @classmethod
     def add_manage_arguments(cls, parser) -> None:

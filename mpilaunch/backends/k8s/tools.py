@@ -50,12 +50,24 @@ def task_starter_prefix(tools: bool, python: str) -> list[str]:
     return [entry_point("mpilaunch-task")] if tools else [python, "-m", "mpilaunch.task_starter"]
 
 
-def worker_command(tools: bool) -> list[str]:
-    """Sleep until deleted (the trap makes deletion quick: PID 1 ignores SIGTERM otherwise); first,
-    with the job's pieces, check that the image can run them."""
+def agent_argv(tools: bool) -> str:
+    """The worker pod's exec agent (``--transport agent``), as a shell command line: its pod IP only
+    (``$POD_IP``), the job's Secret volume, no private directories (a pod is a host of its own)."""
+    from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY
+
+    program = entry_point("mpilaunch-agent") if tools else "python3 -m mpilaunch.agent"
+    return (f'{program} --name "$MPILAUNCH_WORKER" --listen "[$POD_IP]:{AGENT_PORT}" '
+            f"--secret-file {AGENT_SECRET_DIR}/{AGENT_SECRET_KEY} --own-host")
+
+
+def worker_command(tools: bool, transport: str = "exec") -> list[str]:
+    """exec transport: sleep until deleted (the trap makes deletion quick: PID 1 ignores SIGTERM
+    otherwise); agent: become the agent (it ends its commands' sessions on SIGTERM and reaps
+    orphans, as PID 1 must). First, with the job's pieces, check that the image can run them."""
+    main = f"exec {agent_argv(tools)}" if transport == "agent" else SLEEP
     if not tools:
-        return ["/bin/sh", "-c", SLEEP]
-    return ["/bin/sh", "-c", f"{TOOLS_DIR}/check-image worker || exit {CHECK_EXIT}; {SLEEP}"]
+        return ["/bin/sh", "-c", main]
+    return ["/bin/sh", "-c", f"{TOOLS_DIR}/check-image worker || exit {CHECK_EXIT}; {main}"]
 
 
 def launcher_command(tools: bool, mpirun: str | None) -> list[str]:

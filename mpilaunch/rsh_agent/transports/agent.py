@@ -1,4 +1,12 @@
-"""Transport through ``mpilaunch agent`` (local and YARN backends)."""
+"""Transport through ``mpilaunch agent`` (local, ssh and YARN backends; Kubernetes with ``--transport agent``).
+
+Context keys: ``secret_file``, ``forward_env`` (names of the shim's
+variables the remote command gets), ``cwd``, ``connect_timeout``,
+``signal_grace``; ``secret_shared_ok`` (the secret is a Kubernetes Secret
+volume's file), ``refused_wait`` (seconds a refused connection is tried
+again: a pod is Ready a moment before its agent listens). Each worker entry
+has ``address`` (HOST:PORT).
+"""
 
 import os
 
@@ -16,7 +24,7 @@ def forwarded_env(context: dict) -> dict:
 
 
 def run(context: dict, worker: dict, command: str) -> int:
-    secret = agent_client.read_secret(context["secret_file"])
+    secret = agent_client.read_secret(context["secret_file"], bool(context.get("secret_shared_ok")))
     return agent_client.run_command(
         worker["address"],
         secret,
@@ -29,4 +37,5 @@ def run(context: dict, worker: dict, command: str) -> int:
         connect_timeout=float(context.get("connect_timeout", agent_client.DEFAULT_CONNECT_TIMEOUT)),
         forward_signals=True,
         hangup_after_signal=float(context.get("signal_grace", SIGNAL_GRACE)),
+        refused_wait=float(context.get("refused_wait", 0)),
     )

@@ -34,7 +34,7 @@ import pytest
 from mpilaunch.backends.k8s.launch import TRANSPORT
 from support.helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
 from support.k8s import (access, end_launcher_pod, end_processes, forget_pod_env, give_pods_their_env, in_cluster_env,
-                         leftover_objects, manage_k8s, run_reaper_pod, start, stop)
+                         launcher_files, leftover_objects, manage_k8s, run_reaper_pod, start, stop)
 
 pytestmark = pytest.mark.k8s
 
@@ -346,31 +346,18 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
 # ------------------------------------------------------------------ cluster launcher and RBAC
 
 
-def launcher_files(kube, job: str, tmp_path: Path) -> Path:
-    """Play the kubelet's volumes for the launcher pod: the root ConfigMap's launch.json and the job
-    Secret's, the latter where the former's ``cluster.secret_file`` says (rewritten to a path here)."""
-    launch = json.loads(kube.get_json("configmap", job)["data"]["launch.json"])
-    secret = kube.get_json("secret", f"{job}-env")
-    secret_file = tmp_path / "launcher-secret" / "launch.json"
-    secret_file.parent.mkdir(parents=True, exist_ok=True)
-    secret_file.write_bytes(base64.b64decode(secret["data"]["launch.json"]))
-    assert launch["cluster"]["secret_file"] == "/etc/mpilaunch-secret/launch.json"
-    launch["cluster"]["secret_file"] = str(secret_file)
-    (tmp_path / "launch.json").write_text(json.dumps(launch))
-    return tmp_path / "launch.json"
-
-
 def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env, tmp_path):
-    """--launcher cluster: the launcher pod's entry point, with the job's own token, runs the
-    allreduce through exec; the ServiceAccount may exec into its own pods and no others."""
+    """--launcher cluster --transport exec: the launcher pod's entry point, with the job's own token,
+    runs the allreduce through exec; the ServiceAccount may exec into its own pods and no others."""
     job, other = "k8s-cl", "k8s-other"
     give_pods_their_env(kube, job, 2, tmp_path)
     give_pods_their_env(kube, other, 1, tmp_path)
     procs = []
     try:
-        procs.append(start(["--name", job, "--gpus", "4", "--gpus-per-node", "2", "-q",
+        # the exec transport: its RBAC is the subject (the agent transport's: test_agent_transport.py)
+        procs.append(start(["--name", job, "--gpus", "4", "--gpus-per-node", "2", "-q", "--transport", "exec",
                             "--", sys.executable, "tests/programs/placement.py"], k8s_env))
-        procs.append(start(["--name", other, "--np", "1", "-q", "--", "true"], k8s_env))
+        procs.append(start(["--name", other, "--np", "1", "-q", "--transport", "exec", "--", "true"], k8s_env))
 
         def launcher_pod(name):
             pods = kube.get_json("pods", "-l", f"mpilaunch/job={name},mpilaunch/role=launcher")["items"]

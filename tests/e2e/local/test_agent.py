@@ -216,6 +216,31 @@ def test_wrong_secret_runs_nothing(agent, tmp_path):
     assert "bad credentials" in agent.log()
 
 
+def test_a_handshake_the_agent_dropped_as_too_slow_is_tried_again(tmp_path, monkeypatch):
+    """A CPU-starved client (seen: 64 shims and 64 agents starting at once on 2 cores) can outlive
+    the agent's handshake timeout; the agent drops it, and the client tries again instead of
+    failing the daemon's launch. A wrong secret is still refused at once (above)."""
+    a = AgentProc(tmp_path, args=["--handshake-timeout", "0.5"])
+    slow = [True]
+    real_hello = P.client_hello
+
+    def starved_hello(*args):
+        if slow[0]:
+            slow[0] = False
+            time.sleep(2.2)  # past the agent's 0.5 s and the client's 2 s "dropped, not refused" mark
+        return real_hello(*args)
+
+    monkeypatch.setattr(P, "client_hello", starved_hello)
+    try:
+        t0 = time.monotonic()
+        status, out, _ = agent_client.run_capture(a.address, SECRET, "echo after a retry", connect_timeout=10)
+        assert (status, out) == (0, b"after a retry\n")
+        assert not slow[0] and time.monotonic() - t0 < 6
+        assert "handshake timed out" in a.log()
+    finally:
+        a.stop()
+
+
 def test_random_bytes_oversized_and_half_open_run_nothing(tmp_path):
     a = AgentProc(tmp_path, args=["--handshake-timeout", "1"])
     marker = tmp_path / "pwned"

@@ -1,0 +1,125 @@
+"""A Kubernetes job's objects: the templates' values, the rendered manifests in creation order.
+
+Groups, in creation order: root (the ConfigMap that owns the rest), tools,
+lease, reaper-rbac, reaper, setup (RBAC, Secrets, Service, PodGroup),
+workers, launcher. ``reveal`` puts the Secrets' values themselves in (to
+create them); otherwise they are masked (``render``, ``--dry-run``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ... import hostfile, mpi
+from . import launch as k8s_launch, orphan as k8s_orphan, tools as k8s_tools
+from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
+from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
+
+
+def values(backend, reveal: bool = False) -> dict:
+    spec, plan, opts, job = backend.spec, backend.plan, backend.opts, backend.job
+    labels = {JOB_LABEL: job}
+    worker_labels = {**labels, ROLE_LABEL: "worker"}
+    annotations = {}
+    if opts.gang == "scheduler-plugins":
+        worker_labels["scheduling.x-k8s.io/pod-group"] = job
+    elif opts.gang == "volcano":
+        annotations["scheduling.k8s.io/group-name"] = job
+    image = backend._check_image()
+    agent = backend.transport == "agent"
+    return {
+        **k8s_orphan.template_values(spec, job, {**labels, ROLE_LABEL: "reaper"},
+                                     lambda args: k8s_tools.reaper_command(backend.tools, args)),
+        **k8s_tools.template_values(backend.tools, job),
+        "worker_command": k8s_tools.worker_command(backend.tools, backend.transport),
+        "job": job,
+        "namespace": backend.namespace,
+        "labels": labels,
+        "worker_labels": worker_labels,
+        "launcher_labels": {**labels, ROLE_LABEL: "launcher"},
+        # A pod's own name resolves only as <pod>.<job>.<ns>.svc.<domain>;
+        # hydra proxies connect back to the launcher by its bare hostname
+        # (seen on real pods: "unable to get host address for
+        # <job>-launcher"), so every pod of the job searches that domain.
+        "dns_search": f"{job}.{backend.namespace}.svc.{CLUSTER_DOMAIN}",
+        "pod_annotations": annotations,
+        "image": image,
+        "container": WORKER_CONTAINER,
+        "workers": list(plan.workers),
+        "worker_names": [w.name for w in plan.workers],
+        "gpu_resource": GPU_RESOURCE,
+        "pod_memory": opts.pod_memory, "pod_cpu": opts.pod_cpu,
+        "total_gpus": plan.gpus,
+        "node_selector": dict(opts.node_selector),
+        "tolerations": [parse_toleration(t) for t in opts.tolerations],
+        "priority_class": opts.priority_class,
+        "gang": opts.gang,
+        "scheduler_name": SCHEDULERS.get(opts.gang),
+        "schedule_timeout": int(spec.start_timeout),
+        "launcher_name": backend.launcher_name,
+        "launcher_command": k8s_tools.launcher_command(backend.tools, spec.mpirun),
+        "hostfile": hostfile.render([(w.name, w.slots) for w in plan.workers],
+                                    k8s_launch.image_mpi_info(spec).flavour),
+        "plan_json": json.dumps(plan.to_dict(), indent=1),
+        "launch_json": (json.dumps(backend.launch_description().without_secrets().to_dict(), indent=1)
+                        if backend.launcher == "cluster" else ""),
+        "secret_name": k8s_launch.secret_name(job),
+        "secret_dir": SECRET_DIR,
+        "secret_json": (json.dumps(k8s_launch.secret_values(backend.launch_description(), reveal), indent=1)
+                        if backend.launcher == "cluster" else ""),
+        "detach": spec.detach,
+        # --transport agent: each worker pod's main process is mpilaunch's exec agent (no pods/exec)
+        "transport": backend.transport,
+        "agent": {"port": AGENT_PORT, "secret_name": k8s_launch.agent_secret_name(job),
+                  "secret_dir": AGENT_SECRET_DIR, "secret_key": AGENT_SECRET_KEY,
+                  "secret": backend.agent_secret if reveal else mpi.mask(backend.agent_secret)} if agent else None,
+    }
+
+
+def manifests(backend, reveal: bool = False) -> list[tuple[str, str]]:
+    """``(group, yaml text)`` in creation order."""
+    env = k8s_launch.templates()
+    vals = values(backend, reveal)
+    docs = [("root", env.get_template("k8s-root.yaml.j2").render(vals))]
+    if backend.tools:
+        docs.append(("tools", env.get_template("k8s-tools.yaml.j2").render(vals)))
+    docs += [(group, env.get_template(name).render(vals))
+             for group, name in k8s_orphan.templates_for(backend.spec.detach)]
+    if backend.launcher == "cluster":
+        docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(vals)))
+        docs.append(("setup", env.get_template("k8s-secret.yaml.j2").render(vals)))
+    if vals["agent"]:
+        docs.append(("setup", env.get_template("k8s-agent-secret.yaml.j2").render(vals)))
+    docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(vals)))
+    if backend.opts.gang != "none":
+        docs.append(("setup", env.get_template("k8s-podgroup.yaml.j2").render(vals)))
+    worker = env.get_template("k8s-worker.yaml.j2")
+    for w in backend.plan.workers:
+        docs.append(("workers", worker.render({**vals, "worker": w})))
+    if backend.launcher == "cluster":
+        docs.append(("launcher", env.get_template("k8s-launcher.yaml.j2").render(vals)))
+    return docs
+
+
+def objects(backend, reveal: bool = False) -> list[tuple[str, dict]]:
+    import yaml
+
+    out = []
+    for group, text in manifests(backend, reveal):
+        for obj in yaml.safe_load_all(text):
+            if obj:
+                out.append((group, obj))
+    return out
+
+
+def render(backend) -> str:
+    head = (f"# mpilaunch job {backend.job} in namespace {backend.namespace}: objects are created in this order\n"
+            f"# (apply with `kubectl create -f` or `kubectl apply --server-side -f`: client-side apply keeps a\n"
+            f"# copy of each object in an annotation, and {k8s_tools.configmap_name(backend.job)} is larger than "
+            f"its 256 KB);\n"
+            f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
+            f"# the Secrets' values are masked here.\n")
+    return head + "".join(f"---\n{text.strip()}\n" for _, text in manifests(backend))
