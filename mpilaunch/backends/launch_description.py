@@ -24,6 +24,25 @@ class LaunchWorker:
     address: str | None = None  # where its agent listens (agent transports); None: reached by name
 
 
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def slot_runs(job: str, workers) -> list[list[int]] | None:
+    """``[[slots, count], ...]`` when the workers are ``<job>-worker-0..N-1`` in order with no
+    address (a cluster job's pods): 8192 workers in a few bytes, so a job's description stays
+    far below a ConfigMap's 1 MiB (a list of names took 655 KB there). None otherwise."""
+    runs: list[list[int]] = []
+    for i, w in enumerate(workers):
+        if w.name != worker_name(job, i) or getattr(w, "address", None) is not None:
+            return None
+        if runs and runs[-1][0] == w.slots:
+            runs[-1][1] += 1
+        else:
+            runs.append([w.slots, 1])
+    return runs
+
+
 @dataclass(frozen=True)
 class LaunchDescription:
     job: str
@@ -51,15 +70,24 @@ class LaunchDescription:
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
-        out["workers"] = [dataclasses.asdict(w) for w in self.workers]
+        runs = slot_runs(self.job, self.workers)
+        if runs is not None:
+            del out["workers"]
+            out["worker_slots"] = runs  # [[slots, count], ...] of <job>-worker-0..N-1
+        else:
+            out["workers"] = [dataclasses.asdict(w) for w in self.workers]
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "LaunchDescription":
         """The launcher's side; a malformed description is a UsageError naming what is wrong."""
         try:
-            workers = tuple(LaunchWorker(name=str(w["name"]), slots=int(w["slots"]), address=w.get("address"))
-                            for w in data["workers"])
+            if "worker_slots" in data:
+                slots = [int(n) for n, count in data["worker_slots"] for _ in range(int(count))]
+                workers = tuple(LaunchWorker(worker_name(str(data["job"]), i), n) for i, n in enumerate(slots))
+            else:
+                workers = tuple(LaunchWorker(name=str(w["name"]), slots=int(w["slots"]), address=w.get("address"))
+                                for w in data["workers"])
             return cls(
                 job=str(data["job"]), workers=workers, command=tuple(data["command"]),
                 rank_prefix=tuple(data.get("rank_prefix") or ("python3", "-m", "mpilaunch.rank")),

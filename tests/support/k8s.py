@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -155,3 +156,42 @@ def launcher_files(kube, job: str, tmp_path: Path) -> Path:
         Path(launch["cluster"]["agent_secret_file"]).write_bytes(base64.b64decode(agent_secret["data"]["secret"]))
     (tmp_path / "launch.json").write_text(json.dumps(launch))
     return tmp_path / "launch.json"
+
+
+class PeakLongRunning(threading.Thread):
+    """kube-apiserver's long-running requests (exec streams, followed logs, watches) at their
+    peak while a job runs, less what was open before it.
+
+    ``mark()`` once the ranks run: from then on ``peak``/``detail`` are what the job holds while
+    it runs (exec streams stay for the job's life); ``startup_peak``/``startup_detail`` keep what
+    came before (a kubelet's watch of each Secret and ConfigMap it mounts lasts until it has read
+    that the object is immutable).
+    """
+
+    def __init__(self, kube):
+        super().__init__(daemon=True)
+        self.kube, self.done = kube, threading.Event()
+        self.baseline = kube.longrunning_requests()
+        self.peak, self.detail = 0, {}
+        self.startup_peak, self.startup_detail = 0, {}
+        self.lock = threading.Lock()
+
+    def run(self):
+        while not self.done.is_set():
+            now = self.kube.longrunning_requests()
+            extra = sum(now.values()) - sum(self.baseline.values())
+            with self.lock:
+                if extra > self.peak:
+                    self.peak, self.detail = extra, {k: v - self.baseline.get(k, 0) for k, v in now.items()
+                                                     if v != self.baseline.get(k, 0)}
+            self.done.wait(0.3)
+
+    def mark(self):
+        with self.lock:
+            self.startup_peak, self.startup_detail = self.peak, self.detail
+            self.peak, self.detail = 0, {}
+
+    def stop(self):
+        self.done.set()
+        self.join()
+        return self.peak

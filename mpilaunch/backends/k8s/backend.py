@@ -1,7 +1,7 @@
-"""Kubernetes backend: sleeping worker pods, exec API instead of SSH.
+"""Kubernetes backend: worker pods reached through mpilaunch's exec agent or the exec API, not SSH.
 
 What one job creates (jinja2 templates in ``mpilaunch/backends/k8s/templates/k8s-*.j2``,
-``mpilaunch render`` prints them):
+rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
 
 * a root ConfigMap ``<job>`` (hostfile, plan, the launcher's ``launch.json``)
   that owns every other object through ownerReferences: deleting it, or
@@ -11,8 +11,11 @@ What one job creates (jinja2 templates in ``mpilaunch/backends/k8s/templates/k8s
   reads ConfigMaps, not Secrets): the forwarded variables' values (``-x``,
   ``NCCL_*``, ``HOROVOD_*``) and the launch's status token, mounted into the
   launcher pod only;
-* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` and
-  ``create/get pods/exec`` on this job's worker pods by name, nothing else;
+* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` on this
+  job's worker pods by name, and ``create/get pods/exec`` on them with
+  ``--transport exec`` only, nothing else;
+* with ``--transport agent``, a Secret ``<job>-agent``: the secret the
+  workers' agents and the shims share, mounted into the job's pods;
 * a reaper Job ``<job>-reaper``: attached, with a Lease ``<job>`` this process
   renews, it deletes the job when the renewals stop for ``--orphan-timeout``
   or at the cluster-side deadline (:mod:`.k8s_orphan`); detached, it watches
@@ -20,8 +23,11 @@ What one job creates (jinja2 templates in ``mpilaunch/backends/k8s/templates/k8s
   outcome, records one and releases the workers (:mod:`.k8s_detached`);
 * a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
   launcher, ready or not);
-* one Pod per worker, ``<job>-worker-<i>``, sleeping, with ``nvidia.com/gpu``
-  limits, node selector, tolerations, priority class, a memory ``/dev/shm``;
+* one Pod per worker, ``<job>-worker-<i>``, with ``nvidia.com/gpu`` limits,
+  node selector, tolerations, priority class, a memory ``/dev/shm``; its
+  main process is mpilaunch's exec agent on the pod IP (``--transport
+  agent``: the shims reach it over the pod network, no exec stream through
+  the API server per daemon), or a sleep (``--transport exec``);
 * optionally a PodGroup (``--gang volcano|scheduler-plugins``);
 * with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
   pod runs :mod:`mpilaunch.backends.k8s.launcher` with the job's
@@ -37,7 +43,9 @@ every exit path.
 
 The exec transport (:mod:`mpilaunch.backends.k8s.transport`) is a stdlib
 websocket client: one TLS connection per daemon, no kubectl and no client
-library per shim. The ``kubernetes`` package is used only to read
+library per shim. The agent transport is the local and YARN backends'
+(``rsh_agent/transports/agent.py``), given the pods' IPs
+(``launch.agent_context``). The ``kubernetes`` package is used only to read
 kubeconfigs (exec plugins, auth providers); API calls use a small stdlib
 REST client (:mod:`.k8s_api`).
 """

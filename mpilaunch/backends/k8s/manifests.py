@@ -19,6 +19,20 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
 
 
+def plan_summary(plan) -> str:
+    """The root ConfigMap's plan.json (``mpilaunch status`` reads ranks and gpus): the workers as
+    runs of equal ones, so that it stays small at any worker count."""
+    runs: list[dict] = []
+    for w in plan.workers:
+        if runs and (runs[-1]["slots"], runs[-1]["gpus"]) == (w.slots, w.gpus):
+            runs[-1]["count"] += 1
+        else:
+            runs.append({"slots": w.slots, "gpus": w.gpus, "count": 1})
+    return json.dumps({"job_name": plan.job_name, "ranks": plan.ranks, "gpus": plan.gpus,
+                       "workers": f"{plan.workers[0].name} .. {plan.workers[-1].name}" if plan.workers else "",
+                       "worker_runs": runs}, indent=1)
+
+
 def values(backend, reveal: bool = False) -> dict:
     spec, plan, opts, job = backend.spec, backend.plan, backend.opts, backend.job
     labels = {JOB_LABEL: job}
@@ -63,7 +77,7 @@ def values(backend, reveal: bool = False) -> dict:
         "launcher_command": k8s_tools.launcher_command(backend.tools, spec.mpirun),
         "hostfile": hostfile.render([(w.name, w.slots) for w in plan.workers],
                                     k8s_launch.image_mpi_info(spec).flavour),
-        "plan_json": json.dumps(plan.to_dict(), indent=1),
+        "plan_json": plan_summary(plan),
         "launch_json": (json.dumps(backend.launch_description().without_secrets().to_dict(), indent=1)
                         if backend.launcher == "cluster" else ""),
         "secret_name": k8s_launch.secret_name(job),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 
 import psutil
@@ -24,7 +23,8 @@ from mpilaunch.backends.k8s.launch import AGENT_PORT
 from mpilaunch.exit_codes import EXIT_WORKER_LOST
 from mpilaunch.rsh_agent import agent_client
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
-from support.k8s import access, end_launcher_pod, in_cluster_env, launcher_files, leftover_objects, start, stop
+from support.k8s import (PeakLongRunning, access, end_launcher_pod, in_cluster_env, launcher_files, leftover_objects,
+                         start, stop)
 
 pytestmark = [pytest.mark.k8s, pytest.mark.mpi]
 
@@ -34,31 +34,6 @@ PROGRAM = "tests/programs/unit.py"
 def argv(job, tmp_path, *args):
     return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
             "--transport", "agent", "--name", job, "--output-dir", str(tmp_path / "out"), *args]
-
-
-class PeakLongRunning(threading.Thread):
-    """kube-apiserver's long-running requests (exec streams, followed logs, watches) at their
-    peak while a job runs, less what was open before it."""
-
-    def __init__(self, kube):
-        super().__init__(daemon=True)
-        self.kube, self.done = kube, threading.Event()
-        self.baseline = kube.longrunning_requests()
-        self.peak, self.detail = 0, {}
-
-    def run(self):
-        while not self.done.is_set():
-            now = self.kube.longrunning_requests()
-            extra = sum(now.values()) - sum(self.baseline.values())
-            if extra > self.peak:
-                self.peak, self.detail = extra, {k: v - self.baseline.get(k, 0) for k, v in now.items()
-                                                 if v != self.baseline.get(k, 0)}
-            self.done.wait(0.3)
-
-    def stop(self):
-        self.done.set()
-        self.join()
-        return self.peak
 
 
 def agents_of(job: str) -> dict[str, psutil.Process]:

@@ -28,6 +28,7 @@ import pytest
 
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
 from support.mpi_installs import require
+from support.k8s import PeakLongRunning
 from support.real_pods import assert_placement, finish, pods_of, ranks_from, stop
 
 pytestmark = pytest.mark.real_pods
@@ -140,17 +141,20 @@ def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
     assert real.leftovers(job) == []
 
 
-def test_local_launcher_on_real_pods(real, tmp_path):
+@pytest.mark.parametrize("transport", ["exec", "agent"], ids=["exec_transport", "agent_transport"])
+def test_local_launcher_on_real_pods(real, tmp_path, transport):
     """mpirun on this machine (Debian's Open MPI 4.1, like the image's), daemons
-    exec'd into real pods through the kubelet: the agent path mpirun forwards
-    exists only here, which used to make every orted abort in its pod."""
-    job = "rp-local"
+    exec'd into real pods through the kubelet (the agent path mpirun forwards
+    exists only here, which used to make every orted abort in its pod), or
+    reached by the pods' agents over the pod network (this machine routes to it)."""
+    job = f"rp-local-{transport}"
     mpirun = "/usr/bin/mpirun.openmpi"
     if not os.access(mpirun, os.X_OK):
         require(f"{mpirun} not installed (apt install openmpi-bin)")
     seen: dict = {}
-    proc = real.start(job, "--launcher", "local", "--mpirun", mpirun, "--np", "4", "--slots-per-worker", "2",
-                      "--output-dir", str(tmp_path), "-q", "--", "python3", f"{PROGRAMS}/placement.py")
+    proc = real.start(job, "--launcher", "local", "--transport", transport, "--mpirun", mpirun, "--np", "4",
+                      "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q", "--", "python3",
+                      f"{PROGRAMS}/placement.py")
     try:
         wait_for(lambda: len([p for p in pods_of(real, job).values() if p["status"].get("podIP")]) == 2
                  and seen.update(pods_of(real, job)) is None, 180, "worker pods with IPs")
@@ -163,6 +167,41 @@ def test_local_launcher_on_real_pods(real, tmp_path):
     assert_placement(real, job, ranks_from(out), 4, 2, seen)
     phases = assert_phases(json.loads((tmp_path / "report.json").read_text()))
     assert "launcher_running" not in phases  # mpirun ran here
+    assert real.leftovers(job) == []
+
+
+@pytest.mark.parametrize("transport", ["exec", "agent"], ids=["exec_transport", "agent_transport"])
+def test_long_running_requests_of_8_real_pods_job_by_transport(real, tmp_path, transport):
+    """kube-apiserver's long-running requests while the ranks of a job of 8 real pods run (cluster
+    launcher): the exec transport holds one exec stream per daemon; the agent transport none, and
+    at most 2 streaming requests in all (the CLI following the launcher pod's log), whatever the pod
+    count. Besides those, the launcher node's kubelet watches what the launcher pod mounts and is
+    not immutable: the job's root ConfigMap (launch.json; patched by a detached job's outcome) and
+    the namespace's kube-root-ca.crt (any pod with a ServiceAccount token; shared by the node's
+    pods). The workers' mounts (tools ConfigMap, agent Secret) are immutable: no watch is held."""
+    job = f"rp-streams-{transport}"
+    peak = PeakLongRunning(real.cluster)
+    peak.start()
+    proc = real.start(job, "--transport", transport, "--np", "8", "--slots-per-worker", "1",
+                      "--output-dir", str(tmp_path), "-x", "SLEEP=4", "--", "python3", f"{PROGRAMS}/unit.py")
+    try:
+        wait_started(proc, 8)
+        peak.mark()
+        time.sleep(2.5)
+        out, err = finish(proc, 120)
+    finally:
+        held = peak.stop()
+        if proc.poll() is None:
+            stop(proc)
+    assert proc.returncode == 0, err[-3000:]
+    streams = peak.detail.get("CONNECT pods/exec", 0)
+    connects = sum(v for k, v in peak.detail.items() if k.startswith("CONNECT"))
+    if transport == "agent":
+        assert streams == 0 and connects <= 2 and held <= 3, peak.detail
+    else:
+        assert streams == 8, peak.detail
+    print(f"8 real pods, --transport {transport}: {held} long-running requests while the ranks ran {peak.detail}; "
+          f"before: {peak.startup_peak} {peak.startup_detail}")
     assert real.leftovers(job) == []
 
 
@@ -326,17 +365,20 @@ print(json.dumps(out))
 """
 
 
-def test_launcher_pod_may_not_exec_into_another_jobs_pod(real):
+@pytest.mark.parametrize("transport", ["exec", "agent"], ids=["exec_transport", "agent_transport"])
+def test_launcher_pod_may_not_exec_into_another_jobs_pod(real, transport):
     """From inside the launcher pod, with its ServiceAccount token and the API
     server reached as kubernetes.default.svc (CoreDNS + the testbed's route):
-    exec into its own worker is allowed (400: a plain POST is no websocket
-    upgrade, but it passed authorization), into another job's pod 403."""
-    other, job = "rp-rbac-other", "rp-rbac"
+    exec into another job's pod is 403; into its own worker it is allowed with
+    --transport exec (400: a plain POST is no websocket upgrade, but it passed
+    authorization), and 403 too with the agent transport, whose Role has no
+    pods/exec at all."""
+    other, job = f"rp-rbac-other-{transport}", f"rp-rbac-{transport}"
     procs = []
     try:
         for name in (other, job):
-            procs.append(real.start(name, "--np", "1", "-q", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                                    "--", "python3", f"{PROGRAMS}/fail_rank.py"))
+            procs.append(real.start(name, "--np", "1", "-q", "--transport", transport, "-x", "FAIL_RANK=-1",
+                                    "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py"))
         for proc in procs:
             wait_started(proc, 1)
         launcher = next(p for p in pods_of(real, job) if "-launcher" in p)
@@ -347,7 +389,7 @@ def test_launcher_pod_may_not_exec_into_another_jobs_pod(real):
         assert probe.returncode == 0, probe.stderr
         codes = json.loads(probe.stdout.strip().splitlines()[-1])
         assert codes[victim] == 403, codes
-        assert codes[f"{job}-worker-0"] != 403, codes
+        assert (codes[f"{job}-worker-0"] == 403) == (transport == "agent"), codes
     finally:
         for proc in procs:
             if proc.poll() is None:
