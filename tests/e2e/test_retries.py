@@ -98,8 +98,15 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
         uid1 = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}").stdout
         kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
         # the replacement has the old name but is a new pod; worker 0 is the same pod all along
-        wait_for(lambda: kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}",
-                                      check=False).stdout not in ("", uid1), 120, "the replacement pod")
+        try:
+            wait_for(lambda: kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}",
+                                          check=False).stdout not in ("", uid1), 120, "the replacement pod")
+        except AssertionError as e:  # say what mpilaunch said (seen once in CI, never reproduced)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            pod = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "yaml", check=False).stdout
+            raise AssertionError(f"{e}\nmpilaunch said:\n{out[-2000:]}\n{err[-4000:]}\nthe pod now:\n{pod[-3000:]}"
+                                 f"\nkwok: {kube.log_tail('kwok', 20)}") from None
         assert kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout == uid0
         out, err = finish(proc, seen)
     finally:

@@ -25,3 +25,15 @@ def test_a_launcher_that_cannot_start_has_not():
     assert pod_problem(pulling) == ("ErrImagePull: no such image", True)
     assert not launcher_started(pod("Pending"))
     assert not launcher_started({"status": {}})
+
+
+def test_launcher_done_line_counts_only_with_the_launch_token():
+    from mpilaunch.backends.k8s.pods import LAUNCHER_DONE, parse_launcher_done
+
+    assert parse_launcher_done(f"{LAUNCHER_DONE}0 token=abc\n", "abc") == 0
+    assert parse_launcher_done(f"{LAUNCHER_DONE}7 token=abc", "abc") == 7
+    # a rank that prints the same words without the token (or another's) does not end the job
+    assert parse_launcher_done(f"{LAUNCHER_DONE}0 token=xyz", "abc") is None
+    assert parse_launcher_done(f"{LAUNCHER_DONE}0", "abc") is None
+    assert parse_launcher_done("mpilaunch: launcher: openmpi 5, 2 workers ready", "abc") is None
+    assert parse_launcher_done(f"{LAUNCHER_DONE}x token=abc", "abc") is None

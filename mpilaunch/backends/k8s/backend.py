@@ -72,8 +72,8 @@ from .manifests import GPU_RESOURCE
 from .options import K8sOptions
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
 from .credentials import refused
-from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, pod_problem, pod_ready,
-                   launcher_started, pod_loss, startup_phases, summarize)
+from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, parse_launcher_done, pod_problem,
+                   pod_ready, launcher_started, pod_loss, startup_phases, summarize)
 
 # Container states that will not fix themselves: fail the allocation at once.
 POLL = 0.5
@@ -377,15 +377,27 @@ class K8sBackend(BaseBackend):
         None when ``deadline`` passed first (the workload reports the timeout).
         """
         pod = self.launcher_pod
-        stop = threading.Event()
+        stop, said_done = threading.Event(), threading.Event()
+        done: list[int] = []
+
+        def on_done(text: str) -> None:
+            code = parse_launcher_done(text, self.status_token)
+            if code is not None:
+                done.append(code)
+                said_done.set()
+
         follower = threading.Thread(
             target=follow_log, args=(self.api, self.namespace, pod, output, stop),
-            kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said)}, daemon=True)
+            kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said),
+                    "on_launcher_done": on_done}, daemon=True)
         follower.start()
         code = None
         outage = ApiOutage(f"the launcher pod {pod}")
         try:
             while True:
+                if done:  # its last line, every line before it read: no need to wait for the kubelet
+                    code = done[0]
+                    return code
                 self.api.check_credentials()
                 try:
                     current = self.api.get("v1", "pods", pod)
@@ -410,7 +422,7 @@ class K8sBackend(BaseBackend):
                     return None
                 if output.abandoned():
                     return 1  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
-                time.sleep(POLL)
+                said_done.wait(POLL)
         finally:
             stop.set()
             follower.join(timeout=10 if code is not None else 1)

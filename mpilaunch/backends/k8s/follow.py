@@ -5,14 +5,16 @@ from __future__ import annotations
 import threading
 
 from .api import ApiError
-from .pods import LAUNCHER_CONTAINER, LAUNCHER_READY
+from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_READY
 
 
-def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_launcher_ready=None) -> None:
+def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_launcher_ready=None,
+               on_launcher_done=None) -> None:
     """Stream the launcher's log, reconnecting after drops without repeating lines.
 
     ``on_launcher_ready()`` is called when the launcher says it starts mpirun
-    (its ``LAUNCHER_READY`` line): the submitting side's ``mpirun_started`` phase.
+    (its ``LAUNCHER_READY`` line): the submitting side's ``mpirun_started`` phase;
+    ``on_launcher_done(text)`` with its last line (``LAUNCHER_DONE``), which is not output.
     """
     last_ts, seen_at_last = None, 0
     warned = False
@@ -44,6 +46,9 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
                     seen_at_last += 1
                 else:
                     last_ts, seen_at_last = ts, 1
+                if on_launcher_done is not None and text.startswith(LAUNCHER_DONE):
+                    on_launcher_done(text)
+                    continue
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
                     on_launcher_ready(text[len(LAUNCHER_READY):])
                 output.feed("stdout", text)

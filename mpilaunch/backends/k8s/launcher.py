@@ -36,7 +36,7 @@ from ..base import BaseBackend
 from ..launch_description import LaunchDescription
 from .api import Api, ApiError, sa_dir
 from .detached import outcome, record_outcome
-from .pods import LAUNCHER_READY, WORKER_CONTAINER, pod_loss
+from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss
 from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
 from ...errors import MpilaunchError, UsageError
 from ...lifecycle import make_rundir, run_job
@@ -261,6 +261,8 @@ def main(argv=None) -> int:
         workload.bind(backend, rundir, environ, attempt=int(environ.get("MPILAUNCH_ATTEMPT", "1")))
         result = run_job(spec, workload, backend, rundir, None,
                          stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        if not launch.detach:  # the submitting side ends on this line (pods.LAUNCHER_DONE)
+            print(f"{LAUNCHER_DONE}{result.exit_code} token={workload.token}", file=sys.stderr, flush=True)
     except MpilaunchError as e:
         print(e.format(), file=sys.stderr)
         result = JobResult(job_name=launch.job, exit_code=e.exit_code, failure=e.message)
