@@ -195,3 +195,17 @@ class PeakLongRunning(threading.Thread):
         self.done.set()
         self.join()
         return self.peak
+
+
+def delete_pod_while_running(kube, proc, pod: str, timeout: float = 120) -> tuple[str, str, str, float]:
+    """Delete a running job's pod (not waiting for it to go); ``(its node, the job's stdout, stderr,
+    seconds from the deletion to the job's end)``. The job is killed should it outlive ``timeout``."""
+    node = kube.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}").stdout.strip()
+    t0 = time.monotonic()
+    try:
+        kube.kubectl("delete", "pod", pod, "--wait=false")
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return node, out, err, time.monotonic() - t0

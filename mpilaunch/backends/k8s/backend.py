@@ -52,7 +52,6 @@ REST client (:mod:`.k8s_api`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading

@@ -23,8 +23,8 @@ from mpilaunch.backends.k8s.launch import AGENT_PORT
 from mpilaunch.exit_codes import EXIT_WORKER_LOST
 from mpilaunch.rsh_agent import agent_client
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
-from support.k8s import (PeakLongRunning, access, end_launcher_pod, in_cluster_env, launcher_files, leftover_objects,
-                         start, stop)
+from support.k8s import (PeakLongRunning, access, delete_pod_while_running, end_launcher_pod, in_cluster_env,
+                         launcher_files, leftover_objects, start, stop)
 
 pytestmark = [pytest.mark.k8s, pytest.mark.mpi]
 
@@ -103,16 +103,8 @@ def test_agent_transport_lost_worker_deleted_pod_is_named(kube, k8s_env, tmp_pat
     proc = subprocess.Popen(argv(job, tmp_path, "--np", "2", "--slots-per-worker", "1", "-q", "-x", "SLEEP=120", "--",
                                  sys.executable, PROGRAM), cwd=REPO, env=k8s_env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        wait_started(proc, 2)
-        node = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
-        t0 = time.monotonic()
-        kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
-        out, err = proc.communicate(timeout=120)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    wait_started(proc, 2)
+    node, out, err, took = delete_pod_while_running(kube, proc, f"{job}-worker-1")
     assert proc.returncode == EXIT_WORKER_LOST, err[-3000:]
     line = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
     assert line.startswith(f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) "

@@ -11,12 +11,11 @@ the deletion by itself: the lifecycle's lost-worker watch must.
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
-from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
+from support.k8s import delete_pod_while_running, forget_pod_env, give_pods_their_env, leftover_objects
 from mpilaunch.exit_codes import EXIT_WORKER_LOST
 
 pytestmark = [pytest.mark.k8s, pytest.mark.mpi]
@@ -72,16 +71,8 @@ def test_lost_worker_deleted_pod_is_named_first_in_both_modes_on_k8s(kube, k8s_e
     job = f"parity-k8s-lost-{mode}"
     pods(job)
     proc = start(job, mode, tmp_path, k8s_env, "-x", "SLEEP=120")
-    try:
-        wait_started(proc, 2, timeout=180)
-        node = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
-        t0 = time.monotonic()
-        kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
-        out, err = proc.communicate(timeout=120)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    wait_started(proc, 2, timeout=180)
+    node, out, err, took = delete_pod_while_running(kube, proc, f"{job}-worker-1")
     assert proc.returncode == EXIT_WORKER_LOST == 5, err[-3000:]
     line = first_error_line(err)
     assert line.startswith(f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) "
