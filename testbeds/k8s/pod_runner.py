@@ -89,6 +89,7 @@ class PodRunner:
         self.api = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
         self.workdir = workdir
         self.running: dict[str, subprocess.Popen] = {}  # pod uid -> its container's process
+        self.by_ip: dict[str, subprocess.Popen] = {}  # pod IP -> the process of the pod that has it
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------ volumes
@@ -136,8 +137,22 @@ class PodRunner:
 
     # ------------------------------------------------------------ containers
 
+    def _free_ip(self, ip: str) -> None:
+        """kwok gives a deleted pod's IP to the next pod at once; a real node frees it only with the old
+        pod's sandbox, its processes gone. So: end whatever of a deleted pod still holds ``ip`` (seen:
+        a new job's shims reached the old job's agent, still exiting, and were refused)."""
+        old = self.by_ip.pop(ip, None)
+        if old is not None and old.poll() is None:
+            try:
+                os.killpg(old.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            old.wait()
+
     def start(self, pod: dict) -> None:
         meta = pod["metadata"]
+        ip = pod["status"]["podIP"]
+        self._free_ip(ip)
         container = pod["spec"]["containers"][0]
         poddir = self.workdir / meta["namespace"] / meta["name"] / meta["uid"]
         (poddir / "tmp").mkdir(parents=True, exist_ok=True)
@@ -156,6 +171,7 @@ class PodRunner:
             stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
         log_file.close()
         self.running[meta["uid"]] = proc
+        self.by_ip[ip] = proc
         log(f"started {meta['namespace']}/{meta['name']} ({(pod.get('status') or {}).get('podIP')}): pid {proc.pid}")
 
     def stop(self, uid: str, name: str, grace: float) -> None:
