@@ -42,6 +42,26 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
+COMPONENTS = ("kube-apiserver", "etcd", "kwok", "kubelet", "containerd")
+
+
+def control_plane_cpu() -> dict[str, float]:
+    """CPU seconds (user + sys, reaped children included: runc, exec'd processes) of the cluster's
+    processes by component; psutil reads /proc."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        name, times = p.info["name"] or "", p.info["cpu_times"]
+        if times is None:
+            continue
+        for component in COMPONENTS:
+            if name.startswith(component):
+                out[component] = out.get(component, 0.0) + times.user + times.system + \
+                    times.children_user + times.children_system
+    return out
+
+
 class Sampler(threading.Thread):
     """The peak of the gauge's sum while a job runs."""
 
@@ -63,10 +83,11 @@ class Sampler(threading.Thread):
             self.done.wait(self.interval)
 
 
-def job_argv(job: str, transport: str, pods: int, program: list[str]) -> list[str]:
-    return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
-            "--transport", transport, "--name", job, "--np", str(pods), "--slots-per-worker", "1", "-q",
-            "--start-timeout", "240", "--", *program]
+def job_argv(job: str, transport: str, pods: int, program: list[str], real: list[str] | None = None) -> list[str]:
+    """kwok: ``--launcher local``; ``real``: the real node's image and job arguments, the cluster launcher."""
+    where = real if real is not None else ["--image", "mpilaunch:test", "--launcher", "local"]
+    return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", *where, "--transport", transport, "--name", job,
+            "--np", str(pods), "--slots-per-worker", "1", "-q", "--start-timeout", "240", "--", *program]
 
 
 def give_exec_targets(cluster, job: str, pods: int, work: Path) -> None:
@@ -78,9 +99,10 @@ def give_exec_targets(cluster, job: str, pods: int, work: Path) -> None:
                    for n in names])
 
 
-def run_job(cluster, env, job, transport, pods, program, timeout, work, sample=False) -> dict:
-    if transport == "exec":
+def run_job(cluster, env, job, transport, pods, program, timeout, work, sample=False, real=None) -> dict:
+    if transport == "exec" and real is None:
         give_exec_targets(cluster, job, pods, work / job)
+    cpu_before = control_plane_cpu()
     sampler = None
     if sample:
         baseline = sum(cluster.longrunning_requests().values())
@@ -88,20 +110,22 @@ def run_job(cluster, env, job, transport, pods, program, timeout, work, sample=F
         sampler.start()
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(job_argv(job, transport, pods, program), cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(job_argv(job, transport, pods, program, real), cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=timeout)
         code, tail = proc.returncode, proc.stderr.strip().splitlines()[-3:]
     except subprocess.TimeoutExpired:
         code, tail = None, ["timed out"]
     wall = time.perf_counter() - t0
+    cpu_after = control_plane_cpu()
     out = {"transport": transport, "pods": pods, "wall_s": round(wall, 3), "exit": code,
-           "stall": code != 0, "tail": tail}
+           "stall": code != 0, "tail": tail,
+           "cluster_cpu_s": {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}}
     if sampler is not None:
         sampler.done.set()
         sampler.join()
         out["longrunning_job"] = sampler.peak - baseline
         out["longrunning_detail"] = {k: v for k, v in sampler.peak_detail.items() if "pods" in k and v}
-    if transport == "exec":
+    if transport == "exec" and real is None:
         cluster.kubectl("delete", "--ignore-not-found", "--wait=false",
                         *[f"exec/{job}-worker-{i}" for i in range(pods)], check=False)
     return out
@@ -115,6 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hold", type=float, default=6.0, help="seconds the streams job's ranks sleep")
     ap.add_argument("--launch-timeout", type=float, default=300)
     ap.add_argument("--no-launch", action="store_true", help="streams only")
+    ap.add_argument("--real-pods", type=int, default=0,
+                    help="also the streams job on the testbed's real node with this many pods (cluster launcher)")
     ap.add_argument("--workdir", help="attach to a running testbed (python -m testbeds.k8s.cluster up --workdir DIR)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
@@ -144,7 +170,23 @@ def main(argv=None) -> int:
                             args.launch_timeout, work, sample=True)
                 results["streams"].append(r)
                 print(f"streams  {transport:5} {pods:4} pods: job holds {r.get('longrunning_job')} long-running "
-                      f"requests {r.get('longrunning_detail')} (exit {r['exit']}, {r['wall_s']} s)", flush=True)
+                      f"requests {r.get('longrunning_detail')} (exit {r['exit']}, {r['wall_s']} s); "
+                      f"cluster CPU {r['cluster_cpu_s']}", flush=True)
+        if args.real_pods:
+            from testbeds.k8s.node import JOB_ARGS
+
+            image = cluster.node.project_image()
+            # real pods run their own commands: the job's pieces come in its ConfigMap, as for users
+            real_env = {k: v for k, v in env.items() if k not in ("MPILAUNCH_K8S_TOOLS", "MPILAUNCH_K8S_PYTHON")}
+            for transport in transports:
+                r = run_job(cluster, real_env, f"r{args.real_pods}-{transport}", transport, args.real_pods,
+                            ["sleep", str(args.hold)], args.launch_timeout, work, sample=True,
+                            real=["--image", image, *JOB_ARGS])
+                r["real"] = True
+                results["streams"].append(r)
+                print(f"streams  {transport:5} {args.real_pods:4} real pods: job holds {r.get('longrunning_job')} "
+                      f"long-running requests (peak) {r.get('longrunning_detail')} (exit {r['exit']}, "
+                      f"{r['wall_s']} s); cluster CPU {r['cluster_cpu_s']}", flush=True)
         if not args.no_launch:
             for pods in counts:
                 runs = {t: [] for t in transports}
