@@ -38,14 +38,20 @@ def write_sh_agent(directory: Path) -> str:
     return str(path)
 
 
-def floor_command(info: mpi.MpiInfo, directory: Path, workers: int, slots: int, command: list[str]) -> mpi.MpirunCommand:
-    hosts = [(f"floor-worker-{i}", slots) for i in range(workers)]
+def floor_command(info: mpi.MpiInfo, directory: Path, workers: int, slots: int, command: list[str],
+                  extra_args: tuple[str, ...] = (), name: str = "floor") -> mpi.MpirunCommand:
+    """The floor's mpirun: mpilaunch's flags (``build_mpirun``, and for Open MPI the
+    ``tune_launch`` that ``workloads.mpirun.build_launch`` applies), ``extra_args`` as
+    ``--mpi-args`` would give them, hosts named ``<name>-worker-<i>`` like local workers."""
+    hosts = [(f"{name}-worker-{i}", slots) for i in range(workers)]
     hf = directory / "floor-hostfile"
     hf.write_text(hostfile.render(hosts, info.hostfile_flavour))
+    program = list(command)
     command = mpi.build_mpirun(
         info, ranks=workers * slots, hosts=workers, hostfile=str(hf), shim=write_sh_agent(directory),
-        command=command, environ=dict(os.environ), as_root=os.geteuid() == 0,
+        command=program, environ=dict(os.environ), as_root=os.geteuid() == 0, extra_args=tuple(extra_args),
     )
+    mpi.for_name(info.flavour).tune_launch(info, command, tuple(extra_args), len(program))
     if info.flavour == "intel":
         # Intel's own setup (vars.sh) puts <prefix>/lib on LD_LIBRARY_PATH; without it
         # libmpi loads whatever libfabric.so.1 the system has (seen: Debian's 1.17

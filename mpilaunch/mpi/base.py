@@ -137,6 +137,11 @@ class MpiFlavour(ABC):
         """Options for the rank wrapper (``python -m mpilaunch.rank``) under this flavour."""
         return []
 
+    def tune_launch(self, info: MpiInfo, command: MpirunCommand, extra_args, program_words: int) -> None:
+        """A job's mpirun after ``build_mpirun`` (its argv ends with ``extra_args`` then the
+        ``program_words`` of the rank command): launch-scale settings of this flavour's own, and
+        the user's ``--mpi-args`` values in place of mpilaunch's. Nothing by default."""
+
     def connect_back_args(self, address: str) -> list[str]:
         """Options that make remote daemons reach mpirun at ``address`` (proxies_connect_back)."""
         raise NotImplementedError(f"{self.title}'s daemons do not connect back to mpirun")

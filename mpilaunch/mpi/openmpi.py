@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .base import LaunchArgs, MpiFlavour, MpiInfo
+from .base import LaunchArgs, MpiFlavour, MpiInfo, MpirunCommand
 
 # Resource-manager components Open MPI (ORTE and PRRTE) may pick up from the
 # environment; excluded so the hostfile is the only host list. Excluding a
@@ -27,6 +27,18 @@ MIN_ROUTED_RADIX = 64
 # With no launch threads the fork runs on the progress thread itself, which
 # cannot reap before the pid is stored.
 PRRTE_SPAWN_ON_PROGRESS_THREAD = {"odls_base_max_threads": "0"}
+# Open MPI 4's mpirun looks every hostfile name up (getaddrinfo, 4 lookups a
+# name in orte_util_add_hostfile_nodes -> opal_ifislocal) to find out which
+# host is its own. mpilaunch's workers never are (each is reached through the
+# shim; local workers' names resolve nowhere by design), so these are DNS
+# queries for names that do not exist, one after the other: 1024 queries at
+# 256 workers, and a resolver that drops one costs its 5 s timeout. Measured on
+# the 2-core VM (its resolver drops ~3% of queries: 2 of 64 getaddrinfo calls
+# took 5 s): `mpirun true` with the /bin/sh-agent floor, 16 one-slot hosts,
+# 10.6-10.8 s -> 0.44-0.63 s, and mpilaunch --np 16 11.1 s -> 1.0-1.2 s (strace:
+# 192 DNS connects by mpirun -> 0). Open MPI 5's PRRTE makes no such lookups.
+# Added by tune_launch (a job's launch, not build_mpirun's pure argv).
+ORTE_NO_HOST_LOOKUPS = {"if_base_do_not_resolve": "1"}
 # Open MPI's daemons (4.x orted and 5.x prted alike) can drop a process's
 # last output when they reap the process before draining its pipe. Seen: 1
 # status line in ~4 runs lost on 4.x; on 5.x, ranks 0 and 3 failing with busy
@@ -79,6 +91,59 @@ def openmpi_agent(shim: str) -> str:
     ever did call it, the launch fails loudly instead of going astray.
     """
     return f"{shim} : false"
+
+
+# How mpirun starts and wires its daemons: mpilaunch sets each of these (``_params``), and a
+# value of the user's own (``--mpi-args "--mca routed_radix 16"``) replaces mpilaunch's
+# (``yield_to_user``): Open MPI 4 refuses a parameter named twice on its command line
+# ("MCA parameters can only be listed once"), so without this none could be tuned.
+# The launch's pinned parameters (plm, ras, the agent, the hostfile) stay mpilaunch's.
+TUNABLE = frozenset({"no_tree_spawn", "num_concurrent", "routed_radix", "if_base_do_not_resolve"})
+_MCA_OPTIONS = frozenset({"--mca", "-mca", "--omca", "-omca", "--gmca", "-gmca", "--prtemca", "-prtemca",
+                          "--pmixmca", "-pmixmca"})
+
+
+def _tunable(name: str) -> str | None:
+    """The TUNABLE name of an MCA parameter (``plm_rsh_num_concurrent`` and ``plm_ssh_...`` alike)."""
+    for prefix in ("plm_rsh_", "plm_ssh_"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    return name if name in TUNABLE else None
+
+
+def user_tuning(extra_args) -> set[str]:
+    """The TUNABLE parameters the user's extra mpirun arguments set."""
+    args = list(extra_args)
+    return {t for i, a in enumerate(args[:-2]) if a in _MCA_OPTIONS and (t := _tunable(args[i + 1]))}
+
+
+def tune_launch(info: MpiInfo, command: MpirunCommand, extra_args, program_words: int) -> None:
+    """A job's mpirun (``workloads.mpirun.build_launch``; the benchmarks' floor alike): the
+    launch-scale settings, before the user's extra arguments (``extra_args``, followed in argv
+    by the ``program_words`` of the rank command), whose TUNABLE values then replace mpilaunch's."""
+    if info.major < 5:
+        at = len(command.argv) - len(extra_args) - program_words
+        for key, value in ORTE_NO_HOST_LOOKUPS.items():
+            command.argv[at:at] = ["--mca", key, value]
+            command.env["OMPI_MCA_" + key] = value
+            at += 3
+    yield_to_user(command, extra_args, program_words)
+
+
+def yield_to_user(command: MpirunCommand, extra_args, program_words: int = 0) -> None:
+    """Drop mpilaunch's own value of every TUNABLE parameter that ``extra_args`` sets, from argv
+    and environment. ``build_mpirun`` put ``extra_args`` after mpilaunch's options and before
+    the ``program_words`` of the rank command; only mpilaunch's options are looked at."""
+    names = user_tuning(extra_args)
+    if not names:
+        return
+    argv = command.argv
+    end = len(argv) - len(extra_args) - program_words
+    drop = {i for i in range(end - 2) if argv[i] in _MCA_OPTIONS and _tunable(argv[i + 1]) in names}
+    argv[:] = [a for i, a in enumerate(argv) if not any(j <= i < j + 3 for j in drop)]
+    for key in [k for k in command.env if k.startswith(_MCA_PREFIXES) and _tunable(k.split("_MCA_", 1)[1]) in names]:
+        del command.env[key]
 
 
 def is_mca_launch(name: str) -> bool:
@@ -165,6 +230,9 @@ class OpenMpi(MpiFlavour):
         # the same parameters in the environment as well as on the command line
         _, _, _, env_prefix = self._runtime(info)
         return {env_prefix + k: v for k, v in self._params(info, launch).items()}
+
+    def tune_launch(self, info: MpiInfo, command: MpirunCommand, extra_args, program_words: int) -> None:
+        tune_launch(info, command, extra_args, program_words)
 
     def rank_wrapper_options(self, info: MpiInfo) -> list[str]:
         return ["--linger-ms", str(LINGER_MS)]

@@ -104,19 +104,22 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
     # directory; in pods neither exists: give them an address, start in / (connect_back_args),
     # and the rank wrapper goes to the worker's own directory (captured by the shim)
     address = backend.control_address() if flavour.proxies_connect_back else None
+    program = rank_command(spec, backend.rank_prefix(), info, attempt, worker_cwd=bool(address))
     command = mpi.build_mpirun(
         info,
         ranks=plan.ranks,
         hosts=len(plan.workers),
         hostfile=str(rundir / "hostfile"),
         shim=shim_path(rundir),
-        command=rank_command(spec, backend.rank_prefix(), info, attempt, worker_cwd=bool(address)),
+        command=program,
         environ=environ,
         user_env=spec.env,
         extra_args=spec.mpi_args,
         as_root=os.geteuid() == 0,
         rank_env=rank_variables(plan, rendezvous, token),
     )
+    # Open MPI 4: no host lookups; the user's --mpi-args tune the daemons' launch (mpi/openmpi.py)
+    mpi.for_name(info.flavour).tune_launch(info, command, spec.mpi_args, len(program))
     command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
     if address:
         command.argv[1:1] = flavour.connect_back_args(address)

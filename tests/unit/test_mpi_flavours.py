@@ -255,3 +255,41 @@ def test_a_registered_flavour_is_used_by_the_pure_planning_functions(toy, tmp_pa
     fake.chmod(0o755)
     found = mpi.find_mpirun("toympi", None, str(tmp_path))
     assert (found.flavour, found.version, found.path) == ("toympi", "1.2.3", str(fake))
+
+
+# ------------------------------------------------------------------ a job's launch tuning (tune_launch)
+
+
+def tuned(info, extra=("--x",)):
+    cmd = build(info, extra_args=tuple(extra))
+    mpi.for_name(info.flavour).tune_launch(info, cmd, tuple(extra), 1)  # the program: "prog"
+    return cmd
+
+
+def test_openmpi4_launch_looks_no_worker_name_up():
+    cmd = tuned(OMPI4)
+    at = cmd.argv.index("if_base_do_not_resolve")
+    assert cmd.argv[at - 1:at + 2] == ["--mca", "if_base_do_not_resolve", "1"]
+    assert cmd.argv[-2:] == ["--x", "prog"] and at < len(cmd.argv) - 2  # before the user's own and the program
+    assert cmd.env["OMPI_MCA_if_base_do_not_resolve"] == "1"
+    # Open MPI 5's PRRTE makes no such lookups; MPICH's hydra is not touched
+    assert "if_base_do_not_resolve" not in tuned(OMPI5).argv
+    assert tuned(MPICH).argv == build(MPICH).argv
+
+
+@pytest.mark.parametrize("info", [OMPI4, OMPI5], ids=["openmpi4", "openmpi5"])
+def test_users_mpi_args_replace_mpilaunchs_tunable_values_only(info):
+    option = "--mca" if info.major < 5 else "--prtemca"
+    prefix = "plm_rsh_" if info.major < 5 else "plm_ssh_"
+    extra = (option, prefix + "no_tree_spawn", "0", option, "routed_radix", "8")
+    cmd = tuned(info, extra)
+    pairs = [(cmd.argv[i + 1], cmd.argv[i + 2]) for i, a in enumerate(cmd.argv[:-2]) if a == option]
+    names = [name for name, _ in pairs]
+    # each tuned parameter once (Open MPI 4 refuses one named twice), with the user's value
+    assert (prefix + "no_tree_spawn", "0") in pairs and ("routed_radix", "8") in pairs
+    assert names.count(prefix + "no_tree_spawn") == 1 and names.count("routed_radix") == 1
+    assert not any(k.endswith("no_tree_spawn") or k.endswith("routed_radix") for k in cmd.env)
+    # what the launch pins stays mpilaunch's: the agent; an untouched tunable keeps mpilaunch's value
+    assert (prefix + "agent", "/run/rsh : false") in pairs
+    assert (prefix + "num_concurrent", "128") in pairs
+    assert cmd.argv[-1] == "prog"

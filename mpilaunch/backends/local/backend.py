@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
+import threading
 import time
 
 from ... import gpu_slots
@@ -20,6 +22,7 @@ from ...procs import kill_tree, processes_with_env, wait_exit
 from ...pylauncher import write_launcher
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ..base import BaseBackend, Capabilities
+from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
 
 def listening_socket() -> socket.socket:
@@ -77,6 +80,9 @@ class LocalBackend(BaseBackend):
             "--exit-with-pid", str(os.getpid()),
             "--orphan-cleanup", str(self.rundir),
             "--env", f"MPILAUNCH_JOB={self.job_marker}",
+            # the job's context for an mpilaunch-rsh started on the worker: Open MPI's tree
+            # spawn (--mpi-args "--mca plm_rsh_no_tree_spawn 0") has daemons start daemons
+            "--env", f"MPILAUNCH_CONTEXT={self.rundir / 'context.json'}",
         ]
         if worker.name in self.devices:
             argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(self.devices[worker.name])]
@@ -94,12 +100,30 @@ class LocalBackend(BaseBackend):
         with listening_socket() as listener:
             # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
             # which then tears the workers down in order.
-            self.agents[worker.name] = subprocess.Popen(
-                self._agent_argv(worker, listener.fileno()), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, pass_fds=(listener.fileno(),), env=self.launch_environ,
-            )
+            if self._fork_agents():
+                argv = self._agent_argv(worker, 3)  # the child moves the listener to fd 3
+                env = dict(os.environ if self.launch_environ is None else self.launch_environ)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    run_forked_agent(argv[1:], env, listener.fileno(), log.fileno())
+                self.agents[worker.name] = ForkedAgent(pid, argv)
+            else:
+                self.agents[worker.name] = subprocess.Popen(
+                    self._agent_argv(worker, listener.fileno()), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, pass_fds=(listener.fileno(),), env=self.launch_environ,
+                )
             self.addresses[worker.name] = "127.0.0.1:%d" % listener.getsockname()[1]
         log.close()
+
+    def _fork_agents(self) -> bool:
+        """Fork this job's agents (FORK_AGENTS_FROM), where forking is safe: no other thread runs here
+        (a thread holding a lock at the fork would leave it held in the child forever)."""
+        if len(self.plan.workers) < FORK_AGENTS_FROM or threading.active_count() > 1:
+            return False
+        from ...agent import cli  # noqa: F401  (imported once here: every child has it)
+        return True
 
     def replace_workers(self, names: list[str]) -> None:
         """A new agent for each lost worker; whatever the old one left running goes first."""
