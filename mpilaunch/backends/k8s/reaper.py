@@ -23,6 +23,7 @@ In-cluster credentials (``KUBERNETES_SERVICE_HOST/PORT``, the token under
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,10 @@ def main(argv=None) -> int:
     p.add_argument("--start-bound", type=float, default=330.0,
                    help="with --launcher-job: seconds its pod may take to start")
     args = p.parse_args(argv)
+    # The pod's SIGTERM comes when the job is being deleted (its own doing or the owner's): end now.
+    # As its container's PID 1 it would otherwise ignore SIGTERM and hold the job's release until
+    # the grace period's SIGKILL (seen: 3.8 s of a 2-pod job's 5 s release on the real node).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         namespace = Path(sa_dir(), "namespace").read_text().strip()
     except OSError:
