@@ -97,3 +97,13 @@ def assert_intel_allreduce_placed(name: str, stdout: str) -> None:
     assert [r["sum"] for r in ranks] == [10] * 4
     assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
     assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
+
+
+def assert_local_worker_lost(proc, err: str, job: str, worker: int, agent: int) -> str:
+    """The job ended with exit 5 and its first error line names ``<job>-worker-<worker>`` as lost with
+    its agent's pid; that line."""
+    assert proc.returncode == 5, err[-2000:]  # exit_codes.EXIT_WORKER_LOST
+    line = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
+    assert line.startswith(f"mpilaunch: error: worker {job}-worker-{worker} (agent pid {agent} on localhost) "
+                           f"was lost"), err[-2000:]
+    return line

@@ -70,3 +70,28 @@ def test_launch_description_round_trips_runs_and_irregular_workers():
         data = odd.to_dict()
         assert "worker_slots" not in data and len(data["workers"]) == len(workers)
         assert LaunchDescription.from_dict(json.loads(json.dumps(data))) == odd
+
+
+@pytest.mark.parametrize("transport", ["agent", "exec"])
+def test_pods_mount_only_immutable_objects_so_no_kubelet_watch_stays(transport):
+    """A kubelet watches each Secret and ConfigMap its pods mount for as long as they run, unless the
+    object is immutable: with N nodes that was 2N watches in kube-apiserver for the job's life."""
+    docs = [d for d in (yaml.safe_load(t) for t in render("--np", "4", "--slots-per-worker", "2",
+                                                          "--transport", transport)) if d]
+    objects = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    pods = [d["spec"] for d in docs if d["kind"] == "Pod"]
+    pods += [d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Job"]
+    mounted = set()
+    for spec in pods:
+        for volume in spec.get("volumes") or ():
+            if "configMap" in volume:
+                mounted.add(("ConfigMap", volume["configMap"]["name"]))
+            if "secret" in volume:
+                mounted.add(("Secret", volume["secret"]["secretName"]))
+    assert mounted and all(objects[key].get("immutable") is True for key in mounted), mounted
+    # the launcher reads its description from the job's Secret volume, where its command points
+    (launcher,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "big-launcher"]
+    container = launcher["spec"]["template"]["spec"]["containers"][0]
+    assert "/etc/mpilaunch-secret/description.json" in " ".join(container["command"])
+    secret = objects[("Secret", "big-env")]
+    assert json.loads(secret["stringData"]["description.json"])["job"] == "big"

@@ -27,7 +27,8 @@ from ...image_tools import CHECK_EXIT, CHECK_MARK, TOOLS_DIR, ZIP_NAME, entry_po
 
 TOOLS_ENV = "MPILAUNCH_K8S_TOOLS"
 VOLUME = "mpilaunch-tools"
-LAUNCH_JSON = "/etc/mpilaunch/launch.json"
+# the launch description in the launcher pod: the job Secret's volume (launch.SECRET_DIR)
+LAUNCH_JSON = "/etc/mpilaunch-secret/description.json"
 SLEEP = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 HINT = ("use an image with /bin/sh, python3 (3.8 or newer) and an MPI (mpirun or mpiexec on its PATH, or "
         "name it with --mpirun)")

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from mpilaunch.backends.local.backend import FORK_AGENTS_FROM
-from mpilaunch.exit_codes import EXIT_WORKER_LOST
-from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_started
+from support.helpers import (REPO, assert_local_worker_lost, leftover_processes, mpilaunch_env, run_mpilaunch,
+                             wait_started)
 
 pytestmark = pytest.mark.mpi
 
@@ -121,9 +121,6 @@ def test_scale_a_lost_forked_agent_is_named_with_its_pid(mpi_install, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == EXIT_WORKER_LOST, err[-2000:]
-    summary = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
-    assert summary.startswith(f"mpilaunch: error: worker {name}-worker-1 (agent pid {victim} on localhost) was lost"), \
-        err[-2000:]
+    assert_local_worker_lost(proc, err, name, 1, victim)
     assert "SIGKILL" in err
     assert leftover_processes(name) == []

@@ -27,8 +27,8 @@ import time
 import psutil
 import pytest
 
-from support.helpers import (PROGRAMS, REPO, agent_pid, leftover_processes, mpilaunch_env, run_mpilaunch, wait_for,
-                             wait_started)
+from support.helpers import (PROGRAMS, REPO, agent_pid, assert_local_worker_lost, leftover_processes, mpilaunch_env,
+                             run_mpilaunch, wait_for, wait_started)
 from mpilaunch.procs import terminate_group, wait_exit
 from mpilaunch.exit_codes import EXIT_WORKER_LOST
 from mpilaunch.workloads.mpirun import NEVER_STARTED, STOPPED, unobserved_reason
@@ -171,10 +171,7 @@ def test_lost_worker_stop_records_ranks_as_unobserved_and_no_placement_failure(m
                 held.resume()
             proc.kill()
             proc.communicate()
-    assert proc.returncode == EXIT_WORKER_LOST, err[-2000:]
-    summary = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
-    assert summary.startswith(f"mpilaunch: error: worker {name}-worker-1 (agent pid {victim} on localhost) was lost"), \
-        err[-2000:]
+    assert_local_worker_lost(proc, err, name, 1, victim)
     report = report_of(tmp_path)
     assert "placement check failed" not in err and "placement check failed" not in report["failure"], err[-2000:]
     assert report["placement"]["mismatch"] is None
