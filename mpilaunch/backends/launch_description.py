@@ -11,6 +11,7 @@ container, where its Secret is mounted; YARN: the environment to forward).
 from __future__ import annotations
 
 import dataclasses
+from itertools import groupby
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
@@ -32,15 +33,9 @@ def slot_runs(job: str, workers) -> list[list[int]] | None:
     """``[[slots, count], ...]`` when the workers are ``<job>-worker-0..N-1`` in order with no
     address (a cluster job's pods): 8192 workers in a few bytes, so a job's description stays
     far below a ConfigMap's 1 MiB (a list of names took 655 KB there). None otherwise."""
-    runs: list[list[int]] = []
-    for i, w in enumerate(workers):
-        if w.name != worker_name(job, i) or getattr(w, "address", None) is not None:
-            return None
-        if runs and runs[-1][0] == w.slots:
-            runs[-1][1] += 1
-        else:
-            runs.append([w.slots, 1])
-    return runs
+    if any(w.name != worker_name(job, i) or getattr(w, "address", None) is not None for i, w in enumerate(workers)):
+        return None
+    return [[slots, len(list(same))] for slots, same in groupby(w.slots for w in workers)]
 
 
 @dataclass(frozen=True)

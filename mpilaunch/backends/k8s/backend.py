@@ -331,8 +331,8 @@ class K8sBackend(BaseBackend):
         open its own TLS connection instead.
         """
         if self.transport == "agent":
-            ips = {w.name: ((self.pods.get(w.name) or {}).get("status") or {}).get("podIP") for w in self.plan.workers}
-            return k8s_launch.agent_context(str(self.agent_secret_file), ips, in_pod=False)
+            pods = {w.name: self.pods.get(w.name) for w in self.plan.workers}
+            return k8s_launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = {

@@ -27,13 +27,12 @@ PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
 SECRET_DIR = "/etc/mpilaunch-secret"
 SECRET_KEY = "launch.json"
 
-# --transport: how mpirun's daemons get into the worker pods.
+# --transport (options.TRANSPORTS): how mpirun's daemons get into the worker pods.
 #   agent: each worker pod's main process is mpilaunch's exec agent, listening on the pod IP,
 #          reached over the pod network (no exec stream through kube-apiserver per daemon);
 #   exec:  the Kubernetes exec API (pods sleep; every daemon holds one exec stream for the job);
 #   auto:  agent with the cluster launcher; exec with --launcher local, whose machine is
 #          usually outside the pod network (pod IPs do not route there; the API server does).
-TRANSPORTS = ("auto", "agent", "exec")
 AGENT_PORT = 7355
 # The agent secret, a Secret volume in every pod of the job that runs or reaches an agent.
 AGENT_SECRET_DIR = "/etc/mpilaunch-agent"
@@ -68,13 +67,15 @@ def agent_address(pod_ip: str, port: int = AGENT_PORT) -> str:
     return f"[{pod_ip}]:{port}" if ":" in pod_ip else f"{pod_ip}:{port}"
 
 
-def agent_context(secret_file: str, pod_ips: dict[str, str | None], *, in_pod: bool) -> dict:
-    """The shims' context for the agent transport: each worker pod's agent by its pod IP.
+def agent_context(secret_file: str, pods: dict[str, dict | None], *, in_pod: bool) -> dict:
+    """The shims' context for the agent transport: each worker pod's agent by its pod IP
+    (``pods``: worker name -> its pod object as the API returned it).
 
     ``in_pod``: the secret is the launcher pod's Secret volume file (world-readable in a
     pod that is the job's alone), not the submitting side's own 0600 file.
     Nothing of the launcher's environment is forwarded: the pods have the image's.
     """
+    pod_ips = {name: ((pod or {}).get("status") or {}).get("podIP") for name, pod in pods.items()}
     missing = sorted(name for name, ip in pod_ips.items() if not ip)
     if missing:
         raise AllocationError(f"worker pods without an IP: {', '.join(missing[:5])}",

@@ -149,8 +149,7 @@ class ReadyPods(BaseBackend):
 
     def exec_context(self) -> dict:
         if self.launch.cluster.get("transport") == "agent":
-            ips = {name: (pod.get("status") or {}).get("podIP") for name, pod in self.pods.items()}
-            return agent_context(self.launch.cluster["agent_secret_file"], ips, in_pod=True)
+            return agent_context(self.launch.cluster["agent_secret_file"], self.pods, in_pod=True)
         context = {"transport": TRANSPORT, **self.creds,
                    "container": self.launch.cluster.get("container", WORKER_CONTAINER),
                    "workers": {w.name: {"pod": w.name} for w in self.plan.workers}}

@@ -9,6 +9,7 @@ create them); otherwise they are masked (``render``, ``--dry-run``).
 from __future__ import annotations
 
 import json
+from itertools import groupby
 
 from ... import hostfile, mpi
 from . import launch as k8s_launch, orphan as k8s_orphan, tools as k8s_tools
@@ -22,12 +23,8 @@ SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-sche
 def plan_summary(plan) -> str:
     """The root ConfigMap's plan.json (``mpilaunch status`` reads ranks and gpus): the workers as
     runs of equal ones, so that it stays small at any worker count."""
-    runs: list[dict] = []
-    for w in plan.workers:
-        if runs and (runs[-1]["slots"], runs[-1]["gpus"]) == (w.slots, w.gpus):
-            runs[-1]["count"] += 1
-        else:
-            runs.append({"slots": w.slots, "gpus": w.gpus, "count": 1})
+    runs = [{"slots": slots, "gpus": gpus, "count": len(list(same))}
+            for (slots, gpus), same in groupby(plan.workers, key=lambda w: (w.slots, w.gpus))]
     return json.dumps({"job_name": plan.job_name, "ranks": plan.ranks, "gpus": plan.gpus,
                        "workers": f"{plan.workers[0].name} .. {plan.workers[-1].name}" if plan.workers else "",
                        "worker_runs": runs}, indent=1)
