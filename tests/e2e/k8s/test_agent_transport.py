@@ -117,11 +117,13 @@ def test_agent_transport_lost_worker_deleted_pod_is_named(kube, k8s_env, tmp_pat
 def test_agent_transport_retries_reach_the_replacement_pods_new_agent(kube, k8s_env, tmp_path):
     """--retries 1: the replacement pod has a new IP and a new agent; attempt 2 reaches it there."""
     job = "agent-tretry"
+    # the first attempt's ranks sleep until the loss ends them (a short sleep raced the loss under
+    # load), a relaunch's end at once (tests/programs/attempts.py)
     proc = subprocess.Popen(argv(job, tmp_path, "--np", "2", "--slots-per-worker", "1", "--retries", "1",
-                                 "-x", "SLEEP=3", "--", sys.executable, PROGRAM),
+                                 "-x", "SLEEP=120", "--", sys.executable, "tests/programs/attempts.py"),
                             cwd=REPO, env=k8s_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_started(proc, 2)
+        wait_started(proc, 2, "started (first attempt)")
         old_ip = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.status.podIP}").stdout
         kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
         out, err = proc.communicate(timeout=180)
