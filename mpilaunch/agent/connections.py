@@ -76,6 +76,10 @@ class ConnectionsMixin:
     def _authenticated(self, conn, channel):
         conn.channel = channel
         conn.state = "request"
+        # The request gets its own window: counted from the accept, a handshake that took a
+        # loaded host most of HANDSHAKE_TIMEOUT left the client no time to send it, and the
+        # agent closed an authenticated session before it began (the shim: "lost connection").
+        conn.deadline = time.monotonic() + self.handshake_timeout
         self._release_pending(conn)
 
     def _release_pending(self, conn):

@@ -2,26 +2,55 @@
 
 from __future__ import annotations
 
+import collections
+import datetime
 import threading
 
 from .api import ApiError
 from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_READY
 
 
+# How far before the newest line seen a reconnection asks to start: the kubelet
+# stamps stdout and stderr lines as each stream is read, so its file is not
+# strictly in time order, and sinceTime has whole seconds only.
+RESUME_MARGIN_NS = 1_000_000_000
+_SEEN_KEPT = 200_000  # timestamps kept for counting what a reconnection repeats
+
+
+def log_time_ns(stamp: str) -> int:
+    """A kubelet log timestamp (RFC 3339, nanoseconds, trailing zeros cut: "...:01.5Z") in ns.
+
+    Compared as text, "01.5Z" sorts after "01.51Z": a reconnection skipped lines that way."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    seconds = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    return int(seconds.timestamp()) * 1_000_000_000 + int((fraction + "000000000")[:9] or 0)
+
+
+def resume_point(seen_ns) -> tuple[str, int]:
+    """Where a reconnection starts (``sinceTime``) and how many of its first lines were already read.
+
+    The kubelet sends, in file order, every line stamped at or after sinceTime:
+    the lines read so far stamped that late, then the new ones."""
+    since = (max(seen_ns) - RESUME_MARGIN_NS) // 1_000_000_000 * 1_000_000_000
+    stamp = datetime.datetime.fromtimestamp(since // 1_000_000_000, datetime.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), sum(1 for ns in seen_ns if ns >= since)
+
+
 def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_launcher_ready=None,
                on_launcher_done=None) -> None:
-    """Stream the launcher's log, reconnecting after drops without repeating lines.
+    """Stream the launcher's log, reconnecting after drops without repeating or losing lines.
 
     ``on_launcher_ready()`` is called when the launcher says it starts mpirun
     (its ``LAUNCHER_READY`` line): the submitting side's ``mpirun_started`` phase;
     ``on_launcher_done(text)`` with its last line (``LAUNCHER_DONE``), which is not output.
     """
-    last_ts, seen_at_last = None, 0
+    seen_ns: collections.deque = collections.deque(maxlen=_SEEN_KEPT)
     warned = False
     while not stop.is_set():
         query = {"container": LAUNCHER_CONTAINER, "follow": "true", "timestamps": "true"}
-        if last_ts:
-            query["sinceTime"] = last_ts.split(".")[0] + "Z" if "." in last_ts else last_ts
+        repeated = 0
+        if seen_ns:
+            query["sinceTime"], repeated = resume_point(seen_ns)
         path = api.collection_path("v1", "pods", namespace) + f"/{pod}/log"
         try:
             conn, resp = api.request("GET", path, query=query, stream=True, timeout=3600)
@@ -31,21 +60,17 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
                 output.feed("stderr", f"mpilaunch: waiting for the launcher's log ({str(e)[:200]})\n")
             stop.wait(2.0)
             continue
-        skipped = 0
         try:
             for raw in iter(resp.readline, b""):
+                if repeated:
+                    repeated -= 1
+                    continue
                 line = raw.decode("utf-8", "replace")
-                ts, _, text = line.partition(" ")
-                if last_ts is not None and ts <= last_ts:
-                    if ts == last_ts and skipped < seen_at_last:
-                        skipped += 1
-                        continue
-                    if ts < last_ts:
-                        continue
-                if ts == last_ts:
-                    seen_at_last += 1
-                else:
-                    last_ts, seen_at_last = ts, 1
+                stamp, _, text = line.partition(" ")
+                try:
+                    seen_ns.append(log_time_ns(stamp))
+                except ValueError:
+                    pass  # not a stamped line (never seen): shown, not counted
                 if on_launcher_done is not None and text.startswith(LAUNCHER_DONE):
                     on_launcher_done(text)
                     continue

@@ -241,6 +241,38 @@ def test_a_handshake_the_agent_dropped_as_too_slow_is_tried_again(tmp_path, monk
         a.stop()
 
 
+def test_a_request_after_a_slow_handshake_gets_its_own_time(tmp_path, monkeypatch):
+    """The request window starts when the client is authenticated, not at the accept: a handshake
+    that took a loaded host most of the timeout, then the RUN, is served. Counted from the accept,
+    the agent closed that authenticated session unstarted, and the shim said "lost connection to
+    agent" (seen once in CI: Open MPI 5's relaunch after a lost worker, on 2 busy cores)."""
+    a = AgentProc(tmp_path, args=["--handshake-timeout", "1"])
+    real_hello = P.client_hello
+
+    def slow_hello(*args):
+        time.sleep(0.8)  # within the agent's 1 s, so the handshake itself succeeds
+        return real_hello(*args)
+
+    monkeypatch.setattr(P, "client_hello", slow_hello)
+    try:
+        sock, channel = agent_client._handshake(a.address, SECRET, 5)
+        monkeypatch.setattr(P, "client_hello", real_hello)
+        time.sleep(0.5)  # the RUN comes 1.3 s after the accept, 0.5 s after authenticating
+        sock.sendall(channel.frame(P.RUN, P.encode_run("echo served", None, None)))
+        sock.settimeout(5)
+        buf, frames = bytearray(), []
+        while not any(ftype == P.EXIT for ftype, _ in frames):
+            data = sock.recv(4096)
+            assert data, f"the agent closed an authenticated session before its request; log:\n{a.log()}"
+            buf += data
+            frames += channel.pop_frames(buf, P.AGENT_TYPES)
+        sock.close()
+        assert b"".join(payload for ftype, payload in frames if ftype == P.STDOUT) == b"served\n"
+        assert "sent no request in time" not in a.log()
+    finally:
+        a.stop()
+
+
 def test_random_bytes_oversized_and_half_open_run_nothing(tmp_path):
     a = AgentProc(tmp_path, args=["--handshake-timeout", "1"])
     marker = tmp_path / "pwned"
