@@ -7,7 +7,9 @@ import time
 
 
 class WaitProgress:
-    """Callable ``progress(ready, total)``; use as a context manager."""
+    """Callable ``progress(ready, total, note=None)``; use as a context manager.
+
+    ``note``: why the rest waits, when someone other than the scheduler decides (a gang, a queue)."""
 
     def __init__(self, what: str, stream=None, quiet: bool = False):
         self.what = what
@@ -30,18 +32,19 @@ class WaitProgress:
                 self._rich = None
         return self
 
-    def __call__(self, ready: int, total: int) -> None:
+    def __call__(self, ready: int, total: int, note: str | None = None) -> None:
         if self.quiet:
             return
         if self._rich is not None:
-            self._rich.update(self._task, completed=ready, total=total)
+            self._rich.update(self._task, completed=ready, total=total,
+                              description=f"{self.what} ({note})" if note else self.what)
             return
         now = time.monotonic()
         # Plain output: on change, and a heartbeat every 5 s while stuck.
-        if (ready, total) != self._last or now - self._last_print > 5:
-            self._last, self._last_print = (ready, total), now
-            print(f"mpilaunch: {self.what}: {ready}/{total} ready ({now - self.started:.1f}s)",
-                  file=self.stream, flush=True)
+        if (ready, total, note) != self._last or now - self._last_print > 5:
+            self._last, self._last_print = (ready, total, note), now
+            print(f"mpilaunch: {self.what}: {ready}/{total} ready" + (f", {note}" if note else "")
+                  + f" ({now - self.started:.1f}s)", file=self.stream, flush=True)
 
     def __exit__(self, *exc):
         if self._rich is not None:

@@ -28,7 +28,7 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   main process is mpilaunch's exec agent on the pod IP (``--transport
   agent``: the shims reach it over the pod network, no exec stream through
   the API server per daemon), or a sleep (``--transport exec``);
-* optionally a PodGroup (``--gang volcano|scheduler-plugins``);
+* optionally a PodGroup (``--gang volcano|coscheduling``; ``--queue``: Kueue labels on the workers);
 * with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
   pod runs :mod:`mpilaunch.backends.k8s.launcher` with the job's
   ServiceAccount: it waits for the workers itself (no launcher racing
@@ -63,7 +63,7 @@ from ...errors import AllocationError, UsageError
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from . import launch as k8s_launch, manage as k8s_manage, manifests as k8s_manifests, orphan as k8s_orphan
-from . import replace as k8s_replace, tools as k8s_tools
+from . import admission as k8s_admission, replace as k8s_replace, tools as k8s_tools
 from .. import rendezvous
 from .launch import PYTHON_ENV, TRANSPORT
 from .follow import follow_log
@@ -103,6 +103,7 @@ class K8sBackend(BaseBackend):
         self.relay = None
         self.heartbeat = None
         self._outage = ApiOutage("the job's pods")
+        self._admission = None
         # mpilaunch's pieces come with the job (its ConfigMap), not from the image (k8s_tools.py)
         self.tools = k8s_tools.from_configmap()
         self.transport = k8s_launch.resolve_transport(self.opts.transport, self.launcher)
@@ -111,6 +112,13 @@ class K8sBackend(BaseBackend):
         self.agent_secret_file = rundir / "agent-secret"
 
     # ------------------------------------------------------------ cluster access
+
+    @property
+    def admission(self) -> k8s_admission.AdmissionReader:
+        """The job's PodGroup and Kueue Workload (--gang, --queue), read for why the job waits."""
+        if self._admission is None:
+            self._admission = k8s_admission.AdmissionReader(self.api, self.opts.gang, self.opts.queue, self.job)
+        return self._admission
 
     @property
     def namespace(self) -> str:
@@ -257,7 +265,8 @@ class K8sBackend(BaseBackend):
             for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
                 phases.mark(self.phase_times, phase)
             ready = [n for n in names if n in by_name and pod_ready(by_name[n])]
-            progress(len(ready), total)
+            waits_for = self.admission.note() if len(ready) < total else None
+            progress(len(ready), total, waits_for)
             problems, fatal = {}, {}
             for n in names:
                 if n in ready:
@@ -292,10 +301,13 @@ class K8sBackend(BaseBackend):
                     problems[self.launcher_name] = self._job_events(self.launcher_name) or "launcher pod not created"
                 reasons = summarize(problems) or "unknown"
                 extra = self._events_for(list(problems)[:3])
+                if waits_for:  # the gang's or the queue's word first: it is why the pods wait
+                    reasons = f"{waits_for}; {reasons}"
                 raise AllocationError(
                     f"{total - len(ready)} of {total} workers not ready after --start-timeout "
                     f"{self.spec.start_timeout:g}s: {reasons}{extra}",
-                    "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
+                    (f"the job waited in Kueue LocalQueue {self.opts.queue}; " if self.opts.queue else "")
+                    + "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
                 )
             time.sleep(POLL)
 
@@ -466,6 +478,9 @@ class K8sBackend(BaseBackend):
             reason = pod_loss(pods.get(w.name))
             if reason is not None:
                 lost[w.name] = reason
+        evicted = self.admission.eviction() if lost else None
+        if evicted:  # Kueue took the pods back: its reason is the job's, whatever each pod says
+            lost = {name: f"{evicted}; {reason}" for name, reason in lost.items()}
             if w.name in pods:
                 self.pods[w.name] = pods[w.name]  # a deleted pod keeps its last known node and IP
         return lost

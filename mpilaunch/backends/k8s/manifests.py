@@ -12,12 +12,11 @@ import json
 from itertools import groupby
 
 from ... import hostfile, mpi
-from . import launch as k8s_launch, orphan as k8s_orphan, tools as k8s_tools
+from . import admission, launch as k8s_launch, orphan as k8s_orphan, tools as k8s_tools
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
 
 GPU_RESOURCE = "nvidia.com/gpu"
-SCHEDULERS = {"volcano": "volcano", "scheduler-plugins": "scheduler-plugins-scheduler"}
 
 
 def plan_summary(plan) -> str:
@@ -33,12 +32,10 @@ def plan_summary(plan) -> str:
 def values(backend, reveal: bool = False) -> dict:
     spec, plan, opts, job = backend.spec, backend.plan, backend.opts, backend.job
     labels = {JOB_LABEL: job}
-    worker_labels = {**labels, ROLE_LABEL: "worker"}
-    annotations = {}
-    if opts.gang == "scheduler-plugins":
-        worker_labels["scheduling.x-k8s.io/pod-group"] = job
-    elif opts.gang == "volcano":
-        annotations["scheduling.k8s.io/group-name"] = job
+    gang_labels, gang_annotations = admission.gang_membership(opts.gang, job)
+    queue_labels, queue_annotations = admission.queue_membership(opts.queue, job, len(plan.workers))
+    worker_labels = {**labels, ROLE_LABEL: "worker", **gang_labels, **queue_labels}
+    annotations = {**gang_annotations, **queue_annotations}
     image = backend._check_image()
     agent = backend.transport == "agent"
     return {
@@ -50,7 +47,10 @@ def values(backend, reveal: bool = False) -> dict:
         "namespace": backend.namespace,
         "labels": labels,
         "worker_labels": worker_labels,
-        "launcher_labels": {**labels, ROLE_LABEL: "launcher"},
+        # the launcher pod is one of the gang (one scheduler places them all) but holds no resources, so
+        # the PodGroup's minMember is the worker count; it is not in Kueue's group (it is a Job's pod)
+        "launcher_labels": {**labels, ROLE_LABEL: "launcher", **gang_labels},
+        "launcher_annotations": gang_annotations,
         # A pod's own name resolves only as <pod>.<job>.<ns>.svc.<domain>;
         # hydra proxies connect back to the launcher by its bare hostname
         # (seen on real pods: "unable to get host address for
@@ -68,7 +68,7 @@ def values(backend, reveal: bool = False) -> dict:
         "tolerations": [parse_toleration(t) for t in opts.tolerations],
         "priority_class": opts.priority_class,
         "gang": opts.gang,
-        "scheduler_name": SCHEDULERS.get(opts.gang),
+        "scheduler_name": admission.SCHEDULERS.get(opts.gang),
         "schedule_timeout": int(spec.start_timeout),
         "launcher_name": backend.launcher_name,
         "launcher_command": k8s_tools.launcher_command(backend.tools, spec.mpirun),

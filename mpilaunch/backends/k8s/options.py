@@ -15,7 +15,10 @@ QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 NAMESPACE_HINT = ("a namespace is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, "
                   "starting and ending with a letter or digit, e.g. --namespace ml-team")
-GANGS = ("none", "volcano", "scheduler-plugins")
+GANGS = ("none", "volcano", "coscheduling")
+GANG_ALIASES = {"scheduler-plugins": "coscheduling"}  # its name before scheduler-plugins' plugin was meant
+# A Kueue LocalQueue's name: a DNS-1123 subdomain (a label value too, so at most 63 characters).
+QUEUE_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 TRANSPORTS = ("auto", "agent", "exec")  # launch.resolve_transport says what auto is
 
 
@@ -54,8 +57,15 @@ class K8sOptions(BackendOptions):
     pod_memory: str | None = None  # each worker pod's memory request = limit (a Kubernetes quantity)
     pod_cpu: str | None = None  # ... and CPU request = limit
     transport: str = "auto"
+    queue: str | None = None  # a Kueue LocalQueue in the job's namespace: the pods are admitted as one group
 
     def __post_init__(self):
+        if self.gang in GANG_ALIASES:
+            object.__setattr__(self, "gang", GANG_ALIASES[self.gang])
+        if self.queue is not None and not QUEUE_RE.fullmatch(self.queue):
+            raise UsageError(f"invalid --queue {self.queue!r}",
+                             "the name of a Kueue LocalQueue in the job's namespace: lowercase letters, digits, "
+                             "'-' and '.', at most 63 characters (kubectl get localqueues lists them)")
         if self.gang not in GANGS:
             raise UsageError(f"unknown --gang {self.gang!r}", f"choose one of: {', '.join(GANGS)}")
         for option, value, example in (("--pod-memory", self.pod_memory, "8Gi"), ("--pod-cpu", self.pod_cpu, "4")):
@@ -73,7 +83,14 @@ class K8sOptions(BackendOptions):
         group.add_argument("--node-selector", action="append", default=[], type=key_value, metavar="K=V")
         group.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
         group.add_argument("--priority-class")
-        group.add_argument("--gang", default="none", help=", ".join(GANGS[:-1]) + f" or {GANGS[-1]}")
+        group.add_argument("--gang", default="none",
+                           help="gang-schedule the job's pods, all or none: volcano (Volcano's scheduler and a "
+                                "scheduling.volcano.sh PodGroup) or coscheduling (scheduler-plugins' "
+                                "scheduler-plugins-scheduler and a scheduling.x-k8s.io PodGroup); default none")
+        group.add_argument("--queue", metavar="NAME",
+                           help="submit the job to this Kueue LocalQueue (in the job's namespace): its worker pods "
+                                "wait, holding nothing, until Kueue admits them together within the "
+                                "ClusterQueue's quota; --start-timeout counts the wait")
         group.add_argument("--pod-memory", metavar="QUANTITY",
                            help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the "
                                 "namespace's LimitRange decides); a rank past it is reported as killed by the "
@@ -92,7 +109,7 @@ class K8sOptions(BackendOptions):
         return cls(image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
                    node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
                    priority_class=args.priority_class, gang=args.gang, pod_memory=args.pod_memory,
-                   pod_cpu=args.pod_cpu, transport=args.transport)
+                   pod_cpu=args.pod_cpu, transport=args.transport, queue=args.queue)
 
     @classmethod
     def add_manage_arguments(cls, parser) -> None:

@@ -323,8 +323,9 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
                  "serviceaccount/k8s-render-reaper", "job.batch/k8s-render-reaper"):
         assert kind in applied.stdout + " ", applied.stdout
     assert leftover_objects(kube, job, timeout=0) == []
-    # gang scheduling: rendered (the PodGroup CRDs are not installed in the testbed)
+    # gang scheduling, rendered (test_gang.py runs Volcano's); scheduler-plugins: coscheduling's old name
     for gang, api_version in (("volcano", "scheduling.volcano.sh/v1beta1"),
+                              ("coscheduling", "scheduling.x-k8s.io/v1alpha1"),
                               ("scheduler-plugins", "scheduling.x-k8s.io/v1alpha1")):
         proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--gang", gang, "--", "true"],
                               cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=120)
@@ -335,7 +336,15 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
         (group,) = [d for d in docs if d["kind"] == "PodGroup"]
         assert group["apiVersion"] == api_version and group["spec"]["minMember"] == 4
         workers = [d for d in docs if d["kind"] == "Pod"]
-        assert all(w["spec"]["schedulerName"] for w in workers)
+        (launcher,) = [d["spec"]["template"] for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-launcher")]
+        # every pod of the job in the one group, placed by the gang's scheduler
+        assert {p["spec"]["schedulerName"] for p in [*workers, launcher]} == {
+            {"volcano": "volcano"}.get(gang, "scheduler-plugins-scheduler")}
+        for pod in [*workers, launcher]:
+            meta = pod["metadata"]
+            member = (meta.get("annotations") or {}).get("scheduling.k8s.io/group-name") if gang == "volcano" \
+                else meta["labels"].get("scheduling.x-k8s.io/pod-group")
+            assert member == group["metadata"]["name"], meta
         # --pod-memory/--pod-cpu: request = limit (Guaranteed QoS), next to the GPUs
         (resources,) = {json.dumps(w["spec"]["containers"][0]["resources"], sort_keys=True) for w in workers}
         assert json.loads(resources) == {"limits": {"cpu": "3500m", "memory": "8Gi", "nvidia.com/gpu": 8},

@@ -1,0 +1,148 @@
+"""Who decides when a job's pods may start, besides the scheduler: a gang's PodGroup, Kueue's Workload.
+
+What makes a pod a member (labels, annotations, the scheduler's name), and
+what their status says while the job waits: the progress line, the
+--start-timeout error and a preemption's reason are the scheduler's or
+Kueue's own words. Pure functions on the objects, and one reader that fetches
+them at most every few seconds (they change slowly; the pods are polled more
+often).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .api import ApiError
+
+# --gang: the scheduler that places the job's pods, the PodGroup API it reads
+SCHEDULERS = {"volcano": "volcano", "coscheduling": "scheduler-plugins-scheduler"}
+PODGROUP_API = {"volcano": "scheduling.volcano.sh/v1beta1", "coscheduling": "scheduling.x-k8s.io/v1alpha1"}
+
+# --queue: Kueue's plain-pod groups (pkg/controller/jobs/pod in Kueue)
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+
+READ_EVERY_S = 2.0
+
+
+def gang_membership(gang: str, job: str) -> tuple[dict, dict]:
+    """``(labels, annotations)`` that put a pod in the job's PodGroup (named like the job)."""
+    if gang == "volcano":
+        return {}, {"scheduling.k8s.io/group-name": job}
+    if gang == "coscheduling":
+        return {"scheduling.x-k8s.io/pod-group": job}, {}
+    return {}, {}
+
+
+def queue_membership(queue: str | None, job: str, pods: int) -> tuple[dict, dict]:
+    """``(labels, annotations)`` of the pods Kueue admits as one group of ``pods`` (a Workload named like the job)."""
+    if not queue:
+        return {}, {}
+    return {QUEUE_LABEL: queue, GROUP_LABEL: job}, {GROUP_COUNT_ANNOTATION: str(pods)}
+
+
+def _true_conditions(obj: dict | None) -> dict[str, dict]:
+    return {c.get("type"): c for c in ((obj or {}).get("status") or {}).get("conditions") or ()
+            if c.get("status") == "True"}
+
+
+def podgroup_note(gang: str, podgroup: dict | None) -> str | None:
+    """Why the gang does not run yet, in its scheduler's words; None once it runs or while it says nothing.
+
+    Volcano: the phase (Pending: not enough room for minMember; Inqueue: room
+    reserved, binding) and its Unschedulable condition's message, e.g. "3/3
+    tasks in gang unschedulable: pod group is not ready, 3 Pending, 3
+    minAvailable; Pending: 3 Unschedulable". Coscheduling: the phase."""
+    if podgroup is None:
+        return None
+    status = podgroup.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase in ("Running", "Completed", "Finished", "Scheduled"):
+        return None
+    unschedulable = _true_conditions(podgroup).get("Unschedulable")
+    said = ((unschedulable or {}).get("message") or "").strip()
+    return f"gang {phase.lower()} in {gang}" + (f": {said}" if said else "")
+
+
+def workload_note(queue: str, workload: dict | None, local_queue: dict | None) -> str | None:
+    """Why Kueue has not admitted the job, in its words; None once admitted.
+
+    E.g. "queued in Kueue LocalQueue q (ClusterQueue cq, 2 pending): couldn't
+    assign flavors to pod set ...: insufficient unused quota for nvidia.com/gpu
+    in flavor gpu, 8 more needed"."""
+    conditions = _true_conditions(workload)
+    if "Admitted" in conditions:
+        return None
+    where = f"queued in Kueue LocalQueue {queue}"
+    lq_status = (local_queue or {}).get("status") or {}
+    facts = [f"ClusterQueue {(local_queue or {}).get('spec', {}).get('clusterQueue')}"] if local_queue else []
+    if lq_status.get("pendingWorkloads") is not None:
+        facts.append(f"{lq_status['pendingWorkloads']} pending")
+    if facts:
+        where += f" ({', '.join(facts)})"
+    if workload is None:
+        return f"{where}: no Workload yet (is Kueue's pod integration on for this namespace?)"
+    said = ""
+    for cond in (workload.get("status") or {}).get("conditions") or ():
+        if cond.get("type") in ("QuotaReserved", "Admitted") and cond.get("status") == "False":
+            said = (cond.get("message") or cond.get("reason") or "").strip()
+            if said:
+                break
+    return f"{where}: {said}" if said else where
+
+
+def workload_eviction(workload: dict | None) -> str | None:
+    """Why Kueue took an admitted job's pods back (Evicted: preempted, its quota reclaimed...); None if it did not."""
+    evicted = _true_conditions(workload).get("Evicted")
+    if evicted is None:
+        return None
+    reason = evicted.get("reason") or "Evicted"
+    said = (evicted.get("message") or "").strip()
+    return f"evicted by Kueue ({reason}" + (f": {said})" if said else ")")
+
+
+class AdmissionReader:
+    """Reads the job's PodGroup and Workload (as the submitting user) at most every READ_EVERY_S."""
+
+    def __init__(self, api, gang: str, queue: str | None, job: str):
+        self.api, self.gang, self.queue, self.job = api, gang, queue, job
+        self._read_at = 0.0
+        self._note: str | None = None
+        self.workload: dict | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.gang != "none" or bool(self.queue)
+
+    def _get(self, api_version: str, plural: str, name: str) -> dict | None:
+        try:
+            return self.api.get(api_version, plural, name)
+        except (ApiError, OSError, ValueError):
+            return None  # not there (yet), or not readable: the note says less, the job goes on
+
+    def note(self) -> str | None:
+        """The current reason the job waits, or None (also when nothing is to be read)."""
+        if not self.active:
+            return None
+        now = time.monotonic()
+        if now - self._read_at < READ_EVERY_S:
+            return self._note
+        self._read_at = now
+        notes = []
+        if self.queue:
+            self.workload = self._get(KUEUE_API, "workloads", self.job)
+            local_queue = self._get(KUEUE_API, "localqueues", self.queue)
+            notes.append(workload_note(self.queue, self.workload, local_queue))
+        if self.gang != "none":
+            notes.append(podgroup_note(self.gang, self._get(PODGROUP_API[self.gang], "podgroups", self.job)))
+        self._note = "; ".join(n for n in notes if n) or None
+        return self._note
+
+    def eviction(self) -> str | None:
+        """Kueue's reason for evicting the admitted job (read now), or None."""
+        if not self.queue:
+            return None
+        self.workload = self._get(KUEUE_API, "workloads", self.job)
+        return workload_eviction(self.workload)
