@@ -54,6 +54,10 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     ctl = p.add_argument_group("job control")
     ctl.add_argument("--name", help="job name (default: generated)")
     ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
+    ctl.add_argument("--queue", metavar="NAME",
+                     help="the cluster's queue: on yarn a YARN queue (default: the scheduler's); on k8s a Kueue "
+                          "LocalQueue of the job's namespace, whose quota admits the worker pods together (they "
+                          "wait holding nothing; --start-timeout counts the wait)")
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
     ctl.add_argument("--orphan-timeout", type=float, default=DEFAULT_ORPHAN_TIMEOUT, metavar="SEC",
                      help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "

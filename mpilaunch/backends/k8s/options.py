@@ -87,10 +87,6 @@ class K8sOptions(BackendOptions):
                            help="gang-schedule the job's pods, all or none: volcano (Volcano's scheduler and a "
                                 "scheduling.volcano.sh PodGroup) or coscheduling (scheduler-plugins' "
                                 "scheduler-plugins-scheduler and a scheduling.x-k8s.io PodGroup); default none")
-        group.add_argument("--queue", metavar="NAME",
-                           help="submit the job to this Kueue LocalQueue (in the job's namespace): its worker pods "
-                                "wait, holding nothing, until Kueue admits them together within the "
-                                "ClusterQueue's quota; --start-timeout counts the wait")
         group.add_argument("--pod-memory", metavar="QUANTITY",
                            help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the "
                                 "namespace's LimitRange decides); a rank past it is reported as killed by the "

@@ -20,7 +20,6 @@ class YarnOptions(BackendOptions):
 
     @classmethod
     def add_arguments(cls, group) -> None:
-        group.add_argument("--queue", help="the YARN queue (default: the scheduler's default)")
         group.add_argument("--node-label", help="run the containers on nodes with this label")
         group.add_argument("--memory", default="2 GiB", help="memory of each worker container (default 2 GiB)")
         group.add_argument("--vcores", type=int, default=1, help="vcores of each worker container (default 1)")
