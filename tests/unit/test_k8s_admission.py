@@ -22,7 +22,8 @@ def test_gang_membership_by_scheduler():
 def test_queue_membership_is_one_kueue_pod_group_of_the_workers():
     labels, annotations = admission.queue_membership("team-a", "j", 16)
     assert labels == {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": "j"}
-    assert annotations == {"kueue.x-k8s.io/pod-group-total-count": "16"}
+    # not retriable: a deleted or failed member ends the group, so Kueue's finalizer never holds the pods
+    assert annotations == {"kueue.x-k8s.io/pod-group-total-count": "16", "kueue.x-k8s.io/retriable-in-group": "false"}
     assert admission.queue_membership(None, "j", 16) == ({}, {})
 
 

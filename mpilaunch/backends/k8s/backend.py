@@ -107,6 +107,10 @@ class K8sBackend(BaseBackend):
         # mpilaunch's pieces come with the job (its ConfigMap), not from the image (k8s_tools.py)
         self.tools = k8s_tools.from_configmap()
         self.transport = k8s_launch.resolve_transport(self.opts.transport, self.launcher)
+        if self.opts.queue and spec.retries:
+            raise UsageError("--retries cannot be used with --queue",
+                             "Kueue admits a job's pod group once: a replaced worker would wait for an admission "
+                             "that does not come; leave out --retries, or --queue")
         # --transport agent: the workers' agents and the shims share it (Secret <job>-agent)
         self.agent_secret = os.urandom(32).hex() if self.transport == "agent" else ""
         self.agent_secret_file = rundir / "agent-secret"
@@ -240,6 +244,8 @@ class K8sBackend(BaseBackend):
                     future.result()
             if group == "lease":
                 self.heartbeat = k8s_orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
+            if group == "workers" and self.opts.queue:  # Kueue made a Workload of them: released first
+                self.created.append((*k8s_admission.WORKLOADS, self.job))
 
     def _list_pods(self) -> list[dict]:
         return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]

@@ -9,6 +9,7 @@ import time
 
 from ...errors import UsageError
 from ...exit_codes import EXIT_TIMEOUT
+from . import admission
 from .api import Api, ApiError, client
 from .pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready
 
@@ -209,6 +210,8 @@ def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: fl
         api.delete("v1", "configmaps", job, **background)
     errors = []
     names = {(v, p) for v, p, _ in created}
+    if not created or admission.WORKLOADS in names:  # --queue: Kueue holds the pods until its Workload goes
+        admission.release_workload(api, job)
     for api_version, plural in _KINDS:
         if created and (api_version, plural) not in names:
             continue
