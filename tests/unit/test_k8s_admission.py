@@ -47,7 +47,8 @@ def test_workload_note_names_the_queue_and_quotes_kueue_until_admitted():
         f"queued in Kueue LocalQueue team-a (ClusterQueue gpus, 2 pending): {said}"
     admitted = {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
     assert admission.workload_note("team-a", admitted, local_queue) is None
-    assert "no Workload yet" in admission.workload_note("team-a", None, None)
+    assert admission.workload_note("team-a", None, None) == "queued in Kueue LocalQueue team-a: waiting for Kueue's Workload"
+    assert "is its pod integration on" in admission.workload_note("team-a", None, None, waited=20)
 
 
 def test_workload_eviction_says_why_kueue_took_the_pods_back():
@@ -68,3 +69,12 @@ def test_options_take_the_old_gang_name_and_refuse_a_bad_queue():
     with pytest.raises(UsageError, match="invalid --queue"):
         K8sOptions(queue="Team A")
     assert K8sOptions(queue="team-a.gpu").queue == "team-a.gpu"
+
+
+def test_a_pod_kueue_stopped_is_lost_to_kueue_in_its_words():
+    from mpilaunch.backends.k8s.pods import pod_loss
+
+    said = "Preempted to accommodate a workload (UID: 1, JobUID: UNKNOWN) due to prioritization in the ClusterQueue"
+    pod = {"metadata": {"deletionTimestamp": "2026-11-26T04:50:00Z"}, "status": {"phase": "Running", "conditions": [
+        {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted", "message": said}]}}
+    assert pod_loss(pod) == f"evicted by Kueue (Preempted: {said})"

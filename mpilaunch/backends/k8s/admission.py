@@ -70,7 +70,10 @@ def podgroup_note(gang: str, podgroup: dict | None) -> str | None:
     return f"gang {phase.lower()} in {gang}" + (f": {said}" if said else "")
 
 
-def workload_note(queue: str, workload: dict | None, local_queue: dict | None) -> str | None:
+NO_WORKLOAD_HINT_AFTER_S = 15.0  # Kueue makes one within a second of the pods: after this long, say why not
+
+
+def workload_note(queue: str, workload: dict | None, local_queue: dict | None, waited: float = 0.0) -> str | None:
     """Why Kueue has not admitted the job, in its words; None once admitted.
 
     E.g. "queued in Kueue LocalQueue q (ClusterQueue cq, 2 pending): couldn't
@@ -87,7 +90,10 @@ def workload_note(queue: str, workload: dict | None, local_queue: dict | None) -
     if facts:
         where += f" ({', '.join(facts)})"
     if workload is None:
-        return f"{where}: no Workload yet (is Kueue's pod integration on for this namespace?)"
+        if waited < NO_WORKLOAD_HINT_AFTER_S:
+            return f"{where}: waiting for Kueue's Workload"
+        return (f"{where}: Kueue made no Workload of the pods in {waited:.0f} s (is its pod integration on, "
+                f"for this namespace?)")
     said = ""
     for cond in (workload.get("status") or {}).get("conditions") or ():
         if cond.get("type") in ("QuotaReserved", "Admitted") and cond.get("status") == "False":
@@ -130,6 +136,7 @@ class AdmissionReader:
     def __init__(self, api, gang: str, queue: str | None, job: str):
         self.api, self.gang, self.queue, self.job = api, gang, queue, job
         self._read_at = 0.0
+        self._first_read: float | None = None
         self._note: str | None = None
         self.workload: dict | None = None
 
@@ -151,11 +158,13 @@ class AdmissionReader:
         if now - self._read_at < READ_EVERY_S:
             return self._note
         self._read_at = now
+        if self._first_read is None:
+            self._first_read = now
         notes = []
         if self.queue:
             self.workload = self._get(KUEUE_API, "workloads", self.job)
             local_queue = self._get(KUEUE_API, "localqueues", self.queue)
-            notes.append(workload_note(self.queue, self.workload, local_queue))
+            notes.append(workload_note(self.queue, self.workload, local_queue, now - self._first_read))
         if self.gang != "none":
             notes.append(podgroup_note(self.gang, self._get(PODGROUP_API[self.gang], "podgroups", self.job)))
         self._note = "; ".join(n for n in notes if n) or None

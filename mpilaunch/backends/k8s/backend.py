@@ -486,7 +486,7 @@ class K8sBackend(BaseBackend):
                 lost[w.name] = reason
         evicted = self.admission.eviction() if lost else None
         if evicted:  # Kueue took the pods back: its reason is the job's, whatever each pod says
-            lost = {name: f"{evicted}; {reason}" for name, reason in lost.items()}
+            lost = dict.fromkeys(lost, evicted)
             if w.name in pods:
                 self.pods[w.name] = pods[w.name]  # a deleted pod keeps its last known node and IP
         return lost

@@ -63,6 +63,10 @@ def launcher_started(pod: dict) -> bool:
     return any({"running", "terminated"} & set(cs.get("state") or {}) for cs in status.get("containerStatuses") or ())
 
 
+# the reason Kueue gives its TerminationTarget condition when it stops an evicted Workload's pods
+KUEUE_EVICTED = "WorkloadEvictedDueTo"
+
+
 def pod_loss(pod: dict | None) -> str | None:
     """Why a worker pod that was running is gone, in the cluster's words; None while it still serves.
 
@@ -72,11 +76,16 @@ def pod_loss(pod: dict | None) -> str | None:
     if pod is None:
         return "pod deleted"
     status = pod.get("status") or {}
-    # why the cluster is ending it: eviction (API or node pressure), preemption, taints
+    # why the cluster is ending it: eviction (API or node pressure), preemption, taints; Kueue
+    # says TerminationTarget when it stops an evicted Workload's pods
     disruption = next((c for c in status.get("conditions") or ()
-                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+                       if c.get("type") in ("DisruptionTarget", "TerminationTarget") and c.get("status") == "True"),
+                      None)
     if disruption is not None:
-        return f"{disruption.get('reason') or 'disrupted'}: {disruption.get('message') or 'no message'}".strip()
+        reason, said = disruption.get("reason") or "disrupted", disruption.get("message") or "no message"
+        if reason.startswith(KUEUE_EVICTED):  # e.g. WorkloadEvictedDueToPreempted
+            return f"evicted by Kueue ({reason[len(KUEUE_EVICTED):]}: {said})".strip()
+        return f"{reason}: {said}".strip()
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return "pod deleted (terminating)"
     if status.get("reason") == "Evicted":
