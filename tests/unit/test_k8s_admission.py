@@ -31,9 +31,14 @@ def test_podgroup_note_quotes_volcanos_condition_until_the_gang_runs():
     said = "3/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable; Pending: 3 Unschedulable"
     pending = {"status": {"phase": "Pending", "conditions": [
         {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": said}]}}
-    assert admission.podgroup_note("volcano", pending) == f"gang pending in volcano: {said}"
-    assert admission.podgroup_note("volcano", {"status": {"phase": "Inqueue"}}) == "gang inqueue in volcano"
-    assert admission.podgroup_note("volcano", {"status": {"phase": "Running"}}) is None
+    assert admission.podgroup_note("volcano", pending) == f"gang not scheduled (volcano PodGroup Pending): {said}"
+    assert admission.podgroup_note("volcano", {"status": {"phase": "Inqueue"}}) == \
+        "gang not scheduled (volcano PodGroup Inqueue)"
+    # no condition: the PodGroup's latest warning event says it
+    assert admission.podgroup_note("volcano", {"status": {"phase": "Pending"}}, "queue resource quota insufficient") == \
+        "gang not scheduled (volcano PodGroup Pending): queue resource quota insufficient"
+    # Volcano leaves the old Unschedulable condition on a running PodGroup: the phase decides
+    assert admission.podgroup_note("volcano", {"status": {**pending["status"], "phase": "Running"}}) is None
     assert admission.podgroup_note("volcano", None) is None
 
 

@@ -52,22 +52,24 @@ def _true_conditions(obj: dict | None) -> dict[str, dict]:
             if c.get("status") == "True"}
 
 
-def podgroup_note(gang: str, podgroup: dict | None) -> str | None:
+def podgroup_note(gang: str, podgroup: dict | None, warning: str | None = None) -> str | None:
     """Why the gang does not run yet, in its scheduler's words; None once it runs or while it says nothing.
 
-    Volcano: the phase (Pending: not enough room for minMember; Inqueue: room
-    reserved, binding) and its Unschedulable condition's message, e.g. "3/3
-    tasks in gang unschedulable: pod group is not ready, 3 Pending, 3
-    minAvailable; Pending: 3 Unschedulable". Coscheduling: the phase."""
+    Volcano: the phase (Pending: its queue cannot hold minResources; Inqueue:
+    admitted, waiting for room for minMember pods at once) and its
+    Unschedulable condition's message, e.g. "3/3 tasks in gang unschedulable:
+    pod group is not ready, 3 Pending, 3 minAvailable; Pending: 3
+    Unschedulable", else ``warning``, the PodGroup's latest Warning event
+    (e.g. "queue resource quota insufficient"). Coscheduling: the phase."""
     if podgroup is None:
         return None
     status = podgroup.get("status") or {}
     phase = status.get("phase") or "Pending"
     if phase in ("Running", "Completed", "Finished", "Scheduled"):
-        return None
+        return None  # Volcano keeps a stale Unschedulable condition after it ran: the phase decides
     unschedulable = _true_conditions(podgroup).get("Unschedulable")
-    said = ((unschedulable or {}).get("message") or "").strip()
-    return f"gang {phase.lower()} in {gang}" + (f": {said}" if said else "")
+    said = ((unschedulable or {}).get("message") or "").strip() or (warning or "").strip()
+    return f"gang not scheduled ({gang} PodGroup {phase})" + (f": {said}" if said else "")
 
 
 NO_WORKLOAD_HINT_AFTER_S = 15.0  # Kueue makes one within a second of the pods: after this long, say why not
@@ -166,9 +168,22 @@ class AdmissionReader:
             local_queue = self._get(KUEUE_API, "localqueues", self.queue)
             notes.append(workload_note(self.queue, self.workload, local_queue, now - self._first_read))
         if self.gang != "none":
-            notes.append(podgroup_note(self.gang, self._get(PODGROUP_API[self.gang], "podgroups", self.job)))
+            podgroup = self._get(PODGROUP_API[self.gang], "podgroups", self.job)
+            notes.append(podgroup_note(self.gang, podgroup, self._latest_warning("PodGroup") if podgroup else None))
         self._note = "; ".join(n for n in notes if n) or None
         return self._note
+
+    def _latest_warning(self, kind: str) -> str | None:
+        """The message of the job's object's latest Warning event."""
+        try:
+            events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={self.job},"
+                                                              f"involvedObject.kind={kind},type=Warning")["items"]
+        except (ApiError, OSError, ValueError):
+            return None
+        events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        if not events:
+            return None
+        return (events[-1].get("message") or "").strip() or None
 
     def eviction(self) -> str | None:
         """Kueue's reason for evicting the admitted job (read now), or None."""
