@@ -945,15 +945,6 @@ def _cmd_up(args) -> int:
     c.start()
     if args.nodes:
         c.create_nodes(args.nodes, gpus=args.gpus, prefix=args.prefix, taint=args.taint)
-    # --gang volcano / --queue: their processes carry the cluster's marker, so `down` ends them too
-    if args.volcano:
-        from .volcano import Volcano
-
-        Volcano(c).start()
-    if args.kueue:
-        from .kueue import Kueue
-
-        Kueue(c).start()
     c.detach()
     print(f"# cluster up in {c.start_seconds:.1f}s: {c.server}, workdir {workdir}", file=sys.stderr)
     print(f"export KUBECONFIG={c.kubeconfig}")
@@ -1015,8 +1006,6 @@ def main(argv=None) -> int:
             p.add_argument("--taint", action="store_true", help="taint nodes kwok.x-k8s.io/node=fake:NoSchedule")
             p.add_argument("--real-node", action="store_true",
                            help="also run a real node (containerd + kubelet + CoreDNS; root; see node.py)")
-            p.add_argument("--volcano", action="store_true", help="also run Volcano's scheduler (volcano.py)")
-            p.add_argument("--kueue", action="store_true", help="also run Kueue and its webhooks (kueue.py)")
         if name == "down":
             p.add_argument("--purge", action="store_true", help="also remove the workdir")
     args = ap.parse_args(argv)
