@@ -145,7 +145,8 @@ class BaseBackend(ABC):
 
         Raises AllocationError with the cluster's own reasons on timeout.
         ``deadline`` is a ``time.monotonic()`` value; ``progress(ready, total)``
-        is called as workers come up.
+        is called as workers come up, ``progress(ready, total, note)`` when
+        something besides the scheduler holds them (a gang, a queue: why).
         """
 
     @abstractmethod

@@ -30,7 +30,7 @@ CAPABILITY_HOOKS = {
 
 def ready(backend, timeout: float = 60) -> None:
     backend.allocate()
-    backend.wait_ready(time.monotonic() + timeout, lambda ready, total: None)
+    backend.wait_ready(time.monotonic() + timeout, lambda ready, total, note=None: None)
 
 
 def refused(address: str) -> bool:

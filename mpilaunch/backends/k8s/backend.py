@@ -272,7 +272,10 @@ class K8sBackend(BaseBackend):
                 phases.mark(self.phase_times, phase)
             ready = [n for n in names if n in by_name and pod_ready(by_name[n])]
             waits_for = self.admission.note() if len(ready) < total else None
-            progress(len(ready), total, waits_for)
+            if waits_for:  # (ready, total) alone otherwise: the progress contract's old form
+                progress(len(ready), total, waits_for)
+            else:
+                progress(len(ready), total)
             problems, fatal = {}, {}
             for n in names:
                 if n in ready:
