@@ -18,6 +18,8 @@ def test_log_times_order_as_times_not_as_text():
     assert log_time_ns("2026-11-26T04:06:01.5Z") < log_time_ns("2026-11-26T04:06:01.51Z")
     assert log_time_ns("2026-11-26T04:06:01Z") < log_time_ns("2026-11-26T04:06:01.000000001Z")
     assert log_time_ns("2026-11-26T04:06:02Z") - log_time_ns("2026-11-26T04:06:01.999999999Z") == 1
+    # a node whose clock is not on UTC writes its offset
+    assert log_time_ns("2026-11-26T05:06:01.5+01:00") == log_time_ns("2026-11-26T04:06:01.5Z")
 
 
 def test_resume_point_starts_a_second_early_and_counts_what_it_repeats():

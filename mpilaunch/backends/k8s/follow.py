@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import re
 import threading
 
 from .api import ApiError
@@ -17,13 +18,20 @@ RESUME_MARGIN_NS = 1_000_000_000
 _SEEN_KEPT = 200_000  # timestamps kept for counting what a reconnection repeats
 
 
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
+
+
 def log_time_ns(stamp: str) -> int:
-    """A kubelet log timestamp (RFC 3339, nanoseconds, trailing zeros cut: "...:01.5Z") in ns.
+    """A kubelet log timestamp (RFC 3339, nanoseconds, trailing zeros cut: "...:01.5Z"; a node
+    not on UTC writes its offset) in ns since the epoch; ValueError for anything else.
 
     Compared as text, "01.5Z" sorts after "01.51Z": a reconnection skipped lines that way."""
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
-    seconds = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
-    return int(seconds.timestamp()) * 1_000_000_000 + int((fraction + "000000000")[:9] or 0)
+    m = _STAMP.fullmatch(stamp)
+    if m is None:
+        raise ValueError(f"not a log timestamp: {stamp[:40]!r}")
+    whole, fraction, zone = m.groups()
+    seconds = datetime.datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone)).timestamp()
+    return int(seconds) * 1_000_000_000 + int((fraction or "").ljust(9, "0"))
 
 
 def resume_point(seen_ns) -> tuple[str, int]:
