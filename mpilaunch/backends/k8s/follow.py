@@ -53,12 +53,16 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
     ``on_launcher_done(text)`` with its last line (``LAUNCHER_DONE``), which is not output.
     """
     seen_ns: collections.deque = collections.deque(maxlen=_SEEN_KEPT)
-    warned = False
+    warned = resumed = done_seen = False
     while not stop.is_set():
         query = {"container": LAUNCHER_CONTAINER, "follow": "true", "timestamps": "true"}
         repeated = 0
         if seen_ns:
             query["sinceTime"], repeated = resume_point(seen_ns)
+            if not resumed and not done_seen:  # once: a cut stream is worth knowing about when output looks short
+                resumed = True
+                output.feed("stderr", f"mpilaunch: the launcher's log stream ended early; resuming from "
+                                      f"{query['sinceTime']} (lines already shown are skipped)\n")
         path = api.collection_path("v1", "pods", namespace) + f"/{pod}/log"
         try:
             conn, resp = api.request("GET", path, query=query, stream=True, timeout=3600)
@@ -80,6 +84,7 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
                 except ValueError:
                     pass  # not a stamped line (never seen): shown, not counted
                 if on_launcher_done is not None and text.startswith(LAUNCHER_DONE):
+                    done_seen = True  # its last line: a reconnection now only waits to be stopped
                     on_launcher_done(text)
                     continue
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
