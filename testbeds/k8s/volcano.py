@@ -39,6 +39,9 @@ VOLCANO_VERSION = os.environ.get("VOLCANO_VERSION", "v1.10.0")
 SCHEDULER_NAME = "volcano"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 DEFAULT_QUEUE = "default"
+# the probe pod's image: only its binding counts; should it land on the real node, the kubelet
+# has this one (node.PAUSE_IMAGE) and pulls nothing
+PROBE_IMAGE = "mpilaunch.local/pause:1"
 
 # The CRDs the two binaries list/watch. batch.volcano.sh Jobs (a 200 KB
 # CRD) are left out: only the job/gc/jobflow controllers watch them, and
@@ -191,7 +194,11 @@ class Volcano:
             return
         name = f"volcano-probe-{uuid.uuid4().hex[:6]}"
         ns = "default"
-        c.apply([podgroup(name, 1, namespace=ns), pod(name, name, namespace=ns, requests={"cpu": "1m"})])
+        probe = pod(name, name, namespace=ns, requests={"cpu": "1m"}, image=PROBE_IMAGE)
+        # any node will do, the real node's tainted one too (a cluster of it alone: the real-pod tests)
+        probe["spec"]["tolerations"] = [{"operator": "Exists"}]
+        probe["spec"]["containers"][0].pop("command")  # the pause image's own
+        c.apply([podgroup(name, 1, namespace=ns), probe])
         try:
             c.wait(lambda: c.get_json("pod", name, "-n", ns)["spec"].get("nodeName"),
                    timeout, "Volcano probe pod bound", interval=0.5)
