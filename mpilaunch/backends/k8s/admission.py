@@ -87,7 +87,7 @@ def workload_note(queue: str, workload: dict | None, local_queue: dict | None, w
     where = f"queued in Kueue LocalQueue {queue}"
     lq_status = (local_queue or {}).get("status") or {}
     facts = [f"ClusterQueue {(local_queue or {}).get('spec', {}).get('clusterQueue')}"] if local_queue else []
-    if lq_status.get("pendingWorkloads") is not None:
+    if lq_status.get("pendingWorkloads"):  # Kueue updates it on its own schedule: a 0 while queued is stale
         facts.append(f"{lq_status['pendingWorkloads']} pending")
     if facts:
         where += f" ({', '.join(facts)})"
