@@ -43,6 +43,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from .common import ClusterError, cache_dir
 from .network import POD_CIDR, SERVICE_CIDR, SERVICE_IP, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -63,17 +64,8 @@ DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "mpilaunch-k8s"
 
 
 
-class ClusterError(RuntimeError):
-    pass
-
-
 # --------------------------------------------------------------------------
 # build
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ.get("MPILAUNCH_CACHE", Path.home() / ".cache"))
-    return Path(os.environ.get("MPILAUNCH_K8S_CACHE", root / "mpilaunch-k8s"))
 
 
 def _kwok_binary_name() -> str:
@@ -258,7 +250,9 @@ class KubeCluster:
                  verbosity: int = 1,
                  keep_workdir: bool | None = None,
                  start_timeout: float = 180.0,
-                 real_node: bool = False):
+                 real_node: bool = False,
+                 volcano: bool = False,
+                 kueue: bool = False):
         """
         workdir: where certs, configs, etcd data and logs go (default: a new
             temp dir, removed by stop() unless keep_workdir).
@@ -273,6 +267,9 @@ class KubeCluster:
             give a single pod its own workDir/env (``set_pod_exec``).
         real_node: also run a real node (containerd + kubelet + CoreDNS,
             see ``node.py``); ``add_real_node()`` does it later.
+        volcano, kueue: also run Volcano's scheduler (``volcano.py``) and
+            Kueue with its webhooks (``kueue.py``); ``add_volcano()`` and
+            ``add_kueue()`` do it later.
         """
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mpilaunch-k8s-"))
@@ -294,6 +291,8 @@ class KubeCluster:
         self._started = False
         self.want_real_node = real_node
         self.node = None  # a node.RealNode once add_real_node() ran
+        self.want_addons = {"volcano": volcano, "kueue": kueue}
+        self.volcano = self.kueue = None  # their objects once add_volcano() / add_kueue() ran
         self.cache = cache_dir()
 
     # ---------------------------------------------------------- lifecycle
@@ -335,6 +334,10 @@ class KubeCluster:
             self._wait_control_plane(timeout=self.start_timeout - (time.monotonic() - t0))
             if self.want_real_node:
                 self.add_real_node()
+            if self.want_addons["volcano"]:
+                self.add_volcano()
+            if self.want_addons["kueue"]:
+                self.add_kueue()
             self._write_state()
         except BaseException:
             self.stop()
@@ -346,6 +349,12 @@ class KubeCluster:
         """Kill every process started (by process group, then by the
         environment marker, which also catches what kwok exec'd and anything
         that daemonized), wait for them, remove a temporary workdir."""
+        if self.kueue is not None:  # its webhooks go first: without it they would refuse every pod
+            self.kueue.stop()
+            self.kueue = None
+        if self.volcano is not None:
+            self.volcano.stop()
+            self.volcano = None
         if self.node is not None:
             # its pods go through the kubelet and the API server, so first
             self.node.stop()
@@ -901,6 +910,22 @@ class KubeCluster:
             self.node = RealNode(self).start()
         return self.node
 
+    def add_volcano(self):
+        """Start Volcano's scheduler and controllers (``volcano.py``); returns it. Idempotent."""
+        if self.volcano is None:
+            from .volcano import Volcano
+
+            self.volcano = Volcano(self).start()
+        return self.volcano
+
+    def add_kueue(self):
+        """Start Kueue and its webhooks (``kueue.py``); returns it. Idempotent."""
+        if self.kueue is None:
+            from .kueue import Kueue
+
+            self.kueue = Kueue(self).start()
+        return self.kueue
+
     # helpers node.py builds on
     spawn = _spawn
     wait = _wait
@@ -941,7 +966,7 @@ def _cmd_up(args) -> int:
         print(f"a cluster is already running in {workdir} (server {st['server']}); "
               f"`down` it first", file=sys.stderr)
         return 1
-    c = KubeCluster(workdir, keep_workdir=True, real_node=args.real_node)
+    c = KubeCluster(workdir, keep_workdir=True, real_node=args.real_node, volcano=args.volcano, kueue=args.kueue)
     c.start()
     if args.nodes:
         c.create_nodes(args.nodes, gpus=args.gpus, prefix=args.prefix, taint=args.taint)
@@ -1006,6 +1031,8 @@ def main(argv=None) -> int:
             p.add_argument("--taint", action="store_true", help="taint nodes kwok.x-k8s.io/node=fake:NoSchedule")
             p.add_argument("--real-node", action="store_true",
                            help="also run a real node (containerd + kubelet + CoreDNS; root; see node.py)")
+            p.add_argument("--volcano", action="store_true", help="also run Volcano's scheduler (volcano.py)")
+            p.add_argument("--kueue", action="store_true", help="also run Kueue and its webhooks (kueue.py)")
         if name == "down":
             p.add_argument("--purge", action="store_true", help="also remove the workdir")
     args = ap.parse_args(argv)

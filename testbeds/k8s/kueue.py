@@ -43,7 +43,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from .cluster import cache_dir
+from .common import cache_dir
 from .network import free_port
 
 HERE = Path(__file__).resolve().parent

@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .cluster import ClusterError, KubeCluster, cache_dir
+from .common import ClusterError, cache_dir
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build-volcano.sh"
