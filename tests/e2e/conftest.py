@@ -8,10 +8,8 @@ module under tests/e2e shares one testbed of each kind. Their helpers are
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,25 +19,6 @@ from support.real_pods import Real
 
 
 # ------------------------------------------------------------------ cluster testbeds (kwok nodes, YARN)
-
-class _Attached:
-    """A cluster started elsewhere (``cluster up``), with the KubeCluster helpers."""
-
-    def __init__(self, workdir: str):
-        from testbeds.k8s.cluster import KubeCluster
-
-        state = json.loads(Path(workdir, "cluster.json").read_text())
-        c = KubeCluster.__new__(KubeCluster)
-        c.workdir = Path(workdir)
-        c.kubeconfig = Path(state["kubeconfig"])
-        c.server = state["server"]
-        c.kubectl_bin = state["kubectl"]
-        c.marker = state["marker"]
-        c.exec_dir = Path(state["exec_dir"])
-        c._procs = {}  # started elsewhere: nothing of ours to watch
-        c.pki = type("Pki", (), {"ca_crt": Path(workdir, "pki", "ca.crt")})()
-        self.cluster = c
-
 
 @pytest.fixture(scope="session")
 def kube():
@@ -53,8 +32,8 @@ def kube():
     except ImportError as e:
         require(f"the k8s extra is not installed ({e.name}): pip install 'mpilaunch[k8s]'")
     shared = os.environ.get("MPILAUNCH_K8S_TESTBED_DIR")
-    if shared:
-        yield _Attached(shared).cluster
+    if shared:  # started elsewhere (cluster up): its helpers work; add_volcano/add_kueue too
+        yield KubeCluster.attach(shared)
         return
     cluster = KubeCluster()
     try:
