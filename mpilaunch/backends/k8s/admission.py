@@ -27,6 +27,8 @@ GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 # the quota and, through its finalizer, every deleted pod): however the job's pods go, they go.
 RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 WORKLOADS = (KUEUE_API, "workloads")
+# the reason of the TerminationTarget condition Kueue puts on an evicted Workload's pods
+KUEUE_EVICTED = "WorkloadEvictedDueTo"
 
 READ_EVERY_S = 2.0
 
@@ -110,8 +112,13 @@ def workload_eviction(workload: dict | None) -> str | None:
     evicted = _true_conditions(workload).get("Evicted")
     if evicted is None:
         return None
-    reason = evicted.get("reason") or "Evicted"
-    said = (evicted.get("message") or "").strip()
+    return evicted_by_kueue(evicted.get("reason") or "Evicted", evicted.get("message") or "")
+
+
+def evicted_by_kueue(reason: str, message: str) -> str:
+    """One wording for a Kueue eviction, read from the Workload or from a pod's TerminationTarget."""
+    reason = reason[len(KUEUE_EVICTED):] if reason.startswith(KUEUE_EVICTED) else reason
+    said = message.strip()
     return f"evicted by Kueue ({reason}" + (f": {said})" if said else ")")
 
 
@@ -140,7 +147,6 @@ class AdmissionReader:
         self._read_at = 0.0
         self._first_read: float | None = None
         self._note: str | None = None
-        self.workload: dict | None = None
 
     @property
     def active(self) -> bool:
@@ -164,9 +170,9 @@ class AdmissionReader:
             self._first_read = now
         notes = []
         if self.queue:
-            self.workload = self._get(KUEUE_API, "workloads", self.job)
+            workload = self._get(*WORKLOADS, self.job)
             local_queue = self._get(KUEUE_API, "localqueues", self.queue)
-            notes.append(workload_note(self.queue, self.workload, local_queue, now - self._first_read))
+            notes.append(workload_note(self.queue, workload, local_queue, now - self._first_read))
         if self.gang != "none":
             podgroup = self._get(PODGROUP_API[self.gang], "podgroups", self.job)
             notes.append(podgroup_note(self.gang, podgroup, self._latest_warning("PodGroup") if podgroup else None))
@@ -189,5 +195,4 @@ class AdmissionReader:
         """Kueue's reason for evicting the admitted job (read now), or None."""
         if not self.queue:
             return None
-        self.workload = self._get(KUEUE_API, "workloads", self.job)
-        return workload_eviction(self.workload)
+        return workload_eviction(self._get(*WORKLOADS, self.job))

@@ -6,6 +6,8 @@ watch and by the management commands.
 
 from __future__ import annotations
 
+from .admission import KUEUE_EVICTED, evicted_by_kueue
+
 JOB_LABEL = "mpilaunch/job"
 ROLE_LABEL = "mpilaunch/role"
 WORKER_CONTAINER = "worker"
@@ -63,10 +65,6 @@ def launcher_started(pod: dict) -> bool:
     return any({"running", "terminated"} & set(cs.get("state") or {}) for cs in status.get("containerStatuses") or ())
 
 
-# the reason Kueue gives its TerminationTarget condition when it stops an evicted Workload's pods
-KUEUE_EVICTED = "WorkloadEvictedDueTo"
-
-
 def pod_loss(pod: dict | None) -> str | None:
     """Why a worker pod that was running is gone, in the cluster's words; None while it still serves.
 
@@ -84,7 +82,7 @@ def pod_loss(pod: dict | None) -> str | None:
     if disruption is not None:
         reason, said = disruption.get("reason") or "disrupted", disruption.get("message") or "no message"
         if reason.startswith(KUEUE_EVICTED):  # e.g. WorkloadEvictedDueToPreempted
-            return f"evicted by Kueue ({reason[len(KUEUE_EVICTED):]}: {said})".strip()
+            return evicted_by_kueue(reason, said)
         return f"{reason}: {said}".strip()
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return "pod deleted (terminating)"
