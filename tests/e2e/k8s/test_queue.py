@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 import time
 
@@ -205,3 +206,23 @@ def test_queue_preemption_by_kueue_exits_5_naming_it(kube, kueue, k8s_env, tmp_p
             forget_pod_env(kube, job, 2)
     for job in (low, high):
         no_kueue_leftovers(kube, job)
+
+
+def test_queue_sigterm_while_queued_leaves_no_gated_pod_nor_workload(kube, kueue, k8s_env):
+    """Stopped while Kueue holds it (SIGTERM, as Ctrl-C's teardown): its gated pods and its Workload go;
+    Kueue's finalizer would otherwise keep the deleted pods of the unfinished group."""
+    kueue.make_queue("mpl-cq-term", "mpl-term", gpus=8)
+    job = "k8s-queue-term"
+    proc = start(["--name", job, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local",
+                  "--queue", "mpl-term", "--start-timeout", "120", "--", "true"], k8s_env)
+    progress = StderrLines(proc)
+    try:
+        wait_for(lambda: "insufficient quota" in progress.text(), 60, "the queued progress line")
+        assert workload(kube, job) is not None and len(worker_pods(kube, job)) == 2
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        progress.join()
+    finally:
+        stop(proc)
+    assert proc.returncode != 0 and "Traceback" not in progress.text(), progress.text()[-3000:]
+    no_kueue_leftovers(kube, job)
