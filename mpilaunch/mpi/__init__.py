@@ -21,7 +21,7 @@ from .command import (FORWARDED_NAMES, FORWARDED_PREFIXES, MPIRUN_OWN_NAMES, STA
                       agent_env, build_mpirun, forwarded_names, resolve_env)
 from .detection import (AUTO_EXECUTABLES, announced_mpi, candidates, detect, find_mpirun, first_line,  # noqa: F401
                         parse_version_output, search_path, unknown_mpi_error)
-from .failures import daemon_error, first_failed_rank  # noqa: F401
+from .failures import daemon_error, first_failed_rank, launch_hint  # noqa: F401
 from .intel import LIBDIR_ENV, hydra_sibling  # noqa: F401
 from .openmpi import (MIN_NUM_CONCURRENT, MIN_ROUTED_RADIX, PRRTE_SPAWN_ON_PROGRESS_THREAD,  # noqa: F401
                       RAS_EXCLUDED, openmpi_agent)

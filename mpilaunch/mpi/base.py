@@ -170,6 +170,11 @@ class MpiFlavour(ABC):
 
     # ------------------------------------------------------------ hints and checks
 
+    def launch_hint(self, lines: list[str]) -> str | None:
+        """What to do about a launch that failed before any rank did, when its mpirun's
+        ``lines`` show a cause this flavour knows, else None."""
+        return None
+
     @abstractmethod
     def agent_setting(self, major: int) -> str:
         """Where this flavour takes its agent from: named in the placement check's hint."""

@@ -73,6 +73,11 @@ def _proxy_error(line: str) -> tuple[str, str] | None:
     return next((found for found in (f.proxy_error(line) for f in FLAVOURS.values()) if found), None)
 
 
+def launch_hint(lines: list[str]) -> str | None:
+    """A flavour's hint for a launch that failed before any rank did (its mpirun's ``lines``), or None."""
+    return next((hint for hint in (f.launch_hint(lines) for f in FLAVOURS.values()) if hint), None)
+
+
 def daemon_error(lines: list[str]) -> str | None:
     """The first error the MPI runtime's daemons printed, as one line
     (``on HOST: <the daemon's message>``), or None.

@@ -15,6 +15,13 @@ _VERSION = re.compile(r"HYDRA build details:.*?Version:\s+(\d+[\w.]*)", re.S)
 _PROXY_LINE = re.compile(r"^\[proxy:[\d:]+@([^\]\s]+)\] (?:\S+ \([^)]*\): )?(.*)$")
 # Variables hydra (MPICH's and Intel's) reads for its launcher, host list and PMI.
 _HYDRA_PREFIXES = ("HYDRA_", "I_MPI_HYDRA_", "I_MPI_PMI")
+# mpiexec's answer to a proxy whose first message it cannot parse: hydra's wire format changes
+# between MPICH releases (4.0.2's mpiexec with 4.2.1's hydra_pmi_proxy, seen here)
+_FOREIGN_PROXY = re.compile(r"cannot find proxy with ID")
+VERSION_MISMATCH_HINT = (
+    "hydra's mpiexec here and the hydra_pmi_proxy on the workers are different MPICH releases, "
+    "which cannot talk to each other: give --mpirun an mpiexec of the workers' MPICH release, "
+    "or run mpirun beside the workers (--launcher cluster)")
 LAUNCH_SETTINGS = "Hydra launch settings (mpilaunch pins the launcher, its agent and the hostfile)"
 
 
@@ -66,6 +73,9 @@ class Mpich(MpiFlavour):
     def proxy_error(self, line: str) -> tuple[str, str] | None:
         m = _PROXY_LINE.match(line)
         return (m.group(1), m.group(2)) if m else None
+
+    def launch_hint(self, lines: list[str]) -> str | None:
+        return VERSION_MISMATCH_HINT if any(_FOREIGN_PROXY.search(line) for line in lines) else None
 
     def agent_setting(self, major: int) -> str:
         return "MPICH takes the agent from -launcher rsh -launcher-exec / HYDRA_LAUNCHER(_EXEC)"

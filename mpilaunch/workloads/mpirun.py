@@ -309,7 +309,7 @@ class MpirunWorkload(Workload):
             info = mpi.find_mpirun(spec.mpi, spec.mpirun, environ.get("PATH"))
         except UsageError:
             # a launcher in the cluster uses the image's mpirun: none is needed here
-            info = getattr(backend_cls, "remote_mpi_info", lambda _spec: None)(spec)
+            info = backend_cls.remote_mpi_info(spec)
             if info is None:
                 raise
         return cls(spec, job_name, plan, info)
@@ -420,7 +420,8 @@ class MpirunWorkload(Workload):
         if self.spec.verify and not (self.output.starts or self.output.statuses):
             # nothing to judge by (a launcher whose log never reached us): say so, fail on evidence only
             unverified = "no rank reported where it started (mpirun's output did not reach mpilaunch)"
-            print(f"mpilaunch: warning: placement not verified: {unverified}", file=run.stderr)
+            if self.mpirun_code == 0:  # after a failed launch, its error says why no rank started
+                print(f"mpilaunch: warning: placement not verified: {unverified}", file=run.stderr)
         elif self.spec.verify:
             t0 = time.monotonic()
             # an mpirun that mpilaunch stopped did not end well, whatever its code: no ranks are "missing"

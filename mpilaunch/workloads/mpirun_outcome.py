@@ -129,4 +129,7 @@ def failure_message(failure, output: RankOutput, mpirun_code: int, stopped: str 
     if tail:
         lines.append(f"last {len(tail)} lines of {'rank ' + str(failure[0]) if failure else 'mpirun'}:")
         lines += ["  | " + t for t in tail]
+    hint = None if failure is not None or stopped else mpi.launch_hint(output.launcher_head + tail)
+    if hint:
+        lines.append(f"  hint: {hint}")
     return "\n".join(lines)

@@ -5,9 +5,12 @@
 # $MPILAUNCH_K8S_CACHE/images/foreign-<name>.{tar,tag}, smoke-checked:
 #
 #   foreign-openmpi    openmpi-bin + python3-mpi4py (Debian's mpi4py, built on Open MPI 4.1)
-#   foreign-mpich      mpich + python3 (Debian's python3-mpi4py is built only against
-#                      Open MPI and would bring Open MPI along and make it the
-#                      image's mpirun: ranks here reach MPICH's libmpi through ctypes)
+#   foreign-mpich      mpich + python3, from Debian trixie (MPICH 4.2.1): bookworm's
+#                      MPICH 4.0.2 deadlocks in MPI_Finalize in about 1 of 8 two-pod
+#                      jobs (pmodels/mpich#6596, fixed in 4.2). Debian's python3-mpi4py
+#                      is built only against Open MPI and would bring Open MPI along and
+#                      make it the image's mpirun: ranks here reach MPICH's libmpi
+#                      through ctypes
 #   foreign-nopython   openmpi-bin alone: no python3 (mpilaunch must refuse it)
 #   foreign-horovod    python3-torch + openmpi-bin + Horovod's Python dependencies from Debian,
 #                      and the Horovod wheel scripts/build-horovod.sh made (against the same
@@ -42,8 +45,15 @@ declare -A MUST=(
   [horovod]="usr/bin/mpirun.openmpi usr/bin/python3 $SITE/horovod/torch/__init__.py usr/lib/python3/dist-packages/torch/__init__.py"
 )
 declare -A MUST_NOT=([openmpi]="" [mpich]="usr/bin/mpirun.openmpi" [nopython]="usr/bin/python3" [horovod]="")
+# the Debian release each image is built from (bookworm unless named here)
+declare -A SUITE=([mpich]=trixie)
+suite_of() { echo "${SUITE[$1]:-bookworm}"; }
 
-extra_of() { [[ "$1" != horovod ]] || sha256sum "$HOROVOD_WHEEL" | cut -c1-16; }
+# what else a tag covers: the Horovod wheel, a release other than bookworm (bookworm tags stay as they were)
+extra_of() {
+  [[ "$1" != horovod ]] || sha256sum "$HOROVOD_WHEEL" | cut -c1-16
+  [[ "$(suite_of "$1")" == bookworm ]] || suite_of "$1"
+}
 tag_of() { printf 'mpilaunch.local/foreign-%s:%s\n' "$1" "$(printf '%s|%s|%s|%s' "$RECIPE" "${PACKAGES[$1]}" "$MIRROR" "$(extra_of "$1")" | sha256sum | cut -c1-12)"; }
 
 # the archive's root file system has what it must and lacks what it must not
@@ -73,9 +83,9 @@ build_one() {
   if [[ "$(cat "$tagfile" 2>/dev/null)" == "$tag" && -f "$archive" ]] && smoke_check "$name" "$archive"; then
     return 0
   fi
-  log "foreign-$name: mmdebstrap bookworm minbase + ${PACKAGES[$name]}"
+  log "foreign-$name: mmdebstrap $(suite_of "$name") minbase + ${PACKAGES[$name]}"
   rootfs="$(mktemp -d)"
-  mmdebstrap --quiet --variant=minbase --include="${PACKAGES[$name]}" "${hooks[@]}" bookworm "$rootfs/rootfs.tar" "$MIRROR"
+  mmdebstrap --quiet --variant=minbase --include="${PACKAGES[$name]}" "${hooks[@]}" "$(suite_of "$name")" "$rootfs/rootfs.tar" "$MIRROR"
   b=(buildah --root "$MPILAUNCH_BUILDAH_ROOT/storage" --runroot "$MPILAUNCH_BUILDAH_ROOT/run" --storage-driver overlay)
   ctr="$("${b[@]}" from scratch)"
   "${b[@]}" add "$ctr" "$rootfs/rootfs.tar" / >/dev/null

@@ -337,3 +337,33 @@ def test_rank_wrapper_lingers_for_its_status_line_under_open_mpi_only(info, ling
     command = rank_command(JobSpec(command=("prog", "arg")), ["wrapper"], info)
     assert command[-3:] == ["--", "prog", "arg"]
     assert ("--linger-ms" in command) is lingers
+
+
+# what Debian bookworm's mpiexec (MPICH 4.0.2) printed against trixie's hydra_pmi_proxy (4.2.1), captured
+HYDRA_RELEASE_MISMATCH = """\
+[mpiexec@vm] HYD_pmcd_pmiserv_proxy_init_cb (pm/pmiserv/pmiserv_cb.c:460): cannot find proxy with ID 4479304
+[mpiexec@vm] HYDT_dmxu_poll_wait_for_event (tools/demux/demux_poll.c:76): callback returned error status
+[mpiexec@vm] HYD_pmci_wait_for_completion (pm/pmiserv/pmiserv_pmci.c:160): error waiting for event
+[mpiexec@vm] main (ui/mpich/mpiexec.c:325): process manager error waiting for completion"""
+
+
+def test_a_launch_across_two_hydra_releases_gets_a_hint_that_says_so():
+    lines = HYDRA_RELEASE_MISMATCH.splitlines()
+    hint = mpi.launch_hint(lines)
+    assert hint is not None and "different MPICH releases" in hint and "--launcher cluster" in hint
+    assert mpi.launch_hint(ORTED_DIED.splitlines()) is None
+    assert mpi.launch_hint(["[mpiexec@x] error waiting for proxy"]) is None
+
+
+def test_the_failure_message_of_a_launch_that_never_started_a_rank_ends_with_the_hint():
+    from mpilaunch.output import RankOutput
+    from mpilaunch.workloads.mpirun_outcome import failure_message
+
+    output = RankOutput(echo_out=False, echo_err=False)
+    output.launcher_head = HYDRA_RELEASE_MISMATCH.splitlines()
+    output.launcher_tail.extend(output.launcher_head)
+    message = failure_message(None, output, 255)
+    assert message.splitlines()[0].startswith("mpirun exited with code 255 before any rank failed; MPI daemon ")
+    assert message.splitlines()[-1].startswith("  hint: hydra's mpiexec here and the hydra_pmi_proxy")
+    # a rank's failure or mpilaunch's own stop is not about the launch: no such hint
+    assert "hint:" not in failure_message(None, output, 255, stopped="stopped by mpilaunch")
