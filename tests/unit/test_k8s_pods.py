@@ -37,3 +37,11 @@ def test_launcher_done_line_counts_only_with_the_launch_token():
     assert parse_launcher_done(f"{LAUNCHER_DONE}0", "abc") is None
     assert parse_launcher_done("mpilaunch: launcher: openmpi 5, 2 workers ready", "abc") is None
     assert parse_launcher_done(f"{LAUNCHER_DONE}x token=abc", "abc") is None
+
+
+def test_the_wait_for_a_small_jobs_pods_looks_often_at_first_and_at_the_usual_pace_later():
+    from mpilaunch.backends.k8s.pods import SLOW_POLL_S, ready_poll_s
+
+    assert ready_poll_s(0.0, 3) <= 0.1  # a 2-pod job's pods are Ready 1-2 s in: no 0.25 s lost on average
+    assert ready_poll_s(30.0, 3) == SLOW_POLL_S  # a wait that long is for capacity, not a pod start
+    assert ready_poll_s(0.0, 1024) == SLOW_POLL_S  # a list of 1024 pods ten times a second is a load

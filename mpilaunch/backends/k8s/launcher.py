@@ -36,7 +36,7 @@ from ..base import BaseBackend
 from ..launch_description import LaunchDescription
 from .api import Api, ApiError, sa_dir
 from .detached import outcome, record_outcome
-from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss
+from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
 from ...errors import MpilaunchError, UsageError
 from ...lifecycle import make_rundir, run_job
@@ -56,6 +56,7 @@ def wait_workers(api: Api, names: list[str], deadline: float) -> dict[str, dict]
     pending = list(names)
     ready = {}
     last_error = None
+    started = time.monotonic()
     while pending:
         still = []
         for name in pending:
@@ -80,7 +81,7 @@ def wait_workers(api: Api, names: list[str], deadline: float) -> dict[str, dict]
             if time.monotonic() > deadline:
                 raise MpilaunchError(f"{len(pending)} workers not ready: {', '.join(pending[:5])}"
                                      + (f" ({last_error})" if last_error else ""), None)
-            time.sleep(0.5)
+            time.sleep(ready_poll_s(time.monotonic() - started, len(pending)))
     return ready
 
 

@@ -20,6 +20,19 @@ FATAL_WAITING = {
     "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
 }
 
+# How often the wait for a job's pods asks the API server again. A small job's pods are Ready
+# 1-2 s after they are created (a node with the image), so a 0.5 s poll made the launch wait
+# 0.25 s on average for nothing; kubectl wait watches instead. Often while the pods are few and
+# the wait is young, the usual pace past that (a list of many pods is a load of its own).
+FAST_POLL_S, SLOW_POLL_S = 0.1, 0.5
+FAST_POLL_PODS, FAST_POLL_FOR_S = 16, 10.0
+
+
+def ready_poll_s(waited_s: float, pods: int) -> float:
+    """Seconds until the next look at ``pods`` pods not all Ready after ``waited_s`` of waiting."""
+    return FAST_POLL_S if pods <= FAST_POLL_PODS and waited_s < FAST_POLL_FOR_S else SLOW_POLL_S
+
+
 def pod_ready(pod: dict) -> bool:
     status = pod.get("status") or {}
     if status.get("phase") != "Running":

@@ -1,0 +1,45 @@
+"""The order in which a job's objects are created (``backend.CREATION_STAGES``), over the manifests
+that ``render`` shows for each kind of job: every object is in a stage, what pods mount or use comes
+before them, and the reaper exists before any pod of the job, so a job is reaped if mpilaunch dies
+from the first pod on."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("yaml")
+pytest.importorskip("jinja2")
+
+from mpilaunch.backends.k8s import manifests as k8s_manifests  # noqa: E402
+from mpilaunch.backends.k8s.backend import CREATION_STAGES, K8sBackend  # noqa: E402
+from mpilaunch.cli import parse_run  # noqa: E402
+from mpilaunch.workloads.mpirun import MpirunWorkload  # noqa: E402
+
+
+def stage_of(group: str) -> int:
+    (index,) = [i for i, stage in enumerate(CREATION_STAGES) if group in stage]
+    return index
+
+
+@pytest.mark.parametrize("args", [
+    ["--launcher", "cluster"],
+    ["--launcher", "local"],
+    ["--launcher", "cluster", "--detach"],
+    ["--launcher", "cluster", "--gang", "volcano"],
+    ["--launcher", "local", "--transport", "exec"],
+])
+def test_every_object_has_a_stage_and_the_reaper_comes_before_any_pod(args, tmp_path):
+    spec, _ = parse_run(["--backend", "k8s", "--image", "img", "--name", "order", "--np", "4",
+                         "--slots-per-worker", "2", *args, "--", "python3", "train.py"])
+    workload = MpirunWorkload.prepare(spec, K8sBackend, "order", dict(os.environ))
+    backend = K8sBackend(spec, workload.plan, tmp_path, cluster_launcher_allowed=workload.can_use_cluster_launcher)
+    groups = [group for group, _ in k8s_manifests.manifests(backend)]
+    assert groups[0] == "root" and "workers" in groups
+    assert all(any(g in stage for stage in CREATION_STAGES) for g in groups[1:]), groups
+    pods = [stage_of(g) for g in groups if g in ("workers", "launcher")]
+    firsts = [stage_of(g) for g in groups if g in ("tools", "setup", "lease", "reaper-rbac")]
+    reaper = [stage_of(g) for g in groups if g == "reaper"]
+    assert reaper, groups  # every job has one: it removes the job should mpilaunch die
+    assert max(firsts) < reaper[0] < min(pods)
