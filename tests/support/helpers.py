@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -107,3 +108,24 @@ def assert_local_worker_lost(proc, err: str, job: str, worker: int, agent: int) 
     assert line.startswith(f"mpilaunch: error: worker {job}-worker-{worker} (agent pid {agent} on localhost) "
                            f"was lost"), err[-2000:]
     return line
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """A job's (stdout, stderr) within ``timeout``. Past it, or when the test
+    gives up earlier (``stop``), the job gets SIGTERM first: mpilaunch then
+    deletes its objects, so a rerun of the test does not find its name taken,
+    and what it printed so far is kept for the assertion message."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()

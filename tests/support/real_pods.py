@@ -8,12 +8,11 @@ a ``Real``.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
 
-from support.helpers import REPO, mpilaunch_env
+from support.helpers import REPO, finish, mpilaunch_env, stop  # noqa: F401  (finish, stop: the tests' names)
 from support.k8s import KINDS
 
 
@@ -60,27 +59,6 @@ class Real:
     def containers_left(self, job: str) -> list[str]:
         """Containers of the job containerd still has (the kubelet's teardown is real too)."""
         return self.cluster.node.containers_of(f"{job}-")
-
-
-def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
-    """A job's (stdout, stderr) within ``timeout``. Past it, or when the test
-    gives up earlier (``stop``), the job gets SIGTERM first: mpilaunch then
-    deletes its objects, so a rerun of the test does not find its name taken,
-    and what it printed so far is kept for the assertion message."""
-    try:
-        return proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return stop(proc)
-
-
-def stop(proc: subprocess.Popen) -> tuple[str, str]:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.communicate()
 
 
 def ranks_from(stdout: str) -> list[dict]:

@@ -20,6 +20,7 @@ import tarfile
 
 import pytest
 
+from support.helpers import finish
 from support.yarn import assert_released
 
 pytestmark = pytest.mark.yarn
@@ -62,9 +63,15 @@ def packed_env(tmp_path, name: str, python_script: str | None = None):
     return archive
 
 
-def run_job(args, ctx, cwd, timeout=240):
-    cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"], *args]
-    return subprocess.run(cmd, cwd=cwd, env=ctx["env"], capture_output=True, text=True, timeout=timeout)
+def run_job(args, ctx, cwd, timeout=240) -> subprocess.CompletedProcess:
+    """The job's run. --start-timeout below the test's own: a stalled allocation is reported by
+    mpilaunch (what it waited for), and a job past the test's time gets SIGTERM (``finish``), so
+    the failure shows what it printed (one run hung silently for 240 s in an empty-cache run)."""
+    cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"],
+           "--start-timeout", str(timeout // 2), *args]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=ctx["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = finish(proc, timeout)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.mark.mpi
