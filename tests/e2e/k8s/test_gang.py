@@ -10,6 +10,7 @@ cluster launcher and its workers, all placed by Volcano as one group.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -114,7 +115,8 @@ def test_gang_unschedulable_reason_in_progress_line_and_exit_3(gang_pool, k8s_en
     assert "3 of 3 workers not ready after --start-timeout 10s: gang not scheduled (volcano PodGroup Inqueue): " \
            "1/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable" in error, error
     # and why, as Volcano's predicates saw it
-    assert "2 Insufficient nvidia.com/gpu" in error, error
+    # (how many nodes it counts depends on what else the shared cluster holds: 2 on a fresh one, 3 seen)
+    assert re.search(r"\b\d+ Insufficient nvidia\.com/gpu", error), error
     assert leftover_objects(kube, job) == []
 
 
