@@ -91,9 +91,16 @@ def templates():
         import jinja2
     except ImportError:
         raise UsageError("the k8s backend needs the Python package 'jinja2'", "pip install 'mpilaunch[k8s]'") from None
+    try:
+        # compiled templates kept between launches (jinja's own per-user directory, 0700, keyed
+        # by each template's source): compiling them took 19 ms of every launch, loading 0.8 ms
+        compiled = jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):  # no safe temporary directory: compile each time
+        compiled = None
     return jinja2.Environment(
         loader=jinja2.PackageLoader("mpilaunch.backends.k8s", "templates"),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+        bytecode_cache=compiled,
     )
 
 
