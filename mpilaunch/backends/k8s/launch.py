@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ... import mpi
+from ...mpi import versions as mpi_versions
 from ...errors import AllocationError, UsageError
 from ..launch_description import LaunchDescription, LaunchWorker
 from .pods import WORKER_CONTAINER
@@ -92,10 +93,13 @@ def templates():
     except ImportError:
         raise UsageError("the k8s backend needs the Python package 'jinja2'", "pip install 'mpilaunch[k8s]'") from None
     try:
-        # compiled templates kept between launches (jinja's own per-user directory, 0700, keyed
-        # by each template's source): compiling them took 19 ms of every launch, loading 0.8 ms
-        compiled = jinja2.FileSystemBytecodeCache()
-    except (OSError, RuntimeError):  # no safe temporary directory: compile each time
+        # compiled templates kept between launches, beside the remembered MPI versions in the
+        # user's cache (not TMPDIR: a job leaves nothing there), keyed by each template's source:
+        # compiling them took 19 ms of every launch, loading 0.8 ms
+        directory = os.path.join(os.path.dirname(mpi_versions.cache_file()), "templates")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        compiled = jinja2.FileSystemBytecodeCache(directory)
+    except OSError:  # no writable cache: compile each time
         compiled = None
     return jinja2.Environment(
         loader=jinja2.PackageLoader("mpilaunch.backends.k8s", "templates"),
