@@ -91,8 +91,9 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
     job = "retries-k8s"
     give_pods_their_env(kube, job, 2, tmp_path / "pods")
     try:
+        gate = tmp_path / "gate"  # the relaunch holds until the replacement pod has been looked at
         proc = launch(job, tmp_path, k8s_env, "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
-                      "--retries", "1")
+                      "--retries", "1", "-x", f"RELAUNCH_GATE={gate}")
         seen = wait_started(proc, 2, "started (first attempt)")
         uid0 = kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout
         uid1 = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}").stdout
@@ -108,6 +109,7 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
             raise AssertionError(f"{e}\nmpilaunch said:\n{out[-2000:]}\n{err[-4000:]}\nthe pod now:\n{pod[-3000:]}"
                                  f"\nkwok: {kube.log_tail('kwok', 20)}") from None
         assert kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout == uid0
+        gate.touch()
         out, err = finish(proc, seen)
     finally:
         forget_pod_env(kube, job, 2)

@@ -3,7 +3,9 @@
 Each rank leaves ``$ATTEMPT_MARKER.<rank>`` behind; finding it means this is
 a relaunch (``--retries``, or a resubmitted job). Without ATTEMPT_MARKER
 (pods have no file system in common), MPILAUNCH_ATTEMPT tells. First attempt: rank FAIL_UNIT exits FAIL_CODE,
-the others sleep SLEEP seconds (long enough to lose a worker under them).
+the others sleep SLEEP seconds (long enough to lose a worker under them). A relaunch
+waits (at most 120 s) for the file $RELAUNCH_GATE when that is set, so that a test can look
+at the relaunched job before it ends.
 """
 
 import os
@@ -23,3 +25,7 @@ if first:
     if unit == int(os.environ.get("FAIL_UNIT", "-1")):
         sys.exit(int(os.environ.get("FAIL_CODE", "3")))
     time.sleep(float(os.environ.get("SLEEP", "120")))
+elif os.environ.get("RELAUNCH_GATE"):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.environ["RELAUNCH_GATE"]) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -48,16 +48,37 @@ def leftover_processes(job_name: str) -> list[str]:
     return found
 
 
-def agent_pid(worker):
-    """The pid of the exec agent (``mpilaunch.agent``) serving worker ``worker``; fails when there is none."""
+def agent_workers() -> dict[int, str]:
+    """Every local exec agent on this machine: pid -> the worker it serves.
+
+    An agent started as its own interpreter says so on its command line
+    (``mpilaunch.agent ... --name WORKER``); one forked from mpilaunch (the
+    local backend's default) has mpilaunch's command line, but its name is
+    ``mpilaunch.agent`` and its stdout is ``WORKER.agent.log``.
+    """
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
+                cmdline = f.read().split(b"\0")
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                comm = f.read().strip()
+            if b"mpilaunch.agent" in cmdline and b"--name" in cmdline:
+                found[int(pid)] = cmdline[cmdline.index(b"--name") + 1].decode()
+            elif comm == b"mpilaunch.agent":
+                log = os.readlink(f"/proc/{pid}/fd/1")
+                if log.endswith(".agent.log"):
+                    found[int(pid)] = os.path.basename(log)[:-len(".agent.log")]
+        except (OSError, IndexError):
             continue
-        if b"mpilaunch.agent" in cmdline and f"--name\0{worker}\0".encode() in cmdline:
-            return int(pid)
+    return found
+
+
+def agent_pid(worker):
+    """The pid of the exec agent serving worker ``worker``; fails when there is none."""
+    for pid, served in agent_workers().items():
+        if served == worker:
+            return pid
     raise AssertionError(f"no agent for {worker}")
 
 

@@ -4,8 +4,8 @@ import os
 import subprocess
 import sys
 
-import psutil
 import pytest
+from support.helpers import agent_workers
 
 
 def run_cli(*args, env=None):
@@ -15,8 +15,7 @@ def run_cli(*args, env=None):
 
 def agents_of(job: str) -> list:
     """Agents of one job (other jobs may run on this machine at the same time)."""
-    return [p.pid for p in psutil.process_iter(["cmdline"])
-            if "mpilaunch.agent" in (p.info["cmdline"] or []) and any(job in a for a in p.info["cmdline"])]
+    return [pid for pid, worker in agent_workers().items() if worker.startswith(job + "-")]
 
 
 CASES = {

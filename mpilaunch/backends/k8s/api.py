@@ -91,6 +91,9 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
             f"no kubeconfig found ({paths})",
             "pass --kubeconfig, set KUBECONFIG, or run inside a pod with a ServiceAccount",
         )
+    static = static_credentials(paths, context, namespace, rundir)
+    if static is not None:
+        return static, None
     try:
         from kubernetes import client as kclient
         from kubernetes.config import kube_config
@@ -152,6 +155,82 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
         tokens = k8s_credentials.TokenSource(fetch, first, Path(creds["token_file"]) if "token_file" in creds else None,
                                              describe)
     return creds, tokens
+
+
+# What a kubeconfig's cluster and user may hold for static_credentials to read it: anything
+# else (exec plugins, auth providers, basic auth, proxies, impersonation, token files, several
+# files to merge) is the kubernetes package's loader's to read.
+_STATIC_CLUSTER_KEYS = {"server", "certificate-authority", "certificate-authority-data", "insecure-skip-tls-verify",
+                        "tls-server-name", "extensions"}
+_STATIC_USER_KEYS = {"client-certificate", "client-certificate-data", "client-key", "client-key-data", "token",
+                     "extensions"}
+
+
+def static_credentials(paths: str, context: str | None, namespace: str | None, rundir: Path | None) -> dict | None:
+    """``resolve``'s result for a kubeconfig that needs no loader; None for any other.
+
+    One file whose context's user holds a token or a client certificate and nothing that runs
+    or refreshes anything: the common case, read with the YAML parser mpilaunch has loaded
+    anyway. Importing the ``kubernetes`` package for its loader costs 130 ms, before the first
+    object of a job can be created (tests/unit/test_k8s_static_credentials.py: both readers
+    give the same credentials for every shape this one takes)."""
+    if os.pathsep in paths or (rundir is None and _has_inline_data(paths)):
+        return None
+    import yaml
+
+    try:
+        with open(paths, "rb") as f:
+            config = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        name = context or config.get("current-context")
+        chosen = _named(config.get("contexts"), name)
+        cluster = _named(config.get("clusters"), chosen["cluster"])
+        user = _named(config.get("users"), chosen["user"])
+    except Exception:  # noqa: BLE001 - unreadable or unusual: the loader reads it and says what is wrong
+        return None
+    if (cluster is None or user is None or not isinstance(cluster.get("server"), str)
+            or not set(cluster) <= _STATIC_CLUSTER_KEYS or not set(user) <= _STATIC_USER_KEYS
+            or ("token" not in user and "client-certificate" not in user and "client-certificate-data" not in user)):
+        return None
+    base = os.path.dirname(os.path.abspath(paths))
+    creds: dict = {"server": cluster["server"].rstrip("/"),
+                   "namespace": namespace or chosen.get("namespace") or "default"}
+    if cluster.get("insecure-skip-tls-verify"):
+        creds["insecure"] = True
+    if cluster.get("tls-server-name"):
+        creds["tls_server_name"] = cluster["tls-server-name"]
+    for key, name, holder, field in (("ca_file", "ca", cluster, "certificate-authority"),
+                                     ("cert_file", "cert", user, "client-certificate"),
+                                     ("key_file", "key", user, "client-key")):
+        if holder.get(field + "-data"):
+            import base64
+
+            data = base64.standard_b64decode(holder[field + "-data"])
+            creds[key] = _write_private(rundir / f"k8s-{name}.pem", data)
+        elif holder.get(field):
+            src = os.path.join(base, os.path.expanduser(holder[field]))
+            creds[key] = src if rundir is None else _write_private(rundir / f"k8s-{name}.pem", Path(src).read_bytes())
+    if user.get("token"):
+        if rundir is None:
+            creds["token"] = user["token"]
+        else:
+            creds["token_file"] = _write_private(rundir / "k8s-token", user["token"].encode())
+    return creds
+
+
+def _named(entries, name):
+    """The ``cluster``/``user``/``context`` body of the entry called ``name`` in a kubeconfig list."""
+    for entry in entries or []:
+        if entry.get("name") == name:
+            return entry.get("context") or entry.get("cluster") or entry.get("user")
+    return None
+
+
+def _has_inline_data(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return b"-data:" in f.read()
+    except OSError:
+        return True
 
 
 def client(kubeconfig: str | None, context: str | None, namespace: str | None) -> "Api":

@@ -1,7 +1,6 @@
 """Local agents forked from the launcher process instead of started as interpreters of their own.
 
-From ``FORK_AGENTS_FROM`` workers on, the local backend forks each agent from
-mpilaunch itself (which has imported the agent's modules once): the child
+The local backend forks each worker's agent from mpilaunch itself (which has imported the agent's modules once): the child
 sheds the launcher's signal handlers, descriptors and environment and runs
 ``mpilaunch agent``'s ``main`` as an exec'd agent would. ``ForkedAgent`` is
 what the backend and ``procs`` use of ``subprocess.Popen``.
@@ -18,19 +17,19 @@ import signal
 import subprocess
 import sys
 
-# From this many workers on, agents are forked from this process instead of started as
-# interpreters of their own (``ForkedAgent``). An exec'd agent's start is a Python start-up
-# plus its imports, ~30 ms of CPU, and the machine's cores run them all beside the launch.
-# Forked from this process (which imports the agent's modules once) an agent costs ~0.5-1 ms.
-# BSD process accounting, 256 workers x `true`, 2-core VM: exec'd agents 7.85 of the
-# launch's 23.3 CPU-seconds (30.7 ms each), forked 0.13-0.20 s (0.5-0.8 ms each) plus
-# ~0.3 s more in this process; bench_scale at 256 workers, interleaved, medians of 3 against
-# the same floor: Open MPI 4 17.5 s -> 14.0 s (1.62x -> 1.30x the floor), Open MPI 5
-# 15.4 s -> 9.9 s (2.54x -> 1.64x). Below the threshold they stay exec'd, so that `ps`
-# names each agent and its worker on its own command line (a forked one shows this
-# process's command line; its comm is "mpilaunch.agent"). The environment variable is for
-# measuring (bench_scale --variant) and for turning it off.
-FORK_AGENTS_FROM = int(os.environ.get("MPILAUNCH_LOCAL_FORK_FROM", "16"))
+# From this many workers on (every job, by default), agents are forked from this process
+# instead of started as interpreters of their own (``ForkedAgent``). An exec'd agent's start
+# is a Python start-up plus its imports, ~30 ms of CPU, and the machine's cores run them all
+# beside the launch. Forked from this process (which imports the agent's modules once) an
+# agent costs ~0.5-1 ms. BSD process accounting, 256 workers x `true`, 2-core VM: exec'd
+# agents 7.85 of the launch's 23.3 CPU-seconds (30.7 ms each), forked 0.13-0.20 s (0.5-0.8 ms
+# each) plus ~0.3 s more in this process; bench_scale at 256 workers, interleaved, medians of
+# 3 against the same floor: Open MPI 4 17.5 s -> 14.0 s (1.62x -> 1.30x the floor), Open MPI
+# 5 15.4 s -> 9.9 s (2.54x -> 1.64x). At 2 workers (bench_e2e) it is 10-15 ms of a 0.17 s
+# launch. The price: `ps` shows a forked agent with this process's command line (its comm is
+# "mpilaunch.agent", its stdout the worker's ``<worker>.agent.log``). The environment
+# variable is for measuring (bench_scale --variant) and for turning it off.
+FORK_AGENTS_FROM = int(os.environ.get("MPILAUNCH_LOCAL_FORK_FROM", "1"))
 
 
 class ForkedAgent:
@@ -150,10 +149,10 @@ def _close_fds_from(low: int) -> None:
 
 
 def _set_comm(name: bytes) -> None:
-    """The process's name in ``ps -e``/``top`` (prctl PR_SET_NAME; best effort)."""
+    """The process's name in ``ps -e``/``top`` (what prctl PR_SET_NAME sets; best effort).
+    Written to /proc rather than through ctypes, whose import costs each agent ~3 ms."""
     try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name[:15]), 0, 0, 0)
-    except (OSError, AttributeError):
+        with open("/proc/self/comm", "wb") as f:
+            f.write(name[:15])
+    except OSError:
         pass
