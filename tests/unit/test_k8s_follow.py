@@ -73,3 +73,51 @@ def test_follow_resumes_after_drops_without_losing_or_repeating_lines():
         assert [x for x in out.lines if x not in resumed] == [text for _, text in entries], drops
         assert len(resumed) == 1  # said once, however often it resumed
         assert "sinceTime" not in kubelet.queries[0] and all("sinceTime" in q for q in kubelet.queries[1:])
+
+
+class OpenStream:
+    """A log stream over a real socket that stays open after its lines, as the kubelet's does
+    until it has seen the container exit (its next relist, up to a second later)."""
+
+    def __init__(self, lines, late_line):
+        import socket
+
+        self.sock, self.peer = socket.socketpair()
+        self.lines, self.late_line = lines, late_line
+
+    @staticmethod
+    def collection_path(*_):
+        return "/api/v1/namespaces/default/pods"
+
+    def request(self, method, path, query, stream, timeout):
+        self.peer.sendall("".join(f"{stamp} {text}\n" for stamp, text in self.lines).encode())
+        threading.Timer(0.01, lambda: self.peer.sendall(f"{self.late_line[0]} {self.late_line[1]}\n".encode())).start()
+        return self, self.sock.makefile("rb")
+
+    def close(self):
+        self.sock.close()
+
+
+def test_follow_ends_soon_after_the_launchers_last_line_with_a_late_stdout_line_kept():
+    import time
+
+    from mpilaunch.backends.k8s.follow import AFTER_DONE_S
+    from mpilaunch.backends.k8s.pods import LAUNCHER_DONE
+
+    stream = OpenStream([("2026-11-26T04:06:00.1Z", "rank output"),
+                         ("2026-11-26T04:06:00.3Z", f"{LAUNCHER_DONE}0 token=t")],
+                        ("2026-11-26T04:06:00.2Z", "a stdout line the runtime wrote after it"))
+    stop, done = threading.Event(), []
+    out = Collected(stop, 99)
+    started = time.monotonic()
+    follower = threading.Thread(target=follow_log, args=(stream, "default", "job-launcher", out, stop),
+                                kwargs={"on_launcher_done": done.append}, daemon=True)
+    follower.start()
+    follower.join(timeout=AFTER_DONE_S + 3.0)
+    took = time.monotonic() - started
+    stop.set()
+    assert not follower.is_alive(), "still following a stream whose last line was read"
+    assert done == [f"{LAUNCHER_DONE}0 token=t\n"]
+    assert out.lines == ["rank output", "a stdout line the runtime wrote after it"]
+    assert took < AFTER_DONE_S + 1.0  # not held until the stream closes (it never does here)
+    stream.peer.close()

@@ -242,17 +242,17 @@ class K8sBackend(BaseBackend):
                 raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {e.message}", creation_hint(e)) from None
             self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
 
-        for stage in CREATION_STAGES:
-            batch = [obj for g, obj in objects if g in stage]
-            if not batch:
-                continue
-            with ThreadPoolExecutor(max_workers=min(8, len(batch))) as pool:
+        # one pool for every stage: its threads keep their connections to the API server, so the
+        # later stages do not pay a TLS handshake per thread again
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for stage in CREATION_STAGES:
+                batch = [obj for g, obj in objects if g in stage]
                 for future in [pool.submit(create, obj) for obj in batch]:
                     future.result()
-            if "lease" in stage:
-                self.heartbeat = k8s_orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
-            if "workers" in stage and self.opts.queue:  # Kueue made a Workload of them: released first
-                self.created.append((*k8s_admission.WORKLOADS, self.job))
+                if "lease" in stage:
+                    self.heartbeat = k8s_orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
+                if "workers" in stage and self.opts.queue:  # Kueue made a Workload of them: released first
+                    self.created.append((*k8s_admission.WORKLOADS, self.job))
 
     def _list_pods(self) -> list[dict]:
         return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]

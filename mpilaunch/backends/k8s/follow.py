@@ -16,6 +16,10 @@ from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_READY
 # strictly in time order, and sinceTime has whole seconds only.
 RESUME_MARGIN_NS = 1_000_000_000
 _SEEN_KEPT = 200_000  # timestamps kept for counting what a reconnection repeats
+# After the launcher's last line the stream stays open until the kubelet has seen its container
+# exit, at its next relist (up to 1 s): read this much longer, for a stdout line that the
+# runtime wrote to the log after the stderr line it followed, then stop.
+AFTER_DONE_S = 0.05
 
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
@@ -84,14 +88,18 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
                 except ValueError:
                     pass  # not a stamped line (never seen): shown, not counted
                 if on_launcher_done is not None and text.startswith(LAUNCHER_DONE):
-                    done_seen = True  # its last line: a reconnection now only waits to be stopped
+                    done_seen = True  # its last line
                     on_launcher_done(text)
+                    if getattr(conn, "sock", None) is not None:
+                        conn.sock.settimeout(AFTER_DONE_S)
                     continue
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
                     on_launcher_ready(text[len(LAUNCHER_READY):])
                 output.feed("stdout", text)
-        except OSError:
+        except OSError:  # a dropped stream, or AFTER_DONE_S passed
             pass
         finally:
             conn.close()
+        if done_seen:
+            return
         stop.wait(0.5)

@@ -11,7 +11,7 @@ from ...errors import UsageError
 from ...exit_codes import EXIT_TIMEOUT
 from . import admission
 from .api import Api, ApiError, client
-from .pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready
+from .pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready, ready_poll_s
 
 
 def _manage_api(args) -> Api:
@@ -226,13 +226,16 @@ def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: fl
             # may not list Secrets (``mpilaunch delete`` by someone else): the garbage collector takes it
             if e.status not in (404, 405) and not (e.status == 403 and plural == "secrets"):
                 errors.append(f"{plural}: {e.message}")
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while time.monotonic() < started + wait:
         try:
-            if not api.get("v1", "pods", labelSelector=selector)["items"]:
-                break
+            left = len(api.get("v1", "pods", labelSelector=selector)["items"])
         except (ApiError, OSError):
             break
-        time.sleep(0.3)
+        if not left:
+            break
+        # the kubelet removes the pods at its once-a-second relist: a few pods are looked at
+        # often, so that the job ends when they are gone and not up to a poll later
+        time.sleep(ready_poll_s(time.monotonic() - started, left))
     if errors:
         raise RuntimeError("; ".join(errors))
