@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -238,6 +239,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="*", default=[2, 8, 16])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--workdir", help="attach to a testbed started with `cluster up --real-node`")
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds of quiet before each launch, plus a random part of a second: the node has "
+                         "finished tearing the last job down, and each launch starts at a random point of the "
+                         "kubelet's once-a-second relist (0: back to back, each launch just after the relist "
+                         "that saw the last job's pods go)")
     ap.add_argument("--json", help="also write every run's numbers here")
     ap.add_argument("--tables", metavar="JSON", help="only print the tables of a --json file")
     ap.add_argument("--tools", action="store_true", help="only the init container's cost (see above)")
@@ -273,7 +279,11 @@ def main(argv=None) -> int:
                 # (back to back, the same variant: 1 of 5); why is not pinned down, so no variant
                 # always takes that place
                 order = names[i % len(names):] + names[:i % len(names)]
-                done = {name: variants[name](i) for name in order}
+                done = {}
+                for name in order:
+                    if args.settle > 0:
+                        time.sleep(args.settle + random.random())
+                    done[name] = variants[name](i)
                 r = {name: done[name] for name in names}
                 rows.append((n, i, r))
                 print(f"# N={n} run {i}: " + "; ".join(f"{t} first {fmt(v['first'])} exit {fmt(v['exit'])}"
