@@ -67,12 +67,13 @@ from . import admission as k8s_admission, replace as k8s_replace, tools as k8s_t
 from .. import rendezvous
 from .launch import PYTHON_ENV, TRANSPORT
 from .follow import follow_log
+from .pod_events import PodEvents
 from .manifests import GPU_RESOURCE
 from .options import K8sOptions
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
 from .credentials import refused
-from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, parse_launcher_done, pod_problem,
-                   pod_ready, launcher_started, pod_loss, ready_poll_s, startup_phases, summarize)
+from .pods import (FAST_POLL_PODS, JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, parse_launcher_done,
+                   pod_problem, pod_ready, launcher_started, pod_loss, ready_poll_s, startup_phases, summarize)
 
 # Container states that will not fix themselves: fail the allocation at once.
 POLL = 0.5
@@ -258,6 +259,17 @@ class K8sBackend(BaseBackend):
         return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
 
     def wait_ready(self, deadline: float, progress) -> None:
+        # a small job's wait ends at its pods' next change (a large one's pods change too often
+        # for a list of them all each time: it looks at its interval)
+        events = (PodEvents(self.api, self.namespace, f"{JOB_LABEL}={self.job}")
+                  if len(self.plan.workers) <= FAST_POLL_PODS else None)
+        try:
+            self._wait_ready(deadline, progress, events)
+        finally:
+            if events is not None:
+                events.close()
+
+    def _wait_ready(self, deadline: float, progress, events: PodEvents | None) -> None:
         names = [w.name for w in self.plan.workers]
         total = len(names)
         started = time.monotonic()
@@ -326,7 +338,8 @@ class K8sBackend(BaseBackend):
                     (f"the job waited in Kueue LocalQueue {self.opts.queue}; " if self.opts.queue else "")
                     + "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
                 )
-            time.sleep(ready_poll_s(time.monotonic() - started, total + (self.launcher == "cluster")))
+            interval = ready_poll_s(time.monotonic() - started, total + (self.launcher == "cluster"))
+            (events.wait if events is not None else time.sleep)(interval)
 
     def _events_for(self, pods: list[str]) -> str:
         """Recent warning events of a few pods that conditions do not show."""
