@@ -11,7 +11,9 @@ from ...errors import UsageError
 from ...exit_codes import EXIT_TIMEOUT
 from . import admission
 from .api import Api, ApiError, client
-from .pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready, ready_poll_s
+from .pod_events import PodEvents
+from .pods import (FAST_POLL_PODS, JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready,
+                   ready_poll_s)
 
 
 def _manage_api(args) -> Api:
@@ -226,16 +228,28 @@ def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: fl
             # may not list Secrets (``mpilaunch delete`` by someone else): the garbage collector takes it
             if e.status not in (404, 405) and not (e.status == 403 and plural == "secrets"):
                 errors.append(f"{plural}: {e.message}")
-    started = time.monotonic()
-    while time.monotonic() < started + wait:
-        try:
-            left = len(api.get("v1", "pods", labelSelector=selector)["items"])
-        except (ApiError, OSError):
-            break
-        if not left:
-            break
-        # the kubelet removes the pods at its once-a-second relist: a few pods are looked at
-        # often, so that the job ends when they are gone and not up to a poll later
-        time.sleep(ready_poll_s(time.monotonic() - started, left))
+    wait_pods_gone(api, selector, wait)
     if errors:
         raise RuntimeError("; ".join(errors))
+
+
+def wait_pods_gone(api: Api, selector: str, wait: float) -> None:
+    """Until no pod matches ``selector``, at most ``wait`` seconds. The kubelet removes pods at its
+    once-a-second relist: a few pods are watched, so that the job ends when they are gone and not
+    up to a poll later (many are looked at every 0.5 s)."""
+    started = time.monotonic()
+    events = None
+    try:
+        while time.monotonic() < started + wait:
+            try:
+                left = len(api.get("v1", "pods", labelSelector=selector)["items"])
+            except (ApiError, OSError):
+                break
+            if not left:
+                break
+            if events is None and left <= FAST_POLL_PODS:
+                events = PodEvents(api, api.namespace, selector)
+            (events.wait if events is not None else time.sleep)(ready_poll_s(time.monotonic() - started, left))
+    finally:
+        if events is not None:
+            events.close()
