@@ -122,3 +122,13 @@ def test_a_static_kubeconfig_does_not_import_the_kubernetes_package(tmp_path):
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_broken_kubeconfig_is_left_to_the_loader_which_names_the_problem(tmp_path):
+    from mpilaunch.errors import UsageError
+
+    path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1", "certificate-authority": "missing.crt"},
+                      {"token": "t"})
+    assert api.static_credentials(path, None, None, tmp_path) is None
+    with pytest.raises(UsageError, match="cannot load kubeconfig"):
+        api.resolve(path, None, None, tmp_path)

@@ -201,14 +201,18 @@ def static_credentials(paths: str, context: str | None, namespace: str | None, r
     for key, name, holder, field in (("ca_file", "ca", cluster, "certificate-authority"),
                                      ("cert_file", "cert", user, "client-certificate"),
                                      ("key_file", "key", user, "client-key")):
-        if holder.get(field + "-data"):
-            import base64
+        try:
+            if holder.get(field + "-data"):
+                import base64
 
-            data = base64.standard_b64decode(holder[field + "-data"])
-            creds[key] = _write_private(rundir / f"k8s-{name}.pem", data)
-        elif holder.get(field):
-            src = os.path.join(base, os.path.expanduser(holder[field]))
-            creds[key] = src if rundir is None else _write_private(rundir / f"k8s-{name}.pem", Path(src).read_bytes())
+                data = base64.standard_b64decode(holder[field + "-data"])
+                creds[key] = _write_private(rundir / f"k8s-{name}.pem", data)
+            elif holder.get(field):
+                src = os.path.join(base, holder[field])
+                creds[key] = src if rundir is None else _write_private(rundir / f"k8s-{name}.pem",
+                                                                       Path(src).read_bytes())
+        except (OSError, ValueError):  # a missing file, bad base64: the loader's error names it
+            return None
     if user.get("token"):
         if rundir is None:
             creds["token"] = user["token"]
