@@ -19,7 +19,7 @@ import time
 import psutil
 import pytest
 
-from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch
+from support.helpers import REPO, agent_workers, leftover_processes, mpilaunch_env, run_mpilaunch
 from support.mpi_installs import require
 
 pytestmark = pytest.mark.ps
@@ -103,21 +103,15 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_cluster_requirements_exit_2_with_one_clear_line(case):
     args, expected = BAD[case]
-    before = {p.pid for p in psutil.process_iter() if "mpilaunch.agent" in " ".join(_cmdline(p))}
+    before = set(agent_workers())
     proc = run_mpilaunch([*args, "--", "python", "train.py"], timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("mpilaunch: error: ") and lines[1].startswith("  hint: "), proc.stderr
     assert expected in lines[0]
-    after = {p.pid for p in psutil.process_iter() if "mpilaunch.agent" in " ".join(_cmdline(p))}
+    after = set(agent_workers())
     assert after <= before
 
-
-def _cmdline(p):
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return []
 
 
 def test_render_prints_cluster_spec_and_environment_without_starting_anything(tmp_path):

@@ -20,7 +20,7 @@ import time
 import psutil
 import pytest
 
-from support.helpers import REPO, leftover_processes, mpilaunch_env, wait_started
+from support.helpers import REPO, agent_workers, leftover_processes, mpilaunch_env, wait_started
 
 pytestmark = pytest.mark.mpi
 
@@ -55,8 +55,12 @@ def test_secret_env_value_on_no_command_line_local(mpi_install, tmp_path, np_, s
     try:
         lines = wait_started(proc, np_, text="SECRET_SEEN")
         on_argv, in_env = processes_holding(secret)
-        # only mpilaunch's own command line (what the user typed) may hold it
-        on_argv = [c for c in on_argv if not c.startswith(f"{proc.pid}: ")]
+        # only mpilaunch's own command line (what the user typed) may hold it: mpilaunch itself, and
+        # the agents it forked, which show the very same command line (no copy of the value elsewhere)
+        typed = " ".join(psutil.Process(proc.pid).cmdline())[:200]
+        forked = set(agent_workers())
+        on_argv = [c for c in on_argv if not c.startswith(f"{proc.pid}: ")
+                   and not (int(c.split(":", 1)[0]) in forked and c.split(": ", 1)[1] == typed)]
         assert on_argv == [], on_argv
         # where it travels instead: mpirun's environment (and the ranks' own)
         assert len(in_env) >= 1 + np_, in_env

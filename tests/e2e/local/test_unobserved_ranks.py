@@ -27,8 +27,8 @@ import time
 import psutil
 import pytest
 
-from support.helpers import (PROGRAMS, REPO, agent_pid, assert_local_worker_lost, leftover_processes, mpilaunch_env,
-                             run_mpilaunch, wait_for, wait_started)
+from support.helpers import (PROGRAMS, REPO, agent_pid, agent_workers, assert_local_worker_lost, leftover_processes,
+                             mpilaunch_env, run_mpilaunch, wait_for, wait_started)
 from mpilaunch.procs import terminate_group, wait_exit
 from mpilaunch.exit_codes import EXIT_WORKER_LOST
 from mpilaunch.workloads.mpirun import NEVER_STARTED, STOPPED, unobserved_reason
@@ -184,12 +184,17 @@ def test_lost_worker_stop_records_ranks_as_unobserved_and_no_placement_failure(m
 
 
 def agent_of(job_pid: int, worker: str) -> int:
-    """The agent of ``worker`` that the mpilaunch ``job_pid`` started (``--exit-with-pid``)."""
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if any("mpilaunch.agent" in c for c in cmd) and worker in cmd and str(job_pid) in cmd \
-                and cmd[cmd.index("--exit-with-pid") + 1] == str(job_pid):
-            return p.info["pid"]
+    """The agent of ``worker`` that the mpilaunch ``job_pid`` started: forked from it (its child),
+    or started as an interpreter of its own (``--exit-with-pid``)."""
+    for pid, served in agent_workers().items():
+        try:
+            agent = psutil.Process(pid)
+            cmd = agent.cmdline()
+            if served == worker and (agent.ppid() == job_pid or (
+                    "--exit-with-pid" in cmd and cmd[cmd.index("--exit-with-pid") + 1] == str(job_pid))):
+                return pid
+        except (psutil.Error, IndexError):
+            continue
     raise AssertionError(f"no agent of {worker} for mpilaunch {job_pid}")
 
 
