@@ -84,16 +84,20 @@ phase_table() {
 
 # ensure_venv DIR: a venv whose interpreter runs and matches this machine's
 # python3 (version + path recorded in DIR/.mpilaunch-key); otherwise made anew.
+# The interpreter behind python3 is what counts: with a venv on PATH (this one
+# activated, say) python3 is the venv's own, which keyed it as another python
+# and had it made anew on every run.
 ensure_venv() {
-  local venv="$1" key
-  key="$(python3 -c 'import sys; print(sys.version.split()[0], sys.executable)')"
+  local venv="$1" key base
+  base="$(python3 -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))')"
+  key="$("$base" -c 'import sys; print(sys.version.split()[0], sys.executable)')"
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import sys' 2>/dev/null \
      && [ "$(cat "$venv/.mpilaunch-key" 2>/dev/null)" = "$key" ]; then
     return
   fi
   log "creating $venv ($key)"
   rm -rf "$venv"
-  python3 -m venv "$venv"
+  "$base" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   echo "$key" >"$venv/.mpilaunch-key"
 }
