@@ -162,7 +162,11 @@ def package_zip() -> bytes:
     files = package_files()
     key = hashlib.sha256(repr([(name, st.st_size, st.st_mtime_ns) for name, st in
                                ((name, path.stat()) for name, path in files)]).encode()).hexdigest()[:24]
-    cached = os.path.join(os.path.dirname(versions.cache_file()), "tools", f"mpilaunch-{key}.zip")
+    try:
+        directory = versions.cache_dir("tools")
+    except OSError:  # no writable cache: compressed each time
+        return zip_bytes()
+    cached = os.path.join(directory, f"mpilaunch-{key}.zip")
     try:
         with open(cached, "rb") as f:
             return f.read()
@@ -170,10 +174,9 @@ def package_zip() -> bytes:
         pass
     data = zip_bytes()
     try:
-        os.makedirs(os.path.dirname(cached), mode=0o700, exist_ok=True)
-        for old in os.listdir(os.path.dirname(cached)):  # one package at a time: the old ones go
+        for old in os.listdir(directory):  # one package at a time: the old ones go
             if old.startswith("mpilaunch-") and old.endswith(".zip"):
-                os.unlink(os.path.join(os.path.dirname(cached), old))
+                os.unlink(os.path.join(directory, old))
         tmp = f"{cached}.tmp.{os.getpid()}"
         with open(tmp, "wb") as f:
             f.write(data)

@@ -89,8 +89,9 @@ phase_table() {
 # and had it made anew on every run.
 ensure_venv() {
   local venv="$1" key base
-  base="$(python3 -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))')"
-  key="$("$base" -c 'import sys; print(sys.version.split()[0], sys.executable)')"
+  key="$(python3 -c 'import os, sys
+print(sys.version.split()[0], os.path.realpath(getattr(sys, "_base_executable", sys.executable)))')"
+  base="${key#* }"
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import sys' 2>/dev/null \
      && [ "$(cat "$venv/.mpilaunch-key" 2>/dev/null)" = "$key" ]; then
     return

@@ -22,6 +22,14 @@ def cache_file(environ=os.environ) -> str:
     return os.path.join(base, "mpilaunch", "mpi-versions.json")
 
 
+def cache_dir(name: str) -> str:
+    """``name`` in the user's mpilaunch cache, beside the remembered versions, made private (0700)
+    when missing; OSError where it cannot be."""
+    directory = os.path.join(os.path.dirname(cache_file()), name)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return directory
+
+
 def identity(path: str) -> str | None:
     """What makes two answers interchangeable: the file behind every symlink, as it is now."""
     try:

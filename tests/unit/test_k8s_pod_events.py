@@ -67,3 +67,43 @@ def test_a_refused_watch_leaves_the_interval():
     events.wait(0.2)
     assert time.monotonic() - started >= 0.19
     events.close()
+
+
+def test_a_large_job_sleeps_its_interval_and_a_small_one_is_woken_and_its_watch_closed():
+    import contextlib
+
+    from mpilaunch.backends.k8s.pod_events import waiter
+    from mpilaunch.backends.k8s.pods import FAST_POLL_PODS
+
+    with waiter(WatchServer(), "default", "mpilaunch.job=j", FAST_POLL_PODS + 1) as wait:
+        assert wait is time.sleep
+    server = WatchServer()
+    with contextlib.ExitStack() as stack:
+        wait = stack.enter_context(waiter(server, "default", "mpilaunch.job=j", 2))
+        events = wait.__self__
+        threading.Timer(0.05, server.event).start()
+        started = time.monotonic()
+        wait(5.0)
+        assert time.monotonic() - started < 2.0
+    events._thread.join(timeout=5)
+    assert not events._thread.is_alive()  # closed on the way out
+    server.peer.close()
+
+
+def test_release_waits_until_the_pods_are_gone():
+    from mpilaunch.backends.k8s.manage import wait_pods_gone
+
+    class Pods(WatchServer):
+        namespace = "default"
+
+        def __init__(self):
+            super().__init__()
+            self.lists = [2, 2, 1, 0]
+
+        def get(self, *_, **__):
+            return {"items": [{}] * self.lists.pop(0)}
+
+    api = Pods()
+    wait_pods_gone(api, "mpilaunch.job=j", 10.0)
+    assert api.lists == []  # looked until none was left, and not once more
+    api.peer.close()

@@ -174,7 +174,7 @@ def static_credentials(paths: str, context: str | None, namespace: str | None, r
     anyway. Importing the ``kubernetes`` package for its loader costs 130 ms, before the first
     object of a job can be created (tests/unit/test_k8s_static_credentials.py: both readers
     give the same credentials for every shape this one takes)."""
-    if os.pathsep in paths or (rundir is None and _has_inline_data(paths)):
+    if os.pathsep in paths:
         return None
     import yaml
 
@@ -201,6 +201,8 @@ def static_credentials(paths: str, context: str | None, namespace: str | None, r
     for key, name, holder, field in (("ca_file", "ca", cluster, "certificate-authority"),
                                      ("cert_file", "cert", user, "client-certificate"),
                                      ("key_file", "key", user, "client-key")):
+        if holder.get(field + "-data") and rundir is None:
+            return None  # no private directory for its file: the loader's temporary files
         try:
             if holder.get(field + "-data"):
                 import base64
@@ -227,14 +229,6 @@ def _named(entries, name):
         if entry.get("name") == name:
             return entry.get("context") or entry.get("cluster") or entry.get("user")
     return None
-
-
-def _has_inline_data(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return b"-data:" in f.read()
-    except OSError:
-        return True
 
 
 def client(kubeconfig: str | None, context: str | None, namespace: str | None) -> "Api":

@@ -67,12 +67,12 @@ from . import admission as k8s_admission, replace as k8s_replace, tools as k8s_t
 from .. import rendezvous
 from .launch import PYTHON_ENV, TRANSPORT
 from .follow import follow_log
-from .pod_events import PodEvents
+from .pod_events import waiter
 from .manifests import GPU_RESOURCE
 from .options import K8sOptions
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
 from .credentials import refused
-from .pods import (FAST_POLL_PODS, JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, parse_launcher_done,
+from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, parse_launcher_done,
                    pod_problem, pod_ready, launcher_started, pod_loss, ready_poll_s, startup_phases, summarize)
 
 # Container states that will not fix themselves: fail the allocation at once.
@@ -259,17 +259,10 @@ class K8sBackend(BaseBackend):
         return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
 
     def wait_ready(self, deadline: float, progress) -> None:
-        # a small job's wait ends at its pods' next change (a large one's pods change too often
-        # for a list of them all each time: it looks at its interval)
-        events = (PodEvents(self.api, self.namespace, f"{JOB_LABEL}={self.job}")
-                  if len(self.plan.workers) <= FAST_POLL_PODS else None)
-        try:
-            self._wait_ready(deadline, progress, events)
-        finally:
-            if events is not None:
-                events.close()
+        with waiter(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers)) as wait:
+            self._wait_ready(deadline, progress, wait)
 
-    def _wait_ready(self, deadline: float, progress, events: PodEvents | None) -> None:
+    def _wait_ready(self, deadline: float, progress, wait) -> None:
         names = [w.name for w in self.plan.workers]
         total = len(names)
         started = time.monotonic()
@@ -338,8 +331,7 @@ class K8sBackend(BaseBackend):
                     (f"the job waited in Kueue LocalQueue {self.opts.queue}; " if self.opts.queue else "")
                     + "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
                 )
-            interval = ready_poll_s(time.monotonic() - started, total + (self.launcher == "cluster"))
-            (events.wait if events is not None else time.sleep)(interval)
+            wait(ready_poll_s(time.monotonic() - started, total + (self.launcher == "cluster")))
 
     def _events_for(self, pods: list[str]) -> str:
         """Recent warning events of a few pods that conditions do not show."""

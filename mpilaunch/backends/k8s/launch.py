@@ -96,9 +96,7 @@ def templates():
         # compiled templates kept between launches, beside the remembered MPI versions in the
         # user's cache (not TMPDIR: a job leaves nothing there), keyed by each template's source:
         # compiling them took 19 ms of every launch, loading 0.8 ms
-        directory = os.path.join(os.path.dirname(mpi_versions.cache_file()), "templates")
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        compiled = jinja2.FileSystemBytecodeCache(directory)
+        compiled = jinja2.FileSystemBytecodeCache(mpi_versions.cache_dir("templates"))
     except OSError:  # no writable cache: compile each time
         compiled = None
     return jinja2.Environment(

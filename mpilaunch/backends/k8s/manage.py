@@ -11,9 +11,8 @@ from ...errors import UsageError
 from ...exit_codes import EXIT_TIMEOUT
 from . import admission
 from .api import Api, ApiError, client
-from .pod_events import PodEvents
-from .pods import (FAST_POLL_PODS, JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready,
-                   ready_poll_s)
+from .pod_events import waiter
+from .pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready, ready_poll_s
 
 
 def _manage_api(args) -> Api:
@@ -237,19 +236,17 @@ def wait_pods_gone(api: Api, selector: str, wait: float) -> None:
     """Until no pod matches ``selector``, at most ``wait`` seconds. The kubelet removes pods at its
     once-a-second relist: a few pods are watched, so that the job ends when they are gone and not
     up to a poll later (many are looked at every 0.5 s)."""
+    def left() -> int:  # 0 also when the pods cannot be listed: nothing more to wait for
+        try:
+            return len(api.get("v1", "pods", labelSelector=selector)["items"])
+        except (ApiError, OSError):
+            return 0
+
     started = time.monotonic()
-    events = None
-    try:
-        while time.monotonic() < started + wait:
-            try:
-                left = len(api.get("v1", "pods", labelSelector=selector)["items"])
-            except (ApiError, OSError):
-                break
-            if not left:
-                break
-            if events is None and left <= FAST_POLL_PODS:
-                events = PodEvents(api, api.namespace, selector)
-            (events.wait if events is not None else time.sleep)(ready_poll_s(time.monotonic() - started, left))
-    finally:
-        if events is not None:
-            events.close()
+    count = left()
+    if not count:
+        return
+    with waiter(api, api.namespace, selector, count) as pause:
+        while count and time.monotonic() < started + wait:
+            pause(ready_poll_s(time.monotonic() - started, count))
+            count = left()

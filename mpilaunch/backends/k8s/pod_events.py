@@ -11,10 +11,28 @@ watch is refused or drops, the loop sleeps its interval as before.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
+import time
 
 from .api import ApiError
+from .pods import FAST_POLL_PODS
+
+
+@contextlib.contextmanager
+def waiter(api, namespace: str, selector: str, pods: int):
+    """``wait(seconds)`` for a loop that looks at ``pods`` pods: for a small job (up to
+    ``FAST_POLL_PODS``) it returns at their next change; a large one's pods change too often for
+    a list of them all each time, so it sleeps its interval."""
+    if pods > FAST_POLL_PODS:
+        yield time.sleep
+        return
+    events = PodEvents(api, namespace, selector)
+    try:
+        yield events.wait
+    finally:
+        events.close()
 
 
 class PodEvents:

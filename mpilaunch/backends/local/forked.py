@@ -1,9 +1,10 @@
 """Local agents forked from the launcher process instead of started as interpreters of their own.
 
-The local backend forks each worker's agent from mpilaunch itself (which has imported the agent's modules once): the child
-sheds the launcher's signal handlers, descriptors and environment and runs
-``mpilaunch agent``'s ``main`` as an exec'd agent would. ``ForkedAgent`` is
-what the backend and ``procs`` use of ``subprocess.Popen``.
+The local backend forks each worker's agent from mpilaunch itself (which has
+imported the agent's modules once): the child sheds the launcher's signal
+handlers, descriptors and environment and runs ``mpilaunch agent``'s ``main``
+as an exec'd agent would. ``ForkedAgent`` is what the backend and ``procs``
+use of ``subprocess.Popen``.
 """
 
 from __future__ import annotations
