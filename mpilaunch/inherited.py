@@ -34,6 +34,8 @@ _RM_NAMES = ("PBS_NODEFILE", "PBS_JOBID", "PBS_ENVIRONMENT", "PE_HOSTFILE", "JOB
 
 @dataclass(frozen=True)
 class Override:
+    """A variable of the caller's environment that mpilaunch sets differently for the launch."""
+
     name: str
     value: str
     family: str

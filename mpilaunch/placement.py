@@ -33,6 +33,8 @@ MISSING = "missing"
 
 @dataclass(frozen=True)
 class RankStart:
+    """Where one rank said it started (its wrapper's start line)."""
+
     rank: int
     local_rank: int | None
     size: int | None
@@ -46,6 +48,8 @@ class RankStart:
 
 @dataclass(frozen=True)
 class Mismatch:
+    """One way the ranks' placement differs from the plan."""
+
     kind: str
     message: str
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RankStatus:
+    """How one rank ended."""
+
     rank: int
     worker: str
     exit_code: int | None  # None: the rank's end was not observed (``unobserved`` says why)
@@ -17,6 +19,8 @@ class RankStatus:
 
 @dataclass
 class JobResult:
+    """How a job ended: its exit code, its ranks, its timings and what failed."""
+
     job_name: str
     exit_code: int
     ranks: list[RankStatus] = field(default_factory=list)

@@ -60,6 +60,8 @@ def _as_dict(obj) -> dict:
 
 @dataclass(frozen=True)
 class PsOptions:
+    """A TensorFlow parameter-server job's task counts and files (``--ps`` and friends)."""
+
     ps: int = 0
     workers: int = 0
     chief: bool = False
@@ -73,6 +75,8 @@ class PsOptions:
 
 @dataclass(frozen=True)
 class JobSpec:
+    """Everything the command line asked for, checked, before anything is planned."""
+
     command: tuple[str, ...]
     gpus: int | None = None
     gpus_per_node: int | None = None
@@ -186,6 +190,8 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class WorkerPlan:
+    """One worker of the plan: its name, MPI slots and GPUs."""
+
     name: str
     slots: int
     gpus: int  # GPUs this worker requests (0 for CPU-only jobs)
@@ -193,6 +199,8 @@ class WorkerPlan:
 
 @dataclass(frozen=True)
 class Plan:
+    """The job's workers, as sized from the command line."""
+
     job_name: str
     workers: tuple[WorkerPlan, ...]
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class MpiInfo:
+    """Which MPI an mpirun is: its flavour, version and path."""
+
     flavour: str  # a registered flavour's name (registry.FLAVOURS): openmpi | mpich | intel | ...
     version: str
     path: str
@@ -46,6 +48,8 @@ class MpiInfo:
 
 @dataclass(frozen=True)
 class MpirunCommand:
+    """mpirun's command line and the environment it runs with."""
+
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # added to the launcher's environment
     forwarded: dict[str, str] = field(default_factory=dict)  # the user's variables sent to every rank

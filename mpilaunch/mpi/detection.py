@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 from ..errors import UsageError
 from . import versions
@@ -76,10 +77,17 @@ def detect(path: str, flavour: str = "auto") -> MpiInfo:
 def search_path(path_env: str | None) -> str:
     """PATH, then this Python's scripts directory: ``pip install mpilaunch[mpi]``
     puts Open MPI's mpirun there, which is not always on PATH (pyenv, venvs)."""
+    path = path_env if path_env is not None else os.environ.get("PATH", "")
+    return os.pathsep.join(p for p in (path, scripts_dir()) if p)
+
+
+def scripts_dir() -> str:
+    """Where this Python's installs put executables (``sysconfig.get_path("scripts")``)."""
+    if sys.prefix != sys.base_prefix:  # a venv: <venv>/bin (sysconfig's venv scheme), no sysconfig import (~1 ms)
+        return os.path.join(sys.prefix, "bin")
     import sysconfig
 
-    path = path_env if path_env is not None else os.environ.get("PATH", "")
-    return os.pathsep.join(p for p in (path, sysconfig.get_path("scripts")) if p)
+    return sysconfig.get_path("scripts")
 
 
 def candidates(names, path_env: str, every_dir: bool) -> list[str]:

@@ -107,3 +107,63 @@ def test_release_waits_until_the_pods_are_gone():
     wait_pods_gone(api, "mpilaunch.job=j", 10.0)
     assert api.lists == []  # looked until none was left, and not once more
     api.peer.close()
+
+
+def test_the_cluster_launcher_wakes_when_the_pod_it_waits_for_changes_and_watches_one_pod_by_name(monkeypatch):
+    """The launcher's Role names its pods, so it watches one at a time, the first not yet Ready;
+    that pod's change, not its 5 s poll, ends the wait, and the next pending pod is watched next."""
+    from mpilaunch.backends.k8s import launcher
+
+    monkeypatch.setattr(launcher, "ready_poll_s", lambda *_: 5.0)
+    ready_pod = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+    class Watch:
+        def __init__(self):
+            self.sock, self.peer = socket.socketpair()
+
+        def close(self):
+            self.sock.close()
+
+    class Api:
+        """Pods by name, and a new watch stream per request (as the API server opens one per watch)."""
+        namespace = "default"
+
+        def __init__(self):
+            self.ready, self.queries, self.watches = set(), [], []
+
+        @staticmethod
+        def collection_path(*_):
+            return "/api/v1/namespaces/default/pods"
+
+        def request(self, method, path, query, stream, timeout):
+            self.queries.append(query)
+            self.watches.append(Watch())
+            return self.watches[-1], self.watches[-1].sock.makefile("rb")
+
+        def get(self, version, kind, name):
+            return ready_pod if name in self.ready else {"status": {"phase": "Pending"}}
+
+        def event(self):
+            for w in self.watches:
+                try:
+                    w.peer.sendall(b'{"type":"MODIFIED","object":{}}\n')
+                except OSError:
+                    pass  # a watch the launcher closed
+
+    api = Api()
+
+    def turn_ready(names):
+        api.ready.update(names)
+        api.event()
+
+    threading.Timer(0.2, turn_ready, [["w-0"]]).start()
+    threading.Timer(0.6, turn_ready, [["w-1"]]).start()
+    started = time.monotonic()
+    pods = launcher.wait_workers(api, ["w-0", "w-1"], time.monotonic() + 30)
+    assert time.monotonic() - started < 3.0  # woken by the changes: two 5 s polls would be 10 s
+    assert set(pods) == {"w-0", "w-1"}
+    selectors = [q.get("fieldSelector") for q in api.queries]
+    assert selectors[0] == "metadata.name=w-0" and "metadata.name=w-1" in selectors
+    assert all("labelSelector" not in q for q in api.queries)  # never the namespace's pods
+    for w in api.watches:
+        w.peer.close()

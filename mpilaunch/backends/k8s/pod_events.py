@@ -36,10 +36,14 @@ def waiter(api, namespace: str, selector: str, pods: int):
 
 
 class PodEvents:
-    """A watch on the pods matching ``selector`` that sets an event on every change."""
+    """A watch on the pods matching ``selector`` that sets an event on every change.
 
-    def __init__(self, api, namespace: str, selector: str):
-        self._api, self._namespace, self._selector = api, namespace, selector
+    ``by``: which selector it is, ``labelSelector`` or ``fieldSelector``; a watch on one pod by
+    name (``metadata.name=NAME``) is what a Role that names its pods may grant.
+    """
+
+    def __init__(self, api, namespace: str, selector: str, by: str = "labelSelector"):
+        self._api, self._namespace, self._selector, self._by = api, namespace, selector, by
         self._changed = threading.Event()
         self._closed = False
         self._conn = None
@@ -49,7 +53,7 @@ class PodEvents:
 
     def _follow(self) -> None:
         path = self._api.collection_path("v1", "pods", self._namespace)
-        query = {"labelSelector": self._selector, "watch": "1", "timeoutSeconds": "600"}
+        query = {self._by: self._selector, "watch": "1", "timeoutSeconds": "600"}
         try:
             conn, resp = self._api.request("GET", path, query=query, stream=True, timeout=630)
         except (ApiError, OSError):

@@ -9,4 +9,6 @@ from ..base import BackendOptions
 
 @dataclass(frozen=True)
 class LocalOptions(BackendOptions):
+    """The local backend's options (it has none of its own)."""
+
     backend_class = "mpilaunch.backends.local.backend:LocalBackend"

@@ -383,8 +383,11 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         sa = f"{job}-launcher"
         assert access(kube, sa, "create", "pods", f"{job}-worker-0", "exec")
         assert access(kube, sa, "get", "pods", f"{job}-worker-1")
+        assert access(kube, sa, "watch", "pods", f"{job}-worker-1")  # its wait for Ready, one pod by name
         assert not access(kube, sa, "create", "pods", f"{other}-worker-0", "exec")
         assert not access(kube, sa, "get", "pods", f"{other}-worker-0")
+        assert not access(kube, sa, "watch", "pods", f"{other}-worker-0")
+        assert not access(kube, sa, "watch", "pods", "")  # never the namespace's pods
         assert not access(kube, sa, "create", "pods", "", "")
         assert not access(kube, sa, "list", "pods", "")
 
