@@ -77,6 +77,11 @@ from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, parse
 
 # Container states that will not fix themselves: fail the allocation at once.
 POLL = 0.5
+# How long after its workers turned Ready a failed job's diagnosis waits for the cluster's word:
+# a worker whose container ends just after the kubelet saw it start (an image that cannot run
+# mpilaunch's pieces) is reported at the kubelet's next relist, a second later, while mpirun
+# has already failed to reach it. Two relists and a margin.
+SETTLE_AFTER_READY_S = 2.5
 
 
 def use_relay() -> bool:
@@ -108,6 +113,7 @@ class K8sBackend(BaseBackend):
         self.root_uid: str | None = None
         self.created: list[tuple[str, str, str]] = []  # (apiVersion, plural, name)
         self.launcher_pod: str | None = None
+        self.ready_at: float | None = None  # when wait_ready saw every worker Ready (a failed run's diagnosis settles after it)
         self.pods: dict[str, dict] = {}
         self.relay = None
         self.heartbeat = None
@@ -317,6 +323,7 @@ class K8sBackend(BaseBackend):
                     "fix the image or pod settings; nothing was left in the cluster",
                 )
             if len(ready) == total and launcher_ok:
+                self.ready_at = time.monotonic()
                 return
             if time.monotonic() > deadline:
                 if self.launcher == "cluster" and not launcher and len(ready) == total:
@@ -486,25 +493,31 @@ class K8sBackend(BaseBackend):
         Raises CredentialError when the credentials failed (the watch stops the job); any
         other failed call is no verdict, and is said on stderr if it lasts."""
         self.api.check_credentials()
-        try:
-            pods = {p["metadata"]["name"]: p for p in self._list_pods()}
-            self._outage.ok()
-        except ApiError as e:
-            if e.status == 403:
-                raise refused(e.status, e.message, "listing the job's pods") from None
-            return self._outage.failed(e) or {}
-        except (OSError, ValueError) as e:
-            return self._outage.failed(e) or {}
-        lost = {}
-        for w in self.plan.workers:
-            reason = pod_loss(pods.get(w.name))
-            if reason is not None:
-                lost[w.name] = reason
+        settle_until = (self.ready_at or 0.0) + SETTLE_AFTER_READY_S if settle else 0.0
+        while True:
+            try:
+                pods = {p["metadata"]["name"]: p for p in self._list_pods()}
+                self._outage.ok()
+            except ApiError as e:
+                if e.status == 403:
+                    raise refused(e.status, e.message, "listing the job's pods") from None
+                return self._outage.failed(e) or {}
+            except (OSError, ValueError) as e:
+                return self._outage.failed(e) or {}
+            lost = {w.name: reason for w in self.plan.workers if (reason := pod_loss(pods.get(w.name))) is not None}
+            if lost or time.monotonic() >= settle_until:
+                break
+            time.sleep(min(0.25, max(0.0, settle_until - time.monotonic())))
+        image_line = next(filter(None, (k8s_tools.image_problem(k8s_tools.termination_messages(pods.get(name)))
+                                        for name in lost)), None)
+        if image_line:  # as the wait for Ready says it: the image, not a lost worker
+            raise AllocationError(image_line, k8s_tools.HINT + "; nothing was left in the cluster")
         evicted = self.admission.eviction() if lost else None
         if evicted:  # Kueue took the pods back: its reason is the job's, whatever each pod says
             lost = dict.fromkeys(lost, evicted)
-            if w.name in pods:
-                self.pods[w.name] = pods[w.name]  # a deleted pod keeps its last known node and IP
+        for name in lost:
+            if name in pods:
+                self.pods[name] = pods[name]  # a deleted pod keeps its last known node and IP
         return lost
 
     def describe_workers(self) -> dict[str, dict]:

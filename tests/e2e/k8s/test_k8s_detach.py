@@ -194,20 +194,39 @@ def test_detach_launcher_pod_deleted_and_never_ending_is_reaped_on_kwok(kube, k8
     assert leftover_objects(kube, name) == []
 
 
+def settled_pod_count(kube, quiet_s: float = 3.0, timeout: float = 120.0) -> int:
+    """The namespace's pods that count against a pod quota (not Succeeded or Failed), once none has
+    come or gone for ``quiet_s``: an earlier test's Jobs can make a pod again while garbage
+    collection deletes them, and that pod would take this test's place under its quota."""
+    deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
+    while True:
+        pods = kube.get_json("pods")["items"]
+        counted = sorted(p["metadata"]["uid"] for p in pods
+                         if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+        if counted != last or any(p["metadata"].get("deletionTimestamp") for p in pods):
+            last, since = counted, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return len(counted)
+        assert time.monotonic() < deadline, f"the namespace's pods never settled: {last}"
+        time.sleep(0.5)
+
+
 def test_detach_launcher_pod_never_created_under_a_quota_is_reaped_after_the_start_bound_on_kwok(kube, k8s_env,
                                                                                                    tmp_path):
     """A pod quota that the reaper and the workers use up: the Job controller cannot create the launcher
     pod. Nothing would ever end the job; its reaper does at --start-timeout + 30 s: exit 3, the workers
     and the launcher Job deleted."""
     name = "k8s-detach-quota"
-    in_use = len(kube.get_json("pods")["items"])
+    in_use = settled_pod_count(kube)
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": f"{name}-pods"},
              "spec": {"hard": {"pods": str(in_use + 3)}}}  # the reaper and 2 workers, no launcher
     kube.apply(quota)
     reaper = None
     try:
-        wait_for(lambda: (kube.get_json("resourcequota", f"{name}-pods").get("status") or {}).get("used"), 30,
-                 "the quota's usage")
+        used = wait_for(lambda: ((kube.get_json("resourcequota", f"{name}-pods").get("status") or {}).get("used")
+                                 or {}).get("pods"), 30, "the quota's usage")
+        assert int(used) == in_use, f"the quota counts {used} pods, {in_use} were seen: another test's pod came"
         submit = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "img", "--name",
                                  name, "--np", "2", "--slots-per-worker", "1", "--start-timeout", "5", "--detach",
                                  "-q", "--", "true"], cwd=REPO, env=k8s_env, capture_output=True, text=True,
