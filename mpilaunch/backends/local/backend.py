@@ -22,7 +22,7 @@ from ...procs import kill_tree, processes_with_env, wait_exit
 from ...pylauncher import write_launcher
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ..base import BaseBackend, Capabilities
-from .forked import FORK_AGENTS_FROM, PARENT_IMPORTS_FROM, ForkedAgent, run_forked_agent
+from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
 
 def listening_socket() -> socket.socket:
@@ -122,10 +122,9 @@ class LocalBackend(BaseBackend):
         (a thread holding a lock at the fork would leave it held in the child forever)."""
         if len(self.plan.workers) < FORK_AGENTS_FROM or threading.active_count() > 1:
             return False
-        if len(self.plan.workers) >= PARENT_IMPORTS_FROM:
-            import ctypes  # noqa: F401  (the agents' prctl)
+        import ctypes  # noqa: F401  (the agents' prctl: imported once here, not by each child)
 
-            from ...agent import cli  # noqa: F401  (imported once here: every child has it)
+        from ...agent import cli  # noqa: F401  (imported once here: every child has it)
         return True
 
     def replace_workers(self, names: list[str]) -> None:

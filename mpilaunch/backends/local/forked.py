@@ -31,12 +31,6 @@ import sys
 # "mpilaunch.agent", its stdout the worker's ``<worker>.agent.log``). The environment
 # variable is for measuring (bench_scale --variant) and for turning it off.
 FORK_AGENTS_FROM = int(os.environ.get("MPILAUNCH_LOCAL_FORK_FROM", "1"))
-# From this many workers on, the agent's modules are imported once in this process before the
-# forks; below it each child imports them itself (~8 ms of CPU each). For a small job that moves
-# the import off the launch's critical path: this process goes on to start mpirun while the few
-# children import on the machine's other cores. For a large one a single import beats one per
-# agent. (bench_e2e, 2 workers: see BENCHMARKS.md, local launch.)
-PARENT_IMPORTS_FROM = int(os.environ.get("MPILAUNCH_LOCAL_PARENT_IMPORTS_FROM", "8"))
 
 
 class ForkedAgent:
