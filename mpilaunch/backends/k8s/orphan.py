@@ -25,7 +25,6 @@ from ... import orphan
 from ..heartbeat import Heartbeat
 from .api import Api, ApiError
 from .credentials import CredentialError
-from .launch import launcher_job_name
 
 LEASE_API = "coordination.k8s.io/v1"
 # (creation group, template): the Lease, then the reaper's identity, then the reaper (the
@@ -46,6 +45,8 @@ def template_values(spec, job: str, reaper_labels: dict, reaper: Callable[[list[
     deadline_s = orphan.cluster_deadline_s(spec.start_timeout, spec.timeout)
     command = [job, "--orphan-timeout", f"{spec.orphan_timeout:g}"]
     if spec.detach:  # the launcher Job's own activeDeadlineSeconds carries the deadline
+        from .launch import launcher_job_name  # here: the reaper, which imports this module, has no use for it
+
         start_bound = math.ceil(spec.start_timeout + orphan.DEADLINE_MARGIN_S)
         command += ["--launcher-job", launcher_job_name(job), "--start-bound", str(start_bound)]
     elif deadline_s:

@@ -30,7 +30,6 @@ from pathlib import Path
 
 from .api import Api, ApiError, sa_dir
 from .credentials import CredentialError
-from .detached import reap_detached
 from .orphan import reap
 
 
@@ -70,6 +69,10 @@ def main(argv=None) -> int:
 
 
 def watch_launcher(api: Api, args, namespace: str) -> int:
+    # a detached job's reaper only: an attached job's starts without these modules (the launch
+    # description, the MPI flavours), on the node where the job's pods are starting
+    from .detached import reap_detached
+
     log(f"watching the launcher Job {args.launcher_job} of detached job {args.job} in {namespace}: "
         f"start bound {args.start_bound:g}s, orphan timeout {args.orphan_timeout:g}s")
     said = reap_detached(api, args.job, args.launcher_job, args.start_bound, args.orphan_timeout, log=log)

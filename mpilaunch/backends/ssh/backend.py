@@ -29,7 +29,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ...errors import AllocationError, UsageError
-from ...image_tools import zip_bytes
+from ...image_tools import package_zip
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ...pylauncher import run_module_code
 from ..base import BaseBackend, Capabilities
@@ -65,7 +65,7 @@ def remote_command(options: SshOptions, host: str) -> str:
 
 def session_input(secret: bytes) -> bytes:
     """What a session's stdin carries (remote.py's docstring), up to the end that ends it."""
-    code, package = REMOTE.read_bytes(), zip_bytes()
+    code, package = REMOTE.read_bytes(), package_zip()  # cached; with bytecode for a host of this Python
     return b"%d\n%s%d\n%s%s\n" % (len(code), code, len(package), package, secret)
 
 
