@@ -133,59 +133,15 @@ def package_files() -> list[tuple[str, Path]]:
     return out
 
 
-def hash_pyc(source: bytes, filename: str) -> bytes:
-    """The bytecode file of ``source`` for this Python, checked against the source's hash (PEP 552):
-    zipimport takes ``x.pyc`` beside ``x.py`` when its magic number is this interpreter's and its
-    hash the source's, and compiles ``x.py`` otherwise (another Python in the image)."""
-    import importlib.util
-    import marshal
-
-    code = compile(source, filename, "exec", dont_inherit=True)
-    flags = (0b11).to_bytes(4, "little")  # hash-based, check the source
-    return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
-
-
-#: the transports the shim imports by name in a job's containers (``rsh_agent.shim``)
-POD_TRANSPORTS = ("mpilaunch.rsh_agent.transports.agent",)
-#: the largest package zip that carries bytecode: with it, the tools ConfigMap (base64, plus the
-#: entry points) stays ~100 KB under the 1 MiB a ConfigMap may hold
-BYTECODE_ZIP_BUDGET = 680_000
-
-
-def pod_modules() -> list[str]:
-    """The files (``mpilaunch/x/y.py``) of the modules that the entry points import as they start,
-    found by importing them in a fresh ``python -IS`` (standard library only, as in any image);
-    empty when that fails."""
-    code = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); "
-            "[importlib.import_module(m) for m in sys.argv[2:]]; "
-            "print(' '.join(getattr(sys.modules[m], '__file__', None) or '' for m in sorted(sys.modules) "
-            "if m.split('.')[0] == 'mpilaunch'))")
-    import subprocess
-
-    package = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run([sys.executable, "-IS", "-c", code, str(package.parent),
-                              *ENTRY_POINTS.values(), *POD_TRANSPORTS],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return sorted(Path(f).resolve().relative_to(package.parent).as_posix() for f in out.split() if f)
-
-
-def zip_bytes(extra: dict[str, str] | None = None, bytecode: tuple[str, ...] = ()) -> bytes:
+def zip_bytes(extra: dict[str, str] | None = None) -> bytes:
     """A zip of the package (``mpilaunch/...`` at its top) plus ``extra`` files (name -> text); the
-    same bytes for the same sources (fixed timestamps). ``bytecode``: the package files (``.py``)
-    whose bytecode for this Python goes beside them. zipimport never writes bytecode, so without
-    it every process started from the zip compiles each module it imports: seen on real pods,
-    65-170 ms of CPU per agent, launcher and reaper, on the node the job's pods start on."""
+    same bytes for the same sources (fixed timestamps)."""
     import io
     import zipfile
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
         entries = [(name, path.read_bytes()) for name, path in package_files()]
-        compiled = set(bytecode)
-        entries += [(name + "c", hash_pyc(data, name)) for name, data in entries if name in compiled]
         entries += [(name, text.encode()) for name, text in sorted((extra or {}).items())]
         for name, data in entries:
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
@@ -203,23 +159,20 @@ def package_zip() -> bytes:
 
     from .mpi import versions
 
-    import importlib.util
-
     files = package_files()
-    # the bytecode is this Python's: its magic number is part of the key
-    key = hashlib.sha256(repr([importlib.util.MAGIC_NUMBER] + [(name, st.st_size, st.st_mtime_ns) for name, st in
+    key = hashlib.sha256(repr([(name, st.st_size, st.st_mtime_ns) for name, st in
                                ((name, path.stat()) for name, path in files)]).encode()).hexdigest()[:24]
     try:
         directory = versions.cache_dir("tools")
     except OSError:  # no writable cache: compressed each time
-        return zip_with_bytecode()
+        return zip_bytes()
     cached = os.path.join(directory, f"mpilaunch-{key}.zip")
     try:
         with open(cached, "rb") as f:
             return f.read()
     except OSError:
         pass
-    data = zip_with_bytecode()
+    data = zip_bytes()
     try:
         for old in os.listdir(directory):  # one package at a time: the old ones go
             if old.startswith("mpilaunch-") and old.endswith(".zip"):
@@ -231,13 +184,6 @@ def package_zip() -> bytes:
     except OSError:  # no writable cache: compressed again next time
         pass
     return data
-
-
-def zip_with_bytecode() -> bytes:
-    """The package zip with the bytecode of what the containers import (``pod_modules``), or
-    without bytecode where that would not fit a ConfigMap (``BYTECODE_ZIP_BUDGET``)."""
-    data = zip_bytes(bytecode=tuple(pod_modules()))
-    return data if len(data) <= BYTECODE_ZIP_BUDGET else zip_bytes()
 
 
 def zip_tools(dest: str, extra: dict[str, str] | None = None) -> str:

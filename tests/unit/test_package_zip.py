@@ -32,4 +32,4 @@ def test_package_zip_without_a_writable_cache_is_still_made(tmp_path, monkeypatc
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # a file: no directory can be made under it
-    assert image_tools.package_zip() == image_tools.zip_with_bytecode()
+    assert image_tools.package_zip() == image_tools.zip_bytes()

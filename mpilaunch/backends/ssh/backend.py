@@ -65,7 +65,7 @@ def remote_command(options: SshOptions, host: str) -> str:
 
 def session_input(secret: bytes) -> bytes:
     """What a session's stdin carries (remote.py's docstring), up to the end that ends it."""
-    code, package = REMOTE.read_bytes(), package_zip()  # cached; with bytecode for a host of this Python
+    code, package = REMOTE.read_bytes(), package_zip()  # compressed once per version of the sources
     return b"%d\n%s%d\n%s%s\n" % (len(code), code, len(package), package, secret)
 
 
