@@ -3,6 +3,7 @@ tolerate a process vanishing under them. A session's members are found by the
 MPILAUNCH_SESSION marker in their environment, which survives setsid and
 double forks (the process group does not)."""
 
+import ctypes
 import os
 
 from .constants import SESSION_ENV
@@ -90,10 +91,6 @@ def processes_by_session(root: int) -> dict:
 
 
 def prctl(option: int, arg: int) -> bool:
-    # ctypes only here: its import (~2.5 ms) is then paid by the agent that calls this, not by the
-    # mpilaunch that forks local agents before it starts mpirun
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(option, arg, 0, 0, 0) == 0

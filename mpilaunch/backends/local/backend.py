@@ -122,8 +122,6 @@ class LocalBackend(BaseBackend):
         (a thread holding a lock at the fork would leave it held in the child forever)."""
         if len(self.plan.workers) < FORK_AGENTS_FROM or threading.active_count() > 1:
             return False
-        import ctypes  # noqa: F401  (the agents' prctl: imported once here, not by each child)
-
         from ...agent import cli  # noqa: F401  (imported once here: every child has it)
         return True
 
