@@ -96,6 +96,13 @@ def use_relay() -> bool:
 # trips instead of one per kind put the workers on the way 0.2-0.3 s sooner on a loaded API server.
 CREATION_STAGES = (("tools", "lease", "reaper-rbac", "setup"), ("reaper",), ("workers", "launcher"))
 
+def fail_on_image_check(messages) -> None:
+    """AllocationError with the image check's line (exit 3), where one of the pods' ``messages`` holds it."""
+    line = next(filter(None, map(k8s_tools.image_problem, messages)), None)
+    if line:
+        raise AllocationError(line, k8s_tools.HINT + "; nothing was left in the cluster")
+
+
 class K8sBackend(BaseBackend):
     name = "k8s"
     options_class = K8sOptions
@@ -314,9 +321,7 @@ class K8sBackend(BaseBackend):
                     phases.mark(self.phase_times, "launcher_running")
                 if not launcher_ok and not is_fatal:
                     problems[self.launcher_pod] = message
-            image_line = next(filter(None, map(k8s_tools.image_problem, fatal.values())), None)
-            if image_line:
-                raise AllocationError(image_line, k8s_tools.HINT + "; nothing was left in the cluster")
+            fail_on_image_check(fatal.values())
             if fatal:
                 raise AllocationError(
                     f"workers cannot start: {summarize(fatal)}",
@@ -508,10 +513,8 @@ class K8sBackend(BaseBackend):
             if lost or time.monotonic() >= settle_until:
                 break
             time.sleep(min(0.25, max(0.0, settle_until - time.monotonic())))
-        image_line = next(filter(None, (k8s_tools.image_problem(k8s_tools.termination_messages(pods.get(name)))
-                                        for name in lost)), None)
-        if image_line:  # as the wait for Ready says it: the image, not a lost worker
-            raise AllocationError(image_line, k8s_tools.HINT + "; nothing was left in the cluster")
+        # as the wait for Ready says it: the image, not a lost worker
+        fail_on_image_check(k8s_tools.termination_messages(pods.get(name)) for name in lost)
         evicted = self.admission.eviction() if lost else None
         if evicted:  # Kueue took the pods back: its reason is the job's, whatever each pod says
             lost = dict.fromkeys(lost, evicted)

@@ -36,7 +36,7 @@ from ..base import BaseBackend
 from ..launch_description import LaunchDescription
 from .api import Api, ApiError, sa_dir
 from .detached import outcome, record_outcome
-from .pod_events import PodEvents
+from .pod_events import FirstPendingWatch
 from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
 from ...errors import MpilaunchError, UsageError
@@ -60,36 +60,11 @@ def wait_workers(api: Api, names: list[str], deadline: float) -> dict[str, dict]
     on average here, where the first rank line is ~1.3 s). One watch at a time: a job's pods
     turn Ready at the same relist of their kubelet, and the look reads them all.
     """
-    with _FirstPending(api) as watch:
+    with FirstPendingWatch(api) as watch:
         return _wait_workers(api, names, deadline, watch)
 
 
-class _FirstPending:
-    """A watch on one pod at a time (the first still pending); ``wait(pending, s)`` until it changes."""
-
-    def __init__(self, api: Api):
-        self.api, self.name, self.events = api, None, None
-
-    def __enter__(self):
-        return self
-
-    def wait(self, pending: list[str], seconds: float) -> None:
-        if pending[0] != self.name:
-            self.close()
-            self.name = pending[0]
-            self.events = PodEvents(self.api, self.api.namespace, f"metadata.name={self.name}", by="fieldSelector")
-        self.events.wait(seconds)
-
-    def close(self) -> None:
-        if self.events is not None:
-            self.events.close()
-            self.events = None
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def _wait_workers(api: Api, names: list[str], deadline: float, watch: _FirstPending) -> dict[str, dict]:
+def _wait_workers(api: Api, names: list[str], deadline: float, watch: FirstPendingWatch) -> dict[str, dict]:
     pending = list(names)
     ready = {}
     last_error = None

@@ -86,3 +86,29 @@ class PodEvents:
                 except OSError:
                     pass
             conn.close()
+
+
+class FirstPendingWatch:
+    """For a Role that names its pods: a watch on one pod at a time, by name, the first of those
+    still pending; ``wait(pending, seconds)`` until it changes (or the seconds pass)."""
+
+    def __init__(self, api):
+        self.api, self.name, self.events = api, None, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def wait(self, pending: list[str], seconds: float) -> None:
+        if pending[0] != self.name:
+            self.close()
+            self.name = pending[0]
+            self.events = PodEvents(self.api, self.api.namespace, f"metadata.name={self.name}", by="fieldSelector")
+        self.events.wait(seconds)
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+            self.events = None
