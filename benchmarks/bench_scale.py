@@ -45,6 +45,7 @@ from floor import REPO, floor_command
 
 from mpilaunch import mpi
 from mpilaunch.procs import kill_tree, processes_with_env
+from mpilaunch.pylauncher import write_launcher
 
 TARGET_RATIO = 1.5  # issue 26: at most 1.5x the floor at 256 local workers
 MARK = "MPILAUNCH_BENCH_SCALE"  # every process of one launch carries MARK=<launch id>
@@ -128,10 +129,31 @@ def summary(runs: list[dict]) -> dict:
             "swept_after_stalls": sum(r["swept"] for r in runs if r["stalled"]), "times_s": times}
 
 
+def wrapped_floor(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...], tmp: Path):
+    """The floor with mpilaunch's rank wrapper in front of the program, as mpilaunch runs it (``--parts``):
+    what the wrapper costs at this scale, apart from the shims and agents."""
+    wrapper = write_launcher(str(tmp / "mpilaunch.rank"), "mpilaunch.rank")
+    command = [wrapper, *mpi.for_name(info.flavour).rank_wrapper_options(info), "--", *program]
+    floor = floor_command(info, tmp, workers=workers, slots=1, command=command, extra_args=flags, name="bench")
+    return floor.argv, {**os.environ, **floor.env}
+
+
+def phases_of_one_launch(argv: list[str], timeout: float, tmp: Path) -> dict:
+    """One more, untimed mpilaunch launch with --output-dir: report.json's phases (s since its start)."""
+    out = tmp / f"report-{uuid.uuid4().hex[:8]}"
+    result = launch([*argv[:3], "--output-dir", str(out), *argv[3:]], dict(os.environ), timeout, REPO)
+    try:
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError) as exc:
+        return {"launch": result, "error": str(exc)}
+    return {"launch_s": result["s"], **report.get("timings", {})}
+
+
 def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...], runs: int,
-            timeout: float, warmup: int, tmp: Path, variants: dict[str, dict[str, str]]) -> dict:
+            timeout: float, warmup: int, tmp: Path, variants: dict[str, dict[str, str]], parts: bool = False) -> dict:
     floor = floor_command(info, tmp, workers=workers, slots=1, command=program, extra_args=flags, name="bench")
     floor_argv, floor_env = floor.argv, {**os.environ, **floor.env}
+    floor_variants = {"floor + rank wrapper": wrapped_floor(info, workers, program, flags, tmp)} if parts else {}
     ours_argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--name", "bench",
                  "--np", str(workers), "--slots-per-worker", "1"]
     if flags:
@@ -145,6 +167,10 @@ def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[st
     for i in range(runs):
         ours.append(launch(ours_argv, env, timeout, REPO))
         base.append(launch(floor_argv, floor_env, timeout, tmp))
+        for name, (argv, floor_variant_env) in floor_variants.items():
+            others.setdefault(name, []).append(launch(argv, floor_variant_env, timeout, tmp))
+            print(f"    run {i + 1}/{runs}: {name} {others[name][-1]['s']:.2f}s"
+                  f"{' STALL' if others[name][-1]['stalled'] else ''}", file=sys.stderr, flush=True)
         for name, extra in variants.items():
             others[name].append(launch(ours_argv, {**env, **extra}, timeout, REPO))
             print(f"    run {i + 1}/{runs}: {name} {others[name][-1]['s']:.2f}s"
@@ -157,14 +183,17 @@ def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[st
            "program": shlex.join(program), "flags": shlex.join(flags), "runs": runs, "timeout_s": timeout,
            "mpilaunch": summary(ours), "floor": summary(base)}
     row["ratio"] = round(row["mpilaunch"]["median_s"] / row["floor"]["median_s"], 2)
-    if variants:
-        row["variants"] = {name: {**summary(r), "env": variants[name]} for name, r in others.items()}
+    if others:
+        row["variants"] = {name: {**summary(r), "env": variants.get(name, {})} for name, r in others.items()}
         for name, v in row["variants"].items():
             v["ratio"] = round(v["median_s"] / row["floor"]["median_s"], 2)
     for side, results in (("mpilaunch", ours), ("floor", base)):
         tails = [r["output_tail"] for r in results if "output_tail" in r]
         if tails:
             row[side]["first_output_tail"] = tails[0]
+    if parts:
+        row["mpilaunch_phases"] = phases_of_one_launch(ours_argv, timeout, tmp)
+        print(f"    phases: {row['mpilaunch_phases']}", file=sys.stderr, flush=True)
     return row
 
 
@@ -185,6 +214,9 @@ def main() -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
                     help="also time mpilaunch with these environment settings, interleaved in the same runs "
                          "(e.g. exec-agents:MPILAUNCH_LOCAL_FORK_FROM=1000000: the agents started as before)")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time the floor with mpilaunch's rank wrapper in front of the program (interleaved), "
+                         "and record report.json's phases of one more mpilaunch launch: where the difference goes")
     ap.add_argument("--json", metavar="FILE", help="also write every result here ('-': stdout)")
     args = ap.parse_args()
     sizes = [int(w) for w in args.workers.split(",") if w]
@@ -217,7 +249,7 @@ def main() -> int:
                     print(f"{info.flavour} {info.version}, {workers} workers, {shlex.join(program)}"
                           f"{', flags ' + shlex.join(flags) if flags else ''}:", file=sys.stderr, flush=True)
                     rows.append(measure(info, workers, program, flags, args.runs, timeout, args.warmup, Path(tmp),
-                                        variants))
+                                        variants, args.parts))
     print("\n| MPI | workers | program | mpilaunch median s | floor median s | ratio | stalls (ours/floor) "
           "| failures | left behind (ours) |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -37,9 +37,11 @@
 # under horovodrun --gloo); a cached build is checked again (all but the
 # allreduces) before every use and rebuilt when that fails.
 source "$(dirname "$0")/lib.sh"
-# cmake, g++: the build; libtorch-dev: torch's headers (python3-torch has none)
+# cmake, g++: the build; libtorch-dev: torch's headers (python3-torch has none). Those include
+# pybind11/pybind11.h, which libtorch-dev only recommends: without pybind11-dev the build fails
+# at horovod/torch/mpi_ops_v2.cc (seen on a freshly booted machine, 2026-11-26).
 apt_ensure openmpi-bin libopenmpi-dev cmake g++ python3-venv
-apt_ensure --no-install-recommends python3-torch libtorch-dev
+apt_ensure --no-install-recommends python3-torch libtorch-dev pybind11-dev
 
 HVD_VERSION="${MPILAUNCH_HOROVOD_VERSION:-0.28.1}"
 PY="${MPILAUNCH_HOROVOD_PYTHON:-/usr/bin/python3}"
