@@ -115,25 +115,37 @@ def test_agent_transport_lost_worker_deleted_pod_is_named(kube, k8s_env, tmp_pat
 
 
 def test_agent_transport_retries_reach_the_replacement_pods_new_agent(kube, k8s_env, tmp_path):
-    """--retries 1: the replacement pod has a new IP and a new agent; attempt 2 reaches it there."""
+    """--retries 1: the replacement is a new pod with a new agent; attempt 2 reaches it at that pod's address.
+
+    Not "a new IP": kwok hands a freed pod IP out again (seen: the replacement got the deleted
+    pod's 127.65.13.1), as a real CNI may. So the relaunch holds at a gate while the test reads
+    the replacement pod: another UID, and the address report.json gives for the worker is its own.
+    """
     job = "agent-tretry"
+    pod = f"{job}-worker-1"
+    gate = tmp_path / "gate"
     # the first attempt's ranks sleep until the loss ends them (a short sleep raced the loss under
-    # load), a relaunch's end at once (tests/programs/attempts.py)
+    # load), a relaunch waits for the gate (tests/programs/attempts.py; kwok's pods are local processes)
     proc = subprocess.Popen(argv(job, tmp_path, "--np", "2", "--slots-per-worker", "1", "--retries", "1",
-                                 "-x", "SLEEP=120", "--", sys.executable, "tests/programs/attempts.py"),
+                                 "-x", "SLEEP=120", "-x", f"RELAUNCH_GATE={gate}",
+                                 "--", sys.executable, "tests/programs/attempts.py"),
                             cwd=REPO, env=k8s_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_started(proc, 2, "started (first attempt)")
-        old_ip = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.status.podIP}").stdout
-        kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
+        old_uid = kube.kubectl("get", "pod", pod, "-o", "jsonpath={.metadata.uid}").stdout
+        kube.kubectl("delete", "pod", pod, "--wait=false")
+        wait_started(proc, 2, "started (relaunch)")
+        new_uid, new_ip = kube.kubectl("get", "pod", pod, "-o", "jsonpath={.metadata.uid} {.status.podIP}").stdout.split()
+        gate.touch()
         out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
+    assert new_uid != old_uid
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert [(a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(5, [f"{job}-worker-1"]), (0, [])]
-    assert report["workers"][f"{job}-worker-1"]["pod_ip"] != old_ip
+    assert [(a["exit_code"], a["lost_workers"]) for a in report["attempts"]] == [(5, [pod]), (0, [])]
+    assert report["workers"][pod]["pod_ip"] == new_ip
     assert leftover_objects(kube, job) == []
     wait_for(lambda: agents_of(job) == {} and leftover_processes(job) == [], 30, "the job's processes to end")
 
