@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,20 +86,54 @@ def agent_pid(worker):
 def wait_started(proc, count: int, text: str = "started", timeout: float = 180) -> list[str]:
     """Read a running job's stdout until ``count`` lines contain ``text``; the lines read.
 
-    Fails with the job's stderr when it ended first, or says what never came.
+    Fails with the job's stderr when it ended first. A job that stays silent would
+    block ``readline`` past any deadline checked between lines, so a timer does the
+    deadline: it snapshots the job's process tree and ends the job (SIGTERM, which
+    releases what it allocated), and the failure shows the tree and the job's stderr.
     """
-    seen, started = [], 0
-    deadline = time.monotonic() + timeout
-    while started < count and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        started += text in line
+    seen, started, stuck = [], 0, []
+
+    def give_up():
+        stuck.append(process_tree(proc.pid))
+        proc.terminate()
+
+    timer = threading.Timer(timeout, give_up)
+    timer.start()
+    try:
+        while started < count:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            started += text in line
+    finally:
+        timer.cancel()
     if started < count:
-        why = proc.stderr.read() if proc.poll() is not None else f"{count - started} of {count} units did not start"
-        raise AssertionError("".join(seen)[-2000:] + why[-3000:])
+        why = f"{count - started} of {count} units did not start"
+        if stuck:
+            why += f" in {timeout:.0f} s; the job's processes then:\n{stuck[0]}"
+        try:
+            err = proc.communicate(timeout=60)[1] if stuck or proc.poll() is not None else ""
+        except subprocess.TimeoutExpired:
+            err = "(stderr: the job did not end within 60 s of SIGTERM)"
+        raise AssertionError("".join(seen)[-2000:] + why + "\n" + (err or "")[-3000:])
     return seen
+
+
+def process_tree(pid: int) -> str:
+    """One line per process under ``pid`` (itself first): pid, status, command line."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return f"(pid {pid} is gone)"
+    lines = []
+    for p in procs:
+        try:
+            lines.append(f"{p.pid} {p.status()} {' '.join(p.cmdline())[:200]}")
+        except psutil.Error:
+            continue
+    return "\n".join(lines)
 
 
 def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
