@@ -48,9 +48,26 @@ def gang_pool(kube):
 
 def bound(kube, job: str) -> list[str]:
     """The job's worker pods bound to a node and not being deleted (a finished job's go)."""
-    pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=worker")["items"]
-    return sorted(p["metadata"]["name"] for p in pods
-                  if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp"))
+    return bound_by_job(kube, [job])[job]
+
+
+def bound_by_job(kube, jobs: list[str]) -> dict[str, list[str]]:
+    """``bound`` for several jobs, read in one list call (so one sample is one moment)."""
+    pods = kube.get_json("pods", "-l", f"mpilaunch/job in ({','.join(jobs)}),mpilaunch/role=worker")["items"]
+    named = {job: [] for job in jobs}
+    for p in pods:
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp"):
+            named[p["metadata"]["labels"]["mpilaunch/job"]].append(p["metadata"]["name"])
+    return {job: sorted(names) for job, names in named.items()}
+
+
+def longest_run(samples: list, pred) -> int:
+    """The most consecutive samples for which ``pred`` holds."""
+    longest = run = 0
+    for sample in samples:
+        run = run + 1 if pred(sample) else 0
+        longest = max(longest, run)
+    return longest
 
 
 class Watch:
@@ -66,7 +83,7 @@ class Watch:
 
     def _run(self):
         while not self._stop.wait(0.3):
-            counts = {job: len(bound(self.kube, job)) for job in self.jobs}
+            counts = {job: len(names) for job, names in bound_by_job(self.kube, self.jobs).items()}
             self.samples.append(counts)
             for job, n in counts.items():
                 self.most[job] = max(self.most[job], n)
@@ -153,9 +170,13 @@ def test_gang_two_jobs_that_each_need_all_gpus_run_one_after_the_other(gang_pool
     for job in jobs:
         assert procs[job].returncode == 0, results[job][1][-3000:]
         assert results[job][0].count("rank-on-") == 16
-    # never both at once, never a part: every sample has each job at 0 or 2 bound, and not both at 2
+    # Never both at once: no sample has pods of both jobs bound (the deadlock a default scheduler
+    # makes is one pod each). Never a part held: a gang's two pods are bound (and deleted) by two
+    # API calls, so one sample may fall between them, but a job is never seen at 1 of 2 for long.
     for sample in watch.samples:
-        assert set(sample.values()) <= {0, 2} and list(sample.values()).count(2) <= 1, sample
+        assert sum(1 for n in sample.values() if n) <= 1, sample
+    for job in jobs:
+        assert longest_run(watch.samples, lambda s: s[job] == 1) <= 3, (job, watch.samples)
     for job in jobs:
         assert leftover_objects(kube, job) == []
 
