@@ -91,10 +91,31 @@ def sweep(launch_id: str) -> int:
     return len(pids)
 
 
-def launch(argv, env, timeout: float, cwd) -> dict:
-    """One launch, timed; a stall (past ``timeout``) is killed with all it started and reported."""
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def reap_all() -> None:
+    """Reap whatever was reparented here (when this process is a subreaper) until nothing is left."""
+    while True:
+        try:
+            if os.wait4(-1, 0)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
+def launch(argv, env, timeout: float, cwd, tree_cpu: bool = False) -> dict:
+    """One launch, timed; a stall (past ``timeout``) is killed with all it started and reported.
+
+    ``tree_cpu``: also its whole process tree's CPU (user + system) as ``cpu_s``. That needs
+    this process to be a child subreaper (scale_probe.py makes it one), so that daemons which
+    outlive mpirun (the floor's do) are reparented here, reaped, and counted.
+    """
     launch_id = uuid.uuid4().hex
     env = {**env, MARK: launch_id}
+    cpu0 = children_cpu()
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
@@ -116,9 +137,23 @@ def launch(argv, env, timeout: float, cwd) -> dict:
             tail = out.read().decode(errors="replace")[-600:]
     result = {"s": round(timeout if stalled else elapsed, 3), "stalled": stalled, "code": code,
               "left": 0 if stalled else left, "swept": left}
+    if tree_cpu:
+        reap_all()
+        result["cpu_s"] = round(children_cpu() - cpu0, 3)
     if tail:
         result["output_tail"] = tail
     return result
+
+
+def mpilaunch_command(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...] = (),
+                      name: str = "bench", options: tuple[str, ...] = ()) -> list[str]:
+    """mpilaunch's side of the comparison: ``workers`` local workers of 1 slot, the floor's flags as
+    ``--mpi-args``; ``options`` are more mpilaunch options (``--output-dir D``)."""
+    argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--name", name,
+            "--np", str(workers), "--slots-per-worker", "1", *options]
+    if flags:
+        argv += ["--mpi-args", shlex.join(flags)]
+    return [*argv, "--", *program]
 
 
 def summary(runs: list[dict]) -> dict:
@@ -138,10 +173,12 @@ def wrapped_floor(info: mpi.MpiInfo, workers: int, program: list[str], flags: tu
     return floor.argv, {**os.environ, **floor.env}
 
 
-def phases_of_one_launch(argv: list[str], timeout: float, tmp: Path) -> dict:
+def phases_of_one_launch(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...],
+                         timeout: float, tmp: Path) -> dict:
     """One more, untimed mpilaunch launch with --output-dir: report.json's phases (s since its start)."""
     out = tmp / f"report-{uuid.uuid4().hex[:8]}"
-    result = launch([*argv[:3], "--output-dir", str(out), *argv[3:]], dict(os.environ), timeout, REPO)
+    argv = mpilaunch_command(info, workers, program, flags, options=("--output-dir", str(out)))
+    result = launch(argv, dict(os.environ), timeout, REPO)
     try:
         report = json.loads((out / "report.json").read_text())
     except (OSError, ValueError) as exc:
@@ -154,11 +191,7 @@ def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[st
     floor = floor_command(info, tmp, workers=workers, slots=1, command=program, extra_args=flags, name="bench")
     floor_argv, floor_env = floor.argv, {**os.environ, **floor.env}
     floor_variants = {"floor + rank wrapper": wrapped_floor(info, workers, program, flags, tmp)} if parts else {}
-    ours_argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--name", "bench",
-                 "--np", str(workers), "--slots-per-worker", "1"]
-    if flags:
-        ours_argv += ["--mpi-args", shlex.join(flags)]
-    ours_argv += ["--", *program]
+    ours_argv = mpilaunch_command(info, workers, program, flags)
     env = dict(os.environ)
     for _ in range(warmup):
         launch(ours_argv, env, timeout, REPO), launch(floor_argv, floor_env, timeout, tmp)
@@ -192,7 +225,7 @@ def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[st
         if tails:
             row[side]["first_output_tail"] = tails[0]
     if parts:
-        row["mpilaunch_phases"] = phases_of_one_launch(ours_argv, timeout, tmp)
+        row["mpilaunch_phases"] = phases_of_one_launch(info, workers, program, flags, timeout, tmp)
         print(f"    phases: {row['mpilaunch_phases']}", file=sys.stderr, flush=True)
     return row
 

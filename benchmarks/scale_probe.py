@@ -27,17 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
 
-from bench_scale import MARK, sweep
+from bench_scale import launch, mpilaunch_command
 from floor import REPO, floor_command
 
 from mpilaunch import mpi
@@ -46,43 +41,8 @@ from mpilaunch.agent.proctree import PR_SET_CHILD_SUBREAPER, prctl
 SESSION_AGENT_LINE = 'exec /bin/sh -c "$*"'
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def reap_all() -> None:
-    """Reap whatever was reparented here (this process is a subreaper) until nothing is left."""
-    while True:
-        try:
-            if os.wait4(-1, 0)[0] == 0:
-                return
-        except ChildProcessError:
-            return
-
-
-def timed_tree(argv: list[str], env: dict, cwd, timeout: float) -> dict:
-    """Run ``argv``; its wall time (to its own exit) and its whole tree's CPU (user + system)."""
-    launch_id = uuid.uuid4().hex
-    cpu0 = children_cpu()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env={**env, MARK: launch_id}, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        code, stalled = proc.wait(timeout), False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        code, stalled = proc.wait(), True
-    elapsed = time.perf_counter() - t0
-    left = sweep(launch_id)
-    reap_all()
-    return {"s": round(timeout if stalled else elapsed, 3), "cpu_s": round(children_cpu() - cpu0, 3),
-            "stalled": stalled, "code": code, "left": left}
-
-
 def variants(info: mpi.MpiInfo, workers: int, tmp: Path) -> dict[str, tuple[list[str], dict, Path]]:
-    ours = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--name", "probe",
-            "--np", str(workers), "--slots-per-worker", "1", "--", "true"]
+    ours = mpilaunch_command(info, workers, ["true"], name="probe")
     no_plm = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_plm"}
     floor_dir, session_dir = tmp / "floor", tmp / "session"
     floor_dir.mkdir(exist_ok=True)
@@ -119,7 +79,7 @@ def main() -> int:
             results: dict[str, list[dict]] = {name: [] for name in cases}
             for i in range(args.runs + 1):  # the first round warms the caches and is not counted
                 for name, (argv, env, cwd) in cases.items():
-                    r = timed_tree(argv, env, cwd, args.timeout)
+                    r = launch(argv, env, cwd=cwd, timeout=args.timeout, tree_cpu=True)
                     print(f"  {workers} workers, run {i}: {name}: {r['s']:.2f} s, CPU {r['cpu_s']} s"
                           f"{' STALL' if r['stalled'] else ''}{' rc=%s' % r['code'] if r['code'] else ''}",
                           file=sys.stderr, flush=True)
