@@ -83,18 +83,25 @@ def agent_pid(worker):
     raise AssertionError(f"no agent for {worker}")
 
 
-def wait_started(proc, count: int, text: str = "started", timeout: float = 180) -> list[str]:
+def wait_started(proc, count: int, text: str = "started", timeout: float = 180, context=None) -> list[str]:
     """Read a running job's stdout until ``count`` lines contain ``text``; the lines read.
 
     Fails with the job's stderr when it ended first. A job that stays silent would
     block ``readline`` past any deadline checked between lines, so a timer does the
     deadline: it snapshots the job's process tree and ends the job (SIGTERM, which
-    releases what it allocated), and the failure shows the tree and the job's stderr.
+    releases what it allocated), and the failure shows the tree and the job's stderr,
+    and what ``context()`` says then (the cluster's view of the job, say).
     """
     seen, started, stuck = [], 0, []
 
     def give_up():
-        stuck.append(process_tree(proc.pid))
+        said = process_tree(proc.pid)
+        if context is not None:
+            try:
+                said += f"\n{context()}"
+            except Exception as exc:  # a diagnostic must not hide the failure it explains
+                said += f"\n(context: {exc!r})"
+        stuck.append(said)
         proc.terminate()
 
     timer = threading.Timer(timeout, give_up)

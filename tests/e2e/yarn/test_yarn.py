@@ -76,6 +76,20 @@ def worker_containers(yarn, app_id):
     return {c["containerId"]: c for c in yarn.app_containers(app_id) if not c["containerId"].endswith("_000001")}
 
 
+def describe_app(yarn, name):
+    """What the ResourceManager says of the application named ``name`` and of its nodes (a diagnostic)."""
+    apps = [a for a in yarn.apps() if a["name"] == name]
+    if not apps:
+        return f"the ResourceManager has no application named {name}"
+    app = max(apps, key=lambda a: a["startedTime"])
+    keys = ("id", "state", "finalStatus", "diagnostics", "runningContainers", "allocatedMB", "allocatedVCores")
+    lines = [f"application: {({k: app.get(k) for k in keys})}"]
+    lines += [f"container: {c.get('containerId')} on {c.get('assignedNodeId')}" for c in yarn.app_containers(app["id"])]
+    lines += [f"node {n.get('id')}: {n.get('state')}, used {n.get('usedMemoryMB')} MB, free {n.get('availMemoryMB')} MB, "
+              f"{n.get('numContainers')} containers" for n in yarn.nodes()]
+    return "\n".join(lines)
+
+
 def node_index(yarn, node_id):
     return next(nm["index"] for nm in yarn.nodemanagers if nm["node_id"] == node_id)
 
@@ -298,7 +312,7 @@ def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env,
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
     try:
-        wait_started(proc, 2)
+        wait_started(proc, 2, context=lambda: describe_app(yarn, name))
         app = app_by_name(yarn, name)
         assert len(worker_containers(yarn, app["id"])) == (3 if launcher == "cluster" else 2)
         time.sleep(orphan_timeout + 2)  # attached: the heartbeat keeps it alive past the timeout
