@@ -159,6 +159,11 @@ def kubelet_config(*, ca: Path, sock: Path, node_ip: str, port: int, healthz_por
         "cgroupDriver": "cgroupfs",
         "cgroupsPerQOS": False,
         "enforceNodeAllocatable": [],
+        # Without pod cgroups (above) kubelet v1.33's in-place resize dereferences the nil pod
+        # cgroup config and the kubelet dies (kubernetes #137993): seen here when it logged
+        # "Missing actuated resource record" for a Volcano probe pod, and every real-pods test
+        # after it failed. No test resizes a pod; the resize path is turned off.
+        "featureGates": {"InPlacePodVerticalScaling": False},
         "failSwapOn": False,
         "clusterDNS": [node_ip],
         "clusterDomain": "cluster.local",
