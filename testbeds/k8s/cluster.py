@@ -395,7 +395,8 @@ class KubeCluster:
         self.pids[name] = p.pid
         return p
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
+        """Raise ClusterError naming the first of its processes that exited, with its log's tail."""
         for name, p in self._procs.items():
             if p.poll() is not None:
                 tail = self.log_tail(name)
@@ -687,7 +688,7 @@ class KubeCluster:
     def _wait(self, pred, timeout: float, what: str, interval: float = 0.2) -> None:
         deadline = time.monotonic() + max(timeout, 1)
         while True:
-            self._check_alive()
+            self.check_alive()
             try:
                 if pred():
                     return

@@ -125,6 +125,20 @@ def real():
     cluster.stop()
 
 
+@pytest.fixture(autouse=True)
+def real_node_alive(request):
+    """A test on the real node fails at once, saying why, when a process of the testbed died (a
+    kubelet that panicked made every later test wait out its timeouts instead)."""
+    if "real" in request.fixturenames:
+        from testbeds.k8s.cluster import ClusterError
+
+        try:
+            request.getfixturevalue("real").cluster.check_alive()
+        except ClusterError as e:
+            pytest.fail(f"the real-node testbed is broken: {e}", pytrace=False)
+    yield
+
+
 @pytest.fixture(scope="session")
 def tf_image(real):
     """The image's TensorFlow variant (``build-image.sh --with-tf``): the `ps`
