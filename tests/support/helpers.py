@@ -120,9 +120,9 @@ def wait_started(proc, count: int, text: str = "started", timeout: float = 180, 
         if stuck:
             why += f" in {timeout:.0f} s; the job's processes then:\n{stuck[0]}"
         try:
-            err = proc.communicate(timeout=60)[1] if stuck or proc.poll() is not None else ""
+            err = proc.communicate(timeout=60)[1]  # its stdout ended or it was sent SIGTERM: it is ending
         except subprocess.TimeoutExpired:
-            err = "(stderr: the job did not end within 60 s of SIGTERM)"
+            err = "(stderr: the job did not end within 60 s)"
         raise AssertionError("".join(seen)[-2000:] + why + "\n" + (err or "")[-3000:])
     return seen
 
