@@ -136,7 +136,6 @@ def real_node_alive(request):
             request.getfixturevalue("real").cluster.check_alive()
         except ClusterError as e:
             pytest.fail(f"the real-node testbed is broken: {e}", pytrace=False)
-    yield
 
 
 @pytest.fixture(scope="session")

@@ -78,10 +78,10 @@ def worker_containers(yarn, app_id):
 
 def describe_app(yarn, name):
     """What the ResourceManager says of the application named ``name`` and of its nodes (a diagnostic)."""
-    apps = [a for a in yarn.apps() if a["name"] == name]
-    if not apps:
-        return f"the ResourceManager has no application named {name}"
-    app = max(apps, key=lambda a: a["startedTime"])
+    try:
+        app = app_by_name(yarn, name)
+    except AssertionError as e:  # none of that name
+        return str(e)
     keys = ("id", "state", "finalStatus", "diagnostics", "runningContainers", "allocatedMB", "allocatedVCores")
     lines = [f"application: {({k: app.get(k) for k in keys})}"]
     lines += [f"container: {c.get('containerId')} on {c.get('assignedNodeId')}" for c in yarn.app_containers(app["id"])]
