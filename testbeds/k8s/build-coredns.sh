@@ -55,7 +55,7 @@ printf 'module mpilaunch.local/corednswrapper\n\ngo 1.23.0\n\nrequire github.com
     "$COREDNS_VERSION" >"$SRC/go.mod"
 log "building coredns $COREDNS_VERSION (bind, kubernetes, hosts, errors, log, health, ready)"
 t0=$SECONDS
-(cd "$SRC" && go mod tidy && go build -trimpath -ldflags="-s -w" -o "$SRC/coredns.out" .)
+(cd "$SRC" && go mod tidy && go build -trimpath -gcflags=all=-dwarf=false -ldflags="-s -w" -o "$SRC/coredns.out" .)
 mv -f "$SRC/coredns.out" "$OUT.tmp.$$" && mv -f "$OUT.tmp.$$" "$OUT"
 ln -sfn "coredns-$COREDNS_VERSION" "$BIN/coredns"
 log "installed $OUT in $((SECONDS - t0))s"

@@ -125,7 +125,7 @@ if [[ ! -x "$OUT" ]]; then
     t0=$SECONDS
     commit="$(sed -n 's/.*"Hash": *"\([0-9a-f]*\)".*/\1/p' "$GOMODCACHE/cache/download/sigs.k8s.io/kueue/@v/$KUEUE_VERSION.info" 2>/dev/null || true)"
     vpkg=sigs.k8s.io/kueue/pkg/version
-    (cd "$SRC" && go build -trimpath \
+    (cd "$SRC" && go build -trimpath -gcflags=all=-dwarf=false \
         -ldflags="-s -w -X $vpkg.GitVersion=$KUEUE_VERSION -X $vpkg.GitCommit=${commit:-unknown}" \
         -o "$SRC/kueue.out" ./cmd/kueue)
     # smoke check: the binary runs and knows its flags (Go's flag package prints "-config")

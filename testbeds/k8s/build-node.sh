@@ -32,7 +32,7 @@ if [[ ! -f "$CACHE/images/pause.tar" ]]; then
   out="$(mktemp -d)"
   (cd "$HERE/pause" && CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
      GOCACHE="${MPILAUNCH_GOCACHE:-$MPILAUNCH_CACHE/mpilaunch-go/build}" \
-     go build -trimpath -ldflags="-s -w" -o "$out/pause" .)
+     go build -trimpath -gcflags=all=-dwarf=false -ldflags="-s -w" -o "$out/pause" .)
   ctr="$("${b[@]}" from scratch)"
   "${b[@]}" copy "$ctr" "$out/pause" /pause >/dev/null
   "${b[@]}" config --entrypoint '["/pause"]' --cmd '' "$ctr"

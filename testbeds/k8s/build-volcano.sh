@@ -78,7 +78,7 @@ log "building vc-scheduler, vc-controller-manager $VOLCANO_VERSION"
 PKG=volcano.sh/volcano/pkg/version
 LDFLAGS="-s -w -X $PKG.Version=$VOLCANO_VERSION -X $PKG.GitSHA=module -X $PKG.Built=mpilaunch"
 mkdir -p "$SRC/_out"
-(cd "$SRC" && go build -trimpath -ldflags="$LDFLAGS" -o "$SRC/_out/" ./cmd/scheduler ./cmd/controller-manager)
+(cd "$SRC" && go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$SRC/_out/" ./cmd/scheduler ./cmd/controller-manager)
 for c in "${CMDS[@]}"; do
     out="$BIN/vc-$c-$VOLCANO_VERSION"
     mv -f "$SRC/_out/$c" "$out.tmp.$$" && mv -f "$out.tmp.$$" "$out"

@@ -53,6 +53,10 @@ export CGO_ENABLED=0
 # -modcacherw: a throw-away MPILAUNCH_CACHE can be removed with plain rm -rf
 export GOFLAGS="-mod=mod -modcacherw"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+# -s -w: no symbol table or DWARF in the binaries. -gcflags=all=-dwarf=false (every
+# go build of the testbed scripts) keeps the compiler from generating the DWARF the
+# linker then drops: the same binary, ~10% less compile time (etcd from an empty
+# GOCACHE: 37.8 -> 34.1 s here).
 LDFLAGS="-s -w"
 
 mkdir -p "$BIN" "$SRC"
@@ -141,7 +145,7 @@ build_k8s() {
     log "building ${todo[*]} $K8S_VERSION in one go build (minutes the first time)"
     local t0=$SECONDS
     rm -rf "$out" && mkdir -p "$out"
-    (cd "$dir" && go build -trimpath -ldflags="$LDFLAGS" -o "$out/" "${pkgs[@]}") || {
+    (cd "$dir" && go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$out/" "${pkgs[@]}") || {
         log "building ${todo[*]} failed. If the errors say a k8s.io/<staging>@$STAGING_VERSION zip is" \
             "'not available' (403), the module proxy lacks that version: choose another" \
             "K8S_VERSION whose staging modules are all published."
@@ -175,7 +179,7 @@ EOF
     fi
     log "building etcd $ETCD_VERSION"
     local t0=$SECONDS
-    (cd "$dir" && go mod tidy >/dev/null 2>&1 || true; go build -trimpath -ldflags="$LDFLAGS" -o "$dir/etcd.out" .)
+    (cd "$dir" && go mod tidy >/dev/null 2>&1 || true; go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$dir/etcd.out" .)
     install_bin etcd "$dir/etcd.out"
     log "etcd built in $((SECONDS - t0))s"
 }
@@ -216,7 +220,7 @@ build_kwok() {
         patch -s -p1 -d "$src" <"$KWOK_PATCH"
         touch "$src/.patched"
     fi
-    (cd "$src" && go build -trimpath -ldflags="$LDFLAGS" -o "$src/kwok.out" ./cmd/kwok)
+    (cd "$src" && go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$src/kwok.out" ./cmd/kwok)
     install_bin kwok "$src/kwok.out"
     log "kwok built in $((SECONDS - t0))s"
 }

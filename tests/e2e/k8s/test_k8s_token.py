@@ -101,9 +101,10 @@ def test_token_expiring_every_20s_a_90s_job_passes(kube, token_env, tmp_path):
 
 
 def test_token_expiring_every_20s_cluster_launcher_followed_to_its_end(kube, token_env, tmp_path):
-    """--launcher cluster: mpilaunch follows the launcher pod for 50 s (two token lifetimes and
-    more) and reports its exit status; kwok runs no container, so the test ends the launcher
-    pod the way a kubelet would."""
+    """--launcher cluster: mpilaunch follows the launcher pod for 32 s (its first token expired at
+    20 s, and the Lease is renewed with a later one) and reports its exit status; kwok runs no
+    container, so the test ends the launcher pod the way a kubelet would. (The 90 s job above
+    covers several expiries.)"""
     env, state, _user = token_env
     job = "k8s-token-cl"
     give_pods_their_env(kube, job, 1, tmp_path)
@@ -115,7 +116,7 @@ def test_token_expiring_every_20s_cluster_launcher_followed_to_its_end(kube, tok
             return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
 
         pod = wait_for(launcher_pod, 120, "the launcher pod")
-        time.sleep(2.5 * LIFETIME)
+        time.sleep(1.6 * LIFETIME)  # the first token, minted before the pod ran, expired > 10 s ago
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert renewed_within(kube, job, 10)
         end_launcher_pod(kube, pod, 0)
@@ -125,7 +126,7 @@ def test_token_expiring_every_20s_cluster_launcher_followed_to_its_end(kube, tok
     finally:
         stop(proc)
         forget_pod_env(kube, job, 1)
-    assert minted(state) >= 4
+    assert minted(state) >= 3  # the first token, and at least two fetched again at half their life
     assert leftover_objects(kube, job) == []
 
 

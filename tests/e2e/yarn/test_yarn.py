@@ -341,8 +341,10 @@ def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
     """--timeout outlives mpilaunch: with an orphan timeout far away, the application's driver
     ends it at --start-timeout + --timeout + 30 s, final status FAILED, saying why."""
     name = "yarn-sigkill-deadline"
+    start_timeout, timeout = 20, 10
+    deadline_s = start_timeout + timeout + 30
     proc = start(["--name", name, "--launcher", "local", "--np", "1", "--memory", "256 MiB", "-q",
-                  "--orphan-timeout", "600", "--start-timeout", "40", "--timeout", "10",
+                  "--orphan-timeout", "600", "--start-timeout", str(start_timeout), "--timeout", str(timeout),
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
     try:
@@ -352,17 +354,18 @@ def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         assert proc.returncode == -signal.SIGKILL, proc.stderr.read()  # not ended by mpilaunch itself
-        ended = yarn.wait_app(app["id"], timeout=80 + 30)
+        ended = yarn.wait_app(app["id"], timeout=deadline_s + 30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert ended["finalStatus"] == "FAILED", ended
     assert "mpilaunch: the job ran past its cluster-side deadline" in ended["diagnostics"], ended["diagnostics"]
-    assert ended["finishedTime"] - ended["startedTime"] >= 80_000 - 3_000  # ms; not before the deadline
+    assert ended["finishedTime"] - ended["startedTime"] >= (deadline_s - 3) * 1000  # ms; not before the deadline
     assert wait_for(lambda: yarn.app_containers(ended["id"]) == [], 30, "the containers to be released")
     assert_released(yarn, name, "FAILED")
-    print(f"{name}: ended {time.monotonic() - t_started:.1f}s after its ranks started (deadline 80 s after the driver's start)")
+    print(f"{name}: ended {time.monotonic() - t_started:.1f}s after its ranks started "
+          f"(deadline {deadline_s} s after the driver's start)")
 
 
 def test_timeout_under_the_cluster_launcher(yarn, openmpi_env):
