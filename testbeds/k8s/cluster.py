@@ -43,6 +43,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from ..procs import pid_alive
 from .common import ClusterError, cache_dir
 from .network import POD_CIDR, SERVICE_CIDR, SERVICE_IP, free_port
 
@@ -115,21 +116,6 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 
 def _b64(path: Path) -> str:
     return base64.b64encode(Path(path).read_bytes()).decode()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours counts as gone
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def marked_pids(marker: str) -> list[int]:

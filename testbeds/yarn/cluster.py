@@ -49,6 +49,8 @@ import urllib.request
 import uuid
 from xml.sax.saxutils import escape
 
+from ..procs import pid_alive
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FETCH_SH = os.path.join(HERE, "fetch.sh")
 FAKE_GPU_BIN = os.path.join(HERE, "fake-gpu-bin")
@@ -201,20 +203,6 @@ def _http(method, url, body=None, content_type="application/json", timeout=10):
         return json.loads(raw)
     except ValueError:
         return raw.decode(errors="replace")
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _ancestors():
