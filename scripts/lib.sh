@@ -50,10 +50,12 @@ phase_end() {
   log "phase $1: ${PHASE_SECS[$1]} s"
 }
 # run_phase_bg NAME LOG CMD...: run CMD in the background, its own end time
-# recorded (not the time somebody waited for it). Sets PHASE_PID[NAME].
+# recorded (not the time somebody waited for it) in LOG.end, which exists only
+# once CMD succeeded (an earlier run's is removed first). Sets PHASE_PID[NAME].
 declare -A PHASE_PID=()
 run_phase_bg() {
   local name="$1" logfile="$2"; shift 2
+  rm -f "$logfile.end"
   phase_start "$name"
   ( "$@" >"$logfile" 2>&1; rc=$?; date +%s >"$logfile.end"; exit $rc ) &
   PHASE_PID[$name]=$!
