@@ -99,6 +99,9 @@ print(sys.version.split()[0], os.path.realpath(getattr(sys, "_base_executable", 
     return
   fi
   log "creating $venv ($key)"
+  # Debian's python3 has no ensurepip without python3-venv; scripts/test starts venvs
+  # beside its apt phase, so each one makes sure of it itself (a no-op where it is there)
+  "$base" -c 'import ensurepip' 2>/dev/null || apt_ensure python3-venv
   rm -rf "$venv"
   "$base" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
