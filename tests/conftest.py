@@ -25,6 +25,39 @@ import pytest  # noqa: E402
 
 from support.mpi_installs import MpiInstall, checked, installs, require  # noqa: E402
 
+# --part: ./scripts/test runs the suite as two pytest sessions side by side, one for the tests on
+# the Kubernetes testbeds (a third of the tests, more than half of the time: they mostly wait on the
+# kubelet and the API server), one for the rest. A testbed is started by the session whose tests
+# use it, so each exists once: a test on a Kubernetes testbed must not also need YARN's.
+KUBERNETES_TESTBEDS = frozenset({"kube", "real"})
+PARTS = ("k8s", "rest")
+
+
+def suite_part(fixturenames) -> str:
+    """The --part a test belongs to, from the fixtures it uses (directly or through others)."""
+    return "k8s" if KUBERNETES_TESTBEDS & set(fixturenames) else "rest"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--part", choices=PARTS, default=None,
+                     help="only the tests on the Kubernetes testbeds (k8s), or only the others (rest)")
+
+
+def pytest_collection_modifyitems(config, items):
+    part = config.getoption("--part")
+    if part is None:
+        return
+    both = [item.nodeid for item in items if suite_part(item.fixturenames) == "k8s" and "yarn" in item.fixturenames]
+    if both:
+        raise pytest.UsageError("--part: these tests need a Kubernetes testbed and YARN's, which the two parts "
+                                "start one each: " + ", ".join(both))
+    keep, other = [], []
+    for item in items:
+        (keep if suite_part(item.fixturenames) == part else other).append(item)
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = keep
+
 
 @pytest.fixture(params=["openmpi5", "openmpi4", "mpich", "intel"])
 def mpi_install(request) -> MpiInstall:

@@ -21,7 +21,6 @@ the user can read it, and looking at what is left afterwards.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pwd
@@ -37,7 +36,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from support.helpers import REPO, wait_for, wait_started
+from support.helpers import REPO, login_user_alone, wait_for, wait_started
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
 from support.mpi_installs import require
 from support.yarn import app_by_name, assert_released
@@ -95,25 +94,13 @@ class User:
 
 @pytest.fixture(scope="session")
 def nonroot():
-    """The user and its venv (scripts/nonroot-user.sh: ~1 s when cached, ~20-40 s from nothing).
-
-    Held by one test session at a time (a lock file): these tests count every process of the
-    user, so two sessions running them side by side would see each other's jobs."""
+    """The user and its venv (scripts/nonroot-user.sh: ~1 s when cached, ~20-40 s from nothing)."""
     if os.geteuid() != 0:
         require("the non-root tests create a user: run them as root")
     if not os.access(MPIRUN, os.X_OK):
         require(f"{MPIRUN} not installed (apt-get install openmpi-bin; ./scripts/test does)")
-    with open("/tmp/mpilaunch-nonroot-tests.lock", "w") as lock:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail("another test session held the non-root tests' lock for 10 minutes")
-                time.sleep(1)
-        yield _user()
+    with login_user_alone():  # the script may (re)create the user: not under another session's test
+        return _user()
 
 
 def _user() -> User:
@@ -140,10 +127,12 @@ def workdir(nonroot):
 
 @pytest.fixture
 def nothing_left(nonroot):
-    """No process of the user may be alive before a test, and none after it (within a few seconds)."""
-    assert nonroot.processes() == [], "processes of the user left by someone else"
-    yield
-    wait_for(lambda: not nonroot.processes(), 15, f"every process of {nonroot.name} to end: {nonroot.processes()}")
+    """No process of the user may be alive before a test, and none after it (within a few seconds);
+    the user is this test's alone meanwhile."""
+    with login_user_alone():
+        assert nonroot.processes() == [], "processes of the user left by someone else"
+        yield
+        wait_for(lambda: not nonroot.processes(), 15, f"every process of {nonroot.name} to end: {nonroot.processes()}")
 
 
 def run_dirs(workdir: Path) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -15,6 +17,27 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = REPO / "tests" / "programs"
+LOGIN_USER_LOCK = "/tmp/mpilaunch-nonroot-tests.lock"
+
+
+@contextlib.contextmanager
+def login_user_alone(wait_s: float = 600.0):
+    """The unprivileged user (scripts/nonroot-user.sh) to one test at a time, across test sessions.
+
+    The non-root tests count every process of that user, and the ssh testbed's jobs log in as it:
+    ./scripts/test runs its Kubernetes part and the rest of the suite as two pytest sessions side
+    by side, which would otherwise see each other's jobs. A lock file, held for the test."""
+    with open(LOGIN_USER_LOCK, "w") as lock:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"another test session held {LOGIN_USER_LOCK} for {wait_s:g} s")
+                time.sleep(0.2)
+        yield
 
 
 def mpilaunch_env(install = None, **extra) -> dict:

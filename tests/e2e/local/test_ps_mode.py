@@ -103,14 +103,14 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_cluster_requirements_exit_2_with_one_clear_line(case):
     args, expected = BAD[case]
-    before = set(agent_workers())
-    proc = run_mpilaunch([*args, "--", "python", "train.py"], timeout=60)
+    name = f"bad-{case}"  # what it would have allocated is named after it (other jobs run beside)
+    proc = run_mpilaunch([*args, "--name", name, "--", "python", "train.py"], timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("mpilaunch: error: ") and lines[1].startswith("  hint: "), proc.stderr
     assert expected in lines[0]
-    after = set(agent_workers())
-    assert after <= before
+    assert [w for w in agent_workers().values() if w.startswith(name + "-")] == []
+    assert leftover_processes(name) == []
 
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from support.helpers import login_user_alone
 from support.mpi_installs import require
+
+
+@pytest.fixture(autouse=True)
+def _login_user_alone():
+    """The bed's jobs log in as the non-root tests' user, whose processes those tests count."""
+    with login_user_alone():
+        yield
 
 
 @pytest.fixture(scope="session")
