@@ -857,6 +857,27 @@ class YarnCluster:
             c = [c]
         return c or []
 
+    def container_logs(self, app_id, lines=30):
+        """The tail of every log file the application's containers wrote, on every NodeManager
+        (``nmN/logs/<app>/<container>/<file>``): a diagnostic for a job that stalled, whose
+        workdir a stopped testbed removes."""
+        out = []
+        for nm in self.nodemanagers:
+            app_dir = os.path.join(nm["log_dir"], app_id)
+            try:
+                containers = sorted(os.listdir(app_dir))
+            except OSError:
+                continue
+            for container in containers:
+                cdir = os.path.join(app_dir, container)
+                for name in sorted(os.listdir(cdir)):
+                    if name in ("directory.info", "launch_container.sh", "prelaunch.out"):
+                        continue
+                    text = _tail(os.path.join(cdir, name), lines)
+                    if text.strip():
+                        out.append("---- nm%d %s %s:\n%s" % (nm["index"], container, name, text.rstrip("\n")))
+        return "\n".join(out)
+
     def nm_containers(self, app_id=None):
         """Containers as the NodeManagers report them (/ws/v1/node/containers),
         each dict extended with 'nm_index' and 'node_id'."""

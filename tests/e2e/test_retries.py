@@ -17,7 +17,7 @@ import pytest
 
 from support.helpers import REPO, agent_pid, leftover_processes, mpilaunch_env, wait_for, wait_started
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
-from support.yarn import assert_released, proc_environ
+from support.yarn import assert_released, describe_app, proc_environ
 
 pytestmark = pytest.mark.mpi
 PROGRAM = str(REPO / "tests/programs/attempts.py")  # absolute: YARN containers start elsewhere
@@ -136,7 +136,7 @@ def test_retries_replace_a_lost_container_and_relaunch_on_yarn(yarn, openmpi_env
 
     proc = launch(job, tmp_path, openmpi_env["env"], "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
                   "--launcher", launcher, "--memory", "256 MiB", "--retries", "1")
-    seen = wait_started(proc, 2, "started (first attempt)", timeout=180)
+    seen = wait_started(proc, 2, "started (first attempt)", timeout=180, context=lambda: describe_app(yarn, job))
     _, container0 = agent_of(f"{job}-worker-0")
     victim, container1 = agent_of(f"{job}-worker-1")
     os.kill(victim, signal.SIGKILL)

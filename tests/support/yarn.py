@@ -26,6 +26,21 @@ def app_by_name(yarn, name):
     return apps[-1]
 
 
+def describe_app(yarn, name):
+    """What the ResourceManager says of the application named ``name`` and of its nodes, and the
+    tails of its containers' logs (the agents' sessions, the launcher's output): a diagnostic."""
+    try:
+        app = app_by_name(yarn, name)
+    except AssertionError as e:  # none of that name
+        return str(e)
+    keys = ("id", "state", "finalStatus", "diagnostics", "runningContainers", "allocatedMB", "allocatedVCores")
+    lines = [f"application: {({k: app.get(k) for k in keys})}"]
+    lines += [f"container: {c.get('containerId')} on {c.get('assignedNodeId')}" for c in yarn.app_containers(app["id"])]
+    lines += [f"node {n.get('id')}: {n.get('state')}, used {n.get('usedMemoryMB')} MB, free {n.get('availMemoryMB')} MB, "
+              f"{n.get('numContainers')} containers" for n in yarn.nodes()]
+    return "\n".join(lines + [yarn.container_logs(app["id"])])
+
+
 def assert_released(yarn, name, final_status):
     app = yarn.wait_app(app_by_name(yarn, name)["id"], timeout=30)
     assert app["finalStatus"] == final_status, app

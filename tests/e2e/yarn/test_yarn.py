@@ -28,7 +28,7 @@ import pytest
 from mpilaunch.exit_codes import EXIT_WORKER_LOST
 
 from support.helpers import REPO, assert_intel_allreduce_placed, mpilaunch_env, wait_for, wait_started
-from support.yarn import app_by_name, assert_released, proc_cmdline, proc_environ, start
+from support.yarn import app_by_name, assert_released, describe_app, proc_cmdline, proc_environ, start
 
 pytestmark = pytest.mark.yarn
 
@@ -74,20 +74,6 @@ def read_ranks(proc, count, timeout=180):
 def worker_containers(yarn, app_id):
     """RM view of the running worker containers (the AM's is _000001)."""
     return {c["containerId"]: c for c in yarn.app_containers(app_id) if not c["containerId"].endswith("_000001")}
-
-
-def describe_app(yarn, name):
-    """What the ResourceManager says of the application named ``name`` and of its nodes (a diagnostic)."""
-    try:
-        app = app_by_name(yarn, name)
-    except AssertionError as e:  # none of that name
-        return str(e)
-    keys = ("id", "state", "finalStatus", "diagnostics", "runningContainers", "allocatedMB", "allocatedVCores")
-    lines = [f"application: {({k: app.get(k) for k in keys})}"]
-    lines += [f"container: {c.get('containerId')} on {c.get('assignedNodeId')}" for c in yarn.app_containers(app["id"])]
-    lines += [f"node {n.get('id')}: {n.get('state')}, used {n.get('usedMemoryMB')} MB, free {n.get('availMemoryMB')} MB, "
-              f"{n.get('numContainers')} containers" for n in yarn.nodes()]
-    return "\n".join(lines)
 
 
 def node_index(yarn, node_id):
@@ -262,7 +248,7 @@ def test_lost_worker_killed_agent_is_named_first_with_its_container(yarn, openmp
     proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
-    wait_started(proc, 4, timeout=180)
+    wait_started(proc, 4, timeout=180, context=lambda: describe_app(yarn, name))
     victim = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
               if f"--name\0{name}-worker-1\0".encode() in proc_cmdline(int(p)) and b"mpilaunch.agent" in proc_cmdline(int(p))]
     assert len(victim) == 1
@@ -348,7 +334,7 @@ def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
                   "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
                   "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
     try:
-        wait_started(proc, 1)
+        wait_started(proc, 1, context=lambda: describe_app(yarn, name))
         app = app_by_name(yarn, name)
         t_started = time.monotonic()
         proc.send_signal(signal.SIGKILL)

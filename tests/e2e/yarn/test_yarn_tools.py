@@ -21,7 +21,7 @@ import tarfile
 import pytest
 
 from support.helpers import finish
-from support.yarn import assert_released
+from support.yarn import assert_released, describe_app
 
 pytestmark = pytest.mark.yarn
 
@@ -90,7 +90,7 @@ def test_env_archive_without_mpilaunch_runs_an_mpi_job(yarn, openmpi_env, tmp_pa
                     "--memory", "256 MiB", "--env-archive", str(archive), "--output-dir", str(tmp_path / "out"),
                     "-x", f"PYTHONPATH={userlib}", "-q", "--", "python", str(tmp_path / "rank.py")],
                    openmpi_env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr + describe_app(yarn, name)
     ranks = sorted((json.loads(line.split("RANKINFO ", 1)[1]) for line in proc.stdout.splitlines()
                     if "RANKINFO " in line), key=lambda r: r["rank"])
     assert [r["sum"] for r in ranks] == [10] * 4, proc.stdout
