@@ -34,6 +34,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 
 from ... import mpi
@@ -72,24 +73,44 @@ class Streamer:
             self.size += len(line)
             big = self.size >= CHUNK_BYTES
         if big:
-            self.flush()
+            try:
+                self.flush()
+            except Exception:
+                pass  # the lines are kept: the flusher tries again at its next tick, and says so
 
     def flush(self) -> None:
+        """Put what is pending as the next chunk. A put that fails (the application master did not
+        answer) loses nothing: the lines go back in front of the pending ones, and the chunk's
+        number is used by the next put that succeeds, so the submitting side sees every line once,
+        in order. The failure is raised to the caller."""
         with self.put_lock:
             with self.lock:
                 batch, self.pending, self.size = self.pending, [], 0
             if not batch:
                 return
             key = f"{self.prefix}{OUT_KEY}{self.seq:010d}"
+            try:
+                self.kv[key] = json.dumps(batch).encode()
+            except BaseException:
+                with self.lock:
+                    self.pending[:0] = batch
+                    self.size += sum(len(line) for _, line in batch)
+                raise
             self.seq += 1
-            self.kv[key] = json.dumps(batch).encode()
 
     def _flush_loop(self) -> None:
+        failing = False
         while not self.done.wait(FLUSH_S):
             try:
                 self.flush()
-            except Exception:
-                pass
+            except Exception as e:  # tried again at the next tick; said once per run of failures
+                if not failing:
+                    log(f"mpirun's output could not be put into the key-value store ({e!r}); trying again")
+                failing = True
+            else:
+                if failing:
+                    log("mpirun's output is put into the key-value store again")
+                failing = False
 
     def pump(self, stream: str, pipe) -> threading.Thread:
         def run():
@@ -101,9 +122,24 @@ class Streamer:
         thread.start()
         return thread
 
-    def close(self) -> None:
+    def close(self, tries: int = 5, pause_s: float = 0.5) -> None:
+        """The last lines, before the exit code is put: tried ``tries`` times."""
         self.done.set()
-        self.flush()
+        for attempt in range(1, tries + 1):
+            try:
+                self.flush()
+                return
+            except Exception as e:
+                last = attempt == tries
+                log(f"mpirun's last output could not be put into the key-value store ({e!r}); "
+                    + ("it is lost" if last else "trying again"))
+                if not last:
+                    time.sleep(pause_s)
+
+
+def log(message: str) -> None:
+    """A line of this container's own log (``launcher.log``): what it did, for a job that stalls."""
+    print(f"{time.strftime('%H:%M:%S')} mpilaunch-yarn-launcher: {message}", file=sys.stderr, flush=True)
 
 
 class PublishedContainers(BaseBackend):
@@ -176,6 +212,8 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
     # attached: chunks in the kv store for the submitting side; detached: this container's log
     streamer = None if detached else Streamer(app.kv, prefix)
     relay = to_container_log if detached else streamer.add
+    # what the launcher did, in its container's log; a detached job's log is mpirun's output alone
+    note = (lambda message: None) if detached else log
     rundir = make_rundir(launch.job + "-launcher")
     try:
         secret_file = write_secret_file(rundir, secret)
@@ -197,12 +235,13 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
         workload.token = launch.status_token or workload.token  # the submitting side's
         cwd = launch.cwd
         workload.cwd = cwd if cwd and os.path.isdir(cwd) else None
-        workload.on_started = lambda proc: started(app, prefix, info, proc)
+        workload.on_started = lambda proc: started(app, prefix, info, proc, note)
         environ = dict(os.environ)
         # a relaunch (--retries): the submitting side started this container for attempt N
         workload.bind(backend, rundir, environ, attempt=launch.attempt)
         result = run_job(spec, workload, backend, rundir, None,
                          stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        note(f"the job ended: exit {result.exit_code}")
         return result.exit_code, result.failure
     finally:
         try:
@@ -213,8 +252,9 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
         shutil.rmtree(rundir, ignore_errors=True)
 
 
-def started(app, prefix: str, info: mpi.MpiInfo, proc) -> None:
+def started(app, prefix: str, info: mpi.MpiInfo, proc, note=log) -> None:
     """mpirun runs: publish where (for reports), and stop it when the submitting side asks."""
+    note(f"mpirun started (pid {proc.pid}, {info.flavour} {info.version})")
     app.kv[prefix + INFO_KEY] = json.dumps({
         "container": os.environ.get("CONTAINER_ID"),
         "host": os.environ.get("NM_HOST"),

@@ -188,6 +188,11 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
     assert {w["container"] for w in report["workers"].values()} == set(rm)
     assert report["timings"]["allocate_s"] > 0
     assert_released(yarn, name, "SUCCEEDED")
+    if launcher == "auto":  # what the launcher container did, in its own log (a stalled job's diagnostic)
+        logs = yarn.container_logs(app["id"])
+        said = [line.split("mpilaunch-yarn-launcher: ", 1)[1] for line in logs.splitlines()
+                if "mpilaunch-yarn-launcher: " in line]
+        assert len(said) == 2 and said[0].startswith("mpirun started (pid ") and said[1] == "the job ended: exit 0", logs
 
 
 def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_path):
