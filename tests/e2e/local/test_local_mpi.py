@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_for
@@ -226,9 +227,16 @@ def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmp
     victim = subprocess.Popen([openmpi5.mpirun, "--allow-run-as-root", "-np", "1", "sleep", "60"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     session = tmp_path / f"ompi.{victim.pid}"
-    deadline = time.monotonic() + 30
-    while not list(session.glob("pmix.*")) and time.monotonic() < deadline:
-        time.sleep(0.1)
+
+    def job_runs() -> bool:  # its rank started: mpirun's start-up is over (a session file seen earlier
+        # was sometimes gone after the kill: mpirun had not finished making its session directory)
+        try:
+            ranks = [c for c in psutil.Process(victim.pid).children(recursive=True) if c.name() == "sleep"]
+        except psutil.NoSuchProcess:
+            return False
+        return bool(ranks) and bool(list(session.glob("pmix.*")))
+
+    wait_for(job_runs, 30, "mpirun's rank to start")
     kill_tree(victim.pid)  # mpirun and the rank it forked (in a process group of its own)
     victim.wait()
     assert list(session.glob("pmix.*")), "mpirun left no session directory to test with"
