@@ -28,15 +28,14 @@ def login_user_alone(wait_s: float = 600.0):
     ./scripts/test runs its Kubernetes part and the rest of the suite as two pytest sessions side
     by side, which would otherwise see each other's jobs. A lock file, held for the test."""
     with open(LOGIN_USER_LOCK, "w") as lock:
-        deadline = time.monotonic() + wait_s
-        while True:
+        def taken() -> bool:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return True
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"another test session held {LOGIN_USER_LOCK} for {wait_s:g} s")
-                time.sleep(0.2)
+                return False
+
+        wait_for(taken, wait_s, f"{LOGIN_USER_LOCK}, which another test session holds", interval=0.2)
         yield
 
 
