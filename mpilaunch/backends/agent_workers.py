@@ -33,3 +33,12 @@ def how_it_ended(returncode: int) -> str:
     if returncode < 0:
         return f"was killed by {signal.Signals(-returncode).name}"
     return f"exited with code {returncode}"
+
+
+def silent_agents(addresses: dict[str, str], secret_file, timeout: float = 2.0) -> set[str]:
+    """Workers whose agent does not answer an authenticated ping: asked only once a job failed
+    (a ping to a busy machine can be slow, and a slow answer alone never makes a worker lost)."""
+    from ..rsh_agent.agent_client import ping, read_secret
+
+    secret = read_secret(str(secret_file))
+    return {name for name, address in addresses.items() if not ping(address, secret, timeout)}

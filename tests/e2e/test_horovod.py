@@ -35,8 +35,9 @@ from pathlib import Path
 
 import pytest
 
-from support.helpers import REPO, leftover_processes, mpilaunch_env
+from support.helpers import REPO, finish, leftover_processes, mpilaunch_env
 from support.mpi_installs import CACHE, require
+from support.yarn import describe_app
 
 HOROVOD = Path(os.environ.get("MPILAUNCH_HOROVOD_DIR", CACHE / "mpilaunch-horovod" / "openmpi"))
 HOROVOD5 = Path(os.environ.get("MPILAUNCH_HOROVOD5_DIR", CACHE / "mpilaunch-horovod" / "openmpi5"))
@@ -120,11 +121,14 @@ def assert_planned(ranks: list[dict], name: str, controller: str, workers: int =
 
 
 def mpilaunch(backend_args: list[str], name: str, horovod: Path, mpirun: str, env: dict,
-              program_args=(), timeout: float = 240) -> subprocess.CompletedProcess:
+              program_args=(), timeout: float = 240, context=None) -> subprocess.CompletedProcess:
+    """The job to its end; past ``timeout``, SIGTERM, and ``context()`` in the failure (``finish``)."""
     cmd = [sys.executable, "-m", "mpilaunch", *backend_args, "--mpirun", mpirun, "--name", name,
            "--np", "4", "--slots-per-worker", "2", "-q",
            "--", str(horovod / "venv" / "bin" / "python"), PROGRAM, *program_args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    out, err = finish(proc, timeout, context)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 # ------------------------------------------------------------------ the build
@@ -209,7 +213,7 @@ def test_horovod_yarn_4_ranks_in_2_containers(horovod, yarn, openmpi4_mpirun, tm
                                                                         yarn.env["PATH"]])}
     proc = mpilaunch(["--backend", "yarn", "--launcher", launcher, "--memory", "1024 MiB", "--vcores", "1",
                       "--output-dir", str(tmp_path)], name, horovod, openmpi4_mpirun, env,
-                     ["--gloo"] if controller == "gloo" else [])
+                     ["--gloo"] if controller == "gloo" else [], context=lambda: describe_app(yarn, name))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = horovod_ranks(proc.stdout)
     assert_planned(ranks, name, controller, libdir=Path("/usr/lib/x86_64-linux-gnu"))

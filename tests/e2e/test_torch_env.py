@@ -22,9 +22,10 @@ import sys
 
 import pytest
 
-from support.helpers import REPO, leftover_processes, mpilaunch_env
+from support.helpers import REPO, finish, leftover_processes, mpilaunch_env
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
 from support.mpi_installs import checked, installs, require
+from support.yarn import describe_app
 
 # Debian's python3 with python3-torch here; another machine names its own (the GPU machine's venv).
 TORCH_PYTHON = os.environ.get("MPILAUNCH_TEST_TORCH_PYTHON", "/usr/bin/python3")
@@ -147,9 +148,11 @@ def test_torch_env_yarn_gloo_allreduce_4_ranks_in_2_containers(torch_python, yar
            "--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
            "--memory", "1024 MiB", "--vcores", "1", "--output-dir", str(tmp_path), "-q",
            "--", TORCH_PYTHON, PROGRAM]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=openmpi_env["env"])
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ranks = torch_ranks(proc.stdout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=openmpi_env["env"])
+    out, err = finish(proc, 240, context=lambda: describe_app(yarn, name))
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    ranks = torch_ranks(out)
     assert_planned(ranks, name)
     report = json.loads((tmp_path / "report.json").read_text())
     assert [r["exit_code"] for r in report["ranks"]] == [0, 0, 0, 0]

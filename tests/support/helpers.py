@@ -195,15 +195,24 @@ def assert_local_worker_lost(proc, err: str, job: str, worker: int, agent: int) 
     return line
 
 
-def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+def finish(proc: subprocess.Popen, timeout: float, context=None) -> tuple[str, str]:
     """A job's (stdout, stderr) within ``timeout``. Past it, or when the test
     gives up earlier (``stop``), the job gets SIGTERM first: mpilaunch then
     deletes its objects, so a rerun of the test does not find its name taken,
-    and what it printed so far is kept for the assertion message."""
+    and what it printed so far is kept for the assertion message.
+
+    ``context``: called past the timeout while the job still holds its workers
+    (a YARN application's containers and their logs): the test then fails
+    here, with what the job printed and that diagnosis."""
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return stop(proc)
+        diagnosis = context() if context is not None else None
+        out, err = stop(proc)
+        if diagnosis is None:
+            return out, err
+        raise AssertionError(f"the job did not end within {timeout:g} s\nits stdout (tail):\n{out[-2000:]}\n"
+                             f"its stderr (tail):\n{err[-2000:]}\n{diagnosis}") from None
 
 
 def stop(proc: subprocess.Popen) -> tuple[str, str]:

@@ -20,10 +20,14 @@ from ... import gpu_slots
 from ...errors import AllocationError
 from ...procs import kill_tree, processes_with_env, wait_exit
 from ...pylauncher import write_launcher
-from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
+from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
 from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
+
+# How long a failed run's diagnosis waits for an agent that stopped answering to be reaped.
+LOCAL_SETTLE_S = 2.0
+
 
 def listening_socket() -> socket.socket:
     """A loopback socket bound and listening here, handed to an agent that serves it.
@@ -183,6 +187,8 @@ class LocalBackend(BaseBackend):
         }
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
+        if settle:
+            self._settle_silent_agents()
         lost = {}
         for name in self.agents:
             ended = self._agent_exit(name)
@@ -190,6 +196,24 @@ class LocalBackend(BaseBackend):
                 how, last_line = ended
                 lost[name] = f"its agent {how}" + (f" ({last_line})" if last_line else "")
         return lost
+
+    def _settle_silent_agents(self) -> None:
+        """After a failed run, give an agent that no longer answers up to LOCAL_SETTLE_S to be reaped.
+
+        A SIGKILLed agent's sockets close a moment before the kernel lets its
+        parent reap it (its other threads still exiting): the shim's "lost
+        connection" can end mpirun, and mpilaunch ask, inside that moment,
+        and the job would fail as an MPI error, not be retried as a lost
+        worker. Only the agent's exit makes the worker lost, never the
+        missing answer itself; a failed job pays one loopback ping per agent.
+        """
+        running = {name: addr for name, addr in self.addresses.items()
+                   if name in self.agents and self.agents[name].poll() is None}
+        for name in silent_agents(running, self.secret_file) if running else ():
+            try:
+                wait_exit(self.agents[name], LOCAL_SETTLE_S)
+            except subprocess.TimeoutExpired:
+                pass
 
     def describe_workers(self) -> dict[str, dict]:
         out = {}

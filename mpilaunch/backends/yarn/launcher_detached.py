@@ -80,12 +80,9 @@ class WorkerContainers:
     def lost(self, settle: bool) -> dict[str, str]:
         """As ``yarn_report.lost_workers`` on the submitting side: ended containers, silent agents once settled."""
         from .report import SETTLE_S, container_loss
-        from ...rsh_agent.agent_client import ping, read_secret
+        from ..agent_workers import silent_agents
 
-        silent: set[str] = set()
-        if settle:
-            secret = read_secret(str(self.secret_file))
-            silent = {name for name, addr in self.addresses.items() if not ping(addr, secret, 2.0)}
+        silent = silent_agents(self.addresses, self.secret_file) if settle else set()
         deadline = time.monotonic() + (SETTLE_S if silent else 0.0)
         while self.refresh():
             # an agent that died ends its container a little later: give YARN the time to say so

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+from ..agent_workers import silent_agents
+
 ENDED = ("FAILED", "KILLED", "SUCCEEDED")
 # A worker whose agent died ends mpirun before the ApplicationMaster hears
 # that its container ended; give YARN this long to say so.
@@ -28,21 +30,13 @@ def container_loss(facts: dict, silent: bool) -> str | None:
     return None
 
 
-def silent_agents(backend) -> set[str]:
-    """Workers whose agent does not answer a ping (asked only once a job failed: a ping can be slow)."""
-    from ...rsh_agent.agent_client import ping, read_secret
-
-    secret = read_secret(str(backend.secret_file))
-    return {name for name, addr in backend.addresses.items() if not ping(addr, secret, 2.0)}
-
-
 def lost_workers(backend, settle: bool) -> dict[str, str]:
     """Worker containers that ended (or, with ``settle``, whose agents went silent)."""
     if backend.app is None:
         return {}
     silent = set()
     if settle:
-        silent = backend.silent = silent_agents(backend)
+        silent = backend.silent = silent_agents(backend.addresses, backend.secret_file)
     deadline = time.monotonic() + (SETTLE_S if silent else 0.0)
     while backend._refresh_containers() is not None:
         if all(backend.containers.get(n, {}).get("state") != "RUNNING" for n in silent):
@@ -60,7 +54,7 @@ def lost_workers(backend, settle: bool) -> dict[str, str]:
 
 def failure_report(backend) -> str:
     """Every container of the application (host, state, exit status) under a failed job's summary."""
-    silent = backend.silent if backend.silent is not None else silent_agents(backend)
+    silent = backend.silent if backend.silent is not None else silent_agents(backend.addresses, backend.secret_file)
     backend._refresh_containers()
     lines = [f"YARN application {backend.app_id} (queue {backend.opts.queue or 'default'}), worker containers:"]
     for w in backend.plan.workers:

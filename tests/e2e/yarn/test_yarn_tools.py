@@ -63,14 +63,14 @@ def packed_env(tmp_path, name: str, python_script: str | None = None):
     return archive
 
 
-def run_job(args, ctx, cwd, timeout=240) -> subprocess.CompletedProcess:
+def run_job(args, ctx, cwd, timeout=240, context=None) -> subprocess.CompletedProcess:
     """The job's run. --start-timeout below the test's own: a stalled allocation is reported by
     mpilaunch (what it waited for), and a job past the test's time gets SIGTERM (``finish``), so
     the failure shows what it printed (one run hung silently for 240 s in an empty-cache run)."""
     cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"],
            "--start-timeout", str(timeout // 2), *args]
     proc = subprocess.Popen(cmd, cwd=cwd, env=ctx["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = finish(proc, timeout)
+    out, err = finish(proc, timeout, context)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -89,7 +89,7 @@ def test_env_archive_without_mpilaunch_runs_an_mpi_job(yarn, openmpi_env, tmp_pa
     proc = run_job(["--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
                     "--memory", "256 MiB", "--env-archive", str(archive), "--output-dir", str(tmp_path / "out"),
                     "-x", f"PYTHONPATH={userlib}", "-q", "--", "python", str(tmp_path / "rank.py")],
-                   openmpi_env, cwd=tmp_path)
+                   openmpi_env, cwd=tmp_path, context=lambda: describe_app(yarn, name))
     assert proc.returncode == 0, proc.stdout + proc.stderr + describe_app(yarn, name)
     ranks = sorted((json.loads(line.split("RANKINFO ", 1)[1]) for line in proc.stdout.splitlines()
                     if "RANKINFO " in line), key=lambda r: r["rank"])
