@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import skein
 
 from ..launch_description import LaunchDescription, LaunchWorker
 from .keys import (EXIT_KEY, FORWARD_ENV, INFO_KEY, KV_PREFIX, LAUNCHER_SECRET_KEY, LAUNCHER_SERVICE, OUT_KEY, SPEC_KEY,
                    STOP_KEY)
+from .client import state_name
 from .report import ENDED
+
+# How long a relaunch waits for the last attempt's launcher container to end after killing it.
+RETIRE_WAIT_S = 10.0
 
 
 def launch_description(backend) -> LaunchDescription:
@@ -69,6 +74,21 @@ def put_launch(backend) -> None:
     backend.app.kv[KV_PREFIX + LAUNCHER_SECRET_KEY] = read_secret(str(backend.secret_file))
 
 
+def wait_ended(app, container_id: str, timeout: float) -> bool:
+    """Whether the launcher container ``container_id`` ended within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            containers = app.get_containers(services=[LAUNCHER_SERVICE], states=list(skein.model.ContainerState))
+        except skein.exceptions.SkeinError:
+            return False
+        if all(c.id != container_id or state_name(c.state) in ENDED for c in containers):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
 def relaunch(backend, attempt: int) -> None:
     """A new launcher container for attempt ``attempt``; the last attempt's is retired."""
     if not backend.launcher_in_cluster:
@@ -82,6 +102,9 @@ def relaunch(backend, attempt: int) -> None:
                 backend.app.kill_container(old["id"])
             except skein.exceptions.SkeinError:
                 pass  # it ended meanwhile
+            # a chunk of output it puts after the keys below are cleared would read as the new
+            # attempt's first chunk (and hide the new launcher's chunks of the same numbers)
+            wait_ended(backend.app, old["id"], RETIRE_WAIT_S)
         backend.retired_launchers.add(old["id"])
     kv = backend.app.kv
     for key in (SPEC_KEY, LAUNCHER_SECRET_KEY, EXIT_KEY, INFO_KEY, STOP_KEY):
