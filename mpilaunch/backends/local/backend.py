@@ -26,7 +26,7 @@ from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
 
 # How long a failed run's diagnosis waits for an agent that stopped answering to be reaped.
-LOCAL_SETTLE_S = 2.0
+LOCAL_SETTLE_S = 5.0
 
 
 def listening_socket() -> socket.socket:
