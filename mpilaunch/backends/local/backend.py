@@ -200,12 +200,13 @@ class LocalBackend(BaseBackend):
     def _settle_silent_agents(self) -> None:
         """After a failed run, give an agent that no longer answers up to LOCAL_SETTLE_S to be reaped.
 
-        A SIGKILLed agent's sockets close a moment before the kernel lets its
-        parent reap it (its other threads still exiting): the shim's "lost
-        connection" can end mpirun, and mpilaunch ask, inside that moment,
-        and the job would fail as an MPI error, not be retried as a lost
-        worker. Only the agent's exit makes the worker lost, never the
-        missing answer itself; a failed job pays one loopback ping per agent.
+        A SIGKILLed agent's sockets close before the kernel lets its parent
+        reap it (here its listener refused connections 0.3 ms before it was a
+        zombie in one of three tries): the shim's "lost connection" can end
+        mpirun, and mpilaunch ask, inside that moment, and the job then failed
+        as an MPI error instead of being retried as a lost worker (CI, once).
+        Only the agent's exit makes the worker lost, never the missing answer
+        itself; a failed job pays one loopback ping per agent.
         """
         running = {name: addr for name, addr in self.addresses.items()
                    if name in self.agents and self.agents[name].poll() is None}
