@@ -42,6 +42,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from .. import links
+
 REPO = Path(__file__).resolve().parents[2]
 NODE_NAME = "mpilaunch-real-0"
 REAL_KEY = "mpilaunch.testbed/real-pods"
@@ -404,19 +406,21 @@ class RealNode:
         self.c.spawn("node-lock", [sys.executable, "-c", "import signal; signal.pause()"], pass_fds=(f.fileno(),))
 
     def _make_bridge(self) -> None:
-        if Path(f"/sys/class/net/{self.bridge}").exists():
-            # a previous run that died without stop(): its pods are gone, reuse is unsafe
-            _sh("ip", "link", "del", self.bridge, check=False)
-        _sh("ip", "link", "add", self.bridge, "type", "bridge")
-        _sh("ip", "addr", "add", f"{self.node_ip}/{ipaddress.ip_network(self.subnet).prefixlen}",
-            "dev", self.bridge)
+        if links.deferred(self.bridge):
+            pass  # an earlier node of this test run stopped cleanly and left it for the run's end (links.py)
+        else:
+            if links.exists(self.bridge):
+                # a previous run that died without stop(): its pods are gone, reuse is unsafe
+                _sh("ip", "link", "del", self.bridge, check=False)
+            _sh("ip", "link", "add", self.bridge, "type", "bridge")
+            _sh("ip", "addr", "add", f"{self.node_ip}/{ipaddress.ip_network(self.subnet).prefixlen}",
+                "dev", self.bridge)
         _sh("ip", "link", "set", self.bridge, "up")
         # lets the DNAT below send bridge traffic to 127.0.0.1 (this interface only)
         Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/route_localnet").write_text("1\n")
 
     def _remove_bridge(self) -> None:
-        if Path(f"/sys/class/net/{self.bridge}").exists():
-            _sh("ip", "link", "del", self.bridge, check=False)
+        links.remove_link(self.bridge)  # at once, or at the test run's end (links.py: other sessions' MPI jobs)
 
     def _start_containerd(self) -> None:
         from .network import SERVICE_CIDR

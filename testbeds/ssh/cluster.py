@@ -44,6 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import links
+
 SSHD = "/usr/sbin/sshd"
 PREFERRED_USER = os.environ.get("MPILAUNCH_NONROOT_USER", "mpilaunch-user")
 
@@ -194,7 +196,7 @@ class SshCluster:
                 pass
         for host in self.hosts:
             subprocess.run(["ip", "netns", "del", self.netns(host)], capture_output=True)
-        subprocess.run(["ip", "link", "del", self._bridge], capture_output=True)
+        links.remove_link(self._bridge)  # at once, or at the test run's end (links.py: other sessions' MPI jobs)
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
