@@ -406,11 +406,10 @@ class RealNode:
         self.c.spawn("node-lock", [sys.executable, "-c", "import signal; signal.pause()"], pass_fds=(f.fileno(),))
 
     def _make_bridge(self) -> None:
-        if links.deferred(self.bridge):
-            pass  # an earlier node of this test run stopped cleanly and left it for the run's end (links.py)
-        else:
+        # a bridge an earlier node of this test run stopped with and left for the run's end (links.py)
+        # is reused as it is; any other is a previous run's that died without stop(): reuse is unsafe
+        if not links.deferred(self.bridge):
             if links.exists(self.bridge):
-                # a previous run that died without stop(): its pods are gone, reuse is unsafe
                 _sh("ip", "link", "del", self.bridge, check=False)
             _sh("ip", "link", "add", self.bridge, "type", "bridge")
             _sh("ip", "addr", "add", f"{self.node_ip}/{ipaddress.ip_network(self.subnet).prefixlen}",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from support.helpers import REPO, finish, leftover_processes, mpilaunch_env
+from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
 from support.mpi_installs import CACHE, require
 from support.yarn import describe_app
 
@@ -126,9 +126,7 @@ def mpilaunch(backend_args: list[str], name: str, horovod: Path, mpirun: str, en
     cmd = [sys.executable, "-m", "mpilaunch", *backend_args, "--mpirun", mpirun, "--name", name,
            "--np", "4", "--slots-per-worker", "2", "-q",
            "--", str(horovod / "venv" / "bin" / "python"), PROGRAM, *program_args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
-    out, err = finish(proc, timeout, context)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_to_end(cmd, timeout, context, cwd=REPO, env=env)
 
 
 # ------------------------------------------------------------------ the build

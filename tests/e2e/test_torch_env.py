@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from support.helpers import REPO, finish, leftover_processes, mpilaunch_env
+from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
 from support.mpi_installs import checked, installs, require
 from support.yarn import describe_app
@@ -148,11 +148,9 @@ def test_torch_env_yarn_gloo_allreduce_4_ranks_in_2_containers(torch_python, yar
            "--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
            "--memory", "1024 MiB", "--vcores", "1", "--output-dir", str(tmp_path), "-q",
            "--", TORCH_PYTHON, PROGRAM]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=openmpi_env["env"])
-    out, err = finish(proc, 240, context=lambda: describe_app(yarn, name))
-    assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    ranks = torch_ranks(out)
+    proc = run_to_end(cmd, 240, lambda: describe_app(yarn, name), cwd=REPO, env=openmpi_env["env"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = torch_ranks(proc.stdout)
     assert_planned(ranks, name)
     report = json.loads((tmp_path / "report.json").read_text())
     assert [r["exit_code"] for r in report["ranks"]] == [0, 0, 0, 0]

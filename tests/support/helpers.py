@@ -215,6 +215,13 @@ def finish(proc: subprocess.Popen, timeout: float, context=None) -> tuple[str, s
                              f"its stderr (tail):\n{err[-2000:]}\n{diagnosis}") from None
 
 
+def run_to_end(cmd, timeout: float, context=None, **popen) -> subprocess.CompletedProcess:
+    """``subprocess.run`` with ``finish``'s end: past ``timeout``, SIGTERM and ``context()`` in the failure."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    out, err = finish(proc, timeout, context)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def stop(proc: subprocess.Popen) -> tuple[str, str]:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

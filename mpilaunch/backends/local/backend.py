@@ -208,8 +208,7 @@ class LocalBackend(BaseBackend):
         Only the agent's exit makes the worker lost, never the missing answer
         itself; a failed job pays one loopback ping per agent.
         """
-        running = {name: addr for name, addr in self.addresses.items()
-                   if name in self.agents and self.agents[name].poll() is None}
+        running = {name: self.addresses[name] for name, agent in self.agents.items() if agent.poll() is None}
         for name in silent_agents(running, self.secret_file) if running else ():
             try:
                 wait_exit(self.agents[name], LOCAL_SETTLE_S)

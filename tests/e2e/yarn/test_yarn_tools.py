@@ -20,7 +20,7 @@ import tarfile
 
 import pytest
 
-from support.helpers import finish
+from support.helpers import run_to_end
 from support.yarn import assert_released, describe_app
 
 pytestmark = pytest.mark.yarn
@@ -69,9 +69,7 @@ def run_job(args, ctx, cwd, timeout=240, context=None) -> subprocess.CompletedPr
     the failure shows what it printed (one run hung silently for 240 s in an empty-cache run)."""
     cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"],
            "--start-timeout", str(timeout // 2), *args]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=ctx["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = finish(proc, timeout, context)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_to_end(cmd, timeout, context, cwd=cwd, env=ctx["env"])
 
 
 @pytest.mark.mpi
