@@ -75,8 +75,34 @@ def load(name: str):
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("mpilaunch"):
             raise UsageError(f"the {name} backend is not available in this version", None) from None
-        extra = options.extra or name
-        raise UsageError(
-            f"the {name} backend needs the Python package {e.name!r}",
-            f"pip install 'mpilaunch[{extra}]'",
-        ) from None
+        raise missing_module_error(name, options.extra or name, e) from None
+
+
+# Modules that newer Pythons removed and that a backend's client package may still import,
+# with what brings them back. skein 0.8.2 (the yarn extra's) imports distutils, which
+# Python 3.12 removed; setuptools puts it back (its distutils-precedence.pth).
+_REMOVED_FROM_PYTHON = {"distutils": ("Python 3.12 removed it", "pip install setuptools")}
+
+
+def missing_module_error(backend: str, extra: str, error: ModuleNotFoundError) -> UsageError:
+    """One line for a backend whose import stopped at a missing module: the package that needs it
+    when that is an installed dependency of the backend (its own import failed), else the module."""
+    importer = failing_package(error)
+    if importer is None or importer == error.name:
+        return UsageError(f"the {backend} backend needs the Python package {error.name!r}",
+                          f"pip install 'mpilaunch[{extra}]'")
+    missing = (error.name or "?").split(".")[0]  # `from distutils.version import ...` may name the submodule
+    why, fix = _REMOVED_FROM_PYTHON.get(missing, ("not installed", f"pip install 'mpilaunch[{extra}]'"))
+    return UsageError(f"the {backend} backend's package {importer!r} cannot be imported: it needs the module "
+                      f"{missing!r} ({why})", fix)
+
+
+def failing_package(error: ImportError) -> str | None:
+    """The top-level package whose code ran the import that failed: the innermost frame of the
+    traceback (the interpreter leaves its import machinery's frames out of it); None for mpilaunch's."""
+    tb, module = error.__traceback__, None
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__") or module
+        tb = tb.tb_next
+    package = (module or "").split(".")[0]
+    return None if package in ("", "mpilaunch", "__main__") else package

@@ -24,10 +24,17 @@ def shorten(text: str | None, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class _Client(skein.Client):
+    # skein's __del__ closes the driver process it reads from _proc, which its __init__ sets only
+    # once the driver has started: a Client whose driver failed to start printed an
+    # AttributeError traceback ("Exception ignored in ... __del__") under mpilaunch's one line.
+    _proc = None
+
+
 def skein_client(log=False) -> "skein.Client":
     try:
         # Fresh credentials for our own driver: nothing written to ~/.skein.
-        return skein.Client(log=log, security=skein.Security.new_credentials())
+        return _Client(log=log, security=skein.Security.new_credentials())
     except (skein.exceptions.DriverError, skein.exceptions.SkeinError, OSError) as e:
         raise AllocationError(
             f"cannot start the skein driver to talk to YARN: {shorten(str(e))}",

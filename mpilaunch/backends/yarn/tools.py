@@ -54,7 +54,8 @@ CHECK_EXIT = EXIT_ALLOCATION  # the container's exit, then mpilaunch's: allocati
 MIN_PYTHON = (3, 8)
 # the pieces that talk to skein's ApplicationMaster: site-packages on, skein checked first
 SKEIN_MODULES = ("mpilaunch.backends.yarn.container", "mpilaunch.backends.yarn.launcher", "mpilaunch.backends.yarn.driver")
-HINT = ("pack skein into the environment (pip install skein, then venv-pack or conda-pack) and a python "
+HINT = ("pack skein into the environment (pip install skein, and setuptools with Python 3.12 or newer: skein "
+        "imports distutils; then venv-pack or conda-pack) and a python "
         f"{MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer at its bin/python; mpilaunch itself need not be in it")
 
 # Kept parseable by old pythons: the check in it must get to say what is wrong.
