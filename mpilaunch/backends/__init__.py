@@ -75,7 +75,8 @@ def load(name: str):
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("mpilaunch"):
             raise UsageError(f"the {name} backend is not available in this version", None) from None
-        raise missing_module_error(name, options.extra or name, e) from None
+        own = options.backend_class.split(".")[0]  # a third-party backend's own package
+        raise missing_module_error(name, options.extra or name, e, own) from None
 
 
 # Modules that newer Pythons removed and that a backend's client package may still import,
@@ -84,11 +85,12 @@ def load(name: str):
 _REMOVED_FROM_PYTHON = {"distutils": ("Python 3.12 removed it", "pip install setuptools")}
 
 
-def missing_module_error(backend: str, extra: str, error: ModuleNotFoundError) -> UsageError:
+def missing_module_error(backend: str, extra: str, error: ModuleNotFoundError, own: str = "mpilaunch") -> UsageError:
     """One line for a backend whose import stopped at a missing module: the package that needs it
-    when that is an installed dependency of the backend (its own import failed), else the module."""
+    when that is an installed dependency of the backend (its own import failed), else the module.
+    ``own``: the backend's own top-level package, whose imports are the backend's."""
     importer = failing_package(error)
-    if importer is None or importer == error.name:
+    if importer in (None, own, error.name):
         return UsageError(f"the {backend} backend needs the Python package {error.name!r}",
                           f"pip install 'mpilaunch[{extra}]'")
     missing = (error.name or "?").split(".")[0]  # `from distutils.version import ...` may name the submodule

@@ -7,6 +7,7 @@ installed; and a machine without a Hadoop client got skein's own traceback print
 mpilaunch's error.
 """
 
+import importlib
 import os
 import subprocess
 import sys
@@ -47,3 +48,29 @@ def test_yarn_without_a_hadoop_client_is_one_error_and_one_hint(tmp_path):
     assert lines[1].startswith("  hint: check JAVA_HOME, HADOOP_CONF_DIR"), proc.stderr
     # skein's Client.__del__ on a client whose driver never started printed an AttributeError here
     assert len(lines) == 2, proc.stderr
+
+
+def test_a_missing_module_is_blamed_on_the_package_whose_import_needed_it(tmp_path, monkeypatch):
+    """A third-party backend (``acme_backend``) imports its client (``acme_client``): a module the
+    backend itself lacks is the backend's to ask for; one its client lacks names the client."""
+    from mpilaunch.backends import missing_module_error
+
+    for name, text in {"acme_backend": "import acme_client\nimport acme_rpc\n",
+                       "acme_client": "import acme_transport\n"}.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def error_of_importing_the_backend():
+        for name in ("acme_backend", "acme_client"):
+            sys.modules.pop(name, None)
+        importlib.invalidate_caches()  # a module written since the last try
+        with pytest.raises(ModuleNotFoundError) as caught:
+            __import__("acme_backend")
+        return caught.value
+
+    error = missing_module_error("acme", "acme", error_of_importing_the_backend(), own="acme_backend")
+    assert str(error) == "the acme backend's package 'acme_client' cannot be imported: it needs the module " \
+                         "'acme_transport' (not installed)"
+    (tmp_path / "acme_transport.py").write_text("")
+    error = missing_module_error("acme", "acme", error_of_importing_the_backend(), own="acme_backend")
+    assert str(error) == "the acme backend needs the Python package 'acme_rpc'"
