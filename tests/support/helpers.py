@@ -208,11 +208,44 @@ def finish(proc: subprocess.Popen, timeout: float, context=None) -> tuple[str, s
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         diagnosis = context() if context is not None else None
+        if diagnosis is not None:  # where mpilaunch waits, before SIGTERM moves it on
+            diagnosis += "\n" + python_stacks([proc.pid, *descendants(proc.pid)])
         out, err = stop(proc)
         if diagnosis is None:
             return out, err
         raise AssertionError(f"the job did not end within {timeout:g} s\nits stdout (tail):\n{out[-2000:]}\n"
                              f"its stderr (tail):\n{err[-2000:]}\n{diagnosis}") from None
+
+
+def descendants(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def python_stacks(pids, limit: int = 12) -> str:
+    """The thread stacks of each Python process among ``pids`` (``py-spy dump``, the test extra's):
+    where a job that stalled waits, in mpilaunch, its launcher or an agent."""
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        return "(py-spy is not installed: no stacks)"
+    out = []
+    for pid in [p for p in pids if _is_python(p)][:limit]:
+        try:
+            dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+            text = (dump.stdout or dump.stderr).strip()
+        except (OSError, subprocess.TimeoutExpired) as e:
+            text = repr(e)
+        out.append(f"---- py-spy dump --pid {pid}:\n{text[-3000:]}")
+    return "\n".join(out) or "(no Python process to dump)"
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return "python" in os.path.basename(psutil.Process(pid).exe())
+    except (psutil.Error, OSError):
+        return False
 
 
 def run_to_end(cmd, timeout: float, context=None, **popen) -> subprocess.CompletedProcess:

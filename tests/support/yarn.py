@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 
-from support.helpers import REPO, leftover_processes
+import psutil
+
+from support.helpers import REPO, leftover_processes, python_stacks
 
 
 def start(args, ctx, extra_env=None):
@@ -38,7 +40,20 @@ def describe_app(yarn, name):
     lines += [f"container: {c.get('containerId')} on {c.get('assignedNodeId')}" for c in yarn.app_containers(app["id"])]
     lines += [f"node {n.get('id')}: {n.get('state')}, used {n.get('usedMemoryMB')} MB, free {n.get('availMemoryMB')} MB, "
               f"{n.get('numContainers')} containers" for n in yarn.nodes()]
-    return "\n".join(lines + [yarn.container_logs(app["id"])])
+    return "\n".join(lines + [yarn.container_logs(app["id"]), python_stacks(container_processes(app["id"]))])
+
+
+def container_processes(app_id: str) -> list[int]:
+    """The processes of the application's containers on this machine (their CONTAINER_ID)."""
+    prefix = "container_" + app_id[len("application_"):] + "_"
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get("CONTAINER_ID", "").startswith(prefix):
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
 
 
 def assert_released(yarn, name, final_status):
