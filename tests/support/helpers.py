@@ -149,12 +149,19 @@ def wait_started(proc, count: int, text: str = "started", timeout: float = 180, 
     return seen
 
 
-def process_tree(pid: int) -> str:
-    """One line per process under ``pid`` (itself first): pid, status, command line."""
+def tree(pid: int) -> list[psutil.Process]:
+    """``pid``'s process and all its descendants, itself first; empty once it is gone."""
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
+        return []
+
+
+def process_tree(pid: int) -> str:
+    """One line per process under ``pid`` (itself first): pid, status, command line."""
+    procs = tree(pid)
+    if not procs:
         return f"(pid {pid} is gone)"
     lines = []
     for p in procs:
@@ -209,19 +216,12 @@ def finish(proc: subprocess.Popen, timeout: float, context=None) -> tuple[str, s
     except subprocess.TimeoutExpired:
         diagnosis = context() if context is not None else None
         if diagnosis is not None:  # where mpilaunch waits, before SIGTERM moves it on
-            diagnosis += "\n" + python_stacks([proc.pid, *descendants(proc.pid)])
+            diagnosis += "\n" + python_stacks([p.pid for p in tree(proc.pid)])
         out, err = stop(proc)
         if diagnosis is None:
             return out, err
         raise AssertionError(f"the job did not end within {timeout:g} s\nits stdout (tail):\n{out[-2000:]}\n"
                              f"its stderr (tail):\n{err[-2000:]}\n{diagnosis}") from None
-
-
-def descendants(pid: int) -> list[int]:
-    try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
 
 
 def python_stacks(pids, limit: int = 12) -> str:
