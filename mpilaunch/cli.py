@@ -12,7 +12,7 @@ from .exit_codes import EXIT_INTERRUPTED
 from .orphan import DEFAULT_ORPHAN_TIMEOUT
 from .spec import LAUNCHERS, JobSpec, PsOptions, check_duration, mpi_choices
 
-SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "agent")
+SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "wait", "rbac", "agent")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -210,6 +210,27 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def cmd_rbac(argv: list[str]) -> int:
+    """``mpilaunch rbac --namespace NS``: the objects an admin applies once (backends/k8s/rbac.py)."""
+    from .backends.k8s import rbac
+    from .backends.k8s.options import NAME_RE, check_namespace
+
+    p = _Parser(prog="mpilaunch rbac",
+                description="Print the ServiceAccount, Role and RoleBinding an admin of a namespace applies once "
+                            "(| kubectl apply -f -), so that users holding only the 'edit' role run jobs there "
+                            "with --service-account NAME. Nothing cluster-wide.")
+    p.add_argument("--namespace", required=True, help="the namespace the jobs run in")
+    p.add_argument("--service-account", default=rbac.DEFAULT_ACCOUNT, metavar="NAME",
+                   help=f"the ServiceAccount's (and its Role's) name (default {rbac.DEFAULT_ACCOUNT})")
+    args = p.parse_args(argv)
+    check_namespace(args.namespace)
+    if not NAME_RE.fullmatch(args.service_account):
+        raise UsageError(f"invalid --service-account {args.service_account!r}",
+                         "lowercase letters, digits, '-' and '.', e.g. --service-account mpilaunch")
+    sys.stdout.write(rbac.render(args.namespace, args.service_account))
+    return 0
+
+
 def cmd_run(argv: list[str]) -> int:
     from .lifecycle import run_spec
 
@@ -225,6 +246,8 @@ def dispatch(argv: list[str]) -> int:
         from .agent import main as agent_main
 
         return agent_main(argv[1:]) or 0
+    if argv and argv[0] == "rbac":
+        return cmd_rbac(argv[1:])
     if argv and argv[0] == "render":
         from . import manage
 

@@ -436,11 +436,17 @@ PLURALS = {
     "PodGroup": "podgroups",
     "Event": "events",
     "Lease": "leases",
+    "NetworkPolicy": "networkpolicies",
 }
 
 
 def creation_hint(e: ApiError) -> str:
     """The hint for an object the API server would not create."""
+    from .refusals import explain
+
+    policy = explain(e.message)
+    if policy is not None:  # a quota, LimitRange or PodSecurity refusal is a 403 too, but no permission
+        return policy[1]
     if e.status == 403:
         return "your credentials lack a permission (see the message); ask the cluster admin or use another --namespace"
     if e.status == 422:

@@ -103,6 +103,15 @@ def fail_on_image_check(messages) -> None:
         raise AllocationError(line, k8s_tools.HINT + "; nothing was left in the cluster")
 
 
+def refusal_line(e: ApiError) -> str:
+    """What refused an object: the namespace's policy by name (quota, LimitRange, PodSecurity), else
+    the API server's own message."""
+    from .refusals import explain
+
+    policy = explain(e.message)
+    return policy[0] if policy is not None else e.message
+
+
 class K8sBackend(BaseBackend):
     name = "k8s"
     options_class = K8sOptions
@@ -157,6 +166,13 @@ class K8sBackend(BaseBackend):
                 except UsageError:
                     self._namespace = "default"  # render without a cluster
         return self._namespace
+
+    def api_server(self) -> str | None:
+        """The kubeconfig's server URL, None where there is none (a render without a cluster)."""
+        try:
+            return self._credentials().get("server")
+        except UsageError:
+            return None
 
     def _credentials(self) -> dict:
         if self._creds is None:
@@ -222,6 +238,10 @@ class K8sBackend(BaseBackend):
     def allocate(self) -> None:
         objects = self.objects(reveal=True)  # usage errors (image, tolerations) before touching the cluster
         api = self.api
+        if not self.opts.service_account:  # may this user make the per-job identities? (exit 2 before anything)
+            from .rbac import check_may_create_identities
+
+            check_may_create_identities(api, self.namespace)
         if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
             write_secret(self.agent_secret_file, self.agent_secret)
         root = objects[0][1]
@@ -233,7 +253,7 @@ class K8sBackend(BaseBackend):
                     f"a job named {self.job} already exists in namespace {self.namespace}",
                     f"choose another --name, or, if it is an mpilaunch job of yours, remove it with: mpilaunch delete {self.job} --backend k8s",
                 ) from None
-            raise AllocationError(f"cannot create ConfigMap {self.job}: {e.message}", creation_hint(e)) from None
+            raise AllocationError(f"cannot create ConfigMap {self.job}: {refusal_line(e)}", creation_hint(e)) from None
         self.root_uid = made["metadata"]["uid"]
         self.created.append(("v1", "configmaps", self.job))
         owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
@@ -253,7 +273,8 @@ class K8sBackend(BaseBackend):
                         f"--gang {self.opts.gang}: the PodGroup API ({api_version}) is not installed in this cluster",
                         "install the scheduler's CRDs, or use --gang none",
                     ) from None
-                raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {e.message}", creation_hint(e)) from None
+                raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {refusal_line(e)}",
+                                      creation_hint(e)) from None
             self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
 
         # one pool for every stage: its threads keep their connections to the API server, so the
@@ -274,6 +295,24 @@ class K8sBackend(BaseBackend):
     def wait_ready(self, deadline: float, progress) -> None:
         with waiter(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers)) as wait:
             self._wait_ready(deadline, progress, wait)
+        self._let_in_submitter()
+
+    def _let_in_submitter(self) -> None:
+        """--launcher local under the job's NetworkPolicy: this machine talks to the pods too (the
+        daemons and ranks connect back to mpirun; agent shims connect in). Its address on the route
+        to the pods is known only now that they have theirs."""
+        address = self.control_address() if self.opts.network_policy == "job" else None
+        if not address:
+            return
+        from . import network_policy
+
+        try:
+            policy = self.api.get("networking.k8s.io/v1", "networkpolicies", self.job)
+            self.api.patch("networking.k8s.io/v1", "networkpolicies", self.job,
+                           network_policy.submitter_patch(policy, address))
+        except ApiError as e:
+            raise AllocationError(f"cannot let this machine ({address}) into the job's NetworkPolicy {self.job}: "
+                                  f"{e.message}", "or run with --network-policy none") from None
 
     def _wait_ready(self, deadline: float, progress, wait) -> None:
         names = [w.name for w in self.plan.workers]

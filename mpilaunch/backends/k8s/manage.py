@@ -190,7 +190,7 @@ _KINDS = [
     ("batch/v1", "jobs"), ("v1", "pods"), ("v1", "services"),
     ("rbac.authorization.k8s.io/v1", "rolebindings"), ("rbac.authorization.k8s.io/v1", "roles"),
     ("v1", "serviceaccounts"), ("coordination.k8s.io/v1", "leases"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
-    ("scheduling.x-k8s.io/v1alpha1", "podgroups"), ("v1", "secrets"),
+    ("scheduling.x-k8s.io/v1alpha1", "podgroups"), ("v1", "secrets"), ("networking.k8s.io/v1", "networkpolicies"),
 ]
 
 

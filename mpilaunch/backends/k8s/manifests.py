@@ -13,6 +13,7 @@ from itertools import groupby
 
 from ... import hostfile, mpi
 from . import admission, launch as k8s_launch, orphan as k8s_orphan, tools as k8s_tools
+from . import network_policy, resources, security
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
 
@@ -35,10 +36,26 @@ def values(backend, reveal: bool = False) -> dict:
     gang_labels, gang_annotations = admission.gang_membership(opts.gang, job)
     queue_labels, queue_annotations = admission.queue_membership(opts.queue, job, len(plan.workers))
     worker_labels = {**labels, ROLE_LABEL: "worker", **gang_labels, **queue_labels}
-    annotations = {**gang_annotations, **queue_annotations}
+    mesh = security.mesh_annotations(opts.mesh_injection)
+    annotations = {**mesh, **gang_annotations, **queue_annotations}
     image = backend._check_image()
     agent = backend.transport == "agent"
+    tolerations = [parse_toleration(t) for t in opts.tolerations]
     return {
+        **security.template_values(security.parse_run_as(opts.run_as_user), opts.read_only_root,
+                                   opts.mesh_injection),
+        "service_account": opts.service_account,
+        "launcher_resources": resources.launcher_resources(len(plan.workers), opts.launcher_cpu, opts.launcher_memory),
+        "reaper_resources": resources.reaper_resources(opts.reaper_cpu, opts.reaper_memory),
+        "worker_resources": lambda gpus: resources.worker_resources(opts.pod_cpu, opts.pod_memory, gpus,
+                                                                    GPU_RESOURCE),
+        # the launcher and reaper go where the workers do unless told otherwise (--launcher-node-selector)
+        "launcher_node_selector": dict(opts.node_selector if opts.launcher_node_selector is None
+                                       else opts.launcher_node_selector),
+        "launcher_tolerations": (tolerations if opts.launcher_tolerations is None
+                                 else [parse_toleration(t) for t in opts.launcher_tolerations]),
+        "job_label": JOB_LABEL, "role_label": ROLE_LABEL,
+        "api_ports": network_policy.api_ports(backend.api_server()),
         **k8s_orphan.template_values(spec, job, {**labels, ROLE_LABEL: "reaper"},
                                      lambda args: k8s_tools.reaper_command(backend.tools, args)),
         **k8s_tools.template_values(backend.tools, job),
@@ -50,7 +67,7 @@ def values(backend, reveal: bool = False) -> dict:
         # the launcher pod is one of the gang (one scheduler places them all) but holds no resources, so
         # the PodGroup's minMember is the worker count; it is not in Kueue's group (it is a Job's pod)
         "launcher_labels": {**labels, ROLE_LABEL: "launcher", **gang_labels},
-        "launcher_annotations": gang_annotations,
+        "launcher_annotations": {**mesh, **gang_annotations},
         # A pod's own name resolves only as <pod>.<job>.<ns>.svc.<domain>;
         # hydra proxies connect back to the launcher by its bare hostname
         # (seen on real pods: "unable to get host address for
@@ -65,7 +82,7 @@ def values(backend, reveal: bool = False) -> dict:
         "pod_memory": opts.pod_memory, "pod_cpu": opts.pod_cpu,
         "total_gpus": plan.gpus,
         "node_selector": dict(opts.node_selector),
-        "tolerations": [parse_toleration(t) for t in opts.tolerations],
+        "tolerations": tolerations,
         "priority_class": opts.priority_class,
         "gang": opts.gang,
         "scheduler_name": admission.SCHEDULERS.get(opts.gang),
@@ -97,10 +114,15 @@ def manifests(backend, reveal: bool = False) -> list[tuple[str, str]]:
     docs = [("root", env.get_template("k8s-root.yaml.j2").render(vals))]
     if backend.tools:
         docs.append(("tools", env.get_template("k8s-tools.yaml.j2").render(vals)))
+    own_identities = not backend.opts.service_account  # else an admin's (rbac.py): no RBAC object here
     docs += [(group, env.get_template(name).render(vals))
-             for group, name in k8s_orphan.templates_for(backend.spec.detach)]
-    if backend.launcher == "cluster":
+             for group, name in k8s_orphan.templates_for(backend.spec.detach)
+             if own_identities or group != "reaper-rbac"]
+    if backend.opts.network_policy == "job":
+        docs.append(("setup", env.get_template("k8s-network-policy.yaml.j2").render(vals)))
+    if backend.launcher == "cluster" and own_identities:
         docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(vals)))
+    if backend.launcher == "cluster":
         docs.append(("setup", env.get_template("k8s-secret.yaml.j2").render(vals)))
     if vals["agent"]:
         docs.append(("setup", env.get_template("k8s-agent-secret.yaml.j2").render(vals)))

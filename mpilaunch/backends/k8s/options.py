@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ...errors import UsageError
 from ..base import BackendOptions
+from .security import DEFAULT_RUN_AS, parse_run_as
 
 # A Kubernetes resource quantity: 512Mi, 8Gi, 1.5G, 500m, 4.
 QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
@@ -20,6 +21,9 @@ GANG_ALIASES = {"scheduler-plugins": "coscheduling"}  # its name before schedule
 # A Kueue LocalQueue's name: a DNS-1123 subdomain (a label value too, so at most 63 characters).
 QUEUE_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 TRANSPORTS = ("auto", "agent", "exec")  # launch.resolve_transport says what auto is
+NETWORK_POLICIES = ("job", "none")
+# a Kubernetes object name (DNS-1123 subdomain): a ServiceAccount
+NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def check_namespace(namespace: str | None) -> None:
@@ -58,6 +62,18 @@ class K8sOptions(BackendOptions):
     pod_cpu: str | None = None  # ... and CPU request = limit
     transport: str = "auto"
     queue: str | None = None  # a Kueue LocalQueue in the job's namespace: the pods are admitted as one group
+    # shared clusters (security.py, rbac.py, resources.py, network_policy.py)
+    service_account: str | None = None  # an admin-made one (`mpilaunch rbac`): the job creates no RBAC object
+    run_as_user: str = DEFAULT_RUN_AS  # UID[:GID], image or root
+    read_only_root: bool = False
+    launcher_cpu: str | None = None
+    launcher_memory: str | None = None
+    reaper_cpu: str | None = None
+    reaper_memory: str | None = None
+    launcher_node_selector: tuple[tuple[str, str], ...] | None = None  # None: the workers'
+    launcher_tolerations: tuple[str, ...] | None = None
+    network_policy: str = "job"
+    mesh_injection: bool = False  # keep a service mesh's sidecar injection
 
     def __post_init__(self):
         if self.gang in GANG_ALIASES:
@@ -68,13 +84,25 @@ class K8sOptions(BackendOptions):
                              "'-' and '.', at most 63 characters (kubectl get localqueues lists them)")
         if self.gang not in GANGS:
             raise UsageError(f"unknown --gang {self.gang!r}", f"choose one of: {', '.join(GANGS)}")
-        for option, value, example in (("--pod-memory", self.pod_memory, "8Gi"), ("--pod-cpu", self.pod_cpu, "4")):
+        for option, value, example in (("--pod-memory", self.pod_memory, "8Gi"), ("--pod-cpu", self.pod_cpu, "4"),
+                                       ("--launcher-memory", self.launcher_memory, "2Gi"),
+                                       ("--launcher-cpu", self.launcher_cpu, "1"),
+                                       ("--reaper-memory", self.reaper_memory, "128Mi"),
+                                       ("--reaper-cpu", self.reaper_cpu, "50m")):
             if value is not None and not QUANTITY_RE.fullmatch(value):
                 raise UsageError(f"{option} {value!r} is not a Kubernetes quantity",
                                  f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)")
         if self.transport not in TRANSPORTS:
             raise UsageError(f"unknown --transport {self.transport!r}", f"choose one of: {', '.join(TRANSPORTS)}")
         check_namespace(self.namespace)
+        if self.service_account is not None and not NAME_RE.fullmatch(self.service_account):
+            raise UsageError(f"invalid --service-account {self.service_account!r}",
+                             "the name of a ServiceAccount in the job's namespace, e.g. --service-account mpilaunch "
+                             "(made once by an admin: mpilaunch rbac --namespace NS | kubectl apply -f -)")
+        if self.network_policy not in NETWORK_POLICIES:
+            raise UsageError(f"unknown --network-policy {self.network_policy!r}",
+                             f"choose one of: {', '.join(NETWORK_POLICIES)}")
+        parse_run_as(self.run_as_user)  # UsageError now, not at render time
 
     @classmethod
     def add_arguments(cls, group) -> None:
@@ -100,12 +128,54 @@ class K8sOptions(BackendOptions):
                                 "auto (default: agent with --launcher cluster, exec with --launcher local, whose "
                                 "machine is usually outside the pod network)")
 
+        # shared clusters: an admin-made identity, PodSecurity, quotas, NetworkPolicies, service meshes
+        group.add_argument("--service-account", metavar="NAME",
+                           help="run the launcher and reaper as this ServiceAccount, made once by an admin "
+                                "(mpilaunch rbac --namespace NS | kubectl apply -f -): the job then creates no "
+                                "ServiceAccount, Role or RoleBinding, so the built-in 'edit' role is enough")
+        group.add_argument("--run-as-user", default=DEFAULT_RUN_AS, metavar="UID[:GID]|image|root",
+                           help="the UID (and GID) of every container of the job (default %(default)s, PodSecurity "
+                                "'restricted'); image: the image's or the platform's own user (OpenShift); root: "
+                                "UID 0, refused where 'restricted' is enforced")
+        group.add_argument("--read-only-root", action="store_true",
+                           help="readOnlyRootFilesystem on every container (a writable emptyDir is at /tmp, "
+                                "which is HOME and TMPDIR)")
+        group.add_argument("--launcher-cpu", metavar="QUANTITY", help="the launcher's CPU request = limit (default 1)")
+        group.add_argument("--launcher-memory", metavar="QUANTITY",
+                           help="the launcher's memory request = limit (default: 256Mi + 12Mi per worker, rounded "
+                                "up to 64Mi: one shim per worker with direct spawn)")
+        group.add_argument("--reaper-cpu", metavar="QUANTITY", help="the reaper's CPU request = limit (default 50m)")
+        group.add_argument("--reaper-memory", metavar="QUANTITY",
+                           help="the reaper's memory request = limit (default 128Mi)")
+        group.add_argument("--launcher-node-selector", action="append", type=key_value, metavar="K=V",
+                           help="where the launcher and reaper go (default: the workers' --node-selector); "
+                                "give it to keep them off GPU nodes")
+        group.add_argument("--launcher-toleration", action="append", metavar="KEY[=VALUE]:EFFECT",
+                           help="the launcher's and reaper's tolerations (default: the workers')")
+        group.add_argument("--network-policy", default="job", choices=NETWORK_POLICIES,
+                           help="job (default): a NetworkPolicy per job that lets in exactly the job's traffic "
+                                "(its pods, DNS, the API server for the launcher and reaper, the submitting "
+                                "machine with --launcher local); none: create none (where policies are the "
+                                "admin's alone)")
+        group.add_argument("--mesh-injection", action="store_true",
+                           help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
+                                "pods opt out: a sidecar keeps a launcher Job from completing")
+
     @classmethod
     def from_args(cls, args) -> "K8sOptions":
         return cls(image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
                    node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
                    priority_class=args.priority_class, gang=args.gang, pod_memory=args.pod_memory,
-                   pod_cpu=args.pod_cpu, transport=args.transport, queue=args.queue)
+                   pod_cpu=args.pod_cpu, transport=args.transport, queue=args.queue,
+                   service_account=args.service_account, run_as_user=args.run_as_user,
+                   read_only_root=args.read_only_root, launcher_cpu=args.launcher_cpu,
+                   launcher_memory=args.launcher_memory, reaper_cpu=args.reaper_cpu,
+                   reaper_memory=args.reaper_memory,
+                   launcher_node_selector=(tuple(args.launcher_node_selector)
+                                           if args.launcher_node_selector is not None else None),
+                   launcher_tolerations=(tuple(args.launcher_toleration)
+                                         if args.launcher_toleration is not None else None),
+                   network_policy=args.network_policy, mesh_injection=args.mesh_injection)
 
     @classmethod
     def add_manage_arguments(cls, parser) -> None:
