@@ -9,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rsh_agent import protocol as P, tls
 from mpilaunch.rundir import write_owner
 
 from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE
@@ -57,6 +57,7 @@ def build_parser():
 
 
 def _load_secret(args) -> bytes:
+    """The job's credential line (``rsh_agent/tls.py``): its MAC secret, and its certificate and key if it has them."""
     if args.secret_stdin:
         line = sys.stdin.buffer.readline()
         secret = line.strip()
@@ -66,6 +67,17 @@ def _load_secret(args) -> bytes:
     from mpilaunch.rsh_agent.agent_client import read_secret
 
     return read_secret(args.secret_file, shared_ok=args.own_host)
+
+
+def _credential(line: bytes):
+    """``(MAC secret, TLS server context or None)``; ValueError for a credential that cannot serve."""
+    credential = tls.parse_credential(line)
+    if not credential.tls:
+        return credential.mac_key, None
+    try:
+        return credential.mac_key, tls.server_context(credential.cert, credential.key)
+    except (tls.SSLError, OSError) as exc:
+        raise ValueError(f"its certificate or key does not load: {exc}") from None
 
 
 def _listen(spec: str) -> socket.socket:
@@ -143,7 +155,7 @@ def main(argv=None) -> int:
     """Run the agent until SIGTERM/SIGINT or --exit-with-pid; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        secret = _load_secret(args)
+        secret, tls_context = _credential(_load_secret(args))
     except (OSError, ValueError) as exc:
         print(f"mpilaunch: error: agent cannot read the job secret: {exc}", file=sys.stderr)
         return 2
@@ -166,7 +178,7 @@ def main(argv=None) -> int:
         extra_env.update(private_dir_env(private, extra_env))
     agent = Agent(args.name, secret, listener, extra_env=extra_env, exit_with_pid=args.exit_with_pid,
                   handshake_timeout=args.handshake_timeout, kill_grace=args.kill_grace,
-                  exit_on_stdin_eof=args.exit_on_stdin_eof)
+                  exit_on_stdin_eof=args.exit_on_stdin_eof, tls_context=tls_context)
     address = _advertised_address(listener, P.parse_address(args.listen)[0] if ":" in args.listen else args.listen,
                                   args.advertise)
     if args.address_file:

@@ -7,7 +7,7 @@ import socket
 import signal
 import time
 
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rsh_agent import protocol as P, tls
 
 from .admission import peer_key
 from .constants import CLOSE_LINGER, STDIN_HIGH_WATER, OUT_LOW_WATER
@@ -17,16 +17,18 @@ class Conn:
     """One client connection: handshake, then at most one request."""
 
     __slots__ = ("sock", "fd", "peer", "peer_key", "state", "inbuf", "outbuf", "deadline", "nonce", "session",
-                 "reading", "events", "channel", "pending")
+                 "reading", "events", "channel", "pending", "link")
 
-    def __init__(self, sock, peer, key, deadline):
+    def __init__(self, sock, peer, key, deadline, link):
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
         self.peer_key = key  # what the per-peer limit counts (agent/admission.py)
         self.pending = True  # counted in the agent's PendingLimits until it authenticates or closes
         self.channel = None  # protocol.Channel once authenticated
-        self.state = "hello"  # hello -> request -> running -> closing
+        # tls -> hello -> request -> running -> closing ("tls" only with the job's certificate)
+        self.state = "hello" if link is tls.PLAIN else "tls"
+        self.link = link  # tls.Tls or tls.PLAIN: outbuf holds what it encrypted, inbuf what it decrypted
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.deadline = deadline
@@ -63,10 +65,12 @@ class ConnectionsMixin:
                 sock.close()
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Conn(sock, peer, key, time.monotonic() + self.handshake_timeout)
+            link = tls.Tls(self.tls_context, True) if self.tls_context is not None else tls.PLAIN
+            conn = Conn(sock, peer, key, time.monotonic() + self.handshake_timeout, link)
             self.conns[conn.fd] = conn
             self.sel.register(sock, selectors.EVENT_READ, self._on_conn)
-            self._send(conn, P.server_hello(conn.nonce))
+            if conn.state == "hello":  # with TLS, once the client finished its handshake
+                self._send(conn, P.server_hello(conn.nonce))
 
     def _quiet_note(self, key, reason, text):
         line = self.quiet.note(key, reason, text, time.monotonic())
@@ -105,11 +109,28 @@ class ConnectionsMixin:
             if not data:
                 self._client_gone(conn, "client disconnected")
                 return
-            conn.inbuf += data
             try:
+                self._receive(conn, data)
                 self._process_input(conn)
             except P.ProtocolError as exc:
                 self._protocol_error(conn, str(exc))
+
+    def _receive(self, conn, data):
+        """Wire bytes in: the TLS handshake's, or plaintext for ``inbuf``."""
+        try:
+            if conn.state == "tls":
+                done = conn.link.handshake(data)
+                self._send_wire(conn, conn.link.take())
+                if not done:
+                    return
+                conn.state = "hello"
+                self._send(conn, P.server_hello(conn.nonce))
+                data = b""  # a client sends nothing more before our hello
+            conn.inbuf += conn.link.decrypt(data)
+            self._send_wire(conn, conn.link.take())
+        except tls.SSLError as exc:
+            # Not a client of this job (no TLS, or not our certificate), or a tampered record.
+            raise P.ProtocolError(f"TLS failed: {exc.args[-1] if exc.args else exc}") from None
 
     def _process_input(self, conn):
         if conn.state == "hello":
@@ -166,7 +187,7 @@ class ConnectionsMixin:
         if sess is not None and not sess.done:
             self._end_session(sess, reason)
             return
-        if conn.state == "hello":
+        if conn.state in ("tls", "hello"):
             self._quiet_note(conn.peer_key, "closed",
                              f"refused connection from {conn.peer}: closed before authenticating")
         elif conn.state == "request":
@@ -178,7 +199,7 @@ class ConnectionsMixin:
         if sess is not None:
             self.log(f"session {sess.sid}: protocol error from {conn.peer}: {reason}")
             self._end_session(sess, f"protocol error: {reason}")
-        elif conn.state == "hello":  # anyone can cause these: keep them from flooding the log
+        elif conn.state in ("tls", "hello"):  # anyone can cause these: keep them from flooding the log
             self._quiet_note(conn.peer_key, reason, f"refused connection from {conn.peer}: {reason}")
             self._close(conn)
         else:
@@ -189,8 +210,13 @@ class ConnectionsMixin:
         self._send(conn, conn.channel.frame(ftype, payload))
 
     def _send(self, conn, data):
-        conn.outbuf += data
-        self._flush(conn)
+        """Plaintext out, encrypted where the connection has TLS."""
+        self._send_wire(conn, conn.link.encrypt(data))
+
+    def _send_wire(self, conn, data):
+        if data:
+            conn.outbuf += data
+            self._flush(conn)
 
     def _flush(self, conn):
         if conn.fd not in self.conns:

@@ -22,9 +22,12 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
     def __init__(self, name, secret, listener, extra_env=None, exit_with_pid=None,
                  handshake_timeout=HANDSHAKE_TIMEOUT, kill_grace=KILL_GRACE, log=None,
                  max_pending_per_peer=MAX_PENDING_PER_PEER, max_pending=MAX_PENDING_HANDSHAKES,
-                 exit_on_stdin_eof=False):
+                 exit_on_stdin_eof=False, tls_context=None):
         self.name = name
-        self.secret = secret
+        self.secret = secret  # the MAC secret (the credential's first part)
+        # rsh_agent.tls.server_context of the job's certificate: every connection is TLS first;
+        # None: none is (a credential without a certificate)
+        self.tls_context = tls_context
         self.listener = listener
         self.base_env = dict(os.environ)
         self.base_env.update(extra_env or {})
@@ -183,7 +186,7 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
                 else:
                     self._finish(sess)
         for conn in [c for c in self.conns.values() if c.deadline is not None and c.deadline <= now]:
-            if conn.state == "hello":
+            if conn.state in ("tls", "hello"):
                 self._quiet_note(conn.peer_key, "timeout", f"refused connection from {conn.peer}: handshake timed out")
             elif conn.state == "request":
                 self.log(f"connection from {conn.peer} sent no request in time")

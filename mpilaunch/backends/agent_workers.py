@@ -1,7 +1,8 @@
 """What the backends whose workers run ``mpilaunch agent`` share (local, ssh, YARN; k8s's agent transport).
 
-The job's agent secret (one file, readable by its owner only; the shims and
-agents read it by path), the launch's environment their daemons get where
+The job's agent credential (one file, readable by its owner only; the shims
+and agents read it by path; a MAC secret and the job's TLS certificate and
+key, ``credential.py``), the launch's environment their daemons get where
 the workers run this machine's software, and how an agent's process ended.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+
+from .credential import new_credential
 
 # What the daemons need from the launcher's environment to find the same MPI
 # and Python: this machine's, on workers that share its software (the local
@@ -21,11 +24,11 @@ FORWARD_ENV = (
 
 
 def write_secret(path: Path, secret: str | None = None) -> None:
-    """A new file, its owner's alone, holding ``secret`` (default: a new random one)."""
+    """A new file, its owner's alone, holding ``secret`` (default: a new credential of the job's own)."""
+    secret = secret or new_credential()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
-        # os.urandom is what secrets.token_hex reads; importing secrets (hmac, OpenSSL) costs every launch
-        f.write(secret or os.urandom(32).hex())
+        f.write(secret)
 
 
 def how_it_ended(returncode: int) -> str:

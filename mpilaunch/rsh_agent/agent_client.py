@@ -1,7 +1,8 @@
 """Client side of the exec-agent protocol (see ``protocol.py``).
 
-Used by the shim (hot path: only ``_socket``, ``select``, ``_signal`` and
-``os``, no ``socket.py``/``signal.py`` which pull in ``enum``/``selectors``)
+Used by the shim (hot path: only ``_socket``, ``select``, ``_signal``, ``_ssl``
+(``tls.py``) and ``os``, no ``socket.py``/``signal.py``/``ssl.py`` which pull in
+``enum``/``selectors``)
 and by the orchestrator (``ping`` to wait for agents, ``run_command`` to run
 something in a worker).
 """
@@ -12,7 +13,7 @@ import os
 import select
 import _socket
 
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rsh_agent import protocol as P, tls
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 _OUT_HIGH_WATER = 1 << 20  # stop reading stdin while this much is unsent
@@ -85,22 +86,92 @@ def _connect(address: str, timeout: float, refused_wait: float = 0.0):
     raise AgentError(f"cannot connect to agent at {address}: {last}") from last
 
 
-def _recv_exact(sock, n: int, address: str) -> bytes:
-    data = b""
-    while len(data) < n:
+def _recv_some(sock, address: str) -> bytes:
+    """What the blocking socket has (at least one byte); AgentError when it closed, failed or timed out."""
+    try:
+        chunk = sock.recv(P.CHUNK)
+    except TimeoutError:
+        raise AgentError(f"agent at {address} did not answer the handshake in time") from None
+    except OSError as exc:
+        raise AgentError(f"connection to agent at {address} failed: {exc}") from None
+    if not chunk:
+        raise AgentError(
+            f"agent at {address} closed the connection during the handshake "
+            "(wrong job secret, or not an mpilaunch agent)"
+        )
+    return chunk
+
+
+class _Wire:
+    """The blocking socket of a handshake, through the connection's TLS (``tls.PLAIN`` without).
+
+    ``buf`` keeps plaintext that arrived past what was asked for; it is the
+    start of the session's input.
+    """
+
+    __slots__ = ("sock", "link", "address", "buf")
+
+    def __init__(self, sock, link, address: str):
+        self.sock = sock
+        self.link = link
+        self.address = address
+        self.buf = bytearray()
+
+    def recv_exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self.feed(_recv_some(self.sock, self.address))
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
+        return data
+
+    def feed(self, wire: bytes) -> None:
         try:
-            chunk = sock.recv(n - len(data))
-        except TimeoutError:
-            raise AgentError(f"agent at {address} did not answer the handshake in time") from None
-        except OSError as exc:
-            raise AgentError(f"connection to agent at {address} failed: {exc}") from None
-        if not chunk:
-            raise AgentError(
-                f"agent at {address} closed the connection during the handshake "
-                "(wrong job secret, or not an mpilaunch agent)"
-            )
-        data += chunk
-    return data
+            self.buf += self.link.decrypt(wire)
+        except tls.SSLError as exc:
+            raise _Refused(f"agent at {self.address}: TLS failed: {exc}") from None
+        answer = self.link.take()
+        if answer:
+            self.sock.sendall(answer)
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(self.link.encrypt(data))
+
+
+class _Refused(AgentError):
+    """The agent is not the job's (TLS refused it, or it did not use TLS): never tried again."""
+
+
+def _tls_handshake(wire: _Wire) -> None:
+    """TLS with the agent, pinned to the job's certificate.
+
+    An agent that refuses us before TLS (``SERVER_BUSY``, sent in clear on
+    accept) is told apart by its first byte: no TLS record starts with the
+    protocol's MAGIC.
+    """
+    link, sock, address = wire.link, wire.sock, wire.address
+    link.handshake()
+    sock.sendall(link.take())
+    first = True
+    while True:
+        data = _recv_some(sock, address)
+        if first and not tls.looks_like_tls(data[0]):
+            while len(data) < P.SERVER_HELLO_LEN and data[:1] == P.MAGIC[:1]:
+                data += _recv_some(sock, address)
+            if data[: P.SERVER_HELLO_LEN] == P.SERVER_BUSY:
+                raise _Busy()
+            raise _Refused(f"agent at {address} does not speak TLS, but the job's credential has a certificate "
+                           "(an agent of another job, or of an older mpilaunch)")
+        first = False
+        try:
+            done = link.handshake(data)
+        except tls.SSLError as exc:
+            raise _Refused(f"agent at {address} failed the TLS handshake (not the job's certificate?): {exc}") \
+                from None
+        answer = link.take()
+        if answer:
+            sock.sendall(answer)
+        if done:
+            return
 
 
 class _Busy(Exception):
@@ -121,28 +192,43 @@ _SLOW_HANDSHAKE_S = 2.0
 
 
 def _handshake(address: str, secret: bytes, timeout: float, refused_wait: float = 0.0):
-    """Connect and authenticate both ways; return ``(blocking socket, Channel)``."""
+    """Connect, TLS where the credential has a certificate, and authenticate both ways.
+
+    Returns ``(blocking socket, Channel, link, plaintext already received)``:
+    ``link`` (``tls.Tls`` or ``tls.PLAIN``) encrypts and decrypts the session's bytes.
+    """
+    try:
+        credential = tls.parse_credential(secret)
+    except ValueError as exc:
+        raise AgentError(str(exc)) from None
     sock = _connect(address, timeout, refused_wait)
     started = _monotonic()
     try:
-        hello = _recv_exact(sock, P.SERVER_HELLO_LEN, address)
-        if hello == P.SERVER_BUSY:
-            raise _Busy()
+        wire = _Wire(sock, tls.client(credential) if credential.tls else tls.PLAIN, address)
+        key = credential.mac_key
         try:
-            server_nonce = P.parse_server_hello(hello)
-        except P.ProtocolError as exc:
-            raise AgentError(f"{address}: {exc}") from None
-        client_nonce = P.new_nonce()
-        try:
-            sock.sendall(P.client_hello(secret, server_nonce, client_nonce))
-            proof = _recv_exact(sock, P.MAC_LEN, address)
+            if credential.tls:
+                _tls_handshake(wire)
+            hello = wire.recv_exact(P.SERVER_HELLO_LEN)
+            if hello == P.SERVER_BUSY:
+                raise _Busy()
+            try:
+                server_nonce = P.parse_server_hello(hello)
+            except P.ProtocolError as exc:
+                raise AgentError(f"{address}: {exc}") from None
+            client_nonce = P.new_nonce()
+            wire.sendall(P.client_hello(key, server_nonce, client_nonce))
+            proof = wire.recv_exact(P.MAC_LEN)
+        except (_Busy, _Refused):
+            raise
         except (AgentError, OSError):
             if _monotonic() - started >= _SLOW_HANDSHAKE_S:
                 raise _Dropped() from None
             raise
-        if not P.compare_digest(proof, P.server_proof(secret, server_nonce, client_nonce)):
+        if not P.compare_digest(proof, P.server_proof(key, server_nonce, client_nonce)):
             raise AgentError(f"agent at {address} failed to prove it knows the job secret")
-        return sock, P.Channel(P.session_key(secret, server_nonce, client_nonce), P.CLIENT)
+        channel = P.Channel(P.session_key(key, server_nonce, client_nonce), P.CLIENT)
+        return sock, channel, wire.link, wire.buf
     except BaseException:
         sock.close()
         raise
@@ -180,20 +266,19 @@ def _open_session(address: str, secret: bytes, timeout: float, refused_wait: flo
 def ping(address: str, secret: bytes, timeout: float = 5.0) -> bool:
     """True when an agent answers an authenticated no-op at ``address``."""
     try:
-        sock, channel = _open_session(address, secret, timeout)
+        sock, channel, link, buf = _open_session(address, secret, timeout)
     except (AgentError, OSError, ValueError):
         return False
     try:
-        sock.sendall(channel.frame(P.PING))
-        buf = bytearray()
+        sock.sendall(link.encrypt(channel.frame(P.PING)))
         while True:
+            for ftype, _ in channel.pop_frames(buf, P.AGENT_TYPES):
+                return ftype == P.PONG
             chunk = sock.recv(4096)
             if not chunk:
                 return False
-            buf += chunk
-            for ftype, _ in channel.pop_frames(buf, P.AGENT_TYPES):
-                return ftype == P.PONG
-    except (OSError, P.ProtocolError):
+            buf += link.decrypt(chunk)
+    except (OSError, P.ProtocolError, tls.SSLError):
         return False
     finally:
         sock.close()
@@ -308,10 +393,10 @@ def run_command(
     deadline = None if timeout is None else _monotonic() + timeout
     forwarder = _SignalForwarder() if forward_signals else None
     try:
-        sock, channel = _open_session(address, secret, connect_timeout, refused_wait)
+        sock, channel, link, inbuf = _open_session(address, secret, connect_timeout, refused_wait)
         try:
-            return _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder,
-                             hangup_after_signal)
+            return _run_loop(sock, channel, link, inbuf, address, command, env, cwd, stdin, stdout, stderr, deadline,
+                             forwarder, hangup_after_signal)
         finally:
             sock.close()
     finally:
@@ -332,11 +417,16 @@ def _monotonic() -> float:
     return time.monotonic()
 
 
-def _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder, hangup_after):
-    out = bytearray(channel.frame(P.RUN, P.encode_run(command, env, cwd)))
+def _run_loop(sock, channel, link, inbuf, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder,
+              hangup_after):
+    """``out`` holds wire bytes (frames as ``link`` encrypted them); ``inbuf`` plaintext not yet framed."""
+    def frame(ftype, payload=b""):
+        return link.encrypt(channel.frame(ftype, payload))
+
+    out = bytearray(frame(P.RUN, P.encode_run(command, env, cwd)))
     stdin_fd = None
     if stdin is None:
-        out += channel.frame(P.STDIN)
+        out += frame(P.STDIN)
     else:
         stdin_fd = stdin if isinstance(stdin, int) else stdin.fileno()
     sinks = {P.STDOUT: _Sink(stdout), P.STDERR: _Sink(stderr)}
@@ -352,8 +442,7 @@ def _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, 
     if forwarder is not None:
         poller.register(forwarder.rfd, POLLIN)
         for signum in forwarder.drain():  # arrived before we were connected
-            out += channel.frame(P.SIGNAL, P.encode_int(signum))
-    inbuf = bytearray()
+            out += frame(P.SIGNAL, P.encode_int(signum))
     first_signal = None  # (signum, hang up at) once a signal was relayed
     while True:
         wait_ms = None
@@ -379,11 +468,12 @@ def _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, 
                     if data == b"":
                         raise AgentError(f"lost connection to agent at {address}")
                     if data:
-                        inbuf += data
                         try:
+                            inbuf += link.decrypt(data)
                             frames = channel.pop_frames(inbuf, P.AGENT_TYPES)
-                        except P.ProtocolError as exc:
+                        except (P.ProtocolError, tls.SSLError) as exc:
                             raise AgentError(f"agent at {address}: {exc}") from None
+                        out += link.take()
                         for ftype, payload in frames:
                             sink = sinks.get(ftype)
                             if sink is not None:
@@ -409,14 +499,14 @@ def _run_loop(sock, channel, address, command, env, cwd, stdin, stdout, stderr, 
                     data = b""
                 if ev & select.POLLNVAL:
                     data = b""
-                out += channel.frame(P.STDIN, data)
+                out += frame(P.STDIN, data)
                 if not data:
                     poller.unregister(stdin_fd)
                     stdin_fd = None
                     stdin_registered = False
             elif forwarder is not None and fd == forwarder.rfd:
                 for signum in forwarder.drain():
-                    out += channel.frame(P.SIGNAL, P.encode_int(signum))
+                    out += frame(P.SIGNAL, P.encode_int(signum))
                     if first_signal is None and hangup_after is not None:
                         first_signal = (signum, _monotonic() + hangup_after)
         # Back-pressure: stop reading stdin while the agent is not taking it.

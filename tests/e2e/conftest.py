@@ -125,6 +125,32 @@ def real():
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def foreign(real):
+    """name -> the tag of that foreign image, built (cached) and imported into the node's containerd."""
+    tags = {}
+
+    def image(name: str) -> str:
+        if name not in tags:
+            try:
+                tags[name] = real.cluster.node.foreign_image(name)
+            except Exception as e:  # the build's own error names the cause
+                require(f"foreign image {name} did not build: {e}")
+        return tags[name]
+
+    return image
+
+
+@pytest.fixture(scope="session")
+def tenant(real, tmp_path_factory):
+    """A namespace of a locked-down shared cluster and its 'edit'-only user (support/tenant.py)."""
+    from support.tenant import Tenant
+
+    t = Tenant(real, tmp_path_factory.mktemp("tenant")).setup()
+    yield t
+    t.teardown()
+
+
 @pytest.fixture(autouse=True)
 def real_node_alive(request):
     """A test on the real node fails at once, saying why, when a process of the testbed died (a

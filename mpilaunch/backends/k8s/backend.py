@@ -61,6 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ... import mpi, phases
 from ...errors import AllocationError, UsageError
 from ..agent_workers import write_secret
+from ..credential import new_credential
 from ..base import BaseBackend, Capabilities
 from . import launch as k8s_launch, manage as k8s_manage, manifests as k8s_manifests, orphan as k8s_orphan
 from . import admission as k8s_admission, replace as k8s_replace, tools as k8s_tools
@@ -143,7 +144,7 @@ class K8sBackend(BaseBackend):
                              "Kueue admits a job's pod group once: a replaced worker would wait for an admission "
                              "that does not come; leave out --retries, or --queue")
         # --transport agent: the workers' agents and the shims share it (Secret <job>-agent)
-        self.agent_secret = os.urandom(32).hex() if self.transport == "agent" else ""
+        self.agent_secret = new_credential() if self.transport == "agent" else ""  # MAC secret + TLS cert/key
         self.agent_secret_file = rundir / "agent-secret"
 
     # ------------------------------------------------------------ cluster access

@@ -140,7 +140,7 @@ class K8sOptions(BackendOptions):
         group.add_argument("--read-only-root", action="store_true",
                            help="readOnlyRootFilesystem on every container (a writable emptyDir is at /tmp, "
                                 "which is HOME and TMPDIR)")
-        group.add_argument("--launcher-cpu", metavar="QUANTITY", help="the launcher's CPU request = limit (default 1)")
+        group.add_argument("--launcher-cpu", metavar="QUANTITY", help="the launcher's CPU request = limit (default 500m)")
         group.add_argument("--launcher-memory", metavar="QUANTITY",
                            help="the launcher's memory request = limit (default: 256Mi + 12Mi per worker, rounded "
                                 "up to 64Mi: one shim per worker with direct spawn)")

@@ -16,7 +16,7 @@ _FAILED = re.compile(r"failed quota: ([^:]+): (.*)$")
 _POD_SECURITY = re.compile(r'violates PodSecurity "([^"]+)": (.*)$')
 # LimitRange (LimitRanger admission): "minimum cpu usage per Container is 50m, but request is 10m",
 # "maximum memory usage per Pod is 1Gi, but limit is 2Gi", "cpu max limit to request ratio per Container is 2, ..."
-_LIMIT_RANGE = re.compile(r"((?:minimum|maximum) \S+ usage per \S+ is .*|\S+ max limit to request ratio per \S+ is .*)")
+_LIMIT_RANGE = re.compile(r"((?:minimum|maximum) \S+ usage per \S+ is .*|[\w./-]+ max limit to request ratio per \S+ is .*)")
 
 QUOTA_HINT = ("set requests and limits that fit the quota: --pod-cpu/--pod-memory (workers), "
               "--launcher-cpu/--launcher-memory, --reaper-cpu/--reaper-memory; kubectl describe resourcequota "

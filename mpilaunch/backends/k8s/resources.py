@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-LAUNCHER_CPU = "1"
+LAUNCHER_CPU = "500m"  # mpirun and its shims; a CPU limit any quota admits on small nodes
 LAUNCHER_BASE_MIB = 256  # mpirun, the launcher's Python, the output relay
 SHIM_MIB = 12  # one mpilaunch-rsh per worker, measured at ~9 MiB RSS each, plus headroom
 REAPER_CPU = "50m"  # the usual LimitRange minimum; the reaper sleeps on a watch

@@ -20,7 +20,6 @@ import time
 import pytest
 
 from support.helpers import REPO
-from support.mpi_installs import require
 from support.real_pods import assert_placement, finish, pods_of, ranks_from, stop
 
 pytestmark = pytest.mark.real_pods
@@ -33,22 +32,6 @@ PROGRAMS = {
 # mpirun on this machine (Debian bookworm) for --launcher local: Open MPI 4.1 as the openmpi image
 # has it; MPICH 4.0.2, a release before the mpich image's
 LOCAL_MPIRUN = {"openmpi": "/usr/bin/mpirun.openmpi", "mpich": "/usr/bin/mpirun.mpich"}
-
-
-@pytest.fixture(scope="module")
-def foreign(real):
-    """name -> the tag of that foreign image, built (cached) and imported into the node's containerd."""
-    tags = {}
-
-    def image(name: str) -> str:
-        if name not in tags:
-            try:
-                tags[name] = real.cluster.node.foreign_image(name)
-            except Exception as e:  # the build's own error names the cause
-                require(f"foreign image {name} did not build: {e}")
-        return tags[name]
-
-    return image
 
 
 def launch_args(name: str, launcher: str, ranks: int, per_worker: int) -> list[str]:

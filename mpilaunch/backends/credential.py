@@ -1,0 +1,57 @@
+"""A job's agent credential: a MAC secret and a self-signed certificate made for this job alone.
+
+Made once per job on the submitting side; the line (``rsh_agent/tls.py``
+has its format) then travels wherever the secret always went, and the
+agents serve TLS with it while the shims pin it.
+
+``cryptography`` is imported here only, when a job starts: the shims and
+agents need nothing but the standard library's ``_ssl``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from ..errors import UsageError
+from ..rsh_agent.tls import format_credential
+
+# The certificate is pinned, not chained, so its dates only have to admit
+# every clock of the job: a day back for a worker whose clock is behind this
+# machine's, and long enough for any detached job.
+VALID_BEFORE = datetime.timedelta(days=1)
+VALID_FOR = datetime.timedelta(days=3650)
+COMMON_NAME = "mpilaunch-agent"
+
+
+def new_credential() -> str:
+    """A fresh credential line: 32 random bytes (hex) for the MACs, an ECDSA P-256 key and its certificate."""
+    cert, key = self_signed_certificate()
+    # os.urandom, not secrets: importing secrets (hmac, hashlib) costs a launch for nothing
+    return format_credential(os.urandom(32).hex(), cert, key)
+
+
+def self_signed_certificate(now: datetime.datetime | None = None) -> tuple[bytes, bytes]:
+    """(DER certificate, DER PKCS#8 key): P-256 because a key is made in well under a millisecond
+    (RSA takes tens) and every TLS 1.3 stack signs with it."""
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+    except ImportError as exc:
+        raise UsageError(f"the agent channel's TLS needs the 'cryptography' package ({exc})",
+                         "pip install cryptography (a dependency of mpilaunch: reinstall it)") from None
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, COMMON_NAME)])
+    cert = (x509.CertificateBuilder()
+            .subject_name(name).issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - VALID_BEFORE).not_valid_after(now + VALID_FOR)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.DER),
+            key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))

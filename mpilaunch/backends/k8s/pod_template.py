@@ -1,0 +1,505 @@
+"""--pod-template FILE: a user's pod template merged into the pods mpilaunch renders (pure, but for ``load``).
+
+A shared cluster asks for pod fields no flag covers: imagePullSecrets for a
+private registry, affinity, a dataset volume, env from a Secret, a UID. Like
+Spark on Kubernetes (``spark.kubernetes.{driver,executor}.podTemplateFile``),
+the user writes a pod and mpilaunch lays its own pod over it; unlike Spark,
+which silently overwrites what it owns, a field mpilaunch owns is refused
+with one line, so a template never seems to work and then does not.
+
+The file: YAML documents, each a ``Pod``, a ``PodTemplate`` (its
+``.template``) or a bare PodTemplateSpec (``metadata`` + ``spec``). A
+document labelled ``mpilaunch/role: worker`` or ``mpilaunch/role: launcher``
+(the label mpilaunch puts on those pods anyway) is for that role; one without
+the label is for every role, and a role's own document is laid over it the
+way ``kubectl patch`` lays a strategic-merge patch: maps merge, named lists
+(containers, volumes, env, ...) merge by name, anything else is the role's.
+
+The main container is the one named like mpilaunch's (``worker``,
+``launcher``), else the template's first; the others are sidecars.
+
+How a role's template meets mpilaunch's pod (``apply``):
+
+- appended: tolerations, imagePullSecrets, topologySpreadConstraints, volumes,
+  initContainers and extra containers (they get mpilaunch's container
+  securityContext under their own, so that PodSecurity "restricted" admits
+  them), and the main container's env, envFrom, volumeMounts and ports;
+- merged, a clash refused: labels, annotations, nodeSelector (mpilaunch's
+  come from flags or mean something: --gang, --queue, the job's selector);
+  the ``mpilaunch/`` label and annotation prefix is mpilaunch's alone;
+- merged, the template wins: securityContext (pod and main container:
+  mpilaunch's are defaults), the main container's resources (except the GPU
+  count: the plan's), dnsConfig (lists appended), and any other field;
+- affinity: required node terms are ANDed with mpilaunch's, everything else
+  appended;
+- schedulerName, priorityClassName and serviceAccountName must agree with
+  what --gang, --priority-class and --service-account set;
+- refused unless equal to mpilaunch's: the pod's name, generateName and
+  namespace, restartPolicy, hostname, subdomain, the main container's
+  command, args and image, and the agent's port (7355, mpilaunch-agent).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ...errors import UsageError
+from .launch import AGENT_PORT
+from .pods import LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER
+
+ROLES = ("worker", "launcher")
+MAIN_CONTAINER = {"worker": WORKER_CONTAINER, "launcher": LAUNCHER_CONTAINER}
+AGENT_PORT_NAME = "mpilaunch-agent"
+RESERVED_PREFIX = "mpilaunch/"
+FORMAT_HINT = ("a Pod, a PodTemplate or a pod template spec (metadata + spec); a document labelled "
+               "mpilaunch/role: worker or launcher is for that role, one without the label for every role")
+
+# What the API server writes into an object: harmless in a template saved with `kubectl get -o yaml`.
+SERVER_SET_METADATA = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "selfLink", "generation")
+
+# Laying a role's document over the all-roles one: list items that replace each other by this key.
+MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "env": "name",
+              "imagePullSecrets": "name", "volumeMounts": "mountPath", "ports": "containerPort"}
+
+OWNED_POD_FIELDS = {
+    "restartPolicy": "mpilaunch decides restarts itself (--retries)",
+    "hostname": "the hostfile names each pod by its hostname",
+    "subdomain": "the hostfile names each pod by its hostname under the job's Service",
+}
+OWNED_METADATA = {
+    "name": "mpilaunch names the pods after the job (--name)",
+    "generateName": "mpilaunch names the pods after the job (--name)",
+    "namespace": "give --namespace instead",
+}
+OWNED_CONTAINER_FIELDS = {
+    "command": "the program to run goes after `--` on mpilaunch's command line",
+    "args": "the program to run goes after `--` on mpilaunch's command line",
+    "image": "give --image instead",
+}
+# Set by mpilaunch from a flag: the template may repeat the value, not contradict it.
+FLAG_POD_FIELDS = {"schedulerName": "--gang", "priorityClassName": "--priority-class",
+                   "serviceAccountName": "--service-account"}
+APPENDED_POD_LISTS = ("tolerations", "imagePullSecrets", "topologySpreadConstraints", "hostAliases",
+                      "readinessGates", "schedulingGates", "resourceClaims")
+
+
+@dataclass(frozen=True)
+class PodTemplates:
+    """The templates of one file, resolved per role (the all-roles document laid under the role's)."""
+
+    source: str
+    roles: Mapping[str, dict] = field(default_factory=dict)  # role -> PodTemplateSpec {metadata, spec}
+
+    def for_role(self, role: str) -> dict | None:
+        if role not in ROLES:
+            raise ValueError(f"no pod template role {role!r}")
+        return self.roles.get(role)
+
+
+def copied(value):
+    """A copy of a YAML/JSON tree: dicts, lists and scalars only, so a tenth of copy.deepcopy's cost
+    (that cost was 1 ms a worker pod, 8 s at 8192 workers)."""
+    if isinstance(value, dict):
+        return {key: copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copied(item) for item in value]
+    return value
+
+
+# ------------------------------------------------------------------ reading the file
+
+
+def load(path: str) -> PodTemplates:
+    """Read --pod-template FILE: UsageError (exit 2) for a file that cannot be read or used."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            documents = list(yaml.safe_load_all(f))
+    except OSError as e:
+        raise UsageError(f"cannot read --pod-template {path}: {e.strerror or e}",
+                         "give a readable YAML file: " + FORMAT_HINT) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise UsageError(f"--pod-template {path} is not valid YAML{where}: {problem}",
+                         "check the file with: kubectl create --dry-run=client -o yaml -f FILE") from None
+    return parse(documents, path)
+
+
+def parse(documents: list, source: str) -> PodTemplates:
+    """The YAML documents of ``source`` as per-role templates."""
+    for_all, for_role = None, {}
+    for number, document in enumerate(documents, 1):
+        if document is None:  # an empty document, e.g. after a trailing ---
+            continue
+        template = pod_template_spec(document, source, number)
+        role = take_role(template, source, number)
+        if (for_all if role is None else for_role.get(role)) is not None:
+            whom = "every role" if role is None else f"role {role}"
+            raise UsageError(f"--pod-template {source}: two documents for {whom} (document {number})",
+                             "merge them into one: " + FORMAT_HINT)
+        if role is None:
+            for_all = template
+        else:
+            for_role[role] = template
+    if for_all is None and not for_role:
+        raise UsageError(f"--pod-template {source} holds no pod template", "write " + FORMAT_HINT)
+    roles = {}
+    for role in ROLES:
+        layers = [normalized(t, role) for t in (for_all, for_role.get(role)) if t is not None]
+        if layers:
+            roles[role] = layers[0] if len(layers) == 1 else overlay(*layers)
+    return PodTemplates(source, roles)
+
+
+def pod_template_spec(document, source: str, number: int) -> dict:
+    """A document as ``{metadata, spec}``; a PodTemplate's own labels go with its pod's (the role)."""
+    def bad(what: str) -> UsageError:
+        return UsageError(f"--pod-template {source}: document {number} {what}", "write " + FORMAT_HINT)
+
+    if not isinstance(document, dict):
+        raise bad(f"is a {type(document).__name__}, not a mapping")
+    kind = document.get("kind")
+    if kind == "Pod":
+        template = {"metadata": document.get("metadata") or {}, "spec": document.get("spec") or {}}
+    elif kind == "PodTemplate":
+        template = document.get("template") or {}
+        if not isinstance(template, dict):
+            raise bad("has a .template that is not a mapping")
+        outer_role = ((document.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL)
+        if outer_role is not None:
+            template = copied(template)
+            template["metadata"] = metadata = template.get("metadata") or {}
+            metadata["labels"] = labels = metadata.get("labels") or {}
+            if labels.setdefault(ROLE_LABEL, outer_role) != outer_role:
+                raise bad(f"is labelled {ROLE_LABEL}: {outer_role}, and its pod {labels[ROLE_LABEL]}")
+    elif kind is None and document and set(document) <= {"metadata", "spec"}:
+        template = document
+    elif kind is None:
+        raise bad(f"has no kind and is not a pod template spec (it has {', '.join(sorted(map(str, document)))})")
+    else:
+        raise bad(f"is a {kind}, not a Pod or PodTemplate")
+    metadata, spec = template.get("metadata") or {}, template.get("spec") or {}
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        raise bad("has a metadata or spec that is not a mapping")
+    for key in ("labels", "annotations"):
+        if not isinstance(metadata.get(key) or {}, dict):
+            raise bad(f"has a metadata.{key} that is not a mapping")
+    for key in ("containers", "initContainers", "volumes"):
+        items = spec.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise bad(f"has a spec.{key} that is not a list of mappings")
+    metadata = {k: v for k, v in metadata.items() if k not in SERVER_SET_METADATA}
+    return copied({"metadata": metadata, "spec": spec})
+
+
+def take_role(template: dict, source: str, number: int) -> str | None:
+    """The document's role label, taken off it (it selects; mpilaunch sets the label itself)."""
+    labels = template["metadata"].get("labels") or {}
+    role = labels.pop(ROLE_LABEL, None)
+    if role is not None and role not in ROLES:
+        raise UsageError(f"--pod-template {source}: document {number} is for an unknown role {role!r} "
+                         f"(label {ROLE_LABEL})",
+                         f"the roles are {' and '.join(ROLES)}; leave the label out for a document for every role")
+    return role
+
+
+def normalized(template: dict, role: str) -> dict:
+    """A copy whose main container (named like mpilaunch's, else the first) has mpilaunch's name and comes first."""
+    out = copied(template)
+    containers = out["spec"].get("containers") or []
+    if containers:
+        main = next((i for i, c in enumerate(containers) if c.get("name") == MAIN_CONTAINER[role]), 0)
+        first = containers.pop(main)
+        first["name"] = MAIN_CONTAINER[role]
+        out["spec"]["containers"] = [first, *containers]
+    return out
+
+
+def overlay(base: dict, over: dict) -> dict:
+    """``over`` laid on ``base`` as a strategic-merge patch: maps merge, named lists merge by their key
+    (a container merges; a volume, env var, mount or port is replaced), anything else is ``over``'s."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out[key] = overlay(old, value)
+        elif key in MERGE_KEYS and isinstance(old, list) and isinstance(value, list):
+            out[key] = merged_by_key(old, value, MERGE_KEYS[key], merge_items=key in ("containers", "initContainers"))
+        else:
+            out[key] = copied(value)
+    return out
+
+
+def merged_by_key(base: list, over: list, key: str, merge_items: bool) -> list:
+    out = copied(base)
+    at = {item.get(key): i for i, item in enumerate(out) if isinstance(item, dict) and item.get(key) is not None}
+    for item in over:
+        i = at.get(item.get(key)) if isinstance(item, dict) else None
+        if i is None:
+            out.append(copied(item))
+        else:
+            out[i] = overlay(out[i], item) if merge_items else copied(item)
+    return out
+
+
+def launcher_service_account(templates: PodTemplates | None, flag: str | None) -> str | None:
+    """--service-account, else the launcher template's serviceAccountName (Spark's way of naming an
+    admin-made account); the two must agree."""
+    spec = ((templates.for_role("launcher") if templates else None) or {}).get("spec") or {}
+    named = spec.get("serviceAccountName")
+    if named and flag and named != flag:
+        raise UsageError(f"--pod-template {templates.source}: the launcher's serviceAccountName {named!r} is not "
+                         f"--service-account {flag!r}", "give one of them")
+    return flag or named
+
+
+# ------------------------------------------------------------------ merging into a rendered pod
+
+
+@dataclass(frozen=True)
+class _Where:
+    source: str
+    role: str
+
+    def refuse(self, what: str, hint: str) -> UsageError:
+        return UsageError(f"--pod-template {self.source}: {what} in the {self.role} pod is mpilaunch's", hint)
+
+    def clash(self, what: str, hint: str) -> UsageError:
+        return UsageError(f"--pod-template {self.source}: {what} in the {self.role} pod clashes with mpilaunch's",
+                          hint)
+
+
+def apply(manifest: dict, role: str, templates: PodTemplates | None) -> dict:
+    """``manifest`` (a worker Pod, or the launcher's batch/v1 Job) with the role's template merged into
+    its pod; a new dict, neither argument changed.
+
+    It copies ``manifest`` once and hands the merges below that copy: they build on mpilaunch's side
+    without copying it again (a copy per level cost 1 ms a pod) and copy only what they take from
+    the template, so no object appears twice in the result (YAML would print an alias)."""
+    out = copied(manifest)
+    template = templates.for_role(role) if templates is not None else None
+    if template is None:
+        return out
+    pod = out["spec"]["template"] if out.get("kind") == "Job" else out
+    where = _Where(templates.source, role)
+    pod["metadata"] = merged_metadata(pod.get("metadata") or {}, template.get("metadata") or {}, where)
+    pod["spec"] = merged_pod_spec(pod.get("spec") or {}, template.get("spec") or {}, where)
+    return out
+
+
+def must_agree(ours: dict, theirs: dict, key: str, what: str, hint: str, where: _Where) -> None:
+    """A field mpilaunch owns: the template may repeat mpilaunch's value (a copied pod), not change it."""
+    if key in theirs and theirs[key] != ours.get(key):
+        raise where.refuse(what, hint)
+
+
+def merged_metadata(ours: dict, theirs: dict, where: _Where) -> dict:
+    for key, hint in OWNED_METADATA.items():
+        must_agree(ours, theirs, key, f"metadata.{key}", hint, where)
+    if theirs.get("ownerReferences"):
+        raise where.refuse("metadata.ownerReferences", "every object of a job is owned by its root ConfigMap")
+    out = with_new_keys(ours, theirs)
+    for key in ("labels", "annotations"):
+        if theirs.get(key):
+            out[key] = merged_map(ours.get(key) or {}, theirs[key], f"metadata.{key}", where, reserved=True)
+    return out
+
+
+def merged_map(ours: dict, theirs: dict, what: str, where: _Where, reserved: bool = False) -> dict:
+    """Keys merged; one that mpilaunch set to another value, or one under ``mpilaunch/``, is refused."""
+    for key, value in theirs.items():
+        if key in ours and str(ours[key]) != str(value):
+            raise where.clash(f"{what} {key}={value}",
+                              f"mpilaunch sets {key}={ours[key]} (from its flags: --node-selector, --gang, --queue, "
+                              f"--mesh-injection); drop it from the template or change the flag")
+        if reserved and key not in ours and str(key).startswith(RESERVED_PREFIX):
+            raise where.refuse(f"{what} {key}", f"the {RESERVED_PREFIX} prefix is mpilaunch's; use another key")
+    return with_new_keys(ours, theirs)
+
+
+def with_new_keys(ours: dict, theirs: dict) -> dict:
+    """``ours`` (first, as rendered) plus the keys only ``theirs`` has."""
+    out = dict(ours)
+    for key, value in theirs.items():
+        out.setdefault(key, copied(value))
+    return out
+
+
+def merged_over(ours: dict, theirs: dict, append_lists: bool = False) -> dict:
+    """The template's values over mpilaunch's defaults, maps merged; lists replaced, or appended."""
+    out = dict(ours)
+    for key, value in theirs.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out[key] = merged_over(old, value, append_lists)
+        elif append_lists and isinstance(old, list) and isinstance(value, list):
+            out[key] = appended(old, value)
+        else:
+            out[key] = copied(value)
+    return out
+
+
+def appended(ours: list, theirs: list) -> list:
+    """``theirs`` after ``ours``, leaving out what ``ours`` already holds (a template that repeats a flag)."""
+    return list(ours) + [copied(item) for item in theirs if item not in ours]
+
+
+def merged_pod_spec(ours: dict, theirs: dict, where: _Where) -> dict:
+    out = dict(ours)
+    for key, value in theirs.items():
+        if key in OWNED_POD_FIELDS:
+            must_agree(ours, theirs, key, f"spec.{key}", OWNED_POD_FIELDS[key], where)
+        elif key in FLAG_POD_FIELDS:
+            if ours.get(key) not in (None, value):
+                raise where.clash(f"spec.{key} {value!r}",
+                                  f"mpilaunch sets {ours[key]!r} from {FLAG_POD_FIELDS[key]}: give the template's "
+                                  f"value there, or drop it from the template")
+            out[key] = value
+        elif key == "containers":
+            out[key] = merged_containers(ours.get(key) or [], value or [], where)
+        elif key == "volumes":
+            out[key] = appended_named(ours.get(key) or [], value or [], f"spec.{key}", where)
+        elif key == "initContainers":
+            check_new_names(ours.get(key) or [], value or [], f"spec.{key}", where)
+            out[key] = list(ours.get(key) or []) + with_container_security(value or [], ours)
+        elif key == "nodeSelector":
+            out[key] = merged_map(ours.get(key) or {}, value or {}, f"spec.{key}", where)
+        elif key == "securityContext":
+            out[key] = merged_over(ours.get(key) or {}, value or {})
+        elif key == "dnsConfig":
+            out[key] = merged_over(ours.get(key) or {}, value or {}, append_lists=True)
+        elif key == "affinity":
+            out[key] = merged_affinity(ours.get(key) or {}, value or {})
+        elif key in APPENDED_POD_LISTS:
+            out[key] = appended(ours.get(key) or [], value or [])
+        else:  # e.g. runtimeClassName, automountServiceAccountToken, terminationGracePeriodSeconds
+            out[key] = copied(value)
+    return out
+
+
+def check_new_names(ours: list, theirs: list, what: str, where: _Where) -> None:
+    names = {item.get("name") for item in ours}
+    for item in theirs:
+        if item.get("name") in names:
+            raise where.clash(f"{what} {item.get('name')!r}", "mpilaunch uses that name; rename the template's")
+
+
+def appended_named(ours: list, theirs: list, what: str, where: _Where) -> list:
+    check_new_names(ours, theirs, what, where)
+    return list(ours) + copied(theirs)
+
+
+def merged_affinity(ours: dict, theirs: dict) -> dict:
+    """Both sets of constraints hold: required node terms are ORed within one affinity, so the two
+    are combined term by term (AND); every other affinity list is ANDed or weighted, so appended."""
+    out = merged_over(ours, theirs, append_lists=True)
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    ours_terms = (((ours.get("nodeAffinity") or {}).get(required)) or {}).get("nodeSelectorTerms")
+    theirs_terms = (((theirs.get("nodeAffinity") or {}).get(required)) or {}).get("nodeSelectorTerms")
+    if ours_terms and theirs_terms:
+        out["nodeAffinity"][required]["nodeSelectorTerms"] = [
+            {part: copied(a.get(part) or []) + copied(b.get(part) or []) for part in ("matchExpressions", "matchFields")
+             if a.get(part) or b.get(part)}
+            for a in ours_terms for b in theirs_terms]
+    return out
+
+
+def with_container_security(containers: list, ours_pod: dict) -> list:
+    """The template's own containers get mpilaunch's container securityContext under theirs, so that a
+    namespace enforcing PodSecurity "restricted" admits a sidecar written without one."""
+    main = next(iter(ours_pod.get("containers") or []), {})
+    defaults = main.get("securityContext") or {}
+    return [{**copied(c), "securityContext": merged_over(copied(defaults), c.get("securityContext") or {})}
+            if defaults else copied(c) for c in containers]
+
+
+def merged_containers(ours: list, theirs: list, where: _Where) -> list:
+    """The main container merged (it stays first: the launcher's relaunch patches containers[0]); the
+    template's other containers appended as sidecars."""
+    main_name = MAIN_CONTAINER[where.role]
+    theirs_main = next((c for c in theirs if c.get("name") == main_name), None)
+    out = [merged_main_container(c, theirs_main, where) if c.get("name") == main_name and theirs_main else
+           c for c in ours]
+    sidecars = [c for c in theirs if c.get("name") != main_name]
+    check_new_names(ours, sidecars, "spec.containers", where)
+    return out + with_container_security(sidecars, {"containers": ours})
+
+
+def merged_main_container(ours: dict, theirs: dict, where: _Where) -> dict:
+    what = f"the {ours['name']} container's"
+    for key, hint in OWNED_CONTAINER_FIELDS.items():
+        must_agree(ours, theirs, key, f"{what} {key}", hint, where)
+    out = dict(ours)
+    for key, value in theirs.items():
+        if key in OWNED_CONTAINER_FIELDS or key == "name":
+            continue
+        if key == "ports":
+            for port in value or []:
+                if port.get("containerPort") == AGENT_PORT or port.get("name") == AGENT_PORT_NAME:
+                    raise where.refuse(f"{what} port {port.get('name') or port.get('containerPort')}",
+                                       f"mpilaunch's agent listens on {AGENT_PORT} ({AGENT_PORT_NAME}); "
+                                       f"use another port")
+            out[key] = appended(ours.get(key) or [], value or [])
+        elif key == "env":
+            out[key] = appended_named(ours.get(key) or [], value or [], f"{what} env", where)
+        elif key == "volumeMounts":
+            taken = {m.get("mountPath") for m in ours.get(key) or []}
+            for mount in value or []:
+                if mount.get("mountPath") in taken:
+                    raise where.clash(f"{what} volumeMount at {mount.get('mountPath')}",
+                                      "mpilaunch mounts its own volume there; mount the template's elsewhere")
+            out[key] = appended(ours.get(key) or [], value or [])
+        elif key == "envFrom":
+            out[key] = appended(ours.get(key) or [], value or [])
+        elif key == "securityContext":
+            out[key] = merged_over(ours.get(key) or {}, value or {})
+        elif key == "resources":
+            out[key] = merged_resources(ours.get(key) or {}, value or {}, what, where)
+        else:  # e.g. imagePullPolicy, workingDir, probes, lifecycle
+            out[key] = copied(value)
+    return out
+
+
+def merged_resources(ours: dict, theirs: dict, what: str, where: _Where) -> dict:
+    """The template's requests and limits win, but for the GPUs (the plan's, from --gpus and
+    --gpus-per-node); where mpilaunch set request = limit (resources.py: a LimitRange's ratio, the
+    Guaranteed class), a template that sets one of the two sets both."""
+    out = merged_over(ours, theirs)
+    for part, other in (("requests", "limits"), ("limits", "requests")):
+        ours_part = ours.get(part) or {}
+        for name, value in (theirs.get(part) or {}).items():
+            if "/" in name and name in ours_part and str(ours_part[name]) != str(value):
+                raise where.clash(f"{what} resources.{part} {name}: {value}",
+                                  f"mpilaunch asks for {ours_part[name]} per worker: size the job with --gpus and "
+                                  f"--gpus-per-node (--gpu-resource names the resource)")
+            paired = name in ours_part and (ours.get(other) or {}).get(name) == ours_part[name]
+            if paired and name not in (theirs.get(other) or {}):
+                out[other] = {**out[other], name: value}
+    return out
+
+
+# ------------------------------------------------------------------ --gpu-resource
+
+# An extended resource: DOMAIN/NAME, DOMAIN a DNS-1123 subdomain outside kubernetes.io, NAME a
+# qualified name (what `kubectl describe node` lists under Capacity, from the device plugin).
+DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+RESOURCE_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+GPU_RESOURCE_HINT = ("an extended resource DOMAIN/NAME as `kubectl describe node` lists it, e.g. --gpu-resource "
+                     "nvidia.com/gpu, amd.com/gpu or gpu.intel.com/i915")
+
+
+def check_gpu_resource(name: str) -> str:
+    """``name`` if it can be a device plugin's resource, else UsageError (exit 2)."""
+    domain, slash, resource = name.partition("/")
+    valid = (slash and len(domain) <= 253 and all(DNS_LABEL_RE.fullmatch(p) for p in domain.split("."))
+             and RESOURCE_NAME_RE.fullmatch(resource) is not None)
+    if not valid:
+        raise UsageError(f"invalid --gpu-resource {name!r}", GPU_RESOURCE_HINT)
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io") or domain.startswith("requests."):
+        raise UsageError(f"--gpu-resource {name!r} is a Kubernetes name, not a device plugin's", GPU_RESOURCE_HINT)
+    return name

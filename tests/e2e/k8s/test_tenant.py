@@ -1,0 +1,182 @@
+"""A tenant of a locked-down shared cluster runs jobs (marker ``real_pods``; issue 40).
+
+Every test here runs mpilaunch as a user bound only to the built-in ``edit``
+role, in a namespace that enforces PodSecurity ``restricted``, with
+default-deny NetworkPolicies, a ResourceQuota on limits and a LimitRange
+(``tests/support/tenant.py``), on the testbed's real node: real containers,
+real admission, real RBAC, and the testbed's NetworkPolicy enforcer.
+The admin's only step is ``mpilaunch rbac --namespace NS | kubectl apply -f -``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from support.helpers import wait_for
+from support.real_pods import assert_placement, finish, ranks_from, stop
+
+pytestmark = pytest.mark.real_pods
+
+PROGRAMS = "/opt/mpilaunch/tests/programs"  # where the project image has them
+PLACEMENT = ["--np", "4", "--slots-per-worker", "2"]
+# The project image's MPIs: how a job selects each and the Python whose mpi4py matches it
+IMAGE_MPIS = {
+    "openmpi4": ([], "python3", "Open MPI v4.1"),
+    "openmpi5": (["--mpirun", "/opt/openmpi5/bin/mpirun"], "/opt/openmpi5/bin/python", "Open MPI v5"),
+    "mpich": (["--mpi", "mpich"], "/opt/mpich/bin/python", "MPICH Version:"),
+}
+
+
+def tenant_pods(tenant, job: str) -> dict[str, dict]:
+    items = json.loads(tenant.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role!=reaper",
+                                      "-o", "json").stdout)["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def run_watching(tenant, job: str, *args, image: str | None = None, timeout: float = 300):
+    """Run the job as the tenant; the pods seen with IPs while it ran, its stdout and stderr."""
+    seen: dict = {}
+    proc = tenant.start(job, *args, image=image)
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen.update({n: p for n, p in tenant_pods(tenant, job).items() if p["status"].get("podIP")})
+            time.sleep(0.5)
+        out, err = finish(proc, 30)
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+    return proc.returncode, out, err, seen
+
+
+def assert_restricted(pod: dict) -> None:
+    """What PodSecurity 'restricted' admitted: said explicitly on the pod and each container."""
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in spec["containers"] + spec.get("initContainers", []):
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert c["resources"]["limits"]["cpu"] and c["resources"]["limits"]["memory"], c["resources"]
+
+
+def assert_no_identities_made(tenant, job: str) -> None:
+    made = tenant.kubectl("get", "roles,rolebindings,serviceaccounts", "-o", "name").stdout.split()
+    assert not [m for m in made if job in m], made
+
+
+@pytest.mark.parametrize("launcher", ["cluster", "local"])
+def test_tenant_runs_allreduce_with_placement_on_both_launchers(tenant, tmp_path, launcher):
+    """The default path for an 'edit'-only user: the admin's ServiceAccount, every pod restricted,
+    the job's own NetworkPolicy through the default-deny; nothing left, no RBAC object made."""
+    job = f"tn-{launcher}"
+    extra = ["--launcher", "local", "--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
+    code, out, err, seen = run_watching(tenant, job, *extra, *PLACEMENT, "--output-dir", str(tmp_path), "--",
+                                        "python3", f"{PROGRAMS}/placement.py")
+    assert code == 0, out[-2000:] + err[-3000:]
+    assert_placement(None, job, ranks_from(out), 4, 2, seen)
+    for pod in seen.values():
+        assert_restricted(pod)
+        assert pod["spec"]["securityContext"]["runAsUser"] == 1000
+    if launcher == "cluster":
+        launcher_pod = next(p for n, p in seen.items() if "-launcher" in n)
+        assert launcher_pod["spec"]["serviceAccountName"] == "mpilaunch"
+    assert_no_identities_made(tenant, job)
+    assert tenant.leftovers(job) == []
+
+
+def test_tenant_runs_a_foreign_image(tenant, foreign, tmp_path):
+    """A stock Debian Open MPI image that no one here prepared for a restricted namespace (its user
+    is root): mpilaunch's non-root UID and writable /tmp make it run."""
+    job = "tn-foreign"
+    image = foreign("openmpi")
+    program = "from mpi4py import MPI; c = MPI.COMM_WORLD; import os, json; " \
+              "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), 'uid': os.getuid()}))"
+    code, out, err, seen = run_watching(tenant, job, *PLACEMENT, "--", "python3", "-c", program, image=image)
+    assert code == 0, out[-2000:] + err[-3000:]
+    ranks = ranks_from(out)
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and {r["sum"] for r in ranks} == {10}, ranks
+    assert {r["uid"] for r in ranks} == {1000}
+    assert all(p["spec"]["containers"][0]["image"] == image for p in seen.values())
+    assert tenant.leftovers(job) == []
+
+
+@pytest.mark.parametrize("flavour", list(IMAGE_MPIS))
+def test_tenant_read_only_root_and_an_openshift_uid(tenant, tmp_path, flavour):
+    """OpenShift's restricted-v2: a UID from the namespace's range, GID 0, no passwd entry; and a
+    read-only root file system. Every MPI of the image runs: its session directory, HOME and the
+    run directory are on the pod's /tmp."""
+    job = f"tn-ro-{flavour}"
+    mpi_args, python, library = IMAGE_MPIS[flavour]
+    program = ("import os, json, pwd\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+               "try:\n    pwd.getpwuid(os.getuid()); named = True\nexcept KeyError:\n    named = False\n"
+               "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), 'uid': os.getuid(), "
+               "'gid': os.getgid(), 'named': named, 'library': MPI.Get_library_version()}))")
+    code, out, err, seen = run_watching(tenant, job, *mpi_args, "--read-only-root", "--run-as-user", "1000650000:0",
+                                        *PLACEMENT, "--", python, "-c", program)
+    assert code == 0, out[-2000:] + err[-3000:]
+    ranks = ranks_from(out)
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and {r["sum"] for r in ranks} == {10}, ranks
+    assert {(r["uid"], r["gid"], r["named"]) for r in ranks} == {(1000650000, 0, False)}
+    assert all(r["library"].startswith(library) for r in ranks), ranks[0]["library"]
+    for pod in seen.values():
+        assert all(c["securityContext"]["readOnlyRootFilesystem"] for c in pod["spec"]["containers"])
+    assert tenant.leftovers(job) == []
+
+
+def test_tenant_detached_job_completes_and_is_reaped(tenant, tmp_path):
+    """--detach with the admin's ServiceAccount: the launcher Job completes (no mesh sidecar: the
+    pods opt out), `mpilaunch wait` gives its exit status, the reaper releases the workers."""
+    job = "tn-detach"
+    submitted = tenant.run(job, "--detach", *PLACEMENT, "--", "python3", f"{PROGRAMS}/placement.py")
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    waited = tenant.manage("wait", job, "--timeout", "240")
+    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    launcher = json.loads(tenant.kubectl("get", "job", f"{job}-launcher", "-o", "json", check=False).stdout or "{}")
+    if launcher:  # still there until the job is deleted: it completed
+        assert launcher["status"].get("succeeded") == 1, launcher["status"]
+        annotations = launcher["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled"
+    wait_for(lambda: not tenant_pods(tenant, job) or all(
+        "-launcher" in n for n in tenant_pods(tenant, job)), 120, "the workers released")
+    assert_no_identities_made(tenant, job)
+    tenant.manage("delete", job)
+    assert tenant.leftovers(job) == []
+
+
+def test_tenant_without_service_account_is_told_what_the_admin_applies(tenant):
+    """An 'edit'-only user may not create Roles: one line naming what is missing and the
+    `mpilaunch rbac` command, exit 2, before anything is created."""
+    job = "tn-norbac"
+    result = tenant.run(job, *PLACEMENT, "--", "true", account=False, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "may not create serviceaccounts, roles, rolebindings" in result.stderr, result.stderr
+    assert f"mpilaunch rbac --namespace {tenant.namespace} | kubectl apply -f -" in result.stderr
+    assert "--service-account mpilaunch" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert tenant.objects_of(job) == []
+
+
+def test_tenant_quota_refusal_names_the_quota(tenant):
+    """A worker larger than the namespace's quota: the ResourceQuota is named with what was asked,
+    not 'your credentials lack a permission'; exit 3 and nothing left."""
+    job = "tn-quota"
+    result = tenant.run(job, "--pod-cpu", "6", "--pod-memory", "1Gi", *PLACEMENT, "--", "true", timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert "ResourceQuota 'compute' is exceeded" in result.stderr and "limits.cpu" in result.stderr, result.stderr
+    assert "lack a permission" not in result.stderr
+    assert tenant.leftovers(job) == []
+
+
+def test_tenant_root_is_refused_by_pod_security_naming_what_to_pass(tenant):
+    """--run-as-user root in a restricted namespace: PodSecurity refuses the workers; the line names
+    the policy, the hint names --run-as-user; exit 3, nothing left."""
+    job = "tn-root"
+    result = tenant.run(job, "--run-as-user", "root", *PLACEMENT, "--", "true", timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert 'PodSecurity level restricted:latest refuses it' in result.stderr, result.stderr
+    assert "--run-as-user" in result.stderr
+    assert tenant.leftovers(job) == []

@@ -1,0 +1,205 @@
+"""The shared-cluster tenant's pure pieces (issue 40): what every rendered pod runs as, what it
+asks for, who it acts as, which traffic its NetworkPolicy lets in, and how a policy's refusal reads.
+
+The real admission, RBAC and enforcement are tested on the real node (tests/e2e/k8s/test_tenant.py);
+these check each rule on every object mpilaunch renders, for every shape of job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mpilaunch.backends.k8s import network_policy, rbac, refusals, resources, security
+from mpilaunch.errors import UsageError
+from support.helpers import REPO
+
+
+def render_objects(tmp_path, *args: str) -> list[dict]:
+    """Every object `mpilaunch render` shows for a 4-rank job of 2 workers with ``args``."""
+    import yaml
+
+    proc = subprocess.run([sys.executable, "-m", "mpilaunch", "render", "--backend", "k8s", "--image", "img",
+                           "--name", "tj", "--np", "4", "--slots-per-worker", "2", *args, "--", "true"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    if proc.returncode == 2:
+        raise UsageError(proc.stderr.strip(), None)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.load_all(proc.stdout, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+
+
+def pods_of(objects: list[dict]) -> list[tuple[str, dict]]:
+    """(role, pod spec) of every pod mpilaunch would make, the Jobs' pod templates included."""
+    out = []
+    for obj in objects:
+        if obj["kind"] == "Pod":
+            out.append(("worker", obj["spec"]))
+        elif obj["kind"] == "Job":
+            out.append((obj["metadata"]["name"].rsplit("-", 1)[-1], obj["spec"]["template"]["spec"]))
+    return out
+
+
+@pytest.mark.parametrize("args", [[], ["--launcher", "local"], ["--launcher", "local", "--transport", "agent"],
+                                  ["--transport", "exec"]], ids=["cluster", "local", "local-agent", "exec"])
+def test_tenant_every_rendered_container_meets_restricted(tmp_path, args):
+    pods = pods_of(render_objects(tmp_path, *args))
+    assert {role for role, _ in pods} >= {"worker", "reaper"}
+    for role, spec in pods:
+        assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                           "seccompProfile": {"type": "RuntimeDefault"}}, role
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+            assert {e["name"]: e.get("value") for e in c["env"]}.items() >= {"HOME": "/tmp", "TMPDIR": "/tmp"}.items()
+            assert {"name": "scratch", "mountPath": "/tmp"} in c["volumeMounts"], role
+        assert {"name": "scratch", "emptyDir": {}} in spec["volumes"], role
+
+
+def test_tenant_run_as_user_forms(tmp_path):
+    assert security.parse_run_as("1000650000:0") == security.RunAs(1000650000, 0)
+    assert security.parse_run_as("image") == security.RunAs(None, None)
+    assert security.parse_run_as("root").root
+    image_ctx = security.pod_security_context(security.parse_run_as("image"))
+    assert image_ctx == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert "runAsNonRoot" not in security.pod_security_context(security.parse_run_as("0"))
+    for bad in ("alice", "-1", "1000:x", "99999999999"):
+        with pytest.raises(UsageError, match="--run-as-user"):
+            security.parse_run_as(bad)
+    pods = pods_of(render_objects(tmp_path, "--run-as-user", "1000650000:0", "--read-only-root"))
+    for _, spec in pods:
+        assert spec["securityContext"]["runAsUser"] == 1000650000 and spec["securityContext"]["runAsGroup"] == 0
+        assert all(c["securityContext"]["readOnlyRootFilesystem"] is True for c in spec["containers"])
+
+
+def test_tenant_bad_run_as_user_is_a_usage_error_before_anything():
+    result = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "i",
+                             "--run-as-user", "alice", "--np", "2", "--", "true"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("mpilaunch: error: invalid --run-as-user 'alice'"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_tenant_service_account_means_no_rbac_objects(tmp_path):
+    own = render_objects(tmp_path)
+    assert {o["kind"] for o in own} >= {"Role", "RoleBinding", "ServiceAccount"}
+    for args in ([], ["--launcher", "local"], ["--transport", "exec"]):
+        objs = render_objects(tmp_path, "--service-account", "mpilaunch", *args)
+        assert not {o["kind"] for o in objs} & {"Role", "RoleBinding", "ServiceAccount"}, args
+        accounts = {role: spec.get("serviceAccountName") for role, spec in pods_of(objs) if role != "worker"}
+        assert accounts and set(accounts.values()) == {"mpilaunch"}, accounts
+
+
+def test_tenant_resources_on_every_container(tmp_path):
+    for role, spec in pods_of(render_objects(tmp_path)):
+        if role == "worker":
+            continue  # no --pod-cpu/--pod-memory: the namespace's LimitRange defaults decide
+        for c in spec["containers"]:
+            assert c["resources"]["requests"] == c["resources"]["limits"], (role, c["resources"])
+    objs = render_objects(tmp_path, "--launcher-memory", "3Gi", "--launcher-cpu", "2", "--reaper-cpu", "100m",
+                          "--pod-cpu", "4", "--pod-memory", "8Gi")
+    by_role = {role: spec["containers"][0]["resources"] for role, spec in pods_of(objs)}
+    assert by_role["launcher"]["limits"] == {"cpu": "2", "memory": "3Gi"}
+    assert by_role["reaper"]["limits"] == {"cpu": "100m", "memory": "128Mi"}
+    assert by_role["worker"] == {"limits": {"cpu": "4", "memory": "8Gi"}, "requests": {"cpu": "4", "memory": "8Gi"}}
+    # sized from the job: one shim per worker with direct spawn
+    assert resources.launcher_memory_mib(2) == 320
+    assert resources.launcher_memory_mib(1024) == 12544
+    with pytest.raises(UsageError, match="--launcher-memory"):
+        render_objects(tmp_path, "--launcher-memory", "lots")
+
+
+def test_tenant_rbac_objects_are_namespaced_and_apply_as_yaml():
+    import yaml
+
+    text = subprocess.run([sys.executable, "-m", "mpilaunch", "rbac", "--namespace", "team-a"], cwd=REPO,
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
+    assert all(d["metadata"]["namespace"] == "team-a" for d in docs)
+    assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "mpilaunch", "namespace": "team-a"}]
+    verbs = {(g, r): set(rule["verbs"]) for rule in docs[1]["rules"] for g in rule["apiGroups"]
+             for r in rule["resources"]}
+    assert {"create"} <= verbs[("", "pods/exec")] and {"get", "watch"} <= verbs[("coordination.k8s.io", "leases")]
+
+
+def test_tenant_missing_identity_permissions_are_named():
+    allowed = {("", "serviceaccounts"): True, ("rbac.authorization.k8s.io", "roles"): False,
+               ("rbac.authorization.k8s.io", "rolebindings"): False}
+    error = rbac.refusal("team-a", rbac.missing_permissions(allowed))
+    assert error.message.startswith("you may not create roles, rolebindings in namespace team-a")
+    assert "mpilaunch rbac --namespace team-a | kubectl apply -f -" in error.hint
+    assert error.exit_code == 2
+
+
+@pytest.mark.parametrize("message,line", [
+    ('pods "j-worker-1" is forbidden: exceeded quota: compute, requested: limits.cpu=6,requests.cpu=6, '
+     'used: limits.cpu=6550m,requests.cpu=6550m, limited: limits.cpu=8,requests.cpu=8',
+     "the namespace's ResourceQuota 'compute' is exceeded: requested limits.cpu=6,requests.cpu=6, "
+     "limited to limits.cpu=8,requests.cpu=8"),
+    ('pods "j-worker-0" is forbidden: failed quota: compute: must specify limits.cpu for: worker; '
+     'limits.memory for: worker',
+     "the namespace's ResourceQuota 'compute' refuses it: must specify limits.cpu for: worker; "
+     "limits.memory for: worker"),
+    ('pods "j-worker-0" is forbidden: minimum cpu usage per Container is 50m, but request is 10m',
+     "the namespace's LimitRange refuses it: minimum cpu usage per Container is 50m, but request is 10m"),
+    ('pods "j-worker-0" is forbidden: [cpu max limit to request ratio per Container is 2, but provided ratio '
+     'is 4.000000]',
+     "the namespace's LimitRange refuses it: cpu max limit to request ratio per Container is 2, but provided "
+     "ratio is 4.000000"),
+    ('pods "j-worker-0" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true '
+     '(pod or container "worker" must set securityContext.runAsNonRoot=true)',
+     "the namespace's PodSecurity level restricted:latest refuses it: runAsNonRoot != true (pod or container "
+     "\"worker\" must set securityContext.runAsNonRoot=true)"),
+], ids=["quota-exceeded", "quota-needs-limits", "limitrange-min", "limitrange-ratio", "pod-security"])
+def test_tenant_policy_refusals_name_the_policy(message, line):
+    assert refusals.explain(message)[0] == line
+    assert refusals.explain('roles.rbac.authorization.k8s.io is forbidden: User "alice" cannot create') is None
+
+
+def test_network_policy_allows_the_jobs_own_traffic_only(tmp_path):
+    objs = render_objects(tmp_path)
+    policies = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"tj", "tj-api"}
+    job = policies["tj"]
+    own = {"podSelector": {"matchLabels": {"mpilaunch/job": "tj"}}}
+    assert job["podSelector"] == own["podSelector"] and job["policyTypes"] == ["Ingress", "Egress"]
+    assert job["ingress"] == [{"from": [own]}]  # nothing outside the job reaches a worker's agent
+    assert job["egress"][0] == {"to": [own]}
+    assert {p["port"] for p in job["egress"][1]["ports"]} == {53, 5353} and "to" not in job["egress"][1]
+    api = policies["tj-api"]
+    assert api["podSelector"]["matchExpressions"] == [
+        {"key": "mpilaunch/role", "operator": "In", "values": ["launcher", "reaper"]}]
+    assert api["policyTypes"] == ["Egress"] and "ingress" not in api
+    assert not [o for o in render_objects(tmp_path, "--network-policy", "none") if o["kind"] == "NetworkPolicy"]
+
+
+def test_network_policy_api_ports_and_the_submitter():
+    assert [p["port"] for p in network_policy.api_ports("https://10.0.0.1:36443")] == [443, 6443, 36443]
+    assert [p["port"] for p in network_policy.api_ports(None)] == [443, 6443]
+    policy = {"spec": {"ingress": [{"from": ["job"]}], "egress": [{"to": ["job"]}]}}
+    patch = network_policy.submitter_patch(policy, "10.233.0.1")
+    assert patch["spec"]["ingress"][-1] == {"from": [{"ipBlock": {"cidr": "10.233.0.1/32"}}]}
+    assert patch["spec"]["egress"] == [{"to": ["job"]}, {"to": [{"ipBlock": {"cidr": "10.233.0.1/32"}}]}]
+
+
+def test_tenant_pods_opt_out_of_mesh_sidecars_unless_kept(tmp_path):
+    def annotations(objs):
+        for obj in objs:
+            if obj["kind"] in ("Pod", "Job"):
+                meta = obj["metadata"] if obj["kind"] == "Pod" else obj["spec"]["template"]["metadata"]
+                yield meta.get("annotations") or {}
+
+    for a in annotations(render_objects(tmp_path)):
+        assert a["sidecar.istio.io/inject"] == "false" and a["linkerd.io/inject"] == "disabled"
+    for a in annotations(render_objects(tmp_path, "--mesh-injection")):
+        assert "sidecar.istio.io/inject" not in a
+
+
+def test_tenant_launcher_placement_is_its_own_when_asked(tmp_path):
+    objs = render_objects(tmp_path, "--node-selector", "gpu=yes", "--toleration", "nvidia.com/gpu:NoSchedule",
+                          "--launcher-node-selector", "pool=cpu")
+    specs = dict(pods_of(objs))
+    assert specs["worker"]["nodeSelector"] == {"gpu": "yes"}
+    assert specs["launcher"]["nodeSelector"] == {"pool": "cpu"} and specs["reaper"]["nodeSelector"] == {"pool": "cpu"}
+    assert specs["launcher"].get("tolerations")  # the workers' tolerations unless --launcher-toleration
