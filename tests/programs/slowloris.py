@@ -6,6 +6,9 @@ For each target it keeps up to ``--per-target`` connections open from
 ``--source`` (any 127.x address is local on Linux, so the agent sees a
 different peer than the launcher on 127.0.0.1), never completes a
 handshake, trickles one junk byte a second into each greeted connection
+(an agent with TLS greets nobody before the client's TLS hello: a
+connection it leaves silent for two polls counts as greeted, and gets the
+header of a TLS record that then never completes)
 and opens a new connection for every one the agent closes (at most
 ``--reopen`` per target every 0.1 s).  It writes FILE ``--ready`` once the
 first round is in place, and ``--stats`` (JSON per target) every half
@@ -47,7 +50,7 @@ class Target:
                 sock.close()
                 self.stats["refused"] += 1
                 return
-            self.conns[sock] = {"buf": b"", "greeted": False}
+            self.conns[sock] = {"buf": b"", "greeted": False, "silent": 0, "trickle": b"\x00"}
             self.stats["opened"] += 1
 
     def poll(self, trickle):
@@ -73,9 +76,17 @@ class Target:
                     state["greeted"] = True
                     self.stats["greeted"] += 1
                 state["buf"] = None  # the first answer is all that counts
+            elif state["buf"] == b"" and not closed and _connected(sock):
+                state["silent"] += 1
+                if state["silent"] >= 2:  # a TLS agent, waiting for our hello
+                    state["greeted"] = True
+                    self.stats["greeted"] += 1
+                    state["buf"] = None
+                    state["trickle"] = b"\x16\x03\x01\x40\x00"  # a 16 KiB handshake record, sent a byte a second
             if not closed and trickle and state["greeted"]:
                 try:
-                    sock.send(b"\x00")
+                    sock.send(state["trickle"])
+                    state["trickle"] = b"\x00"
                 except BlockingIOError:
                     pass
                 except OSError:
@@ -88,6 +99,14 @@ class Target:
         held = sum(1 for s in self.conns.values() if s["greeted"])
         self.stats["max_held"] = max(self.stats["max_held"], held)
         self.stats["held"] = held
+
+
+def _connected(sock) -> bool:
+    try:
+        sock.getpeername()
+        return True
+    except OSError:
+        return False
 
 
 def main(argv=None) -> int:

@@ -70,6 +70,22 @@ def ranks_from(stdout: str) -> list[dict]:
     return sorted(out, key=lambda r: r["rank"])
 
 
+def run_seeing_pods(proc: subprocess.Popen, pods, timeout: float = 300) -> tuple[int, str, str, dict]:
+    """Wait for a job's mpilaunch, noting every pod ``pods()`` lists with an IP while it runs (a
+    pod is gone once the job ends); its exit code, stdout, stderr and those pods by name."""
+    seen: dict = {}
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen.update({n: p for n, p in pods().items() if p["status"].get("podIP")})
+            time.sleep(0.5)
+        out, err = finish(proc, 30)
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+    return proc.returncode, out, err, seen
+
+
 def pods_of(real: Real, job: str) -> dict[str, dict]:
     """The job's launcher and worker (or task) pods; not its orphan reaper's,
     which may run anywhere and come and go on its own schedule."""

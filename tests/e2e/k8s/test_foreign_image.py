@@ -20,7 +20,7 @@ import time
 import pytest
 
 from support.helpers import REPO
-from support.real_pods import assert_placement, finish, pods_of, ranks_from, stop
+from support.real_pods import assert_placement, pods_of, ranks_from, run_seeing_pods
 
 pytestmark = pytest.mark.real_pods
 
@@ -47,19 +47,10 @@ def test_foreign_image_allreduce_with_placement_verified(real, foreign, name, la
     job = f"fi-{name}-{launcher}"
     program, library = PROGRAMS[name]
     image = foreign(name)
-    seen: dict = {}
     proc = real.start(job, *launch_args(name, launcher, 4, 2), "--output-dir", str(tmp_path),
                       "--", "python3", "-c", program, image=image)
-    try:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline:
-            seen.update({n: p for n, p in pods_of(real, job).items() if p["status"].get("podIP")})
-            time.sleep(0.5)
-        out, err = finish(proc, 30)
-    finally:
-        if proc.poll() is None:
-            stop(proc)
-    assert proc.returncode == 0, out[-2000:] + err[-3000:]
+    code, out, err, seen = run_seeing_pods(proc, lambda: pods_of(real, job))
+    assert code == 0, out[-2000:] + err[-3000:]
     ranks = ranks_from(out)
     assert_placement(real, job, ranks, 4, 2, seen)
     assert all(r["library"].startswith(library) for r in ranks), ranks[0]["library"]

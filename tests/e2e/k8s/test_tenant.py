@@ -11,12 +11,11 @@ The admin's only step is ``mpilaunch rbac --namespace NS | kubectl apply -f -``.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from support.helpers import wait_for
-from support.real_pods import assert_placement, finish, ranks_from, stop
+from support.real_pods import assert_placement, ranks_from, run_seeing_pods
 
 pytestmark = pytest.mark.real_pods
 
@@ -37,19 +36,8 @@ def tenant_pods(tenant, job: str) -> dict[str, dict]:
 
 
 def run_watching(tenant, job: str, *args, image: str | None = None, timeout: float = 300):
-    """Run the job as the tenant; the pods seen with IPs while it ran, its stdout and stderr."""
-    seen: dict = {}
-    proc = tenant.start(job, *args, image=image)
-    try:
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None and time.monotonic() < deadline:
-            seen.update({n: p for n, p in tenant_pods(tenant, job).items() if p["status"].get("podIP")})
-            time.sleep(0.5)
-        out, err = finish(proc, 30)
-    finally:
-        if proc.poll() is None:
-            stop(proc)
-    return proc.returncode, out, err, seen
+    """Run the job as the tenant: exit code, stdout, stderr, and the pods seen with IPs."""
+    return run_seeing_pods(tenant.start(job, *args, image=image), lambda: tenant_pods(tenant, job), timeout)
 
 
 def assert_restricted(pod: dict) -> None:

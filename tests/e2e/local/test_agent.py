@@ -37,7 +37,7 @@ def agent(tmp_path):
 
 def open_raw_session(agent: AgentProc, command: str, env=None, cwd=None) -> socket.socket:
     """Authenticated connection with a RUN sent; returns (socket, session id)."""
-    sock, channel = agent_client._open_session(agent.address, agent.secret, 10)
+    sock, channel, _, _ = agent_client._open_session(agent.address, agent.secret, 10)  # plain: no TLS
     sock.sendall(channel.frame(P.RUN, P.encode_run(command, env, cwd)))
     buf = bytearray()
     while True:
@@ -255,7 +255,7 @@ def test_a_request_after_a_slow_handshake_gets_its_own_time(tmp_path, monkeypatc
 
     monkeypatch.setattr(P, "client_hello", slow_hello)
     try:
-        sock, channel = agent_client._handshake(a.address, SECRET, 5)
+        sock, channel, _, _ = agent_client._handshake(a.address, SECRET, 5)
         monkeypatch.setattr(P, "client_hello", real_hello)
         time.sleep(0.5)  # the RUN comes 1.3 s after the accept, 0.5 s after authenticating
         sock.sendall(channel.frame(P.RUN, P.encode_run("echo served", None, None)))
@@ -290,7 +290,7 @@ def test_random_bytes_oversized_and_half_open_run_nothing(tmp_path):
         # Authenticated, then garbage: an oversized frame and an unknown frame type.
         for tail in (bytes([P.RUN]) + (P.MAX_FRAME + 10).to_bytes(4, "big"), b"\x99" * 50,
                      lambda channel: channel.frame(P.STDIN, f"touch {marker}".encode())):
-            s, channel = agent_client._open_session(a.address, SECRET, 5)
+            s, channel, _, _ = agent_client._open_session(a.address, SECRET, 5)
             s.sendall(tail(channel) if callable(tail) else tail)
             s.settimeout(5)
             try:
