@@ -20,7 +20,7 @@ from pathlib import Path
 from support.helpers import REPO, wait_for
 
 
-KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases"
+KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases,networkpolicies"
 
 
 def give_pods_their_env(kube, job: str, workers: int, root: Path) -> None:
