@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Cost of one ``mpilaunch-rsh`` invocation: wall time and peak RSS.
 
-Starts one real ``mpilaunch agent``, then runs the shim N times with ``true``
+Starts real ``mpilaunch agent``s (one with a job's TLS credential, as every
+job has since issue 40, and one with a MAC secret alone, the channel before
+it), then runs the shim N times with ``true``
 as the remote command, next to the cost floor: a one-line ``/bin/sh`` rsh
 agent that runs the command locally (what a fake-host launch costs without
 any exec channel).  Each invocation is spawned with ``posix_spawn`` and
@@ -15,7 +17,9 @@ from a tiny process; without it the upper bound from ``wait4`` is reported.
 
 Variants:
   launcher  the ``python -IS`` launcher from ``shim.write_launcher`` (what
-            mpilaunch points mpirun at; skips site-packages .pth files)
+            mpilaunch points mpirun at; skips site-packages .pth files), TLS
+  plain     the same launcher to an agent without TLS (frame MACs only),
+            measured interleaved with ``launcher``: what TLS costs a shim
   module    ``python -m mpilaunch.rsh_agent.shim`` (same start-up as the
             ``mpilaunch-rsh`` console script: ``site`` and every .pth run)
   python    ``python -IS -c pass``: the interpreter's own start-up floor
@@ -49,9 +53,13 @@ TARGET_MS = 60.0
 TARGET_MB = 30.0
 
 
-def start_agent(tmp: Path, env: dict):
+def start_agent(tmp: Path, env: dict, tls: bool = True):
+    from mpilaunch.backends.credential import new_credential
+
+    tmp = tmp / ("tls" if tls else "plain")
+    tmp.mkdir()
     secret = tmp / "secret"
-    secret.write_bytes(os.urandom(24).hex().encode() + b"\n")
+    secret.write_bytes((new_credential() if tls else os.urandom(24).hex()).encode() + b"\n")
     secret.chmod(0o600)
     addr = tmp / "addr"
     log = open(tmp / "agent.log", "wb")
@@ -107,15 +115,27 @@ def peak_rss_mb(argv: list, env: dict, runs: int, tmp: Path) -> tuple[float, str
 
 
 def measure(argv: list, env: dict, n: int, tmp: Path, warmup: int = 3) -> dict:
+    return measure_interleaved({"one": (argv, env)}, n, tmp, warmup)["one"]
+
+
+def measure_interleaved(runs: dict, n: int, tmp: Path, warmup: int = 3) -> dict:
+    """``measure`` for several ``{name: (argv, env)}``, alternating them so that load hits all alike."""
     for _ in range(warmup):  # compile .pyc files, warm the page cache
-        measure_once(argv, env)
-    walls, cpus = [], []
+        for argv, env in runs.values():
+            measure_once(argv, env)
+    walls = {name: [] for name in runs}
+    cpus = {name: [] for name in runs}
     for _ in range(n):
-        w, c, _ = measure_once(argv, env)
-        walls.append(w)
-        cpus.append(c)
-    walls.sort()
-    rss, how = peak_rss_mb(argv, env, max(5, n // 5), tmp)
+        for name, (argv, env) in runs.items():
+            w, c, _ = measure_once(argv, env)
+            walls[name].append(w)
+            cpus[name].append(c)
+    return {name: _summary(walls[name], cpus[name], *peak_rss_mb(*runs[name], max(5, n // 5), tmp))
+            for name in runs}
+
+
+def _summary(walls: list, cpus: list, rss: float, how: str) -> dict:
+    walls = sorted(walls)
     return {
         "median_ms": round(statistics.median(walls), 2),
         "p95_ms": round(walls[min(len(walls) - 1, int(round(0.95 * (len(walls) - 1))))], 2),
@@ -150,14 +170,18 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         agent, address, secret = start_agent(tmp, env)
+        plain_agent, plain_address, plain_secret = start_agent(tmp, env, tls=False)
         try:
-            context = tmp / "context.json"
-            context.write_text(json.dumps({
-                "job": "bench", "transport": "agent", "secret_file": str(secret),
-                "forward_env": ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"],
-                "workers": {"w0": {"address": address}},
-            }))
-            env["MPILAUNCH_CONTEXT"] = str(context)
+            plain_env = dict(env)
+            for where, (e, a, s) in {"context.json": (env, address, secret),
+                                     "plain-context.json": (plain_env, plain_address, plain_secret)}.items():
+                context = tmp / where
+                context.write_text(json.dumps({
+                    "job": "bench", "transport": "agent", "secret_file": str(s),
+                    "forward_env": ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"],
+                    "workers": {"w0": {"address": a}},
+                }))
+                e["MPILAUNCH_CONTEXT"] = str(context)
             launcher = shim.write_launcher(str(tmp / "mpilaunch-rsh"))
             floor = tmp / "sh-agent"
             floor.write_text('#!/bin/sh\nshift; exec /bin/sh -c "$*"\n')
@@ -165,20 +189,27 @@ def main() -> int:
             console = shutil.which("mpilaunch-rsh", path=os.path.dirname(sys.executable))
             variants = {
                 "launcher": [launcher, "-x", "w0", "true"],
+                "plain": [launcher, "-x", "w0", "true"],
                 "module": [sys.executable, "-m", "mpilaunch.rsh_agent.shim", "-x", "w0", "true"],
                 "python": [sys.executable, "-IS", "-c", "pass"],
                 "baseline": [str(floor), "w0", "true"],
             }
             if console:
                 variants["console"] = [console, "-x", "w0", "true"]
-            results = {name: measure(argv, env, args.n, tmp) for name, argv in variants.items()}
+            results = measure_interleaved({"launcher": (variants.pop("launcher"), env),
+                                           "plain": (variants["plain"], plain_env)}, args.n, tmp)
+            del variants["plain"]
+            results.update({name: measure(argv, env, args.n, tmp) for name, argv in variants.items()})
             bursts = {}
             if args.burst:
-                for name in ("launcher", "baseline"):
-                    bursts[name] = burst(variants[name], env, args.burst)
+                shim_argv = [launcher, "-x", "w0", "true"]
+                for name, argv, e in (("launcher", shim_argv, env), ("plain", shim_argv, plain_env),
+                                      ("baseline", variants["baseline"], env)):
+                    bursts[name] = burst(argv, e, args.burst)
         finally:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(10)
+            for a in (agent, plain_agent):
+                a.send_signal(signal.SIGTERM)
+                a.wait(10)
 
     base = results["baseline"]["median_ms"]
     print(f"mpilaunch-rsh running `true` through a local agent, n={args.n} each "

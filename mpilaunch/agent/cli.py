@@ -72,11 +72,9 @@ def _load_secret(args) -> bytes:
 def _credential(line: bytes):
     """``(MAC secret, TLS server context or None)``; ValueError for a credential that cannot serve."""
     credential = tls.parse_credential(line)
-    if not credential.tls:
-        return credential.mac_key, None
     try:
-        return credential.mac_key, tls.server_context(credential.cert, credential.key)
-    except (tls.SSLError, OSError) as exc:
+        return credential.mac_key, tls.server_context(credential)
+    except (tls.TlsError, OSError) as exc:
         raise ValueError(f"its certificate or key does not load: {exc}") from None
 
 

@@ -65,7 +65,7 @@ class ConnectionsMixin:
                 sock.close()
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link = tls.Tls(self.tls_context, True) if self.tls_context is not None else tls.PLAIN
+            link = tls.server(self.tls_context)
             conn = Conn(sock, peer, key, time.monotonic() + self.handshake_timeout, link)
             self.conns[conn.fd] = conn
             self.sel.register(sock, selectors.EVENT_READ, self._on_conn)
@@ -128,9 +128,9 @@ class ConnectionsMixin:
                 data = b""  # a client sends nothing more before our hello
             conn.inbuf += conn.link.decrypt(data)
             self._send_wire(conn, conn.link.take())
-        except tls.SSLError as exc:
-            # Not a client of this job (no TLS, or not our certificate), or a tampered record.
-            raise P.ProtocolError(f"TLS failed: {exc.args[-1] if exc.args else exc}") from None
+        except tls.TlsError as exc:
+            # Not a client of this job (no TLS at all), or a tampered record.
+            raise P.ProtocolError(f"TLS failed: {exc}") from None
 
     def _process_input(self, conn):
         if conn.state == "hello":

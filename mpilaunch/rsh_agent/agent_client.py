@@ -127,7 +127,7 @@ class _Wire:
     def feed(self, wire: bytes) -> None:
         try:
             self.buf += self.link.decrypt(wire)
-        except tls.SSLError as exc:
+        except tls.TlsError as exc:
             raise _Refused(f"agent at {self.address}: TLS failed: {exc}") from None
         answer = self.link.take()
         if answer:
@@ -164,7 +164,7 @@ def _tls_handshake(wire: _Wire) -> None:
         first = False
         try:
             done = link.handshake(data)
-        except tls.SSLError as exc:
+        except tls.TlsError as exc:
             raise _Refused(f"agent at {address} failed the TLS handshake (not the job's certificate?): {exc}") \
                 from None
         answer = link.take()
@@ -278,7 +278,7 @@ def ping(address: str, secret: bytes, timeout: float = 5.0) -> bool:
             if not chunk:
                 return False
             buf += link.decrypt(chunk)
-    except (OSError, P.ProtocolError, tls.SSLError):
+    except (OSError, P.ProtocolError, tls.TlsError):
         return False
     finally:
         sock.close()
@@ -471,7 +471,7 @@ def _run_loop(sock, channel, link, inbuf, address, command, env, cwd, stdin, std
                         try:
                             inbuf += link.decrypt(data)
                             frames = channel.pop_frames(inbuf, P.AGENT_TYPES)
-                        except (P.ProtocolError, tls.SSLError) as exc:
+                        except (P.ProtocolError, tls.TlsError) as exc:
                             raise AgentError(f"agent at {address}: {exc}") from None
                         out += link.take()
                         for ftype, payload in frames:

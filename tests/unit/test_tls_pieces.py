@@ -1,0 +1,109 @@
+"""The agent channel's TLS pieces without an agent: the credential line, the certificate, pinning,
+and the private ``_ssl`` names the shim uses instead of ``ssl.py`` (``rsh_agent/tls.py``,
+``tls_session.py``)."""
+
+from __future__ import annotations
+
+import datetime
+
+import _ssl
+import pytest
+
+from mpilaunch.backends.credential import new_credential, self_signed_certificate
+from mpilaunch.rsh_agent import tls, tls_session
+
+
+def handshake(client, server) -> None:
+    client.handshake()
+    wire = client.take()
+    for _ in range(5):
+        server.handshake(wire)
+        done = client.handshake(server.take())
+        wire = client.take()
+        if done:
+            assert server.handshake(wire)
+            return
+    raise AssertionError("the handshake did not finish")
+
+
+def serving(cert, key):
+    return tls_session.Tls(tls_session.server_context(cert, key), True)
+
+
+def pair():
+    credential = tls.parse_credential(new_credential().encode())
+    return tls.client(credential), serving(credential.cert, credential.key)
+
+
+def test_tls_private_ssl_names_the_shim_relies_on_exist():
+    # ssl.py builds SSLContext/SSLObject from exactly these; a Python that renames one fails here first.
+    for name in ("_SSLContext", "MemoryBIO", "SSLError", "SSLWantReadError", "SSLZeroReturnError", "PROTO_TLSv1_3",
+                 "PROTOCOL_TLS_CLIENT", "PROTOCOL_TLS_SERVER", "CERT_REQUIRED"):
+        assert hasattr(_ssl, name), name
+    assert hasattr(_ssl._SSLContext, "_wrap_bio")
+
+
+def test_tls_credential_line_round_trips_and_a_plain_secret_has_no_tls():
+    line = new_credential()
+    assert "\n" not in line and line.count(":") == 2
+    credential = tls.parse_credential(line.encode())
+    assert credential.tls and len(credential.mac_key) == 64
+    plain = tls.parse_credential(b"0123abcd")
+    assert (plain.mac_key, plain.tls) == (b"0123abcd", False)
+    assert tls.client(plain) is tls.PLAIN and tls.server(tls.server_context(plain)) is tls.PLAIN
+    for bad in (b"a:b", b"a::c", b"a:b:c:d", b"s:not base64!:x"):
+        with pytest.raises(ValueError, match="malformed agent credential"):
+            tls.parse_credential(bad)
+
+
+def test_tls_each_job_gets_its_own_certificate_valid_across_clock_skew():
+    from cryptography import x509
+
+    now = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+    cert_a, key_a = self_signed_certificate(now)
+    cert_b, key_b = self_signed_certificate(now)
+    assert cert_a != cert_b and key_a != key_b
+    cert = x509.load_der_x509_certificate(cert_a)
+    assert cert.not_valid_before_utc <= now - datetime.timedelta(hours=23)
+    assert cert.not_valid_after_utc >= now + datetime.timedelta(days=365 * 5)
+
+
+def test_tls_records_carry_no_plaintext_and_tampering_fails():
+    client, server = pair()
+    handshake(client, server)
+    wire = client.encrypt(b"TLS_MARK=very-secret-value")
+    assert b"very-secret" not in wire
+    assert server.decrypt(wire) == b"TLS_MARK=very-secret-value"
+    big = server.encrypt(b"x" * 100_000)  # several records, decrypted in one go
+    assert client.decrypt(big[:1000]) == b""  # a partial record yields nothing yet
+    assert client.decrypt(big[1000:]) == b"x" * 100_000
+    tampered = bytearray(client.encrypt(b"echo hi"))
+    tampered[-1] ^= 1
+    with pytest.raises(tls.TlsError):
+        server.decrypt(bytes(tampered))
+
+
+def test_tls_client_pins_the_exact_certificate_not_whatever_its_key_signed():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    credential = tls.parse_credential(new_credential().encode())
+    # Another job's certificate: not the trust anchor.
+    other = tls.parse_credential(new_credential().encode())
+    client = tls.client(credential)
+    with pytest.raises(tls.TlsError, match="certificate verify failed"):
+        handshake(client, serving(other.cert, other.key))
+    # The job's own key with a different certificate (the same name and key, a new serial):
+    # OpenSSL refuses it already (not the trusted certificate) ...
+    key = serialization.load_der_private_key(credential.key, None)
+    original = x509.load_der_x509_certificate(credential.cert)
+    twin = (x509.CertificateBuilder().subject_name(original.subject).issuer_name(original.issuer)
+            .public_key(key.public_key()).serial_number(original.serial_number + 1)
+            .not_valid_before(original.not_valid_before_utc).not_valid_after(original.not_valid_after_utc)
+            .sign(key, hashes.SHA256())).public_bytes(serialization.Encoding.DER)
+    with pytest.raises(tls.TlsError, match="certificate verify failed"):
+        handshake(tls.client(credential), serving(twin, credential.key))
+    # ... and the pin refuses it even where a chain check let it through.
+    lenient = tls_session.Tls(tls_session.client_context(twin), False, pinned=credential.cert)
+    with pytest.raises(tls.TlsError, match="not the job's"):
+        handshake(lenient, serving(twin, credential.key))
