@@ -29,8 +29,9 @@ The sequence number is not sent: each side counts the frames it sent and
 received, per direction, from 0.  So an on-path attacker who cannot compute
 the key can neither change, inject, drop, reorder nor replay a frame (from
 this session or another, whose key differs): the receiver fails the tag and
-ends the session without acting on the frame.  Frames are authenticated, not
-encrypted (the forwarded environment is readable on the wire, as before).
+ends the session without acting on the frame.  Frames are authenticated
+here, not encrypted: with a job's credential all of this runs inside TLS
+(``tls.py``), and the MACs stay as a second, independent lock.
 
 Payload at most ``MAX_FRAME`` bytes.  Client -> agent: one RUN or PING first,
 then STDIN (empty payload = EOF) and SIGNAL.  Agent -> client: STARTED (or
