@@ -152,7 +152,7 @@ def test_pod_template_with_only_a_worker_document_leaves_the_launcher_alone():
     ("apiVersion: batch/v1\nkind: Job\nspec: {}\n", "document 1 is a Job, not a Pod or PodTemplate"),
     ("containers: []\n", "document 1 has no kind and is not a pod template spec"),
     ("- a list\n", "document 1 is a list, not a mapping"),
-    ("kind: Pod\nmetadata: {labels: {mpilaunch/role: reaper}}\n", "unknown role 'reaper'"),
+    ("kind: Pod\nmetadata: {labels: {mpilaunch/role: chief}}\n", "unknown role 'chief'"),
     ("kind: Pod\nspec: {}\n---\nkind: Pod\nspec: {}\n", "two documents for every role (document 2)"),
     ("kind: Pod\nspec: {containers: {name: x}}\n", "spec.containers that is not a list of mappings"),
     ("---\n", "holds no pod template"),
@@ -397,3 +397,17 @@ def test_pod_template_gpu_resource_refuses_what_no_device_plugin_offers(name):
         check_gpu_resource(name)
     assert e.value.exit_code == EXIT_USAGE and "--gpu-resource" in e.value.message
     assert "nvidia.com/gpu" in e.value.hint
+
+
+def test_pod_template_reaper_takes_only_the_pull_secrets_of_a_document_for_every_role():
+    """The reaper runs the job's image (a private registry's secret is needed) but not the workers'
+    dataset volume or GPU placement; a document labelled reaper is its own."""
+    templates = pod_template.parse([
+        {"spec": {"imagePullSecrets": [{"name": "regcred"}], "volumes": [{"name": "data", "emptyDir": {}}],
+                  "nodeSelector": {"gpu": "yes"}}},
+        {"metadata": {"labels": {"mpilaunch/role": "reaper"}}, "spec": {"priorityClassName": None,
+                                                                        "nodeSelector": {"pool": "cpu"}}},
+    ], "t.yaml")
+    reaper = templates.for_role("reaper")["spec"]
+    assert reaper["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "volumes" not in reaper and reaper["nodeSelector"] == {"pool": "cpu"}

@@ -52,6 +52,7 @@ REST client (:mod:`.k8s_api`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -65,11 +66,11 @@ from ..credential import new_credential
 from ..base import BaseBackend, Capabilities
 from . import launch as k8s_launch, manage as k8s_manage, manifests as k8s_manifests, orphan as k8s_orphan
 from . import admission as k8s_admission, replace as k8s_replace, tools as k8s_tools
+from . import pod_template as k8s_pod_template
 from .. import rendezvous
 from .launch import PYTHON_ENV, TRANSPORT
 from .follow import follow_log
 from .pod_events import waiter
-from .manifests import GPU_RESOURCE
 from .options import K8sOptions
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
 from .credentials import refused
@@ -146,6 +147,12 @@ class K8sBackend(BaseBackend):
         # --transport agent: the workers' agents and the shims share it (Secret <job>-agent)
         self.agent_secret = new_credential() if self.transport == "agent" else ""  # MAC secret + TLS cert/key
         self.agent_secret_file = rundir / "agent-secret"
+        # --pod-template: read once, here, so that a bad file is exit 2 before anything is created
+        self.pod_templates = k8s_pod_template.load(self.opts.pod_template) if self.opts.pod_template else None
+        # the launcher template's serviceAccountName acts as --service-account (no per-job RBAC is made)
+        account = k8s_pod_template.launcher_service_account(self.pod_templates, self.opts.service_account)
+        if account != self.opts.service_account:
+            self.opts = dataclasses.replace(self.opts, service_account=account)
 
     # ------------------------------------------------------------ cluster access
 
@@ -196,7 +203,7 @@ class K8sBackend(BaseBackend):
 
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:
-        """Largest ``nvidia.com/gpu`` allocatable among the nodes the job may use."""
+        """Largest ``--gpu-resource`` (``nvidia.com/gpu``) allocatable among the nodes the job may use."""
         try:
             opts = spec.backend_options or K8sOptions()
             creds = resolve(opts.kubeconfig, opts.context, opts.namespace, None)
@@ -206,7 +213,7 @@ class K8sBackend(BaseBackend):
             return None
         counts = []
         for node in nodes:
-            value = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+            value = ((node.get("status") or {}).get("allocatable") or {}).get(opts.gpu_resource)
             try:
                 counts.append(int(value))
             except (TypeError, ValueError):

@@ -13,11 +13,12 @@ from itertools import groupby
 
 from ... import hostfile, mpi
 from . import admission, launch as k8s_launch, orphan as k8s_orphan, tools as k8s_tools
-from . import network_policy, resources, security
+from . import network_policy, pod_template, resources, security
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
 
-GPU_RESOURCE = "nvidia.com/gpu"
+# the groups whose objects are pods of a role: --pod-template is merged into them (pod_template.py)
+TEMPLATED_GROUPS = {"workers": "worker", "launcher": "launcher", "reaper": "reaper"}
 
 
 def plan_summary(plan) -> str:
@@ -48,7 +49,7 @@ def values(backend, reveal: bool = False) -> dict:
         "launcher_resources": resources.launcher_resources(len(plan.workers), opts.launcher_cpu, opts.launcher_memory),
         "reaper_resources": resources.reaper_resources(opts.reaper_cpu, opts.reaper_memory),
         "worker_resources": lambda gpus: resources.worker_resources(opts.pod_cpu, opts.pod_memory, gpus,
-                                                                    GPU_RESOURCE),
+                                                                    opts.gpu_resource),
         # the launcher and reaper go where the workers do unless told otherwise (--launcher-node-selector)
         "launcher_node_selector": dict(opts.node_selector if opts.launcher_node_selector is None
                                        else opts.launcher_node_selector),
@@ -78,7 +79,7 @@ def values(backend, reveal: bool = False) -> dict:
         "container": WORKER_CONTAINER,
         "workers": list(plan.workers),
         "worker_names": [w.name for w in plan.workers],
-        "gpu_resource": GPU_RESOURCE,
+        "gpu_resource": opts.gpu_resource,
         "pod_memory": opts.pod_memory, "pod_cpu": opts.pod_cpu,
         "total_gpus": plan.gpus,
         "node_selector": dict(opts.node_selector),
@@ -147,8 +148,14 @@ def objects(backend, reveal: bool = False) -> list[tuple[str, dict]]:
     for group, text in manifests(backend, reveal):
         for obj in yaml.load_all(text, Loader=loader):
             if obj:
-                out.append((group, obj))
+                out.append((group, templated(backend, group, obj)))
     return out
+
+
+def templated(backend, group: str, obj: dict) -> dict:
+    """``obj`` with --pod-template merged in, where it is a pod of a role (a worker Pod, the launcher Job)."""
+    role = TEMPLATED_GROUPS.get(group)
+    return pod_template.apply(obj, role, backend.pod_templates) if role and backend.pod_templates else obj
 
 
 def render(backend) -> str:
@@ -158,4 +165,10 @@ def render(backend) -> str:
             f"its 256 KB);\n"
             f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
             f"# the Secrets' values are masked here.\n")
-    return head + "".join(f"---\n{text.strip()}\n" for _, text in manifests(backend))
+    if backend.pod_templates is None:
+        return head + "".join(f"---\n{text.strip()}\n" for _, text in manifests(backend))
+    # with a pod template the pods are what objects() creates (the templates' comments are lost there)
+    import yaml
+
+    head += f"# the pods have --pod-template {backend.pod_templates.source} merged in.\n"
+    return head + "".join(f"---\n{yaml.safe_dump(obj, sort_keys=False).strip()}\n" for _, obj in objects(backend))

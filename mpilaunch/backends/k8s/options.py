@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 from ...errors import UsageError
 from ..base import BackendOptions
+from .pod_template import check_gpu_resource
 from .security import DEFAULT_RUN_AS, parse_run_as
+
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 # A Kubernetes resource quantity: 512Mi, 8Gi, 1.5G, 500m, 4.
 QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
@@ -74,6 +77,8 @@ class K8sOptions(BackendOptions):
     launcher_tolerations: tuple[str, ...] | None = None
     network_policy: str = "job"
     mesh_injection: bool = False  # keep a service mesh's sidecar injection
+    pod_template: str | None = None  # a file of Pod / PodTemplate documents (pod_template.py), read by the backend
+    gpu_resource: str = DEFAULT_GPU_RESOURCE  # the device plugin's extended resource the workers ask for
 
     def __post_init__(self):
         if self.gang in GANG_ALIASES:
@@ -103,6 +108,7 @@ class K8sOptions(BackendOptions):
             raise UsageError(f"unknown --network-policy {self.network_policy!r}",
                              f"choose one of: {', '.join(NETWORK_POLICIES)}")
         parse_run_as(self.run_as_user)  # UsageError now, not at render time
+        check_gpu_resource(self.gpu_resource)
 
     @classmethod
     def add_arguments(cls, group) -> None:
@@ -160,6 +166,15 @@ class K8sOptions(BackendOptions):
         group.add_argument("--mesh-injection", action="store_true",
                            help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
                                 "pods opt out: a sidecar keeps a launcher Job from completing")
+        group.add_argument("--pod-template", metavar="FILE",
+                           help="a Pod, PodTemplate or pod template spec (YAML) merged into the job's pods: "
+                                "imagePullSecrets, affinity, labels, annotations, securityContext, volumes, env "
+                                "from Secrets, sidecars, ...; a document labelled mpilaunch/role: worker or "
+                                "launcher is for that role only; a field mpilaunch owns (the main container's command, "
+                                "image, the agent port, restartPolicy, hostname) is refused")
+        group.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE, metavar="NAME",
+                           help="the extended resource a worker's GPUs are, as its device plugin names it: "
+                                "%(default)s (default), amd.com/gpu, gpu.intel.com/i915, ...")
 
     @classmethod
     def from_args(cls, args) -> "K8sOptions":
@@ -175,7 +190,8 @@ class K8sOptions(BackendOptions):
                                            if args.launcher_node_selector is not None else None),
                    launcher_tolerations=(tuple(args.launcher_toleration)
                                          if args.launcher_toleration is not None else None),
-                   network_policy=args.network_policy, mesh_injection=args.mesh_injection)
+                   network_policy=args.network_policy, mesh_injection=args.mesh_injection,
+                   pod_template=args.pod_template, gpu_resource=args.gpu_resource)
 
     @classmethod
     def add_manage_arguments(cls, parser) -> None:
