@@ -22,8 +22,10 @@ import uuid
 from pathlib import Path
 
 from support.helpers import REPO, mpilaunch_env
+from support.real_pods import run_seeing_pods
 
 ACCOUNT = "mpilaunch"
+PLACEMENT = ["--np", "4", "--slots-per-worker", "2"]  # 4 ranks on 2 worker pods
 
 
 def restricted_namespace(name: str) -> dict:
@@ -130,3 +132,14 @@ class Tenant:
 
     def pod_json(self, name: str) -> dict:
         return json.loads(self.kubectl("get", "pod", name, "-o", "json").stdout)
+
+
+def tenant_pods(tenant, job: str) -> dict[str, dict]:
+    items = json.loads(tenant.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role!=reaper",
+                                      "-o", "json").stdout)["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def run_watching(tenant, job: str, *args, image: str | None = None, timeout: float = 300):
+    """Run the job as the tenant: exit code, stdout, stderr, and the pods seen with IPs."""
+    return run_seeing_pods(tenant.start(job, *args, image=image), lambda: tenant_pods(tenant, job), timeout)

@@ -15,29 +15,18 @@ import json
 import pytest
 
 from support.helpers import wait_for
-from support.real_pods import assert_placement, ranks_from, run_seeing_pods
+from support.real_pods import assert_placement, ranks_from
+from support.tenant import PLACEMENT, run_watching, tenant_pods
 
 pytestmark = pytest.mark.real_pods
 
 PROGRAMS = "/opt/mpilaunch/tests/programs"  # where the project image has them
-PLACEMENT = ["--np", "4", "--slots-per-worker", "2"]
 # The project image's MPIs: how a job selects each and the Python whose mpi4py matches it
 IMAGE_MPIS = {
     "openmpi4": ([], "python3", "Open MPI v4.1"),
     "openmpi5": (["--mpirun", "/opt/openmpi5/bin/mpirun"], "/opt/openmpi5/bin/python", "Open MPI v5"),
     "mpich": (["--mpi", "mpich"], "/opt/mpich/bin/python", "MPICH Version:"),
 }
-
-
-def tenant_pods(tenant, job: str) -> dict[str, dict]:
-    items = json.loads(tenant.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role!=reaper",
-                                      "-o", "json").stdout)["items"]
-    return {p["metadata"]["name"]: p for p in items}
-
-
-def run_watching(tenant, job: str, *args, image: str | None = None, timeout: float = 300):
-    """Run the job as the tenant: exit code, stdout, stderr, and the pods seen with IPs."""
-    return run_seeing_pods(tenant.start(job, *args, image=image), lambda: tenant_pods(tenant, job), timeout)
 
 
 def assert_restricted(pod: dict) -> None:
