@@ -137,6 +137,7 @@ class K8sBackend(BaseBackend):
         self.heartbeat = None
         self._outage = ApiOutage("the job's pods")
         self._admission = None
+        self._launcher_events_at = 0.0  # when the launcher Job's events may be read again
         # mpilaunch's pieces come with the job (its ConfigMap), not from the image (k8s_tools.py)
         self.tools = k8s_tools.from_configmap()
         self.transport = k8s_launch.resolve_transport(self.opts.transport, self.launcher)
@@ -377,6 +378,8 @@ class K8sBackend(BaseBackend):
             if len(ready) == total and launcher_ok:
                 self.ready_at = time.monotonic()
                 return
+            if self.launcher == "cluster" and not launcher and len(ready) == total:
+                self._fail_on_refused_launcher()
             if time.monotonic() > deadline:
                 if self.launcher == "cluster" and not launcher and len(ready) == total:
                     problems[self.launcher_name] = self._job_events(self.launcher_name) or "launcher pod not created"
@@ -406,6 +409,21 @@ class K8sBackend(BaseBackend):
                     if text not in seen:
                         seen.append(text)
         return (" [events: " + "; ".join(seen[:3]) + "]") if seen else ""
+
+    def _fail_on_refused_launcher(self) -> None:
+        """The Job controller makes the launcher pod: a quota, LimitRange or PodSecurity refusal shows
+        only in the Job's events (FailedCreate), and it would not fix itself before --start-timeout."""
+        from .refusals import explain
+
+        now = time.monotonic()
+        if now < self._launcher_events_at:
+            return
+        self._launcher_events_at = now + 2.0  # an events list every 2 s at most
+        said = self._job_events(self.launcher_name) or ""
+        policy = explain(said) if said.startswith("FailedCreate") else None
+        if policy is not None:
+            raise AllocationError(f"cannot create the launcher pod of {self.launcher_name}: {policy[0]}",
+                                  policy[1] + "; nothing was left in the cluster")
 
     def _job_events(self, name: str) -> str | None:
         try:
