@@ -72,8 +72,12 @@ def _load_secret(args) -> bytes:
 def _credential(line: bytes):
     """``(MAC secret, TLS server context or None)``; ValueError for a credential that cannot serve."""
     credential = tls.parse_credential(line)
+    if not credential.tls:
+        return credential.mac_key, None
+    from mpilaunch.rsh_agent import tls_session
+
     try:
-        return credential.mac_key, tls.server_context(credential)
+        return credential.mac_key, tls_session.server_context(credential.cert, credential.key)
     except (tls.TlsError, OSError) as exc:
         raise ValueError(f"its certificate or key does not load: {exc}") from None
 

@@ -65,12 +65,17 @@ class ConnectionsMixin:
                 sock.close()
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link = tls.server(self.tls_context)
+            link = tls.PLAIN if self.tls_context is None else self._tls_link()
             conn = Conn(sock, peer, key, time.monotonic() + self.handshake_timeout, link)
             self.conns[conn.fd] = conn
             self.sel.register(sock, selectors.EVENT_READ, self._on_conn)
             if conn.state == "hello":  # with TLS, once the client finished its handshake
                 self._send(conn, P.server_hello(conn.nonce))
+
+    def _tls_link(self):
+        from mpilaunch.rsh_agent.tls_session import Tls
+
+        return Tls(self.tls_context, True)
 
     def _quiet_note(self, key, reason, text):
         line = self.quiet.note(key, reason, text, time.monotonic())

@@ -191,6 +191,18 @@ class _Dropped(Exception):
 _SLOW_HANDSHAKE_S = 2.0
 
 
+def _client_link(credential):
+    """TLS for a credential with a certificate; else ``tls.PLAIN``, and OpenSSL is not even loaded."""
+    if not credential.tls:
+        return tls.PLAIN
+    from mpilaunch.rsh_agent import tls_session
+
+    try:
+        return tls_session.client(credential)
+    except tls.TlsError as exc:
+        raise AgentError(f"the job's certificate does not load: {exc}") from None
+
+
 def _handshake(address: str, secret: bytes, timeout: float, refused_wait: float = 0.0):
     """Connect, TLS where the credential has a certificate, and authenticate both ways.
 
@@ -204,7 +216,7 @@ def _handshake(address: str, secret: bytes, timeout: float, refused_wait: float 
     sock = _connect(address, timeout, refused_wait)
     started = _monotonic()
     try:
-        wire = _Wire(sock, tls.client(credential) if credential.tls else tls.PLAIN, address)
+        wire = _Wire(sock, _client_link(credential), address)
         key = credential.mac_key
         try:
             if credential.tls:

@@ -20,7 +20,7 @@ cost every shim a private-key load and a signature. The frame MACs stay
 (defence in depth: a TLS bug alone does not let anyone run a command).
 
 The TLS session itself is ``tls_session.py``, imported only for a
-credential with a certificate.
+credential with a certificate (it loads OpenSSL).
 """
 
 from __future__ import annotations
@@ -97,34 +97,6 @@ class Plain:
 
 
 PLAIN = Plain()
-
-
-def client(credential: Credential):
-    """The client side of one connection for ``credential``: ``PLAIN`` without a certificate
-    (then OpenSSL is not even loaded)."""
-    if not credential.tls:
-        return PLAIN
-    from . import tls_session
-
-    return tls_session.Tls(tls_session.client_context(credential.cert), False, pinned=credential.cert)
-
-
-def server_context(credential: Credential):
-    """The agent's TLS context for ``credential``, None without a certificate; TlsError if it cannot load."""
-    if not credential.tls:
-        return None
-    from . import tls_session
-
-    return tls_session.server_context(credential.cert, credential.key)
-
-
-def server(context):
-    """The agent's side of one connection: ``PLAIN`` without a context."""
-    if context is None:
-        return PLAIN
-    from . import tls_session
-
-    return tls_session.Tls(context, True)
 
 
 def looks_like_tls(first_byte: int) -> bool:

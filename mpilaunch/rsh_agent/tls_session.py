@@ -131,3 +131,12 @@ def _reason(exc) -> str:
     if verify:
         return f"certificate verify failed: {verify}"
     return str(exc.reason or exc).lower().replace("_", " ")
+
+
+def client(credential):
+    """The client side of one connection: trusts ``credential``'s certificate, and only it."""
+    try:
+        ctx = client_context(credential.cert)
+    except _ssl.SSLError as exc:
+        raise TlsError(_reason(exc)) from None
+    return Tls(ctx, False, pinned=credential.cert)

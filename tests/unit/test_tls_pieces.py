@@ -32,7 +32,7 @@ def serving(cert, key):
 
 def pair():
     credential = tls.parse_credential(new_credential().encode())
-    return tls.client(credential), serving(credential.cert, credential.key)
+    return tls_session.client(credential), serving(credential.cert, credential.key)
 
 
 def test_tls_private_ssl_names_the_shim_relies_on_exist():
@@ -50,7 +50,6 @@ def test_tls_credential_line_round_trips_and_a_plain_secret_has_no_tls():
     assert credential.tls and len(credential.mac_key) == 64
     plain = tls.parse_credential(b"0123abcd")
     assert (plain.mac_key, plain.tls) == (b"0123abcd", False)
-    assert tls.client(plain) is tls.PLAIN and tls.server(tls.server_context(plain)) is tls.PLAIN
     for bad in (b"a:b", b"a::c", b"a:b:c:d", b"s:not base64!:x"):
         with pytest.raises(ValueError, match="malformed agent credential"):
             tls.parse_credential(bad)
@@ -90,7 +89,7 @@ def test_tls_client_pins_the_exact_certificate_not_whatever_its_key_signed():
     credential = tls.parse_credential(new_credential().encode())
     # Another job's certificate: not the trust anchor.
     other = tls.parse_credential(new_credential().encode())
-    client = tls.client(credential)
+    client = tls_session.client(credential)
     with pytest.raises(tls.TlsError, match="certificate verify failed"):
         handshake(client, serving(other.cert, other.key))
     # The job's own key with a different certificate (the same name and key, a new serial):
@@ -102,7 +101,7 @@ def test_tls_client_pins_the_exact_certificate_not_whatever_its_key_signed():
             .not_valid_before(original.not_valid_before_utc).not_valid_after(original.not_valid_after_utc)
             .sign(key, hashes.SHA256())).public_bytes(serialization.Encoding.DER)
     with pytest.raises(tls.TlsError, match="certificate verify failed"):
-        handshake(tls.client(credential), serving(twin, credential.key))
+        handshake(tls_session.client(credential), serving(twin, credential.key))
     # ... and the pin refuses it even where a chain check let it through.
     lenient = tls_session.Tls(tls_session.client_context(twin), False, pinned=credential.cert)
     with pytest.raises(tls.TlsError, match="not the job's"):
