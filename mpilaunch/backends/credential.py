@@ -14,6 +14,7 @@ import datetime
 import os
 
 from ..errors import UsageError
+from . import selfsigned
 from ..rsh_agent.tls import format_credential
 
 # The certificate is pinned, not chained, so its dates only have to admit
@@ -33,25 +34,20 @@ def new_credential() -> str:
 
 def self_signed_certificate(now: datetime.datetime | None = None) -> tuple[bytes, bytes]:
     """(DER certificate, DER PKCS#8 key): P-256 because a key is made in well under a millisecond
-    (RSA takes tens) and every TLS 1.3 stack signs with it."""
+    (RSA takes tens) and every TLS 1.3 stack signs with it. The certificate is written out by
+    ``selfsigned`` (``cryptography.x509`` alone would double what this costs a launch)."""
     try:
-        from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import NameOID
     except ImportError as exc:
         raise UsageError(f"the agent channel's TLS needs the 'cryptography' package ({exc})",
                          "pip install cryptography (a dependency of mpilaunch: reinstall it)") from None
     now = now or datetime.datetime.now(datetime.timezone.utc)
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, COMMON_NAME)])
-    cert = (x509.CertificateBuilder()
-            .subject_name(name).issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - VALID_BEFORE).not_valid_after(now + VALID_FOR)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.DER),
-            key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
+    public_key_info = key.public_key().public_bytes(serialization.Encoding.DER,
+                                                    serialization.PublicFormat.SubjectPublicKeyInfo)
+    tbs = selfsigned.tbs_certificate(COMMON_NAME, os.urandom(16), now - VALID_BEFORE, now + VALID_FOR,
+                                     public_key_info)
+    cert = selfsigned.certificate(tbs, key.sign(tbs, ec.ECDSA(hashes.SHA256())))
+    return cert, key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption())

@@ -67,6 +67,38 @@ def test_tls_each_job_gets_its_own_certificate_valid_across_clock_skew():
     assert cert.not_valid_after_utc >= now + datetime.timedelta(days=365 * 5)
 
 
+def test_tls_hand_written_certificate_is_one_that_cryptography_reads_and_verifies():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    for now in (datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.timezone.utc),
+                datetime.datetime(2049, 6, 1, tzinfo=datetime.timezone.utc)):  # its end in GeneralizedTime
+        der, key_der = self_signed_certificate(now)
+        cert = x509.load_der_x509_certificate(der)
+        key = serialization.load_der_private_key(key_der, None)
+        assert cert.version == x509.Version.v3 and cert.serial_number > 0
+        assert cert.subject == cert.issuer and cert.subject.rfc4514_string() == "CN=mpilaunch-agent"
+        assert cert.public_key().public_numbers() == key.public_key().public_numbers()
+        assert isinstance(key.curve, ec.SECP256R1)
+        cert.verify_directly_issued_by(cert)  # its signature is over exactly its TBS bytes
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints)
+        assert constraints.critical and constraints.value.ca is False
+        assert cert.not_valid_before_utc == now - datetime.timedelta(days=1)
+        assert cert.not_valid_after_utc == now + datetime.timedelta(days=3650)
+        assert cert.public_bytes(serialization.Encoding.DER) == der  # DER, not just BER
+
+
+def test_tls_der_lengths_and_integers():
+    from mpilaunch.backends import selfsigned
+
+    assert selfsigned.tlv(0x04, b"x" * 5) == b"\x04\x05" + b"x" * 5
+    assert selfsigned.tlv(0x04, b"x" * 200)[:3] == b"\x04\x81\xc8"
+    assert selfsigned.tlv(0x04, b"x" * 300)[:4] == b"\x04\x82\x01\x2c"
+    assert selfsigned.positive_integer(b"\x80") == b"\x02\x02\x00\x80"
+    assert selfsigned.positive_integer(b"\x00\x00\x7f") == b"\x02\x01\x7f"
+
+
 def test_tls_records_carry_no_plaintext_and_tampering_fails():
     client, server = pair()
     handshake(client, server)

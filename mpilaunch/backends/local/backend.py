@@ -127,6 +127,7 @@ class LocalBackend(BaseBackend):
         if len(self.plan.workers) < FORK_AGENTS_FROM or threading.active_count() > 1:
             return False
         from ...agent import cli  # noqa: F401  (imported once here: every child has it)
+        from ...rsh_agent import tls_session  # noqa: F401  (likewise: OpenSSL, loaded once for all agents)
         return True
 
     def replace_workers(self, names: list[str]) -> None:
