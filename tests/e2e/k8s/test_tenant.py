@@ -157,3 +157,22 @@ def test_tenant_root_is_refused_by_pod_security_naming_what_to_pass(tenant):
     assert 'PodSecurity level restricted:latest refuses it' in result.stderr, result.stderr
     assert "--run-as-user" in result.stderr
     assert tenant.leftovers(job) == []
+
+
+@pytest.mark.ps
+def test_tenant_ps_mode_trains_across_pods(tenant, tf_image, tmp_path):
+    """PS mode as the tenant: chief, worker and ps pods with TF_CONFIG reach each other and the
+    registry on this machine through the job's NetworkPolicy; sized under the LimitRange and quota."""
+    job = "tn-ps"
+    code, out, err, seen = run_watching(
+        tenant, job, "--mode", "ps", "--chief", "--workers", "1", "--ps", "1", "--timeout", "400",
+        "--pod-cpu", "400m", "--pod-memory", "1Gi", "--output-dir", str(tmp_path), "-q",
+        "--", "python3", "/opt/mpilaunch/examples/ps_keras.py", "--steps", "4", image=tf_image, timeout=480)
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert sorted(seen) == sorted(f"{job}-{t}" for t in ("chief-0", "worker-0", "ps-0"))
+    summary = json.loads(next(line.split("PS-KERAS ", 1)[1] for line in out.splitlines() if "PS-KERAS {" in line))
+    assert summary["steps"] == 4, summary
+    for pod in seen.values():
+        assert_restricted(pod)
+    assert_no_identities_made(tenant, job)
+    assert tenant.leftovers(job) == []
