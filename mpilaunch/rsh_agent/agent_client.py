@@ -207,7 +207,7 @@ def _handshake(address: str, secret: bytes, timeout: float, refused_wait: float 
     """Connect, TLS where the credential has a certificate, and authenticate both ways.
 
     Returns ``(blocking socket, Channel, link, plaintext already received)``:
-    ``link`` (``tls.Tls`` or ``tls.PLAIN``) encrypts and decrypts the session's bytes.
+    ``link`` (``tls_session.Tls`` or ``tls.PLAIN``) encrypts and decrypts the session's bytes.
     """
     try:
         credential = tls.parse_credential(secret)
