@@ -14,6 +14,7 @@ import argparse
 import compileall
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,12 +29,18 @@ from mpilaunch import mpi
 TARGET_RATIO = 3.0  # issue 11: at most 3x the floor
 
 
-def timed(argv, env, cwd=REPO) -> float:
+def timed(argv, env, cwd=REPO, cpu: list | None = None) -> float:
+    """Wall seconds of one launch; with ``cpu``, also appends the CPU seconds of it and all it waited
+    for (the agents, mpirun, daemons, ranks): on a loaded machine a steadier measure of a cost."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {argv}\n{proc.stdout}\n{proc.stderr}")
+    if cpu is not None:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return elapsed
 
 
@@ -113,13 +120,13 @@ def main() -> int:
             compileall.compile_dir(str(other / "mpilaunch"), quiet=1)
             timed(ours_argv, env, other)
         timed(ours_argv, env), timed(floor_argv, floor_env)  # warm caches
-        ours, base, before = [], [], []
+        ours, base, before, ours_cpu, before_cpu = [], [], [], [], []
         try:
             for _ in range(args.runs):
-                ours.append(timed(ours_argv, env))
+                ours.append(timed(ours_argv, env, cpu=ours_cpu))
                 base.append(timed(floor_argv, floor_env))
                 if other is not None:
-                    before.append(timed(ours_argv, env, other))
+                    before.append(timed(ours_argv, env, other, cpu=before_cpu))
         finally:
             if other is not None:
                 subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=REPO, capture_output=True)
@@ -132,10 +139,14 @@ def main() -> int:
     print(f"ratio {result['ratio']} (target <= {TARGET_RATIO})")
     if before:
         then, now = statistics.median(before), statistics.median(ours)
+        cpu_then, cpu_now = statistics.median(before_cpu), statistics.median(ours_cpu)
         result["against"] = {"rev": args.against, "median_s": round(then, 4),
-                             "change_percent": round(100 * (now - then) / then, 2)}
+                             "change_percent": round(100 * (now - then) / then, 2),
+                             "cpu_median_s": round(cpu_then, 4), "this_tree_cpu_median_s": round(cpu_now, 4)}
         print(f"the same launch at {args.against}: median {then:.3f}s; this tree "
               f"{result['against']['change_percent']:+.2f}%")
+        print(f"CPU of a launch (all its processes, medians): {cpu_then:.3f}s at {args.against}, "
+              f"{cpu_now:.3f}s this tree ({1000 * (cpu_now - cpu_then):+.0f} ms)")
     if args.breakdown:
         result["phases_s"], result["start_costs_ms"] = phases, costs
         print("phases (s since mpilaunch began planning, medians): "
