@@ -3,8 +3,10 @@
 # that with the other Kubernetes binaries). Idempotent; cached under
 # $MPILAUNCH_K8S_CACHE (default $MPILAUNCH_CACHE/mpilaunch-k8s):
 #
-#   apt: containerd, runc, containernetworking-plugins, iptables, buildah, mmdebstrap
+#   apt: containerd, runc, containernetworking-plugins, iptables, ipset, buildah, mmdebstrap
 #   bin/coredns-<version>        build-coredns.sh (Go modules)
+#   bin/kube-router-<version>    build-netpol.sh (Go modules): the node's NetworkPolicy
+#                                enforcer (netpol.py), which starts with the kubelet
 #   images/pause.tar             the pod sandbox image, from pause/main.go
 #   buildah/                     buildah's storage: the Debian base built with
 #                                mmdebstrap and the project image's layers
@@ -22,8 +24,9 @@ CACHE="${MPILAUNCH_K8S_CACHE:-$MPILAUNCH_CACHE/mpilaunch-k8s}"
 export MPILAUNCH_BUILDAH_ROOT="${MPILAUNCH_BUILDAH_ROOT:-$CACHE/buildah}"
 T0=$SECONDS
 
-apt_ensure containerd runc containernetworking-plugins iptables buildah mmdebstrap
+apt_ensure containerd runc containernetworking-plugins iptables ipset buildah mmdebstrap
 "$HERE/build-coredns.sh"
+"$HERE/build-netpol.sh"
 
 b=(buildah --root "$MPILAUNCH_BUILDAH_ROOT/storage" --runroot "$MPILAUNCH_BUILDAH_ROOT/run" --storage-driver overlay)
 mkdir -p "$CACHE/images"

@@ -897,6 +897,17 @@ class KubeCluster:
             self.node = RealNode(self).start()
         return self.node
 
+    def add_network_policy(self):
+        """Start the real node's NetworkPolicy enforcer (kube-router's policy controller,
+        ``netpol.py``) unless it runs; returns it. Idempotent. The real node starts it
+        itself; this is for a testbed started without it (``MPILAUNCH_K8S_NETPOL=0``, or
+        ``up`` from an older checkout), attached to with ``attach``."""
+        if self.node is None:
+            raise ClusterError("no real node: the NetworkPolicy enforcer runs beside it (add_real_node first)")
+        enforcer = self.node.start_netpol()
+        self._write_state()
+        return enforcer
+
     def add_volcano(self):
         """Start Volcano's scheduler and controllers (``volcano.py``); returns it. Idempotent."""
         if self.volcano is None:

@@ -12,6 +12,9 @@ and removes; nothing is routed or NATed beyond that bridge. What a pod sees:
 * DNS: CoreDNS (a host process, like etcd) on the bridge gateway serves
   ``cluster.local``, so ``<pod>.<subdomain>.<namespace>.svc`` and
   ``kubernetes.default`` resolve; nothing is forwarded outside.
+* NetworkPolicy: a real enforcer (kube-router's policy controller,
+  ``netpol.py``) starts with the kubelet, so policies in a namespace are
+  enforced on the pods of this node (``MPILAUNCH_K8S_NETPOL=0``: none runs).
 
 The node registers as ``mpilaunch-real-0`` with the label and taint
 ``mpilaunch.testbed/real-pods=true`` (NoSchedule), so kwok tests never land
@@ -43,6 +46,7 @@ import time
 from pathlib import Path
 
 from .. import links
+from ..procs import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_NAME = "mpilaunch-real-0"
@@ -51,7 +55,7 @@ BRIDGE = os.environ.get("MPILAUNCH_K8S_BRIDGE", "mplpods0")
 POD_SUBNET = os.environ.get("MPILAUNCH_K8S_POD_SUBNET", "10.233.0.0/24")
 CNI_BIN = "/usr/lib/cni"
 PAUSE_IMAGE = "mpilaunch.local/pause:1"
-APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables")
+APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "ipset")
 #: what a real-pod job passes so its pods land here (mpilaunch options)
 JOB_ARGS = ("--node-selector", f"{REAL_KEY}=true", "--toleration", f"{REAL_KEY}=true:NoSchedule")
 
@@ -82,6 +86,10 @@ def missing_prerequisites() -> list[str]:
     for plugin in ("bridge", "host-local", "loopback"):
         if not os.access(f"{CNI_BIN}/{plugin}", os.X_OK):
             out.append(f"{CNI_BIN}/{plugin} (containernetworking-plugins)")
+    if os.environ.get("MPILAUNCH_K8S_NETPOL", "1") != "0":
+        from .netpol import missing_prerequisites as netpol_missing
+
+        out += netpol_missing()
     return out
 
 
@@ -248,6 +256,7 @@ class RealNode:
         self.sock = self.dir / "containerd.sock"
         self.comment = f"mpilaunch-testbed-{cluster.marker[:12]}"
         self._lock = None
+        self.netpol = None  # a netpol.NetworkPolicyEnforcer once start_netpol() ran
 
     # ---------------------------------------------------------- public
 
@@ -270,6 +279,8 @@ class RealNode:
             self._start_coredns(coredns)
             self._start_kubelet()
             self.c.wait_nodes_ready([NODE_NAME], timeout=120, selector=None)
+            if os.environ.get("MPILAUNCH_K8S_NETPOL", "1") != "0":
+                self.start_netpol()
         except BaseException:
             self.stop()
             raise
@@ -278,12 +289,14 @@ class RealNode:
 
     def stop(self) -> None:
         """Pods first (through the kubelet, so CNI releases their addresses),
-        then kubelet, leftover containers, containerd, CoreDNS, the DNAT rule,
+        then kubelet, the NetworkPolicy enforcer (its iptables rules and
+        ipsets too), leftover containers, containerd, CoreDNS, the DNAT rule,
         mounts and the bridge. Safe to call twice."""
         if "kubelet" in self.c.pids:
             self._drain()
         for name in ("kubelet", "coredns"):
             self.c.kill_component(name)
+        self.stop_netpol()
         if "containerd" in self.c.pids:
             self._kill_leftover_tasks()
             self.c.kill_component("containerd")
@@ -294,6 +307,33 @@ class RealNode:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+    def start_netpol(self):
+        """Start the NetworkPolicy enforcer (``netpol.py``) for this node; returns it.
+        Idempotent: one already running (also one started by another process of this
+        testbed, for a cluster from ``KubeCluster.attach``) is kept."""
+        from .netpol import COMPONENT, NetworkPolicyEnforcer
+        from .network import SERVICE_CIDR
+
+        if self.netpol is None:
+            enforcer = NetworkPolicyEnforcer(self.c, NODE_NAME, SERVICE_CIDR, self.dir / "netpol",
+                                             verbosity=self.c.verbosity)
+            pid = self.c.pids.get(COMPONENT)
+            self.netpol = enforcer if pid and pid_alive(pid) else enforcer.start()
+        return self.netpol
+
+    def stop_netpol(self) -> None:
+        """Stop the enforcer and remove its iptables/ipset state (whoever started it).
+        What cannot be removed is said on stderr: the rest of the node's stop still runs."""
+        from .netpol import NetpolError, NetworkPolicyEnforcer
+        from .network import SERVICE_CIDR
+
+        enforcer = self.netpol or NetworkPolicyEnforcer(self.c, NODE_NAME, SERVICE_CIDR, self.dir / "netpol")
+        self.netpol = None
+        try:
+            enforcer.stop()
+        except NetpolError as e:
+            print(f"[real node] {e}", file=sys.stderr)
 
     def ctr(self, *args, check=True, timeout=600) -> subprocess.CompletedProcess:
         return _sh("ctr", "--address", self.sock, "-n", "k8s.io", *args, check=check, timeout=timeout)
