@@ -8,7 +8,8 @@ pod is in the Guaranteed QoS class (the last to be evicted).
 
 The launcher's memory is sized from the job: with direct spawn (the
 default, ``plm_rsh_no_tree_spawn``) it holds mpirun and one shim process per
-worker for the whole run (BENCHMARKS.md, "Launcher memory").
+worker for the whole run: measured 56 MiB + 4.9 MiB per worker charged (BENCHMARKS.md,
+"Launcher memory"); the default is 256 MiB + 12 MiB per worker, 2.5-3.5x that.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import math
 
 LAUNCHER_CPU = "500m"  # mpirun and its shims; a CPU limit any quota admits on small nodes
 LAUNCHER_BASE_MIB = 256  # mpirun, the launcher's Python, the output relay
-SHIM_MIB = 12  # one mpilaunch-rsh per worker, measured at ~9 MiB RSS each, plus headroom
+# one mpilaunch-rsh per worker: 15 MiB RSS, of it ~5 MiB its own (the rest shared pages, which a
+# cgroup charges once; BENCHMARKS.md "Launcher memory": ~4.9 MiB charged per worker, 16-256 workers)
+SHIM_MIB = 12
 REAPER_CPU = "50m"  # the usual LimitRange minimum; the reaper sleeps on a watch
 REAPER_MEMORY = "128Mi"
 
