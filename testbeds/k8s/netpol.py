@@ -45,11 +45,12 @@ What a policy must allow on this testbed (measured, kube-router v2.1.0):
   no endpoint for a loopback API server, 127.0.0.1:<port>).
   ``api_server_peer()`` gives both.
 * **The node itself** (``--launcher local`` runs on the host and connects to
-  the pods from the node IP): kube-router always lets a pod's own node in
-  ("permit traffic to pods when source is the pod's local node", for
-  kubelet probes), so ingress from the host is never blocked; egress from a
-  pod to the host (other than DNS / the API server) needs an ipBlock for
-  the node IP.
+  the pods from the node IP): kube-router's pod chains let in traffic whose
+  source is a local address ("permit traffic to pods when source is the
+  pod's local node", ``-m addrtype --src-type LOCAL``, for kubelet probes),
+  so ingress from the host is not blocked (read in its source, not measured
+  here); egress from a pod to the host (other than DNS / the API server)
+  needs an ipBlock for the node IP, or a port-only rule.
 * Pod-to-pod traffic (the same bridge) is what policies select as usual:
   ``podSelector`` / ``namespaceSelector`` peers and ports.
 

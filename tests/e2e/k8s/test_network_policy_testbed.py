@@ -148,10 +148,10 @@ class Pods:
 @pytest.fixture(scope="module")
 def pods(real):
     """Namespaces a (listener + client), b (listener + client) and c (client), no policy yet."""
-    from testbeds.k8s.netpol import leftovers  # noqa: F401  (the enforcer's module imports here)
+    from testbeds.k8s.netpol import COMPONENT
 
-    assert real.cluster.node.netpol is not None or "kube-router" in real.cluster.pids, \
-        "the real node runs no NetworkPolicy enforcer"
+    assert real.cluster.node.netpol is not None or COMPONENT in real.cluster.pids, \
+        "the real node runs no NetworkPolicy enforcer (MPILAUNCH_K8S_NETPOL=0?)"
     t = Pods(real, uuid.uuid4().hex[:6])
     t.apply(namespace(t.a), namespace(t.b), namespace(t.c))
     for ns in (t.a, t.b, t.c):  # pods need the namespace's default ServiceAccount
