@@ -11,6 +11,7 @@ pod's IP as it would on a real pod's. The same transport on real pods:
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from mpilaunch.backends.k8s.launch import AGENT_PORT
 from mpilaunch.exit_codes import EXIT_WORKER_LOST
-from mpilaunch.rsh_agent import agent_client
+from mpilaunch.rsh_agent import agent_client, tls
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
 from support.k8s import (PeakLongRunning, access, delete_pod_while_running, end_launcher_pod, in_cluster_env,
                          launcher_files, leftover_objects, start, stop)
@@ -89,6 +90,8 @@ def test_agent_transport_agent_listens_on_its_pod_ip_only_and_wants_the_secret(k
         # the worker's Secret volume is its own: the pod sees it at its mount path, this machine does not
         secret = json.loads(kube.kubectl("get", "secret", f"{job}-agent", "-o", "json").stdout)
         assert set(secret["data"]) == {"secret"}
+        # ... and it is the job's TLS credential: a MAC secret, a certificate and its key (rsh_agent/tls.py)
+        assert tls.parse_credential(base64.b64decode(secret["data"]["secret"])).tls
         assert set(pod["metadata"]["ownerReferences"][0].values()) >= {"ConfigMap", job}
     finally:
         proc.send_signal(2)
