@@ -203,3 +203,16 @@ def test_tenant_launcher_placement_is_its_own_when_asked(tmp_path):
     assert specs["worker"]["nodeSelector"] == {"gpu": "yes"}
     assert specs["launcher"]["nodeSelector"] == {"pool": "cpu"} and specs["reaper"]["nodeSelector"] == {"pool": "cpu"}
     assert specs["launcher"].get("tolerations")  # the workers' tolerations unless --launcher-toleration
+
+
+def test_tenant_admission_is_asked_about_one_pod_of_each_kind(tmp_path):
+    """Before anything is created, one worker and the launcher's and reaper's pods (from their Jobs'
+    templates) go to admission as dry runs: PodSecurity, LimitRange and quota answer for them."""
+    objs = render_objects(tmp_path)
+    groups = {"Pod": "workers", "Job": None}
+    grouped = [(groups["Pod"] if o["kind"] == "Pod" else ("launcher" if o["metadata"]["name"].endswith("-launcher")
+                                                            else "reaper"), o)
+               for o in objs if o["kind"] in ("Pod", "Job")]
+    pods = refusals.dry_run_pods(grouped)
+    assert [p["metadata"]["name"] for p in pods] == ["tj-reaper-check", "tj-worker-0", "tj-launcher-check"]
+    assert all(p["kind"] == "Pod" and p["spec"]["securityContext"]["runAsNonRoot"] for p in pods)

@@ -251,6 +251,7 @@ class K8sBackend(BaseBackend):
             from .rbac import check_may_create_identities
 
             check_may_create_identities(api, self.namespace)
+        self._admission_check(objects)
         if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
             write_secret(self.agent_secret_file, self.agent_secret)
         root = objects[0][1]
@@ -541,6 +542,33 @@ class K8sBackend(BaseBackend):
 
     def hand_off(self, deadline: float, progress) -> None:
         """--detach: the launcher Job exists; it waits for the workers and cleans up itself."""
+
+    def _admission_check(self, objects) -> None:
+        """Ask admission about the job's pods before creating anything (``dryRun=All``): a PodSecurity
+        refusal is a usage error (exit 2: what to pass), a quota or LimitRange one an allocation
+        error (exit 3); both name the policy. Anything else is left to the creation itself."""
+        from .refusals import dry_run_pods, explain
+
+        def ask(pod: dict) -> tuple[dict, str | None]:
+            try:
+                self.api.create(pod, dryRun="All")
+            except ApiError as e:
+                return pod, e.message if e.status in (403, 422) else None
+            except OSError:
+                pass
+            return pod, None
+
+        pods = dry_run_pods(objects)
+        with ThreadPoolExecutor(max_workers=len(pods) or 1) as pool:  # one round trip, not three
+            answers = list(pool.map(ask, pods))
+        for pod, message in answers:
+            policy = explain(message) if message else None
+            if policy is None:
+                continue
+            line = f"cannot create pod {pod['metadata']['name']}: {policy[0]}"
+            if "PodSecurity" in policy[0]:
+                raise UsageError(line, policy[1] + "; nothing was created")
+            raise AllocationError(line, policy[1] + "; nothing was created")
 
     def manage_flags(self) -> str:
         flags = f"--backend k8s --namespace {self.namespace}"

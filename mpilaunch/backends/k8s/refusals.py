@@ -45,3 +45,23 @@ def explain(message: str) -> tuple[str, str] | None:
     if m:
         return f"the namespace's LimitRange refuses it: {m.group(1).strip().rstrip(']')}", LIMIT_RANGE_HINT
     return None
+
+
+def dry_run_pods(objects: list[tuple[str, dict]]) -> list[dict]:
+    """One pod of each kind the job will make (a worker, and the launcher's and reaper's from their
+    Jobs' templates), to create with ``dryRun=All``: admission (PodSecurity, LimitRange, quota)
+    answers for them before anything is created. A Job's own creation only warns about its pods."""
+    out, kinds = [], set()
+    for group, obj in objects:
+        if group not in ("workers", "launcher", "reaper") or group in kinds:
+            continue
+        kinds.add(group)
+        if obj["kind"] == "Pod":
+            out.append(obj)
+        else:
+            template = obj["spec"]["template"]
+            out.append({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {**template.get("metadata", {}), "name": f"{obj['metadata']['name']}-check",
+                                     "namespace": obj["metadata"]["namespace"]},
+                        "spec": template["spec"]})
+    return out

@@ -160,14 +160,15 @@ def test_tenant_quota_refusal_names_the_quota(tenant):
 
 
 def test_tenant_root_is_refused_by_pod_security_naming_what_to_pass(tenant):
-    """--run-as-user root in a restricted namespace: PodSecurity refuses the workers; the line names
-    the policy, the hint names --run-as-user; exit 3, nothing left."""
+    """--run-as-user root in a restricted namespace: admission is asked first (a dry run of the
+    job's pods), so the line names PodSecurity and the hint --run-as-user, exit 2, and nothing was
+    created at all."""
     job = "tn-root"
     result = tenant.run(job, "--run-as-user", "root", *PLACEMENT, "--", "true", timeout=120)
-    assert result.returncode == 3, result.stderr
-    assert 'PodSecurity level restricted:latest refuses it' in result.stderr, result.stderr
-    assert "--run-as-user" in result.stderr
-    assert tenant.leftovers(job) == []
+    assert result.returncode == 2, result.stderr
+    assert "PodSecurity level restricted:latest refuses it" in result.stderr, result.stderr
+    assert "--run-as-user" in result.stderr and "nothing was created" in result.stderr
+    assert tenant.objects_of(job) == []
 
 
 @pytest.mark.ps
