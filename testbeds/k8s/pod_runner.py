@@ -120,6 +120,10 @@ class PodRunner:
             target = mount["mountPath"]
             Path(target).mkdir(parents=True, exist_ok=True)  # an empty mount point on this machine
             if "emptyDir" in volume:
+                if self.workdir.resolve().is_relative_to(Path(target).resolve()):
+                    # a pod's scratch at /tmp: a tmpfs there would hide this runner's files (the other
+                    # volumes' sources); the pod's own directory stands in for it (start: HOME, TMPDIR)
+                    continue
                 lines.append(f"mount -t tmpfs -o mode=1777 tmpfs {shlex.quote(target)}")
                 continue
             made = self._volume_files(pod["metadata"]["namespace"], volume)
@@ -160,6 +164,9 @@ class PodRunner:
         env = container_env(pod, container, {
             **os.environ, "HOSTNAME": pod["spec"].get("hostname") or meta["name"], "TMPDIR": own,
             "OMPI_MCA_btl_vader_backing_directory": own, "OMPI_MCA_btl_sm_backing_directory": own})
+        covering = {m["mountPath"] for m in container.get("volumeMounts") or ()
+                    if self.workdir.resolve().is_relative_to(Path(m["mountPath"]).resolve())}
+        env.update({k: own for k, v in env.items() if k in ("HOME", "TMPDIR") and v in covering})
         setup = self._mount_script(pod, container, poddir)
         setup.append(f"hostname {shlex.quote(env['HOSTNAME'])}")
         argv = list(container.get("command") or []) + list(container.get("args") or [])
