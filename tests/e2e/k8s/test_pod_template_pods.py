@@ -94,7 +94,8 @@ def test_pod_template_sidecar_in_a_restricted_namespace_is_admitted(tenant, tmp_
     """A user's sidecar (a log shipper) in the worker template gets mpilaunch's restricted
     securityContext under its own, so the namespace admits it; the job runs and is released."""
     template = tmp_path / "sidecar.yaml"
-    template.write_text("metadata:\n  labels: {mpilaunch/role: worker}\nspec:\n  containers:\n"
+    # mpilaunch's container first (by name), the sidecar after it
+    template.write_text("metadata:\n  labels: {mpilaunch/role: worker}\nspec:\n  containers:\n  - name: worker\n"
                         "  - name: shipper\n    image: IMAGE\n    command: [/bin/sh, -c, 'trap \"exit 0\" TERM; "
                         "while :; do sleep 1; done']\n    resources: {limits: {cpu: 50m, memory: 32Mi}, "
                         "requests: {cpu: 50m, memory: 32Mi}}\n".replace("IMAGE", tenant.real.image))
