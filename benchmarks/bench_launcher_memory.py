@@ -61,7 +61,7 @@ from pathlib import Path
 
 import psutil
 
-from bench_scale import MARK, known_mpiruns, mpilaunch_command, raise_limits, sweep
+from bench_scale import MARK, installed_mpis, mpilaunch_command, raise_limits, sweep
 from floor import REPO
 
 from mpilaunch import mpi
@@ -365,15 +365,7 @@ def main() -> int:
     args = ap.parse_args()
     sizes = [int(w) for w in args.workers.split(",") if w]
     limits = raise_limits(max(sizes))
-    infos = []
-    for choice in args.mpi.split(","):
-        path = known_mpiruns().get(choice, choice)
-        if not os.access(path, os.X_OK):
-            print(f"note: {choice}: {path} not installed, skipped", file=sys.stderr)
-            continue
-        infos.append(mpi.find_mpirun("auto", path))
-    if not infos:
-        raise SystemExit("no MPI to measure")
+    infos = installed_mpis(args.mpi)
     compileall.compile_dir(str(REPO / "mpilaunch"), quiet=1)  # as `pip install .` leaves it
 
     extras = {}

