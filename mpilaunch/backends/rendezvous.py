@@ -9,10 +9,22 @@ that host, through the worker's exec agent, once per launch.
 
 from __future__ import annotations
 
+import shlex
+
 from ..rsh_agent import agent_client
 
 POD_PORT = 29500  # torchrun's default: free in a pod of the job's own
-_FREE_PORT = ("import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")
+# A port below the host's ephemeral range, free now: rank 0 binds it seconds later, and the kernel
+# never hands such a port to another process's connect() or bind(0) in between (an ephemeral one
+# it does, under load: "Address already in use" in rank 0). The ephemeral range as a last resort.
+_FREE_PORT = ("import random, socket\n"
+              "try: low = int(open('/proc/sys/net/ipv4/ip_local_port_range').read().split()[0])\n"
+              "except (OSError, ValueError): low = 32768\n"
+              "for port in random.sample(range(10000, low), min(200, max(low - 10000, 0))) + [0]:\n"
+              "    s = socket.socket()\n"
+              "    try: s.bind(('', port))\n"
+              "    except OSError: continue\n"
+              "    print(s.getsockname()[1]); break\n")
 
 
 def pod_rendezvous(worker: str, job: str) -> tuple[str, int]:
@@ -22,7 +34,7 @@ def pod_rendezvous(worker: str, job: str) -> tuple[str, int]:
 def free_port_through_agent(address: str, secret_file: str, python: str) -> tuple[str, int] | None:
     """(the agent's host, a port free there) asked through the agent at ``address``; None if it
     cannot tell (the ranks then get no MASTER_ADDR/MASTER_PORT rather than a wrong one)."""
-    command = f'exec {python} -c "{_FREE_PORT}"'
+    command = f"exec {python} -c {shlex.quote(_FREE_PORT)}"
     try:
         secret = agent_client.read_secret(secret_file)
         status, out, _ = agent_client.run_capture(address, secret, command, timeout=30)

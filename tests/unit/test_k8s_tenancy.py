@@ -136,7 +136,7 @@ def test_tenant_missing_identity_permissions_are_named():
     ('pods "j-worker-1" is forbidden: exceeded quota: compute, requested: limits.cpu=6,requests.cpu=6, '
      'used: limits.cpu=6550m,requests.cpu=6550m, limited: limits.cpu=8,requests.cpu=8',
      "the namespace's ResourceQuota 'compute' is exceeded: requested limits.cpu=6,requests.cpu=6, "
-     "limited to limits.cpu=8,requests.cpu=8"),
+     "already used limits.cpu=6550m,requests.cpu=6550m, limited to limits.cpu=8,requests.cpu=8"),
     ('pods "j-worker-0" is forbidden: failed quota: compute: must specify limits.cpu for: worker; '
      'limits.memory for: worker',
      "the namespace's ResourceQuota 'compute' refuses it: must specify limits.cpu for: worker; "

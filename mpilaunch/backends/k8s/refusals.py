@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-_EXCEEDED = re.compile(r"exceeded quota: ([^,]+), requested: ([^,]+(?:,[^,=]+=[^,]+)*?), used: .*?limited: (.*)$")
+_EXCEEDED = re.compile(r"exceeded quota: ([^,]+), requested: ([^,]+(?:,[^,=]+=[^,]+)*?), "
+                       r"used: ([^,]+(?:,[^,=]+=[^,]+)*?), limited: (.*)$")
 _FAILED = re.compile(r"failed quota: ([^:]+): (.*)$")
 _POD_SECURITY = re.compile(r'violates PodSecurity "([^"]+)": (.*)$')
 # LimitRange (LimitRanger admission): "minimum cpu usage per Container is 50m, but request is 10m",
@@ -34,7 +35,7 @@ def explain(message: str) -> tuple[str, str] | None:
     m = _EXCEEDED.search(text)
     if m:
         return (f"the namespace's ResourceQuota {m.group(1).strip()!r} is exceeded: requested {m.group(2).strip()}, "
-                f"limited to {m.group(3).strip()}", QUOTA_HINT)
+                f"already used {m.group(3).strip()}, limited to {m.group(4).strip()}", QUOTA_HINT)
     m = _FAILED.search(text)
     if m:
         return f"the namespace's ResourceQuota {m.group(1).strip()!r} refuses it: {m.group(2).strip()}", QUOTA_HINT

@@ -231,7 +231,8 @@ def test_detach_launcher_pod_never_created_under_a_quota_is_reaped_after_the_sta
                                  name, "--np", "2", "--slots-per-worker", "1", "--start-timeout", "5", "--detach",
                                  "-q", "--", "true"], cwd=REPO, env=k8s_env, capture_output=True, text=True,
                                 timeout=120)
-        assert submit.returncode == 0, submit.stderr
+        # a refusal here means another pod took the job's place: name them (the quota's usage is in stderr)
+        assert submit.returncode == 0, submit.stderr + kube.kubectl("get", "pods", "--show-labels").stdout
         t0 = time.monotonic()
         reaper = run_reaper_pod(kube, k8s_env, name, tmp_path)
         _, err = reaper.communicate(timeout=90)

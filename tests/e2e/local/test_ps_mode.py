@@ -115,17 +115,17 @@ def test_bad_cluster_requirements_exit_2_with_one_clear_line(case):
 
 
 def test_render_prints_cluster_spec_and_environment_without_starting_anything(tmp_path):
-    proc = run_mpilaunch(["render", "--mode", "ps", "--name", "rend", "--ps", "2", "--workers", "2", "--chief",
+    proc = run_mpilaunch(["render", "--mode", "ps", "--name", "psrender", "--ps", "2", "--workers", "2", "--chief",
                           "-i", "/data", "-o", str(tmp_path / "o"), "--output-dir", str(tmp_path / "d"),
                           "--", "python", "train.py"], timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert '"rend-ps-1:PORT"' in out and '"rend-chief-0:PORT"' in out
-    assert "DTF_PS_HOSTS=rend-ps-0:PORT,rend-ps-1:PORT" in out
+    assert '"psrender-ps-1:PORT"' in out and '"psrender-chief-0:PORT"' in out
+    assert "DTF_PS_HOSTS=psrender-ps-0:PORT,psrender-ps-1:PORT" in out
     assert "TF_ROLE=worker" in out and "DTF_INPUT_PATH=/data" in out
     assert out.count("TF_CONFIG=") == 5
     assert "mpilaunch.task_starter --task ps:1" in out
-    assert not (tmp_path / "d").exists() and leftover_processes("rend") == []
+    assert not (tmp_path / "d").exists() and leftover_processes("psrender") == []
 
 
 # ------------------------------------------------------------------ life cycle
