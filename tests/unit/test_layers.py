@@ -36,3 +36,42 @@ def test_import_contracts_see_lazy_imports(tmp_path):
     res = lint_imports("--config", str(config))
     assert res.returncode != 0, res.stdout
     assert "mpilaunch.cli -> mpilaunch.lifecycle" in res.stdout
+
+
+def _contracts() -> dict[str, dict]:
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return {contract["id"]: contract for contract in config}
+
+
+def _builtin_backend_modules() -> list[tuple[str, str, str]]:
+    """(name, its folder's package, its backend module) of each registered backend that lives in
+    mpilaunch (the contracts cover the mpilaunch package only; a third-party backend is its own)."""
+    from mpilaunch import backends
+
+    found = []
+    for name in backends.registered():
+        module = backends.options_class(name).backend_class.partition(":")[0]
+        if module.startswith("mpilaunch."):
+            found.append((name, module.rpartition(".")[0], module))
+    return found
+
+
+def test_every_registered_backend_is_in_the_import_contracts():
+    # A backend added to the registry (backends/__init__.py) must also be added to the contracts
+    # that name backends one by one, or its folder escapes them unnoticed (ssh did, for a while).
+    from importlib.util import find_spec
+
+    contracts = _contracts()
+    assert len(_builtin_backend_modules()) >= 4  # local, k8s, yarn, ssh: the registry was read
+    missing = []
+    for name, folder, module in _builtin_backend_modules():
+        wanted = [("backends-independent", "modules", folder),
+                  ("hot-paths-stdlib", "forbidden_modules", module),
+                  ("launchers-are-entry-points", "source_modules", module)]
+        if find_spec(f"{folder}.launcher") is not None:  # its in-cluster launcher: nothing imports it
+            wanted.append(("launchers-are-entry-points", "forbidden_modules", f"{folder}.launcher"))
+        missing += [f"{contract}.{key} lacks {entry!r} (backend {name})"
+                    for contract, key, entry in wanted if entry not in contracts[contract][key]]
+    assert not missing, "pyproject.toml [tool.importlinter]: " + "; ".join(missing)
