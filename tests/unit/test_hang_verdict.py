@@ -1,0 +1,166 @@
+"""The hang verdict (mpilaunch/hang/verdict.py): groups of identical stacks, the odd rank out, one line."""
+
+import json
+
+import pytest
+
+from mpilaunch.hang import verdict as v
+from mpilaunch.hang.verdict import EXITED, NATIVE, NOT_FOUND, PYTHON, RUNNING, STOPPED, UNREACHABLE, Frame, RankStack
+
+SITE = "/venv/lib/python3.11/site-packages"
+
+
+def allreduce_stack(rank, worker, inner="opal_progress", line=41):
+    """What py-spy --native shows for a rank waiting in mpi4py's allreduce (innermost first)."""
+    return RankStack(rank, worker, RUNNING, (
+        Frame(inner, "/usr/lib/libopen-pal.so.40", 0, NATIVE),
+        Frame("ompi_coll_base_allreduce_intra_recursivedoubling", "/usr/lib/libmpi.so.40", 0, NATIVE),
+        Frame("PMPI_Allreduce", "/usr/lib/libmpi.so.40", 0, NATIVE),
+        Frame("__pyx_f_6mpi4py_3MPI_PyMPI_allreduce", f"{SITE}/mpi4py/MPI.cpython-311.so", 0, NATIVE),
+        Frame("_PyEval_EvalFrameDefault", "/usr/lib/libpython3.11.so", 0, NATIVE),
+        Frame("step", "/home/u/train.py", line, PYTHON, "total = comm.allreduce(x)"),
+        Frame("<module>", "/home/u/train.py", 60, PYTHON, "step()"),
+    ))
+
+
+def sleeping_stack(rank, worker, line=12):
+    return RankStack(rank, worker, RUNNING, (
+        Frame("step", "/home/u/train.py", line, PYTHON, "    time.sleep(600)"),
+        Frame("<module>", "/home/u/train.py", 60, PYTHON, "step()"),
+    ))
+
+
+def eight_ranks_one_sleeping(sleeper=2):
+    return [sleeping_stack(r, f"worker-{r // 4}") if r == sleeper
+            else allreduce_stack(r, f"worker-{r // 4}", inner=("opal_progress", "poll", "epoll_wait")[r % 3])
+            for r in range(8)]
+
+
+def test_hang_verdict_names_the_sleeping_rank_its_worker_and_where_the_others_wait():
+    d = v.diagnose(eight_ranks_one_sleeping(sleeper=2))
+    assert d.verdict == ("mpilaunch: hang: rank 2 (worker-0) is in time.sleep at train.py:12; "
+                         "the 7 other ranks are in MPI_Allreduce at train.py:41")
+    assert [g.ranks for g in d.odd] == [[2]]
+
+
+@pytest.mark.parametrize("sleeper", [0, 5, 7])
+def test_hang_verdict_names_whichever_rank_is_odd(sleeper):
+    d = v.diagnose(eight_ranks_one_sleeping(sleeper))
+    assert d.verdict.startswith(f"mpilaunch: hang: rank {sleeper} (worker-{sleeper // 4}) is in time.sleep")
+    assert d.to_dict()["odd_ranks"] == [sleeper]
+
+
+def test_hang_groups_ignore_the_native_frames_inside_the_mpi_call():
+    # the progress loop's innermost frames differ between samples; the ranks still wait in one place
+    groups = v.group_stacks(eight_ranks_one_sleeping(sleeper=2))
+    assert [g.ranks for g in groups] == [[0, 1, 3, 4, 5, 6, 7], [2]]
+    assert groups[0].line() == ("ranks 0-1,3-7: MPI_Allreduce <- step (train.py:41) <- <module> (train.py:60)")
+
+
+def test_hang_groups_split_on_another_line_of_the_program():
+    stacks = [allreduce_stack(r, "w0", line=41) for r in range(3)] + [allreduce_stack(3, "w1", line=44)]
+    d = v.diagnose(stacks)
+    assert [g.ranks for g in d.groups] == [[0, 1, 2], [3]]
+    assert d.verdict == ("mpilaunch: hang: rank 3 (w1) is in MPI_Allreduce at train.py:44; "
+                         "the 3 other ranks are in MPI_Allreduce at train.py:41")
+
+
+def test_hang_stopped_rank_is_named_stopped_even_where_its_stack_matches():
+    stacks = [allreduce_stack(r, "w0") for r in range(4)]
+    stacks[1] = RankStack(1, "w0", STOPPED, stacks[1].frames)
+    d = v.diagnose(stacks)
+    assert d.verdict == ("mpilaunch: hang: rank 1 (w0) is stopped (state T) in MPI_Allreduce at train.py:41; "
+                         "the 3 other ranks are in MPI_Allreduce at train.py:41")
+
+
+def test_hang_exited_rank_is_named_with_its_code():
+    stacks = [allreduce_stack(r, "w0") for r in range(3)] + [RankStack(3, "w1", EXITED, exit_code=3)]
+    assert v.diagnose(stacks).verdict == ("mpilaunch: hang: rank 3 (w1) is exited with code 3; "
+                                          "the 3 other ranks are in MPI_Allreduce at train.py:41")
+
+
+def test_hang_unreachable_worker_is_named_with_the_reason():
+    stacks = [allreduce_stack(r, "w0") for r in range(2)] + [
+        RankStack(r, "w1", UNREACHABLE, note="no answer within 15 s") for r in (2, 3)]
+    d = v.diagnose(stacks)
+    assert d.verdict.startswith("mpilaunch: hang: ranks 2-3 (w1) are unreachable (no answer within 15 s); ")
+
+
+def test_hang_no_rank_stands_out_when_all_wait_in_one_place():
+    d = v.diagnose([allreduce_stack(r, "w0") for r in range(4)])
+    assert d.odd == []
+    assert d.verdict == ("mpilaunch: hang: no rank stands out: every rank (0-3) is in MPI_Allreduce "
+                         "at train.py:41")
+
+
+def test_hang_no_majority_shows_the_largest_groups():
+    stacks = [allreduce_stack(r, "w0", line=41) for r in range(2)] + [allreduce_stack(r, "w1", line=44)
+                                                                       for r in range(2, 4)]
+    d = v.diagnose(stacks)
+    assert d.odd == []
+    assert d.verdict == ("mpilaunch: hang: no rank stands out; the largest groups: ranks 0-1 in MPI_Allreduce "
+                         "at train.py:41; ranks 2-3 in MPI_Allreduce at train.py:44")
+
+
+def test_hang_two_ranks_the_one_outside_mpi_stands_out():
+    d = v.diagnose([allreduce_stack(0, "w0"), sleeping_stack(1, "w1")])
+    assert d.to_dict()["odd_ranks"] == [1]
+
+
+def test_hang_user_frame_skips_stdlib_site_packages_and_mpilaunch():
+    frames = (
+        Frame("wait", "/usr/lib/python3.11/threading.py", 320, PYTHON, "waiter.acquire()"),
+        Frame("get", f"{SITE}/somelib/queue.py", 10, PYTHON, "self.cond.wait()"),
+        Frame("main", "/opt/mpilaunch/rank.py", 5, PYTHON),
+        Frame("load", "/data/job/loader.py", 77, PYTHON, "batch = q.get()"),
+    )
+    assert v.where(frames) == "loader.py:77"
+    # the innermost function is where the rank is, even in the standard library
+    assert v.innermost_function(frames) == "wait"
+
+
+def test_hang_innermost_function_prefers_the_mpi_call_then_the_source_call():
+    assert v.innermost_function(allreduce_stack(0, "w").frames) == "MPI_Allreduce"
+    assert v.innermost_function(sleeping_stack(0, "w").frames) == "time.sleep"
+    busy = (Frame("spin", "/home/u/busy.py", 5, PYTHON, "while True:"),)
+    assert v.innermost_function(busy) == "spin"
+    native_only = (Frame("nanosleep", "libc.so.6", 0, NATIVE), Frame("main", "a.out", 0, NATIVE))
+    assert v.innermost_function(native_only) == "nanosleep"
+    recv = (Frame("poll", "libc", 0, NATIVE), Frame("PMPI_Recv", "libmpi", 0, NATIVE), Frame("main", "a", 0, NATIVE))
+    assert v.innermost_function(recv) == "MPI_Recv"
+
+
+def test_hang_a_rank_without_frames_is_placed_as_unknown_with_the_reason():
+    stacks = [allreduce_stack(r, "w0") for r in range(3)] + [RankStack(3, "w1", RUNNING, note="py-spy: refused")]
+    assert v.diagnose(stacks).verdict.startswith(
+        "mpilaunch: hang: rank 3 (w1) is in an unknown place (py-spy: refused); the 3 other ranks")
+
+
+def test_hang_several_odd_groups_are_each_named():
+    stacks = [allreduce_stack(r, "w0") for r in range(6)]
+    stacks[1] = sleeping_stack(1, "w0")
+    stacks[4] = RankStack(4, "w1", NOT_FOUND)
+    d = v.diagnose(stacks)
+    assert d.verdict == ("mpilaunch: hang: rank 4 (w1) is not found on its worker; rank 1 (w0) is in time.sleep "
+                         "at train.py:12; the 4 other ranks are in MPI_Allreduce at train.py:41")
+
+
+def test_hang_report_round_trips_through_json():
+    stacks = eight_ranks_one_sleeping(sleeper=6)
+    out = json.loads(json.dumps(v.report(v.diagnose(stacks), collection_s=0.4321)))
+    assert out["hang"]["odd_ranks"] == [6] and out["hang"]["collection_s"] == 0.432
+    assert out["hang"]["verdict"].startswith("mpilaunch: hang: rank 6 ")
+    back = [RankStack.from_dict(d) for d in out["stacks"]]
+    assert back == sorted(stacks, key=lambda s: s.rank)
+    assert v.diagnose(back).verdict == out["hang"]["verdict"]
+
+
+def test_hang_lines_list_every_group_then_the_verdict():
+    lines = v.diagnose(eight_ranks_one_sleeping(sleeper=2)).lines()
+    assert lines[0].startswith("ranks 0-1,3-7: MPI_Allreduce <- ")
+    assert lines[1] == "rank 2: time.sleep <- step (train.py:12) <- <module> (train.py:60)"
+    assert lines[-1].startswith("mpilaunch: hang: rank 2 ")
+
+
+def test_hang_nothing_collected():
+    assert v.diagnose([]).verdict == "mpilaunch: hang: no rank's stacks could be taken"
