@@ -121,6 +121,8 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
                     result.exit_code, result.failure = workload.watch(run, deadline)
                 if watch.fatal is not None:
                     raise watch.fatal
+                if ran_past(deadline, result.exit_code):
+                    stop_at_timeout(spec, workload)
                 phases.mark(seen, "workload_done")
                 lost = diagnose_lost_workers(backend, workload, result, watch.lost)
                 attempts.append(attempt_record(len(attempts) + 1, t0, t_run, result, lost))
@@ -213,6 +215,23 @@ def prepare_output_dir(spec: JobSpec) -> Path | None:
 def write_context(path: Path, job_name: str, backend) -> None:
     """The shim's context file: how to reach each worker through the backend's exec channel."""
     path.write_text(json.dumps({"job": job_name, **backend.exec_context()}))
+
+
+def ran_past(deadline: float | None, exit_code: int) -> bool:
+    """Whether the watch ended at --timeout (a rank's own exit code 124 is not a timeout)."""
+    return deadline is not None and exit_code == EXIT_TIMEOUT and time.monotonic() >= deadline
+
+
+def stop_at_timeout(spec: JobSpec, workload: Workload) -> None:
+    """--timeout passed: stop the workload now, while the workers are still allocated.
+
+    The stop is the workload's own (mpirun: SIGTERM to its process group, SIGKILL
+    after a grace), so a rank that handles SIGTERM still gets its chance and a
+    rank that does not dies at once. Whatever looks at a hung job before it is
+    stopped goes here, before ``workload.stop()``.
+    """
+    workload.note_stop(f"at --timeout {spec.timeout:g}s")
+    workload.stop()
 
 
 def finish_backend(backend, result: JobResult, stderr) -> dict:

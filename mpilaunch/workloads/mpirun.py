@@ -33,6 +33,9 @@ from .mpirun_outcome import (FAIL_FAST_GRACE_S, NEVER_STARTED, ENDED_BY_TEARDOWN
 from .verification import placement_watch, verify_placement
 
 DONE_GRACE_S = 15.0
+# How long mpirun's output threads may take to reach EOF once mpirun has ended (each):
+# a process that left mpirun's group may still hold a pipe
+PUMP_DRAIN_S = 10.0
 STOPPED = "mpirun was stopped by mpilaunch"  # how report.json's ``unobserved`` reasons begin
 
 
@@ -287,6 +290,7 @@ class MpirunWorkload(Workload):
         self.command: mpi.MpirunCommand | None = None
         self.output: RankOutput | None = None
         self.proc: subprocess.Popen | None = None
+        self.pumps: list = []  # the threads reading mpirun's stdout and stderr
         self.mpirun_code: int | None = None
         self.cwd: str | None = None
         self.on_started = None  # called with mpirun's Popen (the YARN launcher publishes its pid)
@@ -392,8 +396,10 @@ class MpirunWorkload(Workload):
             self.mpirun_code, daemon, stopped = _wait(self.proc, deadline, self.output, self.plan.ranks,
                                                       lambda: failed_agents(str(run.rundir)))
             self.stopped = self.stopped or stopped  # or the lost-worker watch's stop(), on its thread
-            for p in self.pumps:
-                p.join(timeout=10)
+            if self.mpirun_code is not None:
+                self._drain_pumps()
+            # else --timeout passed with mpirun running: its pipes stay open until stop() ends it,
+            # so waiting for them here held the stop back PUMP_DRAIN_S per pipe (20 s in all)
             if daemon is not None:
                 worker, code = daemon
                 self.placement = placement.summary(self.plan, self.starts(), None, False)
@@ -475,6 +481,12 @@ class MpirunWorkload(Workload):
         if self.proc is not None and self.proc.poll() is None:
             self.stopped = self.stopped or why
             terminate_group(self.proc)
+        self._drain_pumps()
+
+    def _drain_pumps(self) -> None:
+        """mpirun's last lines: its pipes reach EOF once it and its process group have ended."""
+        for p in self.pumps:
+            p.join(timeout=PUMP_DRAIN_S)
 
     def close(self) -> None:
         if self.output is not None:
@@ -484,6 +496,7 @@ class MpirunWorkload(Workload):
         # rank logs are opened for appending: the next attempt's lines follow this one's
         self.close()
         self.output = self.proc = self.mpirun_code = self.placement = self.environment = None
+        self.pumps = []
         self.stopped = self.stop_reason = None
         self.bind(*self.bound, attempt=attempt)
 

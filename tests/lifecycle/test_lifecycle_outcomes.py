@@ -44,6 +44,25 @@ def test_a_timeout_exits_124_at_the_deadline_set_from_start(run_fake):
     assert job.result.failure == "the job ran past --timeout 0.1s and was stopped"
 
 
+def test_a_timeout_stops_the_workload_at_once_saying_why_while_the_workers_are_held(run_fake):
+    job = run_fake(times_out(), timeout=0.05)
+
+    assert job.log.args("note_stop") == [("at --timeout 0.05s",)]
+    names = job.log.names()
+    # the stop follows the watch at once (where a diagnosis may go), before anything is released
+    assert names[names.index("watch") + 1:names.index("watch") + 3] == ["note_stop", "stop"]
+    assert names.index("stop") < names.index("job_finished") < names.index("release")
+    assert job.result.timings["run_s"] >= 0.05
+
+
+def test_a_rank_exiting_124_before_the_deadline_is_not_stopped_as_a_timeout(run_fake):
+    job = run_fake(rank_fails(1, code=EXIT_TIMEOUT), timeout=60)
+
+    assert job.result.exit_code == EXIT_TIMEOUT
+    assert job.log.args("note_stop") == []
+    assert job.result.failure.startswith("rank 1 on worker")
+
+
 def test_no_timeout_means_no_deadline(run_fake):
     job = run_fake(succeeds())
 
