@@ -5,6 +5,9 @@ Pure constants: the per-rank and per-task helpers import them too.
 
 EXIT_OK = 0
 EXIT_RANK_FAILED = 1  # a rank (or PS task) failed: its own code is in the report
+# the same 1, where no status here says more: mpirun's launcher ended without telling mpirun's exit, a
+# helper pod's work failed (it restarts); also what a job's result holds until its run says otherwise
+EXIT_FAILED = 1
 EXIT_USAGE = 2  # bad input: one line and a hint, nothing allocated
 EXIT_ALLOCATION = 3  # workers never became ready, or the cluster refused (credentials, quota, image check)
 EXIT_PLACEMENT = 4  # a rank ran elsewhere than planned, or ranks are missing

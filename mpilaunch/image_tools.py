@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from .exit_codes import EXIT_ALLOCATION
+from .exit_codes import EXIT_ALLOCATION, EXIT_USAGE
 
 #: where the job's containers see the tools (a ConfigMap volume, read-only)
 TOOLS_DIR = "/opt/mpilaunch-tools"
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (2, 3) or args[0] != "write":
         print("usage: python3 -m mpilaunch.image_tools write DEST [TOOLS_DIR]", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     written = write_tools(args[1], args[2] if len(args) == 3 else None)
     print(f"mpilaunch tools: {len(written)} files in {args[1]}", file=sys.stderr)
     return 0

@@ -25,7 +25,7 @@ from pathlib import Path
 from . import backends, phases
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
-from .exit_codes import EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
+from .exit_codes import EXIT_FAILED, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from .result import JobResult, LostWorker, lost_workers_failure, worker_location
 from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # noqa: F401 (launchers import them here)
 from .spec import JobSpec
@@ -91,7 +91,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
     ``timings`` gets the durations allocate_s, run_s, total_s and ``phases``:
     when each phase was reached, in seconds since ``started`` (``phases.py``).
     """
-    result = JobResult(job_name=workload.job_name, exit_code=1, output_dir=str(output_dir) if output_dir else None)
+    result = JobResult(job_name=workload.job_name, exit_code=EXIT_FAILED, output_dir=str(output_dir) if output_dir else None)
     run = RunContext(spec=spec, backend=backend, rundir=rundir, context_file=rundir / "context.json",
                      output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
                      result=result)

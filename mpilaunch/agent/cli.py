@@ -13,6 +13,7 @@ from mpilaunch.rsh_agent import protocol as P, tls
 from mpilaunch.rundir import write_owner
 
 from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE
+from ..exit_codes import EXIT_USAGE
 from .core import Agent
 
 
@@ -160,14 +161,14 @@ def main(argv=None) -> int:
         secret, tls_context = _credential(_load_secret(args))
     except (OSError, ValueError) as exc:
         print(f"mpilaunch: error: agent cannot read the job secret: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     _raise_fd_limit()
     try:
         listener = socket.socket(fileno=args.listen_fd) if args.listen_fd is not None else _listen(args.listen)
     except (OSError, ValueError) as exc:
         where = f"inherited socket {args.listen_fd}" if args.listen_fd is not None else args.listen
         print(f"mpilaunch: error: agent cannot listen on {where}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     import shutil
     import tempfile
 

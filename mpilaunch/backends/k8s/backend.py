@@ -61,6 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ... import mpi, phases
 from ...errors import AllocationError, UsageError
+from ...exit_codes import EXIT_FAILED
 from ..agent_workers import write_secret
 from ..credential import new_credential
 from ..base import BaseBackend, Capabilities
@@ -74,8 +75,9 @@ from .pod_events import waiter
 from .options import K8sOptions
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
 from .credentials import refused
-from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, parse_launcher_done,
-                   pod_problem, pod_ready, launcher_started, pod_loss, ready_poll_s, startup_phases, summarize)
+from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, launcher_placement_hint,
+                   parse_launcher_done, pod_problem, pod_ready, launcher_started, pod_loss, ready_poll_s,
+                   startup_phases, summarize)
 
 # Container states that will not fix themselves: fail the allocation at once.
 POLL = 0.5
@@ -392,6 +394,7 @@ class K8sBackend(BaseBackend):
                     f"{total - len(ready)} of {total} workers not ready after --start-timeout "
                     f"{self.spec.start_timeout:g}s: {reasons}{extra}",
                     (f"the job waited in Kueue LocalQueue {self.opts.queue}; " if self.opts.queue else "")
+                    + launcher_placement_hint(problems.get(self.launcher_pod))
                     + "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
                 )
             wait(ready_poll_s(time.monotonic() - started, total + (self.launcher == "cluster")))
@@ -516,7 +519,7 @@ class K8sBackend(BaseBackend):
                 except ApiError as e:
                     if e.status == 404:
                         output.feed("stderr", f"mpilaunch: launcher pod {pod} disappeared\n")
-                        return 1
+                        return EXIT_FAILED
                     if e.status == 403:
                         raise refused(e.status, e.message, f"reading the launcher pod {pod}") from None
                     current = outage.failed(e)
@@ -532,7 +535,7 @@ class K8sBackend(BaseBackend):
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 if output.abandoned():
-                    return 1  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
+                    return EXIT_FAILED  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
                 said_done.wait(POLL)
         finally:
             stop.set()

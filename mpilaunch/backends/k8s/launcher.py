@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from ... import dns, mpi
+from ...exit_codes import EXIT_FAILED, EXIT_USAGE
 from .. import rendezvous
 from . import relay as k8s_relay
 from ..base import BaseBackend
@@ -256,9 +257,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m mpilaunch.backends.k8s.launcher LAUNCH_JSON", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     launch = LaunchDescription.from_dict(json.loads(Path(argv[0]).read_text()))
-    result = JobResult(job_name=launch.job, exit_code=1, failure="the launcher failed before mpirun ran")
+    result = JobResult(job_name=launch.job, exit_code=EXIT_FAILED, failure="the launcher failed before mpirun ran")
     try:
         launch = launch.with_secrets(read_secret(launch))
         spec, plan = launch.job_spec(), launch.plan()

@@ -7,6 +7,7 @@ watch and by the management commands.
 from __future__ import annotations
 
 from .admission import KUEUE_EVICTED, evicted_by_kueue
+from ...exit_codes import EXIT_FAILED
 
 JOB_LABEL = "mpilaunch/job"
 ROLE_LABEL = "mpilaunch/role"
@@ -62,6 +63,15 @@ def pod_problem(pod: dict) -> tuple[str | None, bool]:
     if not status.get("conditions"):
         return "not scheduled yet", False
     return f"{phase or 'Pending'}, not Ready", False
+
+
+def launcher_placement_hint(problem: str | None) -> str:
+    """The start of a hint for a launcher pod the scheduler placed nowhere: it does not take the
+    workers' node selector and tolerations, so where every node is tainted it needs its own."""
+    if problem and ("untolerated taint" in problem or "node affinity/selector" in problem):
+        return "the launcher and reaper take no node selector or toleration of the workers': give them " \
+               "--launcher-node-selector/--launcher-toleration; "
+    return ""
 
 
 def launcher_started(pod: dict) -> bool:
@@ -161,10 +171,10 @@ def launcher_exit(pod: dict) -> int | None:
         if cs.get("name") == LAUNCHER_CONTAINER:
             terminated = (cs.get("state") or {}).get("terminated")
             if terminated is not None:
-                return int(terminated.get("exitCode", 1))
+                return int(terminated.get("exitCode", EXIT_FAILED))
     phase = status.get("phase")
     if phase == "Succeeded":
         return 0
     if phase == "Failed":
-        return 1
+        return EXIT_FAILED
     return None

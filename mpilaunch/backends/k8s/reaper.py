@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from .api import Api, ApiError, sa_dir
+from ...exit_codes import EXIT_FAILED
 from .credentials import CredentialError
 from .orphan import reap
 
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
         reason = reap(api, args.job, args.orphan_timeout, args.deadline, log=log)
     except (ApiError, CredentialError) as e:
         log(f"cannot delete job {args.job}: {e}")
-        return 1  # the pod restarts (restartPolicy OnFailure) and tries again
+        return EXIT_FAILED  # the pod restarts (restartPolicy OnFailure) and tries again
     log(f"deleted job {args.job}: {reason}" if reason else f"job {args.job} was deleted by its owner")
     return 0
 

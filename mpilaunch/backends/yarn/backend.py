@@ -41,6 +41,7 @@ import skein
 
 from ... import mpi
 from ...errors import AllocationError, UsageError
+from ...exit_codes import EXIT_FAILED
 from ...pylauncher import PACKAGE_PARENT
 from .. import rendezvous
 from . import handoff as yarn_handoff, launch as yarn_launch, manage as yarn_manage, orphan as yarn_orphan
@@ -419,7 +420,7 @@ class YarnBackend(BaseBackend):
                     state = "unknown"
                 output.feed("stderr", f"mpilaunch: lost the YARN application {self.app_id} ({state}) "
                                       f"while mpirun ran: {shorten(str(e), 200)}\n")
-                return 1
+                return EXIT_FAILED
             if code is not None:
                 self._refresh_launcher()
                 return int(code)
@@ -453,7 +454,7 @@ class YarnBackend(BaseBackend):
                     output.feed("stderr", f"mpilaunch: launcher container {c.get('container')} on {c.get('node')} "
                                           f"ended ({state}) without reporting mpirun's exit: "
                                           f"{shorten(c.get('exit')) or 'no exit message'}\n")
-                    return 1
+                    return EXIT_FAILED
             time.sleep(0.1)
 
     def _drain_output(self, output) -> None:

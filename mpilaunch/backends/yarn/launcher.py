@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from ... import mpi
+from ...exit_codes import EXIT_USAGE
 from .. import rendezvous
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
@@ -226,7 +227,7 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
         except Exception as e:
             failure = f"launcher: no usable mpirun in the launcher container: {e}"
             relay("stderr", f"mpilaunch: {failure}\n")
-            return 2, failure
+            return EXIT_USAGE, failure
         spec, plan = launch.job_spec(), launch.plan()
         watch = WorkerContainers(app, plan, launch.addresses(), secret_file) if detached else None
         backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
