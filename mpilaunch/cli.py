@@ -8,12 +8,9 @@ import sys
 
 from . import __version__, backends
 from .errors import MpilaunchError, UsageError
-from .exit_codes import EXIT_INTERRUPTED
+from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from .orphan import DEFAULT_ORPHAN_TIMEOUT
 from .spec import LAUNCHERS, JobSpec, PsOptions, check_duration, mpi_choices
-
-SUBCOMMANDS = ("run", "render", "status", "logs", "delete", "wait", "rbac", "agent")
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -32,6 +29,8 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         prog=prog,
         usage=f"{prog} [run] [OPTIONS] -- COMMAND [ARGS...]",
         description="Launch MPI / Horovod and TensorFlow PS jobs on local workers, Kubernetes or YARN without SSH.",
+        epilog=f"other commands: {', '.join(name for name in SUBCOMMANDS if name != 'run')} "
+               f"({prog} COMMAND --help)",
     )
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
     size = p.add_argument_group("sizing")
@@ -241,23 +240,40 @@ def cmd_run(argv: list[str]) -> int:
     return result.exit_code
 
 
+def cmd_agent(argv: list[str]) -> int:
+    from .agent import main as agent_main
+
+    return agent_main(argv) or EXIT_OK
+
+
+def cmd_render(argv: list[str]) -> int:
+    from . import manage
+
+    return manage.render(parse_run(argv)[0])
+
+
+def cmd_job_action(action: str):
+    """``mpilaunch status|logs|delete|wait NAME``: a job found again by its name."""
+    def command(argv: list[str]) -> int:
+        from . import manage
+
+        return manage.job_action(action, parse_job_action(action, argv))
+    return command
+
+
+# Every subcommand, the one list dispatch and --help read; without one, the arguments are run's.
+SUBCOMMANDS = {
+    "run": cmd_run,
+    "render": cmd_render,
+    **{action: cmd_job_action(action) for action in ("status", "logs", "delete", "wait")},
+    "rbac": cmd_rbac,
+    "agent": cmd_agent,
+}
+
+
 def dispatch(argv: list[str]) -> int:
-    if argv and argv[0] == "agent":
-        from .agent import main as agent_main
-
-        return agent_main(argv[1:]) or 0
-    if argv and argv[0] == "rbac":
-        return cmd_rbac(argv[1:])
-    if argv and argv[0] == "render":
-        from . import manage
-
-        return manage.render(parse_run(argv[1:])[0])
-    if argv and argv[0] in ("status", "logs", "delete", "wait"):
-        from . import manage
-
-        return manage.job_action(argv[0], parse_job_action(argv[0], argv[1:]))
-    if argv and argv[0] == "run":
-        argv = argv[1:]
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
     return cmd_run(argv)
 
 

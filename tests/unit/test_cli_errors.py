@@ -77,6 +77,19 @@ def test_help_works():
     assert proc.returncode == 0 and "--gpus" in proc.stdout
 
 
+def test_help_names_every_subcommand_and_each_has_its_own_help():
+    # cli.SUBCOMMANDS is the one list: what --help names is what dispatch runs
+    from mpilaunch import cli
+
+    listed = run_cli("--help").stdout.split("other commands:")[1].split("(")[0].replace(",", " ").split()
+    assert listed == [name for name in cli.SUBCOMMANDS if name != "run"]
+    assert {"render", "status", "logs", "delete", "wait", "rbac", "agent"} <= set(listed)
+    for name in listed:
+        usage = "usage: mpilaunch [run]" if name == "render" else f"usage: mpilaunch {name}"  # render takes run's
+        proc = run_cli(name, "--help")
+        assert proc.returncode == 0 and proc.stdout.startswith(usage), (name, proc.stdout[:200], proc.stderr)
+
+
 def test_version_is_the_installed_packages():
     """`mpilaunch --version` says what pip installed (pyproject's version, not a second copy gone stale)."""
     from importlib.metadata import version
