@@ -34,9 +34,12 @@ STATES = (RUNNING, STOPPED, EXITED, UNREACHABLE, NOT_FOUND)
 PYTHON = "python"
 NATIVE = "native"
 
-# The MPI standard's API (and its profiling twins, PMPI_*): MPICH's and Open MPI's
-# internal functions are named otherwise (MPIR_, MPIDI_, ompi_, opal_, mca_).
-_MPI_API = re.compile(r"^P?(MPI_[A-Z][A-Za-z0-9_]*)$")
+# The MPI standard's API (and its profiling twins, PMPI_*): one capital, then lower case words
+# (MPI_Allreduce, MPI_Comm_dup). MPICH's and Open MPI's internals are named otherwise (MPIR_, ompi_),
+# and so are mpi4py's (MPI_PyMPI_Commctx_INTRA).
+_MPI_API = re.compile(r"^P?(MPI_[A-Z][a-z0-9]*(?:_[a-z0-9]+)*)$")
+# a native frame py-spy could not name: its address, which differs between processes (ASLR)
+_UNNAMED = re.compile(r"^0x[0-9a-f]+$")
 # the first call on a line of source: "x = comm.allreduce(y)" -> "comm.allreduce"
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*\(")
 _NOT_CALLS = {"if", "elif", "while", "for", "return", "yield", "assert", "not", "and", "or", "in", "print", "with",
@@ -162,7 +165,8 @@ def signature(stack: RankStack) -> tuple:
         frames = frames[mpi[0]:]
     elif any(f.kind == PYTHON for f in frames):
         frames = tuple(f for f in frames if f.kind == PYTHON)
-    return (stack.state, innermost_function(stack.frames), tuple((f.function, f.file, f.line) for f in frames))
+    return (stack.state, innermost_function(stack.frames),
+            tuple((f.function, f.file, f.line) for f in frames if not _UNNAMED.match(f.function)))
 
 
 @dataclass

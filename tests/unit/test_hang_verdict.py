@@ -164,3 +164,17 @@ def test_hang_lines_list_every_group_then_the_verdict():
 
 def test_hang_nothing_collected():
     assert v.diagnose([]).verdict == "mpilaunch: hang: no rank's stacks could be taken"
+
+
+def test_hang_groups_ignore_unnamed_native_frames_and_mpi4py_internals():
+    def rank(r, address):
+        return RankStack(r, "w0", RUNNING, (
+            Frame("poll", "libc.so.6", 0, NATIVE),
+            Frame("PMPI_Comm_dup", "libmpi.so.40", 0, NATIVE),
+            Frame("MPI_PyMPI_Commctx_INTRA", f"{SITE}/mpi4py/MPI.so", 0, NATIVE),
+            Frame("<module>", "/home/u/train.py", 46, PYTHON, "comm.allreduce(rank)"),
+            Frame(address, "libc.so.6", 0, NATIVE),  # __libc_start_call_main, at another address per process
+        ))
+    groups = v.group_stacks([rank(0, "0x7f26bfc4524a"), rank(1, "0x7f99f844524a")])
+    assert [g.ranks for g in groups] == [[0, 1]]
+    assert groups[0].function == "MPI_Comm_dup"

@@ -1,0 +1,154 @@
+"""Every rank's stacks, through the workers' exec agents, all workers at once, within a deadline.
+
+One exec session per worker runs ``probe`` (sent as text: any image with a
+python3 runs it) and answers with that worker's ranks. The ranks are then
+matched against what the caller expects (the plan's rank -> worker, the
+exits mpilaunch already saw): a rank its worker did not report is exited
+(with its code, where known) or not found; every rank of a worker that did
+not answer within the deadline is unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import shlex
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..rsh_agent import agent_client
+from .verdict import EXITED, NOT_FOUND, RUNNING, STOPPED, UNREACHABLE, Frame, RankStack
+
+#: the bound on a whole collection (issue 42: at most 15 s at 64 ranks)
+DEFAULT_DEADLINE_S = 15.0
+# what a worker's probe leaves for its answer to travel back
+_PROBE_MARGIN_S = 1.5
+
+
+def probe_text() -> str:
+    """The probe's source (pkgutil: it also reads it from the zip mpilaunch ships to pods)."""
+    return pkgutil.get_data(__package__, "probe.py").decode()
+
+
+def probe_command(python: str, budget_s: float, py_spy: str | None = None) -> str:
+    command = f"exec {python} -c {shlex.quote(probe_text())} --budget {budget_s:.1f}"
+    return command + (f" --py-spy {shlex.quote(py_spy)}" if py_spy else "")
+
+
+@dataclass
+class WorkerAnswer:
+    worker: str
+    ranks: list[dict] = field(default_factory=list)
+    error: str | None = None  # unreachable, or the probe failed: why
+    seconds: float = 0.0
+    tool: str = ""
+
+
+@dataclass
+class Collection:
+    stacks: list[RankStack]
+    answers: dict[str, WorkerAnswer]
+    seconds: float
+
+
+def ask_worker(worker: str, address: str, secret: bytes, python: str, deadline: float,
+               py_spy: str | None = None) -> WorkerAnswer:
+    t0 = time.monotonic()
+    left = deadline - t0
+    answer = WorkerAnswer(worker)
+    try:
+        status, out, err = agent_client.run_capture(
+            address, secret, probe_command(python, max(0.5, left - _PROBE_MARGIN_S), py_spy),
+            timeout=max(0.5, left), connect_timeout=max(0.5, min(5.0, left)))
+        if status != 0:
+            tail = err.decode(errors="replace").strip().splitlines()
+            answer.error = f"its probe exited {status}" + (f": {tail[-1][:200]}" if tail else "")
+        else:
+            data = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+            answer.ranks, answer.tool = list(data.get("ranks") or ()), str(data.get("tool") or "")
+    except TimeoutError:
+        answer.error = f"no answer within {left:.0f} s"
+    except (OSError, ValueError, IndexError) as e:  # AgentError is a ConnectionError
+        answer.error = str(e) or type(e).__name__
+    answer.seconds = time.monotonic() - t0
+    return answer
+
+
+def ask_all(workers: dict[str, str], secret: bytes, python: str, deadline_s: float = DEFAULT_DEADLINE_S,
+            py_spy: str | None = None) -> dict[str, WorkerAnswer]:
+    """{worker: its answer}, every worker asked at once; none waited for past ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    answers: dict[str, WorkerAnswer] = {}
+
+    def ask(name, address):
+        answers[name] = ask_worker(name, address, secret, python, deadline, py_spy)
+
+    threads = [threading.Thread(target=ask, args=item, daemon=True, name=f"stacks-{item[0]}")
+               for item in sorted(workers.items())]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 0.5)
+    for name in workers:
+        answers.setdefault(name, WorkerAnswer(name, error=f"no answer within {deadline_s:.0f} s"))
+    return answers
+
+
+def rank_stack(worker: str, found: dict) -> RankStack:
+    state = found.get("state")
+    state = {"running": RUNNING, "stopped": STOPPED, "exited": EXITED}.get(state, RUNNING)
+    return RankStack(int(found["rank"]), worker, state, tuple(Frame.from_dict(f) for f in found.get("frames") or ()),
+                     pid=found.get("pid"), note=str(found.get("note") or ""), tool=str(found.get("tool") or ""))
+
+
+def rank_stacks(answers: dict[str, WorkerAnswer], expected: dict[int, str] | None = None,
+                exits: dict[int, int] | None = None) -> list[RankStack]:
+    """The workers' answers as one RankStack per rank.
+
+    ``expected``: rank -> worker (the plan); without it, ranks 0..size-1 as
+    the wrappers report the job's size. ``exits``: rank -> exit code of the
+    ranks that already reported their end.
+    """
+    exits = exits or {}
+    found: dict[int, RankStack] = {}
+    size = 0
+    for worker, answer in answers.items():
+        for item in answer.ranks:
+            stack = rank_stack(worker, item)
+            if stack.state == EXITED or stack.rank in exits:
+                stack = RankStack(stack.rank, worker, EXITED, exit_code=exits.get(stack.rank))
+            found[stack.rank] = stack
+            size = max(size, int(item.get("size") or 0), stack.rank + 1)
+    if expected is None:
+        expected = {r: found[r].worker if r in found else "?" for r in range(size)}
+    out = []
+    for rank, worker in sorted(expected.items()):
+        if rank in found:
+            out.append(found[rank])
+            continue
+        answer = answers.get(worker)
+        if answer is not None and answer.error:
+            out.append(RankStack(rank, worker, UNREACHABLE, note=answer.error))
+        elif rank in exits:
+            out.append(RankStack(rank, worker, EXITED, exit_code=exits[rank]))
+        else:
+            out.append(RankStack(rank, worker, NOT_FOUND))
+    out += [s for r, s in sorted(found.items()) if r not in expected]
+    return out
+
+
+def collect(workers: dict[str, str], secret: bytes, python: str, *, expected: dict[int, str] | None = None,
+            exits: dict[int, int] | None = None, deadline_s: float = DEFAULT_DEADLINE_S,
+            py_spy: str | None = None) -> Collection:
+    """Every rank's stacks: ``workers`` is worker -> agent address, ``python`` how a worker runs python3."""
+    t0 = time.monotonic()
+    answers = ask_all(workers, secret, python, deadline_s, py_spy)
+    return Collection(rank_stacks(answers, expected, exits), answers, time.monotonic() - t0)
+
+
+def collect_from_context(context: dict, python: str, **kwargs) -> Collection:
+    """``collect`` for a job's context file (``lifecycle.write_context``: transport agent, its workers' addresses)."""
+    secret = agent_client.read_secret(context["secret_file"])
+    workers = {name: w["address"] for name, w in (context.get("workers") or {}).items() if w.get("address")}
+    return collect(workers, secret, python, **kwargs)

@@ -1,0 +1,286 @@
+"""What runs in a worker to report its ranks' stacks: ``python3 -c <this file> [--budget S] [--py-spy PATH]``.
+
+Sent as text through the worker's exec agent (``collect``), so it needs
+nothing in the worker's image but a python3: standard library only, one
+file, no import of mpilaunch. It prints one JSON object on stdout:
+``{"worker": ..., "ranks": [{"rank", "size", "pid", "state", "frames", "tool", "note"}],
+"tool": ...}``, frames innermost first, the main thread's.
+
+The rank processes are the children of mpilaunch's rank wrappers
+(``mpilaunch.rank``): a wrapper is the process whose environment holds the
+launch's status token, and the rank it runs is in its MPI variables. Only
+this job's wrappers count: those with the probe's own MPILAUNCH_JOB and
+MPILAUNCH_WORKER, where the agent gave it those.
+
+How the frames are taken, best first:
+- py-spy (``dump --json --native``; ``--nonblocking`` for a stopped process,
+  which py-spy cannot suspend; without ``--native`` where unwinding fails);
+- the faulthandler that mpilaunch's sitecustomize arms in a Python rank
+  (``hang/site``): a real-time signal makes the rank write its Python
+  stacks into an unlinked file it holds open, read back here through
+  /proc/PID/fd. No tool in the image and no ptrace: what a pod under
+  PodSecurity "restricted" (seccomp RuntimeDefault) still allows. The
+  signal is sent only where the rank catches it (/proc/PID/status SigCgt)
+  and holds that file, so a program that did not arm it never gets it;
+- neither: the state only, and the kernel's wait channel as a note.
+"""
+
+import json
+import linecache
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"  # rank.TOKEN_ENV: only the wrappers hold it
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+# hang/site/sitecustomize.py: the signal it arms and the name of the file it writes to
+STACKS_SIGNAL_FROM_MAX = 3  # SIGRTMAX - 3
+STACKS_FILE_MARK = "mpilaunch-stacks-"
+FAULTHANDLER_SETTLE_S = 0.05  # the dump is done when the file stops growing for this long
+
+
+def read(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def environ_of(pid):
+    raw = read(f"/proc/{pid}/environ", "rb")
+    if raw is None:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def stat_of(pid):
+    """(state letter, ppid) from /proc/PID/stat; None when the process is gone."""
+    text = read(f"/proc/{pid}/stat")
+    if text is None:
+        return None
+    fields = text.rpartition(")")[2].split()  # the command name may hold spaces and ")"
+    return fields[0], int(fields[1])
+
+
+def first(env, names):
+    return next((env[n] for n in names if env.get(n)), None)
+
+
+def find_wrappers(own_env):
+    """[(wrapper pid, rank, size)] of this job's rank wrappers on this worker."""
+    job, worker = own_env.get("MPILAUNCH_JOB"), own_env.get("MPILAUNCH_WORKER")
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        env = environ_of(int(name))
+        if not env or TOKEN_ENV not in env:
+            continue
+        if (job and env.get("MPILAUNCH_JOB") != job) or (worker and env.get("MPILAUNCH_WORKER") != worker):
+            continue
+        rank = first(env, RANK_VARS)
+        if rank is not None and rank.isdigit():
+            size = first(env, SIZE_VARS)
+            found.append((int(name), int(rank), int(size) if size and size.isdigit() else None))
+    return found
+
+
+def children(pids):
+    """{parent pid: [child pids]} for ``pids``."""
+    out = {p: [] for p in pids}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = stat_of(int(name))
+            if st is not None and st[1] in out:
+                out[st[1]].append(int(name))
+    return out
+
+
+def find_py_spy(given):
+    candidates = [given, os.environ.get("MPILAUNCH_PY_SPY"), shutil.which("py-spy"),
+                  os.path.join(os.path.dirname(sys.executable), "py-spy")]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def with_source(frames):
+    for f in frames:
+        if f["kind"] == "python" and f["file"] and f["line"]:
+            code = linecache.getline(f["file"], f["line"]).strip()
+            if code:
+                f["code"] = code
+    return frames
+
+
+def py_spy_frames(spy, pid, state, budget):
+    """(frames, tool, note) by py-spy, or (None, None, why) when it could not."""
+    attempts = [["--nonblocking"]] if state in "Tt" else [["--native"], []]
+    why = None
+    for extra in attempts:
+        try:
+            done = subprocess.run([spy, "dump", "--json", "--pid", str(pid)] + extra, capture_output=True,
+                                  text=True, timeout=max(0.5, budget))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"py-spy: {type(e).__name__}"
+            continue
+        if done.returncode != 0:
+            why = "py-spy: " + (done.stderr.strip().splitlines() or ["failed"])[0][:200]
+            continue
+        try:
+            threads = json.loads(done.stdout)
+        except ValueError:
+            why = "py-spy: unreadable output"
+            continue
+        main = next((t for t in threads if t.get("os_thread_id") == pid), threads[0] if threads else None)
+        if main is None:
+            return [], "py-spy " + " ".join(extra), "no thread"
+        frames = [{"function": f.get("name") or "?", "file": f.get("filename") or "", "line": f.get("line") or 0,
+                   "kind": "native" if f.get("module") else "python"} for f in main.get("frames") or ()]
+        return with_source(frames), ("py-spy " + " ".join(extra)).strip(), ""
+    return None, None, why
+
+
+def stacks_signal():
+    return signal.SIGRTMAX - STACKS_SIGNAL_FROM_MAX
+
+
+def catches(pid, signum):
+    status = read(f"/proc/{pid}/status") or ""
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def stacks_fd(pid):
+    """The fd of the unlinked file the rank's faulthandler writes to, or None."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if STACKS_FILE_MARK in target and target.endswith("(deleted)"):
+            return fd
+    return None
+
+
+def parse_faulthandler(text):
+    """faulthandler's dump -> the frames of its last thread (the main one: listed last), innermost first."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            current = []
+            blocks.append(current)
+        elif current is not None and line.startswith('  File "'):
+            path, _, rest = line[len('  File "'):].partition('", line ')
+            number, _, function = rest.partition(" in ")
+            current.append({"function": function.strip() or "?", "file": path,
+                            "line": int(number) if number.strip().isdigit() else 0, "kind": "python"})
+    return blocks[-1] if blocks else None
+
+
+def faulthandler_frames(pid, state, budget):
+    signum = stacks_signal()
+    fd = stacks_fd(pid)
+    if fd is None or not catches(pid, signum):
+        return None, "no py-spy on the worker, and the program has no mpilaunch faulthandler armed"
+    if state in "Tt":
+        return None, "stopped: its faulthandler cannot run (py-spy --nonblocking could read it)"
+    try:
+        f = open(f"/proc/{pid}/fd/{fd}", "rb")
+    except OSError as e:
+        return None, f"faulthandler: {e.strerror}"
+    with f:
+        start = os.fstat(f.fileno()).st_size
+        os.kill(pid, signum)
+        deadline = time.monotonic() + min(budget, 2.0)
+        size, changed = start, time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            now = os.fstat(f.fileno()).st_size
+            if now != size:
+                size, changed = now, time.monotonic()
+            elif size > start and time.monotonic() - changed >= FAULTHANDLER_SETTLE_S:
+                break
+        f.seek(start)
+        frames = parse_faulthandler(f.read(size - start).decode(errors="replace"))
+    if frames is None:
+        return None, "faulthandler: no dump within the budget"
+    return with_source(frames), ""
+
+
+def one_rank(pid, rank, size, spy, budget):
+    program = (children([pid])[pid] or [None])[0]  # the wrapper's child: the user's program
+    out = {"rank": rank, "size": size, "wrapper_pid": pid}
+    if program is None:
+        out.update(state="exited", note="its wrapper has no program left")
+        return out
+    st = stat_of(program)
+    if st is None:
+        out.update(state="exited", pid=program)
+        return out
+    state = st[0]
+    out.update(pid=program, state="stopped" if state in "Tt" else "running", proc_state=state)
+    frames, tool, note = (py_spy_frames(spy, program, state, budget) if spy else (None, None, "no py-spy"))
+    if frames is None:
+        fallback, why = faulthandler_frames(program, state, budget)
+        if fallback is not None:
+            frames, tool, note = fallback, "faulthandler", ""
+        else:
+            wchan = (read(f"/proc/{program}/wchan") or "").strip()
+            note = "; ".join(n for n in (note if spy else "", why, f"kernel wait: {wchan}" if wchan not in ("", "0")
+                                                                    else "") if n)
+    out.update(frames=frames or [], tool=tool or "", note=note or "")
+    return out
+
+
+def main(argv):
+    budget, spy = 10.0, None
+    while argv:
+        option = argv.pop(0)
+        if option == "--budget" and argv:
+            budget = float(argv.pop(0))
+        elif option == "--py-spy" and argv:
+            spy = argv.pop(0)
+    started = time.monotonic()
+    spy = find_py_spy(spy)
+    wrappers = find_wrappers(os.environ)
+    results = [None] * len(wrappers)
+
+    def work(i, pid, rank, size):
+        try:
+            results[i] = one_rank(pid, rank, size, spy, budget - (time.monotonic() - started) - 0.2)
+        except Exception as e:  # one rank's failure must not cost the others' stacks
+            results[i] = {"rank": rank, "size": size, "state": "running", "frames": [], "note": f"probe: {e!r}"}
+
+    threads = [threading.Thread(target=work, args=(i,) + w, daemon=True) for i, w in enumerate(wrappers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, budget - (time.monotonic() - started)))
+    ranks = [r if r is not None else {"rank": w[1], "size": w[2], "state": "running", "frames": [],
+                                      "note": "no stacks within the probe's budget"}
+             for r, w in zip(results, wrappers)]
+    json.dump({"worker": os.environ.get("MPILAUNCH_WORKER"), "tool": spy or "faulthandler",
+               "ranks": ranks, "probe_s": round(time.monotonic() - started, 3)}, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    os._exit(0)  # a py-spy past its timeout must not keep us
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,48 @@
+"""A job that hangs on purpose, with the odd rank and its stuck line known in advance (issue 42).
+
+``hang.py MODE ODD_RANK``: every rank prints "ready", then every rank but
+ODD_RANK waits in an mpi4py allreduce (recv mode: in a barrier) while
+ODD_RANK, per MODE:
+  sleep  sleeps before the allreduce (time.sleep)
+  stop   stops itself (SIGSTOP) before the allreduce
+  busy   spins in a Python loop, never reaching the allreduce
+  recv   blocks in MPI_Recv from a rank that never sends
+Nothing is printed after "ready". The tests find the lines marked "STUCK:"
+below in this file, so they need not hard-code line numbers.
+"""
+import os
+import signal
+import sys
+import time
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+mode, odd = sys.argv[1], int(sys.argv[2])
+comm.allreduce(0)  # mpi4py duplicates the communicator at its first allreduce: done here
+print(f"rank {rank} ready", flush=True)
+comm.Barrier()  # every rank printed before anyone is stuck: the stall clock starts with nothing in flight
+
+
+def spin():
+    x = 0
+    while True:  # STUCK: busy
+        x += 1
+
+
+if rank == odd:
+    if mode == "sleep":
+        time.sleep(600)  # STUCK: sleep
+    elif mode == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)  # STUCK: stop
+    elif mode == "busy":
+        spin()
+    elif mode == "recv":
+        buf = bytearray(8)
+        comm.Recv(buf, source=(odd + 1) % size, tag=42)  # STUCK: recv
+if mode == "recv":
+    comm.Barrier()  # STUCK: others-recv
+else:
+    comm.allreduce(rank)  # STUCK: others
+print(f"rank {rank} done", flush=True)
