@@ -209,6 +209,22 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def parse_stacks(argv: list[str]) -> argparse.Namespace:
+    from .hang.collect import DEFAULT_DEADLINE_S
+
+    p = _Parser(prog="mpilaunch stacks",
+                description="Show where every rank of a running job is: its stacks, grouped by identity, and "
+                            "one 'mpilaunch: hang:' line naming the rank(s) that stand out.")
+    p.add_argument("name", help="the job's --name")
+    p.add_argument("--backend", default=default_backend())
+    p.add_argument("--json", action="store_true", help="print the groups, the verdict and every rank's frames as JSON")
+    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="SEC",
+                   help=f"give up on workers that have not answered after this long (default {DEFAULT_DEADLINE_S:g})")
+    args = p.parse_args(argv)
+    check_duration("--deadline", args.deadline, "give the seconds to wait for the workers, e.g. --deadline 15")
+    return args
+
+
 def cmd_rbac(argv: list[str]) -> int:
     """``mpilaunch rbac --namespace NS``: the objects an admin applies once (backends/k8s/rbac.py)."""
     from .backends.k8s import rbac
@@ -252,6 +268,12 @@ def cmd_render(argv: list[str]) -> int:
     return manage.render(parse_run(argv)[0])
 
 
+def cmd_stacks(argv: list[str]) -> int:
+    from . import manage
+
+    return manage.stacks(parse_stacks(argv))
+
+
 def cmd_job_action(action: str):
     """``mpilaunch status|logs|delete|wait NAME``: a job found again by its name."""
     def command(argv: list[str]) -> int:
@@ -266,6 +288,7 @@ SUBCOMMANDS = {
     "run": cmd_run,
     "render": cmd_render,
     **{action: cmd_job_action(action) for action in ("status", "logs", "delete", "wait")},
+    "stacks": cmd_stacks,
     "rbac": cmd_rbac,
     "agent": cmd_agent,
 }

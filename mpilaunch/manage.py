@@ -68,3 +68,33 @@ class ReaderAware:
             return call(*args)
         except BrokenPipeError:
             raise ReaderGone from None
+
+
+def stacks(args) -> int:
+    """``mpilaunch stacks NAME``: every rank's stacks of a running job, grouped, and the hang verdict.
+
+    Local jobs for now: the job's context file says where its workers' agents
+    listen. Exit 0 once the stacks are shown (whatever they say).
+    """
+    import json
+
+    from .hang import collect, local_job, verdict
+
+    if args.backend != "local":
+        raise UsageError(f"'stacks' does not reach jobs on --backend {args.backend} yet",
+                         "run it for a job on the local backend; a cluster job's --timeout or --stall-timeout "
+                         "writes the same diagnosis")
+    contexts = local_job.running_contexts(args.name)
+    if not contexts:
+        raise UsageError(f"no running local job named {args.name!r} on this machine",
+                         "give the job's --name (its run directory is $TMPDIR/mpilaunch-NAME-*)")
+    if len(contexts) > 1:
+        raise UsageError(f"{len(contexts)} running local jobs are named {args.name!r}",
+                         "give each job its own --name")
+    collection = collect.collect_from_context(contexts[0], sys.executable, deadline_s=args.deadline)
+    diagnosis = verdict.diagnose(collection.stacks)
+    if args.json:
+        print(json.dumps(verdict.report(diagnosis, collection.seconds), indent=2))
+    else:
+        print("\n".join(diagnosis.lines()))
+    return 0

@@ -1,7 +1,7 @@
 """A job that hangs on purpose, with the odd rank and its stuck line known in advance (issue 42).
 
 ``hang.py MODE ODD_RANK``: every rank prints "ready", then every rank but
-ODD_RANK waits in an mpi4py allreduce (recv mode: in a barrier) while
+ODD_RANK waits in MPI_Allreduce (mpi4py) (recv mode: in a barrier) while
 ODD_RANK, per MODE:
   sleep  sleeps before the allreduce (time.sleep)
   stop   stops itself (SIGSTOP) before the allreduce
@@ -14,13 +14,15 @@ import os
 import signal
 import sys
 import time
+from array import array
 
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 mode, odd = sys.argv[1], int(sys.argv[2])
-comm.allreduce(0)  # mpi4py duplicates the communicator at its first allreduce: done here
+mine, total = array("i", [rank]), array("i", [0])
+comm.Allreduce(mine, total, op=MPI.SUM)  # a first allreduce that every rank gets through
 print(f"rank {rank} ready", flush=True)
 comm.Barrier()  # every rank printed before anyone is stuck: the stall clock starts with nothing in flight
 
@@ -44,5 +46,5 @@ if rank == odd:
 if mode == "recv":
     comm.Barrier()  # STUCK: others-recv
 else:
-    comm.allreduce(rank)  # STUCK: others
+    comm.Allreduce(mine, total, op=MPI.SUM)  # STUCK: others
 print(f"rank {rank} done", flush=True)
