@@ -53,10 +53,6 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     ctl = p.add_argument_group("job control")
     ctl.add_argument("--name", help="job name (default: generated)")
     ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
-    ctl.add_argument("--queue", metavar="NAME",
-                     help="the cluster's queue: on yarn a YARN queue (default: the scheduler's); on k8s a Kueue "
-                          "LocalQueue of the job's namespace, whose quota admits the worker pods together (they "
-                          "wait holding nothing; --start-timeout counts the wait)")
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
     ctl.add_argument("--orphan-timeout", type=float, default=DEFAULT_ORPHAN_TIMEOUT, metavar="SEC",
                      help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
@@ -75,7 +71,7 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
 
     # each backend's own options (backends/<name>/options.py), in a group of its own
     for name in backend_names:
-        backends.options_class(name).add_arguments(p.add_argument_group(f"--backend {name}"))
+        backends.options_class(name).add_arguments(BackendGroup(p, p.add_argument_group(f"--backend {name}"), name))
 
     ps = p.add_argument_group("parameter-server mode")
     ps.add_argument("--mode", help="allreduce (default) or ps (implied by -r and the other options of this group)")
@@ -89,6 +85,35 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     ps.add_argument("-o", "--output")
     ps.add_argument("-s", "--script")
     return p
+
+
+class BackendGroup:
+    """One backend's option group in a parser that may hold several backends' groups. Two backends
+    may take the same option (--queue: a YARN queue, a Kueue LocalQueue), each declaring it with its
+    own help; argparse refuses a second declaration of an option string, so the first one stands,
+    the second's help is added to it, and both backends read it. The two must parse alike."""
+
+    def __init__(self, parser: argparse.ArgumentParser, group, backend: str):
+        self._parser, self._group, self._backend = parser, group, backend
+
+    def add_argument(self, *flags, **kwargs):
+        declared = self._parser._option_string_actions.get(flags[0])
+        if declared is None:
+            return self._group.add_argument(*flags, **kwargs)
+        this = argparse.ArgumentParser(add_help=False).add_argument(*flags, **kwargs)
+        if _parses_as(this) != _parses_as(declared):
+            raise ValueError(f"the {self._backend} backend declares {flags[0]} unlike another backend does")
+        if this.help:
+            declared.help = f"{declared.help}; --backend {self._backend}: {this.help}"
+        return declared
+
+    def __getattr__(self, name):  # anything else a backend asks of its group
+        return getattr(self._group, name)
+
+
+def _parses_as(action: argparse.Action) -> tuple:
+    return (type(action), tuple(action.option_strings), action.dest, action.default, action.type, action.nargs,
+            action.const, action.choices)
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -50,7 +50,10 @@ class BackendOptions:
     Subclasses are frozen dataclasses: they declare their options in
     ``add_arguments`` (an argparse group titled with the backend's name),
     build themselves from the parsed arguments in ``from_args`` and validate
-    in ``__post_init__`` (``UsageError``: one line and a hint).
+    in ``__post_init__`` (``UsageError``: one line and a hint). A new option
+    is a field and its ``add_argument``: ``from_args`` gives each field the
+    parsed option of its name. The options reach the backend in the job's
+    spec (``self.options``), never as parsed arguments.
     """
 
     # Class attributes, not fields (no annotation: importing typing for ClassVar costs every launch
@@ -65,7 +68,15 @@ class BackendOptions:
 
     @classmethod
     def from_args(cls, args) -> "BackendOptions":
-        return cls()
+        """Each field from the parsed option of its name (``--node-label``: ``node_label``; a repeatable
+        option's list as a tuple), its default where the parser has no such option. A backend whose
+        fields and options are named apart overrides this."""
+        values = {}
+        for field in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+            if hasattr(args, field.name):
+                value = getattr(args, field.name)
+                values[field.name] = tuple(value) if isinstance(value, list) else value
+        return cls(**values)
 
     @classmethod
     def add_manage_arguments(cls, parser) -> None:

@@ -73,7 +73,7 @@ class K8sOptions(BackendOptions):
     launcher_memory: str | None = None
     reaper_cpu: str | None = None
     reaper_memory: str | None = None
-    launcher_node_selector: tuple[tuple[str, str], ...] | None = None  # None: the workers'
+    launcher_node_selector: tuple[tuple[str, str], ...] | None = None  # None: unpinned
     launcher_tolerations: tuple[str, ...] | None = None
     network_policy: str = "job"
     mesh_injection: bool = False  # keep a service mesh's sidecar injection
@@ -117,6 +117,9 @@ class K8sOptions(BackendOptions):
         group.add_argument("--node-selector", action="append", default=[], type=key_value, metavar="K=V")
         group.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
         group.add_argument("--priority-class")
+        group.add_argument("--queue", metavar="NAME",
+                           help="a Kueue LocalQueue of the job's namespace, whose quota admits the worker pods "
+                                "together (they wait holding nothing; --start-timeout counts the wait)")
         group.add_argument("--gang", default="none",
                            help="gang-schedule the job's pods, all or none: volcano (Volcano's scheduler and a "
                                 "scheduling.volcano.sh PodGroup) or coscheduling (scheduler-plugins' "
@@ -154,10 +157,10 @@ class K8sOptions(BackendOptions):
         group.add_argument("--reaper-memory", metavar="QUANTITY",
                            help="the reaper's memory request = limit (default 128Mi)")
         group.add_argument("--launcher-node-selector", action="append", type=key_value, metavar="K=V",
-                           help="where the launcher and reaper go (default: the workers' --node-selector); "
-                                "give it to keep them off GPU nodes")
+                           help="where the launcher and reaper go (default: anywhere the scheduler puts "
+                                "them; the workers' --node-selector is not theirs: they use no GPU)")
         group.add_argument("--launcher-toleration", action="append", metavar="KEY[=VALUE]:EFFECT",
-                           help="the launcher's and reaper's tolerations (default: the workers')")
+                           help="the launcher's and reaper's tolerations (default: none; the workers' are not theirs)")
         group.add_argument("--network-policy", default="job", choices=NETWORK_POLICIES,
                            help="job (default): a NetworkPolicy per job that lets in exactly the job's traffic "
                                 "(its pods, DNS, the API server for the launcher and reaper, the submitting "

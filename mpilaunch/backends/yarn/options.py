@@ -20,14 +20,10 @@ class YarnOptions(BackendOptions):
 
     @classmethod
     def add_arguments(cls, group) -> None:
+        group.add_argument("--queue", metavar="NAME", help="the YARN queue (default: the scheduler's)")
         group.add_argument("--node-label", help="run the containers on nodes with this label")
         group.add_argument("--memory", default="2 GiB", help="memory of each worker container (default 2 GiB)")
         group.add_argument("--vcores", type=int, default=1, help="vcores of each worker container (default 1)")
         group.add_argument("--env-archive", metavar="PATH",
                            help="a packed Python environment (conda-pack/venv-pack) the containers run in; "
                                 "mpilaunch's pieces come with the job")
-
-    @classmethod
-    def from_args(cls, args) -> "YarnOptions":
-        return cls(queue=args.queue, node_label=args.node_label, memory=args.memory, vcores=args.vcores,
-                   env_archive=args.env_archive)
