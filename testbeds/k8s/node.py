@@ -57,7 +57,10 @@ CNI_BIN = "/usr/lib/cni"
 PAUSE_IMAGE = "mpilaunch.local/pause:1"
 APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "ipset")
 #: what a real-pod job passes so its pods land here (mpilaunch options)
-JOB_ARGS = ("--node-selector", f"{REAL_KEY}=true", "--toleration", f"{REAL_KEY}=true:NoSchedule")
+# The launcher and reaper are placed on their own (mpilaunch pins them nowhere by default): here
+# they must run too, so they ask for the real node as well.
+JOB_ARGS = ("--node-selector", f"{REAL_KEY}=true", "--toleration", f"{REAL_KEY}=true:NoSchedule",
+            "--launcher-node-selector", f"{REAL_KEY}=true", "--launcher-toleration", f"{REAL_KEY}=true:NoSchedule")
 
 
 class NodeError(RuntimeError):

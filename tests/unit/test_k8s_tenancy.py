@@ -196,13 +196,23 @@ def test_tenant_pods_opt_out_of_mesh_sidecars_unless_kept(tmp_path):
         assert "sidecar.istio.io/inject" not in a
 
 
+def test_tenant_launcher_and_reaper_are_not_pinned_to_the_workers_gpu_nodes(tmp_path):
+    gpu_nodes = ("--node-selector", "gpu=yes", "--toleration", "nvidia.com/gpu:NoSchedule")
+    specs = dict(pods_of(render_objects(tmp_path, *gpu_nodes)))
+    assert specs["worker"]["nodeSelector"] == {"gpu": "yes"} and specs["worker"]["tolerations"]
+    for role in ("launcher", "reaper"):
+        assert "nodeSelector" not in specs[role] and "tolerations" not in specs[role], role
+
+
 def test_tenant_launcher_placement_is_its_own_when_asked(tmp_path):
     objs = render_objects(tmp_path, "--node-selector", "gpu=yes", "--toleration", "nvidia.com/gpu:NoSchedule",
-                          "--launcher-node-selector", "pool=cpu")
+                          "--launcher-node-selector", "pool=cpu", "--launcher-toleration", "pool=cpu:NoSchedule")
     specs = dict(pods_of(objs))
     assert specs["worker"]["nodeSelector"] == {"gpu": "yes"}
-    assert specs["launcher"]["nodeSelector"] == {"pool": "cpu"} and specs["reaper"]["nodeSelector"] == {"pool": "cpu"}
-    assert specs["launcher"].get("tolerations")  # the workers' tolerations unless --launcher-toleration
+    for role in ("launcher", "reaper"):
+        assert specs[role]["nodeSelector"] == {"pool": "cpu"}, role
+        assert specs[role]["tolerations"] == [{"key": "pool", "operator": "Equal", "value": "cpu",
+                                               "effect": "NoSchedule"}], role
 
 
 def test_tenant_admission_is_asked_about_one_pod_of_each_kind(tmp_path):
@@ -216,3 +226,13 @@ def test_tenant_admission_is_asked_about_one_pod_of_each_kind(tmp_path):
     pods = refusals.dry_run_pods(grouped)
     assert [p["metadata"]["name"] for p in pods] == ["tj-reaper-check", "tj-worker-0", "tj-launcher-check"]
     assert all(p["kind"] == "Pod" and p["spec"]["securityContext"]["runAsNonRoot"] for p in pods)
+
+
+def test_tenant_an_unplaceable_launcher_is_told_how_to_place_it():
+    from mpilaunch.backends.k8s.pods import launcher_placement_hint
+
+    scheduler = ("0/3 nodes are available: 3 node(s) had untolerated taint {nvidia.com/gpu: present}. "
+                 "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+    assert "--launcher-toleration" in launcher_placement_hint(scheduler)
+    assert launcher_placement_hint("0/3 nodes are available: 3 Insufficient cpu.") == ""
+    assert launcher_placement_hint(None) == ""

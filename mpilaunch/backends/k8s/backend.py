@@ -65,9 +65,10 @@ from ...exit_codes import EXIT_FAILED
 from ..agent_workers import write_secret
 from ..credential import new_credential
 from ..base import BaseBackend, Capabilities
-from . import launch as k8s_launch, manage as k8s_manage, manifests as k8s_manifests, orphan as k8s_orphan
-from . import admission as k8s_admission, replace as k8s_replace, tools as k8s_tools
-from . import pod_template as k8s_pod_template
+from . import launch, manage, manifests, orphan
+from . import replace, tools
+from .admission import WORKLOADS, AdmissionReader
+from . import pod_template
 from .. import rendezvous
 from .launch import PYTHON_ENV, TRANSPORT
 from .follow import follow_log
@@ -102,9 +103,9 @@ CREATION_STAGES = (("tools", "lease", "reaper-rbac", "setup"), ("reaper",), ("wo
 
 def fail_on_image_check(messages) -> None:
     """AllocationError with the image check's line (exit 3), where one of the pods' ``messages`` holds it."""
-    line = next(filter(None, map(k8s_tools.image_problem, messages)), None)
+    line = next(filter(None, map(tools.image_problem, messages)), None)
     if line:
-        raise AllocationError(line, k8s_tools.HINT + "; nothing was left in the cluster")
+        raise AllocationError(line, tools.HINT + "; nothing was left in the cluster")
 
 
 def refusal_line(e: ApiError) -> str:
@@ -125,7 +126,7 @@ class K8sBackend(BaseBackend):
         super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
         self.opts: K8sOptions = self.options
         self.job = plan.job_name
-        self.launcher_name = k8s_launch.launcher_job_name(self.job)
+        self.launcher_name = launch.launcher_job_name(self.job)
         self._creds: dict | None = None
         self._tokens = None  # a k8s_credentials.TokenSource when the kubeconfig's token expires
         self._api: Api | None = None
@@ -140,9 +141,9 @@ class K8sBackend(BaseBackend):
         self._outage = ApiOutage("the job's pods")
         self._admission = None
         self._launcher_events_at = 0.0  # when the launcher Job's events may be read again
-        # mpilaunch's pieces come with the job (its ConfigMap), not from the image (k8s_tools.py)
-        self.tools = k8s_tools.from_configmap()
-        self.transport = k8s_launch.resolve_transport(self.opts.transport, self.launcher)
+        # mpilaunch's pieces come with the job (its ConfigMap), not from the image (tools.py)
+        self.tools = tools.from_configmap()
+        self.transport = launch.resolve_transport(self.opts.transport, self.launcher)
         if self.opts.queue and spec.retries:
             raise UsageError("--retries cannot be used with --queue",
                              "Kueue admits a job's pod group once: a replaced worker would wait for an admission "
@@ -151,19 +152,19 @@ class K8sBackend(BaseBackend):
         self.agent_secret = new_credential() if self.transport == "agent" else ""  # MAC secret + TLS cert/key
         self.agent_secret_file = rundir / "agent-secret"
         # --pod-template: read once, here, so that a bad file is exit 2 before anything is created
-        self.pod_templates = k8s_pod_template.load(self.opts.pod_template) if self.opts.pod_template else None
+        self.pod_templates = pod_template.load(self.opts.pod_template) if self.opts.pod_template else None
         # the launcher template's serviceAccountName acts as --service-account (no per-job RBAC is made)
-        account = k8s_pod_template.launcher_service_account(self.pod_templates, self.opts.service_account)
+        account = pod_template.launcher_service_account(self.pod_templates, self.opts.service_account)
         if account != self.opts.service_account:
             self.opts = dataclasses.replace(self.opts, service_account=account)
 
     # ------------------------------------------------------------ cluster access
 
     @property
-    def admission(self) -> k8s_admission.AdmissionReader:
+    def admission(self) -> AdmissionReader:
         """The job's PodGroup and Kueue Workload (--gang, --queue), read for why the job waits."""
         if self._admission is None:
-            self._admission = k8s_admission.AdmissionReader(self.api, self.opts.gang, self.opts.queue, self.job)
+            self._admission = AdmissionReader(self.api, self.opts.gang, self.opts.queue, self.job)
         return self._admission
 
     @property
@@ -202,7 +203,7 @@ class K8sBackend(BaseBackend):
     @classmethod
     def remote_mpi_info(cls, spec):
         """The mpirun workload asks when there is no mpirun here: the launcher pod brings its own."""
-        return k8s_launch.image_mpi_info(spec) if spec.launcher != "local" else None
+        return launch.image_mpi_info(spec) if spec.launcher != "local" else None
 
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:
@@ -231,18 +232,18 @@ class K8sBackend(BaseBackend):
         return self.opts.image
 
     def launch_description(self):
-        return k8s_launch.launch_description(self.spec, self.plan, self.job, self.namespace, self.rank_prefix(),
+        return launch.launch_description(self.spec, self.plan, self.job, self.namespace, self.rank_prefix(),
                                              self.status_token, os.environ, self.transport)
 
     def manifests(self, reveal: bool = False) -> list[tuple[str, str]]:
         """``(group, yaml text)`` in creation order (:func:`.manifests.manifests`)."""
-        return k8s_manifests.manifests(self, reveal)
+        return manifests.manifests(self, reveal)
 
     def objects(self, reveal: bool = False) -> list[tuple[str, dict]]:
-        return k8s_manifests.objects(self, reveal)
+        return manifests.objects(self, reveal)
 
     def render(self) -> str:
-        return k8s_manifests.render(self)
+        return manifests.render(self)
 
     # ------------------------------------------------------------ life cycle
 
@@ -276,7 +277,7 @@ class K8sBackend(BaseBackend):
             from .api import PLURALS
 
             if kind == "Lease":
-                k8s_orphan.stamp_lease(obj, time.time())
+                orphan.stamp_lease(obj, time.time())
             try:
                 api.create(obj)
             except ApiError as e:
@@ -297,9 +298,9 @@ class K8sBackend(BaseBackend):
                 for future in [pool.submit(create, obj) for obj in batch]:
                     future.result()
                 if "lease" in stage:
-                    self.heartbeat = k8s_orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
+                    self.heartbeat = orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
                 if "workers" in stage and self.opts.queue:  # Kueue made a Workload of them: released first
-                    self.created.append((*k8s_admission.WORKLOADS, self.job))
+                    self.created.append((*WORKLOADS, self.job))
 
     def _list_pods(self) -> list[dict]:
         return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
@@ -447,7 +448,7 @@ class K8sBackend(BaseBackend):
         """
         if self.transport == "agent":
             pods = {w.name: self.pods.get(w.name) for w in self.plan.workers}
-            return k8s_launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
+            return launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = {
@@ -457,17 +458,17 @@ class K8sBackend(BaseBackend):
             "workers": {w.name: {"pod": w.name} for w in self.plan.workers},
         }
         if self.launcher == "local" and use_relay():
-            from . import relay as k8s_relay
+            from . import relay
 
-            k8s_relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
-            self.relay, context["relay"] = k8s_relay.start(context, self.rundir)
+            relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
+            self.relay, context["relay"] = relay.start(context, self.rundir)
         return context
 
     def rank_prefix(self) -> list[str]:
-        return k8s_tools.rank_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+        return tools.rank_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
 
     def task_starter_prefix(self) -> list[str]:
-        return k8s_tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+        return tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.pod_rendezvous(worker, self.plan.job_name)
@@ -527,9 +528,9 @@ class K8sBackend(BaseBackend):
                     current = outage.failed(e)
                 if current is not None:
                     code = launcher_exit(current)
-                    line = k8s_tools.image_problem(k8s_tools.termination_messages(current)) if code else None
+                    line = tools.image_problem(tools.termination_messages(current)) if code else None
                     if line:
-                        raise AllocationError(line, k8s_tools.HINT)
+                        raise AllocationError(line, tools.HINT)
                     if code is not None:
                         return code
                 if deadline is not None and time.monotonic() >= deadline:
@@ -583,10 +584,10 @@ class K8sBackend(BaseBackend):
 
     def replace_workers(self, names: list[str]) -> None:
         """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
-        k8s_replace.replace_workers(self, names)
+        replace.replace_workers(self, names)
 
     def relaunch(self, attempt: int) -> None:
-        k8s_replace.relaunch(self, attempt)
+        replace.relaunch(self, attempt)
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report).
@@ -610,7 +611,7 @@ class K8sBackend(BaseBackend):
                 break
             time.sleep(min(0.25, max(0.0, settle_until - time.monotonic())))
         # as the wait for Ready says it: the image, not a lost worker
-        fail_on_image_check(k8s_tools.termination_messages(pods.get(name)) for name in lost)
+        fail_on_image_check(tools.termination_messages(pods.get(name)) for name in lost)
         evicted = self.admission.eviction() if lost else None
         if evicted:  # Kueue took the pods back: its reason is the job's, whatever each pod says
             lost = dict.fromkeys(lost, evicted)
@@ -641,35 +642,35 @@ class K8sBackend(BaseBackend):
             self.heartbeat.stop()
             self.heartbeat = None
         if self.relay is not None:
-            from . import relay as k8s_relay
+            from . import relay
 
-            k8s_relay.stop(self.relay)
+            relay.stop(self.relay)
             self.relay = None
         if self.root_uid is None:
             return
         try:
-            k8s_manage.delete_job(self.api, self.job, self.created, wait=20.0)
+            manage.delete_job(self.api, self.job, self.created, wait=20.0)
         except Exception as e:  # never raise from teardown
             print(f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); the cluster's reaper deletes it "
                   f"--orphan-timeout {self.spec.orphan_timeout:g}s after the last Lease renewal, or "
                   f"run: mpilaunch delete {self.job} --backend k8s", file=sys.stderr)
         self.root_uid = None
 
-    # ------------------------------------------------------------ manage (k8s_manage.py)
+    # ------------------------------------------------------------ manage (manage.py)
 
     @classmethod
     def manage_status(cls, args, stream) -> int:
-        return k8s_manage.status(args, stream)
+        return manage.status(args, stream)
 
     @classmethod
     def manage_logs(cls, args, stream) -> int:
-        return k8s_manage.logs(args, stream)
+        return manage.logs(args, stream)
 
     @classmethod
     def manage_delete(cls, args, stream) -> int:
-        return k8s_manage.delete(args, stream)
+        return manage.delete(args, stream)
 
     @classmethod
     def manage_wait(cls, args, stream) -> int:
-        return k8s_manage.wait(args, stream)
+        return manage.wait(args, stream)
 

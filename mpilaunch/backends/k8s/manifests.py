@@ -50,11 +50,10 @@ def values(backend, reveal: bool = False) -> dict:
         "reaper_resources": resources.reaper_resources(opts.reaper_cpu, opts.reaper_memory),
         "worker_resources": lambda gpus: resources.worker_resources(opts.pod_cpu, opts.pod_memory, gpus,
                                                                     opts.gpu_resource),
-        # the launcher and reaper go where the workers do unless told otherwise (--launcher-node-selector)
-        "launcher_node_selector": dict(opts.node_selector if opts.launcher_node_selector is None
-                                       else opts.launcher_node_selector),
-        "launcher_tolerations": (tolerations if opts.launcher_tolerations is None
-                                 else [parse_toleration(t) for t in opts.launcher_tolerations]),
+        # The launcher and reaper use no GPU: the workers' placement (GPU nodes, usually) is not
+        # theirs unless asked (--launcher-node-selector, --launcher-toleration).
+        "launcher_node_selector": dict(opts.launcher_node_selector or ()),
+        "launcher_tolerations": [parse_toleration(t) for t in opts.launcher_tolerations or ()],
         "job_label": JOB_LABEL, "role_label": ROLE_LABEL,
         "api_ports": network_policy.api_ports(backend.api_server()),
         **k8s_orphan.template_values(spec, job, {**labels, ROLE_LABEL: "reaper"},

@@ -121,7 +121,7 @@ def pod_loss(pod: dict | None) -> str | None:
     return None
 
 
-# The launcher pod's line just before it starts mpirun (launchers/k8s.py):
+# The launcher pod's line just before it starts mpirun (launcher.py):
 # when the submitting side sees it, mpirun is starting in the cluster.
 LAUNCHER_READY = "mpilaunch: launcher: "
 # The launcher's last line when attached: its exit code, signed with the launch's token as the
