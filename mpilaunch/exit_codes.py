@@ -15,5 +15,8 @@ EXIT_PLACEMENT = 4  # a rank ran elsewhere than planned, or ranks are missing
 # program's; distinct from a rank's own code and from mpirun's generic 255, which used to hide the cause
 EXIT_WORKER_LOST = 5
 EXIT_NO_SPEC = 75  # a PS task starter: its launcher went away before sending the cluster spec
+# --stall-timeout: no output and unchanged stacks that long; the verdict names the rank(s) holding the
+# job up. Not timeout(1)'s 124-127, not 128+signal, and no code a program or MPI commonly exits with.
+EXIT_HUNG = 86
 EXIT_TIMEOUT = 124  # --timeout, as timeout(1)
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGINT, as a shell reports it

@@ -82,6 +82,8 @@ class RankOutput:
         self.cancelled = False  # set by cancel(): mpilaunch stopped following this run
         # phases seen here (phases.py): first_rank_start, first_output, last_status (monotonic)
         self.times: dict[str, float] = {}
+        # when the last line of mpirun's output came (monotonic; the stall watch's silence)
+        self.last_line_at = time.monotonic()
         self._logs: dict[int, object] = {}
         self._unflushed: set[int] = set()  # ranks whose log has lines not yet written out
         self._flusher: threading.Thread | None = None
@@ -126,6 +128,7 @@ class RankOutput:
     def feed(self, stream: str, line: str) -> None:
         """Take one line of mpirun output (tags and all) and emit every rank line it completes."""
         complete = line.endswith("\n")
+        self.last_line_at = time.monotonic()
         segments = split_tagged(line.rstrip("\n"), self.ompi_tag_space)
         with self._lock:
             for i, (rank, fragment) in enumerate(segments):

@@ -37,6 +37,10 @@ _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+#: --on-stall: what a job found hung (--stall-timeout) gets
+ON_STALL = ("stop", "report")
+
+
 def check_duration(option: str, value: float | None, hint: str) -> None:
     """A duration option: a finite number of seconds above 0 (NaN and inf are no durations)."""
     if value is not None and not (math.isfinite(value) and value > 0):
@@ -91,6 +95,8 @@ class JobSpec:
     name: str | None = None
     start_timeout: float = 300.0
     timeout: float | None = None
+    stall_timeout: float | None = None  # declared hung after this long silent with unchanged stacks
+    on_stall: str = "stop"  # ON_STALL: stop the hung job (EXIT_HUNG), or report it and run on
     orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT  # cluster backends: reap the job this long after mpilaunch vanished
     output_dir: str | None = None
     dry_run: bool = False
@@ -125,6 +131,11 @@ class JobSpec:
                        "give the seconds to wait for workers, e.g. --start-timeout 300")
         check_duration("--timeout", self.timeout,
                        "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out")
+        check_duration("--stall-timeout", self.stall_timeout,
+                       "give the seconds of silence with unchanged stacks that make a job hung, "
+                       "e.g. --stall-timeout 600")
+        if self.on_stall not in ON_STALL:
+            raise UsageError(f"unknown --on-stall {self.on_stall!r}", f"choose one of: {', '.join(ON_STALL)}")
         if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
             raise UsageError(
                 f"--orphan-timeout must be a finite number of seconds, at least {MIN_ORPHAN_TIMEOUT:g}; "

@@ -178,3 +178,38 @@ def test_hang_groups_ignore_unnamed_native_frames_and_mpi4py_internals():
     groups = v.group_stacks([rank(0, "0x7f26bfc4524a"), rank(1, "0x7f99f844524a")])
     assert [g.ranks for g in groups] == [[0, 1]]
     assert groups[0].function == "MPI_Comm_dup"
+
+
+# ---------------------------------------------------------------- the stall clock (hang/stall.py)
+
+from mpilaunch.hang import stall  # noqa: E402
+
+
+def test_hang_stall_clock_needs_silence_and_unchanged_stacks():
+    clock = stall.StallClock(9.0)
+    same = stall.coarse_signature(eight_ranks_one_sleeping(2))
+    assert not clock.should_sample(now=102.0, last_output=100.0)
+    assert clock.should_sample(now=103.0, last_output=100.0)
+    assert not clock.observe(103.0, 100.0, same)
+    assert not clock.observe(106.0, 100.0, same)
+    assert clock.observe(109.0, 100.0, same)
+
+
+def test_hang_stall_clock_starts_over_on_output_or_a_changed_stack():
+    clock = stall.StallClock(9.0)
+    same = stall.coarse_signature(eight_ranks_one_sleeping(2))
+    moved = stall.coarse_signature(eight_ranks_one_sleeping(3))
+    assert not clock.observe(103.0, 100.0, same)
+    assert not clock.observe(106.0, 100.0, moved)  # rank 3 moved: a new first sample
+    assert not clock.observe(109.0, 100.0, moved)
+    assert clock.observe(112.0, 100.0, moved)
+    clock = stall.StallClock(9.0)
+    clock.observe(103.0, 100.0, same)
+    clock.observe(106.0, 100.0, same)
+    assert not clock.observe(109.0, 107.0, same)  # a line at 107: the silence starts again
+
+
+def test_hang_stall_signature_ignores_the_line_of_a_spinning_rank():
+    def spinning(line):
+        return [RankStack(0, "w", RUNNING, (Frame("spin", "/u/busy.py", line, PYTHON, "x += 1"),))]
+    assert stall.coarse_signature(spinning(29)) == stall.coarse_signature(spinning(30))

@@ -1,0 +1,50 @@
+"""When a job counts as hung (--stall-timeout): pure, fed with samples by the workload's stall watch.
+
+A job is hung when no rank printed anything for the stall timeout and every
+rank's stacks stayed the same over the samples taken meanwhile. Samples are
+compared coarsely, function by function without line numbers, so a rank
+spinning in one loop (its line changes from one sample to the next) still
+counts as staying put, and a rank moving through its program does not.
+Samples are taken only once the output has been silent for a third of the
+timeout: a job that prints costs nothing.
+"""
+
+from __future__ import annotations
+
+from .verdict import PYTHON, RankStack, innermost_function
+
+SAMPLES = 3  # identical samples, a third of the timeout apart, before a verdict
+
+
+def sample_interval(stall_s: float) -> float:
+    return stall_s / SAMPLES
+
+
+def coarse_signature(stacks) -> tuple:
+    """Every rank's state, innermost function and Python functions (no line numbers)."""
+    def one(s: RankStack):
+        return (s.rank, s.state, innermost_function(s.frames),
+                tuple((f.function, f.file) for f in s.frames if f.kind == PYTHON))
+    return tuple(one(s) for s in sorted(stacks, key=lambda s: s.rank))
+
+
+class StallClock:
+    """Feed it the time of the last output and each sample; it says when the job is hung."""
+
+    def __init__(self, stall_s: float):
+        self.stall_s = stall_s
+        self.signature: tuple | None = None
+        self.samples = 0  # consecutive identical samples taken after the last output
+        self.first_sample_at: float | None = None
+
+    def should_sample(self, now: float, last_output: float) -> bool:
+        return now - last_output >= sample_interval(self.stall_s)
+
+    def observe(self, now: float, last_output: float, signature: tuple) -> bool:
+        """One sample taken at ``now``; True once the job counts as hung."""
+        if self.first_sample_at is not None and last_output > self.first_sample_at:
+            self.signature, self.samples = None, 0  # output since: start over
+        if signature != self.signature:
+            self.signature, self.samples, self.first_sample_at = signature, 0, now
+        self.samples += 1
+        return self.samples >= SAMPLES and now - last_output >= self.stall_s

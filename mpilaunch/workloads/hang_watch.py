@@ -1,0 +1,117 @@
+"""The hang diagnosis of a running mpirun job: once at --timeout, and the --stall-timeout watch.
+
+Both take every rank's stacks through the workers' agents (``hang.collect``),
+print the ``mpilaunch: hang:`` line on stderr and keep what report.json gets
+(``stacks``, ``hang``). Only an mpirun job has rank wrappers to find, and only
+a backend whose context names its workers' agents can be asked.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from ..hang import collect, stall, verdict
+from .base import RunContext, Workload
+
+# --timeout: the diagnosis before the stop is bounded (issue 42: at most 15 s at 64 ranks)
+TIMEOUT_DIAGNOSIS_S = collect.DEFAULT_DEADLINE_S
+# the least time a --stall-timeout sample gives the workers (py-spy on busy ranks of a loaded host)
+SAMPLE_MIN_S = 5.0
+
+
+def _probe_python(backend) -> str:
+    """How a worker runs the probe: this interpreter where the workers are on this host."""
+    if getattr(backend, "workers_on_this_host", False):
+        return sys.executable
+    from ..backends.rendezvous import rank_python
+
+    return rank_python(backend.rank_prefix())
+
+
+def take_stacks(run: RunContext, workload: Workload, deadline_s: float) -> collect.Collection | None:
+    """Every rank's stacks, or None where they cannot be had (a PS job, no agents to ask)."""
+    if workload.mode != "mpirun":
+        return None
+    context = run.backend.exec_context()
+    if context.get("transport") != "agent" or not context.get("workers"):
+        return None
+    output = getattr(workload, "output", None)
+    exits = {rank: code for rank, _, code in (output.statuses if output is not None else ())}
+    expected = dict(enumerate(workload.plan.rank_to_worker()))
+    try:
+        return collect.collect_from_context(context, _probe_python(run.backend), expected=expected, exits=exits,
+                                            deadline_s=deadline_s)
+    except (OSError, ValueError) as e:  # the secret unreadable: no diagnosis, the job's end stands
+        print(f"mpilaunch: warning: no stacks taken: {e}", file=run.stderr, flush=True)
+        return None
+
+
+def diagnose(run: RunContext, workload: Workload, deadline_s: float = TIMEOUT_DIAGNOSIS_S) -> dict | None:
+    """Take the stacks, print the verdict line; report.json's ``hang`` and ``stacks`` (None: none taken)."""
+    taken = take_stacks(run, workload, deadline_s)
+    if taken is None:
+        return None
+    return publish(run, verdict.diagnose(taken.stacks), taken.seconds)
+
+
+def publish(run: RunContext, diagnosis: verdict.Diagnosis, seconds: float) -> dict:
+    try:
+        print(diagnosis.verdict, file=run.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+    return verdict.report(diagnosis, seconds)
+
+
+class StallWatch:
+    """--stall-timeout: while the job runs, declares it hung once no rank printed anything and every
+    rank's stacks stayed the same that long (``hang.stall``). Then it prints the verdict and, with
+    --on-stall stop (the default), stops the workload; with --on-stall report the job runs on."""
+
+    def __init__(self, run: RunContext, workload: Workload, stall_s: float | None, stop: bool = True):
+        self.run, self.workload, self.stall_s, self.stop = run, workload, stall_s, stop
+        self.found: dict | None = None  # report.json's hang and stacks, once hung
+        self.hung = False  # and stopped for it
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
+
+    def __enter__(self) -> "StallWatch":
+        if self.stall_s:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=collect.DEFAULT_DEADLINE_S + 5)
+
+    def _last_output(self) -> float:
+        output = getattr(self.workload, "output", None)
+        return getattr(output, "last_line_at", None) or self._started
+
+    def _run(self) -> None:
+        self._started = time.monotonic()
+        clock = stall.StallClock(self.stall_s)
+        interval = stall.sample_interval(self.stall_s)
+        while not self._done.wait(min(1.0, interval)):
+            now = time.monotonic()
+            if not clock.should_sample(now, self._last_output()):
+                continue
+            taken = take_stacks(self.run, self.workload, min(collect.DEFAULT_DEADLINE_S, max(SAMPLE_MIN_S, interval)))
+            if taken is None or self._done.is_set():
+                return
+            if clock.observe(time.monotonic(), self._last_output(), stall.coarse_signature(taken.stacks)):
+                # the verdict from a full collection: a sample's shorter deadline may have cut a worker off
+                final = take_stacks(self.run, self.workload, collect.DEFAULT_DEADLINE_S) or taken
+                self._declare(verdict.diagnose(final.stacks), final.seconds)
+                return
+            self._done.wait(max(0.0, interval - (time.monotonic() - now)))
+
+    def _declare(self, diagnosis: verdict.Diagnosis, seconds: float) -> None:
+        self.found = publish(self.run, diagnosis, seconds)
+        self.found["hang"]["stall_timeout_s"] = self.stall_s
+        if self.stop and not self._done.is_set():
+            self.hung = True
+            self.workload.note_stop(f"after its ranks hung for --stall-timeout {self.stall_s:g}s")
+            self.workload.stop()
