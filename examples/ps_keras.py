@@ -21,7 +21,7 @@ import sys
 # Quieter TensorFlow start-up (must be set before the import).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 
 def run_server(resolver) -> None:

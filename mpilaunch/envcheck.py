@@ -137,7 +137,7 @@ def check(e: Expected, environments: dict[int, dict], workers: dict[int, str]) -
 def hint(mismatch: Mismatch, e: Expected) -> str:
     if mismatch.kind == MPI_LIBRARY:
         return ("the program (or its mpi4py) was built against another MPI than this mpirun: rebuild it against "
-                f"this MPI, or pass --mpirun with the MPI it was built with; --no-verify skips this check")
+                "this MPI, or pass --mpirun with the MPI it was built with; --no-verify skips this check")
     return (f"the workers' PATH finds another {e.command} first: give its full path, or set the ranks' PATH "
             f"with -x PATH=...; --no-verify skips this check")
 

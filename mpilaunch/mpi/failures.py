@@ -60,7 +60,7 @@ def _first_paragraphs(block: list[str]) -> str:
     if not paras:
         return ""
     text = " ".join(paras[0])
-    if len(paras) > 1 and block and any(l.startswith((" ", "\t")) and l.strip() == paras[1][0] for l in block):
+    if len(paras) > 1 and block and any(line.startswith((" ", "\t")) and line.strip() == paras[1][0] for line in block):
         text = text.rstrip(":") + ": " + " ".join(paras[1])
     return " ".join(text.split())
 
@@ -95,8 +95,8 @@ def daemon_error(lines: list[str]) -> str | None:
     in_block = set()
     for b in blocks:
         in_block.update(b)
-    stray = [l.strip() for l in lines if l not in in_block and not _HELP_RULE.match(l.strip())
-             and not _daemon_host(l) and _ERRORISH.search(l)]
+    stray = [line.strip() for line in lines if line not in in_block and not _HELP_RULE.match(line.strip())
+             and not _daemon_host(line) and _ERRORISH.search(line)]
     proxy = [found for found in map(_proxy_error, stray) if found]
     if not specific and proxy:  # a proxy's own words before mpiexec's about it
         return f"on {proxy[0][0]}: {proxy[0][1]}"

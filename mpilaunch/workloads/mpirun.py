@@ -10,7 +10,6 @@ workload (``launchers/``).
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys

@@ -90,7 +90,7 @@ def _webhook(port: int, directory: Path) -> None:
     secret = (directory / "secret").read_bytes()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (http.server's naming)
+        def do_POST(self):  # http.server's naming
             review = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             try:
                 revoked = set((directory / "revoked-users").read_text().split())

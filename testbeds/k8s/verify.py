@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
-import os
 import subprocess
 import sys
 import time
@@ -59,7 +58,7 @@ def main() -> int:
         print(f"16 nodes Ready in {time.monotonic() - t1:.1f}s", flush=True)
 
         c.apply([pod("gpu-pod", gpus=8), pod("too-big", gpus=9)])
-        p = c.wait_pods(selector=None, count=1, timeout=60)
+        c.wait_pods(selector=None, count=1, timeout=60)
         running = c.get_json("pod", "gpu-pod")
         check("8-GPU pod Running on a kwok node", running["status"].get("phase") == "Running",
               f"node={running['spec'].get('nodeName')} ip={running['status'].get('podIP')}")

@@ -28,8 +28,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .common import ClusterError, cache_dir
+
+if TYPE_CHECKING:  # an annotation only: the caller makes the cluster
+    from .cluster import KubeCluster
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build-volcano.sh"

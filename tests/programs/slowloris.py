@@ -19,7 +19,6 @@ greeted at once.  Runs until SIGTERM or ``--seconds``.
 
 import argparse
 import json
-import os
 import signal
 import socket
 import sys
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from mpilaunch.rsh_agent import protocol as P  # noqa: E402
+from mpilaunch.rsh_agent import protocol as P
 
 BUSY = getattr(P, "SERVER_BUSY", None)  # None: an agent from before the per-peer limit
 

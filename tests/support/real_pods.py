@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from support.helpers import REPO, finish, mpilaunch_env, stop  # noqa: F401  (finish, stop: the tests' names)
+from support.helpers import REPO, finish, mpilaunch_env, stop  # finish, stop: the tests' names
 from support.k8s import KINDS
 
 

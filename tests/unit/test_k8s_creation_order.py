@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("yaml")
 pytest.importorskip("jinja2")
 
-from mpilaunch.backends.k8s import manifests as k8s_manifests  # noqa: E402
-from mpilaunch.backends.k8s.backend import CREATION_STAGES, K8sBackend  # noqa: E402
-from mpilaunch.cli import parse_run  # noqa: E402
-from mpilaunch.workloads.mpirun import MpirunWorkload  # noqa: E402
+from mpilaunch.backends.k8s import manifests as k8s_manifests
+from mpilaunch.backends.k8s.backend import CREATION_STAGES, K8sBackend
+from mpilaunch.cli import parse_run
+from mpilaunch.workloads.mpirun import MpirunWorkload
 
 
 def stage_of(group: str) -> int:

@@ -21,11 +21,11 @@ import pytest
 pytest.importorskip("yaml")
 pytest.importorskip("jinja2")
 
-from mpilaunch.backends.k8s import backend as k8s_backend  # noqa: E402
-from mpilaunch.backends.k8s.backend import K8sBackend  # noqa: E402
-from mpilaunch.cli import parse_run  # noqa: E402
-from mpilaunch.errors import AllocationError  # noqa: E402
-from mpilaunch.workloads.mpirun import MpirunWorkload  # noqa: E402
+from mpilaunch.backends.k8s import backend as k8s_backend
+from mpilaunch.backends.k8s.backend import K8sBackend
+from mpilaunch.cli import parse_run
+from mpilaunch.errors import AllocationError
+from mpilaunch.workloads.mpirun import MpirunWorkload
 
 LINE = "the image img lacks python3 (3.8 or newer) on PATH"
 

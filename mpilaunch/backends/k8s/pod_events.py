@@ -66,7 +66,7 @@ class PodEvents:
         try:
             for _ in iter(resp.readline, b""):
                 self._changed.set()
-        except Exception:  # noqa: BLE001 - closed under it (close(): http.client raises what it will), or
+        except Exception:  # closed under it (close(): http.client raises what it will), or
             pass  # dropped: either way the loop keeps its interval
 
     def wait(self, timeout: float) -> None:

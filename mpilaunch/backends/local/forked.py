@@ -122,7 +122,7 @@ def run_forked_agent(argv: list[str], env: dict, listen_fd: int, log_fd: int) ->
         code = result if isinstance(result, int) else 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - whatever it was, the log says it and the agent ends
+    except BaseException:  # whatever it was, the log says it and the agent ends
         import traceback
 
         traceback.print_exc()

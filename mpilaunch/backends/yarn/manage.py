@@ -10,7 +10,7 @@ import skein
 
 from ...errors import UsageError
 from . import handoff as yarn_handoff, outcome as yarn_outcome
-from .client import TAG, TERMINAL_STATES, skein_client, shorten, state_name, is_mpilaunch  # noqa: F401
+from .client import TAG, TERMINAL_STATES, skein_client, shorten, state_name, is_mpilaunch
 
 
 

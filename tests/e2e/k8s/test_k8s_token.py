@@ -12,7 +12,6 @@ cluster-launcher test plays the kubelet for the launcher pod's status.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

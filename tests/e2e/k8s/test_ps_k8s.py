@@ -56,6 +56,6 @@ def test_ps_mode_creates_no_launcher_job(tmp_path):
                               "--chief", "--workers", "1", "--ps", "1", "--launcher", launcher, "--dry-run",
                               "--", "python3", "train.py"], timeout=60)
         assert proc.returncode == 0, proc.stderr
-        kinds = [l.split(":", 1)[1].strip() for l in proc.stdout.splitlines() if l.startswith("kind:")]
+        kinds = [line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if line.startswith("kind:")]
         assert kinds.count("Pod") == 3, kinds
         assert "psdry-launcher" not in proc.stdout  # neither its Job nor its pod (the reaper Job may be there)

@@ -219,7 +219,7 @@ def test_dying_daemons_fail_bounded_with_the_daemons_error(real):
                  "--mpi-args", bad, "-q", "--", "python3", f"{PROGRAMS}/placement.py", timeout=240)
     elapsed = time.monotonic() - t0
     assert p.returncode != 0, p.stdout[-2000:]
-    summary = next(l for l in p.stderr.splitlines() if l.startswith("mpilaunch: error:"))
+    summary = next(line for line in p.stderr.splitlines() if line.startswith("mpilaunch: error:"))
     assert "before any rank failed; MPI daemon on " + job + "-worker-" in summary, p.stderr[-3000:]
     assert "listed multiple times" in summary and "plm_rsh_agent" in p.stderr
     assert elapsed < 120, f"took {elapsed:.0f}s"
@@ -232,7 +232,7 @@ def test_failing_rank_is_named_with_its_pod(real, tmp_path):
                  "-x", "FAIL_RANK=3", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
                  "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=240)
     assert p.returncode == 7, p.stderr[-3000:]
-    summary = next(l for l in p.stderr.splitlines() if l.startswith("mpilaunch: error:"))
+    summary = next(line for line in p.stderr.splitlines() if line.startswith("mpilaunch: error:"))
     assert summary == f"mpilaunch: error: rank 3 on worker {job}-worker-1 exited with code 7", p.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 7
@@ -288,7 +288,7 @@ def test_rank_past_the_pods_memory_limit_is_named_as_killed_by_the_oom_killer(re
                  "--", "python3", f"{PROGRAMS}/eat_memory.py", timeout=240)
     assert "was not killed" not in p.stdout, "the pod's memory limit did not hold"
     assert p.returncode == 137, p.stderr[-3000:]
-    summary = next(l for l in p.stderr.splitlines() if l.startswith("mpilaunch: error:"))
+    summary = next(line for line in p.stderr.splitlines() if line.startswith("mpilaunch: error:"))
     assert summary.startswith(f"mpilaunch: error: rank 1 on worker {job}-worker-1 exited with code 137: "
                               "killed by the kernel's out-of-memory killer"), p.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
@@ -406,7 +406,7 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real, tmp_path):
     proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", "--", "python3", "-c", script)
     follower = None
     try:
-        wait_for(lambda: any("tick 0" in l for l in [proc.stdout.readline()]), 180, "the first tick")
+        wait_for(lambda: any("tick 0" in line for line in [proc.stdout.readline()]), 180, "the first tick")
         follower = subprocess.Popen([sys.executable, "-m", "mpilaunch", "logs", "-f", job, "--backend", "k8s"],
                                     cwd=REPO, env=real.env(), text=True, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
@@ -690,7 +690,7 @@ def test_ps_training_steps_run_across_real_pods(real, tf_image, tmp_path):
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
     assert sorted(seen) == sorted(f"{job}-{t}" for t in ("chief-0", "worker-0", "worker-1", "ps-0"))
     report = json.loads((tmp_path / "report.json").read_text())
-    summary = json.loads(next(l.split("PS-KERAS ", 1)[1] for l in out.splitlines() if "PS-KERAS {" in l))
+    summary = json.loads(next(line.split("PS-KERAS ", 1)[1] for line in out.splitlines() if "PS-KERAS {" in line))
     assert summary["cluster"] == report["cluster"]
     # every task's address is its own pod's IP: the steps really crossed pods
     for kind, addresses in report["cluster"].items():

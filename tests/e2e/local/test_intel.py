@@ -40,7 +40,7 @@ def test_intel_detected_from_mpirun_version_and_ranks_find_libmpi(intel, tmp_pat
     dry = subprocess.run([sys.executable, "-m", "mpilaunch", "--dry-run", "--np", "4", "--slots-per-worker", "2",
                           "--", "true"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert f"mpi: intel 20" in dry.stdout and f"({intel.mpirun})" in dry.stdout  # the wrapper's mpiexec.hydra
+    assert "mpi: intel 20" in dry.stdout and f"({intel.mpirun})" in dry.stdout  # the wrapper's mpiexec.hydra
     assert "-bootstrap rsh -bootstrap-exec" in dry.stdout
     assert "I_MPI_HYDRA_BOOTSTRAP=rsh" in dry.stdout
     name = "intel-auto"
