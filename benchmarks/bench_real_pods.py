@@ -19,7 +19,7 @@ Open MPI 4.1 (Debian's, on the host and in the image):
   --wait``.
 
 ``--tools``: what bringing mpilaunch's pieces with the job costs
-(``k8s_tools.py``: a ConfigMap volume, the zip imported by each piece): 2
+(``backends/k8s/tools.py``: a ConfigMap volume, the zip imported by each piece): 2
 pods, cluster launcher, interleaved in one run: the project's image
 running its own mpilaunch (``MPILAUNCH_K8S_TOOLS=image``); the same image
 with the job's pieces (nothing else differs); the foreign Debian image

@@ -1,7 +1,7 @@
 """mpilaunch's own pieces, for a container whose image does not have mpilaunch.
 
 On Kubernetes every job's pods mount them from a ConfigMap of the job
-(``backends/k8s_tools.py``) at ``TOOLS_DIR``, as these files (``tools_files``):
+(``backends/k8s/tools.py``) at ``TOOLS_DIR``, as these files (``tools_files``):
 
 * ``mpilaunch.zip``: the package (Python sources; what runs in a pod is
   standard library), imported from the zip (zipimport) by
@@ -13,7 +13,7 @@ On Kubernetes every job's pods mount them from a ConfigMap of the job
   the container's termination message and stderr, exit 3).
 
 On YARN an ``--env-archive``'s containers get the same zip as a localized
-archive (``backends/yarn_tools.py``). ``python3 -m mpilaunch.image_tools
+archive (``backends/yarn/tools.py``). ``python3 -m mpilaunch.image_tools
 write DEST`` writes the files into DEST (what a pod sees).
 
 Standard library only.

@@ -1,7 +1,7 @@
 """The one job lifecycle: allocate -> wait until ready -> start -> watch -> collect -> release.
 
 Every mode (mpirun, PS) and every backend (local, k8s, yarn) goes through
-:func:`run_job`, and so do the in-cluster launchers (``launchers/``), with a
+:func:`run_job`, and so do the in-cluster launchers (``backends/<name>/launcher.py``), with a
 backend that stands for workers someone else allocated. What differs between
 an mpirun job and a PS job is the *workload* (``workloads/``): what starts on
 which worker, and how success and failure are judged.
@@ -167,7 +167,7 @@ def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *,
     """--detach: allocate and hand the job to its launcher in the cluster, then leave it running.
 
     The launcher runs this same lifecycle in the cluster and, because the job
-    is detached, releases the workers itself at the end (``launchers/``).
+    is detached, releases the workers itself at the end (``backends/<name>/launcher.py``).
     Anything that fails before the hand-off releases everything, as always.
     """
     t0 = time.monotonic()

@@ -72,7 +72,7 @@ class RankOutput:
         self.starts: list[tuple[int, int | None, int | None, str, str]] = []  # rank wrappers' start lines
         # rank -> {"program", "env_digest", "mpi_library"}: the environment check's facts
         self.environments: dict[int, dict] = {}
-        # job.py sets this to a function returning the placement mismatch seen so
+        # the mpirun workload sets this to a function returning the placement mismatch seen so
         # far (or None); launch loops stop mpirun as soon as it returns one.
         self.placement_check = None
         self.ompi_tag_space = True  # mpi.split_tagged: False under Open MPI 4 (the workload sets it)

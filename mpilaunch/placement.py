@@ -7,7 +7,7 @@ world of size np, and none runs outside a worker (a rank that mpirun forked
 next to itself carries no worker name: the classic failure of exec-based
 launchers, which otherwise "succeeds"). :func:`likely_cause` turns a
 mismatch into a hint naming what the detected MPI reads. Pure functions;
-``job.py`` feeds them.
+``workloads/verification.py`` feeds them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Planning (GPUs or a hostfile -> workers x slots), the mpirun command, the
 rank-output watch and the outcome (first failing rank, else mpirun's code).
 The steps around it (allocate, wait, release, signals, report file) are the
 lifecycle's (``lifecycle.py``). The in-cluster launchers run this same
-workload (``launchers/``).
+workload (``backends/<name>/launcher.py``).
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ class MpirunWorkload(Workload):
         return f"waiting for {len(self.plan.workers)} worker" + ("s" if len(self.plan.workers) > 1 else "")
 
     def use_output(self, output) -> None:
-        """Where mpirun's lines go; the in-cluster launchers pass them on raw (``launchers/``)."""
+        """Where mpirun's lines go; the in-cluster launchers pass them on raw (``backends/<name>/launcher.py``)."""
         self.output = output
 
     def start(self, run: RunContext) -> None:

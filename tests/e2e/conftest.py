@@ -48,7 +48,7 @@ def kube():
 
 @pytest.fixture
 def k8s_env(kube, openmpi5):
-    # kwok runs the pods' commands on this machine, where mpilaunch is: no tools image (k8s_tools.py)
+    # kwok runs the pods' commands on this machine, where mpilaunch is: no tools image (backends/k8s/tools.py)
     env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable,
                         MPILAUNCH_K8S_TOOLS="image")
     return env

@@ -7,7 +7,7 @@ naming a transport the shim can load and every host mpirun will be given,
 with what that transport reads (``support/backend_contract.py``). Backends
 come from the registry (``mpilaunch.backends``) by name; those whose workers
 live elsewhere (k8s, yarn, ssh) are checked the same way against their
-testbeds in ``tests/e2e/test_cluster_backend_contract.py``. Every registered
+testbeds in ``tests/e2e/<name>/test_<name>_backend_contract.py``. Every registered
 backend's capabilities and registry line are checked here.
 """
 
@@ -35,7 +35,7 @@ def backend_params() -> list:
             params.append(pytest.param(cls, id=name))
         else:
             params.append(pytest.param(cls, id=name, marks=pytest.mark.skip(
-                reason="its workers live on a cluster or other hosts: tests/e2e/test_cluster_backend_contract.py")))
+                reason="its workers live on a cluster or other hosts: tests/e2e/<name>/test_<name>_backend_contract.py")))
     return params + [pytest.param(FakeBackend, id="fake")]
 
 

@@ -1,4 +1,4 @@
-"""mpilaunch's pieces outside an image that has mpilaunch (``image_tools.py``, ``backends/k8s_tools.py``).
+"""mpilaunch's pieces outside an image that has mpilaunch (``image_tools.py``, ``backends/k8s/tools.py``).
 
 The copy is run and its entry points started with this machine's system
 python3 (no venv, no mpilaunch installed) in an empty environment; the

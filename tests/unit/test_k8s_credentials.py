@@ -1,6 +1,6 @@
 """When an expiring token is fetched again, when mpilaunch gives up, and what an outage says.
 
-Pure logic of ``backends/k8s_credentials.py`` and ``k8s_api.ApiOutage``;
+Pure logic of ``backends/k8s/credentials.py`` and ``backends/k8s/api.py``'s ``ApiOutage``;
 the same code against a real API server with 20-second tokens is
 ``tests/e2e/k8s/test_k8s_token.py``.
 """

@@ -20,7 +20,7 @@ TEST_FOLDERS = ("unit", "lifecycle", "e2e")
 
 
 def forbidden(module: str) -> bool:
-    """A test module, a conftest, or the old ``tests/helpers.py`` (now ``support.helpers``)."""
+    """A test module, a conftest, or a top-level ``helpers`` module (shared code is ``support.helpers``)."""
     parts = module.split(".")
     return parts[0] == "helpers" or any(p == "conftest" or p.startswith("test_") for p in parts)
 

@@ -104,7 +104,7 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
         from kubernetes.config import kube_config
     except ImportError:
         raise UsageError("the k8s backend needs the Python package 'kubernetes'", "pip install 'mpilaunch[k8s]'") from None
-    from . import credentials as k8s_credentials
+    from . import credentials
 
     try:
         merged = kube_config.KubeConfigMerger(paths)
@@ -139,7 +139,7 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
             creds[key] = src
         else:
             creds[key] = _write_private(rundir / f"k8s-{key.replace('_file', '')}.pem", Path(src).read_bytes())
-    plugin = k8s_credentials.exec_plugin_fetcher(paths, (chosen or {}).get("name"))
+    plugin = credentials.exec_plugin_fetcher(paths, (chosen or {}).get("name"))
     auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
     if plugin is not None and not auth and not cfg.cert_file:
         plugin[0]()  # the loader swallowed the plugin's failure: run it again for the error (exit 3)
@@ -155,9 +155,9 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
     if plugin is not None and auth:
         fetch, describe = plugin
         expiry = getattr(loader, "expiry", None)  # set by the loader from the plugin's expirationTimestamp
-        first = k8s_credentials.Token(token, time.time(),
+        first = credentials.Token(token, time.time(),
                                       expiry.timestamp() if expiry is not None else None)
-        tokens = k8s_credentials.TokenSource(fetch, first, Path(creds["token_file"]) if "token_file" in creds else None,
+        tokens = credentials.TokenSource(fetch, first, Path(creds["token_file"]) if "token_file" in creds else None,
                                              describe)
     return creds, tokens
 
@@ -257,7 +257,7 @@ class Api:
 
     def __init__(self, creds: dict, timeout: float = 30.0, tokens=None):
         self.creds = creds
-        self.tokens = tokens  # a k8s_credentials.TokenSource when the token expires
+        self.tokens = tokens  # a credentials.TokenSource when the token expires
         self.namespace = creds.get("namespace") or "default"
         self.host, self.port, _ = transport.server_address(creds)
         self.timeout = timeout

@@ -18,9 +18,9 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   workers' agents and the shims share, mounted into the job's pods;
 * a reaper Job ``<job>-reaper``: attached, with a Lease ``<job>`` this process
   renews, it deletes the job when the renewals stop for ``--orphan-timeout``
-  or at the cluster-side deadline (:mod:`.k8s_orphan`); detached, it watches
+  or at the cluster-side deadline (:mod:`.orphan`); detached, it watches
   the launcher Job and, should the launcher end without recording the
-  outcome, records one and releases the workers (:mod:`.k8s_detached`);
+  outcome, records one and releases the workers (:mod:`.detached`);
 * a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
   launcher, ready or not);
 * one Pod per worker, ``<job>-worker-<i>``, with ``nvidia.com/gpu`` limits,
@@ -47,7 +47,7 @@ library per shim. The agent transport is the local and YARN backends'
 (``rsh_agent/transports/agent.py``), given the pods' IPs
 (``launch.agent_context``). The ``kubernetes`` package is used only to read
 kubeconfigs (exec plugins, auth providers); API calls use a small stdlib
-REST client (:mod:`.k8s_api`).
+REST client (:mod:`.api`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, launc
                    parse_launcher_done, pod_problem, pod_ready, launcher_started, pod_loss, ready_poll_s,
                    startup_phases, summarize)
 
-# Container states that will not fix themselves: fail the allocation at once.
+# How often the wait for Ready retries a failed list of the pods, and how often the run
+# reads the launcher pod while its log is followed (until its last line or its exit).
 POLL = 0.5
 # How long after its workers turned Ready a failed job's diagnosis waits for the cluster's word:
 # a worker whose container ends just after the kubelet saw it start (an image that cannot run

@@ -32,7 +32,7 @@ from pathlib import Path
 from ... import dns, mpi
 from ...exit_codes import EXIT_FAILED, EXIT_USAGE
 from .. import rendezvous
-from . import relay as k8s_relay
+from . import relay
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
 from .api import Api, ApiError, sa_dir
@@ -168,7 +168,7 @@ class ReadyPods(BaseBackend):
                    "container": self.launch.cluster.get("container", WORKER_CONTAINER),
                    "workers": {w.name: {"pod": w.name} for w in self.plan.workers}}
         if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
-            self.relay, context["relay"] = k8s_relay.start(dict(context), self.rundir)
+            self.relay, context["relay"] = relay.start(dict(context), self.rundir)
         return context
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
@@ -199,7 +199,7 @@ class ReadyPods(BaseBackend):
 
     def release(self) -> None:
         if self.relay is not None:
-            k8s_relay.stop(self.relay)
+            relay.stop(self.relay)
             self.relay = None
 
 

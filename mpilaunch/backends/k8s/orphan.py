@@ -8,7 +8,7 @@ in the pod of the Job ``<job>-reaper``, under a ServiceAccount that may only get
 that Lease and delete that ConfigMap, deletes the root once the Lease has
 not been renewed for ``--orphan-timeout`` or the job passed its
 cluster-side deadline (``mpilaunch/orphan.py`` decides). A detached job has
-no Lease: its reaper watches the launcher Job instead (``k8s_detached.py``).
+no Lease: its reaper watches the launcher Job instead (``detached.py``).
 
 Standard library only: the reaper runs this in the job's image.
 """
@@ -35,13 +35,13 @@ TEMPLATES = (("lease", "k8s-lease.yaml.j2"), ("reaper-rbac", "k8s-reaper.yaml.j2
 
 def templates_for(detach: bool) -> tuple:
     """A detached job has no heartbeat to renew, so no Lease; its reaper watches the launcher
-    (``k8s_detached.py``) and, like an attached job's, is created before any worker."""
+    (``detached.py``) and, like an attached job's, is created before any worker."""
     return tuple(t for t in TEMPLATES if t[0] != "lease") if detach else TEMPLATES
 
 
 def template_values(spec, job: str, reaper_labels: dict, reaper: Callable[[list[str]], list[str]]) -> dict:
     """What the Lease, the reaper and the deadline on pods and the launcher Job are rendered from.
-    ``reaper``: the reaper's command for its arguments (``k8s_tools.reaper_command``)."""
+    ``reaper``: the reaper's command for its arguments (``tools.reaper_command``)."""
     deadline_s = orphan.cluster_deadline_s(spec.start_timeout, spec.timeout)
     command = [job, "--orphan-timeout", f"{spec.orphan_timeout:g}"]
     if spec.detach:  # the launcher Job's own activeDeadlineSeconds carries the deadline

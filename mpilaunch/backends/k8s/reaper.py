@@ -5,7 +5,7 @@ an attached job's. Runs with the ServiceAccount ``<job>-reaper``, whose Role
 allows ``get``/``watch`` on the Lease ``<job>`` and ``delete`` on the
 ConfigMap ``<job>``, by name, and nothing else. It deletes the job's root
 when the submitting mpilaunch stopped renewing the Lease for SEC seconds or
-the job passed ``--deadline`` seconds (see ``backends/k8s_orphan.py``); the
+the job passed ``--deadline`` seconds (see ``backends/k8s/orphan.py``); the
 garbage collector removes everything else, the reaper included. It exits 0
 when the job is gone either way.
 
@@ -13,7 +13,7 @@ when the job is gone either way.
 detached job's (``--detach``). It watches the launcher Job instead; when
 the launcher ends, or can no longer run, without recording the job's
 outcome, it records one and releases the workers
-(``backends/k8s_detached.py``), then exits 0. Its Role: the root ConfigMap
+(``backends/k8s/detached.py``), then exits 0. Its Role: the root ConfigMap
 (get, patch), the launcher Job (get, delete), the worker pods (delete).
 
 In-cluster credentials (``KUBERNETES_SERVICE_HOST/PORT``, the token under

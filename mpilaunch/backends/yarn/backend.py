@@ -5,7 +5,7 @@
   GPUs per worker, ``--queue``, ``--node-label``). Each container runs
   ``mpilaunch.backends.yarn.container``, which starts ``mpilaunch agent``
   and publishes its address in skein's key-value store (``--env-archive``:
-  from mpilaunch's pieces localized with the job, ``yarn_tools.py``).
+  from mpilaunch's pieces localized with the job, ``tools.py``).
 * The job secret goes into that key-value store (mutual TLS with the
   ApplicationMaster, per-application credentials made here); containers read
   it with ``ApplicationClient.from_current()`` and hand it to the agent on
@@ -24,7 +24,7 @@
 * ``job_finished`` ends the application with final status SUCCEEDED or FAILED
   (killed on allocation failure or interrupt) and, on failure, reports every
   worker container (host, state, exit status), tf-yarn style. Should this
-  process die, the application's driver ends it (``yarn_orphan.py``).
+  process die, the application's driver ends it (``orphan.py``).
 
 skein is imported with this module (``backends.load`` hints the install).
 """
@@ -44,8 +44,8 @@ from ...errors import AllocationError, UsageError
 from ...exit_codes import EXIT_FAILED
 from ...pylauncher import PACKAGE_PARENT
 from .. import rendezvous
-from . import handoff as yarn_handoff, launch as yarn_launch, manage as yarn_manage, orphan as yarn_orphan
-from . import outcome as yarn_outcome, replace as yarn_replace, report as yarn_report, tools as yarn_tools
+from . import handoff, launch, manage, orphan
+from . import outcome, replace, report, tools
 from ..base import BaseBackend, Capabilities
 from .options import YarnOptions
 from ..agent_workers import write_secret
@@ -56,7 +56,7 @@ from .keys import (FORWARD_ENV, FORWARD_ENV_WITH_ARCHIVE, KV_PREFIX, LAUNCHER_SE
 
 LAUNCHER_MEMORY = "512 MiB"
 FAIL_FAST_GRACE_S = 5.0  # as workloads/mpirun.py's: mpirun gets this long to end the job after a rank failed
-ENV_DIR = yarn_tools.ENV_DIR  # where --env-archive is unpacked in each container
+ENV_DIR = tools.ENV_DIR  # where --env-archive is unpacked in each container
 MASTER_MEMORY = "256 MiB"
 POLL = 0.25
 
@@ -73,7 +73,7 @@ class YarnBackend(BaseBackend):
         self.launcher_container: dict = {}
         self.retired_launchers: set[str] = set()  # earlier attempts' launcher containers (--retries)
         self.attempt = 1
-        self.silent: set[str] | None = None  # workers whose agent stopped answering (yarn_report)
+        self.silent: set[str] | None = None  # workers whose agent stopped answering (report.py)
         opts = self.opts
         if opts.env_archive and not os.path.isfile(opts.env_archive):
             raise UsageError(f"--env-archive {opts.env_archive} does not exist",
@@ -89,7 +89,7 @@ class YarnBackend(BaseBackend):
         self.addresses: dict[str, str] = {}
         self.ready_at: dict[str, float] = {}  # wall clock when its agent first answered
         self.containers: dict[str, dict] = {}  # worker name -> last known container facts
-        self.replacements: dict[int, str] = {}  # container instance -> worker it replaced (yarn_replace)
+        self.replacements: dict[int, str] = {}  # container instance -> worker it replaced (replace.py)
         self.retired: set[int] = set()  # instances whose worker was replaced
         self.outcome: int | None = None
         self.failure: str | None = None
@@ -105,8 +105,8 @@ class YarnBackend(BaseBackend):
         return max(w.gpus for w in self.plan.workers)
 
     def _service_script(self, module: str = "mpilaunch.backends.yarn.container") -> str:
-        if self.opts.env_archive:  # the archive's python, mpilaunch's pieces localized (yarn_tools)
-            return yarn_tools.service_script(module)
+        if self.opts.env_archive:  # the archive's python, mpilaunch's pieces localized (tools.py)
+            return tools.service_script(module)
         return f"set -e\nexec {shlex.quote(sys.executable)} -m {module}\n"
 
     def _service_env(self) -> dict[str, str]:
@@ -130,7 +130,7 @@ class YarnBackend(BaseBackend):
             resources = skein.Resources(memory=opts.memory, vcores=opts.vcores, gpus=self.gpus_per_worker)
         except (TypeError, ValueError) as e:
             raise UsageError(f"invalid YARN resources: {e}", "e.g. --memory '4 GiB' --vcores 4") from None
-        files = yarn_tools.files(opts.env_archive, self.rundir) if opts.env_archive else {}
+        files = tools.files(opts.env_archive, self.rundir) if opts.env_archive else {}
         service = skein.Service(
             instances=len(self.plan.workers),
             resources=resources,
@@ -157,7 +157,7 @@ class YarnBackend(BaseBackend):
                 max_restarts=0,
                 allow_failures=True,
             )
-        master = yarn_orphan.master(self, skein.Resources(memory=MASTER_MEMORY, vcores=1), security, files)
+        master = orphan.master(self, skein.Resources(memory=MASTER_MEMORY, vcores=1), security, files)
         return skein.ApplicationSpec(
             name=self.plan.job_name,
             queue=opts.queue or "default",
@@ -188,7 +188,7 @@ class YarnBackend(BaseBackend):
     def allocate(self) -> None:
         write_secret(self.secret_file)
         if self.opts.env_archive:
-            yarn_tools.build(self.rundir)
+            tools.build(self.rundir)
         self.client = skein_client(log=str(self.rundir / "skein-driver.log"))
         self.security = skein.Security.new_credentials()
         try:
@@ -202,31 +202,31 @@ class YarnBackend(BaseBackend):
     def _report(self):
         return self.client.application_report(self.app_id)
 
-    def _raise_if_ended(self, report=None) -> None:
+    def _raise_if_ended(self, app_report=None) -> None:
         """Allocation failed when the application ended before its workers were ready."""
-        report = report or self._report()
-        state = state_name(report.state)
+        app_report = app_report or self._report()
+        state = state_name(app_report.state)
         if state not in TERMINAL_STATES:
             return
         # --env-archive: its python could not run the ApplicationMaster's driver?
-        problem = self.opts.env_archive and yarn_tools.driver_problem(self.client, report)
+        problem = self.opts.env_archive and tools.driver_problem(self.client, app_report)
         if problem:
-            raise AllocationError(problem, yarn_tools.HINT)
+            raise AllocationError(problem, tools.HINT)
         raise AllocationError(
             f"YARN application {self.app_id} ended ({state}) before its workers were ready: "
-            f"{shorten(report.diagnostics) or 'no diagnostics'}",
+            f"{shorten(app_report.diagnostics) or 'no diagnostics'}",
             "check the queue, node label and resources; `yarn logs` has the ApplicationMaster's log",
         )
 
     def _connect(self) -> bool:
         """Connect to the ApplicationMaster once it runs and hand it the secret."""
-        report = self._report()
-        self._raise_if_ended(report)
-        if state_name(report.state) != "RUNNING":
+        app_report = self._report()
+        self._raise_if_ended(app_report)
+        if state_name(app_report.state) != "RUNNING":
             return False
         self.app = self.client.connect(self.app_id, wait=False, security=self.security)
         if not self.spec.detach:  # a detached job's launcher ends it; nobody stays to renew
-            self.heartbeat = yarn_orphan.start_heartbeat(self.app.kv, KV_PREFIX, self.spec.orphan_timeout)
+            self.heartbeat = orphan.start_heartbeat(self.app.kv, KV_PREFIX, self.spec.orphan_timeout)
         from ...rsh_agent.agent_client import read_secret
 
         self.app.kv[KV_PREFIX + WORKER_SECRET_KEY] = read_secret(str(self.secret_file))
@@ -328,9 +328,9 @@ class YarnBackend(BaseBackend):
 
     def _raise_archive_problem(self, node: str | None, container: str | None, service: str) -> None:
         """An ended container's finding that the --env-archive cannot run mpilaunch's pieces, if any."""
-        problem = self.opts.env_archive and yarn_tools.container_problem(node, container, service)
+        problem = self.opts.env_archive and tools.container_problem(node, container, service)
         if problem:
-            raise AllocationError(problem, yarn_tools.HINT)
+            raise AllocationError(problem, tools.HINT)
 
     def _not_ready_message(self, total: int) -> str:
         missing = sorted(w.name for w in self.plan.workers if w.name not in self.addresses)
@@ -340,9 +340,9 @@ class YarnBackend(BaseBackend):
         else:
             parts = [f"all {total} workers ready but the launcher container not running before --start-timeout"]
         try:
-            report = self._report()
-            parts.append(f"YARN application {self.app_id} is {state_name(report.state)} in queue {report.queue}"
-                         + (f": {shorten(report.diagnostics)}" if report.diagnostics else ""))
+            app_report = self._report()
+            parts.append(f"YARN application {self.app_id} is {state_name(app_report.state)} in queue {app_report.queue}"
+                         + (f": {shorten(app_report.diagnostics)}" if app_report.diagnostics else ""))
         except Exception as e:
             parts.append(f"YARN application {self.app_id}: no report ({shorten(str(e), 120)})")
         if self.app is not None:
@@ -387,16 +387,16 @@ class YarnBackend(BaseBackend):
     def rank_prefix(self) -> list[str]:
         if self.opts.env_archive:
             # The archive's python, whose absolute path only the container knows; the tools' wrapper.
-            return yarn_tools.rank_prefix()
+            return tools.rank_prefix()
         return [sys.executable, "-m", "mpilaunch.rank"]
 
     # ------------------------------------------------------------ cluster launcher
 
     def put_launch(self) -> None:
-        yarn_launch.put_launch(self)
+        launch.put_launch(self)
 
     def relaunch(self, attempt: int) -> None:
-        yarn_launch.relaunch(self, attempt)
+        launch.relaunch(self, attempt)
 
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
@@ -476,7 +476,7 @@ class YarnBackend(BaseBackend):
             return None
         for c in containers:
             if c.id in self.retired_launchers:
-                continue  # an earlier attempt's (yarn_launch.relaunch)
+                continue  # an earlier attempt's (launch.relaunch)
             self.launcher_container.update({
                 "id": c.id,
                 "container": c.yarn_container_id or None,
@@ -508,20 +508,20 @@ class YarnBackend(BaseBackend):
     # ------------------------------------------------------------ end
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
-        return yarn_report.lost_workers(self, settle)
+        return report.lost_workers(self, settle)
 
     def hand_off(self, deadline: float, progress) -> None:
-        yarn_handoff.hand_off(self, deadline, progress)
+        handoff.hand_off(self, deadline, progress)
 
     def replace_workers(self, names: list[str]) -> None:
-        yarn_replace.replace_workers(self, names)
+        replace.replace_workers(self, names)
 
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         self.outcome, self.failure = exit_code, failure
         if exit_code == 0 or self.app is None:
             return None
         try:
-            return yarn_report.failure_report(self)
+            return report.failure_report(self)
         except Exception:
             return None
 
@@ -551,7 +551,7 @@ class YarnBackend(BaseBackend):
             if graceful:
                 status = "SUCCEEDED" if ended_ok else "FAILED"
                 # the same form as a detached job's, so `mpilaunch wait` reads either
-                self.app.shutdown(status, diagnostics=yarn_outcome.diagnostics(self.outcome, self.failure, None, None))
+                self.app.shutdown(status, diagnostics=outcome.diagnostics(self.outcome, self.failure, None, None))
             else:
                 self.client.kill_application(self.app_id)
         except Exception:
@@ -566,20 +566,20 @@ class YarnBackend(BaseBackend):
             time.sleep(POLL)
         self.client.kill_application(self.app_id)
 
-    # ------------------------------------------------------------ manage (yarn_manage.py)
+    # ------------------------------------------------------------ manage (manage.py)
 
     @classmethod
     def manage_status(cls, args, stream) -> int:
-        return yarn_manage.status(args, stream)
+        return manage.status(args, stream)
 
     @classmethod
     def manage_logs(cls, args, stream) -> int:
-        return yarn_manage.logs(args, stream)
+        return manage.logs(args, stream)
 
     @classmethod
     def manage_delete(cls, args, stream) -> int:
-        return yarn_manage.delete(args, stream)
+        return manage.delete(args, stream)
 
     @classmethod
     def manage_wait(cls, args, stream) -> int:
-        return yarn_handoff.wait(args, stream)
+        return handoff.wait(args, stream)

@@ -17,7 +17,7 @@ The container's whole job is to host one ``mpilaunch agent``:
 
 With ``--env-archive`` this module, the agent and every rank wrapper run
 from mpilaunch's pieces localized with the job, under the archive's python
-(``yarn_tools.py``).
+(``tools.py``).
 
 Environment set by the launcher (skein service env): MPILAUNCH_YARN_JOB,
 MPILAUNCH_YARN_GPUS (GPUs allocated to the container), MPILAUNCH_YARN_KV

@@ -1,7 +1,7 @@
 """The YARN application's driver: ``python -m mpilaunch.backends.yarn.driver`` in the ApplicationMaster's container.
 
 Ends the application when the submitting mpilaunch's heartbeat (a key in
-skein's key-value store, see ``backends/yarn_orphan.py``) has not changed
+skein's key-value store, see ``backends/yarn/orphan.py``) has not changed
 for ``$MPILAUNCH_ORPHAN_TIMEOUT`` seconds (final status KILLED), or after
 ``$MPILAUNCH_DEADLINE_S`` seconds (FAILED); the rules are
 ``mpilaunch/orphan.py``'s. skein ends the application when its driver

@@ -6,13 +6,13 @@ secret go into skein's key-value store, as for an attached job; then
 mpilaunch lets go: it closes its connection to the ApplicationMaster and
 stops its own skein driver. Neither ends the application (a skein
 application outlives the driver that submitted it); the launcher container
-ends it when the job is over (``launchers/yarn_detached.py``).
+ends it when the job is over (``launcher_detached.py``).
 
 Coming back needs nothing but the ResourceManager and the NodeManagers: the
 per-application credentials made at submission are gone with the process
 that made them, so the key-value store is not read again. ``wait`` and
 ``status`` read the application report (the outcome is in its final
-diagnostics, ``yarn_outcome``), ``logs -f`` follows the launcher container's
+diagnostics, ``outcome``), ``logs -f`` follows the launcher container's
 log through the NodeManager's REST API.
 """
 
@@ -23,7 +23,7 @@ import time
 
 from ...errors import UsageError
 from ...exit_codes import EXIT_TIMEOUT
-from . import outcome as yarn_outcome
+from . import outcome
 from .client import skein_client, shorten, state_name, is_mpilaunch
 
 POLL_S = 1.0
@@ -60,7 +60,7 @@ def find_app(client, name: str):
 
 def phase_of(report) -> tuple[str, int | None, str | None, float]:
     """(phase, exit code or None, failure, elapsed seconds) of an application report."""
-    phase, code, failure = yarn_outcome.outcome(state_name(report.state), state_name(report.final_status),
+    phase, code, failure = outcome.outcome(state_name(report.state), state_name(report.final_status),
                                                 report.diagnostics)
     elapsed = report.runtime.total_seconds() if report.runtime is not None else 0.0
     return phase, code, failure, elapsed
@@ -92,12 +92,12 @@ def wait(args, stream) -> int:
 def launcher_log_url(report, live: list[dict]) -> str | None:
     """Where the launcher container's log is: the live container listing, or the final diagnostics."""
     for c in live:
-        if yarn_outcome.LAUNCHER_LOG in (c.get("containerLogFiles") or ()):
-            return f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{yarn_outcome.LAUNCHER_LOG}"
-    found = yarn_outcome.launcher_log(report.diagnostics)
+        if outcome.LAUNCHER_LOG in (c.get("containerLogFiles") or ()):
+            return f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{outcome.LAUNCHER_LOG}"
+    found = outcome.launcher_log(report.diagnostics)
     if found:
         container, node = found
-        return f"http://{node}/ws/v1/node/containerlogs/{container}/{yarn_outcome.LAUNCHER_LOG}"
+        return f"http://{node}/ws/v1/node/containerlogs/{container}/{outcome.LAUNCHER_LOG}"
     return None
 
 
@@ -108,7 +108,7 @@ def follow(client, name: str, stream, node_containers, http_text) -> int:
     workers_seen = None
     while True:
         report = find_app(client, name)
-        ended = state_name(report.state) in yarn_outcome.TERMINAL_STATES
+        ended = state_name(report.state) in outcome.TERMINAL_STATES
         if url is None:
             live = [] if ended else node_containers(client, report.id)
             url = launcher_log_url(report, live)
@@ -119,7 +119,7 @@ def follow(client, name: str, stream, node_containers, http_text) -> int:
                     raise UsageError(f"job {name} ({report.id}) has no launcher container "
                                      f"(it runs with --launcher local)", _LOCAL_HINT)
         if url is not None:
-            text = yarn_outcome.log_contents(http_text(url) or "")
+            text = outcome.log_contents(http_text(url) or "")
             if len(text) > printed:
                 stream.write(text[printed:])
                 stream.flush()

@@ -24,7 +24,7 @@ workers. This module runs in it and
 
 A detached job's launcher (``"detach": true`` in the launch description)
 writes mpirun's output to its own container log instead, enforces
-``--timeout`` itself and ends the application (``yarn_detached.py``).
+``--timeout`` itself and ends the application (``launcher_detached.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import os
 import skein
 
 from ...errors import UsageError
-from . import handoff as yarn_handoff, outcome as yarn_outcome
+from . import handoff, outcome
 from .client import TAG, TERMINAL_STATES, skein_client, shorten, state_name, is_mpilaunch
 
 
@@ -73,7 +73,7 @@ def status(args, stream) -> int:
     try:
         apps = _all_apps(client, args.name)
         for report in _ours(apps, args.name):
-            phase, code, _failure, elapsed = yarn_handoff.phase_of(report)
+            phase, code, _failure, elapsed = handoff.phase_of(report)
             print(f"{report.id}  {report.name}  {phase}" + (f" (exit {code})" if code is not None else "")
                   + f"  elapsed {elapsed:.0f}s  state={state_name(report.state)} final={state_name(report.final_status)}"
                   f"  queue={report.queue}  user={report.user}", file=stream)
@@ -98,16 +98,16 @@ def logs(args, stream) -> int:
     try:
         if getattr(args, "follow", False):
             _find_apps(client, args.name)  # no such job, or not an mpilaunch one: say so at once
-            return yarn_handoff.follow(_OursOnly(client), args.name, stream, _node_containers, _http_text)
+            return handoff.follow(_OursOnly(client), args.name, stream, _node_containers, _http_text)
         report = _find_apps(client, args.name)[-1]
         containers = _node_containers(client, report.id)
-        ended_log = yarn_outcome.launcher_log(report.diagnostics) if not containers else None
+        ended_log = outcome.launcher_log(report.diagnostics) if not containers else None
         if ended_log:  # a detached job that ended: its launcher's log stays on the NodeManager
             container, node = ended_log
-            text = _http_text(f"http://{node}/ws/v1/node/containerlogs/{container}/{yarn_outcome.LAUNCHER_LOG}")
+            text = _http_text(f"http://{node}/ws/v1/node/containerlogs/{container}/{outcome.LAUNCHER_LOG}")
             if text:
-                print(f"==> {container} {yarn_outcome.LAUNCHER_LOG} <==", file=stream)
-                text = yarn_outcome.log_contents(text)
+                print(f"==> {container} {outcome.LAUNCHER_LOG} <==", file=stream)
+                text = outcome.log_contents(text)
                 stream.write(text if text.endswith("\n") else text + "\n")
                 return 0
         for c in containers:

@@ -19,7 +19,7 @@ import time
 import skein
 
 from ...orphan import cluster_deadline_s
-from . import tools as yarn_tools
+from . import tools
 from ..heartbeat import Heartbeat
 
 HEARTBEAT_KEY = "heartbeat"
@@ -40,13 +40,13 @@ def master(backend, resources, security, files: dict) -> "skein.Master":
 
     A detached job has none: no heartbeat is renewed once mpilaunch exits,
     and its launcher container ends the application (``--timeout`` too).
-    With ``--env-archive`` its driver checks the archive, then holds (``yarn_tools``).
+    With ``--env-archive`` its driver checks the archive, then holds (``tools.py``).
     """
     if backend.spec.detach:
         if not backend.opts.env_archive:
             return skein.Master(resources=resources, security=security)
         return skein.Master(resources=resources, security=security, files=files,
-                            script=yarn_tools.service_script(None), env=backend._service_env())
+                            script=tools.service_script(None), env=backend._service_env())
     return skein.Master(resources=resources, security=security, files=files,
                         script=backend._service_script(REAPER_MODULE),
                         env={**backend._service_env(), **reaper_env(backend.spec)})

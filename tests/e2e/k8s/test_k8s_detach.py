@@ -1,6 +1,6 @@
 """--detach on Kubernetes when the launcher pod dies: the job's reaper records the outcome and releases the workers.
 
-The rules (``backends/k8s_launcher_end.py``) are pure functions of the
+The rules (``backends/k8s/launcher_end.py``) are pure functions of the
 launcher Job's status and of when the reaper saw it, tested here without a
 cluster. The kwok test runs the reaper against a real API server (playing the
 kubelet for the reaper pod, as the SIGKILL tests of test_k8s.py do); the
