@@ -12,7 +12,7 @@ import json
 from itertools import groupby
 
 from ... import hostfile, mpi
-from . import admission, launch as k8s_launch, orphan as k8s_orphan, tools as k8s_tools
+from . import admission, launch, orphan, tools
 from . import network_policy, pod_template, resources, security
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
@@ -56,10 +56,10 @@ def values(backend, reveal: bool = False) -> dict:
         "launcher_tolerations": [parse_toleration(t) for t in opts.launcher_tolerations or ()],
         "job_label": JOB_LABEL, "role_label": ROLE_LABEL,
         "api_ports": network_policy.api_ports(backend.api_server()),
-        **k8s_orphan.template_values(spec, job, {**labels, ROLE_LABEL: "reaper"},
-                                     lambda args: k8s_tools.reaper_command(backend.tools, args)),
-        **k8s_tools.template_values(backend.tools, job),
-        "worker_command": k8s_tools.worker_command(backend.tools, backend.transport),
+        **orphan.template_values(spec, job, {**labels, ROLE_LABEL: "reaper"},
+                                 lambda args: tools.reaper_command(backend.tools, args)),
+        **tools.template_values(backend.tools, job),
+        "worker_command": tools.worker_command(backend.tools, backend.transport),
         "job": job,
         "namespace": backend.namespace,
         "labels": labels,
@@ -88,20 +88,20 @@ def values(backend, reveal: bool = False) -> dict:
         "scheduler_name": admission.SCHEDULERS.get(opts.gang),
         "schedule_timeout": int(spec.start_timeout),
         "launcher_name": backend.launcher_name,
-        "launcher_command": k8s_tools.launcher_command(backend.tools, spec.mpirun),
+        "launcher_command": tools.launcher_command(backend.tools, spec.mpirun),
         "hostfile": hostfile.render([(w.name, w.slots) for w in plan.workers],
-                                    k8s_launch.image_mpi_info(spec).flavour),
+                                    launch.image_mpi_info(spec).flavour),
         "plan_json": plan_summary(plan),
         "launch_json": (json.dumps(backend.launch_description().without_secrets().to_dict(), indent=1)
                         if backend.launcher == "cluster" else ""),
-        "secret_name": k8s_launch.secret_name(job),
+        "secret_name": launch.secret_name(job),
         "secret_dir": SECRET_DIR,
-        "secret_json": (json.dumps(k8s_launch.secret_values(backend.launch_description(), reveal), indent=1)
+        "secret_json": (json.dumps(launch.secret_values(backend.launch_description(), reveal), indent=1)
                         if backend.launcher == "cluster" else ""),
         "detach": spec.detach,
         # --transport agent: each worker pod's main process is mpilaunch's exec agent (no pods/exec)
         "transport": backend.transport,
-        "agent": {"port": AGENT_PORT, "secret_name": k8s_launch.agent_secret_name(job),
+        "agent": {"port": AGENT_PORT, "secret_name": launch.agent_secret_name(job),
                   "secret_dir": AGENT_SECRET_DIR, "secret_key": AGENT_SECRET_KEY,
                   "secret": backend.agent_secret if reveal else mpi.mask(backend.agent_secret)} if agent else None,
     }
@@ -109,14 +109,14 @@ def values(backend, reveal: bool = False) -> dict:
 
 def manifests(backend, reveal: bool = False) -> list[tuple[str, str]]:
     """``(group, yaml text)`` in creation order."""
-    env = k8s_launch.templates()
+    env = launch.templates()
     vals = values(backend, reveal)
     docs = [("root", env.get_template("k8s-root.yaml.j2").render(vals))]
     if backend.tools:
         docs.append(("tools", env.get_template("k8s-tools.yaml.j2").render(vals)))
     own_identities = not backend.opts.service_account  # else an admin's (rbac.py): no RBAC object here
     docs += [(group, env.get_template(name).render(vals))
-             for group, name in k8s_orphan.templates_for(backend.spec.detach)
+             for group, name in orphan.templates_for(backend.spec.detach)
              if own_identities or group != "reaper-rbac"]
     if backend.opts.network_policy == "job":
         docs.append(("setup", env.get_template("k8s-network-policy.yaml.j2").render(vals)))
@@ -160,7 +160,7 @@ def templated(backend, group: str, obj: dict) -> dict:
 def render(backend) -> str:
     head = (f"# mpilaunch job {backend.job} in namespace {backend.namespace}: objects are created in this order\n"
             f"# (apply with `kubectl create -f` or `kubectl apply --server-side -f`: client-side apply keeps a\n"
-            f"# copy of each object in an annotation, and {k8s_tools.configmap_name(backend.job)} is larger than "
+            f"# copy of each object in an annotation, and {tools.configmap_name(backend.job)} is larger than "
             f"its 256 KB);\n"
             f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
             f"# the Secrets' values are masked here.\n")
