@@ -23,7 +23,7 @@ def mpi_choices() -> tuple[str, ...]:
     return ("auto",) + mpi.names()
 MODES = ("allreduce", "ps")
 
-# The biggest job mpilaunch plans (README, "Sizing"): per-rank and per-worker
+# The biggest job mpilaunch plans (docs/usage.md, "Sizing"): per-rank and per-worker
 # work (hostfile, rank map, pods, containers) grows with these, and a typo
 # such as --np 100000000 must be an error, not an endless plan.
 MAX_RANKS = 65536
@@ -51,11 +51,11 @@ def check_plan_size(ranks: int, workers: int, asked: str) -> None:
     """The size limits (MAX_RANKS, MAX_WORKERS), checked before any per-rank or per-worker work."""
     if ranks > MAX_RANKS:
         raise UsageError(f"{asked} asks for {ranks} ranks; mpilaunch launches at most {MAX_RANKS}",
-                         f"give at most {MAX_RANKS} ranks (README, 'Sizing')")
+                         f"give at most {MAX_RANKS} ranks (docs/usage.md, 'Sizing')")
     if workers > MAX_WORKERS:
         raise UsageError(f"{asked} needs {workers} workers; mpilaunch launches at most {MAX_WORKERS}",
                          f"put more ranks on each worker (--slots-per-worker, --gpus-per-node) to stay within "
-                         f"{MAX_WORKERS} workers (README, 'Sizing')")
+                         f"{MAX_WORKERS} workers (docs/usage.md, 'Sizing')")
 
 
 def _as_dict(obj) -> dict:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Horovod (PyTorch, MPI and Gloo; CPU) once per MPI, check it, and cache it.
 #
-# What it is built against (why: README, "Set up"): Debian's python3-torch
+# What it is built against (why: docs/testing.md): Debian's python3-torch
 # 1.13 (CPU, gloo; libtorch-dev's headers) for /usr/bin/python3, and one
 # build per MPI (MPILAUNCH_HOROVOD_FLAVOURS, default both):
 #   openmpi    Debian's Open MPI 4.1 (mpicxx.openmpi; ranks run under

@@ -79,7 +79,7 @@ def make_ps_plan(spec: JobSpec, job_name: str) -> PsPlan:
     total = sum(count for _, count in jobs)  # one worker per task: check before the tasks are listed
     if total > MAX_WORKERS:
         raise UsageError(f"the PS job asks for {total} tasks, one worker each; mpilaunch launches at most "
-                         f"{MAX_WORKERS} workers", f"give at most {MAX_WORKERS} tasks in all (README, 'Sizing')")
+                         f"{MAX_WORKERS} workers", f"give at most {MAX_WORKERS} tasks in all (docs/usage.md, 'Sizing')")
     tasks = clusterspec.task_list(jobs, spec.ps.tensorboard)
     gpus = spec.gpus_per_node or 0  # GPUs for each compute task (chief, worker)
     workers = tuple(

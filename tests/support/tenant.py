@@ -75,7 +75,7 @@ class Tenant:
         self.real.cluster.apply([edit_binding(ns, self.user), default_deny(ns), quota(ns), limit_range(ns)])
         rbac = subprocess.run([sys.executable, "-m", "mpilaunch", "rbac", "--namespace", ns], cwd=REPO,
                               capture_output=True, text=True, check=True).stdout
-        self.real.kubectl("apply", "-f", "-", input=rbac)  # the admin's one-time step, as the README says
+        self.real.kubectl("apply", "-f", "-", input=rbac)  # the admin's one-time step, as docs/shared-clusters.md says
         return self
 
     def teardown(self) -> None:

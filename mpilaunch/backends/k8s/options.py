@@ -112,7 +112,7 @@ class K8sOptions(BackendOptions):
 
     @classmethod
     def add_arguments(cls, group) -> None:
-        group.add_argument("--image", help="the worker and launcher image (any image with an MPI; see README)")
+        group.add_argument("--image", help="the worker and launcher image (any image with an MPI; see docs/kubernetes.md)")
         add_cluster_arguments(group)
         group.add_argument("--node-selector", action="append", default=[], type=key_value, metavar="K=V")
         group.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")

@@ -141,7 +141,7 @@ def test_gang_unschedulable_reason_in_progress_line_and_exit_3(gang_pool, k8s_en
 def test_gang_two_jobs_that_each_need_all_gpus_run_one_after_the_other(gang_pool, k8s_env, tmp_path):
     """Both submitted at once, each needing all 16 GPUs: exactly one runs while the other waits
     holding nothing (no pod of it bound meanwhile); then the other runs. Both exit 0.
-    (Without a gang scheduler each may get one node and both wait forever: README.)"""
+    (Without a gang scheduler each may get one node and both wait forever: docs/shared-clusters.md.)"""
     kube = gang_pool
     jobs = ["k8s-gang-twin-a", "k8s-gang-twin-b"]
     release = tmp_path / "release"
