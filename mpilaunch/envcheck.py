@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import mpi
+from . import mpi, rank_env
 from .placement import Mismatch
 
 PROGRAM = "program"
@@ -42,6 +42,10 @@ class Expected:
     mpirun: str
     version: str
     env_digest: str | None = None
+    # the forwarded variables' values as sent (never shown as they are: rank_env.shown_value)
+    forwarded: dict = field(default_factory=dict, repr=False)
+    # what the MPI's launcher puts ahead on the ranks' path lists (MpiFlavour.prepended_dirs)
+    prepended_dirs: tuple[str, ...] = ()
 
 
 def library_mpi(path: str) -> tuple[str, int | None] | None:
@@ -142,12 +146,81 @@ def hint(mismatch: Mismatch, e: Expected) -> str:
             f"with -x PATH=...; --no-verify skips this check")
 
 
+def _unique(entries: list[str]) -> list[str]:
+    return list(dict.fromkeys(entries))
+
+
+def rewritten_by_launcher(name: str, sent: str, seen: str | None, prepended: tuple[str, ...]) -> bool:
+    """Whether ``seen`` is the path list ``sent`` as the MPI's launcher predictably rewrites it:
+    some of its own directories (``prepended``) put ahead, an entry repeated. Open MPI puts
+    <prefix>/lib ahead of every rank's LD_LIBRARY_PATH, even one that holds it already; that is
+    the MPI's doing on every worker alike, not a worker's startup file."""
+    if seen is None or not rank_env.is_path_list(name):
+        return False
+    entries = seen.split(":") if seen else []
+    wanted = _unique(sent.split(":") if sent else [])
+    ahead = 0
+    while _unique(entries[ahead:]) != wanted:
+        if ahead == len(entries) or entries[ahead] not in prepended:
+            return False
+        ahead += 1
+    return True
+
+
+def _changed(e: Expected, env: dict) -> dict | None:
+    """The variables this rank named as seen otherwise than sent, less the launcher's rewrites;
+    None when its wrapper named none (an older one, or its line was lost)."""
+    seen = env.get("env_seen")
+    if seen is None:
+        return None
+    return {name: value for name, value in seen.items()
+            if not rewritten_by_launcher(name, e.forwarded.get(name, ""), value, e.prepended_dirs)}
+
+
 def digest_mismatches(e: Expected, environments: dict[int, dict]) -> list[int]:
     """Ranks whose forwarded variables differ from what mpilaunch sent (reported, not fatal:
-    a worker's own startup files can set them again)."""
+    a worker's own startup files can set them again). A rank that differs only by the MPI
+    launcher's predictable rewrites (``rewritten_by_launcher``) does not count."""
     if e.env_digest is None:
         return []
-    return sorted(r for r, env in environments.items() if env.get("env_digest") not in (None, e.env_digest))
+    return sorted(r for r, env in environments.items() if env.get("env_digest") not in (None, e.env_digest)
+                  and _changed(e, env) != {})
+
+
+def env_differences(e: Expected, environments: dict[int, dict]) -> list[dict]:
+    """Each forwarded variable some ranks saw otherwise than sent, with both values as
+    ``rank_env.shown_value`` shows them (a secret masked, None: unset) and those ranks."""
+    groups: dict[tuple, list[int]] = {}
+    for r in digest_mismatches(e, environments):
+        for name, value in sorted((_changed(e, environments[r]) or {}).items()):
+            sent = e.forwarded.get(name)
+            shown = None if sent is None else rank_env.shown_value(name, sent)
+            groups.setdefault((name, shown, value), []).append(r)
+    return [{"variable": name, "sent": sent, "seen": seen, "ranks": ranks}
+            for (name, sent, seen), ranks in sorted(groups.items(), key=lambda g: (g[0][0], g[1]))]
+
+
+def _shown(value: str | None) -> str:
+    return "unset" if value is None else repr(value)
+
+
+def differences_warning(differs: list[int], differences: list[dict], most: int = 8) -> str:
+    """The warning for ranks that saw other values than sent, one line per variable and value."""
+    from .placement import ranges
+
+    lines = [f"mpilaunch: warning: {len(differs)} rank(s) ({ranges(differs)}) saw other values of the forwarded "
+             f"variables than mpilaunch sent (a worker's startup files may set them; report.json's environment "
+             f"has them)" + (":" if differences else "")]
+    for d in differences[:most]:
+        lines.append(f"  {d['variable']}: {_ranks(d['ranks'])} saw {_shown(d['seen'])}; mpilaunch sent "
+                     f"{_shown(d['sent'])}")
+    if len(differences) > most:
+        lines.append(f"  and {len(differences) - most} more")
+    named = {r for d in differences for r in d["ranks"]}
+    unnamed = [r for r in differs if r not in named]
+    if unnamed:
+        lines.append(f"  {_ranks(unnamed)}: which variables differ was not reported")
+    return "\n".join(lines)
 
 
 def summary(e: Expected, environments: dict[int, dict], mismatch: Mismatch | None, enabled: bool) -> dict:
@@ -160,4 +233,5 @@ def summary(e: Expected, environments: dict[int, dict], mismatch: Mismatch | Non
         "ranks": [{"rank": r, "program": env.get("program"), "mpi_library": env.get("mpi_library"),
                    "env_digest": env.get("env_digest")} for r, env in sorted(environments.items())],
         "env_digest_differs": digest_mismatches(e, environments),
+        "env_differs": env_differences(e, environments),
     }

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from .mpi import split_tagged
-from .rank import (MPI_PREFIX, OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_mpi, parse_start_line,
-                   parse_status)
+from .rank import (ENV_PREFIX, MPI_PREFIX, OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_env, parse_mpi,
+                   parse_start_line, parse_status)
 
 TAIL_LINES = 20
 #: a rank log (--output-dir) is at most this late on disk: ``tail -f`` follows
@@ -70,7 +70,7 @@ class RankOutput:
         self.statuses: list[tuple[int, str, int]] = []  # in arrival order
         self.oom_killed: set[int] = set()  # ranks the kernel's OOM killer ended (their wrapper says so)
         self.starts: list[tuple[int, int | None, int | None, str, str]] = []  # rank wrappers' start lines
-        # rank -> {"program", "env_digest", "mpi_library"}: the environment check's facts
+        # rank -> {"program", "env_digest", "mpi_library", "env_seen"}: the environment check's facts
         self.environments: dict[int, dict] = {}
         # the mpirun workload sets this to a function returning the placement mismatch seen so
         # far (or None); launch loops stop mpirun as soon as it returns one.
@@ -149,6 +149,12 @@ class RankOutput:
             self.starts.append(start)
             self.environments.setdefault(start[0], {}).update(program=program, env_digest=env_digest)
             text = text[: text.find(START_PREFIX)].strip(" \0")
+            if not text:
+                return
+        changed = parse_env(text, token)
+        if changed is not None:
+            self.environments.setdefault(changed[0], {})["env_seen"] = changed[1]
+            text = text[: text.find(ENV_PREFIX)].strip(" \0")
             if not text:
                 return
         library = parse_mpi(text, token)

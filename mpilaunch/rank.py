@@ -34,6 +34,7 @@ from . import rank_env
 STATUS_PREFIX = "mpilaunch-rank-status:"
 START_PREFIX = "mpilaunch-rank-start:"
 MPI_PREFIX = "mpilaunch-rank-mpi:"
+ENV_PREFIX = "mpilaunch-rank-env:"
 #: the per-launch token (``new_token``); the program never sees it (``program_env``)
 TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
 # How long the wrapper looks for the MPI library the program loads (most load
@@ -141,6 +142,30 @@ def parse_mpi(text: str, token: str | None = None) -> tuple[int, str] | None:
     return None if m is None else (int(m[1]), rank_env.unquote(m[2]))
 
 
+def format_env(rank: str, worker: str, changed: list, token: str | None = None) -> str:
+    """The line naming the forwarded variables this rank sees otherwise than sent
+    (``rank_env.changed_forwarded``): ``NAME=VALUE`` each, a bare ``NAME`` when unset."""
+    fields = " ".join(name if value is None else f"{name}={rank_env.quote(value)}" for name, value in changed)
+    return f"{ENV_PREFIX} rank={rank} worker={worker} {fields}" + _signed(token)
+
+
+def parse_env(text: str, token: str | None = None) -> tuple[int, dict] | None:
+    """(rank, {name: value as shown, None: unset}) from a ``format_env`` line."""
+    if ENV_PREFIX not in text:
+        return None
+    import re
+
+    fields = r"(.*?)" + _token_pattern(token) if token else r"(.*?)\s*$"
+    m = re.search(re.escape(ENV_PREFIX) + r" rank=(\d+) worker=\S+ " + fields, text)
+    if m is None:
+        return None
+    seen = {}
+    for field in m[2].split():
+        name, eq, value = field.partition("=")
+        seen[name] = rank_env.unquote(value) if eq else None
+    return int(m[1]), seen
+
+
 def parse_start_line(text: str, token: str | None = None):
     """A start line -> ((rank, local rank, size, worker, host), program, forwarded-variable digest),
     or None; unknown numbers are None, and so are the program and digest of a line without them.
@@ -185,8 +210,8 @@ def program_env(environ, bind: bool, attempt: str = "1") -> dict:
     env.update(rank_env.torch_env(env, first_env(_RANK_VARS, env), first_env(_LOCAL_RANK_VARS, env),
                                   first_env(_SIZE_VARS, env)))
     libdir = env.pop("MPILAUNCH_MPI_LIBDIR", "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
-    if libdir:
-        env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if libdir:  # once: -x LD_LIBRARY_PATH=$VENV/lib (impi-rt's libdir) stays as it was sent
+        env["LD_LIBRARY_PATH"] = rank_env.with_directory_first(env.get("LD_LIBRARY_PATH"), libdir)
     if bind:
         device = bound_devices(env)
         if device is not None:
@@ -277,6 +302,9 @@ def main(argv=None) -> int:
     worker = env.get("MPILAUNCH_WORKER", "?")
     program = rank_env.resolve_program(command[0], env.get("PATH", "")) if command else None
     print(format_start(env, rank_env.reported_program(program, env), token), file=sys.stderr, flush=True)
+    changed = rank_env.changed_forwarded(env)
+    if changed:
+        print(format_env(rank, worker, changed, token), file=sys.stderr, flush=True)
     # A rank SIGKILLed while its cgroup's OOM kill count went up was killed for
     # memory: the summary says so instead of a bare "exit 137".
     oom_file = memory_cgroup_file(_read("/proc/self/cgroup"), _read("/proc/self/mountinfo"))

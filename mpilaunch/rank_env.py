@@ -8,8 +8,9 @@
   ``MASTER_PORT``) from the MPI runtime's variables and the plan, unless the
   user set them.
 - The environment check's facts: the program the rank resolved, a digest of
-  the variables mpilaunch forwarded, and the MPI library the program loaded
-  (read from ``/proc/PID/maps``).
+  the variables mpilaunch forwarded, each forwarded variable whose value is not
+  the one sent (its value, masked unless it is a path list), and the MPI library
+  the program loaded (read from ``/proc/PID/maps``).
 
 Standard library only, and only built-in modules: it runs in every rank's
 wrapper (the hot-path import contract in pyproject.toml).
@@ -21,7 +22,9 @@ import os
 
 WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"  # set by mpilaunch (mpi/command.py, the shim), read here
 WORKER_CWD_ENV = "MPILAUNCH_WORKER_CWD"  # the worker's directory, set by the shim's remote command
-FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"  # the names mpilaunch forwards, for forwarded_digest
+# the names mpilaunch forwards, each with the digest of the value sent ("NAME=1a2b3c4d,..."):
+# forwarded_digest, changed_forwarded
+FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"
 WORKER_SLOTS_ENV = "MPILAUNCH_WORKER_SLOTS"  # "4,4": each worker's slots in plan order
 MASTER_ADDR_ENV = "MPILAUNCH_MASTER_ADDR"
 MASTER_PORT_ENV = "MPILAUNCH_MASTER_PORT"
@@ -104,9 +107,58 @@ def digest(pairs) -> str:
     return "%08x" % h
 
 
+def forwarded_list(values: dict) -> str:
+    """``FORWARDED_LIST_ENV``'s value: each forwarded name with the digest of the value sent."""
+    return ",".join(f"{name}={digest([(name, value)])}" for name, value in values.items())
+
+
+def _forwarded_sent(env: dict) -> list:
+    """(name, digest of the value sent, or None) for each name in ``FORWARDED_LIST_ENV``."""
+    entries = [e.partition("=") for e in env.get(FORWARDED_LIST_ENV, "").split(",") if e]
+    return [(name, sent or None) for name, _, sent in entries]
+
+
 def forwarded_digest(env: dict) -> str:
-    names = [n for n in env.get(FORWARDED_LIST_ENV, "").split(",") if n]
-    return digest((n, env.get(n, "")) for n in names)
+    return digest((n, env.get(n, "")) for n, _ in _forwarded_sent(env))
+
+
+def changed_forwarded(env: dict) -> list:
+    """(name, value as shown, None: unset) for each forwarded variable whose value here is not
+    the one mpilaunch sent: what the environment check names. A secret's value never leaves
+    the rank: only ``shown_value``'s mask of it."""
+    changed = []
+    for name, sent in _forwarded_sent(env):
+        if sent is not None and digest([(name, env.get(name, ""))]) != sent:
+            value = env.get(name)
+            changed.append((name, None if value is None else shown_value(name, value)))
+    return changed
+
+
+def is_path_list(name: str) -> bool:
+    """A ``:``-separated list of directories (PATH, LD_LIBRARY_PATH, PYTHONPATH, ...)."""
+    return name.endswith("PATH")
+
+
+def shown_value(name: str, value: str) -> str:
+    """A forwarded value as the environment check shows it: path lists and LD_PRELOAD in clear
+    (paths, not secrets: mpirun's own command line carries them, mpi.command.MPIRUN_OWN_NAMES),
+    any other masked as ``render`` and --dry-run mask every forwarded value (``mask``)."""
+    return value if is_path_list(name) or name == "LD_PRELOAD" else mask(value)
+
+
+def mask(value: str) -> str:
+    """What --dry-run and ``mpilaunch render`` show instead of a forwarded value."""
+    return f"<set, {len(value)} chars>"
+
+
+def with_directory_first(path_list: str | None, directory: str) -> str:
+    """``directory`` ahead of the entries of ``path_list``, unless it is one of them already
+    (a second copy would change nothing the loader finds, only what the ranks report)."""
+    if not path_list:
+        return directory
+    if directory in path_list.split(os.pathsep):
+        return path_list
+    return directory + os.pathsep + path_list
 
 
 def mpi_library(maps: str) -> str | None:
@@ -127,9 +179,14 @@ def mpi_library(maps: str) -> str | None:
 
 
 def quote(text: str) -> str:
-    """A field value for a start/env line: no spaces (paths can have them)."""
-    return text.replace("%", "%25").replace(" ", "%20")
+    """A field value for a wrapper's line: no space, no line break, no control character (a
+    path can have spaces, a variable's value anything): each is %XX, and so is %."""
+    return "".join(c if " " < c != "%" and c != "\x7f" else "%%%02X" % ord(c) for c in text)
 
 
 def unquote(text: str) -> str:
-    return text.replace("%20", " ").replace("%25", "%")
+    if "%" not in text:
+        return text
+    import re  # mpilaunch's side only: the wrapper quotes
+
+    return re.sub("%([0-9A-F]{2})", lambda m: chr(int(m[1], 16)), text)

@@ -16,6 +16,8 @@ import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from ..rank_env import mask  # one mask for --dry-run, render and the environment check
+
 
 @dataclass(frozen=True)
 class MpiInfo:
@@ -61,11 +63,6 @@ class MpirunCommand:
     def shown_env(self) -> dict[str, str]:
         """``env`` for --dry-run: the forwarded values masked (``<set, 32 chars>``), shell-quoted otherwise."""
         return {k: mask(v) if k in self.masked else shlex.quote(v) for k, v in self.env.items()}
-
-
-def mask(value: str) -> str:
-    """What --dry-run and ``mpilaunch render`` show instead of a forwarded value."""
-    return f"<set, {len(value)} chars>"
 
 
 @dataclass(frozen=True)
@@ -136,6 +133,12 @@ class MpiFlavour(ABC):
     def rank_env(self, info: MpiInfo) -> dict[str, str]:
         """mpilaunch's own variables every rank's wrapper gets under this flavour (forwarded like -x)."""
         return {}
+
+    def prepended_dirs(self, info: MpiInfo) -> tuple[str, ...]:
+        """Directories its launcher (or the rank wrapper, for it) puts ahead on a rank's path lists
+        (LD_LIBRARY_PATH): the environment check takes that rewrite of a forwarded value for no
+        mismatch (``envcheck.rewritten_by_launcher``)."""
+        return ()
 
     def rank_wrapper_options(self, info: MpiInfo) -> list[str]:
         """Options for the rank wrapper (``python -m mpilaunch.rank``) under this flavour."""

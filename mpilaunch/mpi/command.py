@@ -3,7 +3,7 @@ same for every flavour; how mpirun is told is the flavour's (``registry.for_name
 
 from __future__ import annotations
 
-from ..rank_env import FORWARDED_LIST_ENV, WORKER_PATH_ENV
+from ..rank_env import FORWARDED_LIST_ENV, WORKER_PATH_ENV, forwarded_list
 from .base import LaunchArgs, MpiInfo, MpirunCommand
 from .registry import FLAVOURS, for_name
 
@@ -97,7 +97,7 @@ def build_mpirun(
     if "PATH" in values:  # -x PATH=...: the rank's program gets it, not mpirun's prefix ahead of it
         own[WORKER_PATH_ENV] = values["PATH"]
     forwarded = {n: values[n] for n in names if n in values}
-    own[FORWARDED_LIST_ENV] = ",".join(forwarded)
+    own[FORWARDED_LIST_ENV] = forwarded_list(forwarded)
     names = names + [n for n in own if n not in names]
     values.update(own)
     for name, value in flavour.rank_env(info).items():  # Intel MPI: its library directory

@@ -49,6 +49,9 @@ class IntelMpi(Mpich):
     def rank_env(self, info: MpiInfo) -> dict[str, str]:
         return {LIBDIR_ENV: info.libdir}
 
+    def prepended_dirs(self, info: MpiInfo) -> tuple[str, ...]:
+        return (info.libdir,)  # the rank wrapper's, from LIBDIR_ENV
+
     def agent_setting(self, major: int) -> str:
         return ("Intel MPI takes the agent from -bootstrap rsh -bootstrap-exec / "
                 "I_MPI_HYDRA_BOOTSTRAP(_EXEC) and ignores HYDRA_LAUNCHER")

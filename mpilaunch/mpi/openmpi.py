@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from .base import LaunchArgs, MpiFlavour, MpiInfo, MpirunCommand
@@ -236,6 +237,15 @@ class OpenMpi(MpiFlavour):
 
     def rank_wrapper_options(self, info: MpiInfo) -> list[str]:
         return ["--linger-ms", str(LINGER_MS)]
+
+    def prepended_dirs(self, info: MpiInfo) -> tuple[str, ...]:
+        # mpirun run by its absolute path acts as --prefix <its prefix> and puts <prefix>/lib
+        # ahead of every rank's LD_LIBRARY_PATH, even a forwarded one that has it already
+        # (seen: /usr/bin/mpirun.openmpi, -x LD_LIBRARY_PATH=/usr/lib -> /usr/lib:/usr/lib)
+        if not os.path.isabs(info.path):
+            return ()
+        prefix = os.path.dirname(os.path.dirname(info.path))
+        return (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64"))
 
     def spawn_argv(self, info: MpiInfo, argv: list[str]) -> list[str]:
         if info.major >= 5:

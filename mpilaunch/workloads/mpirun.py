@@ -140,7 +140,9 @@ def expected_environment(spec, info, command: mpi.MpirunCommand, backend, enviro
     program = rank_env.resolve_program(first, path) if first and backend.forwards_path() else None
     return envcheck.Expected(command=first, program=program, flavour=info.flavour, major=info.major,
                              mpirun=info.path, version=info.version,
-                             env_digest=rank_env.digest(command.forwarded.items()))
+                             env_digest=rank_env.digest(command.forwarded.items()),
+                             forwarded=dict(command.forwarded),
+                             prepended_dirs=mpi.for_name(info.flavour).prepended_dirs(info))
 
 
 def without_stale_session(argv: list[str], info: mpi.MpiInfo) -> list[str]:
@@ -451,9 +453,7 @@ class MpirunWorkload(Workload):
         self.environment = envcheck.summary(self.expected, dict(self.output.environments), mismatch, enabled)
         differs = self.environment["env_digest_differs"]
         if differs and enabled:
-            print(f"mpilaunch: warning: {len(differs)} rank(s) ({placement.ranges(differs)}) saw other values of the "
-                  f"forwarded variables than mpilaunch sent (a worker's startup files may set them); "
-                  f"see report.json's environment", file=stream)
+            print(envcheck.differences_warning(differs, self.environment["env_differs"]), file=stream)
 
     def phase_times(self) -> dict[str, float]:
         """mpirun started (here; the k8s backend marks a launcher pod's), the first rank's

@@ -84,6 +84,9 @@ def test_intel_rank_environment_puts_the_mpi_libdir_first():
     assert env["LD_LIBRARY_PATH"] == "/opt/intel/lib:/usr/local/cuda/lib64" and mpi.LIBDIR_ENV not in env
     assert rank.program_env({mpi.LIBDIR_ENV: "/opt/intel/lib"}, False)["LD_LIBRARY_PATH"] == "/opt/intel/lib"
     assert "LD_LIBRARY_PATH" not in rank.program_env({}, False)
+    # -x LD_LIBRARY_PATH=$VENV/lib with impi-rt's libdir there already: sent once, seen once (issue 42)
+    for sent in ("/opt/intel/lib", "/usr/local/cuda/lib64:/opt/intel/lib"):
+        assert rank.program_env({mpi.LIBDIR_ENV: "/opt/intel/lib", "LD_LIBRARY_PATH": sent}, False)["LD_LIBRARY_PATH"] == sent
 
 
 def test_openmpi4_uses_rsh_names_on_command_line_and_both_in_env():
@@ -208,8 +211,10 @@ def test_mpich_uses_hydra_rsh_launcher_and_explicit_env():
     genv = {name: cmd.env[name] for name in listed}
     assert {k: v for k, v in genv.items() if not k.startswith("MPILAUNCH_")} == {
         "HOROVOD_FUSION_THRESHOLD": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
-    # the rank wrapper's digest covers exactly the user's forwarded variables
-    assert genv[rank_env.FORWARDED_LIST_ENV] == "HOROVOD_FUSION_THRESHOLD,NCCL_DEBUG,PYTHONPATH,FOO,SEED"
+    # the rank wrapper's digest covers exactly the user's forwarded variables, each with its value's digest
+    listed = [entry.split("=")[0] for entry in genv[rank_env.FORWARDED_LIST_ENV].split(",")]
+    assert listed == ["HOROVOD_FUSION_THRESHOLD", "NCCL_DEBUG", "PYTHONPATH", "FOO", "SEED"]
+    assert f"FOO={rank_env.digest([('FOO', 'bar')])}" in genv[rank_env.FORWARDED_LIST_ENV].split(",")
     assert cmd.env["HYDRA_LAUNCHER_EXEC"] == "/bin/mpilaunch-rsh"
 
 

@@ -9,6 +9,8 @@ naming the ranks, their workers and the two MPIs.
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
@@ -128,3 +130,33 @@ def test_env_check_mpich_program_under_open_mpi_fails_fast(tmp_path):
                          install=openmpi4, env_extra={"PYTHONPATH": mpich.pythonpath}, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("world 0 1") == 2  # each rank an MPI world of its own: what the check catches
+
+
+# What a rank's program saw of LD_LIBRARY_PATH, one line per rank.
+PRINT_LD_LIBRARY_PATH = "import os; print('LDLP', os.environ.get('PMI_RANK', os.environ.get('OMPI_COMM_WORLD_RANK')), " \
+                        "os.environ.get('LD_LIBRARY_PATH'), flush=True)"
+
+
+def seen_ld_library_path(stdout: str) -> dict[int, str]:
+    return {int(rank): value for rank, value in
+            (line.split("LDLP ", 1)[1].split() for line in stdout.splitlines() if "LDLP " in line)}
+
+
+@pytest.mark.mpi
+def test_env_check_intel_sends_ld_library_path_once_and_does_not_warn(intel, tmp_path):
+    """Intel MPI (impi-rt) with -x LD_LIBRARY_PATH=$VENV/lib, its own library directory: every rank
+    sees it once (the rank wrapper put it first a second time: issue 42), and nothing is reported.
+    Another directory sent gets the library directory put ahead, which is mpilaunch's doing, not a
+    mismatch."""
+    libdir = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(intel.mpirun))), "lib")
+    for sent, expected in ((libdir, libdir), ("/opt/elsewhere/lib", f"{libdir}:/opt/elsewhere/lib")):
+        out = tmp_path / os.path.basename(sent)
+        proc = run_mpilaunch(["--np", "4", "--slots-per-worker", "2", "--output-dir", str(out),
+                              "-x", f"LD_LIBRARY_PATH={sent}", "--", sys.executable, "-c", PRINT_LD_LIBRARY_PATH],
+                             install=intel)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert seen_ld_library_path(proc.stdout) == {r: expected for r in range(4)}, proc.stdout
+        assert "saw other values" not in proc.stderr, proc.stderr
+        env = json.loads((out / "report.json").read_text())["environment"]
+        assert env["verified"] is True and env["env_digest_differs"] == [] and env["env_differs"] == []
+
