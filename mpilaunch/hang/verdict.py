@@ -121,8 +121,8 @@ def mpi_call(frames) -> tuple[int, str] | None:
 
 
 def called_on(code: str) -> str | None:
-    """The first function a source line calls: ``time.sleep(5)`` -> ``time.sleep``."""
-    for m in _CALL.finditer(code):
+    """The first function a source line calls: ``time.sleep(5)`` -> ``time.sleep`` (a comment's words are no call)."""
+    for m in _CALL.finditer(code.split("#", 1)[0]):
         if m[1] not in _NOT_CALLS:
             return m[1]
     return None

@@ -122,7 +122,7 @@ def test_hang_user_frame_skips_stdlib_site_packages_and_mpilaunch():
 def test_hang_innermost_function_prefers_the_mpi_call_then_the_source_call():
     assert v.innermost_function(allreduce_stack(0, "w").frames) == "MPI_Allreduce"
     assert v.innermost_function(sleeping_stack(0, "w").frames) == "time.sleep"
-    busy = (Frame("spin", "/home/u/busy.py", 5, PYTHON, "while True:"),)
+    busy = (Frame("spin", "/home/u/busy.py", 5, PYTHON, "while True: x += 1  # see busy(note)"),)
     assert v.innermost_function(busy) == "spin"
     native_only = (Frame("nanosleep", "libc.so.6", 0, NATIVE), Frame("main", "a.out", 0, NATIVE))
     assert v.innermost_function(native_only) == "nanosleep"
