@@ -115,8 +115,8 @@ def mpi_call(frames) -> tuple[int, str] | None:
     for i, f in enumerate(frames):
         if f.kind == NATIVE:
             m = _MPI_API.match(f.function)
-            if m:
-                found = (i, m[1])
+            if m:  # MPI 4's large-count twins (MPICH's mpi4py calls MPI_Recv_c) by the standard name
+                found = (i, m[1][:-2] if m[1].endswith("_c") else m[1])
     return found
 
 

@@ -128,6 +128,8 @@ def test_hang_innermost_function_prefers_the_mpi_call_then_the_source_call():
     assert v.innermost_function(native_only) == "nanosleep"
     recv = (Frame("poll", "libc", 0, NATIVE), Frame("PMPI_Recv", "libmpi", 0, NATIVE), Frame("main", "a", 0, NATIVE))
     assert v.innermost_function(recv) == "MPI_Recv"
+    large_count = (Frame("MPIDI_progress_test", "libmpich", 0, NATIVE), Frame("PMPI_Recv_c", "libmpich", 0, NATIVE))
+    assert v.innermost_function(large_count) == "MPI_Recv"
 
 
 def test_hang_a_rank_without_frames_is_placed_as_unknown_with_the_reason():

@@ -4,7 +4,8 @@ tests/programs/hang.py makes one chosen rank sleep, stop itself, spin, or
 wait in MPI_Recv for a message that never comes, while the others wait in
 MPI; each case runs several times with another odd rank, and the verdict
 must name that rank, its worker and its line every time. Open MPI 4
-(Debian's, with its mpi4py); the stacks come from py-spy (the test extra).
+(Debian's, with its mpi4py), and once each MPICH and Open MPI 5; the
+stacks come from py-spy (the test extra).
 """
 
 import json
@@ -130,6 +131,17 @@ def test_hang_stacks_command_on_a_running_job(openmpi4, tmp_path):
     finally:
         job.terminate()
         finish(job, 60)
+    assert leftover_processes(name) == []
+
+
+@pytest.mark.parametrize("flavour,mode", [("mpich", "recv"), ("openmpi5", "stop")])
+def test_hang_other_mpis_the_verdict_names_the_injected_rank(flavour, mode, tmp_path):
+    install = checked(installs()[flavour])
+    name = f"hang-{flavour}-{mode}"
+    proc = run_mpilaunch(job_args(name, mode, 2, tmp_path, "--timeout", "8"), install, timeout=120)
+    assert proc.returncode == EXIT_TIMEOUT, proc.stderr[-3000:]
+    assert verdict_line(proc.stderr).startswith(f"mpilaunch: hang: rank 2 ({worker_of(name, 2)}) "
+                                                + EXPECTED[mode][0].format(line=STUCK[mode]) + "; ")
     assert leftover_processes(name) == []
 
 
