@@ -7,8 +7,8 @@ deadline; they used to get it 20 s late, after mpilaunch had waited 10 s for
 each of mpirun's two output pipes, which cannot end while mpirun runs.
 
 Locally the bound is counted from mpilaunch's start to its exit (its own
-startup included); on YARN from the moment the workers were ready, when the
-timeout starts counting, to the application's release (report.json's
+startup included); on YARN and on real pods from the moment the workers
+were ready, when the timeout starts counting, to their release (report.json's
 phases), because the allocation before it is the scheduler's and is not
 bounded by --timeout.
 """
@@ -34,9 +34,17 @@ SLEEPER = "import time; time.sleep(600)"
 KILLED_BY_STOP = {128 + signal.SIGTERM, 128 + signal.SIGKILL}  # the rank wrapper's codes for them
 
 
-def sleeping_job(name: str, out) -> list[str]:
-    return ["--name", name, "--np", str(RANKS), "-q", "--timeout", str(TIMEOUT_S), "--output-dir", str(out),
-            "--", sys.executable, "-c", SLEEPER, name]
+def sleeping_job(name: str, out, python: str = sys.executable) -> list[str]:
+    """The job's options and command, but its --name (the real-pod fixture adds it itself)."""
+    return ["--np", str(RANKS), "-q", "--timeout", str(TIMEOUT_S), "--output-dir", str(out),
+            "--", python, "-c", SLEEPER, name]
+
+
+def stop_after_ready(out) -> float:
+    """Seconds from the workers being ready (the timeout starts counting) to the release of the
+    job's workers, the last thing before the exit (report.json's phases)."""
+    phases = json.loads((out / "report.json").read_text())["timings"]["phases"]
+    return phases["released"] - phases["workers_ready"]
 
 
 def assert_stopped_at_timeout(code: int, err: str, out, within_s: float) -> dict:
@@ -59,7 +67,7 @@ def assert_stopped_at_timeout(code: int, err: str, out, within_s: float) -> dict
 def test_timeout_stops_sleeping_ranks_promptly_on_local(mpi_install, tmp_path):
     name = f"timeout-stop-{mpi_install.id}"
     t0 = time.monotonic()
-    p = run_mpilaunch(sleeping_job(name, tmp_path), mpi_install, timeout=120)
+    p = run_mpilaunch(["--name", name, *sleeping_job(name, tmp_path)], mpi_install, timeout=120)
     wall = time.monotonic() - t0
     assert wall <= TIMEOUT_S + STOP_S, f"exited {wall:.1f}s after its start (--timeout {TIMEOUT_S}): {p.stderr}"
     report = assert_stopped_at_timeout(p.returncode, p.stderr, tmp_path, wall)
@@ -72,7 +80,8 @@ def test_timeout_stops_sleeping_ranks_promptly_on_local(mpi_install, tmp_path):
 def test_timeout_stops_sleeping_ranks_promptly_on_yarn(yarn, openmpi_env, launcher, tmp_path):
     name = f"yarn-timeout-stop-{launcher}"
     t0 = time.monotonic()
-    proc = start(["--launcher", launcher, "--memory", "256 MiB", *sleeping_job(name, tmp_path)], openmpi_env)
+    proc = start(["--name", name, "--launcher", launcher, "--memory", "256 MiB", *sleeping_job(name, tmp_path)],
+                 openmpi_env)
     try:
         out, err = proc.communicate(timeout=300)
     except BaseException:
@@ -80,14 +89,35 @@ def test_timeout_stops_sleeping_ranks_promptly_on_yarn(yarn, openmpi_env, launch
         proc.communicate()
         raise
     wall = time.monotonic() - t0
-    phases = json.loads((tmp_path / "report.json").read_text())["timings"]["phases"]
-    # from the workers being ready (the timeout starts counting) to the release of the application,
-    # the last thing before the exit (what follows it is timed by the local test's wall clock)
-    stopped_after = phases["released"] - phases["workers_ready"]
+    # (what follows the release is timed by the local test's wall clock)
+    stopped_after = stop_after_ready(tmp_path)
     assert stopped_after <= TIMEOUT_S + STOP_S, \
-        f"released {stopped_after:.1f}s after the workers were ready (--timeout {TIMEOUT_S}): {phases}\n{err}"
+        f"released {stopped_after:.1f}s after the workers were ready (--timeout {TIMEOUT_S}): {err}"
     report = assert_stopped_at_timeout(proc.returncode, err, tmp_path, stopped_after)
     assert_released(yarn, name, "FAILED")
     assert wait_for(lambda: leftover_processes(name) == [], 10, "the ranks to be gone")
     print(f"yarn --launcher {launcher}: exit 124 {stopped_after:.2f}s after the workers were ready "
+          f"(run_s {report['timings']['run_s']}, whole run {wall:.1f}s)")
+
+
+@pytest.mark.real_pods
+def test_timeout_stops_sleeping_ranks_promptly_on_real_pods(real, tmp_path):
+    job = "rp-timeout-stop"
+    t0 = time.monotonic()
+    proc = real.start(job, "--slots-per-worker", "2", *sleeping_job(job, tmp_path, python="python3"))
+    try:
+        out, err = proc.communicate(timeout=300)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    wall = time.monotonic() - t0
+    stopped_after = stop_after_ready(tmp_path)
+    assert stopped_after <= TIMEOUT_S + STOP_S, \
+        f"released {stopped_after:.1f}s after the workers were ready (--timeout {TIMEOUT_S}): {err}"
+    report = assert_stopped_at_timeout(proc.returncode, err, tmp_path, stopped_after)
+    assert real.leftovers(job) == []
+    assert wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
+    assert wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
+    print(f"real pods: exit 124 {stopped_after:.2f}s after the workers were ready "
           f"(run_s {report['timings']['run_s']}, whole run {wall:.1f}s)")
