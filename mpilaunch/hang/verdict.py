@@ -144,6 +144,22 @@ def innermost_function(frames) -> str:
     return frames[0].function if frames else "?"
 
 
+def place_function(frames) -> str:
+    """``innermost_function``, and the call on the user's innermost line where library code runs below
+    it: ``synchronize via hvd.allreduce``. A framework's innermost Python function (Horovod's
+    ``synchronize``, a trainer's ``_next_data``) is where the rank is; the user's call is what they
+    wrote and what they will look for. An MPI call or the user's own innermost frame needs nothing more."""
+    inner = innermost_function(frames)
+    python = [f for f in frames if f.kind == PYTHON]
+    if mpi_call(frames) is not None or not python or is_user_file(python[0].file):
+        return inner
+    user = next((f for f in python if is_user_file(f.file)), None)
+    call = called_on(user.code) if user is not None else None
+    if not call or call.rsplit(".", 1)[-1] == inner:  # dist.all_reduce -> all_reduce: nothing to add
+        return inner
+    return f"{inner} via {call}"
+
+
 def short_file(path: str) -> str:
     return path.rsplit("/", 1)[-1] if path else "?"
 
@@ -289,7 +305,7 @@ def describe_place(group: Group) -> str:
         text = "in an unknown place" + (f" ({group.stack.note})" if group.stack.note else "")
     else:
         at = group.where
-        text = f"in {group.function}" + (f" at {at}" if at else "")
+        text = f"in {place_function(group.stack.frames)}" + (f" at {at}" if at else "")
     return f"stopped (state T) {text}" if group.state == STOPPED else text
 
 

@@ -132,6 +132,49 @@ def test_hang_innermost_function_prefers_the_mpi_call_then_the_source_call():
     assert v.innermost_function(large_count) == "MPI_Recv"
 
 
+HVD = f"{SITE}/horovod/torch"
+
+
+def horovod_stack(rank, worker, line, tensor):
+    """py-spy --native of a Horovod (PyTorch) rank's main thread waiting for an allreduce: Horovod's
+    background thread does the MPI, the main thread waits in synchronize (as the real dump shows)."""
+    return RankStack(rank, worker, RUNNING, (
+        Frame("sched_yield", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0, NATIVE),
+        Frame("horovod::torch::WaitAndClear", f"{HVD}/mpi_lib_v2.cpython-311-x86_64-linux-gnu.so", 0, NATIVE),
+        Frame("synchronize", f"{HVD}/mpi_ops.py", 1285, PYTHON, "mpi_lib.horovod_torch_wait_and_clear(handle)"),
+        Frame("HorovodAllreduce.forward", f"{HVD}/mpi_ops.py", 205, PYTHON, "return synchronize(handle)"),
+        Frame("THPFunction_apply", "/usr/lib/x86_64-linux-gnu/libtorch_python.so.1.13.0", 0, NATIVE),
+        Frame("allreduce", f"{HVD}/mpi_ops.py", 254, PYTHON, "summed = HorovodAllreduce.apply(tensor, ...)"),
+        Frame("<module>", "/home/u/train.py", line, PYTHON, f'hvd.allreduce(torch.ones(4), name="{tensor}")'),
+        Frame("0x7f8676f0b24a", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0, NATIVE),
+    ))
+
+
+def test_hang_horovod_rank_that_skipped_a_tensor_is_named_with_the_users_call():
+    # every main thread waits in Horovod's synchronize; the odd rank on another line (another tensor)
+    stacks = [horovod_stack(r, f"w{r // 2}", 29, "grad_a") for r in (0, 1, 3)] + [horovod_stack(2, "w1", 30, "grad_b")]
+    d = v.diagnose(stacks)
+    assert d.verdict == ("mpilaunch: hang: rank 2 (w1) is in synchronize via hvd.allreduce at train.py:30; "
+                         "the 3 other ranks are in synchronize via hvd.allreduce at train.py:29")
+    assert d.to_dict()["odd_ranks"] == [2]
+
+
+def test_hang_torch_gloo_call_is_not_repeated_when_the_library_function_has_its_name():
+    c10d = "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py"
+    waiting = (Frame("pthread_cond_wait", "libc.so.6", 0, NATIVE), Frame("c10d::Work::wait", "libtorch", 0, NATIVE),
+               Frame("all_reduce", c10d, 1541, PYTHON, "work.wait()"),
+               Frame("<module>", "/home/u/train.py", 25, PYTHON, "dist.all_reduce(t)"))
+    assert v.place_function(waiting) == "all_reduce"
+    # a framework deep below the user's line: where it is, and the call the user wrote
+    loader = (Frame("_next_data", f"{SITE}/torch/utils/data/dataloader.py", 9, PYTHON, "idx = self._next_index()"),
+              Frame("fit", f"{SITE}/lightning/trainer.py", 3, PYTHON, "self._run()"),
+              Frame("<module>", "/home/u/train.py", 50, PYTHON, "trainer.fit(model)  # train"))
+    assert v.place_function(loader) == "_next_data via trainer.fit"
+    # the user's own innermost frame, or an MPI call: the innermost function alone
+    assert v.place_function(sleeping_stack(0, "w").frames) == "time.sleep"
+    assert v.place_function(allreduce_stack(0, "w").frames) == "MPI_Allreduce"
+
+
 def test_hang_a_rank_without_frames_is_placed_as_unknown_with_the_reason():
     stacks = [allreduce_stack(r, "w0") for r in range(3)] + [RankStack(3, "w1", RUNNING, note="py-spy: refused")]
     assert v.diagnose(stacks).verdict.startswith(
