@@ -8,9 +8,9 @@ import sys
 
 from . import __version__, backends
 from .errors import MpilaunchError, UsageError
-from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from .exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
 from .orphan import DEFAULT_ORPHAN_TIMEOUT
-from .spec import LAUNCHERS, JobSpec, PsOptions, check_duration, mpi_choices
+from .spec import LAUNCHERS, ON_STALL, JobSpec, PsOptions, check_duration, mpi_choices
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -54,6 +54,11 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     ctl.add_argument("--name", help="job name (default: generated)")
     ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
+    ctl.add_argument("--stall-timeout", type=float, metavar="SEC",
+                     help="declare the job hung when no rank printed anything and every rank's stacks stayed the "
+                          "same this long: the verdict names the rank(s) holding it up")
+    ctl.add_argument("--on-stall", choices=ON_STALL, default="stop",
+                     help=f"a hung job: stop it (exit {EXIT_HUNG}, default) or report it and let it run on")
     ctl.add_argument("--orphan-timeout", type=float, default=DEFAULT_ORPHAN_TIMEOUT, metavar="SEC",
                      help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
                           f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})")
@@ -151,6 +156,8 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         name=args.name,
         start_timeout=args.start_timeout,
         timeout=args.timeout,
+        stall_timeout=args.stall_timeout,
+        on_stall=args.on_stall,
         orphan_timeout=args.orphan_timeout,
         output_dir=args.output_dir,
         dry_run=args.dry_run,

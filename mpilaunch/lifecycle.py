@@ -25,11 +25,12 @@ from pathlib import Path
 from . import backends, phases
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
-from .exit_codes import EXIT_FAILED, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
+from .exit_codes import EXIT_FAILED, EXIT_HUNG, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from .result import JobResult, LostWorker, lost_workers_failure, worker_location
 from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
 from .spec import JobSpec
 from .workloads import workload_class
+from .workloads import hang_watch
 from .workloads.base import RunContext, Workload
 
 
@@ -100,6 +101,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
     attempts: list[dict] = []
     t0 = time.monotonic()
     seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
+    hang: dict = {}  # report.json's "hang" and "stacks", where the job was found hung or timed out
     try:
         with interrupts_raise(then_ignore=True):
             # allocate, and wait until every worker is ready (the backend's diagnosis on timeout)
@@ -117,12 +119,16 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             deadline = None if spec.timeout is None else t_run + spec.timeout
             workload.start(run)
             while True:
-                with LostWorkerWatch(backend, workload) as watch:
+                with LostWorkerWatch(backend, workload) as watch, hang_watch.StallWatch(
+                        run, workload, spec.stall_timeout, stop=spec.on_stall == "stop") as stall:
                     result.exit_code, result.failure = workload.watch(run, deadline)
                 if watch.fatal is not None:
                     raise watch.fatal
+                hang.update(stall.found or {})
+                if stall.hung:
+                    result.exit_code, result.failure = EXIT_HUNG, hung_failure(spec, stall.found)
                 if ran_past(deadline, result.exit_code):
-                    stop_at_timeout(spec, workload)
+                    hang.update(stop_at_timeout(run, workload) or {})
                 phases.mark(seen, "workload_done")
                 lost = diagnose_lost_workers(backend, workload, result, watch.lost)
                 attempts.append(attempt_record(len(attempts) + 1, t0, t_run, result, lost))
@@ -151,6 +157,7 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
                   "lost_workers": [w.worker for w in lost], "lost": [w.__dict__ for w in lost]}
         if spec.retries:
             report["attempts"] = attempts
+        report.update(hang)
         if output_dir is not None:
             save_report(output_dir / "report.json", report, stderr)
         if not quiet:
@@ -222,16 +229,26 @@ def ran_past(deadline: float | None, exit_code: int) -> bool:
     return deadline is not None and exit_code == EXIT_TIMEOUT and time.monotonic() >= deadline
 
 
-def stop_at_timeout(spec: JobSpec, workload: Workload) -> None:
+def stop_at_timeout(run: RunContext, workload: Workload) -> dict | None:
     """--timeout passed: stop the workload now, while the workers are still allocated.
 
     The stop is the workload's own (mpirun: SIGTERM to its process group, SIGKILL
     after a grace), so a rank that handles SIGTERM still gets its chance and a
     rank that does not dies at once. Whatever looks at a hung job before it is
-    stopped goes here, before ``workload.stop()``.
+    stopped goes here, before ``workload.stop()``: every rank's stacks and the hang
+    verdict (bounded: hang_watch.TIMEOUT_DIAGNOSIS_S), report.json's ``hang``/``stacks``.
     """
-    workload.note_stop(f"at --timeout {spec.timeout:g}s")
+    found = hang_watch.diagnose(run, workload)
+    workload.note_stop(f"at --timeout {run.spec.timeout:g}s")
     workload.stop()
+    return found
+
+
+def hung_failure(spec: JobSpec, found: dict | None) -> str:
+    """The failure of a job stopped by --stall-timeout: its verdict, without the line's prefix."""
+    why = f"the job hung: no output and unchanged stacks for --stall-timeout {spec.stall_timeout:g}s"
+    verdict = (found or {}).get("hang", {}).get("verdict", "")
+    return why + (f"; {verdict.split(': ', 2)[-1]}" if verdict else "")
 
 
 def finish_backend(backend, result: JobResult, stderr) -> dict:
@@ -268,7 +285,7 @@ def diagnose_lost_workers(backend, workload: Workload, result: JobResult,
     The lost workers lead the failure text; what the MPI runtime or the task
     made of it follows, as the tail.
     """
-    if not seen and (result.exit_code == EXIT_TIMEOUT or (result.exit_code == 0 and workload.all_units_reported())):
+    if not seen and (result.exit_code in (EXIT_TIMEOUT, EXIT_HUNG) or (result.exit_code == 0 and workload.all_units_reported())):
         return []
     reasons = seen or backend.lost_workers(settle=True)
     if not reasons:
@@ -284,7 +301,7 @@ def diagnose_lost_workers(backend, workload: Workload, result: JobResult,
 
 def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[LostWorker]) -> bool:
     """Relaunch on the same allocation? After a lost worker, or a failed rank with --retry-rank-failures."""
-    if attempts_done > spec.retries or exit_code in (0, EXIT_TIMEOUT, EXIT_PLACEMENT):
+    if attempts_done > spec.retries or exit_code in (0, EXIT_TIMEOUT, EXIT_HUNG, EXIT_PLACEMENT):
         return False
     return bool(lost) or spec.retry_rank_failures
 
