@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from mpilaunch.exit_codes import EXIT_HUNG
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
 from support.mpi_installs import CACHE, require
 from support.yarn import describe_app
@@ -196,6 +197,37 @@ def test_horovod_rank_failing_inside_the_job_is_named(horovod_build, tmp_path, c
     assert horovod_ranks(proc.stdout) == []  # nobody got past the broadcast
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 43 and report["ranks"][1]["exit_code"] == 43, report["ranks"]
+    assert leftover_processes(name) == []
+
+
+# ------------------------------------------------------------------ hang diagnosis (issue 42)
+
+HANG_PROGRAM = REPO / "tests" / "programs" / "hang_horovod.py"
+# the lines hang_horovod.py marks "# STUCK: <where>"
+HANG_STUCK = {m[1]: i for i, line in enumerate(HANG_PROGRAM.read_text().splitlines(), 1)
+              if (m := re.search(r"STUCK: (\S+)", line))}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("odd", [0, 1, 2, 3])
+def test_horovod_hang_rank_that_skips_a_tensor_is_named(horovod, openmpi4_mpirun, tmp_path, odd):
+    """One rank skips the tensor "grad_a" and waits in the allreduce of "grad_b"; the others wait for
+    its "grad_a" (rank 0 included: Horovod's coordinator). --stall-timeout names that rank, its worker
+    and its line, from the main thread's stacks (not Horovod's background thread), and stops the job
+    with EXIT_HUNG."""
+    name = f"horovod-hang-{odd}"
+    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", openmpi4_mpirun, "--name", name, "--np", "4",
+           "--slots-per-worker", "2", "--output-dir", str(tmp_path), "--stall-timeout", "6", "--timeout", "150",
+           "--", str(horovod / "venv" / "bin" / "python"), str(HANG_PROGRAM), str(odd)]
+    proc = run_to_end(cmd, 240, cwd=REPO, env=mpilaunch_env())
+    assert proc.returncode == EXIT_HUNG, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: hang:")]
+    assert lines == [f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in synchronize via hvd.allreduce "
+                     f"at hang_horovod.py:{HANG_STUCK['skipped']}; the 3 other ranks are in synchronize via "
+                     f"hvd.allreduce at hang_horovod.py:{HANG_STUCK['others']}"], proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == EXIT_HUNG and report["hang"]["odd_ranks"] == [odd], report.get("hang")
+    assert [s["rank"] for s in report["stacks"]] == [0, 1, 2, 3]
     assert leftover_processes(name) == []
 
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 
 import pytest
 
+from mpilaunch.exit_codes import EXIT_HUNG
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
 from support.mpi_installs import checked, installs, require
@@ -133,6 +135,35 @@ def test_torch_env_uneven_workers_local_world_size_from_the_plan_under_openmpi5(
     proc = run_local(name, openmpi5, np=3)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_planned(torch_ranks(proc.stdout), name, addr="127.0.0.1", slots=(2, 1))
+
+
+# ------------------------------------------------------------------ hang diagnosis (issue 42)
+
+HANG_PROGRAM = REPO / "tests" / "programs" / "hang_torch.py"
+# the lines hang_torch.py marks "# STUCK: <where>"
+HANG_STUCK = {m[1]: i for i, line in enumerate(HANG_PROGRAM.read_text().splitlines(), 1)
+              if (m := re.search(r"STUCK: (\S+)", line))}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("odd", [0, 1, 2, 3])
+def test_torch_env_hang_gloo_rank_sleeping_before_all_reduce_is_named(torch_python, openmpi4, tmp_path, odd):
+    """One rank sleeps while the others wait in gloo's all_reduce (rank 0 included: it serves the
+    TCP store): --stall-timeout names that rank, its worker and its line, and stops with EXIT_HUNG."""
+    name = f"torch-hang-{odd}"
+    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", openmpi4.mpirun, "--name", name, "--np", "4",
+           "--slots-per-worker", "2", "--output-dir", str(tmp_path), "--stall-timeout", "6", "--timeout", "150",
+           "--", TORCH_PYTHON, str(HANG_PROGRAM), str(odd)]
+    proc = run_to_end(cmd, 240, cwd=REPO, env=mpilaunch_env(openmpi4))
+    assert proc.returncode == EXIT_HUNG, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: hang:")]
+    assert lines == [f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in time.sleep at "
+                     f"hang_torch.py:{HANG_STUCK['sleep']}; the 3 other ranks are in all_reduce at "
+                     f"hang_torch.py:{HANG_STUCK['others']}"], proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["exit_code"] == EXIT_HUNG and report["hang"]["odd_ranks"] == [odd], report.get("hang")
+    assert [s["rank"] for s in report["stacks"]] == [0, 1, 2, 3]
+    assert leftover_processes(name) == []
 
 
 # ------------------------------------------------------------------ YARN
