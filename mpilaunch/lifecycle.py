@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import backends, phases
+from .backends.protocols import ClusterLauncher, ReplacesWorkers
 from .errors import Interrupted, MpilaunchError, UsageError
 from .progress import WaitProgress
 from .exit_codes import EXIT_FAILED, EXIT_HUNG, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
@@ -180,6 +181,8 @@ def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *,
     t0 = time.monotonic()
     handed_off = False
     try:
+        if not isinstance(backend, ClusterLauncher):  # check_spec refused it already: a caller that did not ask
+            raise UsageError(f"--detach is not available with the {backend.name} backend", "run without --detach")
         with interrupts_raise():
             backend.allocate()
             with WaitProgress(workload.waiting_for(), stderr, quiet=quiet) as progress:
@@ -329,8 +332,11 @@ def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], 
     workload.stop()
     workload.reset(number)
     if names:
+        if not isinstance(backend, ReplacesWorkers):  # check_spec refused --retries already
+            raise UsageError(f"the {backend.name} backend cannot replace workers", "drop --retries")
         backend.replace_workers(names)
-    backend.relaunch(number)  # the cluster's launcher: a new one for this attempt
+    if isinstance(backend, ClusterLauncher):
+        backend.relaunch(number)  # the cluster's launcher: a new one for this attempt
     if names or backend.launcher_in_cluster:
         what = (f"{len(names)} replacement worker" + ("s" if len(names) > 1 else "")) if names else "the new launcher"
         with WaitProgress(f"waiting for {what}", run.stderr, quiet=run.quiet) as progress:

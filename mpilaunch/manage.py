@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 
 from . import backends
+from .backends import protocols
 from .errors import UsageError
 from .spec import JobSpec
 
@@ -37,7 +38,7 @@ def job_action(action: str, args) -> int:
             f"{args.backend} jobs live and die with their mpilaunch process; use --backend k8s or yarn",
         )
     try:
-        return backend_cls.manage_action(action, args, ReaderAware(sys.stdout)) or 0
+        return protocols.manage_action(backend_cls, action, args, ReaderAware(sys.stdout)) or 0
     except ReaderGone:
         # `mpilaunch logs -f JOB | head`: the reader has what it wanted; stop
         # quietly, as `kubectl logs -f | head` does, instead of a traceback

@@ -1,4 +1,4 @@
-"""The whole contract of a backend: its options, its capabilities, its hooks.
+"""The required contract of a backend: its options, its capabilities, ten methods.
 
 A backend is one folder, ``backends/<name>/``, and one line in
 ``backends/__init__.py`` (or an entry point in the group
@@ -7,12 +7,20 @@ A backend is one folder, ``backends/<name>/``, and one line in
 backend class (``backend_class``), which is imported only when a job runs
 on it.
 
-``lifecycle.py`` drives every backend through these hooks, in this order:
-``allocate`` -> ``wait_ready`` -> ``exec_context`` (written to the context
-file the shim reads) -> mpirun runs -> ``describe_workers`` (for reports)
--> ``release`` (always, on every exit path; must be idempotent and must not
-raise). What a backend can do beyond that is data (``Capabilities``), which
-the command line, the lifecycle and ``manage`` read instead of probing.
+``BaseBackend`` is all a backend must implement: ``lifecycle.py`` drives
+every backend through these methods, in this order: ``allocate`` ->
+``wait_ready`` -> ``exec_context`` (written to the context file the shim
+reads) -> the workload runs (asking ``rank_prefix``, ``rendezvous``; the
+lifecycle asks ``lost_workers`` every few seconds) -> ``job_finished`` ->
+``describe_workers`` (for reports) -> ``release`` (always, on every exit
+path; idempotent, never raises). ``check_spec`` refuses a job before
+anything is created. Four methods are abstract; the other six have defaults
+that fit workers running this machine's Python.
+
+What a backend can do beyond that is data (``Capabilities``) and one small
+optional protocol per capability, in ``protocols.py``, each shown by one
+backend: a launcher inside the cluster (k8s), jobs found again by name
+(yarn), lost workers replaced (local), hosts of their own (ssh).
 """
 
 from __future__ import annotations
@@ -31,15 +39,17 @@ from ..spec import JobSpec, Plan
 class Capabilities:
     """What a backend does beyond allocating workers, as data."""
 
-    # --detach: ``hand_off`` gives the job to a launcher in the cluster
+    # Each capability comes with the protocol of ``protocols.py`` that serves it
+    # (``protocols.SERVED_BY``); tests/lifecycle/test_backend_contract.py holds the two together.
+    # --detach: the job is handed to a launcher in the cluster (``ClusterLauncher.hand_off``)
     detach: bool = False
-    # --retries: ``replace_workers`` recreates lost workers in place
+    # --retries: lost workers are recreated in place (``ReplacesWorkers``)
     replace_workers: bool = False
-    # mpirun may run in the cluster (``remote_mpi_info``, ``run_launcher``, ``relaunch``)
+    # mpirun may run in a launcher in the cluster (``ClusterLauncher``)
     cluster_launcher: bool = False
-    # `mpilaunch status|logs|delete|wait NAME` find the job again (``manage_*``)
+    # `mpilaunch status|logs|delete|wait NAME` find the job again (``ManagesJobs``)
     manage: bool = False
-    # `mpilaunch render` shows what a run would create (``render``)
+    # `mpilaunch render` shows what a run would create (``ManagesJobs.render``)
     render: bool = False
 
 
@@ -86,16 +96,31 @@ class BackendOptions:
     def check_manage_arguments(cls, args) -> None:
         """Validate what ``add_manage_arguments`` added (UsageError)."""
 
+    @classmethod
+    def discover_gpus_per_node(cls, spec: JobSpec) -> int | None:
+        """GPUs of one node where the job may run, when the cluster can tell (asked while planning,
+        before any backend exists, when --gpus is given without --gpus-per-node); None: unknown."""
+        return None
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 class BaseBackend(ABC):
+    """The required surface: ``allocate``, ``wait_ready``, ``exec_context``, ``release`` (abstract);
+    ``lost_workers``, ``describe_workers``, ``job_finished``, ``check_spec``, ``rank_prefix``,
+    ``rendezvous`` (defaults). Everything else a backend may do is an optional protocol
+    (``protocols.py``) it names among its bases, and a capability it claims."""
+
     name = "base"
     options_class: type[BackendOptions] = BackendOptions
     capabilities: Capabilities = Capabilities()
     # True where every worker shares this machine, so loopback reaches them (PS tasks bind there)
     workers_on_this_host: bool = False
+    # True where the workers' daemons are sent this process's PATH, so a rank's program resolves
+    # here as it will there (the environment check compares with it); set in __init__ where it
+    # depends on the options (YARN: not with --env-archive)
+    forwards_path: bool = False
     # True where mpirun runs in a launcher inside the cluster (a k8s Job, a
     # YARN container) rather than in this process; decided per job in __init__.
     launcher_in_cluster = False
@@ -122,29 +147,7 @@ class BaseBackend(ABC):
         # phases this backend saw (phases.mark: name -> time.monotonic()), merged into report.json
         self.phase_times: dict[str, float] = {}
 
-    @classmethod
-    def discover_gpus_per_node(cls, spec: JobSpec) -> int | None:
-        """GPUs of one node, when the backend can tell (used when --gpus-per-node is absent)."""
-        return None
-
-    @classmethod
-    def check_spec(cls, spec: JobSpec) -> None:
-        """Before anything is created: what the job asks of this backend, against its capabilities."""
-        caps = cls.capabilities
-        if spec.detach and not caps.detach:
-            raise UsageError(f"--detach needs a cluster backend: {cls.name} workers live and die with this mpilaunch",
-                             "use --backend k8s or --backend yarn, or run without --detach")
-        if spec.launcher == "cluster" and not caps.cluster_launcher:
-            raise UsageError(f"--launcher cluster needs a cluster backend; {cls.name} workers have no cluster to run "
-                             f"mpirun in", "drop --launcher (mpirun runs on this machine) or use --backend k8s or yarn")
-        if spec.retries and not caps.replace_workers:
-            raise UsageError(f"the {cls.name} backend cannot replace workers", "drop --retries")
-
-    @classmethod
-    def remote_mpi_info(cls, spec: JobSpec):
-        """The MPI of the launcher in the cluster (``mpi.MpiInfo``), asked when there is no mpirun
-        here; None: mpirun runs here. Only with ``capabilities.cluster_launcher``."""
-        return None
+    # ---------------------------------------------------------------- what every backend implements
 
     @abstractmethod
     def allocate(self) -> None:
@@ -162,46 +165,14 @@ class BaseBackend(ABC):
 
     @abstractmethod
     def exec_context(self) -> dict:
-        """The transport part of the shim's context file (transport name + workers)."""
+        """The transport part of the shim's context file (transport name + workers, keyed by
+        ``hostnames(plan)``: the host names mpirun is given)."""
 
-    def hostnames(self) -> dict[str, str]:
-        """Worker name -> the host name written into the hostfile."""
-        return {w.name: w.name for w in self.plan.workers}
+    @abstractmethod
+    def release(self) -> None:
+        """Free every worker, container and process. Idempotent, never raises."""
 
-    def control_address(self) -> str | None:
-        """The address at which the workers' MPI daemons reach an mpirun on this machine, where
-        its host name may not resolve for them (hydra's proxies connect back by name); None:
-        the name does."""
-        return None
-
-    def forwards_path(self) -> bool:
-        """Whether the workers' daemons are sent this process's PATH (so a rank's program
-        resolves here as it will there: the environment check compares with it)."""
-        return False
-
-    def rendezvous(self, worker: str) -> tuple[str, int] | None:
-        """torch.distributed's MASTER_ADDR and MASTER_PORT on ``worker`` (rank 0's), once the
-        workers are ready: an address every rank can reach and a port free there. None: unknown."""
-        return None
-
-    def rank_prefix(self) -> list[str]:
-        """How a worker starts mpilaunch's per-rank wrapper (its Python may differ from ours)."""
-        return [sys.executable, "-m", "mpilaunch.rank"]
-
-    def task_starter_prefix(self) -> list[str]:
-        """How a worker starts mpilaunch's PS task starter: as the rank wrapper, another module."""
-        prefix = list(self.rank_prefix())
-        if len(prefix) >= 2 and prefix[-2:] == ["-m", "mpilaunch.rank"]:
-            return prefix[:-1] + ["mpilaunch.task_starter"]
-        return ["python3", "-m", "mpilaunch.task_starter"]
-
-    def job_finished(self, exit_code: int, failure: str | None) -> str | None:
-        """Called once with the job's outcome, before ``describe_workers`` and ``release``.
-
-        Cluster backends use it to set the application's final status; the
-        text returned (if any) is appended to the failure report.
-        """
-        return None
+    # ---------------------------------------------------------------- what every backend is asked (defaults)
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         """Workers that disappeared: name -> the backend's reason (``Evicted: ...``, ``its agent was killed by SIGKILL``).
@@ -213,70 +184,48 @@ class BaseBackend(ABC):
         """
         return {}
 
-    def hand_off(self, deadline: float, progress) -> None:
-        """--detach: after ``allocate``, give the job to the launcher in the cluster (waiting as needed).
-
-        Once this returns, mpilaunch exits and the launcher runs the job to its
-        end and releases the workers; nothing here is released.
-        """
-        raise UsageError(f"--detach is not available with the {self.name} backend", "run without --detach")
-
-    def manage_flags(self) -> str:
-        """The options that find this job again: ``--backend k8s --namespace ns``."""
-        return f"--backend {self.name}"
-
-    def render(self) -> str:
-        """What a run would create, as the cluster's own manifests (``capabilities.render``)."""
-        raise UsageError(f"the {self.name} backend has nothing to render", "use --dry-run to see the plan")
-
-    def run_launcher(self, output, deadline: float | None) -> int | None:
-        """Run mpirun in the cluster's launcher, feed its output to ``output`` (``workloads.mpirun.RelayedOutput``)
-        and return its exit code; None when ``deadline`` passed first. Only where ``launcher_in_cluster``."""
-        raise NotImplementedError(f"the {self.name} backend has no launcher in the cluster")
-
-    def relaunch(self, attempt: int) -> None:
-        """Before attempt ``attempt`` of the workload (``--retries``): renew what the backend runs it with.
-
-        With a launcher in the cluster: a new launcher Job (Kubernetes) or container (YARN). Others: nothing.
-        """
-
-    def replace_workers(self, names: list[str]) -> None:
-        """Replace lost workers by new ones of the same name (``--retries``); ``wait_ready`` follows.
-
-        The rest of the allocation stays as it is.
-        """
-        raise UsageError(f"the {self.name} backend cannot replace workers", "drop --retries")
-
     def describe_workers(self) -> dict[str, dict]:
         """Worker name -> facts for reports (host, state, exit status, ...)."""
         return {w.name: {} for w in self.plan.workers}
 
-    @abstractmethod
-    def release(self) -> None:
-        """Free every worker, container and process. Idempotent, never raises."""
+    def job_finished(self, exit_code: int, failure: str | None) -> str | None:
+        """Called once with the job's outcome, before ``describe_workers`` and ``release``.
 
-    # ---------------------------------------------------------- `mpilaunch status|logs|delete|wait NAME`
-    # (``capabilities.manage``): classmethods, given the parsed manage arguments and the output stream;
-    # they return the command's exit status.
-
-    @classmethod
-    def manage_status(cls, args, stream) -> int:
-        raise NotImplementedError
+        Cluster backends use it to set the application's final status; the
+        text returned (if any) is appended to the failure report.
+        """
+        return None
 
     @classmethod
-    def manage_logs(cls, args, stream) -> int:
-        raise NotImplementedError
+    def check_spec(cls, spec: JobSpec) -> None:
+        """Before anything is created: what the job asks of this backend, against its capabilities.
+        A backend with rules of its own (ssh: --hostfile) adds them after ``super().check_spec``."""
+        caps = cls.capabilities
+        if spec.detach and not caps.detach:
+            raise UsageError(f"--detach needs a cluster backend: {cls.name} workers live and die with this mpilaunch",
+                             "use --backend k8s or --backend yarn, or run without --detach")
+        if spec.launcher == "cluster" and not caps.cluster_launcher:
+            raise UsageError(f"--launcher cluster needs a cluster backend; {cls.name} workers have no cluster to run "
+                             f"mpirun in", "drop --launcher (mpirun runs on this machine) or use --backend k8s or yarn")
+        if spec.retries and not caps.replace_workers:
+            raise UsageError(f"the {cls.name} backend cannot replace workers", "drop --retries")
 
-    @classmethod
-    def manage_delete(cls, args, stream) -> int:
-        raise NotImplementedError
+    def rank_prefix(self) -> list[str]:
+        """How a worker starts mpilaunch's per-rank wrapper (its Python may differ from ours)."""
+        return [sys.executable, "-m", "mpilaunch.rank"]
 
-    @classmethod
-    def manage_wait(cls, args, stream) -> int:
-        raise NotImplementedError
+    def rendezvous(self, worker: str) -> tuple[str, int] | None:
+        """torch.distributed's MASTER_ADDR and MASTER_PORT on ``worker`` (rank 0's), once the
+        workers are ready: an address every rank can reach and a port free there. None: unknown."""
+        return None
 
-    @classmethod
-    def manage_action(cls, action: str, args, stream) -> int:
-        handlers = {"status": cls.manage_status, "logs": cls.manage_logs, "delete": cls.manage_delete,
-                    "wait": cls.manage_wait}
-        return handlers[action](args, stream)
+
+#: the required surface, by name: what a backend implementer reads (tests hold it to about ten)
+REQUIRED = ("allocate", "wait_ready", "exec_context", "release", "lost_workers", "describe_workers",
+            "job_finished", "check_spec", "rank_prefix", "rendezvous")
+
+
+def hostnames(plan: Plan) -> dict[str, str]:
+    """Worker name -> the host name written into the hostfile, which the shim looks up in the
+    context (``exec_context()["workers"]``): the worker's own name, for every backend."""
+    return {w.name: w.name for w in plan.workers}

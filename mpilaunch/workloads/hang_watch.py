@@ -23,7 +23,7 @@ SAMPLE_MIN_S = 5.0
 
 def _probe_python(backend) -> str:
     """How a worker runs the probe: this interpreter where the workers are on this host."""
-    if getattr(backend, "workers_on_this_host", False):
+    if backend.workers_on_this_host:
         return sys.executable
     from ..backends.rendezvous import rank_python
 

@@ -24,6 +24,8 @@ from ..output import RankOutput
 from ..procs import terminate_group, wait_exit
 from ..result import JobResult, number_ranges, timeout_failure
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
+from ..backends import protocols
+from ..backends.base import hostnames
 from ..spec import JobSpec, Plan, WorkerPlan, check_plan_size
 from .base import RunContext, Workload, print_manifests, shim_path
 from .mpirun_outcome import (FAIL_FAST_GRACE_S, NEVER_STARTED, ENDED_BY_TEARDOWN, daemon_failure_message,  # noqa: F401
@@ -65,7 +67,7 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
         return plan_from_hostfile(job_name, spec.hostfile, spec.np)
     discovered = None
     if spec.gpus is not None and spec.gpus_per_node is None:
-        discovered = backend_cls.discover_gpus_per_node(spec)
+        discovered = backend_cls.options_class.discover_gpus_per_node(spec)
     return gpu_slots.plan_job(
         job_name, gpus=spec.gpus, gpus_per_node=spec.gpus_per_node, np=spec.np,
         slots_per_worker=spec.slots_per_worker, discovered_gpus_per_node=discovered,
@@ -100,12 +102,12 @@ def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None, token: str | 
 def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int = 1,
                  rendezvous: tuple[str, int] | None = None, token: str | None = None) -> tuple[str, mpi.MpirunCommand]:
     flavour = mpi.for_name(info.flavour)
-    hosts = backend.hostnames()
+    hosts = hostnames(plan)
     text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
     # hydra's proxies connect back to mpiexec by this host's name and start the ranks in mpiexec's
     # directory; in pods neither exists: give them an address, start in / (connect_back_args),
     # and the rank wrapper goes to the worker's own directory (captured by the shim)
-    address = backend.control_address() if flavour.proxies_connect_back else None
+    address = protocols.control_address(backend) if flavour.proxies_connect_back else None
     program = rank_command(spec, backend.rank_prefix(), info, attempt, worker_cwd=bool(address))
     command = mpi.build_mpirun(
         info,
@@ -134,10 +136,10 @@ def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int 
 
 def expected_environment(spec, info, command: mpi.MpirunCommand, backend, environ) -> envcheck.Expected:
     """What the environment check holds the ranks to. The program is resolved here only where the
-    workers get this machine's PATH (``backend.forwards_path()``); elsewhere the ranks must agree."""
+    workers get this machine's PATH (``backend.forwards_path``); elsewhere the ranks must agree."""
     first = spec.command[0] if spec.command else ""
     path = command.forwarded.get("PATH", environ.get("PATH", ""))
-    program = rank_env.resolve_program(first, path) if first and backend.forwards_path() else None
+    program = rank_env.resolve_program(first, path) if first and backend.forwards_path else None
     return envcheck.Expected(command=first, program=program, flavour=info.flavour, major=info.major,
                              mpirun=info.path, version=info.version,
                              env_digest=rank_env.digest(command.forwarded.items()),
@@ -291,6 +293,7 @@ class MpirunWorkload(Workload):
         self.command: mpi.MpirunCommand | None = None
         self.output: RankOutput | None = None
         self.proc: subprocess.Popen | None = None
+        self.bound: tuple | None = None  # (backend, rundir, environ), once bind() ran
         self.pumps: list = []  # the threads reading mpirun's stdout and stderr
         self.mpirun_code: int | None = None
         self.cwd: str | None = None
@@ -314,7 +317,7 @@ class MpirunWorkload(Workload):
             info = mpi.find_mpirun(spec.mpi, spec.mpirun, environ.get("PATH"))
         except UsageError:
             # a launcher in the cluster uses the image's mpirun: none is needed here
-            info = backend_cls.remote_mpi_info(spec)
+            info = protocols.remote_mpi_info(backend_cls, spec)
             if info is None:
                 raise
         return cls(spec, job_name, plan, info)
@@ -434,7 +437,7 @@ class MpirunWorkload(Workload):
             # an mpirun that mpilaunch stopped did not end well, whatever its code: no ranks are "missing"
             ended = None if self.stopped else self.mpirun_code
             mismatch, hint = verify_placement(self.spec, self.plan, self.info, self.output, ended,
-                                              run.backend.hostnames(), self.expected)
+                                              hostnames(self.plan), self.expected)
             run.result.timings["verify_s"] = round(time.monotonic() - t0, 4)
         env_mismatch = mismatch if mismatch is not None and mismatch.kind in envcheck.KINDS else None
         placed = None if env_mismatch is not None else mismatch
@@ -473,7 +476,7 @@ class MpirunWorkload(Workload):
         # recorded before the signal: the watch's wait may see mpirun end before terminate_group returns
         why = f"{STOPPED} {self.stop_reason or 'before it ended'}"
         if self.output is not None:
-            in_cluster = getattr(getattr(self, "bound", (None,))[0], "launcher_in_cluster", False)
+            in_cluster = self.bound is not None and self.bound[0].launcher_in_cluster
             if in_cluster and self.mpirun_code is None and not self.output.cancelled:
                 self.stopped = self.stopped or why  # a launcher in the cluster, still followed
             self.output.cancel()  # a launcher in the cluster: stop following it

@@ -42,6 +42,7 @@ from ..progress import WaitProgress
 from ..exit_codes import EXIT_TIMEOUT
 from ..result import JobResult, timeout_failure
 from ..spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
+from ..backends import protocols
 from ..task_starter import ADDRESS_PREFIX
 from .base import RunContext, Workload, print_manifests, shim_path
 
@@ -132,7 +133,7 @@ def starter_command(spec: JobSpec, task: Task, backend) -> str:
         command = list(spec.command)
     else:
         command = [clusterspec.tensorboard_command(python_prefix(backend))]
-    argv = backend.task_starter_prefix() + ["--task", task.id, *task_host_option(backend), "--", *command]
+    argv = protocols.task_starter_prefix(backend) + ["--task", task.id, *task_host_option(backend), "--", *command]
     return shlex.join(argv)
 
 

@@ -4,7 +4,10 @@
 runs one job of 4 ranks on two workers (``job-worker-0``: ranks 0-1,
 ``job-worker-1``: ranks 2-3) with --output-dir in tmp_path, and returns a
 ``FakeJob``: the shared call log, both fakes, the result (or the exception
-run_job raised), stderr, and report.json read back.
+run_job raised), stderr, and report.json read back. The backend is the fake
+with only the required surface (``FakeBackend``), except for a job with
+--retries or a launcher in the cluster, which get ``FakeClusterBackend``: the
+capabilities that ``check_spec`` asks of such a job.
 
 The lost-worker watch asks every 20 ms instead of every 2 s
 (``lifecycle.WATCH_INTERVAL_S``, read when a watch starts).
@@ -27,7 +30,7 @@ if TESTS not in sys.path:  # tests/conftest.py's directory: where `support` live
 
 from mpilaunch import lifecycle  # noqa: E402
 from mpilaunch.spec import JobSpec, Plan, WorkerPlan  # noqa: E402
-from support.fake_backend import CallLog, FakeBackend, Script  # noqa: E402
+from support.fake_backend import CallLog, FakeBackend, FakeClusterBackend, Script  # noqa: E402
 from support.fake_workload import FakeWorkload  # noqa: E402
 
 WATCH_INTERVAL_S = 0.02
@@ -76,9 +79,11 @@ def run_fake(tmp_path, make_plan):
         rundir = tmp_path / "rundir"
         rundir.mkdir()
         log = CallLog()
-        job = FakeJob(log=log,
-                      backend=FakeBackend(spec, plan, rundir, log=log, script=backend,
-                                          launcher_in_cluster=launcher_in_cluster),
+        if spec.retries or launcher_in_cluster:
+            made = FakeClusterBackend(spec, plan, rundir, log=log, script=backend, launcher_in_cluster=launcher_in_cluster)
+        else:
+            made = FakeBackend(spec, plan, rundir, log=log, script=backend)
+        job = FakeJob(log=log, backend=made,
                       workload=FakeWorkload(spec, plan, outcomes, log=log, script=workload),
                       rundir=rundir, output_dir=lifecycle.prepare_output_dir(spec), stderr=io.StringIO())
         call = functools.partial(lifecycle.run_job, spec, job.workload, job.backend, rundir, job.output_dir,

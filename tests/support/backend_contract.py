@@ -3,8 +3,9 @@
 ``release()`` is idempotent and never raises; ``exec_context()`` after
 ``wait_ready`` is what the shim (``rsh_agent/shim.py``) needs: a JSON object
 naming a transport the shim can load and every host mpirun will be given,
-with what that transport reads; a backend's ``capabilities`` say what it
-implements, and it implements what they say.
+with what that transport reads; a backend's ``capabilities`` say which
+optional protocols (``backends/protocols.py``) it implements, and it
+implements each of them in full.
 """
 
 from __future__ import annotations
@@ -14,18 +15,11 @@ import socket
 import time
 
 from mpilaunch import lifecycle
-from mpilaunch.backends.base import BaseBackend
+from mpilaunch.backends import protocols
+from mpilaunch.backends.base import hostnames
 from mpilaunch.rsh_agent import shim
 
 AGENT = "mpilaunch.rsh_agent.transports.agent"
-# capability -> the hooks a backend with it overrides (BaseBackend's refuse or do nothing)
-CAPABILITY_HOOKS = {
-    "detach": ("hand_off",),
-    "replace_workers": ("replace_workers",),
-    "cluster_launcher": ("run_launcher", "relaunch"),  # remote_mpi_info too where mpirun is not here
-    "manage": ("manage_status", "manage_logs", "manage_delete", "manage_wait"),
-    "render": ("render",),
-}
 
 
 def ready(backend, timeout: float = 60) -> None:
@@ -65,7 +59,7 @@ def assert_exec_context_serves_the_shim(backend, tmp_path) -> None:
     transport = shim._load_transport(context["transport"])
     assert callable(transport.run)
     # the shim looks each worker up by the host name mpirun got from the hostfile
-    assert set(context["workers"]) == set(backend.hostnames().values())
+    assert set(context["workers"]) == set(hostnames(backend.plan).values())
     assert all(isinstance(w, dict) for w in context["workers"].values())
     if transport.__name__ == AGENT:
         with open(context["secret_file"]) as f:
@@ -79,19 +73,28 @@ def assert_exec_context_serves_the_shim(backend, tmp_path) -> None:
     assert shim.load_context(str(path)) == {"job": backend.plan.job_name, **backend.exec_context()}
 
 
-def defined_by(cls, name: str) -> type:
-    """The class in ``cls``'s MRO whose body defines ``name`` (classmethods included)."""
-    return next(k for k in cls.__mro__ if name in vars(k))
+def defined_by(cls, name: str) -> type | None:
+    """The class in ``cls``'s MRO whose body defines ``name`` (classmethods included); None: none does."""
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
+def unimplemented(cls, protocol: type) -> list[str]:
+    """The methods of ``protocol`` that ``cls`` leaves abstract (the protocol's own declarations)."""
+    return [name for name in protocols.members(protocol)
+            if defined_by(cls, name) in (None, protocol) or getattr(getattr(cls, name), "__isabstractmethod__", False)]
 
 
 def capability_mismatches(cls) -> list[str]:
-    """What a backend class claims and does not implement, or implements and does not claim."""
+    """What a backend class claims and does not implement, or implements and does not claim: each
+    capability comes with its protocol (``protocols.SERVED_BY``), implemented in full."""
     wrong = []
-    for capability, hooks in CAPABILITY_HOOKS.items():
-        claimed = getattr(cls.capabilities, capability)
-        overridden = [h for h in hooks if defined_by(cls, h) is not BaseBackend]
-        if claimed and len(overridden) != len(hooks):
-            wrong.append(f"{cls.__name__} claims {capability} but lacks {sorted(set(hooks) - set(overridden))}")
-        if not claimed and overridden:
-            wrong.append(f"{cls.__name__} implements {overridden} without claiming {capability}")
+    for capability, protocol in protocols.SERVED_BY.items():
+        claimed, opted_in = getattr(cls.capabilities, capability), issubclass(cls, protocol)
+        if claimed and not opted_in:
+            wrong.append(f"{cls.__name__} claims {capability} but is no {protocol.__name__}")
+        if opted_in and not claimed:
+            wrong.append(f"{cls.__name__} is a {protocol.__name__} without claiming {capability}")
+    for protocol in protocols.PROTOCOLS:
+        if issubclass(cls, protocol) and unimplemented(cls, protocol):
+            wrong.append(f"{cls.__name__} is a {protocol.__name__} but lacks {unimplemented(cls, protocol)}")
     return wrong

@@ -1,9 +1,13 @@
 """A scripted fake backend for the lifecycle harness (tests/lifecycle): no cluster, no processes.
 
-``FakeBackend`` implements ``mpilaunch.backends.base.BaseBackend`` the way the
-local backend does (transport ``agent``, a secret file in the run directory,
-one ``host:port`` per worker) and records every hook call, in order, in a
-``CallLog`` it shares with the fake workload (``support.fake_workload``).
+``FakeBackend`` implements exactly the required surface of a backend
+(``mpilaunch.backends.base.BaseBackend``: nothing of ``backends/protocols.py``)
+the way the local backend does (transport ``agent``, a secret file in the run
+directory, one ``host:port`` per worker) and records every hook call, in order,
+in a ``CallLog`` it shares with the fake workload (``support.fake_workload``).
+``FakeClusterBackend`` adds the two optional protocols the retries need:
+``ReplacesWorkers`` (``replace_workers``) and ``ClusterLauncher``
+(``relaunch``; a launcher in the cluster where ``launcher_in_cluster=True``).
 
 A ``Script`` says what a hook does on its n-th call: raise an exception, send
 this process a real signal (``signal.raise_signal``: the lifecycle's own
@@ -24,7 +28,7 @@ import signal
 import threading
 from collections import Counter
 
-from mpilaunch.backends import base
+from mpilaunch.backends import base, protocols
 
 BASE_PORT = 41000  # fake agent addresses: never connected to
 
@@ -90,16 +94,15 @@ class Script:
 
 
 class FakeBackend(base.BaseBackend):
-    """A backend whose workers are names: every hook is logged, then does what the script says."""
+    """A backend whose workers are names: every hook is logged, then does what the script says.
+    The required surface only: no optional protocol, no capability."""
 
     name = "fake"
 
-    def __init__(self, spec, plan, rundir, *, log: CallLog | None = None, script: Script | None = None,
-                 launcher_in_cluster: bool = False):
+    def __init__(self, spec, plan, rundir, *, log: CallLog | None = None, script: Script | None = None):
         super().__init__(spec, plan, rundir)
         self.log = log if log is not None else CallLog()
         self.script = script or Script()
-        self.launcher_in_cluster = launcher_in_cluster
         self.secret_file = rundir / "secret"
         self.gone: dict[str, str] = {}  # worker -> why it is lost (FakeBackend.lose)
         self.settle_only: set[str] = set()  # lost workers the watch's questions do not see yet
@@ -142,16 +145,6 @@ class FakeBackend(base.BaseBackend):
         self.script.act("lost_workers")
         return {name: why for name, why in self.gone.items() if settle or name not in self.settle_only}
 
-    def replace_workers(self, names: list[str]) -> None:
-        self._hook("replace_workers", list(names))
-        for name in names:
-            self.gone.pop(name, None)
-            self.settle_only.discard(name)
-            self.generation[name] += 1
-
-    def relaunch(self, attempt: int) -> None:
-        self._hook("relaunch", attempt)
-
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         return self._hook("job_finished", exit_code, failure)
 
@@ -164,5 +157,35 @@ class FakeBackend(base.BaseBackend):
         self._hook("release")
 
 
-if hasattr(base, "Capabilities"):  # the registry's capabilities (backends/base.py), where this version has them
-    FakeBackend.capabilities = base.Capabilities(replace_workers=True, cluster_launcher=True)
+class FakeClusterBackend(FakeBackend, protocols.ReplacesWorkers, protocols.ClusterLauncher):
+    """The fake, with lost workers replaced (--retries) and, where ``launcher_in_cluster``, a launcher
+    in the cluster renewed for each attempt (``relaunch``)."""
+
+    capabilities = base.Capabilities(detach=True, replace_workers=True, cluster_launcher=True)
+
+    def __init__(self, spec, plan, rundir, *, launcher_in_cluster: bool = False, **kw):
+        super().__init__(spec, plan, rundir, **kw)
+        self.launcher_in_cluster = launcher_in_cluster
+
+    def replace_workers(self, names: list[str]) -> None:
+        self._hook("replace_workers", list(names))
+        for name in names:
+            self.gone.pop(name, None)
+            self.settle_only.discard(name)
+            self.generation[name] += 1
+
+    def relaunch(self, attempt: int) -> None:
+        self._hook("relaunch", attempt)
+
+    @classmethod
+    def remote_mpi_info(cls, spec):
+        return None  # the fake workload needs no MPI
+
+    def run_launcher(self, output, deadline):
+        raise AssertionError("the fake workload follows no launcher: it plays its outcomes")
+
+    def hand_off(self, deadline: float, progress) -> None:
+        self._hook("hand_off", deadline)
+
+    def manage_flags(self) -> str:
+        return "--backend fake"

@@ -65,6 +65,7 @@ from ...exit_codes import EXIT_FAILED
 from ..agent_workers import write_secret
 from ..credential import new_credential
 from ..base import BaseBackend, Capabilities
+from ..protocols import ClusterLauncher, ManagesJobs, RemoteHosts, ReplacesWorkers
 from . import launch, manage, manifests, orphan
 from . import replace, tools
 from .admission import WORKLOADS, AdmissionReader
@@ -74,7 +75,7 @@ from .launch import PYTHON_ENV, TRANSPORT
 from .follow import follow_log
 from .pod_events import waiter
 from .options import K8sOptions
-from .api import Api, ApiError, ApiOutage, creation_hint, resolve, resolve_with_tokens
+from .api import Api, ApiError, ApiOutage, creation_hint, resolve_with_tokens
 from .credentials import refused
 from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, launcher_placement_hint,
                    parse_launcher_done, pod_problem, pod_ready, launcher_started, pod_loss, ready_poll_s,
@@ -118,7 +119,7 @@ def refusal_line(e: ApiError) -> str:
     return policy[0] if policy is not None else e.message
 
 
-class K8sBackend(BaseBackend):
+class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts):
     name = "k8s"
     options_class = K8sOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
@@ -205,25 +206,6 @@ class K8sBackend(BaseBackend):
     def remote_mpi_info(cls, spec):
         """The mpirun workload asks when there is no mpirun here: the launcher pod brings its own."""
         return launch.image_mpi_info(spec) if spec.launcher != "local" else None
-
-    @classmethod
-    def discover_gpus_per_node(cls, spec) -> int | None:
-        """Largest ``--gpu-resource`` (``nvidia.com/gpu``) allocatable among the nodes the job may use."""
-        try:
-            opts = spec.backend_options or K8sOptions()
-            creds = resolve(opts.kubeconfig, opts.context, opts.namespace, None)
-            selector = ",".join(f"{k}={v}" for k, v in opts.node_selector) or None
-            nodes = Api(creds, timeout=15).get("v1", "nodes", namespace=None, labelSelector=selector)["items"]
-        except (UsageError, ApiError, OSError, ValueError):
-            return None
-        counts = []
-        for node in nodes:
-            value = ((node.get("status") or {}).get("allocatable") or {}).get(opts.gpu_resource)
-            try:
-                counts.append(int(value))
-            except (TypeError, ValueError):
-                continue
-        return max(counts) if counts and max(counts) > 0 else None
 
     # ------------------------------------------------------------ manifests
 

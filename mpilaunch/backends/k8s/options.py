@@ -203,3 +203,24 @@ class K8sOptions(BackendOptions):
     @classmethod
     def check_manage_arguments(cls, args) -> None:
         check_namespace(args.namespace)
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        """Largest ``--gpu-resource`` (``nvidia.com/gpu``) allocatable among the nodes the job may use."""
+        from .api import Api, ApiError, resolve
+
+        try:
+            opts = spec.backend_options or cls()
+            creds = resolve(opts.kubeconfig, opts.context, opts.namespace, None)
+            selector = ",".join(f"{k}={v}" for k, v in opts.node_selector) or None
+            nodes = Api(creds, timeout=15).get("v1", "nodes", namespace=None, labelSelector=selector)["items"]
+        except (UsageError, ApiError, OSError, ValueError):
+            return None
+        counts = []
+        for node in nodes:
+            value = ((node.get("status") or {}).get("allocatable") or {}).get(opts.gpu_resource)
+            try:
+                counts.append(int(value))
+            except (TypeError, ValueError):
+                continue
+        return max(counts) if counts and max(counts) > 0 else None

@@ -22,6 +22,7 @@ from ...procs import kill_tree, processes_with_env, wait_exit
 from ...pylauncher import write_launcher
 from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
+from ..protocols import ReplacesWorkers
 from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
 
@@ -43,11 +44,12 @@ def listening_socket() -> socket.socket:
     return sock
 
 
-class LocalBackend(BaseBackend):
+class LocalBackend(BaseBackend, ReplacesWorkers):
     name = "local"
     options_class = LocalOptions
     capabilities = Capabilities(replace_workers=True)
     workers_on_this_host = True
+    forwards_path = True
 
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
         self.check_spec(spec)  # also where no lifecycle checked it (tests, benchmarks)
@@ -57,10 +59,6 @@ class LocalBackend(BaseBackend):
         self.addresses: dict[str, str] = {}
         self.devices: dict[str, list[str]] = {}
         self.job_marker = f"{plan.job_name}-{os.getpid()}-{os.urandom(4).hex()}"
-
-    @classmethod
-    def discover_gpus_per_node(cls, spec) -> int | None:
-        return len(gpu_slots.discover_local_gpus()) or None
 
     def _launcher(self, name: str, module: str) -> str:
         """A per-job ``python -IS`` executable for a module that starts many times (``pylauncher``)."""
@@ -168,9 +166,6 @@ class LocalBackend(BaseBackend):
         log = self.rundir / f"{name}.agent.log"
         lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
         return how, (lines[-1] if lines and code > 0 else "")
-
-    def forwards_path(self) -> bool:
-        return True
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         # every worker is on this machine: loopback, and a port free here

@@ -12,3 +12,9 @@ class LocalOptions(BackendOptions):
     """The local backend's options (it has none of its own)."""
 
     backend_class = "mpilaunch.backends.local.backend:LocalBackend"
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        from ... import gpu_slots
+
+        return len(gpu_slots.discover_local_gpus()) or None

@@ -33,6 +33,7 @@ from ...image_tools import package_zip
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ...pylauncher import run_module_code
 from ..base import BaseBackend, Capabilities
+from ..protocols import RemoteHosts, ReplacesWorkers
 from ..rendezvous import free_port_through_agent, rank_python, source_address
 from .options import SshOptions
 from .remote import READY, ZIP_ENV  # ZIP_ENV: the zip's path on the host, in every command the agent runs there
@@ -69,10 +70,11 @@ def session_input(secret: bytes) -> bytes:
     return b"%d\n%s%d\n%s%s\n" % (len(code), code, len(package), package, secret)
 
 
-class SshBackend(BaseBackend):
+class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
     name = "ssh"
     options_class = SshOptions
     capabilities = Capabilities(replace_workers=True)
+    forwards_path = True
 
     @classmethod
     def check_spec(cls, spec) -> None:
@@ -214,9 +216,6 @@ class SshBackend(BaseBackend):
             "forward_env": list(FORWARD_ENV),
             "workers": {host: {"address": facts["address"]} for host, facts in self.facts.items()},
         }
-
-    def forwards_path(self) -> bool:
-        return True
 
     def control_address(self) -> str | None:
         """This machine's address on its route to the first host: hydra's proxies connect back to it

@@ -47,6 +47,7 @@ from .. import rendezvous
 from . import handoff, launch, manage, orphan
 from . import outcome, replace, report, tools
 from ..base import BaseBackend, Capabilities
+from ..protocols import ClusterLauncher, ManagesJobs, ReplacesWorkers
 from .options import YarnOptions
 from ..agent_workers import write_secret
 from .client import TERMINAL_STATES, skein_client, shorten, state_name
@@ -61,7 +62,7 @@ MASTER_MEMORY = "256 MiB"
 POLL = 0.25
 
 
-class YarnBackend(BaseBackend):
+class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
     name = "yarn"
     options_class = YarnOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
@@ -69,6 +70,8 @@ class YarnBackend(BaseBackend):
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
         super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
         self.opts: YarnOptions = self.options
+        # the workers get this PATH unless they run a packed environment of their own
+        self.forwards_path = not self.opts.env_archive
         self.launcher_info: dict = {}
         self.launcher_container: dict = {}
         self.retired_launchers: set[str] = set()  # earlier attempts' launcher containers (--retries)
@@ -171,19 +174,6 @@ class YarnBackend(BaseBackend):
         return self.application_spec().to_yaml()
 
     # ------------------------------------------------------------ lifecycle
-
-    @classmethod
-    def discover_gpus_per_node(cls, spec) -> int | None:
-        client = skein_client()
-        try:
-            label = (spec.backend_options or YarnOptions()).node_label or ""
-            counts = [n.total_resources.gpus for n in client.get_nodes(states=["RUNNING"])
-                      if label in (n.node_labels or set()) or (not label and not n.node_labels)]
-        except Exception:
-            return None
-        finally:
-            client.close()
-        return max(counts, default=0) or None
 
     def allocate(self) -> None:
         write_secret(self.secret_file)
@@ -365,9 +355,6 @@ class YarnBackend(BaseBackend):
         return ("the cluster may lack free resources in this queue/partition: lower --gpus, --memory or "
                 "--vcores, pick another --queue/--node-label, or raise --start-timeout")
 
-    def forwards_path(self) -> bool:
-        return not self.opts.env_archive
-
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.free_port_through_agent(self.addresses[worker], str(self.secret_file),
                                                   rendezvous.rank_python(self.rank_prefix()))
@@ -394,6 +381,11 @@ class YarnBackend(BaseBackend):
 
     def put_launch(self) -> None:
         launch.put_launch(self)
+
+    @classmethod
+    def remote_mpi_info(cls, spec):
+        """None: the launcher container runs the MPI of this machine's job (its mpirun is found here)."""
+        return None
 
     def relaunch(self, attempt: int) -> None:
         launch.relaunch(self, attempt)
@@ -512,6 +504,9 @@ class YarnBackend(BaseBackend):
 
     def hand_off(self, deadline: float, progress) -> None:
         handoff.hand_off(self, deadline, progress)
+
+    def manage_flags(self) -> str:
+        return "--backend yarn"  # an application is found by its name alone
 
     def replace_workers(self, names: list[str]) -> None:
         replace.replace_workers(self, names)

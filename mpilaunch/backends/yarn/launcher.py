@@ -154,6 +154,8 @@ class PublishedContainers(BaseBackend):
         self.launch = launch
         self.secret_file = secret_file
         self.watch = watch  # detached only: nobody on the submitting side watches the containers
+        # the workers got the submitting side's PATH where it forwards it (no --env-archive)
+        self.forwards_path = "PATH" in (launch.cluster.get("forward_env") or ())
 
     def allocate(self) -> None:
         pass  # the submitting side requested the containers
@@ -172,9 +174,6 @@ class PublishedContainers(BaseBackend):
 
     def rank_prefix(self) -> list[str]:
         return list(self.launch.rank_prefix)
-
-    def forwards_path(self) -> bool:
-        return "PATH" in (self.launch.cluster.get("forward_env") or ())
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         address = self.launch.addresses()[worker]

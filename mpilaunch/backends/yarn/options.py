@@ -27,3 +27,19 @@ class YarnOptions(BackendOptions):
         group.add_argument("--env-archive", metavar="PATH",
                            help="a packed Python environment (conda-pack/venv-pack) the containers run in; "
                                 "mpilaunch's pieces come with the job")
+
+    @classmethod
+    def discover_gpus_per_node(cls, spec) -> int | None:
+        """The most GPUs of a running node with --node-label (without it: of an unlabelled node)."""
+        from .client import skein_client
+
+        client = skein_client()
+        try:
+            label = (spec.backend_options or cls()).node_label or ""
+            counts = [n.total_resources.gpus for n in client.get_nodes(states=["RUNNING"])
+                      if label in (n.node_labels or set()) or (not label and not n.node_labels)]
+        except Exception:
+            return None
+        finally:
+            client.close()
+        return max(counts, default=0) or None

@@ -1,0 +1,162 @@
+"""What a backend may do beyond the required surface (``base.py``): four small opt-in protocols.
+
+A backend opts into one by naming it among its bases, next to ``BaseBackend``,
+and claiming the capability it serves (``SERVED_BY``); each is an ABC, so a
+backend that names one and leaves a method out cannot be created.
+The lifecycle, the workloads and ``manage`` ask ``isinstance(backend, ...)``
+or the capabilities, never ``getattr``; where a backend has no such protocol
+they use the plain-function defaults at the end of this file.
+
+- ``ClusterLauncher``: mpirun runs in a launcher inside the cluster, which
+  can also be left to run the job alone (--detach). Shown by k8s
+  (``k8s/backend.py``: a launcher Job per attempt, followed through its log).
+- ``ManagesJobs``: a job is found again by name (``mpilaunch render|status|
+  logs|delete|wait``). Shown by yarn (``yarn/backend.py`` + ``yarn/manage.py``).
+- ``ReplacesWorkers``: a lost worker gets a new one of the same name
+  (--retries). Shown by local (``local/backend.py``: a new agent process).
+- ``RemoteHosts``: workers on hosts of their own, which may not resolve this
+  machine's name and start mpilaunch's pieces with their own Python. Shown by
+  ssh (``ssh/backend.py``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+
+class ClusterLauncher(ABC):
+    """mpirun runs in a launcher the backend starts inside the cluster (capabilities
+    ``cluster_launcher`` and ``detach``). Example: ``backends/k8s/backend.py``."""
+
+    @classmethod
+    @abstractmethod
+    def remote_mpi_info(cls, spec):
+        """The MPI of the launcher in the cluster (``mpi.MpiInfo``), asked when there is no mpirun
+        here; None: mpirun runs here."""
+
+    @abstractmethod
+    def run_launcher(self, output, deadline: float | None) -> int | None:
+        """Run mpirun in the cluster's launcher, feed its output to ``output`` (``workloads.mpirun.RelayedOutput``)
+        and return its exit code; None when ``deadline`` passed first. Only where ``launcher_in_cluster``."""
+
+    @abstractmethod
+    def relaunch(self, attempt: int) -> None:
+        """Before attempt ``attempt`` of the workload (``--retries``): a new launcher (a Job on
+        Kubernetes, a container on YARN) where ``launcher_in_cluster``; nothing otherwise."""
+
+    @abstractmethod
+    def hand_off(self, deadline: float, progress) -> None:
+        """--detach: after ``allocate``, give the job to the launcher in the cluster (waiting as needed).
+
+        Once this returns, mpilaunch exits and the launcher runs the job to its
+        end and releases the workers; nothing here is released.
+        """
+
+    @abstractmethod
+    def manage_flags(self) -> str:
+        """The options that find this job again, printed after --detach: ``--backend k8s --namespace ns``."""
+
+
+class ManagesJobs(ABC):
+    """`mpilaunch render` and `status|logs|delete|wait NAME` (capabilities ``render`` and ``manage``).
+    Example: ``backends/yarn/backend.py`` (the ``manage_*`` in ``backends/yarn/manage.py``).
+
+    The ``manage_*`` are classmethods, given the parsed manage arguments (the options class's
+    ``add_manage_arguments``) and the output stream; they return the command's exit status.
+    """
+
+    @abstractmethod
+    def render(self) -> str:
+        """What a run would create, as the cluster's own manifests."""
+
+    @classmethod
+    @abstractmethod
+    def manage_status(cls, args, stream) -> int: ...
+
+    @classmethod
+    @abstractmethod
+    def manage_logs(cls, args, stream) -> int: ...
+
+    @classmethod
+    @abstractmethod
+    def manage_delete(cls, args, stream) -> int: ...
+
+    @classmethod
+    @abstractmethod
+    def manage_wait(cls, args, stream) -> int: ...
+
+
+class ReplacesWorkers(ABC):
+    """--retries: lost workers come back under their names (capability ``replace_workers``).
+    Example: ``backends/local/backend.py``."""
+
+    @abstractmethod
+    def replace_workers(self, names: list[str]) -> None:
+        """Replace lost workers by new ones of the same name; ``wait_ready`` follows.
+
+        The rest of the allocation stays as it is.
+        """
+
+
+class RemoteHosts(ABC):
+    """Workers on hosts of their own (no capability: the workloads ask it).
+    Example: ``backends/ssh/backend.py``."""
+
+    @abstractmethod
+    def control_address(self) -> str | None:
+        """The address at which the workers' MPI daemons reach an mpirun on this machine, where
+        its host name may not resolve for them (hydra's proxies connect back by name); None:
+        the name does."""
+
+    @abstractmethod
+    def task_starter_prefix(self) -> list[str]:
+        """How a worker starts mpilaunch's PS task starter (``mpilaunch.task_starter``)."""
+
+
+#: capability (a ``Capabilities`` field) -> the protocol a backend claiming it implements
+SERVED_BY = {
+    "detach": ClusterLauncher,
+    "cluster_launcher": ClusterLauncher,
+    "manage": ManagesJobs,
+    "render": ManagesJobs,
+    "replace_workers": ReplacesWorkers,
+}
+
+#: every optional protocol
+PROTOCOLS = (ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts)
+
+
+def members(protocol: type) -> tuple[str, ...]:
+    """The methods a backend naming ``protocol`` implements."""
+    return tuple(sorted(protocol.__abstractmethods__))
+
+
+# ------------------------------------------------------------------ defaults where a backend has no protocol
+
+
+def control_address(backend) -> str | None:
+    """``RemoteHosts.control_address``; elsewhere this machine's name resolves for the workers."""
+    return backend.control_address() if isinstance(backend, RemoteHosts) else None
+
+
+def task_starter_prefix(backend) -> list[str]:
+    """``RemoteHosts.task_starter_prefix``; elsewhere the rank wrapper's prefix with the task
+    starter's module, or ``python3 -m`` where that prefix is no ``... -m mpilaunch.rank``."""
+    if isinstance(backend, RemoteHosts):
+        return backend.task_starter_prefix()
+    prefix = list(backend.rank_prefix())
+    if len(prefix) >= 2 and prefix[-2:] == ["-m", "mpilaunch.rank"]:
+        return prefix[:-1] + ["mpilaunch.task_starter"]
+    return ["python3", "-m", "mpilaunch.task_starter"]
+
+
+def remote_mpi_info(backend_cls, spec):
+    """``ClusterLauncher.remote_mpi_info``; None (mpirun runs here) for every other backend."""
+    return backend_cls.remote_mpi_info(spec) if issubclass(backend_cls, ClusterLauncher) else None
+
+
+def manage_action(backend_cls, action: str, args, stream) -> int:
+    """`mpilaunch status|logs|delete|wait NAME` on a ``ManagesJobs`` backend."""
+    handlers = {"status": backend_cls.manage_status, "logs": backend_cls.manage_logs,
+                "delete": backend_cls.manage_delete, "wait": backend_cls.manage_wait}
+    return handlers[action](args, stream)
