@@ -9,7 +9,7 @@ import time
 
 from mpilaunch.rsh_agent import protocol as P, tls
 
-from .admission import peer_key
+from .handshake_limits import peer_key
 from .constants import CLOSE_LINGER, STDIN_HIGH_WATER, OUT_LOW_WATER
 
 
@@ -23,7 +23,7 @@ class Conn:
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
-        self.peer_key = key  # what the per-peer limit counts (agent/admission.py)
+        self.peer_key = key  # what the per-peer limit counts (agent/handshake_limits.py)
         self.pending = True  # counted in the agent's PendingLimits until it authenticates or closes
         self.channel = None  # protocol.Channel once authenticated
         # tls -> hello -> request -> running -> closing ("tls" only with the job's certificate)

@@ -9,7 +9,7 @@ import socket
 import sys
 import time
 
-from .admission import PendingLimits, QuietNotes
+from .handshake_limits import PendingLimits, QuietNotes
 from .connections import ConnectionsMixin
 from .constants import (HANDSHAKE_TIMEOUT, KILL_GRACE, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_PEER, PDEATH_SIGNAL,
                         REFUSAL_NOTE_INTERVAL, SCAN_INTERVAL)

@@ -29,10 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-from ... import dns, mpi
+from ... import mpi
 from ...exit_codes import EXIT_FAILED, EXIT_USAGE
 from .. import rendezvous
-from . import relay
+from . import dns, relay
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
 from .api import Api, ApiError, sa_dir

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from mpilaunch.agent.admission import PendingLimits, QuietNotes, peer_key
+from mpilaunch.agent.handshake_limits import PendingLimits, QuietNotes, peer_key
 from mpilaunch.rsh_agent import agent_client, protocol as P
 from support.agent import AgentProc, SECRET, agent_env, wait_until
 from support.helpers import PROGRAMS, REPO, leftover_processes, run_mpilaunch
