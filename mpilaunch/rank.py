@@ -219,6 +219,19 @@ def program_env(environ, bind: bool, attempt: str = "1") -> dict:
     return env
 
 
+#: hang/site: the sitecustomize that arms the stacks handler the hang probe falls back on (no py-spy)
+STACKS_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hang", "site")
+
+
+def with_stacks_site(pythonpath: str | None) -> str:
+    """``pythonpath`` with mpilaunch's stacks sitecustomize first (it runs the one it hides).
+
+    Every program gets it, not only one that is ``python``: a shell script
+    that runs Python is a Python rank too, and a program that is not Python
+    never reads it."""
+    return STACKS_SITE + (os.pathsep + pythonpath if pythonpath else "")
+
+
 def memory_cgroup_file(cgroups: str, mountinfo: str) -> str | None:
     """The file whose ``oom_kill`` line counts OOM kills in this process's memory cgroup.
 
@@ -305,6 +318,8 @@ def main(argv=None) -> int:
     changed = rank_env.changed_forwarded(env)
     if changed:
         print(format_env(rank, worker, changed, token), file=sys.stderr, flush=True)
+    # after the environment check: the program's PYTHONPATH is the user's in the digest
+    env["PYTHONPATH"] = with_stacks_site(env.get("PYTHONPATH"))
     # A rank SIGKILLed while its cgroup's OOM kill count went up was killed for
     # memory: the summary says so instead of a bare "exit 137".
     oom_file = memory_cgroup_file(_read("/proc/self/cgroup"), _read("/proc/self/mountinfo"))

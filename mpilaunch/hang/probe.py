@@ -107,9 +107,14 @@ def children(pids):
     return out
 
 
+NO_PY_SPY = "none"  # --py-spy none, MPILAUNCH_PY_SPY=none: the fallback only, as where no py-spy is
+
+
 def find_py_spy(given):
-    candidates = [given, os.environ.get("MPILAUNCH_PY_SPY"), shutil.which("py-spy"),
-                  os.path.join(os.path.dirname(sys.executable), "py-spy")]
+    chosen = given or os.environ.get("MPILAUNCH_PY_SPY")
+    if chosen == NO_PY_SPY:
+        return None
+    candidates = [chosen, shutil.which("py-spy"), os.path.join(os.path.dirname(sys.executable), "py-spy")]
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 

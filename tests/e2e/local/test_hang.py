@@ -78,6 +78,45 @@ def test_hang_at_timeout_the_verdict_names_the_injected_rank(openmpi4, tmp_path,
     assert leftover_processes(name) == []
 
 
+# Without py-spy (MPILAUNCH_PY_SPY=none, as in an image that has none, or where ptrace is refused):
+# the faulthandler mpilaunch's sitecustomize armed in each rank. Python frames only, so the others
+# are "in comm.Allreduce", the call on their line, rather than in the native MPI_Allreduce.
+FALLBACK_EXPECTED = {
+    "sleep": ("is in time.sleep at hang.py:{line}", "the 3 other ranks are in comm.Allreduce at hang.py:{others}"),
+    "busy": ("is in spin at hang.py:{line}", "the 3 other ranks are in comm.Allreduce at hang.py:{others}"),
+    "recv": ("is in comm.Recv at hang.py:{line}", "the 3 other ranks are in comm.Barrier at hang.py:{others}"),
+}
+
+
+@pytest.mark.parametrize("odd", ODD_RANKS)
+@pytest.mark.parametrize("mode", sorted(FALLBACK_EXPECTED))
+def test_hang_without_py_spy_the_faulthandler_names_the_injected_rank(openmpi4, tmp_path, mode, odd):
+    name = f"hang-nospy-{mode}-{odd}"
+    proc = run_mpilaunch(job_args(name, mode, odd, tmp_path, "--timeout", "8"), openmpi4,
+                         env_extra={"MPILAUNCH_PY_SPY": "none"}, timeout=120)
+    assert proc.returncode == EXIT_TIMEOUT, proc.stderr[-3000:]
+    mine, others = FALLBACK_EXPECTED[mode]
+    others_line = STUCK["others-recv" if mode == "recv" else "others"]
+    assert verdict_line(proc.stderr) == (f"mpilaunch: hang: rank {odd} ({worker_of(name, odd)}) "
+                                         + mine.format(line=STUCK[mode]) + "; " + others.format(others=others_line))
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [s["tool"] for s in report["stacks"]] == ["faulthandler"] * NP, report["stacks"]
+    assert report["hang"]["collection_s"] < 15
+    assert leftover_processes(name) == []
+
+
+def test_hang_without_py_spy_a_stopped_rank_is_named_stopped(openmpi4, tmp_path):
+    """A stopped process runs no signal handler: no frames, and still the rank, stopped."""
+    name = "hang-nospy-stop"
+    proc = run_mpilaunch(job_args(name, "stop", 1, tmp_path, "--timeout", "8"), openmpi4,
+                         env_extra={"MPILAUNCH_PY_SPY": "none"}, timeout=120)
+    assert proc.returncode == EXIT_TIMEOUT, proc.stderr[-3000:]
+    line = verdict_line(proc.stderr)
+    assert line.startswith(f"mpilaunch: hang: rank 1 ({worker_of(name, 1)}) is stopped (state T) "), line
+    assert line.endswith(f"the 3 other ranks are in comm.Allreduce at hang.py:{STUCK['others']}"), line
+    assert leftover_processes(name) == []
+
+
 @pytest.mark.parametrize("odd", ODD_RANKS)
 def test_hang_stall_timeout_without_timeout_stops_with_exit_hung(openmpi4, tmp_path, odd):
     name = f"hang-stall-{odd}"
