@@ -36,9 +36,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mpilaunch.exit_codes import EXIT_TIMEOUT
 from support.helpers import REPO, login_user_alone, wait_for, wait_started
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
-from support.mpi_installs import require
+from support.mpi_installs import installs, require
 from support.yarn import app_by_name, assert_released
 
 USER = os.environ.get("MPILAUNCH_NONROOT_USER", "mpilaunch-user")
@@ -247,6 +248,36 @@ def test_nonroot_local_sigkill_of_mpilaunch_leaves_nothing_behind(nonroot, workd
     # mpilaunch's own run directory (its secret inside) are gone: SIGKILL gave mpilaunch no
     # cleanup, its agents (--orphan-cleanup) removed it on their way out.
     wait_for(lambda: run_dirs(workdir) == [], 5, "the run directory to be removed")
+
+
+HANG = REPO / "tests" / "programs" / "hang.py"
+# the lines hang.py marks "# STUCK: <mode>" (as tests/e2e/local/test_hang.py finds them)
+HANG_LINES = {line.split("STUCK: ", 1)[1].split()[0]: i for i, line in enumerate(HANG.read_text().splitlines(), 1)
+              if "STUCK: " in line}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode,odd,mine", [("sleep", 1, "time.sleep"), ("busy", 2, "spin"), ("recv", 3, "comm.Recv")])
+def test_nonroot_local_hang_without_py_spy_names_the_rank(nonroot, workdir, nothing_left, mode, odd, mine):
+    """The user's venv has no py-spy: at --timeout the stacks come from the faulthandler mpilaunch's
+    sitecustomize armed in each rank, read back through /proc by the user's own probe; the verdict
+    names the injected rank. (mpi4py: the suite's Open MPI 4 build, copied where the user reads it.)"""
+    site = workdir / "py"
+    shutil.copytree(installs()["openmpi4"].pythonpath, site, symlinks=True)
+    name = f"nonroot-hang-{mode}"
+    out_dir = workdir / "out"
+    proc = local_job(nonroot, workdir, name, "--timeout", "8", "--output-dir", str(out_dir), "--",
+                     "python3", str(HANG), mode, str(odd), env=nonroot.env(workdir, PYTHONPATH=str(site)))
+    out, err = communicate_or_stop(proc, 120)
+    assert proc.returncode == EXIT_TIMEOUT, out + err
+    verdict = [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")]
+    others = HANG_LINES["others-recv" if mode == "recv" else "others"]
+    assert verdict == [f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in {mine} at hang.py:"
+                       f"{HANG_LINES[mode]}; the 3 other ranks are in comm.{'Barrier' if mode == 'recv' else 'Allreduce'}"
+                       f" at hang.py:{others}"], err
+    report = json.loads((out_dir / "report.json").read_text())
+    assert {s["tool"] for s in report["stacks"]} == {"faulthandler"}, report["stacks"]
+    assert run_dirs(workdir) == []
 
 
 def test_nonroot_unwritable_output_dir_is_a_usage_error(nonroot, workdir, nothing_left):

@@ -61,9 +61,8 @@ def _chain():
     spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
-    import importlib.util
-
-    module = importlib.util.module_from_spec(spec)
+    module = type(sys)("sitecustomize")  # importlib.util.module_from_spec, without importing importlib.util
+    module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
