@@ -13,8 +13,14 @@ this job's wrappers count: those with the probe's own MPILAUNCH_JOB and
 MPILAUNCH_WORKER, where the agent gave it those.
 
 How the frames are taken, best first:
-- py-spy (``dump --json --native``; ``--nonblocking`` for a stopped process,
-  which py-spy cannot suspend; without ``--native`` where unwinding fails);
+- py-spy, in two rounds: ``dump --json`` of every rank (Python frames: ~0.1 s
+  of CPU each), then ``--native`` of one rank per distinct Python stack on
+  this worker, whose native frames the ranks of the same Python stack get
+  too (noted as such). A native dump costs ~0.4 s of CPU (py-spy reads the
+  symbols of every library the rank loaded), so one per rank did not fit
+  the collection's 15 s at 64 ranks on a small host; ranks waiting on one
+  line of the program wait in the same call. ``--nonblocking`` for a
+  stopped process, which py-spy cannot suspend (no native frames then);
 - the faulthandler that mpilaunch's sitecustomize arms in a Python rank
   (``hang/site``): a real-time signal makes the rank write its Python
   stacks into an unlinked file it holds open, read back here through
@@ -127,9 +133,9 @@ def with_source(frames):
     return frames
 
 
-def py_spy_frames(spy, pid, state, budget):
+def py_spy_frames(spy, pid, state, budget, native=True):
     """(frames, tool, note) by py-spy, or (None, None, why) when it could not."""
-    attempts = [["--nonblocking"]] if state in "Tt" else [["--native"], []]
+    attempts = [["--nonblocking"]] if state in "Tt" else [["--native"], []] if native else [[]]
     why = None
     for extra in attempts:
         try:
@@ -228,8 +234,10 @@ def faulthandler_frames(pid, state, budget):
     return with_source(frames), ""
 
 
-def one_rank(pid, rank, size, spy, budget):
-    program = (children([pid])[pid] or [None])[0]  # the wrapper's child: the user's program
+def one_rank(pid, rank, size, spy, budget, native=True, program=None):
+    """``program``: the wrapper's child where the caller found it already; ``native``: py-spy --native."""
+    if program is None:
+        program = (children([pid])[pid] or [None])[0]  # the wrapper's child: the user's program
     out = {"rank": rank, "size": size, "wrapper_pid": pid}
     if program is None:
         out.update(state="exited", note="its wrapper has no program left")
@@ -240,7 +248,7 @@ def one_rank(pid, rank, size, spy, budget):
         return out
     state = st[0]
     out.update(pid=program, state="stopped" if state in "Tt" else "running", proc_state=state)
-    frames, tool, note = (py_spy_frames(spy, program, state, budget) if spy else (None, None, "no py-spy"))
+    frames, tool, note = (py_spy_frames(spy, program, state, budget, native) if spy else (None, None, "no py-spy"))
     if frames is None:
         fallback, why = faulthandler_frames(program, state, budget)
         if fallback is not None:
@@ -251,6 +259,44 @@ def one_rank(pid, rank, size, spy, budget):
                                                                     else "") if n)
     out.update(frames=frames or [], tool=tool or "", note=note or "")
     return out
+
+
+def in_parallel(calls, left):
+    """Run ``(function, args)`` each in a thread; wait for them no longer than ``left()`` seconds."""
+    threads = [threading.Thread(target=f, args=args, daemon=True) for f, args in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, left()))
+
+
+def python_stack_key(frames):
+    return tuple((f["function"], f["file"], f["line"]) for f in frames)
+
+
+def add_native_frames(spy, ranks, left):
+    """py-spy --native of one running rank per distinct Python stack; the ranks of the same Python stack
+    get its frames (``native_from``: whose they are). Where a native dump fails, the Python frames stay."""
+    groups = {}
+    for r in ranks:
+        if r.get("state") == "running" and r.get("frames") and r.get("tool") == "py-spy":
+            groups.setdefault(python_stack_key(r["frames"]), []).append(r)
+
+    found = {}  # key -> (frames, tool): filled by the threads, applied below (a late one is left out)
+
+    def native(key, first):
+        frames, tool, _ = py_spy_frames(spy, first["pid"], first.get("proc_state", "S"), left() - 0.2)
+        if frames is not None and "--native" in (tool or ""):
+            found[key] = (frames, tool)
+
+    in_parallel([(native, (key, members[0])) for key, members in groups.items()], left)
+    for key, (frames, tool) in list(found.items()):
+        first = groups[key][0]
+        for r in groups[key]:
+            r["frames"], r["tool"] = [dict(f) for f in frames], tool
+            if r is not first:
+                r["native_from"] = first["rank"]
+                r["note"] = f"native frames of rank {first['rank']}, which has the same Python stack"
 
 
 def main(argv):
@@ -264,22 +310,25 @@ def main(argv):
     started = time.monotonic()
     spy = find_py_spy(spy)
     wrappers = find_wrappers(os.environ)
+    programs = children([w[0] for w in wrappers])  # one pass over /proc for every rank
     results = [None] * len(wrappers)
+
+    def left():
+        return budget - (time.monotonic() - started)
 
     def work(i, pid, rank, size):
         try:
-            results[i] = one_rank(pid, rank, size, spy, budget - (time.monotonic() - started) - 0.2)
+            results[i] = one_rank(pid, rank, size, spy, left() - 0.2, native=False,
+                                  program=(programs.get(pid) or [None])[0])
         except Exception as e:  # one rank's failure must not cost the others' stacks
             results[i] = {"rank": rank, "size": size, "state": "running", "frames": [], "note": f"probe: {e!r}"}
 
-    threads = [threading.Thread(target=work, args=(i,) + w, daemon=True) for i, w in enumerate(wrappers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(max(0.0, budget - (time.monotonic() - started)))
+    in_parallel([(work, (i,) + w) for i, w in enumerate(wrappers)], left)
     ranks = [r if r is not None else {"rank": w[1], "size": w[2], "state": "running", "frames": [],
                                       "note": "no stacks within the probe's budget"}
              for r, w in zip(results, wrappers)]
+    if spy:
+        add_native_frames(spy, ranks, left)
     json.dump({"worker": os.environ.get("MPILAUNCH_WORKER"), "tool": spy or "faulthandler",
                "ranks": ranks, "probe_s": round(time.monotonic() - started, 3)}, sys.stdout)
     sys.stdout.write("\n")
