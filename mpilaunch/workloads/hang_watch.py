@@ -17,8 +17,6 @@ from .base import RunContext, Workload
 
 # --timeout: the diagnosis before the stop is bounded (issue 42: at most 15 s at 64 ranks)
 TIMEOUT_DIAGNOSIS_S = collect.DEFAULT_DEADLINE_S
-# the least time a --stall-timeout sample gives the workers (py-spy on busy ranks of a loaded host)
-SAMPLE_MIN_S = 5.0
 
 
 def _probe_python(backend) -> str:
@@ -98,13 +96,14 @@ class StallWatch:
             now = time.monotonic()
             if not clock.should_sample(now, self._last_output()):
                 continue
-            taken = take_stacks(self.run, self.workload, min(collect.DEFAULT_DEADLINE_S, max(SAMPLE_MIN_S, interval)))
+            # a sample gets the full deadline: one cut short by a loaded host (64 ranks on 2 cores) found
+            # every worker unreachable, and three such samples looked like a hang that named nobody
+            taken = take_stacks(self.run, self.workload, collect.DEFAULT_DEADLINE_S)
             if taken is None or self._done.is_set():
                 return
             if clock.observe(time.monotonic(), self._last_output(), stall.coarse_signature(taken.stacks)):
-                # the verdict from a full collection: a sample's shorter deadline may have cut a worker off
-                final = take_stacks(self.run, self.workload, collect.DEFAULT_DEADLINE_S) or taken
-                self._declare(verdict.diagnose(final.stacks), final.seconds)
+                # the last sample is the verdict's collection: a job that hangs is not moving
+                self._declare(verdict.diagnose(taken.stacks), taken.seconds)
                 return
             self._done.wait(max(0.0, interval - (time.monotonic() - now)))
 
