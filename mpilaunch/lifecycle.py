@@ -224,7 +224,9 @@ def prepare_output_dir(spec: JobSpec) -> Path | None:
 
 def write_context(path: Path, job_name: str, backend) -> None:
     """The shim's context file: how to reach each worker through the backend's exec channel."""
-    path.write_text(json.dumps({"job": job_name, **backend.exec_context()}))
+    # probe_python: how ``mpilaunch stacks`` runs its probe on the workers (hang.collect)
+    path.write_text(json.dumps({"job": job_name, "backend": backend.name, **backend.exec_context(),
+                                "probe_python": hang_watch.probe_python(backend)}))
 
 
 def ran_past(deadline: float | None, exit_code: int) -> bool:

@@ -74,25 +74,26 @@ class ReaderAware:
 def stacks(args) -> int:
     """``mpilaunch stacks NAME``: every rank's stacks of a running job, grouped, and the hang verdict.
 
-    Local jobs for now: the job's context file says where its workers' agents
-    listen. Exit 0 once the stacks are shown (whatever they say).
+    Through the mpilaunch that runs the job on this machine (attached, any
+    backend; a YARN job's either launcher): its run directory's context file
+    says where the workers' agents listen, and with which secret. Exit 0 once
+    the stacks are shown (whatever they say).
     """
     import json
 
     from .hang import collect, local_job, verdict
 
-    if args.backend != "local":
-        raise UsageError(f"'stacks' does not reach jobs on --backend {args.backend} yet",
-                         "run it for a job on the local backend; a cluster job's --timeout or --stall-timeout "
-                         "writes the same diagnosis")
-    contexts = local_job.running_contexts(args.name)
+    contexts = local_job.one_per_job(c for c in local_job.running_contexts(args.name)
+                                     if c.get("backend", args.backend) == args.backend)
     if not contexts:
-        raise UsageError(f"no running local job named {args.name!r} on this machine",
-                         "give the job's --name (its run directory is $TMPDIR/mpilaunch-NAME-*)")
+        raise UsageError(f"no running {args.backend} job named {args.name!r} started from this machine",
+                         "give the job's --name and --backend, and run this where its mpilaunch runs (a detached "
+                         "job's --timeout or --stall-timeout diagnosis is in its launcher's log: mpilaunch logs NAME)")
     if len(contexts) > 1:
-        raise UsageError(f"{len(contexts)} running local jobs are named {args.name!r}",
-                         "give each job its own --name")
-    collection = collect.collect_from_context(contexts[0], sys.executable, deadline_s=args.deadline)
+        raise UsageError(f"{len(contexts)} running jobs are named {args.name!r}", "give each job its own --name")
+    context = contexts[0]
+    collection = collect.collect_from_context(context, context.get("probe_python") or sys.executable,
+                                              deadline_s=args.deadline)
     diagnosis = verdict.diagnose(collection.stacks)
     if args.json:
         print(json.dumps(verdict.report(diagnosis, collection.seconds), indent=2))

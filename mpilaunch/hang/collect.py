@@ -11,6 +11,7 @@ not answer within the deadline is unreachable.
 from __future__ import annotations
 
 import json
+import os
 import pkgutil
 import shlex
 import threading
@@ -31,7 +32,14 @@ def probe_text() -> str:
     return pkgutil.get_data(__package__, "probe.py").decode()
 
 
+# MPILAUNCH_PY_SPY=none where mpilaunch runs: the workers' probes take the fallback too (the
+# variable itself reaches only the local backend's agents)
+NO_PY_SPY = "none"
+
+
 def probe_command(python: str, budget_s: float, py_spy: str | None = None) -> str:
+    if py_spy is None and os.environ.get("MPILAUNCH_PY_SPY") == NO_PY_SPY:
+        py_spy = NO_PY_SPY
     command = f"exec {python} -c {shlex.quote(probe_text())} --budget {budget_s:.1f}"
     return command + (f" --py-spy {shlex.quote(py_spy)}" if py_spy else "")
 

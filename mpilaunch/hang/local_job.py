@@ -1,9 +1,10 @@
-"""Find a local job that runs on this machine by its name: its run directory's context file.
+"""Find a job whose mpilaunch runs on this machine by its name: its run directory's context file.
 
-A local job's mpilaunch (attached in another terminal, or in the background)
-writes ``context.json`` into its run directory (``rundir.make_rundir``:
-``$TMPDIR/mpilaunch-<job>-*``) once its workers are ready: how to reach each
-worker's exec agent. Only a directory whose owner process still runs counts.
+A job's mpilaunch (attached in another terminal, or in the background; any
+backend) writes ``context.json`` into its run directory
+(``rundir.make_rundir``: ``$TMPDIR/mpilaunch-<job>-*``) once its workers are
+ready: how to reach each worker's exec agent, and the job's backend. Only a
+directory whose owner process still runs counts.
 """
 
 from __future__ import annotations
@@ -31,3 +32,15 @@ def running_contexts(job: str, tmpdir: str | None = None) -> list[dict]:
         if context.get("job") == job and context.get("transport") == "agent" and not owner_gone(owner):
             found.append(context)
     return found
+
+
+def one_per_job(contexts) -> list[dict]:
+    """One context per job: a YARN job's launcher container (``<job>-launcher``) that runs on this
+    machine writes one too, naming the same workers."""
+    seen, out = set(), []
+    for context in contexts:
+        workers = tuple(sorted((name, w.get("address")) for name, w in (context.get("workers") or {}).items()))
+        if workers not in seen:
+            seen.add(workers)
+            out.append(context)
+    return out

@@ -19,7 +19,7 @@ from .base import RunContext, Workload
 TIMEOUT_DIAGNOSIS_S = collect.DEFAULT_DEADLINE_S
 
 
-def _probe_python(backend) -> str:
+def probe_python(backend) -> str:
     """How a worker runs the probe: this interpreter where the workers are on this host."""
     if backend.workers_on_this_host:
         return sys.executable
@@ -39,7 +39,7 @@ def take_stacks(run: RunContext, workload: Workload, deadline_s: float) -> colle
     exits = {rank: code for rank, _, code in (output.statuses if output is not None else ())}
     expected = dict(enumerate(workload.plan.rank_to_worker()))
     try:
-        return collect.collect_from_context(context, _probe_python(run.backend), expected=expected, exits=exits,
+        return collect.collect_from_context(context, probe_python(run.backend), expected=expected, exits=exits,
                                             deadline_s=deadline_s)
     except (OSError, ValueError) as e:  # the secret unreadable: no diagnosis, the job's end stands
         print(f"mpilaunch: warning: no stacks taken: {e}", file=run.stderr, flush=True)

@@ -188,4 +188,5 @@ def test_hang_stacks_command_names_a_job_that_does_not_run():
     shown = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", "hang-no-such-job"], capture_output=True,
                            text=True, cwd=REPO, env=mpilaunch_env(), timeout=60)
     assert shown.returncode == 2
-    assert shown.stderr.splitlines()[0] == "mpilaunch: error: no running local job named 'hang-no-such-job' on this machine"
+    assert shown.stderr.splitlines()[0] == \
+        "mpilaunch: error: no running local job named 'hang-no-such-job' started from this machine"
