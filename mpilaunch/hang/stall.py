@@ -21,10 +21,14 @@ def sample_interval(stall_s: float) -> float:
 
 
 def coarse_signature(stacks) -> tuple:
-    """Every rank's state, innermost function and Python functions (no line numbers)."""
+    """Every rank's state, innermost function and Python functions (no line numbers). The innermost
+    function of a Python rank is read from its Python frames alone (the call on its line: time.sleep,
+    comm.Allreduce): whether one sample got its native frames (the probe's second round, cut short on
+    a loaded host) must not make two samples of a rank that has not moved differ."""
     def one(s: RankStack):
-        return (s.rank, s.state, innermost_function(s.frames),
-                tuple((f.function, f.file) for f in s.frames if f.kind == PYTHON))
+        python = tuple(f for f in s.frames if f.kind == PYTHON)
+        return (s.rank, s.state, innermost_function(python or s.frames),
+                tuple((f.function, f.file) for f in python))
     return tuple(one(s) for s in sorted(stacks, key=lambda s: s.rank))
 
 

@@ -258,3 +258,15 @@ def test_hang_stall_signature_ignores_the_line_of_a_spinning_rank():
     def spinning(line):
         return [RankStack(0, "w", RUNNING, (Frame("spin", "/u/busy.py", line, PYTHON, "x += 1"),))]
     assert stall.coarse_signature(spinning(29)) == stall.coarse_signature(spinning(30))
+
+
+def test_hang_stall_signature_ignores_whether_a_sample_got_native_frames():
+    # the probe's native round may miss a rank in one sample (a loaded host) and not in the next
+    full = eight_ranks_one_sleeping(2)
+    python_only = [RankStack(s.rank, s.worker, s.state, tuple(f for f in s.frames if f.kind == PYTHON))
+                   for s in full]
+    assert stall.coarse_signature(full) == stall.coarse_signature(python_only)
+    # a native-only rank (no Python frames) still counts by its innermost function
+    native = [RankStack(0, "w", RUNNING, (Frame("nanosleep", "libc", 0, NATIVE),))]
+    moved = [RankStack(0, "w", RUNNING, (Frame("MPI_Recv", "libmpi", 0, NATIVE),))]
+    assert stall.coarse_signature(native) != stall.coarse_signature(moved)
