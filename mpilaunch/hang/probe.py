@@ -134,7 +134,18 @@ def with_source(frames):
 
 
 def py_spy_frames(spy, pid, state, budget, native=True):
-    """(frames, tool, note) by py-spy, or (None, None, why) when it could not."""
+    """(frames, tool, note) of the main thread by py-spy, or (None, None, why) when it could not."""
+    threads, tool, why = py_spy_threads(spy, pid, state, budget, native)
+    if threads is None:
+        return None, None, why
+    main = next((t for t in threads if t["id"] == pid), threads[0] if threads else None)
+    if main is None:
+        return [], tool, "no thread"
+    return main["frames"], tool, ""
+
+
+def py_spy_threads(spy, pid, state, budget, native=True):
+    """([{"id", "name", "frames"}] of every thread, tool, "") by py-spy, or (None, None, why)."""
     attempts = [["--nonblocking"]] if state in "Tt" else [["--native"], []] if native else [[]]
     why = None
     for extra in attempts:
@@ -152,13 +163,37 @@ def py_spy_frames(spy, pid, state, budget, native=True):
         except ValueError:
             why = "py-spy: unreadable output"
             continue
-        main = next((t for t in threads if t.get("os_thread_id") == pid), threads[0] if threads else None)
-        if main is None:
-            return [], "py-spy " + " ".join(extra), "no thread"
-        frames = [{"function": f.get("name") or "?", "file": f.get("filename") or "", "line": f.get("line") or 0,
-                   "kind": "native" if f.get("module") else "python"} for f in main.get("frames") or ()]
-        return with_source(frames), ("py-spy " + " ".join(extra)).strip(), ""
+        return [{"id": t.get("os_thread_id"), "name": t.get("thread_name") or "",
+                 "frames": with_source([{"function": f.get("name") or "?", "file": f.get("filename") or "",
+                                         "line": f.get("line") or 0, "kind": "native" if f.get("module") else "python"}
+                                        for f in t.get("frames") or ()])}
+                for t in threads], ("py-spy " + " ".join(extra)).strip(), ""
     return None, None, why
+
+
+def dump_processes(pids, budget=30.0, spy=None, native=False):
+    """Every thread's frames of each of ``pids`` (any Python processes, not only ranks), all at once:
+    [{"pid", "state", "threads", "tool", "note"}]. What the test suite shows of a job that stalled
+    (its mpilaunch, agents, launcher), with the same py-spy handling as the ranks' stacks."""
+    spy = find_py_spy(spy)
+    started = time.monotonic()
+    out = [{"pid": pid, "state": None, "threads": [], "tool": "", "note": "no answer within the budget"}
+           for pid in pids]
+
+    def one(entry):
+        st = stat_of(entry["pid"])
+        if st is None:
+            entry.update(note="gone")
+            return
+        entry["state"] = st[0]
+        if spy is None:
+            entry.update(note="no py-spy")
+            return
+        threads, tool, why = py_spy_threads(spy, entry["pid"], st[0], budget - (time.monotonic() - started), native)
+        entry.update(threads=threads or [], tool=tool or "", note=why or "")
+
+    in_parallel([(one, (entry,)) for entry in out], lambda: budget - (time.monotonic() - started))
+    return out
 
 
 def stacks_signal():

@@ -225,20 +225,23 @@ def finish(proc: subprocess.Popen, timeout: float, context=None) -> tuple[str, s
 
 
 def python_stacks(pids, limit: int = 12) -> str:
-    """The thread stacks of each Python process among ``pids`` (``py-spy dump``, the test extra's):
-    where a job that stalled waits, in mpilaunch, its launcher or an agent."""
-    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if not os.path.exists(spy):
-        return "(py-spy is not installed: no stacks)"
+    """The thread stacks of each Python process among ``pids``: where a job that stalled waits, in
+    mpilaunch, its launcher or an agent. Taken by the product's own probe (``hang.probe.dump_processes``:
+    py-spy, the test extra's, on every process at once), as a hung job's ranks are."""
+    from mpilaunch.hang import probe
+
+    chosen = [p for p in pids if _is_python(p)][:limit]
+    if not chosen:
+        return "(no Python process to dump)"
     out = []
-    for pid in [p for p in pids if _is_python(p)][:limit]:
-        try:
-            dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
-            text = (dump.stdout or dump.stderr).strip()
-        except (OSError, subprocess.TimeoutExpired) as e:
-            text = repr(e)
-        out.append(f"---- py-spy dump --pid {pid}:\n{text[-3000:]}")
-    return "\n".join(out) or "(no Python process to dump)"
+    for entry in probe.dump_processes(chosen, budget=30):
+        lines = [f"---- py-spy dump --pid {entry['pid']} (state {entry['state']})"
+                 + (f": {entry['note']}" if entry["note"] else "")]
+        for thread in entry["threads"]:
+            lines.append(f"Thread {thread['id']} ({thread['name'] or 'unnamed'}):")
+            lines += [f"    {f['function']} ({f['file']}:{f['line']})" for f in thread["frames"]]
+        out.append("\n".join(lines)[:3000])
+    return "\n".join(out)
 
 
 def _is_python(pid: int) -> bool:
