@@ -113,6 +113,15 @@ class RemoteHosts(ABC):
         """How a worker starts mpilaunch's PS task starter (``mpilaunch.task_starter``)."""
 
 
+class ReportsHangs(ABC):
+    """A place of the cluster's own for a hung job's verdict (no capability: the hang diagnosis
+    asks it, ``workloads/hang_watch.py``). Example: ``backends/k8s/backend.py`` (an Event)."""
+
+    @abstractmethod
+    def report_hang(self, verdict: str) -> None:
+        """Put the ``mpilaunch: hang:`` line where the cluster's users look; raise on failure."""
+
+
 #: capability (a ``Capabilities`` field) -> the protocol a backend claiming it implements
 SERVED_BY = {
     "detach": ClusterLauncher,
@@ -123,7 +132,7 @@ SERVED_BY = {
 }
 
 #: every optional protocol
-PROTOCOLS = (ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts)
+PROTOCOLS = (ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs)
 
 
 def members(protocol: type) -> tuple[str, ...]:
@@ -148,6 +157,14 @@ def task_starter_prefix(backend) -> list[str]:
     if len(prefix) >= 2 and prefix[-2:] == ["-m", "mpilaunch.rank"]:
         return prefix[:-1] + ["mpilaunch.task_starter"]
     return ["python3", "-m", "mpilaunch.task_starter"]
+
+
+def report_hang(backend, verdict: str) -> bool:
+    """``ReportsHangs.report_hang``; False where the backend has no such place."""
+    if not isinstance(backend, ReportsHangs):
+        return False
+    backend.report_hang(verdict)
+    return True
 
 
 def remote_mpi_info(backend_cls, spec):

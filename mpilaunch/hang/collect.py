@@ -1,6 +1,7 @@
-"""Every rank's stacks, through the workers' exec agents, all workers at once, within a deadline.
+"""Every rank's stacks, through the workers' exec channels, all workers at once, within a deadline.
 
-One exec session per worker runs ``probe`` (sent as text: any image with a
+One exec session per worker (the shim's transport: the workers' agents, or
+the Kubernetes exec API) runs ``probe`` (sent as text: any image with a
 python3 runs it) and answers with that worker's ranks. The ranks are then
 matched against what the caller expects (the plan's rank -> worker, the
 exits mpilaunch already saw): a rank its worker did not report is exited
@@ -10,6 +11,7 @@ not answer within the deadline is unreachable.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pkgutil
@@ -18,7 +20,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..rsh_agent import agent_client
 from .verdict import EXITED, NOT_FOUND, RUNNING, STOPPED, UNREACHABLE, Frame, RankStack
 
 #: the bound on a whole collection (issue 42: at most 15 s at 64 ranks)
@@ -60,15 +61,13 @@ class Collection:
     seconds: float
 
 
-def ask_worker(worker: str, address: str, secret: bytes, python: str, deadline: float,
-               py_spy: str | None = None) -> WorkerAnswer:
+def ask_worker(worker: str, capture, python: str, deadline: float, py_spy: str | None = None) -> WorkerAnswer:
+    """``capture(command, timeout)``: the worker's exec channel (a transport's ``capture``)."""
     t0 = time.monotonic()
     left = deadline - t0
     answer = WorkerAnswer(worker)
     try:
-        status, out, err = agent_client.run_capture(
-            address, secret, probe_command(python, max(0.5, left - _PROBE_MARGIN_S), py_spy),
-            timeout=max(0.5, left), connect_timeout=max(0.5, min(5.0, left)))
+        status, out, err = capture(probe_command(python, max(0.5, left - _PROBE_MARGIN_S), py_spy), max(0.5, left))
         if status != 0:
             tail = err.decode(errors="replace").strip().splitlines()
             answer.error = f"its probe exited {status}" + (f": {tail[-1][:200]}" if tail else "")
@@ -83,24 +82,25 @@ def ask_worker(worker: str, address: str, secret: bytes, python: str, deadline: 
     return answer
 
 
-def ask_all(workers: dict[str, str], secret: bytes, python: str, deadline_s: float = DEFAULT_DEADLINE_S,
+def ask_all(captures: dict, python: str, deadline_s: float = DEFAULT_DEADLINE_S,
             py_spy: str | None = None) -> dict[str, WorkerAnswer]:
-    """{worker: its answer}, every worker asked at once; none waited for past ``deadline_s``."""
+    """{worker: its answer}, every worker asked at once (``captures``: worker -> its exec channel's
+    ``capture(command, timeout)``); none waited for past ``deadline_s``."""
     deadline = time.monotonic() + deadline_s
     answers: dict[str, WorkerAnswer] = {}
 
-    def ask(name, address):
-        answers[name] = ask_worker(name, address, secret, python, deadline, py_spy)
+    def ask(name, capture):
+        answers[name] = ask_worker(name, capture, python, deadline, py_spy)
 
     threads = [threading.Thread(target=ask, args=item, daemon=True, name=f"stacks-{item[0]}")
-               for item in sorted(workers.items())]
+               for item in sorted(captures.items())]
     for t in threads:
         t.start()
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()) + 0.5)
-    for name in workers:
+    for name in captures:
         answers.setdefault(name, WorkerAnswer(name, error=f"no answer within {deadline_s:.0f} s"))
-    return answers
+    return dict(answers)
 
 
 def rank_stack(worker: str, found: dict) -> RankStack:
@@ -146,17 +146,28 @@ def rank_stacks(answers: dict[str, WorkerAnswer], expected: dict[int, str] | Non
     return out
 
 
-def collect(workers: dict[str, str], secret: bytes, python: str, *, expected: dict[int, str] | None = None,
+def collect(captures: dict, python: str, *, expected: dict[int, str] | None = None,
             exits: dict[int, int] | None = None, deadline_s: float = DEFAULT_DEADLINE_S,
             py_spy: str | None = None) -> Collection:
-    """Every rank's stacks: ``workers`` is worker -> agent address, ``python`` how a worker runs python3."""
+    """Every rank's stacks: ``captures`` is worker -> its exec channel's ``capture(command, timeout)``,
+    ``python`` how a worker runs python3."""
     t0 = time.monotonic()
-    answers = ask_all(workers, secret, python, deadline_s, py_spy)
+    answers = ask_all(captures, python, deadline_s, py_spy)
     return Collection(rank_stacks(answers, expected, exits), answers, time.monotonic() - t0)
 
 
+def captures_of(context: dict) -> dict:
+    """worker -> ``capture(command, timeout)`` through the context's transport (the shim's: its
+    agents, or the Kubernetes exec API), each worker as the context names it."""
+    from ..rsh_agent.shim import load_transport
+
+    transport = load_transport(context.get("transport") or "agent")
+    if not hasattr(transport, "capture"):
+        raise ValueError(f"the {context.get('transport')} transport cannot run the stacks probe")
+    return {name: functools.partial(transport.capture, context, worker)
+            for name, worker in (context.get("workers") or {}).items()}
+
+
 def collect_from_context(context: dict, python: str, **kwargs) -> Collection:
-    """``collect`` for a job's context file (``lifecycle.write_context``: transport agent, its workers' addresses)."""
-    secret = agent_client.read_secret(context["secret_file"])
-    workers = {name: w["address"] for name, w in (context.get("workers") or {}).items() if w.get("address")}
-    return collect(workers, secret, python, **kwargs)
+    """``collect`` for a job's context file (``lifecycle.write_context``: its transport, its workers)."""
+    return collect(captures_of(context), python, **kwargs)

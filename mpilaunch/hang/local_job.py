@@ -29,7 +29,7 @@ def running_contexts(job: str, tmpdir: str | None = None) -> list[dict]:
                 owner = f.read()
         except (OSError, ValueError):
             continue  # not a job's run directory (a worker's), or not ready yet
-        if context.get("job") == job and context.get("transport") == "agent" and not owner_gone(owner):
+        if context.get("job") == job and context.get("workers") and not owner_gone(owner):
             found.append(context)
     return found
 
@@ -39,7 +39,7 @@ def one_per_job(contexts) -> list[dict]:
     machine writes one too, naming the same workers."""
     seen, out = set(), []
     for context in contexts:
-        workers = tuple(sorted((name, w.get("address")) for name, w in (context.get("workers") or {}).items()))
+        workers = json.dumps(context.get("workers"), sort_keys=True)
         if workers not in seen:
             seen.add(workers)
             out.append(context)

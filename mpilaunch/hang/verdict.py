@@ -45,7 +45,9 @@ _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*\("
 _NOT_CALLS = {"if", "elif", "while", "for", "return", "yield", "assert", "not", "and", "or", "in", "print", "with",
               "lambda", "await", "del", "except"}
 # paths that are not the user's code: installed packages, the standard library, mpilaunch itself
-_NOT_USER = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|/lib64/python\d|/mpilaunch/|^<|\.zip/")
+# (not the programs and examples its checkout and image hold: /opt/mpilaunch/tests/programs/)
+_NOT_USER = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|/lib64/python\d|/mpilaunch/(?!tests/|examples/)"
+                       r"|^<|\.zip/")
 
 
 @dataclass(frozen=True)

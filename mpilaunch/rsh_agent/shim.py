@@ -197,7 +197,7 @@ def _error(message: str) -> int:
     return 255
 
 
-def _load_transport(name: str):
+def load_transport(name: str):
     """A context's transport: a module of rsh_agent/transports by its short name ("agent"), or
     a backend's own by its full name ("mpilaunch.backends.k8s.transport")."""
     if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
@@ -233,7 +233,7 @@ def _run(path: str, host: str, command: str, no_stdin: bool) -> int:
         known = ", ".join(sorted(workers)) or "none"
         return _error(f"unknown worker '{host}' (known: {known})")
     try:
-        transport = _load_transport(context.get("transport") or "agent")
+        transport = load_transport(context.get("transport") or "agent")
     except (ImportError, ValueError) as exc:
         return _error(f"cannot load transport {context.get('transport')!r}: {exc}")
     if no_stdin:

@@ -1,17 +1,19 @@
 """The hang diagnosis of a running mpirun job: once at --timeout, and the --stall-timeout watch.
 
-Both take every rank's stacks through the workers' agents (``hang.collect``),
-print the ``mpilaunch: hang:`` line on stderr and keep what report.json gets
-(``stacks``, ``hang``). Only an mpirun job has rank wrappers to find, and only
-a backend whose context names its workers' agents can be asked.
+Both take every rank's stacks through the workers' exec channel (``hang.collect``:
+the transport the backend's context names, its agents or the Kubernetes exec
+API), print the ``mpilaunch: hang:`` line on stderr and keep what report.json
+gets (``stacks``, ``hang``). Only an mpirun job has rank wrappers to find.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 
+from ..backends import protocols
 from ..hang import collect, stall, verdict
 from .base import RunContext, Workload
 
@@ -32,8 +34,13 @@ def take_stacks(run: RunContext, workload: Workload, deadline_s: float) -> colle
     """Every rank's stacks, or None where they cannot be had (a PS job, no agents to ask)."""
     if workload.mode != "mpirun":
         return None
-    context = run.backend.exec_context()
-    if context.get("transport") != "agent" or not context.get("workers"):
+    try:
+        # the context the shims use (lifecycle.write_context); asking the backend again is not free:
+        # a Kubernetes job's exec_context starts a fresh exec relay, under the running shims
+        context = json.loads(run.context_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if not context.get("workers"):
         return None
     output = getattr(workload, "output", None)
     exits = {rank: code for rank, _, code in (output.statuses if output is not None else ())}
@@ -55,11 +62,19 @@ def diagnose(run: RunContext, workload: Workload, deadline_s: float = TIMEOUT_DI
 
 
 def publish(run: RunContext, diagnosis: verdict.Diagnosis, seconds: float) -> dict:
+    """The verdict on stderr, and where the backend keeps such news (Kubernetes: an Event)."""
     try:
         print(diagnosis.verdict, file=run.stderr, flush=True)
     except (OSError, ValueError):
         pass
-    return verdict.report(diagnosis, seconds)
+    found = verdict.report(diagnosis, seconds)
+    try:
+        if protocols.report_hang(run.backend, diagnosis.verdict):
+            found["hang"]["reported_to_cluster"] = True
+    except Exception as e:  # an extra: the verdict is on stderr and in report.json already
+        print(f"mpilaunch: warning: the hang verdict was not posted to the cluster: {e}", file=run.stderr,
+              flush=True)
+    return found
 
 
 class StallWatch:

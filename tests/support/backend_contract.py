@@ -43,7 +43,7 @@ def assert_release_is_idempotent(backend, settle: float = 0) -> dict:
     context = backend.exec_context()
     backend.release()
     backend.release()
-    if shim._load_transport(context["transport"]).__name__ == AGENT:
+    if shim.load_transport(context["transport"]).__name__ == AGENT:
         deadline = time.monotonic() + settle
         while not all(refused(w["address"]) for w in context["workers"].values()):
             assert time.monotonic() < deadline, f"an agent still answers after the release: {context['workers']}"
@@ -56,7 +56,7 @@ def assert_exec_context_serves_the_shim(backend, tmp_path) -> None:
     context = backend.exec_context()
     assert json.loads(json.dumps(context)) == context
     assert isinstance(context["transport"], str)
-    transport = shim._load_transport(context["transport"])
+    transport = shim.load_transport(context["transport"])
     assert callable(transport.run)
     # the shim looks each worker up by the host name mpirun got from the hostfile
     assert set(context["workers"]) == set(hostnames(backend.plan).values())
@@ -70,7 +70,10 @@ def assert_exec_context_serves_the_shim(backend, tmp_path) -> None:
             assert host and 0 < int(port) < 65536
     path = tmp_path / "context.json"
     lifecycle.write_context(path, backend.plan.job_name, backend)
-    assert shim.load_context(str(path)) == {"job": backend.plan.job_name, **backend.exec_context()}
+    written = shim.load_context(str(path))
+    # and what `mpilaunch stacks` finds the job by: its backend, the python its probe runs with
+    assert written == {"job": backend.plan.job_name, "backend": backend.name, **backend.exec_context(),
+                       "probe_python": written["probe_python"]}
 
 
 def defined_by(cls, name: str) -> type | None:

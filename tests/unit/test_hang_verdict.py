@@ -270,3 +270,11 @@ def test_hang_stall_signature_ignores_whether_a_sample_got_native_frames():
     native = [RankStack(0, "w", RUNNING, (Frame("nanosleep", "libc", 0, NATIVE),))]
     moved = [RankStack(0, "w", RUNNING, (Frame("MPI_Recv", "libmpi", 0, NATIVE),))]
     assert stall.coarse_signature(native) != stall.coarse_signature(moved)
+
+
+def test_hang_a_program_shipped_in_the_image_is_the_users_code():
+    """The project image holds tests/programs and examples under /opt/mpilaunch: user code, unlike
+    the package beside them."""
+    assert v.is_user_file("/opt/mpilaunch/tests/programs/hang.py")
+    assert v.is_user_file("/opt/mpilaunch/examples/train.py")
+    assert not v.is_user_file("/opt/mpilaunch/mpilaunch/rank.py")

@@ -65,7 +65,7 @@ from ...exit_codes import EXIT_FAILED
 from ..agent_workers import write_secret
 from ..credential import new_credential
 from ..base import BaseBackend, Capabilities
-from ..protocols import ClusterLauncher, ManagesJobs, RemoteHosts, ReplacesWorkers
+from ..protocols import ClusterLauncher, ManagesJobs, RemoteHosts, ReplacesWorkers, ReportsHangs
 from . import launch, manage, manifests, orphan
 from . import replace, tools
 from .admission import WORKLOADS, AdmissionReader
@@ -119,7 +119,7 @@ def refusal_line(e: ApiError) -> str:
     return policy[0] if policy is not None else e.message
 
 
-class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts):
+class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs):
     name = "k8s"
     options_class = K8sOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
@@ -429,9 +429,12 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
         unix-socket round trip; ``MPILAUNCH_K8S_RELAY=0`` makes every shim
         open its own TLS connection instead.
         """
-        if self.transport == "agent":
+        if self.transport == "agent" and self.launcher == "local":
             pods = {w.name: self.pods.get(w.name) for w in self.plan.workers}
             return launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
+        # The exec API: the shims' with --transport exec. With the cluster launcher no shim runs
+        # here (its pod holds the agents' secret): what this side reaches the pods with, the hang
+        # probe's channel (hang.collect), whatever the transport.
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = {
@@ -449,6 +452,13 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
 
     def rank_prefix(self) -> list[str]:
         return tools.rank_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+
+    def report_hang(self, verdict: str) -> None:
+        """The verdict as an Event on the launcher pod (worker 0's with --launcher local)."""
+        from . import hang_event
+
+        pod = self.launcher_pod if self.launcher != "local" and self.launcher_pod else self.plan.workers[0].name
+        hang_event.post(self.api, self.namespace, pod, verdict)
 
     def task_starter_prefix(self) -> list[str]:
         return tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))

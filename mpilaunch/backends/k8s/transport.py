@@ -598,3 +598,42 @@ def run_direct(context: dict, worker: dict, command: str) -> int:
     if received and code == 255:
         return 128 + received[0]
     return code
+
+
+def capture(context: dict, worker: dict, command: str, timeout: float):
+    """Run ``command`` (``sh -c``) in the worker's pod without stdin, collecting its output:
+    ``(status, stdout, stderr)`` bytes; TimeoutError past ``timeout`` seconds (the hang probe's
+    channel, ``hang.collect``). Output goes to files, not pipes: one thread pumps the session."""
+    import tempfile
+    import time
+
+    deadline = time.monotonic() + timeout
+    channel = connect(context, worker["pod"], ["/bin/sh", "-c", command], stdin=False, timeout=timeout)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.write(wake_w, b".")  # the first wakeup sets the session's deadline
+    expired = []
+
+    def on_wakeup(_timed_out):
+        try:
+            os.read(wake_r, 64)
+        except BlockingIOError:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            expired.append(True)
+            return False
+        return left
+
+    try:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            status = session(channel, stdin_fd=None, wakeup_fd=wake_r, on_wakeup=on_wakeup,
+                             out_fd=out.fileno(), err_fd=err.fileno())
+            if expired:
+                raise TimeoutError(f"no answer within {timeout:.0f} s")
+            out.seek(0)
+            err.seek(0)
+            return status, out.read(), err.read()
+    finally:
+        os.close(wake_r)
+        os.close(wake_w)

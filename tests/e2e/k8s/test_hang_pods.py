@@ -1,0 +1,88 @@
+"""Hung jobs on real pods: the verdict names the injected rank, and `kubectl describe` shows it (issue 42).
+
+tests/programs/hang.py (4 ranks, 2 worker pods of the project image) makes
+one rank sleep before the allreduce while the others wait in it. The image
+has no py-spy: the stacks come from the faulthandler mpilaunch's
+sitecustomize arms in each rank, read back by the probe through the job's
+exec channel: the pods' agents (``--transport agent``) or the Kubernetes
+exec API (``--transport exec``). The verdict reaches the submitting user's
+stderr and report.json, and is posted as a Warning Event (reason Hang) on
+the launcher pod, or on worker 0's with ``--launcher local``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mpilaunch.exit_codes import EXIT_TIMEOUT
+from support.helpers import PROGRAMS, REPO, finish, wait_started
+
+pytestmark = pytest.mark.real_pods
+
+STUCK = {m[1]: i for i, line in enumerate((PROGRAMS / "hang.py").read_text().splitlines(), 1)
+         if (m := re.search(r"STUCK: (\S+)", line))}
+HANG = "/opt/mpilaunch/tests/programs/hang.py"  # where the image has it
+NP, SLOTS = 4, 2
+OMPI4 = "/usr/bin/mpirun.openmpi"  # --launcher local: this machine's Open MPI 4.1, like the image's
+
+
+def hang_events(real, job: str, but=()) -> list[dict]:
+    """The Hang events on the job's pods (they outlive the pods), but those with the uids ``but``."""
+    items = json.loads(real.kubectl("get", "events", "-n", "default", "--field-selector", "reason=Hang",
+                                    "-o", "json").stdout)["items"]
+    return [e for e in items if e["involvedObject"]["name"].startswith(job + "-") and e["metadata"]["uid"] not in but]
+
+
+def expected_verdict(job: str, odd: int) -> str:
+    return (f"mpilaunch: hang: rank {odd} ({job}-worker-{odd // SLOTS}) is in time.sleep at hang.py:{STUCK['sleep']}; "
+            f"the 3 other ranks are in comm.Allreduce at hang.py:{STUCK['others']}")
+
+
+@pytest.mark.parametrize("launcher,transport", [("local", "agent"), ("local", "exec"), ("cluster", "exec"),
+                                                ("cluster", "agent")])
+def test_hang_pods_at_timeout_the_verdict_names_the_rank_and_is_an_event(real, tmp_path, launcher, transport):
+    job = f"rp-hang-{launcher}-{transport}"
+    odd = 3 if launcher == "local" else 1
+    args = ["--launcher", launcher, "--transport", transport]
+    if launcher == "local":
+        args += ["--mpirun", OMPI4]
+    earlier = {e["metadata"]["uid"] for e in hang_events(real, job)}  # an earlier run's
+    proc = real.start(job, *args, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "20",
+                      "--output-dir", str(tmp_path), "--", "python3", str(HANG), "sleep", str(odd))
+    out, err = finish(proc, 300)
+    assert proc.returncode == EXIT_TIMEOUT, out[-2000:] + err[-3000:]
+    verdict = expected_verdict(job, odd)
+    assert [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")] == [verdict], err[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["hang"]["odd_ranks"] == [odd] and report["hang"]["collection_s"] < 15
+    assert {s["tool"] for s in report["stacks"]} == {"faulthandler"}, report["stacks"]
+    events = hang_events(real, job, but=earlier)
+    assert [(e["type"], e["message"]) for e in events] == [("Warning", verdict)], events
+    pod = events[0]["involvedObject"]["name"]
+    assert pod == f"{job}-worker-0" if launcher == "local" else pod.startswith(f"{job}-launcher"), pod
+    assert real.leftovers(job) == []
+
+
+def test_hang_pods_stacks_command_on_a_running_job(real, tmp_path):
+    job = "rp-hang-stacks"
+    proc = real.start(job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "150",
+                      "--output-dir", str(tmp_path), "--", "python3", str(HANG), "sleep", "2")
+    try:
+        wait_started(proc, NP, text="ready", timeout=180)
+        shown = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", job, "--backend", "k8s"],
+                               capture_output=True, text=True, cwd=REPO, env=real.env(), timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"ranks 0-1,3: comm.Allreduce <- <module> (hang.py:{STUCK['others']})", shown.stdout
+        assert lines[1] == f"rank 2: time.sleep <- <module> (hang.py:{STUCK['sleep']})", shown.stdout
+        assert lines[2] == expected_verdict(job, 2), shown.stdout
+        assert proc.poll() is None  # the job runs on
+    finally:
+        proc.terminate()
+        finish(proc, 120)
+    assert real.leftovers(job) == []
