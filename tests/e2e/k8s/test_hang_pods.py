@@ -86,3 +86,35 @@ def test_hang_pods_stacks_command_on_a_running_job(real, tmp_path):
         proc.terminate()
         finish(proc, 120)
     assert real.leftovers(job) == []
+
+
+def test_hang_pods_in_a_restricted_namespace_an_edit_only_user_gets_the_verdict(tenant, tmp_path):
+    """PodSecurity restricted (seccomp RuntimeDefault, every capability dropped, no ptrace of
+    another process): the faulthandler still names the rank, for a user with only 'edit'."""
+    job = "rp-hang-tenant"
+    proc = tenant.start(job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "20",
+                        "--output-dir", str(tmp_path), "--", "python3", HANG, "sleep", "2")
+    out, err = finish(proc, 300)
+    assert proc.returncode == EXIT_TIMEOUT, out[-2000:] + err[-3000:]
+    assert [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")] == [expected_verdict(job, 2)], \
+        err[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["hang"]["odd_ranks"] == [2] and {s["tool"] for s in report["stacks"]} == {"faulthandler"}
+    events = json.loads(tenant.kubectl("get", "events", "--field-selector", "reason=Hang", "-o", "json").stdout)["items"]
+    assert [e["message"] for e in events] == [expected_verdict(job, 2)], err[-2000:]
+    assert tenant.leftovers(job) == []
+
+
+def test_hang_pods_foreign_image_names_the_rank(real, foreign, tmp_path):
+    """An image no one here prepared (Debian's Open MPI and mpi4py, no py-spy): the program comes as
+    ``python3 -c`` text, so its frames are in <string>, and the verdict still names the rank."""
+    job = "fi-hang"
+    proc = real.start(job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "20",
+                      "--output-dir", str(tmp_path), "--", "python3", "-c", (PROGRAMS / "hang.py").read_text(),
+                      "sleep", "1", image=foreign("openmpi"))
+    out, err = finish(proc, 300)
+    assert proc.returncode == EXIT_TIMEOUT, out[-2000:] + err[-3000:]
+    assert [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")] == [
+        f"mpilaunch: hang: rank 1 ({job}-worker-0) is in <module> at <string>:{STUCK['sleep']}; "
+        f"the 3 other ranks are in <module> at <string>:{STUCK['others']}"], err[-3000:]
+    assert real.leftovers(job) == []
