@@ -11,7 +11,7 @@ timeout: a job that prints costs nothing.
 
 from __future__ import annotations
 
-from .verdict import PYTHON, RankStack, innermost_function
+from .verdict import PYTHON, RUNNING, STOPPED, UNREACHABLE, RankStack, innermost_function
 
 SAMPLES = 3  # identical samples, a third of the timeout apart, before a verdict
 
@@ -24,12 +24,30 @@ def coarse_signature(stacks) -> tuple:
     """Every rank's state, innermost function and Python functions (no line numbers). The innermost
     function of a Python rank is read from its Python frames alone (the call on its line: time.sleep,
     comm.Allreduce): whether one sample got its native frames (the probe's second round, cut short on
-    a loaded host) must not make two samples of a rank that has not moved differ."""
+    a loaded host) must not make two samples of a rank that has not moved differ. A rank the sample
+    could not read (no frames of a live rank: py-spy failed; its worker did not answer) is None:
+    unknown, not moved (``same``)."""
     def one(s: RankStack):
+        if s.state == UNREACHABLE or (s.state in (RUNNING, STOPPED) and not s.frames):
+            return (s.rank, None)
         python = tuple(f for f in s.frames if f.kind == PYTHON)
-        return (s.rank, s.state, innermost_function(python or s.frames),
-                tuple((f.function, f.file) for f in python))
+        return (s.rank, (s.state, innermost_function(python or s.frames),
+                         tuple((f.function, f.file) for f in python)))
     return tuple(one(s) for s in sorted(stacks, key=lambda s: s.rank))
+
+
+def same(before: tuple | None, now: tuple) -> bool:
+    """Two samples show the job in the same place: the same ranks, each where it was, or unknown in
+    either (one py-spy that failed on a loaded host must not start the stall clock over). A sample
+    with no rank known at all shows nothing."""
+    if before is None or len(before) != len(now) or all(entry is None for _, entry in now):
+        return False
+    return all(r1 == r2 and (a is None or b is None or a == b) for (r1, a), (r2, b) in zip(before, now))
+
+
+def merged(before: tuple, now: tuple) -> tuple:
+    """``now`` with its unknown ranks filled in from ``before``."""
+    return tuple((rank, b if b is not None else a) for (rank, a), (_, b) in zip(before, now))
 
 
 class StallClock:
@@ -48,7 +66,9 @@ class StallClock:
         """One sample taken at ``now``; True once the job counts as hung."""
         if self.first_sample_at is not None and last_output > self.first_sample_at:
             self.signature, self.samples = None, 0  # output since: start over
-        if signature != self.signature:
+        if not same(self.signature, signature):
             self.signature, self.samples, self.first_sample_at = signature, 0, now
+        else:
+            self.signature = merged(self.signature, signature)
         self.samples += 1
         return self.samples >= SAMPLES and now - last_output >= self.stall_s

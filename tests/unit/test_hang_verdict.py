@@ -278,3 +278,22 @@ def test_hang_a_program_shipped_in_the_image_is_the_users_code():
     assert v.is_user_file("/opt/mpilaunch/tests/programs/hang.py")
     assert v.is_user_file("/opt/mpilaunch/examples/train.py")
     assert not v.is_user_file("/opt/mpilaunch/mpilaunch/rank.py")
+
+
+def test_hang_stall_clock_a_rank_a_sample_could_not_read_does_not_start_it_over():
+    clock = stall.StallClock(9.0)
+    full = eight_ranks_one_sleeping(2)
+    blind = list(full)
+    blind[5] = RankStack(5, "worker-1", RUNNING, note="py-spy: TimeoutExpired")  # py-spy failed on rank 5
+    assert not clock.observe(103.0, 100.0, stall.coarse_signature(full))
+    assert not clock.observe(106.0, 100.0, stall.coarse_signature(blind))
+    assert clock.observe(109.0, 100.0, stall.coarse_signature(full))
+    # a rank that did move still starts it over, unknown ranks or not
+    clock = stall.StallClock(9.0)
+    clock.observe(103.0, 100.0, stall.coarse_signature(blind))
+    clock.observe(106.0, 100.0, stall.coarse_signature(blind))
+    assert not clock.observe(109.0, 100.0, stall.coarse_signature(eight_ranks_one_sleeping(3)))
+    # a sample that read no rank at all (every worker unreachable) shows nothing: no hang from it
+    nothing = [RankStack(r, "w", UNREACHABLE, note="no answer") for r in range(8)]
+    clock = stall.StallClock(9.0)
+    assert not any(clock.observe(t, 100.0, stall.coarse_signature(nothing)) for t in (103.0, 106.0, 109.0, 112.0))
