@@ -10,7 +10,9 @@ file it holds open. The hang probe (``hang/probe.py``) finds that file in
 nothing in the image but the program's own Python. Where py-spy is there
 and allowed, the probe uses py-spy and never sends the signal.
 
-Then it runs the sitecustomize this one hides (the next one on sys.path:
+It then takes its directory off sys.path and PYTHONPATH (the program sees
+the user's path, and a Python the program starts arms nothing), and runs the
+sitecustomize this one hides (the next one on sys.path:
 Debian's, a virtualenv's, the user's own), as Python would have.
 
 Written for any Python the program may be (no f-strings: a Python 2 one
@@ -67,8 +69,23 @@ def _chain():
     spec.loader.exec_module(module)
 
 
+def _hide():
+    """Take this directory off sys.path and PYTHONPATH again: the program, and any Python it
+    starts, see the path the user gave (the handler is armed in this process already)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if entries and entries[0] and os.path.abspath(entries[0]) == here:
+        rest = os.pathsep.join(entries[1:])
+        if rest:
+            os.environ["PYTHONPATH"] = rest
+        else:
+            del os.environ["PYTHONPATH"]
+
+
 try:
     _arm()
 except Exception:  # no faulthandler, no real-time signals, no memfd nor writable TMPDIR
     pass
+_hide()
 _chain()  # the hidden sitecustomize's own errors are its own: site reports them as it would
