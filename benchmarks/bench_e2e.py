@@ -6,6 +6,9 @@
 
 Runs are interleaved (A, B, A, B, ...) so load on the machine hits both
 alike. Reports medians and the ratio; exits 1 above the target ratio (3).
+``--with-options OPTS`` (repeatable) adds mpilaunch with those options to
+the interleaving, reported against mpilaunch without them (e.g.
+``--with-options "--stall-timeout 30"``: what its stall watch costs a launch).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import compileall
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -98,6 +102,8 @@ def main() -> int:
     ap.add_argument("--against", metavar="REV",
                     help="also time the same launch from a worktree of this git revision, interleaved in the "
                          "same run, and report the difference in percent (e.g. what a change costs the launch)")
+    ap.add_argument("--with-options", action="append", default=[], metavar="OPTS",
+                    help="also time mpilaunch with these options, e.g. '--stall-timeout 30' (repeatable)")
     args = ap.parse_args()
     info = mpi.find_mpirun("auto", args.mpirun)
     # `pip install .` leaves the package byte-compiled; an editable checkout
@@ -121,12 +127,17 @@ def main() -> int:
             timed(ours_argv, env, other)
         timed(ours_argv, env), timed(floor_argv, floor_env)  # warm caches
         ours, base, before, ours_cpu, before_cpu = [], [], [], [], []
+        with_argvs = {opts: [*ours_argv[:-len(command) - 1], *shlex.split(opts), "--", *command]
+                      for opts in args.with_options}
+        withs: dict[str, tuple[list, list]] = {opts: ([], []) for opts in with_argvs}
         try:
             for _ in range(args.runs):
                 ours.append(timed(ours_argv, env, cpu=ours_cpu))
                 base.append(timed(floor_argv, floor_env))
                 if other is not None:
                     before.append(timed(ours_argv, env, other, cpu=before_cpu))
+                for opts, argv in with_argvs.items():
+                    withs[opts][0].append(timed(argv, env, cpu=withs[opts][1]))
         finally:
             if other is not None:
                 subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=REPO, capture_output=True)
@@ -147,6 +158,14 @@ def main() -> int:
               f"{result['against']['change_percent']:+.2f}%")
         print(f"CPU of a launch (all its processes, medians): {cpu_then:.3f}s at {args.against}, "
               f"{cpu_now:.3f}s this tree ({1000 * (cpu_now - cpu_then):+.0f} ms)")
+    for opts, (walls, cpus) in withs.items():
+        wall, cpu, now, cpu_now = (statistics.median(walls), statistics.median(cpus), statistics.median(ours),
+                                   statistics.median(ours_cpu))
+        result.setdefault("with_options", {})[opts] = {
+            "median_s": round(wall, 4), "change_percent": round(100 * (wall - now) / now, 2),
+            "cpu_median_s": round(cpu, 4), "cpu_change_ms": round(1000 * (cpu - cpu_now), 1)}
+        print(f"mpilaunch {opts}: median {wall:.3f}s, {result['with_options'][opts]['change_percent']:+.2f}% "
+              f"against without; CPU {cpu:.3f}s ({1000 * (cpu - cpu_now):+.0f} ms)")
     if args.breakdown:
         result["phases_s"], result["start_costs_ms"] = phases, costs
         print("phases (s since mpilaunch began planning, medians): "
