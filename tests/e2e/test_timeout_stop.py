@@ -87,25 +87,33 @@ def test_timeout_stops_sleeping_ranks_promptly_on_local(mpi_install, tmp_path):
 
 
 @pytest.mark.yarn
+
+
+def finish_timed_out(proc, tmp_path, t0: float) -> tuple[str, float, dict, float]:
+    """Wait for a job that --timeout stops: (stderr, seconds from ready to release, report, whole run),
+    after checking exit 124 and the stop bound."""
+    try:
+        _, err = proc.communicate(timeout=300)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    wall = time.monotonic() - t0
+    assert proc.returncode == EXIT_TIMEOUT, err
+    stopped_after = stop_after_ready(tmp_path)
+    assert stopped_after <= allowed_s(tmp_path), \
+        f"released {stopped_after:.1f}s after the workers were ready (--timeout {TIMEOUT_S}): {err}"
+    return err, stopped_after, assert_stopped_at_timeout(proc.returncode, err, tmp_path, stopped_after), wall
+
+
 @pytest.mark.parametrize("launcher", ["cluster", "local"])
 def test_timeout_stops_sleeping_ranks_promptly_on_yarn(yarn, openmpi_env, launcher, tmp_path):
     name = f"yarn-timeout-stop-{launcher}"
     t0 = time.monotonic()
     proc = start(["--name", name, "--launcher", launcher, "--memory", "256 MiB", *sleeping_job(name, tmp_path)],
                  openmpi_env)
-    try:
-        out, err = proc.communicate(timeout=300)
-    except BaseException:
-        proc.kill()
-        proc.communicate()
-        raise
-    wall = time.monotonic() - t0
     # (what follows the release is timed by the local test's wall clock)
-    assert proc.returncode == EXIT_TIMEOUT, err
-    stopped_after = stop_after_ready(tmp_path)
-    assert stopped_after <= allowed_s(tmp_path), \
-        f"released {stopped_after:.1f}s after the workers were ready (--timeout {TIMEOUT_S}): {err}"
-    report = assert_stopped_at_timeout(proc.returncode, err, tmp_path, stopped_after)
+    err, stopped_after, report, wall = finish_timed_out(proc, tmp_path, t0)
     assert_released(yarn, name, "FAILED")
     assert wait_for(lambda: leftover_processes(name) == [], 10, "the ranks to be gone")
     print(f"yarn --launcher {launcher}: exit 124 {stopped_after:.2f}s after the workers were ready "
@@ -117,18 +125,7 @@ def test_timeout_stops_sleeping_ranks_promptly_on_real_pods(real, tmp_path):
     job = "rp-timeout-stop"
     t0 = time.monotonic()
     proc = real.start(job, "--slots-per-worker", "2", *sleeping_job(job, tmp_path, python="python3"))
-    try:
-        out, err = proc.communicate(timeout=300)
-    except BaseException:
-        proc.kill()
-        proc.communicate()
-        raise
-    wall = time.monotonic() - t0
-    assert proc.returncode == EXIT_TIMEOUT, err
-    stopped_after = stop_after_ready(tmp_path)
-    assert stopped_after <= allowed_s(tmp_path), \
-        f"released {stopped_after:.1f}s after the workers were ready (--timeout {TIMEOUT_S}): {err}"
-    report = assert_stopped_at_timeout(proc.returncode, err, tmp_path, stopped_after)
+    err, stopped_after, report, wall = finish_timed_out(proc, tmp_path, t0)
     assert real.leftovers(job) == []
     assert wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
     assert wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
