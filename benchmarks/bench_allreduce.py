@@ -27,7 +27,7 @@ from pathlib import Path
 
 from floor import REPO, floor_command
 
-from mpilaunch import mpi
+from mpilaunch.core import mpi
 
 TARGET_RATIO = 0.97
 PROGRAM = str(Path(__file__).resolve().parent / "allreduce_bw.py")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from floor import REPO, compare_to_floor, floor_command
 
-from mpilaunch import mpi
+from mpilaunch.core import mpi
 
 TARGET_RATIO = 3.0  # issue 11: at most 3x the floor
 
@@ -69,7 +69,7 @@ def start_costs(env) -> dict:
     bare = median_ms([py, "-IS", "-c", "pass"], env)
     with_site = median_ms([py, "-c", "pass"], env)
     costs = {"interpreter_bare_ms": bare, "site_ms": round(with_site - bare, 1)}
-    for name, module in (("cli_imports", "mpilaunch.cli, mpilaunch.lifecycle, mpilaunch.workloads.mpirun, "
+    for name, module in (("cli_imports", "mpilaunch.cli, mpilaunch.job.lifecycle, mpilaunch.workloads.mpirun, "
                                           "mpilaunch.backends.local.backend"),
                          ("agent_imports", "mpilaunch.agent.cli"),
                          ("shim_imports", "mpilaunch.rsh_agent.shim, mpilaunch.rsh_agent.transports.agent"),

@@ -52,8 +52,8 @@ from pathlib import Path
 
 from floor import REPO
 
-from mpilaunch.exit_codes import EXIT_HUNG
-from mpilaunch.procs import kill_tree, processes_with_env
+from mpilaunch.core.exit_codes import EXIT_HUNG
+from mpilaunch.job.procs import kill_tree, processes_with_env
 
 HANG = REPO / "tests" / "programs" / "hang.py"
 MODES = ("sleep", "busy", "stop", "recv")

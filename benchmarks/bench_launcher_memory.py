@@ -64,7 +64,7 @@ import psutil
 from bench_scale import MARK, installed_mpis, mpilaunch_command, raise_limits, sweep
 from floor import REPO
 
-from mpilaunch import mpi
+from mpilaunch.core import mpi
 from mpilaunch.backends.k8s.resources import launcher_memory_mib
 
 MIB = 1024.0 * 1024.0

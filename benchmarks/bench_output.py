@@ -27,7 +27,7 @@ from pathlib import Path
 
 from floor import REPO, compare_to_floor, floor_command
 
-from mpilaunch import mpi
+from mpilaunch.core import mpi
 
 TARGET_RATIO = 1.1  # no slower than mpirun alone, with room for noise (15a59b1: 1.13)
 

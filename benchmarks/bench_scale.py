@@ -43,9 +43,9 @@ from pathlib import Path
 
 from floor import REPO, floor_command
 
-from mpilaunch import mpi
-from mpilaunch.procs import kill_tree, processes_with_env
-from mpilaunch.pylauncher import write_launcher
+from mpilaunch.core import mpi
+from mpilaunch.job.procs import kill_tree, processes_with_env
+from mpilaunch.core.pylauncher import write_launcher
 
 TARGET_RATIO = 1.5  # issue 26: at most 1.5x the floor at 256 local workers
 MARK = "MPILAUNCH_BENCH_SCALE"  # every process of one launch carries MARK=<launch id>

@@ -26,8 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mpilaunch import placement, rank  # noqa: E402
-from mpilaunch.spec import Plan, WorkerPlan  # noqa: E402
+from mpilaunch.core import placement  # noqa: E402
+from mpilaunch.core import rank_lines  # noqa: E402
+from mpilaunch.core.spec import Plan, WorkerPlan  # noqa: E402
 
 TARGET_PCT = 5.0
 
@@ -60,7 +61,7 @@ def start_line_cost(reps: int = 2000) -> float:
     with open(os.devnull, "w") as sink:
         t0 = time.perf_counter()
         for _ in range(reps):
-            print(rank.format_start(env), file=sink, flush=True)
+            print(rank_lines.format_start(env), file=sink, flush=True)
         return (time.perf_counter() - t0) / reps
 
 

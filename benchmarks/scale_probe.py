@@ -45,7 +45,7 @@ from pathlib import Path
 from bench_scale import launch, mpilaunch_command
 from floor import REPO, floor_command
 
-from mpilaunch import mpi
+from mpilaunch.core import mpi
 from mpilaunch.agent.proctree import PR_SET_CHILD_SUBREAPER, prctl
 
 SESSION_AGENT_LINE = 'exec /bin/sh -c "$*"'

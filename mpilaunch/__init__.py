@@ -4,16 +4,16 @@ Kept import-light on purpose: ``mpilaunch-rsh`` and the per-rank wrapper
 start once per worker / rank and must not pay for the orchestration code.
 """
 
-from .version import __version__  # noqa: F401
+from .core.version import __version__  # noqa: F401
 
 
 def run(command, **options):
-    """Run a job and return a :class:`mpilaunch.result.JobResult`.
+    """Run a job and return a :class:`mpilaunch.core.result.JobResult`.
 
     ``command`` is a list of strings; ``options`` are JobSpec fields, e.g.
     ``mpilaunch.run(["python", "train.py"], np=4, slots_per_worker=2)``.
     """
-    from .lifecycle import run_spec
-    from .spec import JobSpec
+    from .job.lifecycle import run_spec
+    from .core.spec import JobSpec
 
     return run_spec(JobSpec(command=tuple(command), **options))

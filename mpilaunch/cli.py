@@ -7,10 +7,10 @@ import os
 import sys
 
 from . import __version__, backends
-from .errors import MpilaunchError, UsageError
-from .exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
-from .orphan import DEFAULT_ORPHAN_TIMEOUT
-from .spec import LAUNCHERS, ON_STALL, JobSpec, PsOptions, check_duration, mpi_choices
+from .core.errors import MpilaunchError, UsageError
+from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
+from .core.orphan import DEFAULT_ORPHAN_TIMEOUT
+from .core.spec import LAUNCHERS, ON_STALL, JobSpec, PsOptions, check_duration, mpi_choices
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -279,7 +279,7 @@ def cmd_rbac(argv: list[str]) -> int:
 
 
 def cmd_run(argv: list[str]) -> int:
-    from .lifecycle import run_spec
+    from .job.lifecycle import run_spec
 
     spec, args = parse_run(argv)
     result = run_spec(spec, quiet=args.quiet)
@@ -295,13 +295,13 @@ def cmd_agent(argv: list[str]) -> int:
 
 
 def cmd_render(argv: list[str]) -> int:
-    from . import manage
+    from .job import manage
 
     return manage.render(parse_run(argv)[0])
 
 
 def cmd_stacks(argv: list[str]) -> int:
-    from . import manage
+    from .job import manage
 
     return manage.stacks(parse_stacks(argv))
 
@@ -309,7 +309,7 @@ def cmd_stacks(argv: list[str]) -> int:
 def cmd_job_action(action: str):
     """``mpilaunch status|logs|delete|wait NAME``: a job found again by its name."""
     def command(argv: list[str]) -> int:
-        from . import manage
+        from .job import manage
 
         return manage.job_action(action, parse_job_action(action, argv))
     return command

@@ -29,170 +29,25 @@ import time
 # start, as much as the rest of the wrapper).
 import _signal as signal
 
-from . import rank_env
+from .core import rank_env
+from .core.rank_lines import (LOCAL_RANK_VARS, RANK_VARS, SIZE_VARS, TOKEN_ENV, first_env, format_env, format_mpi,
+                               format_start, format_status)
 
-STATUS_PREFIX = "mpilaunch-rank-status:"
-START_PREFIX = "mpilaunch-rank-start:"
-MPI_PREFIX = "mpilaunch-rank-mpi:"
-ENV_PREFIX = "mpilaunch-rank-env:"
-#: the per-launch token (``new_token``); the program never sees it (``program_env``)
-TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
+
 # How long the wrapper looks for the MPI library the program loads (most load
 # it within their first second); a program without MPI is looked at this long.
 MPI_WATCH_S = 120.0
 MPI_WATCH_MAX_INTERVAL_S = 1.0
-UNKNOWN = "?"  # a value the rank's environment does not give
-# Not under any worker's agent or pod: mpirun forked the rank next to itself.
-NO_WORKER = UNKNOWN
 # --linger-ms N: after its status line, the wrapper stays until the daemon has
 # read its pipe, at most N ms (Open MPI's daemons can drop a reaped process's
 # last output; mpi.openmpi.LINGER_MS says when and how long).
 _FIONREAD = 0x541B  # termios.FIONREAD on Linux; not importing termios keeps the start light
 
-_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
-_LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
-_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
-
-
-def first_env(names, environ) -> str | None:
-    for name in names:
-        if environ.get(name, "") != "":
-            return environ[name]
-    return None
-
-
-#: appended to a status line when the kernel's OOM killer ended the program
-OOM_MARK = " oom=1"
-
-
-def new_token() -> str:
-    """A launch's token for the wrappers' lines (mpilaunch's side; os.urandom: no secrets/hashlib import)."""
-    return os.urandom(8).hex()
-
-
-def _signed(token: str | None) -> str:
-    """The end of a wrapper's line: its launch's token (none: a line of a caller that has none)."""
-    return f" token={token}" if token else ""
-
-
-def _token_pattern(token: str | None) -> str:
-    """What a parser requires after a line's fields: exactly ``token`` (None: any token or none)."""
-    return " token=" + token if token else ""  # a token is hex: nothing to escape
-
-
-def format_status(rank: str, worker: str, code: int, oom: bool = False, token: str | None = None) -> str:
-    return f"{STATUS_PREFIX} rank={rank} worker={worker} exit={code}" + (OOM_MARK if oom else "") + _signed(token)
-
-
-_STATUS_PATTERN = r" rank=(\d+) worker=(\S+) exit=(-?\d+)"
-
-
-def parse_status(text: str, token: str | None = None) -> tuple[int, str, int] | None:
-    """The wrapper's status line -> (rank, worker, exit code); with ``token``, only a line carrying it.
-
-    Searched anywhere in the line: MPI runtimes sometimes glue a NUL, the
-    unterminated tail of an earlier write, or a stray tag (hydra: "exit=7[3] ")
-    around it.
-    """
-    if STATUS_PREFIX not in text:  # most lines of a job's output: no regex for them
-        return None
-    import re  # cached after the first line; keeps the wrapper's start light
-
-    m = re.search(re.escape(STATUS_PREFIX) + _STATUS_PATTERN + "(?:" + re.escape(OOM_MARK) + ")?"
-                  + _token_pattern(token), text)
-    if m is None:
-        return None
-    return int(m[1]), m[2], int(m[3])
-
-
-def format_start(environ, program: str | None = None, token: str | None = None) -> str:
-    """The start line: where this rank runs, as MPI and the worker's agent/pod tell it, the program
-    its PATH resolved and a digest of the variables mpilaunch forwarded (the environment check)."""
-    rank = first_env(_RANK_VARS, environ) or UNKNOWN
-    local = first_env(_LOCAL_RANK_VARS, environ) or UNKNOWN
-    size = first_env(_SIZE_VARS, environ) or UNKNOWN
-    worker = environ.get("MPILAUNCH_WORKER") or NO_WORKER
-    host = os.uname().nodename or UNKNOWN
-    return (f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host} "
-            f"program={rank_env.quote(program) if program else UNKNOWN} env={rank_env.forwarded_digest(environ)}"
-            + _signed(token))
-
-
-_START_PATTERN = r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"
-_START_ENV_PATTERN = r" program=(\S+) env=([0-9a-f]{8})"
-
-
-def parse_start_env(text: str, token: str | None = None) -> tuple[str | None, str | None]:
-    """(program, digest of forwarded variables) from a start line; None for what it lacks."""
-    parsed = parse_start_line(text, token)
-    return (None, None) if parsed is None else parsed[1:]
-
-
-def format_mpi(rank: str, worker: str, library: str, token: str | None = None) -> str:
-    return f"{MPI_PREFIX} rank={rank} worker={worker} lib={rank_env.quote(library)}" + _signed(token)
-
-
-def parse_mpi(text: str, token: str | None = None) -> tuple[int, str] | None:
-    """(rank, library path) from the line the wrapper prints once the program loaded an MPI library."""
-    if MPI_PREFIX not in text:
-        return None
-    import re
-
-    m = re.search(re.escape(MPI_PREFIX) + r" rank=(\d+) worker=\S+ lib=(\S+)" + _token_pattern(token), text)
-    return None if m is None else (int(m[1]), rank_env.unquote(m[2]))
-
-
-def format_env(rank: str, worker: str, changed: list, token: str | None = None) -> str:
-    """The line naming the forwarded variables this rank sees otherwise than sent
-    (``rank_env.changed_forwarded``): ``NAME=VALUE`` each, a bare ``NAME`` when unset."""
-    fields = " ".join(name if value is None else f"{name}={rank_env.quote(value)}" for name, value in changed)
-    return f"{ENV_PREFIX} rank={rank} worker={worker} {fields}" + _signed(token)
-
-
-def parse_env(text: str, token: str | None = None) -> tuple[int, dict] | None:
-    """(rank, {name: value as shown, None: unset}) from a ``format_env`` line."""
-    if ENV_PREFIX not in text:
-        return None
-    import re
-
-    fields = r"(.*?)" + _token_pattern(token) if token else r"(.*?)\s*$"
-    m = re.search(re.escape(ENV_PREFIX) + r" rank=(\d+) worker=\S+ " + fields, text)
-    if m is None:
-        return None
-    seen = {}
-    for field in m[2].split():
-        name, eq, value = field.partition("=")
-        seen[name] = rank_env.unquote(value) if eq else None
-    return int(m[1]), seen
-
-
-def parse_start_line(text: str, token: str | None = None):
-    """A start line -> ((rank, local rank, size, worker, host), program, forwarded-variable digest),
-    or None; unknown numbers are None, and so are the program and digest of a line without them.
-    With ``token``, only a line carrying it (and its environment fields) counts."""
-    if START_PREFIX not in text:
-        return None
-    import re
-
-    env_fields = _START_ENV_PATTERN + _token_pattern(token) if token else f"(?:{_START_ENV_PATTERN})?"
-    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + env_fields, text)
-    if m is None:
-        return None
-    number = lambda v: None if v == UNKNOWN else int(v)  # noqa: E731
-    program = None if m[6] in (None, UNKNOWN) else rank_env.unquote(m[6])
-    return (int(m[1]), number(m[2]), number(m[3]), m[4], m[5]), program, m[7]
-
-
-def parse_start(text: str, token: str | None = None) -> tuple[int, int | None, int | None, str, str] | None:
-    """The start line -> (rank, local rank, size, worker, host); unknown numbers are None."""
-    parsed = parse_start_line(text, token)
-    return None if parsed is None else parsed[0]
-
 
 def bound_devices(environ) -> str | None:
     """--bind-gpus: local rank i sees only the i-th GPU of its worker."""
     visible = environ.get("CUDA_VISIBLE_DEVICES")
-    local = first_env(_LOCAL_RANK_VARS, environ)
+    local = first_env(LOCAL_RANK_VARS, environ)
     if not visible or local is None:
         return None
     devices = [d for d in visible.split(",") if d]
@@ -207,8 +62,8 @@ def program_env(environ, bind: bool, attempt: str = "1") -> dict:
     env.pop(TOKEN_ENV, None)  # the wrapper's alone: a program that knew it could forge its rank's exit
     env["MPILAUNCH_ATTEMPT"] = attempt
     rank_env.restore_worker_path(env)
-    env.update(rank_env.torch_env(env, first_env(_RANK_VARS, env), first_env(_LOCAL_RANK_VARS, env),
-                                  first_env(_SIZE_VARS, env)))
+    env.update(rank_env.torch_env(env, first_env(RANK_VARS, env), first_env(LOCAL_RANK_VARS, env),
+                                  first_env(SIZE_VARS, env)))
     libdir = env.pop("MPILAUNCH_MPI_LIBDIR", "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
     if libdir:  # once: -x LD_LIBRARY_PATH=$VENV/lib (impi-rt's libdir) stays as it was sent
         env["LD_LIBRARY_PATH"] = rank_env.with_directory_first(env.get("LD_LIBRARY_PATH"), libdir)
@@ -311,7 +166,7 @@ def main(argv=None) -> int:
             os.chdir(cwd)  # the worker's own directory: the program starts where it would under ssh
         except OSError:
             pass
-    rank = first_env(_RANK_VARS, env) or "?"
+    rank = first_env(RANK_VARS, env) or "?"
     worker = env.get("MPILAUNCH_WORKER", "?")
     program = rank_env.resolve_program(command[0], env.get("PATH", "")) if command else None
     print(format_start(env, rank_env.reported_program(program, env), token), file=sys.stderr, flush=True)

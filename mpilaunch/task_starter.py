@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from .exit_codes import EXIT_NO_SPEC
+from .core.exit_codes import EXIT_NO_SPEC
 
 ADDRESS_PREFIX = "MPILAUNCH-TASK-ADDRESS "
 DEFAULT_HOLD = 120.0  # tasks that never listen (a coordinator) release the port after this

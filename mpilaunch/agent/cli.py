@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from mpilaunch.rsh_agent import protocol as P, tls
-from mpilaunch.rundir import write_owner
+from mpilaunch.job.rundir import write_owner
 
 from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE
-from ..exit_codes import EXIT_USAGE
+from ..core.exit_codes import EXIT_USAGE
 from .core import Agent
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 # name -> "module:OptionsClass"
 BUILTIN = {

@@ -31,8 +31,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
-from ..spec import JobSpec, Plan
+from ..core.errors import UsageError
+from ..core.spec import JobSpec, Plan
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class BaseBackend(ABC):
     # agents): the launch's, without the settings inherited.py leaves out. Set
     # by the workload before ``allocate``; None: this process's environment.
     launch_environ: dict | None = None
-    # The launch's token for the rank wrappers' lines (rank.TOKEN_ENV), set by the mpirun workload
+    # The launch's token for the rank wrappers' lines (rank_lines.TOKEN_ENV), set by the mpirun workload
     # before ``allocate``: a launcher in the cluster gets it in its launch description.
     status_token: str | None = None
 

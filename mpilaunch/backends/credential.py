@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from . import selfsigned
 from ..rsh_agent.tls import format_credential
 

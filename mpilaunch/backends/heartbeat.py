@@ -2,7 +2,7 @@
 
 What is renewed is the backend's business (a Kubernetes Lease, a key in
 skein's key-value store); a reaper in the cluster ends the job once the
-renewals stop for ``--orphan-timeout`` (``mpilaunch/orphan.py``). The thread
+renewals stop for ``--orphan-timeout`` (``mpilaunch/core/orphan.py``). The thread
 is a daemon: when this process dies, renewals stop, which is the point.
 """
 
@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Callable
 
-from ..orphan import renew_interval
+from ..core.orphan import renew_interval
 
 
 class Heartbeat:

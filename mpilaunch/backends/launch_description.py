@@ -14,8 +14,8 @@ import dataclasses
 from itertools import groupby
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
-from ..spec import JobSpec, Plan, WorkerPlan
+from ..core.errors import UsageError
+from ..core.spec import JobSpec, Plan, WorkerPlan
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 
-from ..rundir import OWNER_FILE, owner_gone
+from ..job.rundir import OWNER_FILE, owner_gone
 
 
 def running_contexts(job: str, tmpdir: str | None = None) -> list[dict]:

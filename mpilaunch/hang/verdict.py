@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..result import number_ranges
+from ..core.result import number_ranges
 
 PREFIX = "mpilaunch: hang:"
 

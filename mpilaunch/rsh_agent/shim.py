@@ -301,7 +301,7 @@ def write_launcher(path: str, python: str | None = None) -> str:
 
     Point mpirun's rsh agent at the returned path when launch latency matters.
     """
-    from ..pylauncher import write_launcher as write
+    from ..core.pylauncher import write_launcher as write
 
     return write(path, "mpilaunch.rsh_agent.shim", python)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import JobSpec
+from ..core.spec import JobSpec
 
 
 def workload_class(spec: JobSpec):

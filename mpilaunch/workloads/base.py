@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..result import JobResult
-from ..spec import JobSpec, Plan
+from ..core.result import JobResult
+from ..core.spec import JobSpec, Plan
 
 SHIM_NAME = "mpilaunch-rsh"
 

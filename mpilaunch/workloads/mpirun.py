@@ -16,17 +16,18 @@ import sys
 import time
 from pathlib import Path
 
-from .. import envcheck, hostfile, gpu_slots, inherited, mpi, placement, rank_env
-from ..rank import TOKEN_ENV, new_token
-from ..errors import UsageError
-from ..exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
-from ..output import RankOutput
-from ..procs import terminate_group, wait_exit
-from ..result import JobResult, number_ranges, timeout_failure
+from ..core import envcheck, hostfile, gpu_slots, inherited, placement, rank_env
+from ..core import mpi
+from ..core.rank_lines import TOKEN_ENV, new_token
+from ..core.errors import UsageError
+from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
+from ..job.output import RankOutput
+from ..job.procs import terminate_group, wait_exit
+from ..core.result import JobResult, number_ranges, timeout_failure
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..backends import protocols
 from ..backends.base import hostnames
-from ..spec import JobSpec, Plan, WorkerPlan, check_plan_size
+from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
 from .base import RunContext, Workload, print_manifests, shim_path
 from .mpirun_outcome import (FAIL_FAST_GRACE_S, NEVER_STARTED, ENDED_BY_TEARDOWN, daemon_failure_message,  # noqa: F401
                              decide_outcome, failure_message, mpirun_named_first, other_failures, rank_statuses,
@@ -90,7 +91,7 @@ def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: i
 
 def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None, token: str | None = None) -> dict[str, str]:
     """What the rank wrapper needs for torch.distributed's variables (rank_env.torch_env), and the
-    launch's token for its start and status lines (``rank.TOKEN_ENV``; the program does not get it)."""
+    launch's token for its start and status lines (``rank_lines.TOKEN_ENV``; the program does not get it)."""
     out = {rank_env.WORKER_SLOTS_ENV: ",".join(str(w.slots) for w in plan.workers)}
     if token:
         out[TOKEN_ENV] = token

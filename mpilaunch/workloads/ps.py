@@ -33,15 +33,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import clusterspec, mpi
-from ..clusterspec import Task
-from ..errors import AllocationError, UsageError
-from ..output import echo_line
-from ..procs import kill_tree
-from ..progress import WaitProgress
-from ..exit_codes import EXIT_TIMEOUT
-from ..result import JobResult, timeout_failure
-from ..spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
+from ..core import clusterspec
+from ..core import mpi
+from ..core.clusterspec import Task
+from ..core.errors import AllocationError, UsageError
+from ..job.output import echo_line
+from ..job.procs import kill_tree
+from ..job.progress import WaitProgress
+from ..core.exit_codes import EXIT_TIMEOUT
+from ..core.result import JobResult, timeout_failure
+from ..core.spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
 from ..backends import protocols
 from ..task_starter import ADDRESS_PREFIX
 from .base import RunContext, Workload, print_manifests, shim_path

@@ -1,6 +1,6 @@
 """Placement verification around a launch: the fail-fast watch and the check after mpirun.
 
-The comparison itself is pure (:mod:`mpilaunch.placement`); this module adds
+The comparison itself is pure (:mod:`mpilaunch.core.placement`); this module adds
 the clock (how long to wait for the other ranks' start lines) and the host
 name lookups behind the hints.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import socket
 import time
 
-from .. import envcheck, placement
-from ..output import RankOutput
-from ..spec import JobSpec, Plan
+from ..core import envcheck, placement
+from ..job.output import RankOutput
+from ..core.spec import JobSpec, Plan
 
 MISPLACED_GRACE_S = 1.0  # after a misplaced rank, how long to collect the other ranks' start lines
 

@@ -17,7 +17,7 @@ import tempfile
 import pytest
 
 from support.helpers import REPO, agent_pid, leftover_processes, mpilaunch_env, wait_started
-from mpilaunch.exit_codes import EXIT_WORKER_LOST
+from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
 
 pytestmark = pytest.mark.mpi
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from mpilaunch.exit_codes import EXIT_HUNG
+from mpilaunch.core.exit_codes import EXIT_HUNG
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
 from support.mpi_installs import CACHE, require
 from support.yarn import describe_app

@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mpilaunch.exit_codes import EXIT_TIMEOUT
+from mpilaunch.core.exit_codes import EXIT_TIMEOUT
 from support.helpers import REPO, login_user_alone, wait_for, wait_started
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
 from support.mpi_installs import installs, require

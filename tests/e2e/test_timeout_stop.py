@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from mpilaunch.exit_codes import EXIT_TIMEOUT
+from mpilaunch.core.exit_codes import EXIT_TIMEOUT
 from mpilaunch.workloads.hang_watch import TIMEOUT_DIAGNOSIS_S
 from support.helpers import leftover_processes, run_mpilaunch, wait_for
 from support.yarn import assert_released, start

@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from mpilaunch.exit_codes import EXIT_HUNG
+from mpilaunch.core.exit_codes import EXIT_HUNG
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
 from support.mpi_installs import checked, installs, require

@@ -1,6 +1,6 @@
 """What a job's exit code and failure text say, for each way ``lifecycle.run_job`` can end.
 
-The codes come from ``mpilaunch.exit_codes``; the texts are the ones a user
+The codes come from ``mpilaunch.core.exit_codes``; the texts are the ones a user
 reads: the failed rank, the misplaced rank and its hint, the lost worker with
 where it lived and what ran there, the timeout.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from mpilaunch.errors import AllocationError
-from mpilaunch.exit_codes import EXIT_ALLOCATION, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
+from mpilaunch.core.errors import AllocationError
+from mpilaunch.core.exit_codes import EXIT_ALLOCATION, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from support.fake_backend import Script
 from support.fake_workload import loses, misplaced, rank_fails, runs_until_stopped, succeeds, times_out
 

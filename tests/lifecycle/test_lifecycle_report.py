@@ -5,8 +5,8 @@ Read back from disk, as a user's tooling reads it.
 
 from __future__ import annotations
 
-from mpilaunch.errors import AllocationError
-from mpilaunch.exit_codes import EXIT_ALLOCATION, EXIT_WORKER_LOST
+from mpilaunch.core.errors import AllocationError
+from mpilaunch.core.exit_codes import EXIT_ALLOCATION, EXIT_WORKER_LOST
 from support.fake_backend import Script
 from support.fake_workload import loses, rank_fails, succeeds
 

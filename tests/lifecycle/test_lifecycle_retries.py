@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from mpilaunch.errors import AllocationError
-from mpilaunch.exit_codes import EXIT_ALLOCATION, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
+from mpilaunch.core.errors import AllocationError
+from mpilaunch.core.exit_codes import EXIT_ALLOCATION, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from support.fake_backend import Script
 from support.fake_workload import loses, misplaced, rank_fails, succeeds, times_out
 

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from mpilaunch.exit_codes import EXIT_INTERRUPTED
-from mpilaunch.lifecycle import INTERRUPT_SIGNALS
+from mpilaunch.core.exit_codes import EXIT_INTERRUPTED
+from mpilaunch.job.lifecycle import INTERRUPT_SIGNALS
 from support.fake_backend import Script
 from support.fake_workload import sends, succeeds
 

@@ -13,9 +13,8 @@ import threading
 
 import pytest
 
-from mpilaunch.errors import AllocationError
-from mpilaunch.exit_codes import (EXIT_ALLOCATION, EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT,
-                                  EXIT_WORKER_LOST)
+from mpilaunch.core.errors import AllocationError
+from mpilaunch.core.exit_codes import EXIT_ALLOCATION, EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from support.fake_backend import Script
 from support.fake_workload import (loses, misplaced, raises, rank_fails, runs_until_stopped, sends, succeeds,
                                    times_out)

@@ -14,7 +14,7 @@ import json
 import socket
 import time
 
-from mpilaunch import lifecycle
+from mpilaunch.job import lifecycle
 from mpilaunch.backends import protocols
 from mpilaunch.backends.base import hostnames
 from mpilaunch.rsh_agent import shim

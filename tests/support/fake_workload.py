@@ -24,11 +24,11 @@ import json
 import threading
 import time
 
-from mpilaunch import placement
-from mpilaunch.exit_codes import EXIT_PLACEMENT, EXIT_TIMEOUT
-from mpilaunch.output import RankOutput
-from mpilaunch.rank import NO_WORKER
-from mpilaunch.result import number_ranges, timeout_failure
+from mpilaunch.core import placement
+from mpilaunch.core.exit_codes import EXIT_PLACEMENT, EXIT_TIMEOUT
+from mpilaunch.job.output import RankOutput
+from mpilaunch.core.rank_lines import NO_WORKER
+from mpilaunch.core.result import number_ranges, timeout_failure
 from mpilaunch.workloads.base import Workload
 from mpilaunch.workloads.mpirun_outcome import decide_outcome, failure_message, rank_statuses
 

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from mpilaunch import backends, cli
-from mpilaunch.errors import UsageError
+from mpilaunch.core.errors import UsageError
 
 COMMAND = ["--np", "2", "--", "true"]
 

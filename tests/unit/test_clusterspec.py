@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from mpilaunch import clusterspec as cs
-from mpilaunch.clusterspec import Task
-from mpilaunch.errors import UsageError
-from mpilaunch.spec import PsOptions
+from mpilaunch.core import clusterspec as cs
+from mpilaunch.core.clusterspec import Task
+from mpilaunch.core.errors import UsageError
+from mpilaunch.core.spec import PsOptions
 from mpilaunch.task_starter import expand_task_variables, task_argv
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from mpilaunch import envcheck, mpi, rank, rank_env
+from mpilaunch.core import envcheck, rank_env
+from mpilaunch.core import mpi
+from mpilaunch.core import rank_lines
 
 SENT = {"LD_LIBRARY_PATH": "/venv/lib", "HF_TOKEN": "hf_secret_value", "SEED": "7"}
 E = envcheck.Expected(command="python", program="/venv/bin/python", flavour="openmpi", major=4,
@@ -35,9 +37,9 @@ def facts(env: dict) -> dict:
     out = {"env_digest": rank_env.forwarded_digest(env)}
     changed = rank_env.changed_forwarded(env)
     if changed:
-        line = "[1,2]<stderr>:" + rank.format_env("2", "j-worker-1", changed, "ab12")
-        assert rank.parse_env(line, "cd34") is None  # another launch's token: not this one's
-        parsed = rank.parse_env(line, "ab12")
+        line = "[1,2]<stderr>:" + rank_lines.format_env("2", "j-worker-1", changed, "ab12")
+        assert rank_lines.parse_env(line, "cd34") is None  # another launch's token: not this one's
+        parsed = rank_lines.parse_env(line, "ab12")
         assert parsed[0] == 2
         out["env_seen"] = parsed[1]
     return out
@@ -97,10 +99,10 @@ def test_env_differences_a_rank_names_only_what_differs_and_masks_secrets():
 
 def test_env_differences_the_env_line_carries_any_value():
     value = "a b%c\td\nend"
-    line = rank.format_env("0", "w", [("X_PATH", value), ("GONE", None)], "ab12")
+    line = rank_lines.format_env("0", "w", [("X_PATH", value), ("GONE", None)], "ab12")
     assert "\n" not in line and "\t" not in line
-    assert rank.parse_env(line, "ab12") == (0, {"X_PATH": value, "GONE": None})
-    assert rank.parse_env("[0] " + line + "[3] ", "ab12") == (0, {"X_PATH": value, "GONE": None})  # hydra glues tags
+    assert rank_lines.parse_env(line, "ab12") == (0, {"X_PATH": value, "GONE": None})
+    assert rank_lines.parse_env("[0] " + line + "[3] ", "ab12") == (0, {"X_PATH": value, "GONE": None})  # hydra glues tags
 
 
 def test_env_differences_report_and_warning_name_the_variable_and_both_values():

@@ -1,4 +1,4 @@
-"""Every exit status mpilaunch gives is named in mpilaunch/exit_codes.py, never a literal.
+"""Every exit status mpilaunch gives is named in mpilaunch/core/exit_codes.py, never a literal.
 
 README's "Exit status" table and the scripts that branch on a status read one file; a literal 2
 or 1 in a command's code drifts from it unseen. The check reads the package's syntax trees:
@@ -101,4 +101,4 @@ def test_every_exit_status_is_named_in_exit_codes():
     found = [f"{path.relative_to(REPO)}:{line}: {what} gives {value}"
              for path in sorted(PACKAGE.rglob("*.py")) if path.name != "exit_codes.py"
              for line, value, what in literal_exit_statuses(path.read_text())]
-    assert not found, "use a name from mpilaunch/exit_codes.py:\n" + "\n".join(found)
+    assert not found, "use a name from mpilaunch/core/exit_codes.py:\n" + "\n".join(found)

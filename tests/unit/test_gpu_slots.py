@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from mpilaunch import gpu_slots
-from mpilaunch.errors import UsageError
-from mpilaunch.spec import Plan, WorkerPlan
+from mpilaunch.core import gpu_slots
+from mpilaunch.core.errors import UsageError
+from mpilaunch.core.spec import Plan, WorkerPlan
 
 
 def test_128_gpus_on_8_gpu_nodes_is_16_workers_of_8():

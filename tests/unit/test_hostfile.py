@@ -1,7 +1,7 @@
 import pytest
 
-from mpilaunch import hostfile
-from mpilaunch.errors import UsageError
+from mpilaunch.core import hostfile
+from mpilaunch.core.errors import UsageError
 
 HOSTS = [("job-worker-0", 8), ("job-worker-1", 8)]
 

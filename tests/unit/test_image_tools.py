@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from support.helpers import REPO
-from mpilaunch import image_tools
+from mpilaunch.job import image_tools
 from mpilaunch.backends.k8s import tools as k8s_tools
-from mpilaunch.version import __version__
+from mpilaunch.core.version import __version__
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 

@@ -10,7 +10,7 @@ import pytest
 
 from mpilaunch.backends.k8s import admission
 from mpilaunch.backends.k8s.options import K8sOptions
-from mpilaunch.errors import UsageError
+from mpilaunch.core.errors import UsageError
 
 
 def test_gang_membership_by_scheduler():

@@ -24,7 +24,7 @@ pytest.importorskip("jinja2")
 from mpilaunch.backends.k8s import backend as k8s_backend
 from mpilaunch.backends.k8s.backend import K8sBackend
 from mpilaunch.cli import parse_run
-from mpilaunch.errors import AllocationError
+from mpilaunch.core.errors import AllocationError
 from mpilaunch.workloads.mpirun import MpirunWorkload
 
 LINE = "the image img lacks python3 (3.8 or newer) on PATH"

@@ -12,8 +12,8 @@ import pytest
 
 from mpilaunch.backends.k8s import pod_template
 from mpilaunch.backends.k8s.pod_template import apply, check_gpu_resource, load, parse
-from mpilaunch.errors import UsageError
-from mpilaunch.exit_codes import EXIT_USAGE
+from mpilaunch.core.errors import UsageError
+from mpilaunch.core.exit_codes import EXIT_USAGE
 
 pytest.importorskip("yaml")
 

@@ -125,7 +125,7 @@ def test_a_static_kubeconfig_does_not_import_the_kubernetes_package(tmp_path):
 
 
 def test_a_broken_kubeconfig_is_left_to_the_loader_which_names_the_problem(tmp_path):
-    from mpilaunch.errors import UsageError
+    from mpilaunch.core.errors import UsageError
 
     path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1", "certificate-authority": "missing.crt"},
                       {"token": "t"})

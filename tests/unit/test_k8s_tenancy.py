@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from mpilaunch.backends.k8s import network_policy, rbac, refusals, resources, security
-from mpilaunch.errors import UsageError
+from mpilaunch.core.errors import UsageError
 from support.helpers import REPO
 
 

@@ -31,11 +31,11 @@ def test_import_contracts_see_lazy_imports(tmp_path):
     config.write_text(
         '[tool.importlinter]\nroot_package = "mpilaunch"\n\n'
         '[[tool.importlinter.contracts]]\nname = "probe"\ntype = "forbidden"\n'
-        'source_modules = ["mpilaunch.cli"]\nforbidden_modules = ["mpilaunch.lifecycle"]\n'
+        'source_modules = ["mpilaunch.cli"]\nforbidden_modules = ["mpilaunch.job.lifecycle"]\n'
     )
     res = lint_imports("--config", str(config))
     assert res.returncode != 0, res.stdout
-    assert "mpilaunch.cli -> mpilaunch.lifecycle" in res.stdout
+    assert "mpilaunch.cli -> mpilaunch.job.lifecycle" in res.stdout
 
 
 def _contracts() -> dict[str, dict]:

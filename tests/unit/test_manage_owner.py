@@ -16,7 +16,7 @@ import pytest
 from mpilaunch.backends.k8s import manage as k8s_manage
 from mpilaunch.backends.yarn import manage as yarn_manage
 from mpilaunch.backends.k8s.api import ApiError
-from mpilaunch.errors import UsageError
+from mpilaunch.core.errors import UsageError
 
 
 class FakeApi:

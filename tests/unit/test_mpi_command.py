@@ -2,7 +2,8 @@
 
 import pytest
 
-from mpilaunch import mpi, rank_env
+from mpilaunch.core import mpi
+from mpilaunch.core import rank_env
 from support.mpi_outputs import (INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_MPIEXEC_VERSION,
                                    OMPI5_VERSION)
 
@@ -264,7 +265,7 @@ def test_open_mpi_4_tags_keep_the_ranks_own_leading_space():
 
 
 def test_missing_mpirun_is_a_usage_error(tmp_path):
-    from mpilaunch.errors import UsageError
+    from mpilaunch.core.errors import UsageError
 
     with pytest.raises(UsageError, match="no mpirun found"):
         mpi.find_mpirun("intel", None, str(tmp_path))
@@ -317,7 +318,7 @@ def test_daemon_error_falls_back_to_generic_advice_then_error_lines_then_none():
 
 def test_mpirun_version_is_remembered_until_the_binary_changes(tmp_path, monkeypatch):
     """mpirun --version runs once per binary; a changed file (an upgrade) is asked again."""
-    from mpilaunch import mpi
+    from mpilaunch.core import mpi
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     calls = tmp_path / "calls"
@@ -336,7 +337,7 @@ def test_mpirun_version_is_remembered_until_the_binary_changes(tmp_path, monkeyp
 def test_rank_wrapper_lingers_for_its_status_line_under_open_mpi_only(info, lingers):
     """Both Open MPI daemons drop a reaped rank's last line under load (mpi.openmpi.LINGER_MS:
     9 of 60 two-failure runs on 5.x lost a failed rank's exit line without it); hydra does not."""
-    from mpilaunch.spec import JobSpec
+    from mpilaunch.core.spec import JobSpec
     from mpilaunch.workloads.mpirun import rank_command
 
     command = rank_command(JobSpec(command=("prog", "arg")), ["wrapper"], info)
@@ -361,7 +362,7 @@ def test_a_launch_across_two_hydra_releases_gets_a_hint_that_says_so():
 
 
 def test_the_failure_message_of_a_launch_that_never_started_a_rank_ends_with_the_hint():
-    from mpilaunch.output import RankOutput
+    from mpilaunch.job.output import RankOutput
     from mpilaunch.workloads.mpirun_outcome import failure_message
 
     output = RankOutput(echo_out=False, echo_err=False)

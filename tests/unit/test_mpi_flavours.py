@@ -1,13 +1,14 @@
-"""The MPI flavours as strategy objects (mpilaunch/mpi/): the registry, each flavour's rules on
+"""The MPI flavours as strategy objects (mpilaunch/core/mpi/): the registry, each flavour's rules on
 real captured output, and a new flavour that takes one module and one registration."""
 
 import pytest
 
-from mpilaunch import envcheck, hostfile, inherited, mpi, placement
-from mpilaunch.mpi.base import LaunchArgs, MpiFlavour, MpiInfo
-from mpilaunch.mpi.intel import IntelMpi
-from mpilaunch.mpi.mpich import Mpich
-from mpilaunch.mpi.openmpi import OpenMpi
+from mpilaunch.core import envcheck, hostfile, inherited, placement
+from mpilaunch.core import mpi
+from mpilaunch.core.mpi.base import LaunchArgs, MpiFlavour, MpiInfo
+from mpilaunch.core.mpi.intel import IntelMpi
+from mpilaunch.core.mpi.mpich import Mpich
+from mpilaunch.core.mpi.openmpi import OpenMpi
 from support.mpi_outputs import (INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_VERSION,
                                    OPENMPI4_ABORT, OPENMPI5_ABORT)
 
@@ -228,7 +229,7 @@ def toy():
 
 
 def test_a_registered_flavour_is_used_by_the_pure_planning_functions(toy, tmp_path, monkeypatch):
-    from mpilaunch.spec import JobSpec
+    from mpilaunch.core.spec import JobSpec
     from mpilaunch.workloads.mpirun import rank_command, without_stale_session
 
     assert mpi.for_name("toympi") is toy and mpi.names()[-1] == "toympi"

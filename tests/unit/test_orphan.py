@@ -12,8 +12,14 @@ import sys
 import pytest
 
 from support.helpers import REPO
-from mpilaunch.orphan import (
-    DEADLINE_MARGIN_S, Seen, cluster_deadline_s, judge, observe, poll_interval, renew_interval,
+from mpilaunch.core.orphan import (
+    DEADLINE_MARGIN_S,
+    Seen,
+    cluster_deadline_s,
+    judge,
+    observe,
+    poll_interval,
+    renew_interval,
 )
 
 

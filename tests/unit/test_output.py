@@ -4,8 +4,8 @@ import io
 
 import pytest
 
-from mpilaunch.output import RankOutput
-from mpilaunch.rank import format_status, parse_status
+from mpilaunch.job.output import RankOutput
+from mpilaunch.core.rank_lines import format_status, parse_status
 from support.mpi_outputs import OPENMPI4_ABORT, OPENMPI5_ABORT
 
 
@@ -98,7 +98,7 @@ def test_rank_wrapper_lingers_only_until_the_daemon_has_read_its_status_line():
 
 @pytest.mark.parametrize("lines", [OPENMPI4_ABORT, OPENMPI5_ABORT], ids=["openmpi4", "openmpi5"])
 def test_first_failed_rank_is_read_from_mpiruns_abort_message(lines):
-    from mpilaunch.mpi import first_failed_rank
+    from mpilaunch.core.mpi import first_failed_rank
 
     assert first_failed_rank(lines) == (3, 7)
     assert first_failed_rank(["[0] Process name: [[1,1],0]", "Exit code: 1"]) is None  # a rank's own text

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mpilaunch.pylauncher import PACKAGE_PARENT
+from mpilaunch.core.pylauncher import PACKAGE_PARENT
 from support.helpers import REPO
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -35,7 +35,7 @@ def test_a_python_without_mpilaunch_finds_the_module_from_the_package_parent(mod
 def test_the_relay_and_the_yarn_containers_are_handed_that_path(tmp_path, monkeypatch):
     pytest.importorskip("skein")
     from mpilaunch.backends.yarn.backend import YarnBackend
-    from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+    from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
     spec = JobSpec(command=("true",), backend="yarn", name="pp", np=1)
     backend = YarnBackend(spec, Plan("pp", (WorkerPlan("pp-worker-0", 1, 0),)), tmp_path)

@@ -2,9 +2,10 @@
 
 import pytest
 
-from mpilaunch import placement, rank
-from mpilaunch.placement import RankStart
-from mpilaunch.spec import Plan, WorkerPlan
+from mpilaunch.core import placement
+from mpilaunch.core import rank_lines
+from mpilaunch.core.placement import RankStart
+from mpilaunch.core.spec import Plan, WorkerPlan
 
 PLAN = Plan("j", (WorkerPlan("j-worker-0", 2, 0), WorkerPlan("j-worker-1", 2, 0)))
 
@@ -15,12 +16,12 @@ def good_starts():
 
 def test_verify_start_line_round_trips_through_the_wrapper_format():
     env = {"PMI_RANK": "3", "MPI_LOCALRANKID": "1", "PMI_SIZE": "4", "MPILAUNCH_WORKER": "j-worker-1"}
-    line = rank.format_start(env)
-    parsed = rank.parse_start("[3] " + line + "\0")
+    line = rank_lines.format_start(env)
+    parsed = rank_lines.parse_start("[3] " + line + "\0")
     assert parsed[:4] == (3, 1, 4, "j-worker-1")
-    ompi = rank.format_start({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+    ompi = rank_lines.format_start({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                               "OMPI_COMM_WORLD_SIZE": "2"})
-    assert rank.parse_start(ompi)[:4] == (0, 0, 2, rank.NO_WORKER)  # no agent: no worker
+    assert rank_lines.parse_start(ompi)[:4] == (0, 0, 2, rank_lines.NO_WORKER)  # no agent: no worker
 
 
 def test_verify_accepts_the_planned_placement():
@@ -30,8 +31,8 @@ def test_verify_accepts_the_planned_placement():
 
 def test_verify_names_ranks_started_on_the_launcher():
     starts = good_starts()
-    starts[0] = RankStart(0, 0, 4, rank.NO_WORKER, "node")
-    starts[1] = RankStart(1, 1, 4, rank.NO_WORKER, "node")
+    starts[0] = RankStart(0, 0, 4, rank_lines.NO_WORKER, "node")
+    starts[1] = RankStart(1, 1, 4, rank_lines.NO_WORKER, "node")
     m = placement.check(PLAN, starts[:2], complete=False)  # fails fast, before the rest report
     assert m.kind == placement.LAUNCHER
     assert "ranks 0-1 started on the launcher" in m.message and "4 ranks on 2 workers" in m.message
@@ -79,7 +80,7 @@ def test_verify_hint_names_what_the_detected_mpi_reads(flavour, major, needle):
 
 def test_verify_summary_for_the_report():
     starts = good_starts()
-    starts[3] = RankStart(3, 1, 4, rank.NO_WORKER, "h")
+    starts[3] = RankStart(3, 1, 4, rank_lines.NO_WORKER, "h")
     m = placement.check(PLAN, starts, complete=True)
     s = placement.summary(PLAN, starts, m, True)
     assert s["verified"] is False and s["mismatch"]["kind"] == placement.LAUNCHER
@@ -97,12 +98,12 @@ def test_verify_fail_fast_collects_the_other_ranks_start_lines_first():
 
     from mpilaunch.workloads.verification import placement_watch
 
-    output = SimpleNamespace(starts=[(0, 0, 4, rank.NO_WORKER, "h")], environments={})
+    output = SimpleNamespace(starts=[(0, 0, 4, rank_lines.NO_WORKER, "h")], environments={})
     watch = placement_watch(PLAN, output, grace=30)
     assert watch() is None  # rank 1 is likely on its way: wait for it (up to the grace)
-    output.starts += [(1, 1, 4, rank.NO_WORKER, "h"), (2, 0, 4, "j-worker-1", "h"), (3, 1, 4, "j-worker-1", "h")]
+    output.starts += [(1, 1, 4, rank_lines.NO_WORKER, "h"), (2, 0, 4, "j-worker-1", "h"), (3, 1, 4, "j-worker-1", "h")]
     assert "ranks 0-1 started on the launcher" in watch().message  # all started: report now
-    impatient = placement_watch(PLAN, SimpleNamespace(starts=[(0, 0, 4, rank.NO_WORKER, "h")], environments={}),
+    impatient = placement_watch(PLAN, SimpleNamespace(starts=[(0, 0, 4, rank_lines.NO_WORKER, "h")], environments={}),
                                 grace=0)
     assert "rank 0 started on the launcher" in impatient().message
     assert placement_watch(PLAN, SimpleNamespace(starts=[], environments={}), grace=0)() is None

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from mpilaunch.pylauncher import SHEBANG_MAX, launcher_text
+from mpilaunch.core.pylauncher import SHEBANG_MAX, launcher_text
 
 PROGRAM = '''
 import sys

@@ -4,7 +4,7 @@ Read: docs/, README.md, ARCHITECTURE.md and BENCHMARKS.md whole, and the comment
 and docstrings of mpilaunch/, testbeds/, scripts/, tests/ and benchmarks/. A
 reference is
 - a module path, `mpilaunch.backends.k8s.reaper` (or `testbeds.k8s.cluster`),
-  optionally ending in one name the module defines (`mpilaunch.spec.JobSpec`);
+  optionally ending in one name the module defines (`mpilaunch.core.spec.JobSpec`);
 - a Sphinx `:mod:` role, relative ones (`:mod:`.manifests``) resolved against
   the package of the module they are written in;
 - a file or folder path: `backends/k8s/launch.py`, `testbeds/ssh/`, or a bare
@@ -226,5 +226,5 @@ def test_a_stale_reference_is_found():
         ":mod: .k8s_api", "path launchers/k8s.py", "file yarn_tools.py"]
     assert references(here, "the pod runs mpilaunch.backends.k8s.launchr") == [
         "module mpilaunch.backends.k8s.launchr"]
-    assert references(here, ":mod:`.manifests`, mpilaunch.spec.JobSpec, backends/base.py, "
+    assert references(here, ":mod:`.manifests`, mpilaunch.core.spec.JobSpec, backends/base.py, "
                             "testbeds/ssh/, test_gang.py") == []

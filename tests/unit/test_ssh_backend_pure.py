@@ -12,8 +12,8 @@ import pytest
 
 from mpilaunch.backends.ssh.backend import READY, STAGE0, ZIP_ON_HOST, SshBackend, remote_command
 from mpilaunch.backends.ssh.options import DEFAULT_SSH_OPTIONS, SshOptions
-from mpilaunch.errors import UsageError
-from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+from mpilaunch.core.errors import UsageError
+from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
 
 def parse(*argv: str) -> SshOptions:

@@ -29,7 +29,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from . import transport
 
 # typing.TYPE_CHECKING without importing typing (~2 ms of every launch): the annotations' names only

@@ -59,9 +59,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ... import mpi, phases
-from ...errors import AllocationError, UsageError
-from ...exit_codes import EXIT_FAILED
+from ...core import mpi
+from ...core import phases
+from ...core.errors import AllocationError, UsageError
+from ...core.exit_codes import EXIT_FAILED
 from ..agent_workers import write_secret
 from ..credential import new_credential
 from ..base import BaseBackend, Capabilities

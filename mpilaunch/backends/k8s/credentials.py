@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ...errors import AllocationError
+from ...core.errors import AllocationError
 
 # Fetch again once this share of the token's lifetime is gone (client-go
 # refreshes only when a token has expired; a running job cannot wait for that).

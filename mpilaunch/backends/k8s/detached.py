@@ -6,7 +6,7 @@ status`` and ``wait``) and deletes the worker pods, on every exit path it
 lives to see. The reaper (``python3 -m mpilaunch.backends.k8s.reaper JOB
 --launcher-job NAME``, the pod of the Job ``<job>-reaper``) covers the
 others: when the launcher Job ends, or can no longer run, without an
-outcome recorded (``k8s_launcher_end`` reads why), it records one after a
+outcome recorded (``outcome.py`` reads why), it records one after a
 short grace period, deletes the workers (and a launcher pod that still
 holds a node), and exits. The record stays, as for any detached job that
 ended, until ``mpilaunch delete NAME``.
@@ -23,7 +23,7 @@ import time
 from typing import Callable
 
 from ..launch_description import LaunchDescription
-from . import launcher_end
+from . import outcome as launcher_outcome
 from .api import Api, ApiError
 from .pods import RESULT_KEY
 
@@ -98,7 +98,7 @@ def reap_detached(api: Api, job: str, launcher_job: str, start_bound: float, los
     Returns what the reaper recorded, "" when the launcher recorded the outcome itself,
     None when the job was deleted (its root is gone) meanwhile. API errors are retried.
     """
-    seen = launcher_end.start(clock())
+    seen = launcher_outcome.start(clock())
     ended_at = None  # when an ending without a record was first seen
     while True:
         try:
@@ -110,8 +110,8 @@ def reap_detached(api: Api, job: str, launcher_job: str, start_bound: float, los
             log(f"cannot read the job's state ({str(e)[:200]}); retrying")
             sleep(POLL_S)
             continue
-        seen = launcher_end.observe(seen, obj, clock())
-        ending = launcher_end.judge(seen, obj, clock(), name=launcher_job, start_bound=start_bound,
+        seen = launcher_outcome.observe(seen, obj, clock())
+        ending = launcher_outcome.judge(seen, obj, clock(), name=launcher_job, start_bound=start_bound,
                                     lost_bound=lost_bound)
         if ending is None:
             ended_at = None
@@ -123,7 +123,7 @@ def reap_detached(api: Api, job: str, launcher_job: str, start_bound: float, los
         elif ended_at is None:
             ended_at = clock()
         elif clock() - ended_at >= GRACE_S:
-            failure = launcher_end.recorded_failure(ending)
+            failure = launcher_outcome.recorded_failure(ending)
             try:
                 recorded = record_outcome(api, job, outcome(ending.exit_code, failure, recorded_by="reaper"))
             except (ApiError, OSError) as e:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-from ... import mpi
-from ...mpi import versions as mpi_versions
-from ...errors import AllocationError, UsageError
+from ...core import mpi
+from ...core.mpi import versions as mpi_versions
+from ...core.errors import AllocationError, UsageError
 from ..launch_description import LaunchDescription, LaunchWorker
 from .pods import WORKER_CONTAINER
 

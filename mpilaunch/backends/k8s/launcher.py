@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from ... import mpi
-from ...exit_codes import EXIT_FAILED, EXIT_USAGE
+from ...core import mpi
+from ...core.exit_codes import EXIT_FAILED, EXIT_USAGE
 from .. import rendezvous
 from . import dns, relay
 from ..base import BaseBackend
@@ -40,10 +40,10 @@ from .detached import outcome, record_outcome
 from .pod_events import FirstPendingWatch
 from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
-from ...errors import MpilaunchError, UsageError
-from ...lifecycle import make_rundir, run_job
-from ...result import JobResult
-from ...spec import JobSpec, Plan
+from ...core.errors import MpilaunchError, UsageError
+from ...job.lifecycle import make_rundir, run_job
+from ...core.result import JobResult
+from ...core.spec import JobSpec, Plan
 from ...workloads.mpirun import MpirunWorkload, RelayedOutput
 
 

@@ -7,8 +7,8 @@ import json
 import sys
 import time
 
-from ...errors import UsageError
-from ...exit_codes import EXIT_TIMEOUT
+from ...core.errors import UsageError
+from ...core.exit_codes import EXIT_TIMEOUT
 from . import admission
 from .api import Api, ApiError, client
 from .pod_events import waiter

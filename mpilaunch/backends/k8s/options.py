@@ -6,7 +6,7 @@ import argparse
 import re
 from dataclasses import dataclass
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from ..base import BackendOptions
 from .pod_template import check_gpu_resource
 from .security import DEFAULT_RUN_AS, parse_run_as

@@ -7,7 +7,7 @@ while it is attached. The reaper, ``python3 -m mpilaunch.backends.k8s.reaper``
 in the pod of the Job ``<job>-reaper``, under a ServiceAccount that may only get/watch
 that Lease and delete that ConfigMap, deletes the root once the Lease has
 not been renewed for ``--orphan-timeout`` or the job passed its
-cluster-side deadline (``mpilaunch/orphan.py`` decides). A detached job has
+cluster-side deadline (``mpilaunch/core/orphan.py`` decides). A detached job has
 no Lease: its reaper watches the launcher Job instead (``detached.py``).
 
 Standard library only: the reaper runs this in the job's image.
@@ -21,7 +21,7 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from ... import orphan
+from ...core import orphan
 from ..heartbeat import Heartbeat
 from .api import Api, ApiError
 from .credentials import CredentialError

@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from .launch import AGENT_PORT
 from .pods import LAUNCHER_CONTAINER, ROLE_LABEL, WORKER_CONTAINER
 

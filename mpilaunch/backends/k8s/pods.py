@@ -7,7 +7,7 @@ watch and by the management commands.
 from __future__ import annotations
 
 from .admission import KUEUE_EVICTED, evicted_by_kueue
-from ...exit_codes import EXIT_FAILED
+from ...core.exit_codes import EXIT_FAILED
 
 JOB_LABEL = "mpilaunch/job"
 ROLE_LABEL = "mpilaunch/role"

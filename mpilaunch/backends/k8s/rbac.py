@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 
 DEFAULT_ACCOUNT = "mpilaunch"
 # (apiGroup, resource) a job without --service-account creates, for its launcher's and reaper's identities

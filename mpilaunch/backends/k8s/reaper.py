@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from .api import Api, ApiError, sa_dir
-from ...exit_codes import EXIT_FAILED
+from ...core.exit_codes import EXIT_FAILED
 from .credentials import CredentialError
 from .orphan import reap
 

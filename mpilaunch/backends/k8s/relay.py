@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from ...pylauncher import PACKAGE_PARENT
+from ...core.pylauncher import PACKAGE_PARENT
 from . import transport
 
 READY_LINE = b"mpilaunch-relay-ready\n"

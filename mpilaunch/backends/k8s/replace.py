@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ...errors import AllocationError
+from ...core.errors import AllocationError
 from .api import PLURALS, ApiError
 
 GONE_TIMEOUT_S = 60.0

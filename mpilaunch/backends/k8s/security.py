@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 
 DEFAULT_RUN_AS = "1000:1000"
 # the pod's writable scratch: the launcher's run directory, MPI's session directories, the exec

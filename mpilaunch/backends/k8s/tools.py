@@ -23,7 +23,7 @@ import base64
 import functools
 import os
 
-from ...image_tools import CHECK_EXIT, CHECK_MARK, TOOLS_DIR, ZIP_NAME, entry_point, tools_files
+from ...job.image_tools import CHECK_EXIT, CHECK_MARK, TOOLS_DIR, ZIP_NAME, entry_point, tools_files
 
 TOOLS_ENV = "MPILAUNCH_K8S_TOOLS"
 VOLUME = "mpilaunch-tools"

@@ -16,10 +16,10 @@ import sys
 import threading
 import time
 
-from ... import gpu_slots
-from ...errors import AllocationError
-from ...procs import kill_tree, processes_with_env, wait_exit
-from ...pylauncher import write_launcher
+from ...core import gpu_slots
+from ...core.errors import AllocationError
+from ...job.procs import kill_tree, processes_with_env, wait_exit
+from ...core.pylauncher import write_launcher
 from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers

@@ -15,6 +15,6 @@ class LocalOptions(BackendOptions):
 
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:
-        from ... import gpu_slots
+        from ...core import gpu_slots
 
         return len(gpu_slots.discover_local_gpus()) or None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from ..base import BackendOptions
 
 # Ours come after the user's --ssh-option: for each option ssh keeps the first value it is given.

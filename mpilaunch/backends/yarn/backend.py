@@ -39,10 +39,10 @@ import time
 
 import skein
 
-from ... import mpi
-from ...errors import AllocationError, UsageError
-from ...exit_codes import EXIT_FAILED
-from ...pylauncher import PACKAGE_PARENT
+from ...core import mpi
+from ...core.errors import AllocationError, UsageError
+from ...core.exit_codes import EXIT_FAILED
+from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
 from . import handoff, launch, manage, orphan
 from . import outcome, replace, report, tools

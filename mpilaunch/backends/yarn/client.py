@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import skein
 
-from ...errors import AllocationError
+from ...core.errors import AllocationError
 
 TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 TAG = "mpilaunch"  # what yarn.py's ApplicationSpec tags every job's application with

@@ -4,7 +4,7 @@ Ends the application when the submitting mpilaunch's heartbeat (a key in
 skein's key-value store, see ``backends/yarn/orphan.py``) has not changed
 for ``$MPILAUNCH_ORPHAN_TIMEOUT`` seconds (final status KILLED), or after
 ``$MPILAUNCH_DEADLINE_S`` seconds (FAILED); the rules are
-``mpilaunch/orphan.py``'s. skein ends the application when its driver
+``mpilaunch/core/orphan.py``'s. skein ends the application when its driver
 exits, so this never returns on its own: errors talking to the
 ApplicationMaster are retried, never fatal.
 """
@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from ... import orphan
+from ...core import orphan
 from .orphan import HEARTBEAT_KEY
 
 

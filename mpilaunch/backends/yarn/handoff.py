@@ -6,7 +6,7 @@ secret go into skein's key-value store, as for an attached job; then
 mpilaunch lets go: it closes its connection to the ApplicationMaster and
 stops its own skein driver. Neither ends the application (a skein
 application outlives the driver that submitted it); the launcher container
-ends it when the job is over (``launcher_detached.py``).
+ends it when the job is over (``detached.py``).
 
 Coming back needs nothing but the ResourceManager and the NodeManagers: the
 per-application credentials made at submission are gone with the process
@@ -21,8 +21,8 @@ from __future__ import annotations
 import sys
 import time
 
-from ...errors import UsageError
-from ...exit_codes import EXIT_TIMEOUT
+from ...core.errors import UsageError
+from ...core.exit_codes import EXIT_TIMEOUT
 from . import outcome
 from .client import skein_client, shorten, state_name, is_mpilaunch
 

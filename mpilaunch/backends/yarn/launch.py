@@ -35,7 +35,7 @@ RETIRE_WAIT_S = 10.0
 
 def launch_description(backend) -> LaunchDescription:
     """What the launcher container needs to run mpirun as the local launcher would."""
-    from ... import mpi
+    from ...core import mpi
 
     spec = backend.spec
     archive = bool(backend.opts.env_archive)

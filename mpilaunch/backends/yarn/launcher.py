@@ -24,7 +24,7 @@ workers. This module runs in it and
 
 A detached job's launcher (``"detach": true`` in the launch description)
 writes mpirun's output to its own container log instead, enforces
-``--timeout`` itself and ends the application (``launcher_detached.py``).
+``--timeout`` itself and ends the application (``detached.py``).
 """
 
 from __future__ import annotations
@@ -37,17 +37,17 @@ import threading
 import time
 from pathlib import Path
 
-from ... import mpi
-from ...exit_codes import EXIT_USAGE
+from ...core import mpi
+from ...core.exit_codes import EXIT_USAGE
 from .. import rendezvous
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
 from .keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
-from ...lifecycle import make_rundir, run_job
-from ...procs import terminate_group
-from ...spec import JobSpec, Plan
+from ...job.lifecycle import make_rundir, run_job
+from ...job.procs import terminate_group
+from ...core.spec import JobSpec, Plan
 from ...workloads.mpirun import MpirunWorkload, RelayedOutput
-from .launcher_detached import WorkerContainers, finish, to_container_log
+from .detached import WorkerContainers, finish, to_container_log
 
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024

@@ -8,7 +8,7 @@ import os
 
 import skein
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from . import handoff, outcome
 from .client import TAG, TERMINAL_STATES, skein_client, shorten, state_name, is_mpilaunch
 

@@ -18,7 +18,7 @@ import time
 
 import skein
 
-from ...orphan import cluster_deadline_s
+from ...core.orphan import cluster_deadline_s
 from . import tools
 from ..heartbeat import Heartbeat
 

@@ -1,7 +1,7 @@
 """A detached YARN job's outcome, as its application's final diagnostics carry it (pure: no I/O).
 
 A detached job has nobody on the submitting side, so its launcher container
-ends the application itself (``launcher_detached.py``) with
+ends the application itself (``detached.py``) with
 diagnostics the ResourceManager keeps after the ApplicationMaster is gone::
 
     mpilaunch: exit 7: rank 2 on worker NAME-worker-0 exited with code 7
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from ...exit_codes import EXIT_INTERRUPTED
+from ...core.exit_codes import EXIT_INTERRUPTED
 
 # skein writes a service's stdout and stderr, merged, to <service>.log in the container's log directory.
 LAUNCHER_LOG = "launcher.log"

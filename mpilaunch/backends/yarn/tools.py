@@ -40,7 +40,7 @@ import os
 import sys
 from pathlib import Path
 
-from ...exit_codes import EXIT_ALLOCATION
+from ...core.exit_codes import EXIT_ALLOCATION
 
 ENV_DIR = "mpilaunch-env"  # where YARN unpacks --env-archive in each container
 TOOLS_DIR = "mpilaunch-tools"  # ... and mpilaunch's pieces
@@ -112,7 +112,7 @@ def tools_zip(rundir: Path) -> Path:
 
 def build(rundir: Path) -> str:
     """The job's copy of mpilaunch's pieces (before the application is submitted: skein uploads it then)."""
-    from ...image_tools import zip_tools
+    from ...job.image_tools import zip_tools
 
     return zip_tools(str(tools_zip(rundir)), {RUNNER: runner_text()})
 

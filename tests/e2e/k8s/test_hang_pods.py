@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from mpilaunch.exit_codes import EXIT_TIMEOUT
+from mpilaunch.core.exit_codes import EXIT_TIMEOUT
 from support.helpers import PROGRAMS, REPO, finish, wait_started
 
 pytestmark = pytest.mark.real_pods

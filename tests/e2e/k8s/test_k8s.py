@@ -141,7 +141,8 @@ def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, ope
     end. Open MPI 5's daemons used to lose such a rank (reaped before its pid
     was recorded, mpi.PRRTE_SPAWN_ON_PROGRESS_THREAD) and mpirun then waited
     forever: about half of these launches stalled (benchmarks/bench_k8s.py P4b)."""
-    from mpilaunch import hostfile, mpi
+    from mpilaunch.core import hostfile
+    from mpilaunch.core import mpi
     from mpilaunch.backends.k8s import relay as k8s_relay
     from mpilaunch.backends.k8s.api import resolve
     from mpilaunch.rsh_agent.shim import write_launcher
@@ -658,7 +659,7 @@ def test_a_detached_job_has_a_reaper_but_no_lease_and_keeps_the_deadline(tmp_pat
     Rendering only: no cluster."""
     from mpilaunch.backends.k8s.backend import K8sBackend as Backend
     from mpilaunch.backends.k8s.options import K8sOptions
-    from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+    from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
     spec = JobSpec(command=("true",), backend="k8s", name="k8s-detached", np=2, timeout=100, detach=detach,
                    backend_options=K8sOptions(image="img", namespace="default"))

@@ -8,7 +8,7 @@ import pytest
 
 from mpilaunch.backends.k8s.backend import K8sBackend
 from mpilaunch.backends.k8s.options import K8sOptions
-from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 from support.backend_contract import assert_exec_context_serves_the_shim, assert_release_is_idempotent, ready
 from support.k8s import leftover_objects
 

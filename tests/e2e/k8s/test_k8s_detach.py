@@ -1,6 +1,6 @@
 """--detach on Kubernetes when the launcher pod dies: the job's reaper records the outcome and releases the workers.
 
-The rules (``backends/k8s/launcher_end.py``) are pure functions of the
+The rules (``backends/k8s/outcome.py``) are pure functions of the
 launcher Job's status and of when the reaper saw it, tested here without a
 cluster. The kwok test runs the reaper against a real API server (playing the
 kubelet for the reaper pod, as the SIGKILL tests of test_k8s.py do); the
@@ -19,7 +19,7 @@ import pytest
 
 from support.helpers import REPO, wait_for
 from support.k8s import access, end_processes, leftover_objects, manage_k8s, run_reaper_pod
-from mpilaunch.backends.k8s.launcher_end import Ending, from_condition, judge, observe, start
+from mpilaunch.backends.k8s.outcome import Ending, from_condition, judge, observe, start
 
 NAME = "job-launcher"
 BOUNDS = {"name": NAME, "start_bound": 330.0, "lost_bound": 10.0}
@@ -113,7 +113,7 @@ def test_detach_a_launcher_job_not_yet_created_is_waited_for_but_a_deleted_one_i
 def test_detach_renders_a_reaper_that_watches_the_launcher_with_a_by_name_role(tmp_path):
     from mpilaunch.backends.k8s.backend import K8sBackend as Backend
     from mpilaunch.backends.k8s.options import K8sOptions
-    from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+    from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
     spec = JobSpec(command=("true",), backend="k8s", name="dj", np=2, timeout=100, detach=True, orphan_timeout=20,
                    backend_options=K8sOptions(image="img", namespace="default"))

@@ -25,8 +25,10 @@ from pathlib import Path
 import pytest
 
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_for, wait_started
-from mpilaunch import lifecycle, rank, rundir
-from mpilaunch.output import LOG_FLUSH_S, RankOutput
+from mpilaunch.job import lifecycle, rundir
+from mpilaunch import rank
+from mpilaunch.core import rank_lines
+from mpilaunch.job.output import LOG_FLUSH_S, RankOutput
 from mpilaunch.backends.k8s import transport as k8s_transport
 
 # ------------------------------------------------------------------ rank logs
@@ -162,23 +164,23 @@ def test_k8s_wrapper_removes_its_pid_file_when_the_session_ends(tmp_path):
 
 
 def test_only_lines_with_the_launch_token_count():
-    token = rank.new_token()
+    token = rank_lines.new_token()
     out, err = io.StringIO(), io.StringIO()
     sink = RankOutput(out, err)
     sink.token = token
     env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
            "MPILAUNCH_WORKER": "w-1"}
-    forged = [rank.format_status("1", "x", 0), rank.format_status("1", "x", 0, token="0" * 16),
-              rank.format_start({**env, "OMPI_COMM_WORLD_RANK": "7"}, "/bin/x"),
-              rank.format_mpi("1", "x", "/lib/libmpi.so.40")]
+    forged = [rank_lines.format_status("1", "x", 0), rank_lines.format_status("1", "x", 0, token="0" * 16),
+              rank_lines.format_start({**env, "OMPI_COMM_WORLD_RANK": "7"}, "/bin/x"),
+              rank_lines.format_mpi("1", "x", "/lib/libmpi.so.40")]
     for line in forged:
         sink.feed("stderr", f"[1,1]<stderr>: {line}\n")
     assert sink.statuses == [] and sink.starts == [] and sink.environments == {}
     assert err.getvalue().splitlines() == [f"[1] {line}" for line in forged]  # the program's own output
 
-    sink.feed("stderr", "[1,1]<stderr>: " + rank.format_start(env, "/bin/x", token) + "\n")
-    sink.feed("stderr", "[1,1]<stderr>: " + rank.format_mpi("1", "w-1", "/lib/libmpi.so.40", token) + "\n")
-    sink.feed("stderr", "[1,1]<stderr>: " + rank.format_status("1", "w-1", 137, True, token) + "\n")
+    sink.feed("stderr", "[1,1]<stderr>: " + rank_lines.format_start(env, "/bin/x", token) + "\n")
+    sink.feed("stderr", "[1,1]<stderr>: " + rank_lines.format_mpi("1", "w-1", "/lib/libmpi.so.40", token) + "\n")
+    sink.feed("stderr", "[1,1]<stderr>: " + rank_lines.format_status("1", "w-1", 137, True, token) + "\n")
     sink.close()
     assert sink.statuses == [(1, "w-1", 137)] and sink.oom_killed == {1}
     assert [s[:4] for s in sink.starts] == [(1, 0, 2, "w-1")]
@@ -187,8 +189,8 @@ def test_only_lines_with_the_launch_token_count():
 
 
 def test_the_program_does_not_inherit_the_token():
-    env = rank.program_env({rank.TOKEN_ENV: "abc", "PATH": "/bin"}, bind=False)
-    assert rank.TOKEN_ENV not in env
+    env = rank.program_env({rank_lines.TOKEN_ENV: "abc", "PATH": "/bin"}, bind=False)
+    assert rank_lines.TOKEN_ENV not in env
 
 
 # ------------------------------------------------------------------ real jobs (local backend)

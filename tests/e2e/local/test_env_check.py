@@ -16,7 +16,9 @@ import pytest
 
 from support.helpers import mpilaunch_env, run_mpilaunch
 from support.mpi_installs import checked, installs
-from mpilaunch import envcheck, mpi, rank, rank_env
+from mpilaunch.core import envcheck, rank_env
+from mpilaunch.core import mpi
+from mpilaunch.core import rank_lines
 
 E = envcheck.Expected(command="python3", program="/home/u/venv/bin/python3", flavour="openmpi", major=4,
                       mpirun="/usr/bin/mpirun.openmpi", version="4.1.4", env_digest="0000abcd")
@@ -72,13 +74,13 @@ def test_env_check_start_line_carries_program_and_digest():
     env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
            "MPILAUNCH_WORKER": "j-worker-0", rank_env.FORWARDED_LIST_ENV: "NCCL_DEBUG,FOO",
            "NCCL_DEBUG": "INFO", "FOO": "a b"}
-    line = rank.format_start(env, "/opt/my env/bin/python3")
-    assert rank.parse_start("[1] " + line)[:4] == (1, 1, 2, "j-worker-0")
-    program, digest = rank.parse_start_env(line)
+    line = rank_lines.format_start(env, "/opt/my env/bin/python3")
+    assert rank_lines.parse_start("[1] " + line)[:4] == (1, 1, 2, "j-worker-0")
+    program, digest = rank_lines.parse_start_env(line)
     assert program == "/opt/my env/bin/python3"
     assert digest == rank_env.digest([("NCCL_DEBUG", "INFO"), ("FOO", "a b")]) != rank_env.digest([])
-    mpi_line = rank.format_mpi("1", "j-worker-0", "/usr/lib/libmpi.so.40.30.4")
-    assert rank.parse_mpi("[1,1]<stderr>:" + mpi_line) == (1, "/usr/lib/libmpi.so.40.30.4")
+    mpi_line = rank_lines.format_mpi("1", "j-worker-0", "/usr/lib/libmpi.so.40.30.4")
+    assert rank_lines.parse_mpi("[1,1]<stderr>:" + mpi_line) == (1, "/usr/lib/libmpi.so.40.30.4")
 
 
 @pytest.mark.mpi

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from mpilaunch.exit_codes import EXIT_HUNG, EXIT_TIMEOUT
+from mpilaunch.core.exit_codes import EXIT_HUNG, EXIT_TIMEOUT
 from support.helpers import PROGRAMS, REPO, finish, leftover_processes, mpilaunch_env, run_mpilaunch, wait_started
 from support.mpi_installs import checked, installs
 

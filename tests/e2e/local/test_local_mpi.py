@@ -217,8 +217,8 @@ def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmp
     213 ("The PMIx server's listener thread failed to start"). mpilaunch starts mpirun behind a sweep
     of exactly that directory. Here the pid is made to collide: sh copies the stale directory to
     ompi.$$ and execs (same pid) the command mpilaunch would run."""
-    from mpilaunch import mpi
-    from mpilaunch.procs import kill_tree
+    from mpilaunch.core import mpi
+    from mpilaunch.job.procs import kill_tree
     from mpilaunch.workloads.mpirun import without_stale_session
 
     info = mpi.detect(openmpi5.mpirun)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mpilaunch import inherited
+from mpilaunch.core import inherited
 from mpilaunch.rsh_agent import shim
 from support.agent import AgentProc, agent_env, session_processes, wait_for_file, wait_until
 from support.helpers import REPO

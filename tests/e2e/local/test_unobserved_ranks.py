@@ -29,8 +29,8 @@ import pytest
 
 from support.helpers import (PROGRAMS, REPO, agent_pid, agent_workers, assert_local_worker_lost, leftover_processes,
                              mpilaunch_env, run_mpilaunch, wait_for, wait_started)
-from mpilaunch.procs import terminate_group, wait_exit
-from mpilaunch.exit_codes import EXIT_WORKER_LOST
+from mpilaunch.job.procs import terminate_group, wait_exit
+from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
 from mpilaunch.workloads.mpirun import NEVER_STARTED, STOPPED, unobserved_reason
 
 FAIL_RANK = ["--", sys.executable, "tests/programs/fail_rank.py"]
@@ -267,7 +267,7 @@ def test_local_agent_killed_but_not_yet_reaped_is_still_a_lost_worker(tmp_path):
     agent not yet reaped then (CI: the job failed as an MPI error and --retries did not relaunch
     it) is found by the ping it no longer answers, and the wait for its exit that follows."""
     from mpilaunch.backends.local.backend import LocalBackend
-    from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+    from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
     spec = JobSpec(command=("true",), name="settle", np=2)
     backend = LocalBackend(spec, Plan("settle", (WorkerPlan("settle-worker-0", 1, 0),
@@ -289,8 +289,8 @@ def test_mpirun_exit_0_with_unreported_ranks_on_a_lost_worker_is_a_lost_worker()
     """Open MPI 5's prterun can end with 0 after losing a daemon and its ranks: an exit 0
     vouches for the job only when every rank's own exit status came; otherwise the backend
     is asked, and a lost worker makes it exit 5."""
-    from mpilaunch import lifecycle
-    from mpilaunch.result import JobResult
+    from mpilaunch.job import lifecycle
+    from mpilaunch.core.result import JobResult
 
     class Backend:
         def __init__(self, lost):

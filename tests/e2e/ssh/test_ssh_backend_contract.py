@@ -6,7 +6,7 @@ import pytest
 
 from mpilaunch.backends.ssh.backend import SshBackend
 from mpilaunch.backends.ssh.options import SshOptions
-from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 from support.backend_contract import assert_exec_context_serves_the_shim, assert_release_is_idempotent, ready
 
 pytestmark = pytest.mark.ssh

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from mpilaunch.exit_codes import EXIT_WORKER_LOST
+from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
 
 from support.helpers import REPO, assert_intel_allreduce_placed, mpilaunch_env, wait_for, wait_started
 from support.yarn import app_by_name, assert_released, describe_app, proc_cmdline, proc_environ, start
@@ -581,7 +581,7 @@ def test_only_an_attached_application_has_the_reaper_driver(tmp_path, detach):
     launcher container ends the application, --timeout included). Building the spec only."""
     pytest.importorskip("skein")
     from mpilaunch.backends.yarn.backend import YarnBackend as Backend
-    from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+    from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
     spec = JobSpec(command=("true",), backend="yarn", name="yarn-drv", np=1, timeout=100, orphan_timeout=20,
                    detach=detach)

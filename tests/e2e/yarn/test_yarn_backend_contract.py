@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpilaunch.backends.yarn.backend import YarnBackend
-from mpilaunch.spec import JobSpec, Plan, WorkerPlan
+from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 from support.backend_contract import assert_exec_context_serves_the_shim, assert_release_is_idempotent, ready
 
 pytestmark = pytest.mark.yarn

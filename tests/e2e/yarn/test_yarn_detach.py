@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from mpilaunch.exit_codes import EXIT_WORKER_LOST
+from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
 
 from support.helpers import REPO, wait_for
 from support.yarn import app_by_name, assert_released

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from mpilaunch import mpi
+from mpilaunch.core import mpi
 
 from support.yarn import assert_released, describe_app, start
 

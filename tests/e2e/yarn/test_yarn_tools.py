@@ -171,7 +171,7 @@ def test_env_archive_tools_run_without_mpilaunch_installed(tmp_path):
 
 
 def test_env_archive_program_reads_the_same_in_every_container():
-    from mpilaunch.rank_env import reported_program
+    from mpilaunch.core.rank_env import reported_program
 
     env = {"MPILAUNCH_ENV_DIR": "/nm/appcache/container_1/mpilaunch-env"}
     assert reported_program("/nm/appcache/container_1/mpilaunch-env/bin/python", env) == \

@@ -29,7 +29,7 @@ FORWARDED_NAMES = ("PYTHONPATH",)
 # itself starts (they are paths, not secrets).
 MPIRUN_OWN_NAMES = ("PATH", "LD_LIBRARY_PATH", "LD_PRELOAD")
 # mpilaunch's own variable that --dry-run masks like the user's values
-# (rank.TOKEN_ENV: a program that knew it could forge its rank's status line)
+# (rank_lines.TOKEN_ENV: a program that knew it could forge its rank's status line)
 STATUS_TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
 
 

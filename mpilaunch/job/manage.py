@@ -10,10 +10,10 @@ import io
 import sys
 from dataclasses import replace
 
-from . import backends
-from .backends import protocols
-from .errors import UsageError
-from .spec import JobSpec
+from .. import backends
+from ..backends import protocols
+from ..core.errors import UsageError
+from ..core.spec import JobSpec
 
 
 def render(spec: JobSpec) -> int:
@@ -81,7 +81,7 @@ def stacks(args) -> int:
     """
     import json
 
-    from .hang import collect, local_job, verdict
+    from ..hang import collect, local_job, verdict
 
     contexts = local_job.one_per_job(c for c in local_job.running_contexts(args.name)
                                      if c.get("backend", args.backend) == args.backend)

@@ -8,9 +8,18 @@ import threading
 import time
 from pathlib import Path
 
-from .mpi import split_tagged
-from .rank import (ENV_PREFIX, MPI_PREFIX, OOM_MARK, START_PREFIX, STATUS_PREFIX, parse_env, parse_mpi,
-                   parse_start_line, parse_status)
+from ..core.mpi import split_tagged
+from ..core.rank_lines import (
+    ENV_PREFIX,
+    MPI_PREFIX,
+    OOM_MARK,
+    START_PREFIX,
+    STATUS_PREFIX,
+    parse_env,
+    parse_mpi,
+    parse_start_line,
+    parse_status,
+)
 
 TAIL_LINES = 20
 #: a rank log (--output-dir) is at most this late on disk: ``tail -f`` follows
@@ -76,7 +85,7 @@ class RankOutput:
         # far (or None); launch loops stop mpirun as soon as it returns one.
         self.placement_check = None
         self.ompi_tag_space = True  # mpi.split_tagged: False under Open MPI 4 (the workload sets it)
-        # the launch's token (rank.new_token, set by the workload): only the wrappers' lines that
+        # the launch's token (rank_lines.new_token, set by the workload): only the wrappers' lines that
         # carry it count; None (unit tests) takes any
         self.token: str | None = None
         self.cancelled = False  # set by cancel(): mpilaunch stopped following this run

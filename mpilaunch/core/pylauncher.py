@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import sys
 
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# this file is mpilaunch/core/pylauncher.py: the package's parent is three levels up
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Kernel limit on a "#!" line; longer interpreter paths go through /bin/sh.
 SHEBANG_MAX = 127
 

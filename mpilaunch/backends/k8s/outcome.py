@@ -16,7 +16,7 @@ the pod's name, and its exit code or its disruption, into the Job's
 condition instead.
 
 The reaper judges by when *it* saw things (its monotonic clock), never by
-the API's timestamps, as ``mpilaunch/orphan.py`` does.
+the API's timestamps, as ``mpilaunch/core/orphan.py`` does.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-from ...exit_codes import EXIT_ALLOCATION, EXIT_TIMEOUT, EXIT_WORKER_LOST
+from ...core.exit_codes import EXIT_ALLOCATION, EXIT_TIMEOUT, EXIT_WORKER_LOST
 
 Ending = namedtuple("Ending", "exit_code failure release_launcher")
 Ending.__doc__ = """How the launcher ended: the job's exit code, the failure line (None: success),

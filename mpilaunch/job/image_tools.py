@@ -13,7 +13,7 @@ On Kubernetes every job's pods mount them from a ConfigMap of the job
   the container's termination message and stderr, exit 3).
 
 On YARN an ``--env-archive``'s containers get the same zip as a localized
-archive (``backends/yarn/tools.py``). ``python3 -m mpilaunch.image_tools
+archive (``backends/yarn/tools.py``). ``python3 -m mpilaunch.job.image_tools
 write DEST`` writes the files into DEST (what a pod sees).
 
 Standard library only.
@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from .exit_codes import EXIT_ALLOCATION, EXIT_USAGE
+from ..core.exit_codes import EXIT_ALLOCATION, EXIT_USAGE
 
 #: where the job's containers see the tools (a ConfigMap volume, read-only)
 TOOLS_DIR = "/opt/mpilaunch-tools"
@@ -124,7 +124,7 @@ def package_files() -> list[tuple[str, Path]]:
     """(name relative to the package's parent, file) of every file a copy of the package holds, sorted."""
     import fnmatch
 
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # mpilaunch/, this file being mpilaunch/job/image_tools.py
     out = []
     for path in sorted(package.rglob("*")):
         rel = path.relative_to(package.parent)
@@ -157,7 +157,7 @@ def package_zip() -> bytes:
     25 ms before its first object was created; listing the files for the key costs 4 ms."""
     import hashlib
 
-    from .mpi import versions
+    from ..core.mpi import versions
 
     files = package_files()
     key = hashlib.sha256(repr([(name, st.st_size, st.st_mtime_ns) for name, st in
@@ -198,7 +198,7 @@ def zip_tools(dest: str, extra: dict[str, str] | None = None) -> str:
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (2, 3) or args[0] != "write":
-        print("usage: python3 -m mpilaunch.image_tools write DEST [TOOLS_DIR]", file=sys.stderr)
+        print("usage: python3 -m mpilaunch.job.image_tools write DEST [TOOLS_DIR]", file=sys.stderr)
         return EXIT_USAGE
     written = write_tools(args[1], args[2] if len(args) == 3 else None)
     print(f"mpilaunch tools: {len(written)} files in {args[1]}", file=sys.stderr)

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from . import mpi
-from .rank import NO_WORKER
+from .rank_lines import NO_WORKER
 from .spec import Plan
 
 LAUNCHER_KEY = "(launcher)"  # report.json's name for ranks outside every worker
