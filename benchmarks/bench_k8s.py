@@ -47,11 +47,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from mpilaunch.core import hostfile  # noqa: E402
-from mpilaunch.core import mpi  # noqa: E402
-from mpilaunch.rsh_agent.shim import write_launcher  # noqa: E402
-from mpilaunch.backends.k8s.launch import TRANSPORT  # noqa: E402
 from floor import write_sh_agent  # noqa: E402
+
+from mpilaunch.backends.k8s.launch import TRANSPORT  # noqa: E402
+from mpilaunch.core import hostfile, mpi  # noqa: E402
+from mpilaunch.rsh_agent.shim import write_launcher  # noqa: E402
 
 # Kubeflow MPI operator v1's ConfigMap script, pointed at the testbed's kubectl.
 KUBEXEC = """#!/bin/sh

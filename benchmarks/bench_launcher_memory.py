@@ -60,12 +60,11 @@ import uuid
 from pathlib import Path
 
 import psutil
-
 from bench_scale import MARK, installed_mpis, mpilaunch_command, raise_limits, sweep
 from floor import REPO
 
-from mpilaunch.core import mpi
 from mpilaunch.backends.k8s.resources import launcher_memory_mib
+from mpilaunch.core import mpi
 
 MIB = 1024.0 * 1024.0
 GROUPS = ("mpilaunch", "mpirun", "shim", "other")
@@ -272,6 +271,7 @@ def one_launch(info: mpi.MpiInfo, workers: int, sleep_s: float, interval: float,
 def shim_alone(sleep_s: float, interval: float) -> dict:
     """One shim (the per-job ``python -IS`` launcher) to one real TLS agent, running ``sleep``."""
     import bench_shim
+
     from mpilaunch.rsh_agent import shim
 
     with tempfile.TemporaryDirectory(prefix="bench-launcher-memory-") as d:

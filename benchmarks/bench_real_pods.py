@@ -49,8 +49,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mpilaunch.core import hostfile  # noqa: E402
-from mpilaunch.core import mpi  # noqa: E402
+from mpilaunch.core import (  # noqa: E402
+    hostfile,
+    mpi,
+)
 
 PROGRAM = "import os; print('first', os.environ.get('POD_NAME'), flush=True)"
 MPIRUN = "/usr/bin/mpirun.openmpi"

@@ -26,8 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mpilaunch.core import placement  # noqa: E402
-from mpilaunch.core import rank_lines  # noqa: E402
+from mpilaunch.core import (  # noqa: E402
+    placement,
+    rank_lines,
+)
 from mpilaunch.core.spec import Plan, WorkerPlan  # noqa: E402
 
 TARGET_PCT = 5.0

@@ -16,8 +16,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mpilaunch.core import hostfile  # noqa: E402
-from mpilaunch.core import mpi  # noqa: E402
+from mpilaunch.core import (  # noqa: E402
+    hostfile,
+    mpi,
+)
 
 # Each fake host gets a private TMPDIR and shared-memory directory, as real
 # hosts (and mpilaunch's agents) have: sharing them crashes Open MPI.

@@ -45,8 +45,8 @@ from pathlib import Path
 from bench_scale import launch, mpilaunch_command
 from floor import REPO, floor_command
 
-from mpilaunch.core import mpi
 from mpilaunch.agent.proctree import PR_SET_CHILD_SUBREAPER, prctl
+from mpilaunch.core import mpi
 
 SESSION_AGENT_LINE = 'exec /bin/sh -c "$*"'
 # Runs as Open MPI's launch agent in place of the daemon: records the daemon's context, then execs it.

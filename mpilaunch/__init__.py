@@ -13,7 +13,7 @@ def run(command, **options):
     ``command`` is a list of strings; ``options`` are JobSpec fields, e.g.
     ``mpilaunch.run(["python", "train.py"], np=4, slots_per_worker=2)``.
     """
-    from .job.lifecycle import run_spec
     from .core.spec import JobSpec
+    from .job.lifecycle import run_spec
 
     return run_spec(JobSpec(command=tuple(command), **options))

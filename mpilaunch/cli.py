@@ -12,6 +12,7 @@ from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
 from .core.orphan import DEFAULT_ORPHAN_TIMEOUT
 from .core.spec import LAUNCHERS, ON_STALL, JobSpec, PsOptions, check_duration, mpi_choices
 
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(message, f"see '{self.prog} --help'")

@@ -20,19 +20,26 @@ the parsers, which run in mpilaunch itself.
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-
 # The C half of ``signal``: the same functions and numbers without the enum
 # module the Python half builds its Signals class with (~8 ms of every rank's
 # start, as much as the rest of the wrapper).
 import _signal as signal
+import os
+import sys
+import time
 
 from .core import rank_env
-from .core.rank_lines import (LOCAL_RANK_VARS, RANK_VARS, SIZE_VARS, TOKEN_ENV, first_env, format_env, format_mpi,
-                               format_start, format_status)
-
+from .core.rank_lines import (
+    LOCAL_RANK_VARS,
+    RANK_VARS,
+    SIZE_VARS,
+    TOKEN_ENV,
+    first_env,
+    format_env,
+    format_mpi,
+    format_start,
+    format_status,
+)
 
 # How long the wrapper looks for the MPI library the program loads (most load
 # it within their first second); a program without MPI is looked at this long.

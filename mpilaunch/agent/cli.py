@@ -9,11 +9,12 @@ import socket
 import sys
 from pathlib import Path
 
-from mpilaunch.rsh_agent import protocol as P, tls
 from mpilaunch.job.rundir import write_owner
+from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rsh_agent import tls
 
-from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE
 from ..core.exit_codes import EXIT_USAGE
+from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE
 from .core import Agent
 
 

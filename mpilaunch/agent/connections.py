@@ -3,14 +3,15 @@ protocol, and non-blocking send/receive plumbing. Mixed into
 :class:`.core.Agent`."""
 
 import selectors
-import socket
 import signal
+import socket
 import time
 
-from mpilaunch.rsh_agent import protocol as P, tls
+from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rsh_agent import tls
 
+from .constants import CLOSE_LINGER, OUT_LOW_WATER, STDIN_HIGH_WATER
 from .handshake_limits import peer_key
-from .constants import CLOSE_LINGER, STDIN_HIGH_WATER, OUT_LOW_WATER
 
 
 class Conn:

@@ -9,10 +9,17 @@ import socket
 import sys
 import time
 
-from .handshake_limits import PendingLimits, QuietNotes
 from .connections import ConnectionsMixin
-from .constants import (HANDSHAKE_TIMEOUT, KILL_GRACE, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_PEER, PDEATH_SIGNAL,
-                        REFUSAL_NOTE_INTERVAL, SCAN_INTERVAL)
+from .constants import (
+    HANDSHAKE_TIMEOUT,
+    KILL_GRACE,
+    MAX_PENDING_HANDSHAKES,
+    MAX_PENDING_PER_PEER,
+    PDEATH_SIGNAL,
+    REFUSAL_NOTE_INTERVAL,
+    SCAN_INTERVAL,
+)
+from .handshake_limits import PendingLimits, QuietNotes
 from .proctree import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, pid_gone, prctl, processes_by_session
 from .relay import RelayMixin
 from .supervision import SupervisionMixin

@@ -10,7 +10,7 @@ import time
 from mpilaunch.rsh_agent import protocol as P
 
 from .constants import CMD_LOG_CHARS, SESSION_ENV, STOP_GRACE, WORKER_ENV
-from .proctree import kill_quietly, killpg_quietly, descendants, processes_by_session
+from .proctree import descendants, kill_quietly, killpg_quietly, processes_by_session
 
 
 class Session:

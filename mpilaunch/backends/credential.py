@@ -14,8 +14,8 @@ import datetime
 import os
 
 from ..core.errors import UsageError
-from . import selfsigned
 from ..rsh_agent.tls import format_credential
+from . import selfsigned
 
 # The certificate is pinned, not chained, so its dates only have to admit
 # every clock of the job: a day back for a worker whose clock is behind this

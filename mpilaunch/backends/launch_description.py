@@ -11,8 +11,8 @@ container, where its Secret is mounted; YARN: the environment to forward).
 from __future__ import annotations
 
 import dataclasses
-from itertools import groupby
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from ..core.errors import UsageError
 from ..core.spec import JobSpec, Plan, WorkerPlan

@@ -20,8 +20,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from . import mpi
-from . import rank_env
+from . import mpi, rank_env
 from .placement import Mismatch
 
 PROGRAM = "program"

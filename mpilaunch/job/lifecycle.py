@@ -23,18 +23,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import backends
-from ..core import phases
 from ..backends.protocols import ClusterLauncher, ReplacesWorkers
+from ..core import phases
 from ..core.errors import Interrupted, MpilaunchError, UsageError
-from .progress import WaitProgress
 from ..core.exit_codes import EXIT_FAILED, EXIT_HUNG, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from ..core.result import JobResult, LostWorker, lost_workers_failure, worker_location
-from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
 from ..core.spec import JobSpec
-from ..workloads import workload_class
-from ..workloads import hang_watch
+from ..workloads import hang_watch, workload_class
 from ..workloads.base import RunContext, Workload
-
+from .progress import WaitProgress
+from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
 
 # How often the run asks the backend whether a worker disappeared: one API
 # list per interval on a cluster, a waitpid per agent locally.

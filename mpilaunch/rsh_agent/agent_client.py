@@ -9,11 +9,12 @@ something in a worker).
 
 from __future__ import annotations
 
+import _socket
 import os
 import select
-import _socket
 
-from mpilaunch.rsh_agent import protocol as P, tls
+from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rsh_agent import tls
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 _OUT_HIGH_WATER = 1 << 20  # stop reading stdin while this much is unsent

@@ -12,9 +12,8 @@ socket means bytes to decrypt, and no plaintext hides in OpenSSL's buffers.
 
 from __future__ import annotations
 
-import os
-
 import _ssl
+import os
 
 from .tls import TlsError, pem
 

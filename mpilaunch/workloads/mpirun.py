@@ -16,22 +16,30 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import envcheck, hostfile, gpu_slots, inherited, placement, rank_env
-from ..core import mpi
-from ..core.rank_lines import TOKEN_ENV, new_token
-from ..core.errors import UsageError
-from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
-from ..job.output import RankOutput
-from ..job.procs import terminate_group, wait_exit
-from ..core.result import JobResult, number_ranges, timeout_failure
-from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..backends import protocols
 from ..backends.base import hostnames
+from ..core import envcheck, gpu_slots, hostfile, inherited, mpi, placement, rank_env
+from ..core.errors import UsageError
+from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
+from ..core.rank_lines import TOKEN_ENV, new_token
+from ..core.result import JobResult, number_ranges, timeout_failure
 from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
+from ..job.output import RankOutput
+from ..job.procs import terminate_group, wait_exit
+from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from .base import RunContext, Workload, print_manifests, shim_path
-from .mpirun_outcome import (FAIL_FAST_GRACE_S, NEVER_STARTED, ENDED_BY_TEARDOWN, daemon_failure_message,  # noqa: F401
-                             decide_outcome, failure_message, mpirun_named_first, other_failures, rank_statuses,
-                             unobserved_reason)
+from .mpirun_outcome import (  # noqa: F401
+    ENDED_BY_TEARDOWN,
+    FAIL_FAST_GRACE_S,
+    NEVER_STARTED,
+    daemon_failure_message,
+    decide_outcome,
+    failure_message,
+    mpirun_named_first,
+    other_failures,
+    rank_statuses,
+    unobserved_reason,
+)
 from .verification import placement_watch, verify_placement
 
 DONE_GRACE_S = 15.0

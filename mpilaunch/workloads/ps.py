@@ -33,17 +33,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import clusterspec
-from ..core import mpi
+from ..backends import protocols
+from ..core import clusterspec, mpi
 from ..core.clusterspec import Task
 from ..core.errors import AllocationError, UsageError
-from ..job.output import echo_line
-from ..job.procs import kill_tree
-from ..job.progress import WaitProgress
 from ..core.exit_codes import EXIT_TIMEOUT
 from ..core.result import JobResult, timeout_failure
 from ..core.spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
-from ..backends import protocols
+from ..job.output import echo_line
+from ..job.procs import kill_tree
+from ..job.progress import WaitProgress
 from ..task_starter import ADDRESS_PREFIX
 from .base import RunContext, Workload, print_manifests, shim_path
 

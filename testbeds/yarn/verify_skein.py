@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from testbeds.yarn.cluster import YarnCluster, resource_value, proc_environ, pid_alive
+from testbeds.yarn.cluster import YarnCluster, pid_alive, proc_environ, resource_value
 
 SCRIPT = r"""
 set -x

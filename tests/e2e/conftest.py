@@ -17,7 +17,6 @@ from support.helpers import mpilaunch_env
 from support.mpi_installs import require
 from support.real_pods import Real
 
-
 # ------------------------------------------------------------------ cluster testbeds (kwok nodes, YARN)
 
 @pytest.fixture(scope="session")

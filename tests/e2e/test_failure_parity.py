@@ -16,8 +16,8 @@ import tempfile
 
 import pytest
 
-from support.helpers import REPO, agent_pid, leftover_processes, mpilaunch_env, wait_started
 from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
+from support.helpers import REPO, agent_pid, leftover_processes, mpilaunch_env, wait_started
 
 pytestmark = pytest.mark.mpi
 

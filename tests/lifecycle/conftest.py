@@ -28,8 +28,8 @@ TESTS = str(Path(__file__).resolve().parent.parent)
 if TESTS not in sys.path:  # tests/conftest.py's directory: where `support` lives
     sys.path.insert(0, TESTS)
 
-from mpilaunch.job import lifecycle  # noqa: E402
 from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan  # noqa: E402
+from mpilaunch.job import lifecycle  # noqa: E402
 from support.fake_backend import CallLog, FakeBackend, FakeClusterBackend, Script  # noqa: E402
 from support.fake_workload import FakeWorkload  # noqa: E402
 

@@ -23,8 +23,14 @@ import pytest
 from mpilaunch import backends
 from mpilaunch.backends import base, protocols
 from mpilaunch.core.spec import JobSpec
-from support.backend_contract import (assert_exec_context_serves_the_shim, assert_release_is_idempotent,
-                                      capability_mismatches, defined_by, ready, unimplemented)
+from support.backend_contract import (
+    assert_exec_context_serves_the_shim,
+    assert_release_is_idempotent,
+    capability_mismatches,
+    defined_by,
+    ready,
+    unimplemented,
+)
 from support.fake_backend import FakeBackend, FakeClusterBackend
 
 # the backends an in-cluster launcher runs the lifecycle with (not in the registry)

@@ -16,8 +16,7 @@ import pytest
 from mpilaunch.core.errors import AllocationError
 from mpilaunch.core.exit_codes import EXIT_ALLOCATION, EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from support.fake_backend import Script
-from support.fake_workload import (loses, misplaced, raises, rank_fails, runs_until_stopped, sends, succeeds,
-                                   times_out)
+from support.fake_workload import loses, misplaced, raises, rank_fails, runs_until_stopped, sends, succeeds, times_out
 
 LOST = "job-worker-1"
 TEARDOWN = ["stop", "job_finished", "describe_workers", "release", "close", "collect", "report"]

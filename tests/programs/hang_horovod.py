@@ -15,8 +15,8 @@ Runs under the interpreter scripts/build-horovod.sh built.
 import os
 import sys
 
-import torch
 import horovod.torch as hvd
+import torch
 
 os.environ.setdefault("HOROVOD_STALL_CHECK_DISABLE", "1")  # read by hvd.init()
 hvd.init()

@@ -88,8 +88,8 @@ if gloo:
     else:
         wait_for(given["MASTER_ADDR"], int(given["MASTER_PORT"]))
 
-import torch  # noqa: E402
 import horovod.torch as hvd  # noqa: E402
+import torch  # noqa: E402
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()

@@ -12,7 +12,6 @@ import sys
 from mpi4py import MPI
 
 
-
 def own_ip():
     """The address this host's name resolves to: in a real pod, the pod IP (kubelet's /etc/hosts)."""
     try:

@@ -16,7 +16,6 @@ import psutil
 from mpilaunch.rsh_agent import agent_client
 from support.helpers import REPO
 
-
 SECRET = b"test-secret-0123456789abcdef"
 
 

@@ -14,9 +14,9 @@ import json
 import socket
 import time
 
-from mpilaunch.job import lifecycle
 from mpilaunch.backends import protocols
 from mpilaunch.backends.base import hostnames
+from mpilaunch.job import lifecycle
 from mpilaunch.rsh_agent import shim
 
 AGENT = "mpilaunch.rsh_agent.transports.agent"

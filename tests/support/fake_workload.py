@@ -26,12 +26,11 @@ import time
 
 from mpilaunch.core import placement
 from mpilaunch.core.exit_codes import EXIT_PLACEMENT, EXIT_TIMEOUT
-from mpilaunch.job.output import RankOutput
 from mpilaunch.core.rank_lines import NO_WORKER
 from mpilaunch.core.result import number_ranges, timeout_failure
+from mpilaunch.job.output import RankOutput
 from mpilaunch.workloads.base import Workload
 from mpilaunch.workloads.mpirun_outcome import decide_outcome, failure_message, rank_statuses
-
 from support.fake_backend import CallLog, Script, perform
 
 STOP_WAIT_S = 10.0  # an outcome waiting for stop() gives up after this (the test then fails on the code)

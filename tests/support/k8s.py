@@ -19,7 +19,6 @@ from pathlib import Path
 
 from support.helpers import REPO, wait_for
 
-
 KINDS = "configmaps,serviceaccounts,roles,rolebindings,services,pods,jobs,secrets,leases,networkpolicies"
 
 

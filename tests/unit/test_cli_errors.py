@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from support.helpers import agent_workers
 
 

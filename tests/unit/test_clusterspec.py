@@ -10,7 +10,6 @@ from mpilaunch.core.errors import UsageError
 from mpilaunch.core.spec import PsOptions
 from mpilaunch.task_starter import expand_task_variables, task_argv
 
-
 # ------------------------------------------------------------------ -r "ps:2,worker:4"
 
 

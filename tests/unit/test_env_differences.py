@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpilaunch.core import envcheck, rank_env
-from mpilaunch.core import mpi
-from mpilaunch.core import rank_lines
+from mpilaunch.core import envcheck, mpi, rank_env, rank_lines
 
 SENT = {"LD_LIBRARY_PATH": "/venv/lib", "HF_TOKEN": "hf_secret_value", "SEED": "7"}
 E = envcheck.Expected(command="python", program="/venv/bin/python", flavour="openmpi", major=4,

@@ -12,15 +12,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from support.helpers import REPO
-from mpilaunch.job import image_tools
 from mpilaunch.backends.k8s import tools as k8s_tools
 from mpilaunch.core.version import __version__
+from mpilaunch.job import image_tools
+from support.helpers import REPO
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from mpilaunch.backends.k8s.api import ApiOutage
-from mpilaunch.backends.k8s.credentials import (CredentialError, Token, TokenSource, give_up_at, refresh_at, refused)
+from mpilaunch.backends.k8s.credentials import CredentialError, Token, TokenSource, give_up_at, refresh_at, refused
 
 
 def test_token_refresh_at_half_life_and_give_up_with_a_quarter_left():

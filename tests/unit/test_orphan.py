@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from support.helpers import REPO
 from mpilaunch.core.orphan import (
     DEADLINE_MARGIN_S,
     Seen,
@@ -21,6 +20,7 @@ from mpilaunch.core.orphan import (
     poll_interval,
     renew_interval,
 )
+from support.helpers import REPO
 
 
 def test_the_first_reading_is_fresh_whatever_it_says():

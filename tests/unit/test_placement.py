@@ -2,8 +2,7 @@
 
 import pytest
 
-from mpilaunch.core import placement
-from mpilaunch.core import rank_lines
+from mpilaunch.core import placement, rank_lines
 from mpilaunch.core.placement import RankStart
 from mpilaunch.core.spec import Plan, WorkerPlan
 

@@ -4,9 +4,9 @@ and the private ``_ssl`` names the shim uses instead of ``ssl.py`` (``rsh_agent/
 
 from __future__ import annotations
 
+import _ssl
 import datetime
 
-import _ssl
 import pytest
 
 from mpilaunch.backends.credential import new_credential, self_signed_certificate

@@ -59,28 +59,37 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ...core import mpi
-from ...core import phases
+from ...core import mpi, phases
 from ...core.errors import AllocationError, UsageError
 from ...core.exit_codes import EXIT_FAILED
-from ..agent_workers import write_secret
-from ..credential import new_credential
-from ..base import BaseBackend, Capabilities
-from ..protocols import ClusterLauncher, ManagesJobs, RemoteHosts, ReplacesWorkers, ReportsHangs
-from . import launch, manage, manifests, orphan
-from . import replace, tools
-from .admission import WORKLOADS, AdmissionReader
-from . import pod_template
 from .. import rendezvous
-from .launch import PYTHON_ENV, TRANSPORT
-from .follow import follow_log
-from .pod_events import waiter
-from .options import K8sOptions
+from ..agent_workers import write_secret
+from ..base import BaseBackend, Capabilities
+from ..credential import new_credential
+from ..protocols import ClusterLauncher, ManagesJobs, RemoteHosts, ReplacesWorkers, ReportsHangs
+from . import launch, manage, manifests, orphan, pod_template, replace, tools
+from .admission import WORKLOADS, AdmissionReader
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve_with_tokens
 from .credentials import refused
-from .pods import (JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER, launcher_exit, launcher_placement_hint,
-                   parse_launcher_done, pod_problem, pod_ready, launcher_started, pod_loss, ready_poll_s,
-                   startup_phases, summarize)
+from .follow import follow_log
+from .launch import PYTHON_ENV, TRANSPORT
+from .options import K8sOptions
+from .pod_events import waiter
+from .pods import (
+    JOB_LABEL,
+    ROLE_LABEL,
+    WORKER_CONTAINER,
+    launcher_exit,
+    launcher_placement_hint,
+    launcher_started,
+    parse_launcher_done,
+    pod_loss,
+    pod_problem,
+    pod_ready,
+    ready_poll_s,
+    startup_phases,
+    summarize,
+)
 
 # How often the wait for Ready retries a failed list of the pods, and how often the run
 # reads the launcher pod while its log is followed (until its last line or its exit).

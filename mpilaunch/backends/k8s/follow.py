@@ -10,7 +10,6 @@ import threading
 from .api import ApiError
 from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_READY
 
-
 # How far before the newest line seen a reconnection asks to start: the kubelet
 # stamps stdout and stderr lines as each stream is read, so its file is not
 # strictly in time order, and sinceTime has whole seconds only.

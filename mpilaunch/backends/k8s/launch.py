@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 from ...core import mpi
-from ...core.mpi import versions as mpi_versions
 from ...core.errors import AllocationError, UsageError
+from ...core.mpi import versions as mpi_versions
 from ..launch_description import LaunchDescription, LaunchWorker
 from .pods import WORKER_CONTAINER
 

@@ -30,21 +30,21 @@ import time
 from pathlib import Path
 
 from ...core import mpi
-from ...core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from .. import rendezvous
-from . import dns, relay
-from ..base import BaseBackend
-from ..launch_description import LaunchDescription
-from .api import Api, ApiError, sa_dir
-from .detached import outcome, record_outcome
-from .pod_events import FirstPendingWatch
-from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
-from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
 from ...core.errors import MpilaunchError, UsageError
-from ...job.lifecycle import make_rundir, run_job
+from ...core.exit_codes import EXIT_FAILED, EXIT_USAGE
 from ...core.result import JobResult
 from ...core.spec import JobSpec, Plan
+from ...job.lifecycle import make_rundir, run_job
 from ...workloads.mpirun import MpirunWorkload, RelayedOutput
+from .. import rendezvous
+from ..base import BaseBackend
+from ..launch_description import LaunchDescription
+from . import dns, relay
+from .api import Api, ApiError, sa_dir
+from .detached import outcome, record_outcome
+from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
+from .pod_events import FirstPendingWatch
+from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 
 
 def _ready(pod: dict) -> bool:

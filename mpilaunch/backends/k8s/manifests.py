@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 from itertools import groupby
 
-from ...core import hostfile
-from ...core import mpi
-from . import admission, launch, orphan, tools
-from . import network_policy, pod_template, resources, security
+from ...core import hostfile, mpi
+from . import admission, launch, network_policy, orphan, pod_template, resources, security, tools
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
 

@@ -6,8 +6,8 @@ watch and by the management commands.
 
 from __future__ import annotations
 
-from .admission import KUEUE_EVICTED, evicted_by_kueue
 from ...core.exit_codes import EXIT_FAILED
+from .admission import KUEUE_EVICTED, evicted_by_kueue
 
 JOB_LABEL = "mpilaunch/job"
 ROLE_LABEL = "mpilaunch/role"

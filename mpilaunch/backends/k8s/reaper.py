@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from .api import Api, ApiError, sa_dir
 from ...core.exit_codes import EXIT_FAILED
+from .api import Api, ApiError, sa_dir
 from .credentials import CredentialError
 from .orphan import reap
 

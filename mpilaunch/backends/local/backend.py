@@ -18,8 +18,8 @@ import time
 
 from ...core import gpu_slots
 from ...core.errors import AllocationError
-from ...job.procs import kill_tree, processes_with_env, wait_exit
 from ...core.pylauncher import write_launcher
+from ...job.procs import kill_tree, processes_with_env, wait_exit
 from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers

@@ -29,9 +29,9 @@ from contextlib import suppress
 from pathlib import Path
 
 from ...core.errors import AllocationError, UsageError
+from ...core.pylauncher import run_module_code
 from ...job.image_tools import package_zip
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
-from ...core.pylauncher import run_module_code
 from ..base import BaseBackend, Capabilities
 from ..protocols import RemoteHosts, ReplacesWorkers
 from ..rendezvous import free_port_through_agent, rank_python, source_address

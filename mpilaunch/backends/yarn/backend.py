@@ -44,16 +44,22 @@ from ...core.errors import AllocationError, UsageError
 from ...core.exit_codes import EXIT_FAILED
 from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
-from . import handoff, launch, manage, orphan
-from . import outcome, replace, report, tools
+from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, ManagesJobs, ReplacesWorkers
-from .options import YarnOptions
-from ..agent_workers import write_secret
-from .client import TERMINAL_STATES, skein_client, shorten, state_name
+from . import handoff, launch, manage, orphan, outcome, replace, report, tools
 from . import keys as launcher_keys
-from .keys import (FORWARD_ENV, FORWARD_ENV_WITH_ARCHIVE, KV_PREFIX, LAUNCHER_SERVICE, SERVICE,
-                   WORKER_KEY, WORKER_SECRET_KEY)
+from .client import TERMINAL_STATES, shorten, skein_client, state_name
+from .keys import (
+    FORWARD_ENV,
+    FORWARD_ENV_WITH_ARCHIVE,
+    KV_PREFIX,
+    LAUNCHER_SERVICE,
+    SERVICE,
+    WORKER_KEY,
+    WORKER_SECRET_KEY,
+)
+from .options import YarnOptions
 
 LAUNCHER_MEMORY = "512 MiB"
 FAIL_FAST_GRACE_S = 5.0  # as workloads/mpirun.py's: mpirun gets this long to end the job after a rank failed

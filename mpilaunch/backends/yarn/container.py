@@ -38,6 +38,7 @@ import urllib.request
 import xml.etree.ElementTree as ET
 
 from .keys import GPU_KEY, WORKER_KEY, WORKER_SECRET_KEY
+
 PR_SET_CHILD_SUBREAPER = 36
 
 

@@ -79,8 +79,8 @@ class WorkerContainers:
 
     def lost(self, settle: bool) -> dict[str, str]:
         """As ``yarn_report.lost_workers`` on the submitting side: ended containers, silent agents once settled."""
-        from .report import SETTLE_S, container_loss
         from ..agent_workers import silent_agents
+        from .report import SETTLE_S, container_loss
 
         silent = silent_agents(self.addresses, self.secret_file) if settle else set()
         deadline = time.monotonic() + (SETTLE_S if silent else 0.0)

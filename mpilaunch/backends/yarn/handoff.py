@@ -24,7 +24,7 @@ import time
 from ...core.errors import UsageError
 from ...core.exit_codes import EXIT_TIMEOUT
 from . import outcome
-from .client import skein_client, shorten, state_name, is_mpilaunch
+from .client import is_mpilaunch, shorten, skein_client, state_name
 
 POLL_S = 1.0
 NO_LAUNCHER_S = 30.0

@@ -24,9 +24,18 @@ import time
 import skein
 
 from ..launch_description import LaunchDescription, LaunchWorker
-from .keys import (EXIT_KEY, FORWARD_ENV, INFO_KEY, KV_PREFIX, LAUNCHER_SECRET_KEY, LAUNCHER_SERVICE, OUT_KEY, SPEC_KEY,
-                   STOP_KEY)
 from .client import state_name
+from .keys import (
+    EXIT_KEY,
+    FORWARD_ENV,
+    INFO_KEY,
+    KV_PREFIX,
+    LAUNCHER_SECRET_KEY,
+    LAUNCHER_SERVICE,
+    OUT_KEY,
+    SPEC_KEY,
+    STOP_KEY,
+)
 from .report import ENDED
 
 # How long a relaunch waits for the last attempt's launcher container to end after killing it.

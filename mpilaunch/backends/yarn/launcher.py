@@ -39,15 +39,15 @@ from pathlib import Path
 
 from ...core import mpi
 from ...core.exit_codes import EXIT_USAGE
+from ...core.spec import JobSpec, Plan
+from ...job.lifecycle import make_rundir, run_job
+from ...job.procs import terminate_group
+from ...workloads.mpirun import MpirunWorkload, RelayedOutput
 from .. import rendezvous
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
-from .keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
-from ...job.lifecycle import make_rundir, run_job
-from ...job.procs import terminate_group
-from ...core.spec import JobSpec, Plan
-from ...workloads.mpirun import MpirunWorkload, RelayedOutput
 from .detached import WorkerContainers, finish, to_container_log
+from .keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024

@@ -10,9 +10,7 @@ import skein
 
 from ...core.errors import UsageError
 from . import handoff, outcome
-from .client import TAG, TERMINAL_STATES, skein_client, shorten, state_name, is_mpilaunch
-
-
+from .client import TAG, TERMINAL_STATES, is_mpilaunch, shorten, skein_client, state_name
 
 
 def current_user() -> str:

@@ -19,8 +19,8 @@ import time
 import skein
 
 from ...core.orphan import cluster_deadline_s
-from . import tools
 from ..heartbeat import Heartbeat
+from . import tools
 
 HEARTBEAT_KEY = "heartbeat"
 REAPER_MODULE = "mpilaunch.backends.yarn.driver"

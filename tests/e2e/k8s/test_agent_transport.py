@@ -24,8 +24,17 @@ from mpilaunch.backends.k8s.launch import AGENT_PORT
 from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
 from mpilaunch.rsh_agent import agent_client, tls
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
-from support.k8s import (PeakLongRunning, access, delete_pod_while_running, end_launcher_pod, in_cluster_env,
-                         launcher_files, leftover_objects, start, stop)
+from support.k8s import (
+    PeakLongRunning,
+    access,
+    delete_pod_while_running,
+    end_launcher_pod,
+    in_cluster_env,
+    launcher_files,
+    leftover_objects,
+    start,
+    stop,
+)
 
 pytestmark = [pytest.mark.k8s, pytest.mark.mpi]
 

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
+from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
 from support.k8s import delete_pod_while_running, forget_pod_env, give_pods_their_env, leftover_objects
-from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
 
 pytestmark = [pytest.mark.k8s, pytest.mark.mpi]
 

@@ -32,8 +32,20 @@ import pytest
 
 from mpilaunch.backends.k8s.launch import TRANSPORT
 from support.helpers import REPO, leftover_processes, mpilaunch_env, wait_for, wait_started
-from support.k8s import (access, end_launcher_pod, end_processes, forget_pod_env, give_pods_their_env, in_cluster_env,
-                         launcher_files, leftover_objects, manage_k8s, run_reaper_pod, start, stop)
+from support.k8s import (
+    access,
+    end_launcher_pod,
+    end_processes,
+    forget_pod_env,
+    give_pods_their_env,
+    in_cluster_env,
+    launcher_files,
+    leftover_objects,
+    manage_k8s,
+    run_reaper_pod,
+    start,
+    stop,
+)
 
 pytestmark = pytest.mark.k8s
 
@@ -141,10 +153,9 @@ def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, ope
     end. Open MPI 5's daemons used to lose such a rank (reaped before its pid
     was recorded, mpi.PRRTE_SPAWN_ON_PROGRESS_THREAD) and mpirun then waited
     forever: about half of these launches stalled (benchmarks/bench_k8s.py P4b)."""
-    from mpilaunch.core import hostfile
-    from mpilaunch.core import mpi
     from mpilaunch.backends.k8s import relay as k8s_relay
     from mpilaunch.backends.k8s.api import resolve
+    from mpilaunch.core import hostfile, mpi
     from mpilaunch.rsh_agent.shim import write_launcher
 
     job, n = "k8s-instant", 16

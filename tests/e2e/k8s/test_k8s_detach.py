@@ -17,9 +17,9 @@ import time
 
 import pytest
 
+from mpilaunch.backends.k8s.outcome import Ending, from_condition, judge, observe, start
 from support.helpers import REPO, wait_for
 from support.k8s import access, end_processes, leftover_objects, manage_k8s, run_reaper_pod
-from mpilaunch.backends.k8s.outcome import Ending, from_condition, judge, observe, start
 
 NAME = "job-launcher"
 BOUNDS = {"name": NAME, "start_bound": 330.0, "lost_bound": 10.0}

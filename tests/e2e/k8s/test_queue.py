@@ -18,8 +18,8 @@ import time
 import pytest
 
 from support.helpers import wait_for
-from support.mpi_installs import require
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects, start, stop
+from support.mpi_installs import require
 
 pytestmark = pytest.mark.k8s
 

@@ -27,8 +27,8 @@ import time
 import pytest
 
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
-from support.mpi_installs import require
 from support.k8s import PeakLongRunning
+from support.mpi_installs import require
 from support.real_pods import assert_placement, finish, pods_of, ranks_from, stop
 
 pytestmark = pytest.mark.real_pods

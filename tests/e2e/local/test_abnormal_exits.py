@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_for, wait_started
-from mpilaunch.job import lifecycle, rundir
 from mpilaunch import rank
-from mpilaunch.core import rank_lines
-from mpilaunch.job.output import LOG_FLUSH_S, RankOutput
 from mpilaunch.backends.k8s import transport as k8s_transport
+from mpilaunch.core import rank_lines
+from mpilaunch.job import lifecycle, rundir
+from mpilaunch.job.output import LOG_FLUSH_S, RankOutput
+from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_for, wait_started
 
 # ------------------------------------------------------------------ rank logs
 

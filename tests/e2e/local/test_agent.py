@@ -8,8 +8,8 @@ session's MPILAUNCH_SESSION marker in every process's environment.
 
 from __future__ import annotations
 
-import hmac
 import hashlib
+import hmac
 import os
 import signal
 import socket
@@ -23,8 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mpilaunch.rsh_agent import agent_client, protocol as P
-from support.agent import AgentProc, SECRET, agent_env, session_processes, wait_for_file, wait_until, write_secret
+from mpilaunch.rsh_agent import agent_client
+from mpilaunch.rsh_agent import protocol as P
+from support.agent import SECRET, AgentProc, agent_env, session_processes, wait_for_file, wait_until, write_secret
 from support.helpers import REPO
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from mpilaunch.agent.handshake_limits import PendingLimits, QuietNotes, peer_key
-from mpilaunch.rsh_agent import agent_client, protocol as P
-from support.agent import AgentProc, SECRET, agent_env, wait_until
+from mpilaunch.rsh_agent import agent_client
+from mpilaunch.rsh_agent import protocol as P
+from support.agent import SECRET, AgentProc, agent_env, wait_until
 from support.helpers import PROGRAMS, REPO, leftover_processes, run_mpilaunch
 
 SLOWLORIS = PROGRAMS / "slowloris.py"

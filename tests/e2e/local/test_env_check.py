@@ -14,11 +14,9 @@ import sys
 
 import pytest
 
+from mpilaunch.core import envcheck, mpi, rank_env, rank_lines
 from support.helpers import mpilaunch_env, run_mpilaunch
 from support.mpi_installs import checked, installs
-from mpilaunch.core import envcheck, rank_env
-from mpilaunch.core import mpi
-from mpilaunch.core import rank_lines
 
 E = envcheck.Expected(command="python3", program="/home/u/venv/bin/python3", flavour="openmpi", major=4,
                       mpirun="/usr/bin/mpirun.openmpi", version="4.1.4", env_digest="0000abcd")

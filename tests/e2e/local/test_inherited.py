@@ -17,10 +17,9 @@ import re
 
 import pytest
 
+from mpilaunch.core import inherited, mpi
 from support.helpers import run_mpilaunch
 from support.mpi_installs import checked, installs
-from mpilaunch.core import inherited
-from mpilaunch.core import mpi
 
 OMPI4 = mpi.MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
 OMPI5 = mpi.MpiInfo("openmpi", "5.0.11", "/venv/bin/mpirun")

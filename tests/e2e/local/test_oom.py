@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from support.helpers import REPO, leftover_processes, mpilaunch_env
 from mpilaunch.rank import memory_cgroup_file
+from support.helpers import REPO, leftover_processes, mpilaunch_env
 
 pytestmark = pytest.mark.mpi
 LIMIT = 400 << 20

@@ -19,8 +19,14 @@ import psutil
 import pytest
 
 from mpilaunch.backends.local.backend import FORK_AGENTS_FROM
-from support.helpers import (REPO, assert_local_worker_lost, leftover_processes, mpilaunch_env, run_mpilaunch,
-                             wait_started)
+from support.helpers import (
+    REPO,
+    assert_local_worker_lost,
+    leftover_processes,
+    mpilaunch_env,
+    run_mpilaunch,
+    wait_started,
+)
 
 pytestmark = pytest.mark.mpi
 

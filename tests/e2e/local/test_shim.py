@@ -18,6 +18,7 @@ from mpilaunch.core import inherited
 from mpilaunch.rsh_agent import shim
 from support.agent import AgentProc, agent_env, session_processes, wait_for_file, wait_until
 from support.helpers import REPO
+
 SHIM = [sys.executable, "-m", "mpilaunch.rsh_agent.shim"]
 
 

@@ -27,11 +27,21 @@ import time
 import psutil
 import pytest
 
-from support.helpers import (PROGRAMS, REPO, agent_pid, agent_workers, assert_local_worker_lost, leftover_processes,
-                             mpilaunch_env, run_mpilaunch, wait_for, wait_started)
-from mpilaunch.job.procs import terminate_group, wait_exit
 from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
+from mpilaunch.job.procs import terminate_group, wait_exit
 from mpilaunch.workloads.mpirun import NEVER_STARTED, STOPPED, unobserved_reason
+from support.helpers import (
+    PROGRAMS,
+    REPO,
+    agent_pid,
+    agent_workers,
+    assert_local_worker_lost,
+    leftover_processes,
+    mpilaunch_env,
+    run_mpilaunch,
+    wait_for,
+    wait_started,
+)
 
 FAIL_RANK = ["--", sys.executable, "tests/programs/fail_rank.py"]
 
@@ -289,8 +299,8 @@ def test_mpirun_exit_0_with_unreported_ranks_on_a_lost_worker_is_a_lost_worker()
     """Open MPI 5's prterun can end with 0 after losing a daemon and its ranks: an exit 0
     vouches for the job only when every rank's own exit status came; otherwise the backend
     is asked, and a lost worker makes it exit 5."""
-    from mpilaunch.job import lifecycle
     from mpilaunch.core.result import JobResult
+    from mpilaunch.job import lifecycle
 
     class Backend:
         def __init__(self, lost):

@@ -26,7 +26,6 @@ import time
 import pytest
 
 from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
-
 from support.helpers import REPO, assert_intel_allreduce_placed, mpilaunch_env, wait_for, wait_started
 from support.yarn import app_by_name, assert_released, describe_app, proc_cmdline, proc_environ, start
 

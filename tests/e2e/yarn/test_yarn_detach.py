@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
-
 from support.helpers import REPO, wait_for
 from support.yarn import app_by_name, assert_released
 

@@ -16,7 +16,6 @@ import sys
 import pytest
 
 from mpilaunch.core import mpi
-
 from support.yarn import assert_released, describe_app, start
 
 pytestmark = pytest.mark.yarn
