@@ -53,8 +53,9 @@ class PodWatch(threading.Thread):
 
     def run(self):
         while not self.done.wait(0.02):
-            pods = self.core.list_namespaced_pod("default", label_selector=f"mpilaunch/job={self.job},"
-                                                                             "mpilaunch/role=worker").items
+            pods = self.core.list_namespaced_pod(
+                "default", label_selector=f"mpilaunch/job={self.job},mpilaunch/role=worker"
+            ).items
             now = time.perf_counter()
             if self.all_created is None and len(pods) == PODS:
                 self.all_created = now
@@ -67,12 +68,35 @@ def run(cluster, core, env, job: str, mode: str, work: Path, timeout: float) -> 
     names = [f"{job}-worker-{i}" for i in range(PODS)]
     for n in names:  # kwok's exec: each pod's commands get a TMPDIR of their own
         (work / n).mkdir(parents=True, exist_ok=True)
-    cluster.apply([cluster.pod_exec(n, env={"TMPDIR": str(work / n), "POD_NAME": n, "MPILAUNCH_WORKER": n})
-                   for n in names])
+    cluster.apply(
+        [cluster.pod_exec(n, env={"TMPDIR": str(work / n), "POD_NAME": n, "MPILAUNCH_WORKER": n}) for n in names]
+    )
     out_dir = work / f"{job}-out"
-    argv = [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
-            "--transport", "exec", "--name", job, "--np", str(PODS), "--slots-per-worker", "1", "-q",
-            "--output-dir", str(out_dir), *MODES[mode], "--", "true"]
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "k8s",
+        "--image",
+        "mpilaunch:test",
+        "--launcher",
+        "local",
+        "--transport",
+        "exec",
+        "--name",
+        job,
+        "--np",
+        str(PODS),
+        "--slots-per-worker",
+        "1",
+        "-q",
+        "--output-dir",
+        str(out_dir),
+        *MODES[mode],
+        "--",
+        "true",
+    ]
     watch = PodWatch(core, job)
     watch.start()
     t0 = time.perf_counter()
@@ -85,8 +109,13 @@ def run(cluster, core, env, job: str, mode: str, work: Path, timeout: float) -> 
         return {"mode": mode, "exit": proc.returncode, "tail": proc.stderr.strip().splitlines()[-3:]}
     phases = json.loads((out_dir / "report.json").read_text())["timings"]["phases"]
     bound = None if watch.all_bound is None else round(watch.all_bound - watch.all_created, 3)
-    return {"mode": mode, "exit": 0 if bound is not None else "not seen bound", "wall_s": round(wall, 3),
-            "bound_s": bound, "ready_s": round(phases["workers_ready"] - phases["allocated"], 3)}
+    return {
+        "mode": mode,
+        "exit": 0 if bound is not None else "not seen bound",
+        "wall_s": round(wall, 3),
+        "bound_s": bound,
+        "ready_s": round(phases["workers_ready"] - phases["allocated"], 3),
+    }
 
 
 def main(argv=None) -> int:
@@ -113,10 +142,13 @@ def main(argv=None) -> int:
 
         config.load_kube_config(str(cluster.kubeconfig))
         core = client.CoreV1Api()
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")},
-               "KUBECONFIG": str(cluster.kubeconfig), "MPILAUNCH_K8S_PYTHON": sys.executable,
-               "MPILAUNCH_K8S_TOOLS": "image",
-               "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")},
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "MPILAUNCH_K8S_PYTHON": sys.executable,
+            "MPILAUNCH_K8S_TOOLS": "image",
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+        }
         for i in range(args.repeat):
             for mode in MODES:  # interleaved: load hits each mode alike
                 r = run(cluster, core, env, f"adm-{mode}-{i}", mode, work, args.timeout)
@@ -127,15 +159,26 @@ def main(argv=None) -> int:
     summary = {}
     for mode in MODES:
         ok = [r for r in results if r["mode"] == mode and r["exit"] == 0]
-        summary[mode] = {"runs": len(ok), "failed": sum(r["mode"] == mode and r["exit"] != 0 for r in results),
-                         **{f"median_{k}": round(statistics.median(r[k] for r in ok), 2) if ok else None
-                            for k in ("bound_s", "ready_s", "wall_s")}}
+        summary[mode] = {
+            "runs": len(ok),
+            "failed": sum(r["mode"] == mode and r["exit"] != 0 for r in results),
+            **{
+                f"median_{k}": round(statistics.median(r[k] for r in ok), 2) if ok else None
+                for k in ("bound_s", "ready_s", "wall_s")
+            },
+        }
     base = summary["default"]
     for mode, row in summary.items():
-        added = {k: round(row[f"median_{k}"] - base[f"median_{k}"], 2)
-                 for k in ("bound_s", "ready_s", "wall_s") if row[f"median_{k}"] is not None}
-        print(f"{mode:8} {row['runs']} runs: bound {row['median_bound_s']} s, ready {row['median_ready_s']} s, "
-              f"wall {row['median_wall_s']} s; vs default {added}", flush=True)
+        added = {
+            k: round(row[f"median_{k}"] - base[f"median_{k}"], 2)
+            for k in ("bound_s", "ready_s", "wall_s")
+            if row[f"median_{k}"] is not None
+        }
+        print(
+            f"{mode:8} {row['runs']} runs: bound {row['median_bound_s']} s, ready {row['median_ready_s']} s, "
+            f"wall {row['median_wall_s']} s; vs default {added}",
+            flush=True,
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": results, "summary": summary}, indent=1) + "\n")
     return 1 if any(r["exit"] != 0 for r in results) else 0

@@ -49,8 +49,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mpirun")
-    ap.add_argument("--with-options", action="append", default=[], metavar="OPTS",
-                    help="also mpilaunch with these options, e.g. '--stall-timeout 3' (repeatable)")
+    ap.add_argument(
+        "--with-options",
+        action="append",
+        default=[],
+        metavar="OPTS",
+        help="also mpilaunch with these options, e.g. '--stall-timeout 3' (repeatable)",
+    )
     args = ap.parse_args()
     info = mpi.find_mpirun("auto", args.mpirun)
     env = dict(os.environ)
@@ -58,10 +63,23 @@ def main() -> int:
     ours, base = [], []
     with tempfile.TemporaryDirectory() as tmp:
         floor = floor_command(info, Path(tmp), workers=2, slots=2, command=command)
-        ours_argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--np", "4",
-                     "--slots-per-worker", "2", "--", *command]
-        with_argvs = {opts: [*ours_argv[:-len(command) - 1], *shlex.split(opts), "--", *command]
-                      for opts in args.with_options}
+        ours_argv = [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "-q",
+            "--mpirun",
+            info.path,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--",
+            *command,
+        ]
+        with_argvs = {
+            opts: [*ours_argv[: -len(command) - 1], *shlex.split(opts), "--", *command] for opts in args.with_options
+        }
         withs: dict[str, list] = {opts: [] for opts in with_argvs}
         for _ in range(args.rounds):
             ours.append(busbw(ours_argv, env))
@@ -73,14 +91,23 @@ def main() -> int:
     print(f"{'size':>6} {'mpilaunch GB/s':>15} {'plain mpirun GB/s':>18} {'ratio':>6}")
     for size in ours_best:
         print(f"{size:>6} {ours_best[size]:>15.3f} {base_best[size]:>18.3f} {ratios[size]:>6.3f}")
-    result = {"benchmark": "allreduce_busbw", "mpi": f"{info.flavour} {info.version}", "ranks": 4,
-              "rounds": args.rounds, "mpilaunch": ours_best, "plain_mpirun": base_best, "ratio": ratios,
-              "target_ratio": TARGET_RATIO}
+    result = {
+        "benchmark": "allreduce_busbw",
+        "mpi": f"{info.flavour} {info.version}",
+        "ranks": 4,
+        "rounds": args.rounds,
+        "mpilaunch": ours_best,
+        "plain_mpirun": base_best,
+        "ratio": ratios,
+        "target_ratio": TARGET_RATIO,
+    }
     for opts, runs in withs.items():
         best = best_of(runs)
         against = {size: round(best[size] / ours_best[size], 3) for size in best}
-        print(f"mpilaunch {opts}: " + ", ".join(f"{size} {best[size]:.3f} GB/s ({against[size]:.3f}x without)"
-                                                for size in best))
+        print(
+            f"mpilaunch {opts}: "
+            + ", ".join(f"{size} {best[size]:.3f} GB/s ({against[size]:.3f}x without)" for size in best)
+        )
         result.setdefault("with_options", {})[opts] = {"busbw_GBps": best, "ratio_to_without": against}
     print(json.dumps(result))
     return 0 if min(ratios.values()) >= TARGET_RATIO else 1

@@ -69,11 +69,15 @@ def start_costs(env) -> dict:
     bare = median_ms([py, "-IS", "-c", "pass"], env)
     with_site = median_ms([py, "-c", "pass"], env)
     costs = {"interpreter_bare_ms": bare, "site_ms": round(with_site - bare, 1)}
-    for name, module in (("cli_imports", "mpilaunch.cli, mpilaunch.job.lifecycle, mpilaunch.workloads.mpirun, "
-                                          "mpilaunch.backends.local.backend"),
-                         ("agent_imports", "mpilaunch.agent.cli"),
-                         ("shim_imports", "mpilaunch.rsh_agent.shim, mpilaunch.rsh_agent.transports.agent"),
-                         ("rank_wrapper_imports", "mpilaunch.rank")):
+    for name, module in (
+        (
+            "cli_imports",
+            "mpilaunch.cli, mpilaunch.job.lifecycle, mpilaunch.workloads.mpirun, mpilaunch.backends.local.backend",
+        ),
+        ("agent_imports", "mpilaunch.agent.cli"),
+        ("shim_imports", "mpilaunch.rsh_agent.shim, mpilaunch.rsh_agent.transports.agent"),
+        ("rank_wrapper_imports", "mpilaunch.rank"),
+    ):
         flags = ["-c"] if name == "cli_imports" else ["-IS", "-c"]
         base = with_site if name == "cli_imports" else bare
         costs[name + "_ms"] = round(median_ms([py, *flags, on_path + "import " + module], env) - base, 1)
@@ -96,14 +100,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--mpirun", help="mpirun to use (default: found like mpilaunch does)")
-    ap.add_argument("--breakdown", action="store_true",
-                    help="also where the time goes: report.json's phases (7 more launches, with --output-dir) "
-                         "and the start-up cost of each kind of Python process")
-    ap.add_argument("--against", metavar="REV",
-                    help="also time the same launch from a worktree of this git revision, interleaved in the "
-                         "same run, and report the difference in percent (e.g. what a change costs the launch)")
-    ap.add_argument("--with-options", action="append", default=[], metavar="OPTS",
-                    help="also time mpilaunch with these options, e.g. '--stall-timeout 30' (repeatable)")
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also where the time goes: report.json's phases (7 more launches, with --output-dir) "
+        "and the start-up cost of each kind of Python process",
+    )
+    ap.add_argument(
+        "--against",
+        metavar="REV",
+        help="also time the same launch from a worktree of this git revision, interleaved in the "
+        "same run, and report the difference in percent (e.g. what a change costs the launch)",
+    )
+    ap.add_argument(
+        "--with-options",
+        action="append",
+        default=[],
+        metavar="OPTS",
+        help="also time mpilaunch with these options, e.g. '--stall-timeout 30' (repeatable)",
+    )
     args = ap.parse_args()
     info = mpi.find_mpirun("auto", args.mpirun)
     # `pip install .` leaves the package byte-compiled; an editable checkout
@@ -116,19 +131,36 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         floor = floor_command(info, Path(tmp), workers=2, slots=2, command=command)
         floor_argv, floor_env = floor.argv, {**env, **floor.env}
-        ours_argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--np", "4",
-                     "--slots-per-worker", "2", "--", *command]
+        ours_argv = [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "-q",
+            "--mpirun",
+            info.path,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--",
+            *command,
+        ]
         other = None
         if args.against:
             other = Path(tmp) / "against"
-            subprocess.run(["git", "worktree", "add", "--detach", str(other), args.against], cwd=REPO, check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(other), args.against],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+            )
             compileall.compile_dir(str(other / "mpilaunch"), quiet=1)
             timed(ours_argv, env, other)
         timed(ours_argv, env), timed(floor_argv, floor_env)  # warm caches
         ours, base, before, ours_cpu, before_cpu = [], [], [], [], []
-        with_argvs = {opts: [*ours_argv[:-len(command) - 1], *shlex.split(opts), "--", *command]
-                      for opts in args.with_options}
+        with_argvs = {
+            opts: [*ours_argv[: -len(command) - 1], *shlex.split(opts), "--", *command] for opts in args.with_options
+        }
         withs: dict[str, tuple[list, list]] = {opts: ([], []) for opts in with_argvs}
         try:
             for _ in range(args.runs):
@@ -151,25 +183,41 @@ def main() -> int:
     if before:
         then, now = statistics.median(before), statistics.median(ours)
         cpu_then, cpu_now = statistics.median(before_cpu), statistics.median(ours_cpu)
-        result["against"] = {"rev": args.against, "median_s": round(then, 4),
-                             "change_percent": round(100 * (now - then) / then, 2),
-                             "cpu_median_s": round(cpu_then, 4), "this_tree_cpu_median_s": round(cpu_now, 4)}
-        print(f"the same launch at {args.against}: median {then:.3f}s; this tree "
-              f"{result['against']['change_percent']:+.2f}%")
-        print(f"CPU of a launch (all its processes, medians): {cpu_then:.3f}s at {args.against}, "
-              f"{cpu_now:.3f}s this tree ({1000 * (cpu_now - cpu_then):+.0f} ms)")
+        result["against"] = {
+            "rev": args.against,
+            "median_s": round(then, 4),
+            "change_percent": round(100 * (now - then) / then, 2),
+            "cpu_median_s": round(cpu_then, 4),
+            "this_tree_cpu_median_s": round(cpu_now, 4),
+        }
+        print(
+            f"the same launch at {args.against}: median {then:.3f}s; this tree "
+            f"{result['against']['change_percent']:+.2f}%"
+        )
+        print(
+            f"CPU of a launch (all its processes, medians): {cpu_then:.3f}s at {args.against}, "
+            f"{cpu_now:.3f}s this tree ({1000 * (cpu_now - cpu_then):+.0f} ms)"
+        )
     for opts, (walls, cpus) in withs.items():
-        wall, cpu, now, cpu_now = (statistics.median(walls), statistics.median(cpus), statistics.median(ours),
-                                   statistics.median(ours_cpu))
+        wall, cpu, now, cpu_now = (
+            statistics.median(walls),
+            statistics.median(cpus),
+            statistics.median(ours),
+            statistics.median(ours_cpu),
+        )
         result.setdefault("with_options", {})[opts] = {
-            "median_s": round(wall, 4), "change_percent": round(100 * (wall - now) / now, 2),
-            "cpu_median_s": round(cpu, 4), "cpu_change_ms": round(1000 * (cpu - cpu_now), 1)}
-        print(f"mpilaunch {opts}: median {wall:.3f}s, {result['with_options'][opts]['change_percent']:+.2f}% "
-              f"against without; CPU {cpu:.3f}s ({1000 * (cpu - cpu_now):+.0f} ms)")
+            "median_s": round(wall, 4),
+            "change_percent": round(100 * (wall - now) / now, 2),
+            "cpu_median_s": round(cpu, 4),
+            "cpu_change_ms": round(1000 * (cpu - cpu_now), 1),
+        }
+        print(
+            f"mpilaunch {opts}: median {wall:.3f}s, {result['with_options'][opts]['change_percent']:+.2f}% "
+            f"against without; CPU {cpu:.3f}s ({1000 * (cpu - cpu_now):+.0f} ms)"
+        )
     if args.breakdown:
         result["phases_s"], result["start_costs_ms"] = phases, costs
-        print("phases (s since mpilaunch began planning, medians): "
-              + ", ".join(f"{k} {v}" for k, v in phases.items()))
+        print("phases (s since mpilaunch began planning, medians): " + ", ".join(f"{k} {v}" for k, v in phases.items()))
         print("start-up costs (ms, medians): " + ", ".join(f"{k[:-3]} {v}" for k, v in costs.items()))
     print(json.dumps(result))
     return 0 if result["ratio"] <= TARGET_RATIO else 1

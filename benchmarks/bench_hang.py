@@ -74,16 +74,38 @@ def odd_rank(i: int, ranks: int) -> int:
 def one_hang(mpirun: str, ranks: int, mode: str, odd: int, stall_s: float, pin: str | None, out: Path) -> dict:
     slots = slots_for(ranks)
     program = ["taskset", "-c", pin] if pin else []
-    argv = [sys.executable, "-m", "mpilaunch", "--mpirun", mpirun, "--name", f"bench-hang-{uuid.uuid4().hex[:6]}",
-            "--np", str(ranks), "--slots-per-worker", str(slots), "--stall-timeout", f"{stall_s:g}",
-            "--timeout", f"{stall_s + 240:g}", "--output-dir", str(out),
-            "--", *program, sys.executable, str(HANG), mode, str(odd)]
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--mpirun",
+        mpirun,
+        "--name",
+        f"bench-hang-{uuid.uuid4().hex[:6]}",
+        "--np",
+        str(ranks),
+        "--slots-per-worker",
+        str(slots),
+        "--stall-timeout",
+        f"{stall_s:g}",
+        "--timeout",
+        f"{stall_s + 240:g}",
+        "--output-dir",
+        str(out),
+        "--",
+        *program,
+        sys.executable,
+        str(HANG),
+        mode,
+        str(odd),
+    ]
     run_id = uuid.uuid4().hex
     env = {**os.environ, MARK: run_id}
     lines: list[tuple[float, str]] = []
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
     def read():
         for line in proc.stdout:
@@ -103,17 +125,30 @@ def one_hang(mpirun: str, ranks: int, mode: str, odd: int, stall_s: float, pin: 
         kill_tree(pid)
     ready = [t for t, line in lines if line.endswith(" ready")]
     verdicts = [(t, line) for t, line in lines if line.startswith("mpilaunch: hang:")]
-    result = {"ranks": ranks, "slots": slots, "mode": mode, "odd": odd, "exit_code": code, "wall_s": round(wall, 2),
-              "ready_lines": len(ready), "left_behind": len(left), "load": round(os.getloadavg()[0], 1)}
+    result = {
+        "ranks": ranks,
+        "slots": slots,
+        "mode": mode,
+        "odd": odd,
+        "exit_code": code,
+        "wall_s": round(wall, 2),
+        "ready_lines": len(ready),
+        "left_behind": len(left),
+        "load": round(os.getloadavg()[0], 1),
+    }
     try:
         report = json.loads((out / "report.json").read_text())
     except (OSError, ValueError) as e:
         report = {}
         result["error"] = f"no report.json: {e}"
     hang = report.get("hang") or {}
-    result.update(odd_ranks=hang.get("odd_ranks"), collection_s=hang.get("collection_s"),
-                  right=hang.get("odd_ranks") == [odd] and code == EXIT_HUNG, reached=len(ready) == ranks,
-                  verdict=verdicts[0][1] if verdicts else None)
+    result.update(
+        odd_ranks=hang.get("odd_ranks"),
+        collection_s=hang.get("collection_s"),
+        right=hang.get("odd_ranks") == [odd] and code == EXIT_HUNG,
+        reached=len(ready) == ranks,
+        verdict=verdicts[0][1] if verdicts else None,
+    )
     if verdicts and len(ready) == ranks:
         result["stall_to_verdict_s"] = round(verdicts[0][0] - max(ready), 2)
     if not result["right"]:
@@ -124,16 +159,19 @@ def one_hang(mpirun: str, ranks: int, mode: str, odd: int, stall_s: float, pin: 
 def summary(runs: list[dict], stall_s: float) -> dict:
     to_verdict = [r["stall_to_verdict_s"] for r in runs if "stall_to_verdict_s" in r]
     collection = [r["collection_s"] for r in runs if r.get("collection_s") is not None]
-    return {"hangs": len(runs), "right": sum(r["right"] for r in runs),
-            "not_reached": sum(not r["reached"] for r in runs),
-            "stall_to_verdict_median_s": round(statistics.median(to_verdict), 2) if to_verdict else None,
-            "stall_to_verdict_max_s": max(to_verdict, default=None),
-            "collection_median_s": round(statistics.median(collection), 2) if collection else None,
-            "collection_max_s": max(collection, default=None),
-            "load": [min(r["load"] for r in runs), max(r["load"] for r in runs)],
-            "left_behind": sum(r["left_behind"] for r in runs),
-            "verdict_target_met": bool(to_verdict) and max(to_verdict) <= stall_s + VERDICT_SLACK_S,
-            "collection_target_met": bool(collection) and max(collection) <= COLLECTION_TARGET_S}
+    return {
+        "hangs": len(runs),
+        "right": sum(r["right"] for r in runs),
+        "not_reached": sum(not r["reached"] for r in runs),
+        "stall_to_verdict_median_s": round(statistics.median(to_verdict), 2) if to_verdict else None,
+        "stall_to_verdict_max_s": max(to_verdict, default=None),
+        "collection_median_s": round(statistics.median(collection), 2) if collection else None,
+        "collection_max_s": max(collection, default=None),
+        "load": [min(r["load"] for r in runs), max(r["load"] for r in runs)],
+        "left_behind": sum(r["left_behind"] for r in runs),
+        "verdict_target_met": bool(to_verdict) and max(to_verdict) <= stall_s + VERDICT_SLACK_S,
+        "collection_target_met": bool(collection) and max(collection) <= COLLECTION_TARGET_S,
+    }
 
 
 def main() -> int:
@@ -153,35 +191,51 @@ def main() -> int:
         for ranks in sizes:
             for i in range(args.hangs):
                 mode, odd = MODES[i % len(MODES)], odd_rank(i, ranks)
-                r = one_hang(args.mpirun, ranks, mode, odd, args.stall_timeout, args.pin_ranks,
-                             Path(tmp) / f"{ranks}-{i}")
+                r = one_hang(
+                    args.mpirun, ranks, mode, odd, args.stall_timeout, args.pin_ranks, Path(tmp) / f"{ranks}-{i}"
+                )
                 runs.setdefault(ranks, []).append(r)
-                print(f"{ranks} ranks, {mode} at rank {odd}: exit {r['exit_code']}, right={r['right']}, "
-                      f"stall->verdict {r.get('stall_to_verdict_s')} s, collection {r.get('collection_s')} s, "
-                      f"load {r['load']}" + (f"\n{r.get('output_tail', '')}" if not r["right"] else ""),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{ranks} ranks, {mode} at rank {odd}: exit {r['exit_code']}, right={r['right']}, "
+                    f"stall->verdict {r.get('stall_to_verdict_s')} s, collection {r.get('collection_s')} s, "
+                    f"load {r['load']}" + (f"\n{r.get('output_tail', '')}" if not r["right"] else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
     results = {ranks: summary(rs, args.stall_timeout) for ranks, rs in runs.items()}
     pinned = f", ranks pinned to CPU {args.pin_ranks}" if args.pin_ranks else ""
     print(f"--stall-timeout {args.stall_timeout:g}, {os.cpu_count()} cores{pinned}; modes {', '.join(MODES)}")
-    print("| ranks (workers x slots) | right rank / reached (not reached) | stall -> verdict s (median, max) "
-          "| collection s (median, max) | load | left behind |")
+    print(
+        "| ranks (workers x slots) | right rank / reached (not reached) | stall -> verdict s (median, max) "
+        "| collection s (median, max) | load | left behind |"
+    )
     print("|---|---|---|---|---|---|")
     for ranks, s in results.items():
-        print(f"| {ranks} ({ranks // slots_for(ranks)} x {slots_for(ranks)}) | "
-              f"{s['right']}/{s['hangs'] - s['not_reached']} ({s['not_reached']}) | "
-              f"{s['stall_to_verdict_median_s']}, {s['stall_to_verdict_max_s']} | "
-              f"{s['collection_median_s']}, {s['collection_max_s']} | {s['load'][0]}-{s['load'][1]} | "
-              f"{s['left_behind']} |")
+        print(
+            f"| {ranks} ({ranks // slots_for(ranks)} x {slots_for(ranks)}) | "
+            f"{s['right']}/{s['hangs'] - s['not_reached']} ({s['not_reached']}) | "
+            f"{s['stall_to_verdict_median_s']}, {s['stall_to_verdict_max_s']} | "
+            f"{s['collection_median_s']}, {s['collection_max_s']} | {s['load'][0]}-{s['load'][1]} | "
+            f"{s['left_behind']} |"
+        )
     total = sum(s["hangs"] - s["not_reached"] for s in results.values())
     right = sum(s["right"] for s in results.values())
     print(f"attribution: {right}/{total} injected hangs reached ({100 * right / max(total, 1):.0f}%)")
-    record = {"benchmark": "hang_diagnosis", "stall_timeout_s": args.stall_timeout, "pin_ranks": args.pin_ranks,
-              "cores": os.cpu_count(), "sizes": {str(k): v for k, v in results.items()}, "right": right, "hangs": total}
+    record = {
+        "benchmark": "hang_diagnosis",
+        "stall_timeout_s": args.stall_timeout,
+        "pin_ranks": args.pin_ranks,
+        "cores": os.cpu_count(),
+        "sizes": {str(k): v for k, v in results.items()},
+        "right": right,
+        "hangs": total,
+    }
     print(json.dumps(record))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": record, "runs": runs}, indent=1))
-    met = right == total and all(s["verdict_target_met"] and s["collection_target_met"]
-                                 for k, s in results.items() if k == max(sizes))
+    met = right == total and all(
+        s["verdict_target_met"] and s["collection_target_met"] for k, s in results.items() if k == max(sizes)
+    )
     return 0 if met else 1
 
 

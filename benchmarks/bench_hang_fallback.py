@@ -43,22 +43,45 @@ def startup(runs: int) -> dict:
             subprocess.run([sys.executable, "-c", "pass"], env=e, check=True)
             times[key].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    return {"plain_ms": round(med["plain"], 2), "stacks_site_ms": round(med["stacks_site"], 2),
-            "added_ms": round(med["stacks_site"] - med["plain"], 2), "runs": runs}
+    return {
+        "plain_ms": round(med["plain"], 2),
+        "stacks_site_ms": round(med["stacks_site"], 2),
+        "added_ms": round(med["stacks_site"] - med["plain"], 2),
+        "runs": runs,
+    }
 
 
 def collection(mpirun: str | None, np: int, py_spy: bool) -> tuple[float, bool]:
     """(report.json's collection_s, whether the verdict named the sleeping rank) of one hung job."""
     odd = np - 1
     with tempfile.TemporaryDirectory() as out:
-        argv = [sys.executable, "-m", "mpilaunch", "-q", "--name", f"bench-hang-fb-{os.getpid()}", "--np", str(np),
-                "--slots-per-worker", "2", "--timeout", "8", "--output-dir", out]
+        argv = [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "-q",
+            "--name",
+            f"bench-hang-fb-{os.getpid()}",
+            "--np",
+            str(np),
+            "--slots-per-worker",
+            "2",
+            "--timeout",
+            "8",
+            "--output-dir",
+            out,
+        ]
         argv[3:3] = ["--mpirun", mpirun] if mpirun else []
         env = dict(os.environ)
         if not py_spy:
             env["MPILAUNCH_PY_SPY"] = "none"
-        subprocess.run(argv + ["--", sys.executable, str(HANG), "sleep", str(odd)], env=env, cwd=REPO,
-                       capture_output=True, timeout=300)
+        subprocess.run(
+            argv + ["--", sys.executable, str(HANG), "sleep", str(odd)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            timeout=300,
+        )
         hang = json.loads(Path(out, "report.json").read_text())["hang"]
     return hang["collection_s"], hang["odd_ranks"] == [odd]
 
@@ -73,9 +96,12 @@ def main() -> None:
     result = {"startup": startup(args.startup_runs), "np": args.np}
     for tool, py_spy in (("py-spy", True), ("faulthandler", False)):
         runs = [collection(args.mpirun, args.np, py_spy) for _ in range(args.runs)]
-        result[tool] = {"collection_s_median": round(statistics.median(r[0] for r in runs), 3),
-                        "collection_s": [r[0] for r in runs], "named_right": sum(r[1] for r in runs),
-                        "runs": len(runs)}
+        result[tool] = {
+            "collection_s_median": round(statistics.median(r[0] for r in runs), 3),
+            "collection_s": [r[0] for r in runs],
+            "named_right": sum(r[1] for r in runs),
+            "runs": len(runs),
+        }
     print(json.dumps(result, indent=2))
 
 

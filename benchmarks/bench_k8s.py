@@ -74,11 +74,15 @@ def make_pods(cluster, count: int, label: str, work: Path) -> list[str]:
     for n in names:
         (work / "pods" / n).mkdir(parents=True)
     cluster.apply([cluster.pod_exec(n, env={"TMPDIR": str(work / "pods" / n)}) for n in names])
-    items = [{
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": n, "labels": {"bench": label}},
-        "spec": {"nodeSelector": {"type": "kwok"}, "containers": [{"name": "worker", "image": "bench"}]},
-    } for n in names]
+    items = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": n, "labels": {"bench": label}},
+            "spec": {"nodeSelector": {"type": "kwok"}, "containers": [{"name": "worker", "image": "bench"}]},
+        }
+        for n in names
+    ]
     cluster.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     cluster.wait_pods(selector=f"bench={label}", count=count, timeout=300)
     return names
@@ -86,12 +90,14 @@ def make_pods(cluster, count: int, label: str, work: Path) -> list[str]:
 
 def forget_pods(cluster, label: str, count: int) -> None:
     cluster.kubectl("delete", "pods", "-l", f"bench={label}", "--wait=false", check=False)
-    cluster.kubectl("delete", "--ignore-not-found", "--wait=false",
-                    *[f"exec/{label}-{i}" for i in range(count)], check=False)
+    cluster.kubectl(
+        "delete", "--ignore-not-found", "--wait=false", *[f"exec/{label}-{i}" for i in range(count)], check=False
+    )
 
 
-def fanout(agent_argv: list[str], pods: list[str], env: dict, relay_context: dict | None = None,
-           work: Path | None = None) -> dict:
+def fanout(
+    agent_argv: list[str], pods: list[str], env: dict, relay_context: dict | None = None, work: Path | None = None
+) -> dict:
     """Start one agent per pod at once; wall time until all ended, their CPU.
 
     With ``relay_context`` the job's exec relay is started first (not timed:
@@ -109,8 +115,16 @@ def fanout(agent_argv: list[str], pods: list[str], env: dict, relay_context: dic
         (work / "context-relay.json").write_text(json.dumps(ctx))
         env = {**env, "MPILAUNCH_CONTEXT": str(work / "context-relay.json")}
     t0 = time.monotonic()
-    procs = [subprocess.Popen(agent_argv + [pod, f"echo ok-{pod}"], env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for pod in pods]
+    procs = [
+        subprocess.Popen(
+            agent_argv + [pod, f"echo ok-{pod}"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for pod in pods
+    ]
     results = [(p.communicate(timeout=600), p.returncode) for p in procs]
     wall = time.monotonic() - t0
     if relay is not None:
@@ -127,16 +141,30 @@ def mpirun_launch(info, agent: str, hosts: list[str], workdir: Path, env: dict, 
     """Seconds until mpirun exited 0, else "stall" (still running after ``timeout``) or "failed"."""
     hf = workdir / f"hostfile-{len(hosts)}"
     hf.write_text(hostfile.render([(h, 1) for h in hosts], info.hostfile_flavour))
-    command = mpi.build_mpirun(info, ranks=len(hosts), hosts=len(hosts), hostfile=str(hf), shim=agent,
-                               command=["true"], environ=dict(env), as_root=os.geteuid() == 0)
+    command = mpi.build_mpirun(
+        info,
+        ranks=len(hosts),
+        hosts=len(hosts),
+        hostfile=str(hf),
+        shim=agent,
+        command=["true"],
+        environ=dict(env),
+        as_root=os.geteuid() == 0,
+    )
     # mpirun's session directory in this run's own TMPDIR: one that a killed
     # mpirun left in /tmp makes a later mpirun with the same pid fail at once
     # ("The PMIx server's listener thread failed to start"; pids wrap here).
     tmp = workdir / "mpirun-tmp"
     tmp.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    proc = subprocess.Popen(command.argv, env={**env, **command.env, "TMPDIR": str(tmp)}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        command.argv,
+        env={**env, **command.env, "TMPDIR": str(tmp)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         _out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -223,12 +251,18 @@ def main(argv=None) -> int:
         # (a) fan-out
         runs = {"mpilaunch": [], "direct": [], "kubectl": []}
         for i in range(args.repeat):
-            for name, argv_, e, rc in (("mpilaunch", [shim], shim_env, context), ("direct", [shim], shim_env, None),
-                                       ("kubectl", [str(kubexec)], env, None)):
+            for name, argv_, e, rc in (
+                ("mpilaunch", [shim], shim_env, context),
+                ("direct", [shim], shim_env, None),
+                ("kubectl", [str(kubexec)], env, None),
+            ):
                 r = fanout(argv_, pods, e, rc, work)
                 runs[name].append(r)
-                print(f"# fan-out {name} run {i}: {r['ok']}/{len(pods)} ok, wall {r['wall_s']:.2f}s, "
-                      f"cpu {r['cpu_s']:.2f}s {r['errors'] or ''}", file=sys.stderr)
+                print(
+                    f"# fan-out {name} run {i}: {r['ok']}/{len(pods)} ok, wall {r['wall_s']:.2f}s, "
+                    f"cpu {r['cpu_s']:.2f}s {r['errors'] or ''}",
+                    file=sys.stderr,
+                )
         # (b) full mpirun launches
         info = mpi.find_mpirun("auto", None, env.get("PATH"))
         floor_agent = write_sh_agent(work)
@@ -242,8 +276,11 @@ def main(argv=None) -> int:
         for n in args.sizes:
             launches[n] = {"floor": [], "mpilaunch": [], "kubectl": []}
             for i in range(args.repeat):
-                for name, agent, e in (("floor", floor_agent, env), ("mpilaunch", shim, shim_env),
-                                       ("kubectl", str(kubexec), env)):
+                for name, agent, e in (
+                    ("floor", floor_agent, env),
+                    ("mpilaunch", shim, shim_env),
+                    ("kubectl", str(kubexec), env),
+                ):
                     hosts = pods[:n] if name != "floor" else [f"floor-worker-{j}" for j in range(n)]
                     t = mpirun_launch(info, agent, hosts, work, e, args.mpirun_timeout)
                     launches[n][name].append(t)
@@ -258,24 +295,39 @@ def main(argv=None) -> int:
 
     k = runs["kubectl"]
     kw, kc = median([r["wall_s"] for r in k]), median([r["cpu_s"] for r in k])
-    print(f"\n(a) exec fan-out: {args.pods} concurrent agent invocations (`echo ok-<pod>`), one per kwok pod, "
-          f"median of {args.repeat}\n")
-    print("| agent | completed (worst run) | wall | launcher CPU | CPU per invocation | wall vs baseline | CPU vs baseline |")
+    print(
+        f"\n(a) exec fan-out: {args.pods} concurrent agent invocations (`echo ok-<pod>`), one per kwok pod, "
+        f"median of {args.repeat}\n"
+    )
+    print(
+        "| agent | completed (worst run) | wall | launcher CPU | CPU per invocation | wall vs baseline | CPU vs baseline |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    labels = {"mpilaunch": "mpilaunch-rsh + job relay (default)", "direct": "mpilaunch-rsh, own TLS connection each",
-              "kubectl": "kubexec.sh + `kubectl exec` (MPI operator v1)"}
+    labels = {
+        "mpilaunch": "mpilaunch-rsh + job relay (default)",
+        "direct": "mpilaunch-rsh, own TLS connection each",
+        "kubectl": "kubexec.sh + `kubectl exec` (MPI operator v1)",
+    }
     for name in ("mpilaunch", "direct", "kubectl"):
         r = runs[name]
         w, c = median([x["wall_s"] for x in r]), median([x["cpu_s"] for x in r])
-        print(f"| {labels[name]} | {min(x['ok'] for x in r)}/{args.pods} | {fmt(w)} | {fmt(c)} | "
-              f"{c / args.pods * 1000:.0f} ms | {w / kw:.2f}x | {c / kc:.2f}x |")
-    print(f"\n(b) `mpirun true` over N one-slot pods (Open MPI {info.version}, no tree spawn), every run "
-          f"(stall: not done within {args.mpirun_timeout:g} s); load average {load[0]} before, {load[1]} after\n")
-    print("| N | /bin/sh agent floor | mpilaunch-rsh + relay | kubexec.sh + kubectl | completed | median mpilaunch / kubectl |")
+        print(
+            f"| {labels[name]} | {min(x['ok'] for x in r)}/{args.pods} | {fmt(w)} | {fmt(c)} | "
+            f"{c / args.pods * 1000:.0f} ms | {w / kw:.2f}x | {c / kc:.2f}x |"
+        )
+    print(
+        f"\n(b) `mpirun true` over N one-slot pods (Open MPI {info.version}, no tree spawn), every run "
+        f"(stall: not done within {args.mpirun_timeout:g} s); load average {load[0]} before, {load[1]} after\n"
+    )
+    print(
+        "| N | /bin/sh agent floor | mpilaunch-rsh + relay | kubexec.sh + kubectl | completed | median mpilaunch / kubectl |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for n, r in launches.items():
         runs_ = {x: ", ".join(v if isinstance(v, str) else f"{v:.2f}" for v in r[x]) + " s" for x in r}
-        done = " / ".join(f"{sum(isinstance(v, float) for v in r[x])}/{len(r[x])}" for x in ("floor", "mpilaunch", "kubectl"))
+        done = " / ".join(
+            f"{sum(isinstance(v, float) for v in r[x])}/{len(r[x])}" for x in ("floor", "mpilaunch", "kubectl")
+        )
         m_, k_ = median(r["mpilaunch"]), median(r["kubectl"])
         ratio = f"{m_ / k_:.2f}x" if m_ and k_ else "-"
         print(f"| {n} | {runs_['floor']} | {runs_['mpilaunch']} | {runs_['kubectl']} | {done} | {ratio} |")

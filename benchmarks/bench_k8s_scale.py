@@ -57,8 +57,9 @@ def control_plane_cpu() -> dict[str, float]:
             continue
         for component in COMPONENTS:
             if name.startswith(component):
-                out[component] = out.get(component, 0.0) + times.user + times.system + \
-                    times.children_user + times.children_system
+                out[component] = (
+                    out.get(component, 0.0) + times.user + times.system + times.children_user + times.children_system
+                )
     return out
 
 
@@ -86,8 +87,27 @@ class Sampler(threading.Thread):
 def job_argv(job: str, transport: str, pods: int, program: list[str], real: list[str] | None = None) -> list[str]:
     """kwok: ``--launcher local``; ``real``: the real node's image and job arguments, the cluster launcher."""
     where = real if real is not None else ["--image", "mpilaunch:test", "--launcher", "local"]
-    return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", *where, "--transport", transport, "--name", job,
-            "--np", str(pods), "--slots-per-worker", "1", "-q", "--start-timeout", "240", "--", *program]
+    return [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "k8s",
+        *where,
+        "--transport",
+        transport,
+        "--name",
+        job,
+        "--np",
+        str(pods),
+        "--slots-per-worker",
+        "1",
+        "-q",
+        "--start-timeout",
+        "240",
+        "--",
+        *program,
+    ]
 
 
 def give_exec_targets(cluster, job: str, pods: int, work: Path) -> None:
@@ -95,8 +115,9 @@ def give_exec_targets(cluster, job: str, pods: int, work: Path) -> None:
     names = [f"{job}-worker-{i}" for i in range(pods)]
     for n in names:
         (work / n).mkdir(parents=True, exist_ok=True)
-    cluster.apply([cluster.pod_exec(n, env={"TMPDIR": str(work / n), "POD_NAME": n, "MPILAUNCH_WORKER": n})
-                   for n in names])
+    cluster.apply(
+        [cluster.pod_exec(n, env={"TMPDIR": str(work / n), "POD_NAME": n, "MPILAUNCH_WORKER": n}) for n in names]
+    )
 
 
 def run_job(cluster, env, job, transport, pods, program, timeout, work, sample=False, real=None) -> dict:
@@ -110,24 +131,41 @@ def run_job(cluster, env, job, transport, pods, program, timeout, work, sample=F
         sampler.start()
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(job_argv(job, transport, pods, program, real), cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            job_argv(job, transport, pods, program, real),
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         code, tail = proc.returncode, proc.stderr.strip().splitlines()[-3:]
     except subprocess.TimeoutExpired:
         code, tail = None, ["timed out"]
     wall = time.perf_counter() - t0
     cpu_after = control_plane_cpu()
-    out = {"transport": transport, "pods": pods, "wall_s": round(wall, 3), "exit": code,
-           "stall": code != 0, "tail": tail,
-           "cluster_cpu_s": {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after}}
+    out = {
+        "transport": transport,
+        "pods": pods,
+        "wall_s": round(wall, 3),
+        "exit": code,
+        "stall": code != 0,
+        "tail": tail,
+        "cluster_cpu_s": {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after},
+    }
     if sampler is not None:
         sampler.done.set()
         sampler.join()
         out["longrunning_job"] = sampler.peak - baseline
         out["longrunning_detail"] = {k: v for k, v in sampler.peak_detail.items() if "pods" in k and v}
     if transport == "exec" and real is None:
-        cluster.kubectl("delete", "--ignore-not-found", "--wait=false",
-                        *[f"exec/{job}-worker-{i}" for i in range(pods)], check=False)
+        cluster.kubectl(
+            "delete",
+            "--ignore-not-found",
+            "--wait=false",
+            *[f"exec/{job}-worker-{i}" for i in range(pods)],
+            check=False,
+        )
     return out
 
 
@@ -139,8 +177,12 @@ def main(argv=None) -> int:
     ap.add_argument("--hold", type=float, default=6.0, help="seconds the streams job's ranks sleep")
     ap.add_argument("--launch-timeout", type=float, default=300)
     ap.add_argument("--no-launch", action="store_true", help="streams only")
-    ap.add_argument("--real-pods", type=int, default=0,
-                    help="also the streams job on the testbed's real node with this many pods (cluster launcher)")
+    ap.add_argument(
+        "--real-pods",
+        type=int,
+        default=0,
+        help="also the streams job on the testbed's real node with this many pods (cluster launcher)",
+    )
     ap.add_argument("--workdir", help="attach to a running testbed (python -m testbeds.k8s.cluster up --workdir DIR)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
@@ -158,20 +200,35 @@ def main(argv=None) -> int:
         cluster.create_nodes(max(16, (max(counts) + 63) // 64), gpus=8)
     work = Path(tempfile.mkdtemp(prefix="bench-k8s-scale-"))
     # as the tests run kwok jobs: the pods' commands run here, with this mpilaunch (k8s/tools.py)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")},
-           "KUBECONFIG": str(cluster.kubeconfig), "MPILAUNCH_K8S_PYTHON": sys.executable,
-           "MPILAUNCH_K8S_TOOLS": "image",
-           "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")},
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "MPILAUNCH_K8S_PYTHON": sys.executable,
+        "MPILAUNCH_K8S_TOOLS": "image",
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+    }
     results = {"streams": [], "launch": []}
     try:
         for pods in counts:
             for transport in transports:
-                r = run_job(cluster, env, f"s{pods}-{transport}", transport, pods, ["sleep", str(args.hold)],
-                            args.launch_timeout, work, sample=True)
+                r = run_job(
+                    cluster,
+                    env,
+                    f"s{pods}-{transport}",
+                    transport,
+                    pods,
+                    ["sleep", str(args.hold)],
+                    args.launch_timeout,
+                    work,
+                    sample=True,
+                )
                 results["streams"].append(r)
-                print(f"streams  {transport:5} {pods:4} pods: job holds {r.get('longrunning_job')} long-running "
-                      f"requests {r.get('longrunning_detail')} (exit {r['exit']}, {r['wall_s']} s); "
-                      f"cluster CPU {r['cluster_cpu_s']}", flush=True)
+                print(
+                    f"streams  {transport:5} {pods:4} pods: job holds {r.get('longrunning_job')} long-running "
+                    f"requests {r.get('longrunning_detail')} (exit {r['exit']}, {r['wall_s']} s); "
+                    f"cluster CPU {r['cluster_cpu_s']}",
+                    flush=True,
+                )
         if args.real_pods:
             from testbeds.k8s.node import JOB_ARGS
 
@@ -179,30 +236,59 @@ def main(argv=None) -> int:
             # real pods run their own commands: the job's pieces come in its ConfigMap, as for users
             real_env = {k: v for k, v in env.items() if k not in ("MPILAUNCH_K8S_TOOLS", "MPILAUNCH_K8S_PYTHON")}
             for transport in transports:
-                r = run_job(cluster, real_env, f"r{args.real_pods}-{transport}", transport, args.real_pods,
-                            ["sleep", str(args.hold)], args.launch_timeout, work, sample=True,
-                            real=["--image", image, *JOB_ARGS])
+                r = run_job(
+                    cluster,
+                    real_env,
+                    f"r{args.real_pods}-{transport}",
+                    transport,
+                    args.real_pods,
+                    ["sleep", str(args.hold)],
+                    args.launch_timeout,
+                    work,
+                    sample=True,
+                    real=["--image", image, *JOB_ARGS],
+                )
                 r["real"] = True
                 results["streams"].append(r)
-                print(f"streams  {transport:5} {args.real_pods:4} real pods: job holds {r.get('longrunning_job')} "
-                      f"long-running requests (peak) {r.get('longrunning_detail')} (exit {r['exit']}, "
-                      f"{r['wall_s']} s); cluster CPU {r['cluster_cpu_s']}", flush=True)
+                print(
+                    f"streams  {transport:5} {args.real_pods:4} real pods: job holds {r.get('longrunning_job')} "
+                    f"long-running requests (peak) {r.get('longrunning_detail')} (exit {r['exit']}, "
+                    f"{r['wall_s']} s); cluster CPU {r['cluster_cpu_s']}",
+                    flush=True,
+                )
         if not args.no_launch:
             for pods in counts:
                 runs = {t: [] for t in transports}
                 for i in range(args.repeat):
                     for transport in transports:  # interleaved: load hits both alike
-                        r = run_job(cluster, env, f"l{pods}-{transport}-{i}", transport, pods, ["true"],
-                                    args.launch_timeout, work)
+                        r = run_job(
+                            cluster,
+                            env,
+                            f"l{pods}-{transport}-{i}",
+                            transport,
+                            pods,
+                            ["true"],
+                            args.launch_timeout,
+                            work,
+                        )
                         runs[transport].append(r)
                 for transport, rs in runs.items():
                     ok = [r["wall_s"] for r in rs if not r["stall"]]
-                    row = {"transport": transport, "pods": pods, "runs": len(rs), "stalls": len(rs) - len(ok),
-                           "median_s": round(statistics.median(ok), 2) if ok else None,
-                           "walls": [r["wall_s"] for r in rs], "failures": [r["tail"] for r in rs if r["stall"]]}
+                    row = {
+                        "transport": transport,
+                        "pods": pods,
+                        "runs": len(rs),
+                        "stalls": len(rs) - len(ok),
+                        "median_s": round(statistics.median(ok), 2) if ok else None,
+                        "walls": [r["wall_s"] for r in rs],
+                        "failures": [r["tail"] for r in rs if r["stall"]],
+                    }
                     results["launch"].append(row)
-                    print(f"launch   {transport:5} {pods:4} pods: median {row['median_s']} s over {len(ok)} "
-                          f"(stalls {row['stalls']}) {row['walls']}", flush=True)
+                    print(
+                        f"launch   {transport:5} {pods:4} pods: median {row['median_s']} s over {len(ok)} "
+                        f"(stalls {row['stalls']}) {row['walls']}",
+                        flush=True,
+                    )
     finally:
         if own is not None:
             own.stop()

@@ -114,11 +114,15 @@ class Walker:
         if pid == self.root:
             group = "mpilaunch"
             self.root_cmdline = cmdline
-        elif parent_group == "mpilaunch" and ("mpilaunch.agent" in name or "mpilaunch.agent" in cmdline
-                                              or cmdline == self.root_cmdline):
+        elif parent_group == "mpilaunch" and (
+            "mpilaunch.agent" in name or "mpilaunch.agent" in cmdline or cmdline == self.root_cmdline
+        ):
             group = "agent"  # exec'd (its launcher's name), or forked from the CLI (its command line)
-        elif parent_group == "shim" or name == "mpilaunch-rsh" or any(
-                os.path.basename(a) == "mpilaunch-rsh" or a.startswith("mpilaunch.rsh_agent") for a in argv[:4]):
+        elif (
+            parent_group == "shim"
+            or name == "mpilaunch-rsh"
+            or any(os.path.basename(a) == "mpilaunch-rsh" or a.startswith("mpilaunch.rsh_agent") for a in argv[:4])
+        ):
             group = "shim"
         elif parent_group == "mpirun" or is_mpirun(name) or bool(argv) and is_mpirun(os.path.basename(argv[0])):
             group = "mpirun"  # by name first: its own command line names the shim (plm_ssh_agent)
@@ -198,9 +202,12 @@ class Sampler(threading.Thread):
                 self.peak_group[g][k] = max(self.peak_group[g][k], sums[g][k])
         if counts["shim"] and sums["shim"]["rss"] >= self.at_shim_peak.get("shim_rss", 0):
             self.at_shim_peak = {
-                "t_s": round(t - self.t0, 2), "shims": counts["shim"], "shim_rss": sums["shim"]["rss"],
+                "t_s": round(t - self.t0, 2),
+                "shims": counts["shim"],
+                "shim_rss": sums["shim"]["rss"],
                 "per_shim": {k: sums["shim"][k] / counts["shim"] for k in METRICS},
-                "shim_rss_min": min(shim_rss), "shim_rss_max": max(shim_rss),
+                "shim_rss_min": min(shim_rss),
+                "shim_rss_max": max(shim_rss),
                 "groups": {g: {**sums[g], "n": counts[g]} for g in GROUPS},
             }
         if self.expect_shims and self.all_shims_s is None and counts["shim"] >= self.expect_shims:
@@ -218,19 +225,24 @@ class Sampler(threading.Thread):
         shim = self.at_shim_peak
         return {
             "samples": self.samples,
-            "sample_ms_median": round(1000 * sorted(self.sample_s)[len(self.sample_s) // 2], 1) if self.sample_s else None,
+            "sample_ms_median": round(1000 * sorted(self.sample_s)[len(self.sample_s) // 2], 1)
+            if self.sample_s
+            else None,
             "peak_mib": mib(self.peak_total),
             "peak_group_mib": {g: mib(v) for g, v in self.peak_group.items()},
             "peak_count": self.peak_count,
             "agents_left_out": self.max_agents,
             "all_shims_s": self.all_shims_s,
             "at_shim_peak": {
-                "t_s": shim.get("t_s"), "shims": shim.get("shims", 0),
+                "t_s": shim.get("t_s"),
+                "shims": shim.get("shims", 0),
                 "per_shim_mib": mib(shim.get("per_shim", {})),
                 "shim_rss_min_mib": round(shim.get("shim_rss_min", 0) / MIB, 2),
                 "shim_rss_max_mib": round(shim.get("shim_rss_max", 0) / MIB, 2),
-                "groups_mib": {g: {**mib({k: v for k, v in d.items() if k != "n"}), "n": d["n"]}
-                               for g, d in shim.get("groups", {}).items()},
+                "groups_mib": {
+                    g: {**mib({k: v for k, v in d.items() if k != "n"}), "n": d["n"]}
+                    for g, d in shim.get("groups", {}).items()
+                },
             },
         }
 
@@ -242,8 +254,9 @@ def one_launch(info: mpi.MpiInfo, workers: int, sleep_s: float, interval: float,
     load = os.getloadavg()[0]
     with tempfile.TemporaryFile() as out:
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
         sampler = Sampler(proc.pid, interval, expect_shims=workers)
         sampler.start()
         try:
@@ -261,8 +274,16 @@ def one_launch(info: mpi.MpiInfo, workers: int, sleep_s: float, interval: float,
         if stalled or code:
             out.seek(0)
             tail = out.read().decode(errors="replace")[-800:]
-    result = {"workers": workers, "s": round(elapsed, 2), "code": code, "stalled": stalled, "left": left,
-              "load_before": round(load, 1), "load_after": round(os.getloadavg()[0], 1), **sampler.result()}
+    result = {
+        "workers": workers,
+        "s": round(elapsed, 2),
+        "code": code,
+        "stalled": stalled,
+        "left": left,
+        "load_before": round(load, 1),
+        "load_after": round(os.getloadavg()[0], 1),
+        **sampler.result(),
+    }
     if tail:
         result["output_tail"] = tail
     return result
@@ -281,11 +302,17 @@ def shim_alone(sleep_s: float, interval: float) -> dict:
         agent, address, secret = bench_shim.start_agent(tmp, env)
         try:
             context = tmp / "context.json"
-            context.write_text(json.dumps({
-                "job": "bench", "transport": "agent", "secret_file": str(secret),
-                "forward_env": ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"],
-                "workers": {"w0": {"address": address}},
-            }))
+            context.write_text(
+                json.dumps(
+                    {
+                        "job": "bench",
+                        "transport": "agent",
+                        "secret_file": str(secret),
+                        "forward_env": ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"],
+                        "workers": {"w0": {"address": address}},
+                    }
+                )
+            )
             env["MPILAUNCH_CONTEXT"] = str(context)
             launcher = shim.write_launcher(str(tmp / "mpilaunch-rsh"))
             argv = [launcher, "-x", "w0", "sleep", str(sleep_s)]
@@ -305,22 +332,33 @@ def shim_alone(sleep_s: float, interval: float) -> dict:
         finally:
             agent.terminate()
             agent.wait()
-    return {"samples": samples, "peak_mib": {k: round(v / MIB, 2) for k, v in peaks.items()},
-            "maxrss_true_mib": round(gnu_peak, 2), "maxrss_source": how}
+    return {
+        "samples": samples,
+        "peak_mib": {k: round(v / MIB, 2) for k, v in peaks.items()},
+        "maxrss_true_mib": round(gnu_peak, 2),
+        "maxrss_source": how,
+    }
 
 
 def import_footprint(module: str) -> dict:
     """RSS and USS (MiB) of a fresh interpreter (with site, as a console script or -m runs) after one import."""
-    code = ("import importlib, json, psutil, sys; importlib.import_module(sys.argv[1]); "
-            "m = psutil.Process().memory_full_info(); print(json.dumps([m.rss, m.uss]))")
-    code_base = ("import json, psutil; m = psutil.Process().memory_full_info(); print(json.dumps([m.rss, m.uss]))")
+    code = (
+        "import importlib, json, psutil, sys; importlib.import_module(sys.argv[1]); "
+        "m = psutil.Process().memory_full_info(); print(json.dumps([m.rss, m.uss]))"
+    )
+    code_base = "import json, psutil; m = psutil.Process().memory_full_info(); print(json.dumps([m.rss, m.uss]))"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    rss, uss = json.loads(subprocess.run([sys.executable, "-c", code, module], env=env, check=True,
-                                         capture_output=True, text=True).stdout)
-    rss0, uss0 = json.loads(subprocess.run([sys.executable, "-c", code_base], env=env, check=True,
-                                           capture_output=True, text=True).stdout)
-    return {"rss_mib": round(rss / MIB, 2), "uss_mib": round(uss / MIB, 2),
-            "over_bare_rss_mib": round((rss - rss0) / MIB, 2)}
+    rss, uss = json.loads(
+        subprocess.run([sys.executable, "-c", code, module], env=env, check=True, capture_output=True, text=True).stdout
+    )
+    rss0, uss0 = json.loads(
+        subprocess.run([sys.executable, "-c", code_base], env=env, check=True, capture_output=True, text=True).stdout
+    )
+    return {
+        "rss_mib": round(rss / MIB, 2),
+        "uss_mib": round(uss / MIB, 2),
+        "over_bare_rss_mib": round((rss - rss0) / MIB, 2),
+    }
 
 
 def estimated_charge(run: dict) -> float:
@@ -332,8 +370,14 @@ def estimated_charge(run: dict) -> float:
     if not shim["shims"]:
         return 0.0
     groups = run["peak_group_mib"]
-    return round(shim["shims"] * per["uss"] + (per["rss"] - per["uss"]) + groups["mpilaunch"]["rss"]
-                 + groups["mpirun"]["rss"] + run["peak_mib"]["pte"], 1)
+    return round(
+        shim["shims"] * per["uss"]
+        + (per["rss"] - per["uss"])
+        + groups["mpilaunch"]["rss"]
+        + groups["mpirun"]["rss"]
+        + run["peak_mib"]["pte"],
+        1,
+    )
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float] | None:
@@ -350,16 +394,27 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float] | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", default="16,64,256", help="worker counts, comma-separated (default 16,64,256)")
-    ap.add_argument("--mpi", default="openmpi5,openmpi4",
-                    help="comma-separated: openmpi4 (Debian's), openmpi5 (PyPI's, skipped when missing), "
-                         "or mpirun paths (default openmpi5,openmpi4)")
-    ap.add_argument("--runs", type=int, default=2, help="launches per MPI and size; the highest peak counts (default 2)")
+    ap.add_argument(
+        "--mpi",
+        default="openmpi5,openmpi4",
+        help="comma-separated: openmpi4 (Debian's), openmpi5 (PyPI's, skipped when missing), "
+        "or mpirun paths (default openmpi5,openmpi4)",
+    )
+    ap.add_argument(
+        "--runs", type=int, default=2, help="launches per MPI and size; the highest peak counts (default 2)"
+    )
     ap.add_argument("--sleep", type=float, default=5.0, help="seconds each rank sleeps (default 5)")
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between samples (default 0.1)")
-    ap.add_argument("--timeout", type=float, help="seconds per launch before it counts as a stall "
-                    "(default max(60, workers / 2 + 2 * sleep))")
-    ap.add_argument("--extrapolate", default="256,512,1024",
-                    help="worker counts to give the fitted line's value at, where not measured (default 256,512,1024)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds per launch before it counts as a stall (default max(60, workers / 2 + 2 * sleep))",
+    )
+    ap.add_argument(
+        "--extrapolate",
+        default="256,512,1024",
+        help="worker counts to give the fitted line's value at, where not measured (default 256,512,1024)",
+    )
     ap.add_argument("--skip-alone", action="store_true", help="skip the one-shim and import measurements")
     ap.add_argument("--json", metavar="FILE", help="also write every result here ('-': stdout)")
     args = ap.parse_args()
@@ -379,37 +434,54 @@ def main() -> int:
     for info in infos:
         for workers in sizes:
             timeout = args.timeout or max(60.0, workers / 2 + 2 * args.sleep)
-            print(f"{info.flavour} {info.version}, {workers} workers, sleep {args.sleep:g}:", file=sys.stderr, flush=True)
+            print(
+                f"{info.flavour} {info.version}, {workers} workers, sleep {args.sleep:g}:", file=sys.stderr, flush=True
+            )
             runs = []
             for i in range(args.runs):
                 r = one_launch(info, workers, args.sleep, args.interval, timeout)
                 runs.append(r)
                 s = r["at_shim_peak"]
-                print(f"    run {i + 1}/{args.runs}: {r['s']:.1f}s{' STALL' if r['stalled'] else ''}"
-                      f"{' rc=%s' % r['code'] if r['code'] else ''}, peak RSS {r['peak_mib']['rss']:.1f} MiB, "
-                      f"PSS {r['peak_mib']['pss']:.1f}, USS {r['peak_mib']['uss']:.1f}; {s['shims']} shims "
-                      f"({s['per_shim_mib'].get('rss', 0):.2f} MiB RSS each), {r['agents_left_out']} agents left out, "
-                      f"{r['samples']} samples (load {r['load_before']} -> {r['load_after']})", file=sys.stderr, flush=True)
+                print(
+                    f"    run {i + 1}/{args.runs}: {r['s']:.1f}s{' STALL' if r['stalled'] else ''}"
+                    f"{' rc=%s' % r['code'] if r['code'] else ''}, peak RSS {r['peak_mib']['rss']:.1f} MiB, "
+                    f"PSS {r['peak_mib']['pss']:.1f}, USS {r['peak_mib']['uss']:.1f}; {s['shims']} shims "
+                    f"({s['per_shim_mib'].get('rss', 0):.2f} MiB RSS each), {r['agents_left_out']} agents left out, "
+                    f"{r['samples']} samples (load {r['load_before']} -> {r['load_after']})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if r.get("output_tail"):
                     print("      " + r["output_tail"].replace("\n", "\n      "), file=sys.stderr, flush=True)
             complete = [r for r in runs if r["at_shim_peak"]["shims"] >= workers] or runs
             best = max(complete, key=lambda r: r["peak_mib"]["rss"])
-            rows.append({"mpi": f"{info.flavour} {info.version}", "mpirun": info.path, "workers": workers,
-                         "complete": any(r["at_shim_peak"]["shims"] >= workers for r in runs),
-                         "peak": best, "runs": runs})
+            rows.append(
+                {
+                    "mpi": f"{info.flavour} {info.version}",
+                    "mpirun": info.path,
+                    "workers": workers,
+                    "complete": any(r["at_shim_peak"]["shims"] >= workers for r in runs),
+                    "peak": best,
+                    "runs": runs,
+                }
+            )
 
-    print("\n| MPI | workers | shims seen | peak RSS MiB | peak PSS MiB | peak USS MiB | page tables MiB "
-          "| per shim RSS / PSS / USS MiB | mpilaunch RSS | mpirun RSS | estimated charge MiB | default (resources.py) MiB |")
+    print(
+        "\n| MPI | workers | shims seen | peak RSS MiB | peak PSS MiB | peak USS MiB | page tables MiB "
+        "| per shim RSS / PSS / USS MiB | mpilaunch RSS | mpirun RSS | estimated charge MiB | default (resources.py) MiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         p = r["peak"]
         s = p["at_shim_peak"]
         ps = s["per_shim_mib"]
-        print(f"| {r['mpi']} | {r['workers']} | {s['shims']}{'' if r['complete'] else ' (incomplete)'} "
-              f"| {p['peak_mib']['rss']:.1f} | {p['peak_mib']['pss']:.1f} | {p['peak_mib']['uss']:.1f} "
-              f"| {p['peak_mib']['pte']:.1f} | {ps.get('rss', 0):.2f} / {ps.get('pss', 0):.2f} / {ps.get('uss', 0):.2f} "
-              f"| {p['peak_group_mib']['mpilaunch']['rss']:.1f} | {p['peak_group_mib']['mpirun']['rss']:.1f} "
-              f"| {estimated_charge(p):.0f} | {launcher_memory_mib(r['workers'])} |")
+        print(
+            f"| {r['mpi']} | {r['workers']} | {s['shims']}{'' if r['complete'] else ' (incomplete)'} "
+            f"| {p['peak_mib']['rss']:.1f} | {p['peak_mib']['pss']:.1f} | {p['peak_mib']['uss']:.1f} "
+            f"| {p['peak_mib']['pte']:.1f} | {ps.get('rss', 0):.2f} / {ps.get('pss', 0):.2f} / {ps.get('uss', 0):.2f} "
+            f"| {p['peak_group_mib']['mpilaunch']['rss']:.1f} | {p['peak_group_mib']['mpirun']['rss']:.1f} "
+            f"| {estimated_charge(p):.0f} | {launcher_memory_mib(r['workers'])} |"
+        )
 
     fits = {}
     targets = [int(w) for w in args.extrapolate.split(",") if w]
@@ -417,19 +489,38 @@ def main() -> int:
         mine = [r for r in rows if r["mpi"] == name and r["complete"]]
         fits[name] = {}
         for k in ("rss", "pss", "uss", "charge"):
-            line = fit([(r["workers"], estimated_charge(r["peak"]) if k == "charge" else r["peak"]["peak_mib"][k])
-                        for r in mine])
+            line = fit(
+                [
+                    (r["workers"], estimated_charge(r["peak"]) if k == "charge" else r["peak"]["peak_mib"][k])
+                    for r in mine
+                ]
+            )
             if line is None:
                 continue
             a, b = line
-            fits[name][k] = {"base_mib": round(a, 1), "per_worker_mib": round(b, 3),
-                             "at": {w: round(a + b * w, 1) for w in targets}}
+            fits[name][k] = {
+                "base_mib": round(a, 1),
+                "per_worker_mib": round(b, 3),
+                "at": {w: round(a + b * w, 1) for w in targets},
+            }
         for k, f in fits[name].items():
-            at = ", ".join(f"{w}: {v:.0f} MiB{' (extrapolated)' if w not in {r['workers'] for r in mine} else ''}"
-                           f" vs default {launcher_memory_mib(w)}" for w, v in f["at"].items())
+            at = ", ".join(
+                f"{w}: {v:.0f} MiB{' (extrapolated)' if w not in {r['workers'] for r in mine} else ''}"
+                f" vs default {launcher_memory_mib(w)}"
+                for w, v in f["at"].items()
+            )
             print(f"{name} {k}: peak = {f['base_mib']:.1f} + {f['per_worker_mib']:.3f} x workers MiB; {at}")
-    result = {"benchmark": "launcher_memory", "load": os.getloadavg(), "cpus": os.cpu_count(), "limits": limits,
-              "sleep_s": args.sleep, "interval_s": args.interval, "extras": extras, "rows": rows, "fits": fits}
+    result = {
+        "benchmark": "launcher_memory",
+        "load": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "limits": limits,
+        "sleep_s": args.sleep,
+        "interval_s": args.interval,
+        "extras": extras,
+        "rows": rows,
+        "fits": fits,
+    }
     if args.json == "-":
         print(json.dumps(result))
     elif args.json:

@@ -34,8 +34,9 @@ TARGET_RATIO = 1.1  # no slower than mpirun alone, with room for noise (15a59b1:
 
 def timed(argv, env) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600
+    )
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {argv}\n{proc.stderr}")
@@ -47,8 +48,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--lines", type=int, default=200_000, help="lines each of the 2 ranks prints")
     ap.add_argument("--mpirun", help="mpirun to use (default: found like mpilaunch does)")
-    ap.add_argument("--output-dir", action="store_true",
-                    help="mpilaunch writes the rank logs too (--output-dir in a temporary directory)")
+    ap.add_argument(
+        "--output-dir",
+        action="store_true",
+        help="mpilaunch writes the rank logs too (--output-dir in a temporary directory)",
+    )
     args = ap.parse_args()
     info = mpi.find_mpirun("auto", args.mpirun)
     command = [sys.executable, "-c", f"for i in range({args.lines}): print('x' * 40)"]
@@ -56,8 +60,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         floor = floor_command(info, Path(tmp), workers=2, slots=1, command=command)
         floor_argv, floor_env = floor.argv, {**env, **floor.env}
-        ours_argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--np", "2",
-                     "--slots-per-worker", "1"]
+        ours_argv = [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "-q",
+            "--mpirun",
+            info.path,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+        ]
         if args.output_dir:
             ours_argv += ["--output-dir", str(Path(tmp) / "logs")]
         ours_argv += ["--", *command]
@@ -66,8 +80,9 @@ def main() -> int:
             shutil.rmtree(Path(tmp) / "logs", ignore_errors=True)  # each run's logs start empty
             ours.append(timed(ours_argv, env))
             base.append(timed(floor_argv, floor_env))
-    result = compare_to_floor("output_relay", info, ours, base, TARGET_RATIO, digits=2, lines_total=2 * args.lines,
-                              rank_logs=args.output_dir)
+    result = compare_to_floor(
+        "output_relay", info, ours, base, TARGET_RATIO, digits=2, lines_total=2 * args.lines, rank_logs=args.output_dir
+    )
     print(f"mpilaunch, {2 * args.lines} lines of output:  median {result['mpilaunch_median_s']:.2f}s")
     print(f"mpirun + /bin/sh agent floor (same lines): median {result['floor_median_s']:.2f}s")
     print(f"ratio {result['ratio']} (target <= {TARGET_RATIO})")

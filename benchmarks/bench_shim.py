@@ -65,9 +65,27 @@ def start_agent(tmp: Path, env: dict, tls: bool = True):
     addr = tmp / "addr"
     log = open(tmp / "agent.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mpilaunch.agent", "--name", "bench-worker-0", "--listen", "127.0.0.1:0",
-         "--address-file", str(addr), "--secret-file", str(secret), "--exit-with-pid", str(os.getpid())],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=REPO, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch.agent",
+            "--name",
+            "bench-worker-0",
+            "--listen",
+            "127.0.0.1:0",
+            "--address-file",
+            str(addr),
+            "--secret-file",
+            str(secret),
+            "--exit-with-pid",
+            str(os.getpid()),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 20
     while not addr.exists():
@@ -80,9 +98,15 @@ def start_agent(tmp: Path, env: dict, tls: bool = True):
 def spawn(argv: list, env: dict) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     try:
-        return os.posix_spawn(argv[0], argv, env, file_actions=[
-            (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
-        ])
+        return os.posix_spawn(
+            argv[0],
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, devnull, 0),
+                (os.POSIX_SPAWN_DUP2, devnull, 1),
+            ],
+        )
     finally:
         os.close(devnull)
 
@@ -107,8 +131,9 @@ def peak_rss_mb(argv: list, env: dict, runs: int, tmp: Path) -> tuple[float, str
     out = tmp / "rss"
     peak = 0.0
     for _ in range(runs):
-        r = subprocess.run([GNU_TIME, "-f", "%M", "-o", str(out), *argv], env=env,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        r = subprocess.run(
+            [GNU_TIME, "-f", "%M", "-o", str(out), *argv], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        )
         if r.returncode != 0:
             raise SystemExit(f"{argv} failed under {GNU_TIME}")
         peak = max(peak, int(out.read_text().split()[-1]) / 1024.0)
@@ -131,8 +156,7 @@ def measure_interleaved(runs: dict, n: int, tmp: Path, warmup: int = 3) -> dict:
             w, c, _ = measure_once(argv, env)
             walls[name].append(w)
             cpus[name].append(c)
-    return {name: _summary(walls[name], cpus[name], *peak_rss_mb(*runs[name], max(5, n // 5), tmp))
-            for name in runs}
+    return {name: _summary(walls[name], cpus[name], *peak_rss_mb(*runs[name], max(5, n // 5), tmp)) for name in runs}
 
 
 def _summary(walls: list, cpus: list, rss: float, how: str) -> dict:
@@ -162,8 +186,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=50, help="invocations per variant (default 50)")
     parser.add_argument("--burst", type=int, default=64, help="shims started at once in the burst test (0: skip)")
-    parser.add_argument("--gate", choices=["launcher", "module", "none"], default="launcher",
-                        help="variant whose targets decide the exit status (default: launcher)")
+    parser.add_argument(
+        "--gate",
+        choices=["launcher", "module", "none"],
+        default="launcher",
+        help="variant whose targets decide the exit status (default: launcher)",
+    )
     args = parser.parse_args()
     # As bench_e2e does: an installed mpilaunch is byte-compiled; with PYTHONDONTWRITEBYTECODE=1
     # (this VM's shells) every shim would compile each module it imports that changed since.
@@ -177,14 +205,22 @@ def main() -> int:
         plain_agent, plain_address, plain_secret = start_agent(tmp, env, tls=False)
         try:
             plain_env = dict(env)
-            for where, (e, a, s) in {"context.json": (env, address, secret),
-                                     "plain-context.json": (plain_env, plain_address, plain_secret)}.items():
+            for where, (e, a, s) in {
+                "context.json": (env, address, secret),
+                "plain-context.json": (plain_env, plain_address, plain_secret),
+            }.items():
                 context = tmp / where
-                context.write_text(json.dumps({
-                    "job": "bench", "transport": "agent", "secret_file": str(s),
-                    "forward_env": ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"],
-                    "workers": {"w0": {"address": a}},
-                }))
+                context.write_text(
+                    json.dumps(
+                        {
+                            "job": "bench",
+                            "transport": "agent",
+                            "secret_file": str(s),
+                            "forward_env": ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"],
+                            "workers": {"w0": {"address": a}},
+                        }
+                    )
+                )
                 e["MPILAUNCH_CONTEXT"] = str(context)
             launcher = shim.write_launcher(str(tmp / "mpilaunch-rsh"))
             floor = tmp / "sh-agent"
@@ -200,15 +236,19 @@ def main() -> int:
             }
             if console:
                 variants["console"] = [console, "-x", "w0", "true"]
-            results = measure_interleaved({"launcher": (variants.pop("launcher"), env),
-                                           "plain": (variants["plain"], plain_env)}, args.n, tmp)
+            results = measure_interleaved(
+                {"launcher": (variants.pop("launcher"), env), "plain": (variants["plain"], plain_env)}, args.n, tmp
+            )
             del variants["plain"]
             results.update({name: measure(argv, env, args.n, tmp) for name, argv in variants.items()})
             bursts = {}
             if args.burst:
                 shim_argv = [launcher, "-x", "w0", "true"]
-                for name, argv, e in (("launcher", shim_argv, env), ("plain", shim_argv, plain_env),
-                                      ("baseline", variants["baseline"], env)):
+                for name, argv, e in (
+                    ("launcher", shim_argv, env),
+                    ("plain", shim_argv, plain_env),
+                    ("baseline", variants["baseline"], env),
+                ):
                     bursts[name] = burst(argv, e, args.burst)
         finally:
             for a in (agent, plain_agent):
@@ -216,27 +256,44 @@ def main() -> int:
                 a.wait(10)
 
     base = results["baseline"]["median_ms"]
-    print(f"mpilaunch-rsh running `true` through a local agent, n={args.n} each "
-          f"(targets: median <= {TARGET_MS:.0f} ms, peak RSS <= {TARGET_MB:.0f} MB)")
-    print(f"{'variant':<10} {'median ms':>10} {'p95 ms':>8} {'min ms':>8} {'cpu ms':>7} {'peak RSS MB':>12}"
-          f" {'x baseline':>11}")
+    print(
+        f"mpilaunch-rsh running `true` through a local agent, n={args.n} each "
+        f"(targets: median <= {TARGET_MS:.0f} ms, peak RSS <= {TARGET_MB:.0f} MB)"
+    )
+    print(
+        f"{'variant':<10} {'median ms':>10} {'p95 ms':>8} {'min ms':>8} {'cpu ms':>7} {'peak RSS MB':>12}"
+        f" {'x baseline':>11}"
+    )
     for name, r in results.items():
         ratio = r["median_ms"] / base if base else float("inf")
-        print(f"{name:<10} {r['median_ms']:>10.1f} {r['p95_ms']:>8.1f} {r['min_ms']:>8.1f} {r['cpu_ms']:>7.1f} "
-              f"{r['peak_rss_mb']:>12.1f} {ratio:>11.1f}")
-    print(f"(peak RSS from {next(iter(results.values()))['rss_source']}; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+        print(
+            f"{name:<10} {r['median_ms']:>10.1f} {r['p95_ms']:>8.1f} {r['min_ms']:>8.1f} {r['cpu_ms']:>7.1f} "
+            f"{r['peak_rss_mb']:>12.1f} {ratio:>11.1f}"
+        )
+    print(
+        f"(peak RSS from {next(iter(results.values()))['rss_source']}; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
     if bursts:
-        print(f"burst: {args.burst} started at once, all done after "
-              + ", ".join(f"{name} {sec:.2f} s" for name, sec in bursts.items()))
+        print(
+            f"burst: {args.burst} started at once, all done after "
+            + ", ".join(f"{name} {sec:.2f} s" for name, sec in bursts.items())
+        )
     ok = True
     if args.gate != "none":
         g = results[args.gate]
         ok = g["median_ms"] <= TARGET_MS and g["peak_rss_mb"] <= TARGET_MB
         print(f"gate ({args.gate}): {'PASS' if ok else 'FAIL'}")
-    summary = {"bench": "shim", "n": args.n, "targets": {"median_ms": TARGET_MS, "peak_rss_mb": TARGET_MB},
-               "results": results, "ratio_to_baseline": {k: round(v["median_ms"] / base, 2) for k, v in results.items()},
-               "burst": {"k": args.burst, "seconds": bursts}, "gate": args.gate, "pass": ok}
+    summary = {
+        "bench": "shim",
+        "n": args.n,
+        "targets": {"median_ms": TARGET_MS, "peak_rss_mb": TARGET_MB},
+        "results": results,
+        "ratio_to_baseline": {k: round(v["median_ms"] / base, 2) for k, v in results.items()},
+        "burst": {"k": args.burst, "seconds": bursts},
+        "gate": args.gate,
+        "pass": ok,
+    }
     print(json.dumps(summary))
     return 0 if ok else 1
 

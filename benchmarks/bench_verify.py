@@ -58,8 +58,12 @@ def pure_check_cost(ranks: int = 1024, slots: int = 8, reps: int = 20) -> float:
 
 def start_line_cost(reps: int = 2000) -> float:
     """What the wrapper pays per rank for its start line (printed with or without --no-verify)."""
-    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
-           "MPILAUNCH_WORKER": "b-worker-1"}
+    env = {
+        "OMPI_COMM_WORLD_RANK": "3",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "MPILAUNCH_WORKER": "b-worker-1",
+    }
     with open(os.devnull, "w") as sink:
         t0 = time.perf_counter()
         for _ in range(reps):
@@ -103,9 +107,11 @@ def main() -> int:
     result["target_pct"] = TARGET_PCT
     print(f"verified:    median {result['verified_median_s']:.3f}s")
     print(f"--no-verify: median {result['no_verify_median_s']:.3f}s")
-    print(f"cost {result['cost_pct']:+.2f}% (target <= {TARGET_PCT}%); check inside mpilaunch "
-          f"{result['in_launcher_check_median_ms']} ms, pure check at 1024 ranks {result['pure_check_1024_ranks_ms']} ms, "
-          f"start line {result['start_line_per_rank_us']} us per rank")
+    print(
+        f"cost {result['cost_pct']:+.2f}% (target <= {TARGET_PCT}%); check inside mpilaunch "
+        f"{result['in_launcher_check_median_ms']} ms, pure check at 1024 ranks {result['pure_check_1024_ranks_ms']} ms, "
+        f"start line {result['start_line_per_rank_us']} us per rank"
+    )
     print(json.dumps(result))
     return 0 if result["cost_pct"] <= TARGET_PCT else 1
 

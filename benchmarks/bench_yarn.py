@@ -39,15 +39,40 @@ RANK = "import time, os; print('RANKSTART', repr(time.time()), os.environ.get('M
 
 
 def run_once(env, mpirun, workers, name, outdir):
-    cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", mpirun, "--name", name,
-           "--np", str(workers), "--slots-per-worker", "1", "--memory", "256 MiB", "-q",
-           "--output-dir", str(outdir), "--", sys.executable, "-c", RANK]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "yarn",
+        "--mpirun",
+        mpirun,
+        "--name",
+        name,
+        "--np",
+        str(workers),
+        "--slots-per-worker",
+        "1",
+        "--memory",
+        "256 MiB",
+        "-q",
+        "--output-dir",
+        str(outdir),
+        "--",
+        sys.executable,
+        "-c",
+        RANK,
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"job failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     report = json.loads((outdir / "report.json").read_text())
-    starts = [float(line.split()[1]) for line in proc.stdout.splitlines()
-              if "RANKSTART" in line for line in [line[line.index("RANKSTART"):]]]
+    starts = [
+        float(line.split()[1])
+        for line in proc.stdout.splitlines()
+        if "RANKSTART" in line
+        for line in [line[line.index("RANKSTART") :]]
+    ]
     assert len(starts) == workers, proc.stdout
     # Each worker's report entry holds the wall-clock time its agent first
     # answered ping; the last of them is "all workers ready".
@@ -79,11 +104,19 @@ def main(argv=None):
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), yc.env["PATH"]])
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
     rows = []
-    probe = ("import time, skein; t = time.time(); "
-             "c = skein.Client(log=False, security=skein.Security.new_credentials()); "
-             "print(time.time() - t); c.close()")
-    driver = [float(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                                   timeout=120, check=True).stdout.split()[-1]) for _ in range(2)]
+    probe = (
+        "import time, skein; t = time.time(); "
+        "c = skein.Client(log=False, security=skein.Security.new_credentials()); "
+        "print(time.time() - t); c.close()"
+    )
+    driver = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True
+            ).stdout.split()[-1]
+        )
+        for _ in range(2)
+    ]
     try:
         for workers in args.workers:
             samples = []
@@ -91,19 +124,26 @@ def main(argv=None):
                 with tempfile.TemporaryDirectory() as d:
                     s = run_once(env, mpirun, workers, f"bench-w{workers}-{i}", Path(d))
                 samples.append(s)
-                print(f"workers={workers} run {i}: " + json.dumps({k: round(v, 2) for k, v in s.items()}),
-                      file=sys.stderr)
+                print(
+                    f"workers={workers} run {i}: " + json.dumps({k: round(v, 2) for k, v in s.items()}), file=sys.stderr
+                )
             rows.append((workers, samples))
     finally:
         if own:
             yc.stop(graceful=False)
-    print("| workers | submit -> all ready (s), median [min] | ready -> first rank (s) | ready -> last rank (s) | job total (s) |")
+    print(
+        "| workers | submit -> all ready (s), median [min] | ready -> first rank (s) | ready -> last rank (s) | job total (s) |"
+    )
     print("|---|---|---|---|---|")
     for workers, samples in rows:
+
         def cell(key):
             values = [s[key] for s in samples]
             return f"{statistics.median(values):.2f} [{min(values):.2f}]"
-        print(f"| {workers} | {cell('allocate_s')} | {cell('first_rank_s')} | {cell('last_rank_s')} | {cell('total_s')} |")
+
+        print(
+            f"| {workers} | {cell('allocate_s')} | {cell('first_rank_s')} | {cell('last_rank_s')} | {cell('total_s')} |"
+        )
     print(f"\nskein Java driver start alone (part of submit -> ready): {min(driver):.2f}-{max(driver):.2f} s")
 
 

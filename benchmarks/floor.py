@@ -41,8 +41,15 @@ def write_sh_agent(directory: Path) -> str:
     return str(path)
 
 
-def floor_command(info: mpi.MpiInfo, directory: Path, workers: int, slots: int, command: list[str],
-                  extra_args: tuple[str, ...] = (), name: str = "floor") -> mpi.MpirunCommand:
+def floor_command(
+    info: mpi.MpiInfo,
+    directory: Path,
+    workers: int,
+    slots: int,
+    command: list[str],
+    extra_args: tuple[str, ...] = (),
+    name: str = "floor",
+) -> mpi.MpirunCommand:
     """The floor's mpirun: mpilaunch's flags (``build_mpirun``, and for Open MPI the
     ``tune_launch`` that ``workloads.mpirun.build_launch`` applies), ``extra_args`` as
     ``--mpi-args`` would give them, hosts named ``<name>-worker-<i>`` like local workers."""
@@ -51,8 +58,15 @@ def floor_command(info: mpi.MpiInfo, directory: Path, workers: int, slots: int, 
     hf.write_text(hostfile.render(hosts, info.hostfile_flavour))
     program = list(command)
     command = mpi.build_mpirun(
-        info, ranks=workers * slots, hosts=workers, hostfile=str(hf), shim=write_sh_agent(directory),
-        command=program, environ=dict(os.environ), as_root=os.geteuid() == 0, extra_args=tuple(extra_args),
+        info,
+        ranks=workers * slots,
+        hosts=workers,
+        hostfile=str(hf),
+        shim=write_sh_agent(directory),
+        command=program,
+        environ=dict(os.environ),
+        as_root=os.geteuid() == 0,
+        extra_args=tuple(extra_args),
     )
     mpi.for_name(info.flavour).tune_launch(info, command, tuple(extra_args), len(program))
     if info.flavour == "intel":
@@ -64,12 +78,18 @@ def floor_command(info: mpi.MpiInfo, directory: Path, workers: int, slots: int, 
     return command
 
 
-def compare_to_floor(benchmark: str, info: mpi.MpiInfo, ours: list[float], base: list[float], target: float,
-                     digits: int = 3, **extra) -> dict:
+def compare_to_floor(
+    benchmark: str, info: mpi.MpiInfo, ours: list[float], base: list[float], target: float, digits: int = 3, **extra
+) -> dict:
     """The JSON result every floor benchmark prints: medians of both sides and their ratio."""
-    result = {"benchmark": benchmark, "mpi": f"{info.flavour} {info.version}", "runs": len(ours), **extra,
-              "mpilaunch_median_s": round(statistics.median(ours), digits),
-              "floor_median_s": round(statistics.median(base), digits)}
+    result = {
+        "benchmark": benchmark,
+        "mpi": f"{info.flavour} {info.version}",
+        "runs": len(ours),
+        **extra,
+        "mpilaunch_median_s": round(statistics.median(ours), digits),
+        "floor_median_s": round(statistics.median(base), digits),
+    }
     result["ratio"] = round(result["mpilaunch_median_s"] / result["floor_median_s"], 2)
     result["target_ratio"] = target
     return result

@@ -103,7 +103,7 @@ def context_lines(text: str) -> set[str]:
             line = name + "=<masked>"
         line = _INODE.sub("[N]", _TMP_PATH.sub("<tmp>", line))
         if line.startswith("argv "):  # the same options in another order are the same command line
-            options = re.split(r" (?=-)", re.sub(r"\d+", "N", line[len("argv "):]))
+            options = re.split(r" (?=-)", re.sub(r"\d+", "N", line[len("argv ") :]))
             line = "argv " + " ".join(sorted(options))
         lines.add(line)
     return lines
@@ -152,8 +152,11 @@ def main() -> int:
     ap.add_argument("--mpi", default="/usr/bin/mpirun", help="the mpirun to measure (default /usr/bin/mpirun)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a launch counts as a stall")
     ap.add_argument("--json", metavar="FILE", help="also write every result here")
-    ap.add_argument("--daemon-context", action="store_true",
-                    help="first print how one daemon's context differs between the two sides (Open MPI)")
+    ap.add_argument(
+        "--daemon-context",
+        action="store_true",
+        help="first print how one daemon's context differs between the two sides (Open MPI)",
+    )
     args = ap.parse_args()
     if not prctl(PR_SET_CHILD_SUBREAPER, 1):
         print("warning: not a subreaper: daemons that outlive mpirun are not counted", file=sys.stderr)
@@ -168,25 +171,36 @@ def main() -> int:
             for i in range(args.runs + 1):  # the first round warms the caches and is not counted
                 for name, (argv, env, cwd) in cases.items():
                     r = launch(argv, env, cwd=cwd, timeout=args.timeout, tree_cpu=True)
-                    print(f"  {workers} workers, run {i}: {name}: {r['s']:.2f} s, CPU {r['cpu_s']} s"
-                          f"{' STALL' if r['stalled'] else ''}{' rc=%s' % r['code'] if r['code'] else ''}",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  {workers} workers, run {i}: {name}: {r['s']:.2f} s, CPU {r['cpu_s']} s"
+                        f"{' STALL' if r['stalled'] else ''}{' rc=%s' % r['code'] if r['code'] else ''}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     if i:
                         results[name].append(r)
             floor_s = statistics.median(r["s"] for r in results["floor"])
             for name, runs in results.items():
                 cpu = [r["cpu_s"] for r in runs if r["cpu_s"] is not None]
-                rows.append({"workers": workers, "variant": name, "median_s": statistics.median(r["s"] for r in runs),
-                             "median_cpu_s": statistics.median(cpu) if cpu else None,
-                             "ratio": round(statistics.median(r["s"] for r in runs) / floor_s, 2), "runs": runs})
+                rows.append(
+                    {
+                        "workers": workers,
+                        "variant": name,
+                        "median_s": statistics.median(r["s"] for r in runs),
+                        "median_cpu_s": statistics.median(cpu) if cpu else None,
+                        "ratio": round(statistics.median(r["s"] for r in runs) / floor_s, 2),
+                        "runs": runs,
+                    }
+                )
     print(f"\n{info.flavour} {info.version}, {os.cpu_count()} cores; whole-tree CPU from wait4\n")
     print("| workers | variant | median wall s | median CPU s | wall ratio to the floor |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['workers']} | {r['variant']} | {r['median_s']:.2f} | {r['median_cpu_s']} | {r['ratio']} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"mpi": f"{info.flavour} {info.version}", "cpus": os.cpu_count(),
-                                               "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"mpi": f"{info.flavour} {info.version}", "cpus": os.cpu_count(), "rows": rows}, indent=1)
+        )
     return 0
 
 

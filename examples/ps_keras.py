@@ -51,11 +51,13 @@ def run_chief(resolver, steps: int, output: str | None) -> None:
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((4,)),
-            keras.layers.Dense(8, activation="relu"),
-            keras.layers.Dense(1),
-        ])
+        model = keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(8, activation="relu"),
+                keras.layers.Dense(1),
+            ]
+        )
         variables = model.trainable_variables
 
     def dataset_fn():

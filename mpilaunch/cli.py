@@ -30,8 +30,7 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         prog=prog,
         usage=f"{prog} [run] [OPTIONS] -- COMMAND [ARGS...]",
         description="Launch MPI / Horovod and TensorFlow PS jobs on local workers, Kubernetes or YARN without SSH.",
-        epilog=f"other commands: {', '.join(name for name in SUBCOMMANDS if name != 'run')} "
-               f"({prog} COMMAND --help)",
+        epilog=f"other commands: {', '.join(name for name in SUBCOMMANDS if name != 'run')} ({prog} COMMAND --help)",
     )
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
     size = p.add_argument_group("sizing")
@@ -39,15 +38,31 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     size.add_argument("--gpus-per-node", type=int, help="GPUs per worker (default: discovered, else 8)")
     size.add_argument("--np", type=int, help="ranks for CPU-only jobs")
     size.add_argument("--slots-per-worker", type=int, help="spread --np ranks over ceil(N/S) workers")
-    size.add_argument("--hostfile", help="local and ssh backends: take worker names and slots (ssh: the hosts) from this hostfile")
-    size.add_argument("--bind-gpus", action="store_true", help="each rank sees only its own GPU (off: Horovod picks local_rank itself)")
+    size.add_argument(
+        "--hostfile", help="local and ssh backends: take worker names and slots (ssh: the hosts) from this hostfile"
+    )
+    size.add_argument(
+        "--bind-gpus",
+        action="store_true",
+        help="each rank sees only its own GPU (off: Horovod picks local_rank itself)",
+    )
 
     run = p.add_argument_group("backend and MPI")
-    run.add_argument("--backend", default=default_backend(),
-                     help=f"one of {', '.join(backend_names)} (default: local or $MPILAUNCH_BACKEND)")
+    run.add_argument(
+        "--backend",
+        default=default_backend(),
+        help=f"one of {', '.join(backend_names)} (default: local or $MPILAUNCH_BACKEND)",
+    )
     run.add_argument("--mpi", default="auto", help=f"one of {', '.join(mpi_choices())}")
     run.add_argument("--mpirun", help="path of the mpirun to use")
-    run.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]", help="export a variable to every rank (repeatable)")
+    run.add_argument(
+        "-x",
+        dest="env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="export a variable to every rank (repeatable)",
+    )
     run.add_argument("--mpi-args", default="", help="extra arguments for mpirun, as one string")
     run.add_argument("--launcher", default="auto", help=f"where mpirun runs: one of {', '.join(LAUNCHERS)}")
 
@@ -55,24 +70,54 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     ctl.add_argument("--name", help="job name (default: generated)")
     ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
     ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
-    ctl.add_argument("--stall-timeout", type=float, metavar="SEC",
-                     help="declare the job hung when no rank printed anything and every rank's stacks stayed the "
-                          "same this long: the verdict names the rank(s) holding it up")
-    ctl.add_argument("--on-stall", choices=ON_STALL, default="stop",
-                     help=f"a hung job: stop it (exit {EXIT_HUNG}, default) or report it and let it run on")
-    ctl.add_argument("--orphan-timeout", type=float, default=DEFAULT_ORPHAN_TIMEOUT, metavar="SEC",
-                     help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
-                          f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})")
-    ctl.add_argument("--detach", action="store_true",
-                     help="submit, print the job's name and how to follow it, and exit 0 (cluster backends)")
-    ctl.add_argument("--retries", type=int, default=0, metavar="N",
-                     help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times")
-    ctl.add_argument("--retry-rank-failures", action="store_true",
-                     help="with --retries: relaunch after a rank failure too")
+    ctl.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="SEC",
+        help="declare the job hung when no rank printed anything and every rank's stacks stayed the "
+        "same this long: the verdict names the rank(s) holding it up",
+    )
+    ctl.add_argument(
+        "--on-stall",
+        choices=ON_STALL,
+        default="stop",
+        help=f"a hung job: stop it (exit {EXIT_HUNG}, default) or report it and let it run on",
+    )
+    ctl.add_argument(
+        "--orphan-timeout",
+        type=float,
+        default=DEFAULT_ORPHAN_TIMEOUT,
+        metavar="SEC",
+        help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
+        f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})",
+    )
+    ctl.add_argument(
+        "--detach",
+        action="store_true",
+        help="submit, print the job's name and how to follow it, and exit 0 (cluster backends)",
+    )
+    ctl.add_argument(
+        "--retries",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times",
+    )
+    ctl.add_argument(
+        "--retry-rank-failures", action="store_true", help="with --retries: relaunch after a rank failure too"
+    )
     ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
-    ctl.add_argument("--dry-run", action="store_true", help="print the plan, hostfile, mpirun command and environment; create nothing")
-    ctl.add_argument("--no-verify", dest="verify", action="store_false",
-                     help="skip the placement check (every rank on its planned worker, np ranks in all)")
+    ctl.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan, hostfile, mpirun command and environment; create nothing",
+    )
+    ctl.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip the placement check (every rank on its planned worker, np ranks in all)",
+    )
     ctl.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     # each backend's own options (backends/<name>/options.py), in a group of its own
@@ -118,8 +163,16 @@ class BackendGroup:
 
 
 def _parses_as(action: argparse.Action) -> tuple:
-    return (type(action), tuple(action.option_strings), action.dest, action.default, action.type, action.nargs,
-            action.const, action.choices)
+    return (
+        type(action),
+        tuple(action.option_strings),
+        action.dest,
+        action.default,
+        action.type,
+        action.nargs,
+        action.const,
+        action.choices,
+    )
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -136,9 +189,11 @@ def split_mpi_args(text: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
     except ValueError as e:  # "No closing quotation", "No escaped character"
-        raise UsageError(f"cannot split --mpi-args {text!r}: {str(e)[:1].lower()}{str(e)[1:]}",
-                         "quote --mpi-args as one shell word and balance the quotes inside it, "
-                         "e.g. --mpi-args '--mca btl \"tcp,self\"'") from None
+        raise UsageError(
+            f"cannot split --mpi-args {text!r}: {str(e)[:1].lower()}{str(e)[1:]}",
+            "quote --mpi-args as one shell word and balance the quotes inside it, "
+            "e.g. --mpi-args '--mca btl \"tcp,self\"'",
+        ) from None
 
 
 def spec_from_args(args, command: list[str]) -> JobSpec:
@@ -168,11 +223,31 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         retries=args.retries,
         detach=args.detach,
         retry_rank_failures=args.retry_rank_failures,
-        mode=args.mode or ("ps" if (args.requirement is not None or args.ps or args.workers or args.chief or args.evaluator or args.tensorboard) else "allreduce"),
+        mode=args.mode
+        or (
+            "ps"
+            if (
+                args.requirement is not None
+                or args.ps
+                or args.workers
+                or args.chief
+                or args.evaluator
+                or args.tensorboard
+            )
+            else "allreduce"
+        ),
         backend_options=backends.options_class(args.backend).from_args(args),
-        ps=PsOptions(ps=args.ps, workers=args.workers, chief=args.chief, evaluator=args.evaluator,
-                     tensorboard=args.tensorboard, input_path=args.input, output_path=args.output,
-                     script=args.script, requirement=args.requirement),
+        ps=PsOptions(
+            ps=args.ps,
+            workers=args.workers,
+            chief=args.chief,
+            evaluator=args.evaluator,
+            tensorboard=args.tensorboard,
+            input_path=args.input,
+            output_path=args.output,
+            script=args.script,
+            requirement=args.requirement,
+        ),
     )
 
 
@@ -237,22 +312,32 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     options.check_manage_arguments(args)
     if action == "wait":
-        check_duration("--timeout", args.timeout, "give the seconds to wait for the job, e.g. --timeout 600, "
-                                                  "or leave it out to wait until it ends")
+        check_duration(
+            "--timeout",
+            args.timeout,
+            "give the seconds to wait for the job, e.g. --timeout 600, or leave it out to wait until it ends",
+        )
     return args
 
 
 def parse_stacks(argv: list[str]) -> argparse.Namespace:
     from .hang.collect import DEFAULT_DEADLINE_S
 
-    p = _Parser(prog="mpilaunch stacks",
-                description="Show where every rank of a running job is: its stacks, grouped by identity, and "
-                            "one 'mpilaunch: hang:' line naming the rank(s) that stand out.")
+    p = _Parser(
+        prog="mpilaunch stacks",
+        description="Show where every rank of a running job is: its stacks, grouped by identity, and "
+        "one 'mpilaunch: hang:' line naming the rank(s) that stand out.",
+    )
     p.add_argument("name", help="the job's --name")
     p.add_argument("--backend", default=default_backend())
     p.add_argument("--json", action="store_true", help="print the groups, the verdict and every rank's frames as JSON")
-    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="SEC",
-                   help=f"give up on workers that have not answered after this long (default {DEFAULT_DEADLINE_S:g})")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        metavar="SEC",
+        help=f"give up on workers that have not answered after this long (default {DEFAULT_DEADLINE_S:g})",
+    )
     args = p.parse_args(argv)
     check_duration("--deadline", args.deadline, "give the seconds to wait for the workers, e.g. --deadline 15")
     return args
@@ -263,18 +348,26 @@ def cmd_rbac(argv: list[str]) -> int:
     from .backends.k8s import rbac
     from .backends.k8s.options import NAME_RE, check_namespace
 
-    p = _Parser(prog="mpilaunch rbac",
-                description="Print the ServiceAccount, Role and RoleBinding an admin of a namespace applies once "
-                            "(| kubectl apply -f -), so that users holding only the 'edit' role run jobs there "
-                            "with --service-account NAME. Nothing cluster-wide.")
+    p = _Parser(
+        prog="mpilaunch rbac",
+        description="Print the ServiceAccount, Role and RoleBinding an admin of a namespace applies once "
+        "(| kubectl apply -f -), so that users holding only the 'edit' role run jobs there "
+        "with --service-account NAME. Nothing cluster-wide.",
+    )
     p.add_argument("--namespace", required=True, help="the namespace the jobs run in")
-    p.add_argument("--service-account", default=rbac.DEFAULT_ACCOUNT, metavar="NAME",
-                   help=f"the ServiceAccount's (and its Role's) name (default {rbac.DEFAULT_ACCOUNT})")
+    p.add_argument(
+        "--service-account",
+        default=rbac.DEFAULT_ACCOUNT,
+        metavar="NAME",
+        help=f"the ServiceAccount's (and its Role's) name (default {rbac.DEFAULT_ACCOUNT})",
+    )
     args = p.parse_args(argv)
     check_namespace(args.namespace)
     if not NAME_RE.fullmatch(args.service_account):
-        raise UsageError(f"invalid --service-account {args.service_account!r}",
-                         "lowercase letters, digits, '-' and '.', e.g. --service-account mpilaunch")
+        raise UsageError(
+            f"invalid --service-account {args.service_account!r}",
+            "lowercase letters, digits, '-' and '.', e.g. --service-account mpilaunch",
+        )
     sys.stdout.write(rbac.render(args.namespace, args.service_account))
     return 0
 
@@ -309,10 +402,12 @@ def cmd_stacks(argv: list[str]) -> int:
 
 def cmd_job_action(action: str):
     """``mpilaunch status|logs|delete|wait NAME``: a job found again by its name."""
+
     def command(argv: list[str]) -> int:
         from .job import manage
 
         return manage.job_action(action, parse_job_action(action, argv))
+
     return command
 
 

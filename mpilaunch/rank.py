@@ -69,8 +69,9 @@ def program_env(environ, bind: bool, attempt: str = "1") -> dict:
     env.pop(TOKEN_ENV, None)  # the wrapper's alone: a program that knew it could forge its rank's exit
     env["MPILAUNCH_ATTEMPT"] = attempt
     rank_env.restore_worker_path(env)
-    env.update(rank_env.torch_env(env, first_env(RANK_VARS, env), first_env(LOCAL_RANK_VARS, env),
-                                  first_env(SIZE_VARS, env)))
+    env.update(
+        rank_env.torch_env(env, first_env(RANK_VARS, env), first_env(LOCAL_RANK_VARS, env), first_env(SIZE_VARS, env))
+    )
     libdir = env.pop("MPILAUNCH_MPI_LIBDIR", "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
     if libdir:  # once: -x LD_LIBRARY_PATH=$VENV/lib (impi-rt's libdir) stays as it was sent
         env["LD_LIBRARY_PATH"] = rank_env.with_directory_first(env.get("LD_LIBRARY_PATH"), libdir)
@@ -121,7 +122,7 @@ def memory_cgroup_file(cgroups: str, mountinfo: str) -> str | None:
             path, name = v2, "memory.events"
         else:
             continue
-        relative = path[len(root):] if path.startswith(root) else path
+        relative = path[len(root) :] if path.startswith(root) else path
         return os.path.join(mount_point, relative.lstrip("/"), name)
     return None
 
@@ -212,7 +213,9 @@ def main(argv=None) -> int:
     if library is not None:
         print(format_mpi(rank, worker, library, token), file=sys.stderr, flush=True)
     _, status = os.waitpid(pid, 0)  # retried after a forwarded signal (PEP 475)
-    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)  # 3.8 has no waitstatus_to_exitcode
+    code = (
+        -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    )  # 3.8 has no waitstatus_to_exitcode
     oom = code == -signal.SIGKILL and oom_before is not None and (oom_kills(oom_file) or 0) > oom_before
     if code < 0:
         code = 128 - code

@@ -119,6 +119,7 @@ def expand_task_variables(word: str, provided: dict) -> str:
     ``-- python '${DTF_TASK_SCRIPT}' --job_name '$DTF_TASK_JOB_NAME'`` works
     without a shell on the task side.
     """
+
     def sub(m):
         name = m.group(1) or m.group(2)
         return provided.get(name, m.group(0))
@@ -250,13 +251,22 @@ class Starter:
 def parse_args(argv):
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m mpilaunch.task_starter",
-                                description="Reserve a port, report it, wait for the ClusterSpec, run the task.")
+    p = argparse.ArgumentParser(
+        prog="python -m mpilaunch.task_starter",
+        description="Reserve a port, report it, wait for the ClusterSpec, run the task.",
+    )
     p.add_argument("--task", required=True, help="TYPE:INDEX of this task (for messages)")
-    p.add_argument("--host", default=os.environ.get("MPILAUNCH_TASK_HOST"),
-                   help="address to report (default: $MPILAUNCH_TASK_HOST, else this host's address)")
-    p.add_argument("--hold", type=float, default=DEFAULT_HOLD,
-                   help="keep the port reserved at most this long after the task started, if it never listens")
+    p.add_argument(
+        "--host",
+        default=os.environ.get("MPILAUNCH_TASK_HOST"),
+        help="address to report (default: $MPILAUNCH_TASK_HOST, else this host's address)",
+    )
+    p.add_argument(
+        "--hold",
+        type=float,
+        default=DEFAULT_HOLD,
+        help="keep the port reserved at most this long after the task started, if it never listens",
+    )
     p.add_argument("--stop-grace", type=float, default=STOP_GRACE)
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)

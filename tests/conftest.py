@@ -39,8 +39,12 @@ def suite_part(fixturenames) -> str:
 
 
 def pytest_addoption(parser):
-    parser.addoption("--part", choices=PARTS, default=None,
-                     help="only the tests on the Kubernetes testbeds (k8s), or only the others (rest)")
+    parser.addoption(
+        "--part",
+        choices=PARTS,
+        default=None,
+        help="only the tests on the Kubernetes testbeds (k8s), or only the others (rest)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,8 +53,10 @@ def pytest_collection_modifyitems(config, items):
         return
     both = [item.nodeid for item in items if suite_part(item.fixturenames) == "k8s" and "yarn" in item.fixturenames]
     if both:
-        raise pytest.UsageError("--part: these tests need a Kubernetes testbed and YARN's, which the two parts "
-                                "start one each: " + ", ".join(both))
+        raise pytest.UsageError(
+            "--part: these tests need a Kubernetes testbed and YARN's, which the two parts "
+            "start one each: " + ", ".join(both)
+        )
     keep, other = [], []
     for item in items:
         (keep if suite_part(item.fixturenames) == part else other).append(item)

@@ -32,27 +32,46 @@ def build_parser():
     )
     parser.add_argument("--name", required=True, help="worker name (exported as MPILAUNCH_WORKER)")
     parser.add_argument("--listen", default="0.0.0.0:0", help="HOST:PORT to listen on; port 0 picks one")
-    parser.add_argument("--listen-fd", type=int, metavar="FD",
-                        help="serve on this inherited listening socket instead of --listen (the local backend "
-                             "binds it, so mpirun can start before the agent is up)")
+    parser.add_argument(
+        "--listen-fd",
+        type=int,
+        metavar="FD",
+        help="serve on this inherited listening socket instead of --listen (the local backend "
+        "binds it, so mpirun can start before the agent is up)",
+    )
     parser.add_argument("--address-file", help="write the reachable HOST:PORT here once listening")
     parser.add_argument("--advertise", help="host name/address to write to the address file")
     secret = parser.add_mutually_exclusive_group(required=True)
     secret.add_argument("--secret-file", help="job secret file (must not be group/world readable)")
     secret.add_argument("--secret-stdin", action="store_true", help="read the job secret as one line from stdin")
-    parser.add_argument("--own-host", action="store_true",
-                        help="this worker is alone on its host (a Kubernetes pod): no private temp and shared-memory "
-                             "directories, no shared-host MPI defaults, and the secret may be a Secret volume's "
-                             "world-readable file (the pod is the job's alone)")
+    parser.add_argument(
+        "--own-host",
+        action="store_true",
+        help="this worker is alone on its host (a Kubernetes pod): no private temp and shared-memory "
+        "directories, no shared-host MPI defaults, and the secret may be a Secret volume's "
+        "world-readable file (the pod is the job's alone)",
+    )
     parser.add_argument("--exit-with-pid", type=int, help="stop (killing all sessions) when this process is gone")
-    parser.add_argument("--orphan-cleanup", metavar="DIR",
-                        help="with --exit-with-pid: remove DIR (the job's run directory, its secret included) when "
-                             "that process is gone, since it ran no cleanup of its own (SIGKILL)")
-    parser.add_argument("--exit-on-stdin-eof", action="store_true",
-                        help="stop (killing all sessions) when stdin reaches its end: an agent started over ssh "
-                             "ends with its ssh session, whatever ended that")
-    parser.add_argument("--env", action="append", type=_parse_env_pair, default=[], metavar="K=V",
-                        help="extra environment for every command (repeatable)")
+    parser.add_argument(
+        "--orphan-cleanup",
+        metavar="DIR",
+        help="with --exit-with-pid: remove DIR (the job's run directory, its secret included) when "
+        "that process is gone, since it ran no cleanup of its own (SIGKILL)",
+    )
+    parser.add_argument(
+        "--exit-on-stdin-eof",
+        action="store_true",
+        help="stop (killing all sessions) when stdin reaches its end: an agent started over ssh "
+        "ends with its ssh session, whatever ended that",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        type=_parse_env_pair,
+        default=[],
+        metavar="K=V",
+        help="extra environment for every command (repeatable)",
+    )
     parser.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT, help=argparse.SUPPRESS)
     parser.add_argument("--kill-grace", type=float, default=KILL_GRACE, help=argparse.SUPPRESS)
     return parser
@@ -125,7 +144,6 @@ def _raise_fd_limit():
         pass
 
 
-
 # MPI names shared-memory segments and session directories after the host
 # name and local rank, under TMPDIR and /dev/shm. Two workers on one machine
 # (local backend, two YARN containers on one NodeManager) would map each
@@ -154,7 +172,6 @@ def private_dir_env(directory: str, given: dict) -> dict:
     return env
 
 
-
 def main(argv=None) -> int:
     """Run the agent until SIGTERM/SIGINT or --exit-with-pid; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -180,11 +197,20 @@ def main(argv=None) -> int:
         # named as this agent's, so that the next mpilaunch removes it should this agent be SIGKILLed
         write_owner(Path(private))
         extra_env.update(private_dir_env(private, extra_env))
-    agent = Agent(args.name, secret, listener, extra_env=extra_env, exit_with_pid=args.exit_with_pid,
-                  handshake_timeout=args.handshake_timeout, kill_grace=args.kill_grace,
-                  exit_on_stdin_eof=args.exit_on_stdin_eof, tls_context=tls_context)
-    address = _advertised_address(listener, P.parse_address(args.listen)[0] if ":" in args.listen else args.listen,
-                                  args.advertise)
+    agent = Agent(
+        args.name,
+        secret,
+        listener,
+        extra_env=extra_env,
+        exit_with_pid=args.exit_with_pid,
+        handshake_timeout=args.handshake_timeout,
+        kill_grace=args.kill_grace,
+        exit_on_stdin_eof=args.exit_on_stdin_eof,
+        tls_context=tls_context,
+    )
+    address = _advertised_address(
+        listener, P.parse_address(args.listen)[0] if ":" in args.listen else args.listen, args.advertise
+    )
     if args.address_file:
         _write_atomically(args.address_file, address)
     agent.log(f"listening on {address} (pid {os.getpid()})")
@@ -195,4 +221,3 @@ def main(argv=None) -> int:
             shutil.rmtree(private, ignore_errors=True)
         if args.orphan_cleanup and agent.orphaned:
             shutil.rmtree(args.orphan_cleanup, ignore_errors=True)
-

@@ -17,8 +17,23 @@ from .handshake_limits import peer_key
 class Conn:
     """One client connection: handshake, then at most one request."""
 
-    __slots__ = ("sock", "fd", "peer", "peer_key", "state", "inbuf", "outbuf", "deadline", "nonce", "session",
-                 "reading", "events", "channel", "pending", "link")
+    __slots__ = (
+        "sock",
+        "fd",
+        "peer",
+        "peer_key",
+        "state",
+        "inbuf",
+        "outbuf",
+        "deadline",
+        "nonce",
+        "session",
+        "reading",
+        "events",
+        "channel",
+        "pending",
+        "link",
+    )
 
     def __init__(self, sock, peer, key, deadline, link):
         self.sock = sock
@@ -37,7 +52,6 @@ class Conn:
         self.session = None
         self.reading = True
         self.events = selectors.EVENT_READ  # what the selector watches now (0: unregistered)
-
 
 
 class ConnectionsMixin:
@@ -182,8 +196,15 @@ class ConnectionsMixin:
                 self._set_conn_reading(conn, False)
         elif ftype == P.SIGNAL:
             signum = P.decode_int(payload)
-            if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL,
-                          signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            if signum in (
+                signal.SIGINT,
+                signal.SIGTERM,
+                signal.SIGHUP,
+                signal.SIGKILL,
+                signal.SIGQUIT,
+                signal.SIGUSR1,
+                signal.SIGUSR2,
+            ):
                 self._signal_session(sess, signum)
         else:
             raise P.ProtocolError("unexpected frame during a session")
@@ -194,8 +215,9 @@ class ConnectionsMixin:
             self._end_session(sess, reason)
             return
         if conn.state in ("tls", "hello"):
-            self._quiet_note(conn.peer_key, "closed",
-                             f"refused connection from {conn.peer}: closed before authenticating")
+            self._quiet_note(
+                conn.peer_key, "closed", f"refused connection from {conn.peer}: closed before authenticating"
+            )
         elif conn.state == "request":
             self.log(f"connection from {conn.peer} closed without a request")
         self._close(conn)
@@ -276,4 +298,3 @@ class ConnectionsMixin:
             self.sel.unregister(conn.sock)
             conn.events = 0
         conn.sock.close()
-

@@ -48,4 +48,3 @@ MAX_PENDING_PER_PEER = 32
 REFUSAL_NOTE_INTERVAL = 10.0  # at most one log line per peer and reason this often
 
 CMD_LOG_CHARS = 160
-

@@ -26,10 +26,21 @@ from .supervision import SupervisionMixin
 
 
 class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
-    def __init__(self, name, secret, listener, extra_env=None, exit_with_pid=None,
-                 handshake_timeout=HANDSHAKE_TIMEOUT, kill_grace=KILL_GRACE, log=None,
-                 max_pending_per_peer=MAX_PENDING_PER_PEER, max_pending=MAX_PENDING_HANDSHAKES,
-                 exit_on_stdin_eof=False, tls_context=None):
+    def __init__(
+        self,
+        name,
+        secret,
+        listener,
+        extra_env=None,
+        exit_with_pid=None,
+        handshake_timeout=HANDSHAKE_TIMEOUT,
+        kill_grace=KILL_GRACE,
+        log=None,
+        max_pending_per_peer=MAX_PENDING_PER_PEER,
+        max_pending=MAX_PENDING_HANDSHAKES,
+        exit_on_stdin_eof=False,
+        tls_context=None,
+    ):
         self.name = name
         self.secret = secret  # the MAC secret (the credential's first part)
         # rsh_agent.tls.server_context of the job's certificate: every connection is TLS first;
@@ -213,4 +224,3 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
                     self._finish(sess)
         elif not waiting:
             self.scan_due = False
-

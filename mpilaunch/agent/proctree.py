@@ -15,7 +15,6 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
-
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
@@ -47,9 +46,7 @@ def _parent_map():
     return parents
 
 
-
 _HAS_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
-
 
 
 def descendants(root: int) -> list:
@@ -122,4 +119,3 @@ def pid_gone(pid: int) -> bool:
     stat = _read(f"/proc/{pid}/stat")
     state = stat.rpartition(b")")[2].split()[:1]
     return state == [b"Z"] or not stat
-

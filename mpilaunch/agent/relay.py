@@ -101,4 +101,3 @@ class RelayMixin:
             pass
         sess.stdin_fd = None
         sess.stdin_buf.clear()
-

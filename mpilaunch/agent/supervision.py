@@ -15,9 +15,22 @@ from .proctree import descendants, kill_quietly, killpg_quietly, processes_by_se
 
 class Session:
     __slots__ = (
-        "sid", "conn", "proc", "pid", "command", "started", "status", "pipes",
-        "stdin_fd", "stdin_buf", "stdin_eof", "paused", "ending", "kill_at",
-        "reason", "done",
+        "sid",
+        "conn",
+        "proc",
+        "pid",
+        "command",
+        "started",
+        "status",
+        "pipes",
+        "stdin_fd",
+        "stdin_buf",
+        "stdin_eof",
+        "paused",
+        "ending",
+        "kill_at",
+        "reason",
+        "done",
     )
 
     def __init__(self, sid, conn, proc, command):
@@ -39,7 +52,6 @@ class Session:
         self.done = False
 
 
-
 class SupervisionMixin:
     """Sessions from start to the last descendant's exit."""
 
@@ -54,8 +66,13 @@ class SupervisionMixin:
         try:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", command],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=child_env, cwd=cwd, start_new_session=True, close_fds=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=child_env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
             )
         except OSError as exc:
             where = f" in {cwd}" if cwd else ""
@@ -76,8 +93,7 @@ class SupervisionMixin:
             self.sel.register(fd, selectors.EVENT_READ, self._on_pipe)
         os.set_blocking(sess.stdin_fd, False)
         shown = command if len(command) <= CMD_LOG_CHARS else command[:CMD_LOG_CHARS] + "..."
-        self.log(f"session {sid} start pid={sess.pid} peer={conn.peer}"
-                 f"{' cwd=' + cwd if cwd else ''} cmd={shown!r}")
+        self.log(f"session {sid} start pid={sess.pid} peer={conn.peer}{' cwd=' + cwd if cwd else ''} cmd={shown!r}")
         self._send_frame(conn, P.STARTED, P.encode_started(sid, sess.pid))
 
     def _reap(self):
@@ -185,4 +201,3 @@ class SupervisionMixin:
                 self._finish(sess)
         self.log("stopped")
         return 0
-

@@ -91,12 +91,14 @@ def missing_module_error(backend: str, extra: str, error: ModuleNotFoundError, o
     ``own``: the backend's own top-level package, whose imports are the backend's."""
     importer = failing_package(error)
     if importer in (None, own, error.name):
-        return UsageError(f"the {backend} backend needs the Python package {error.name!r}",
-                          f"pip install 'mpilaunch[{extra}]'")
+        return UsageError(
+            f"the {backend} backend needs the Python package {error.name!r}", f"pip install 'mpilaunch[{extra}]'"
+        )
     missing = (error.name or "?").split(".")[0]  # `from distutils.version import ...` may name the submodule
     why, fix = _REMOVED_FROM_PYTHON.get(missing, ("not installed", f"pip install 'mpilaunch[{extra}]'"))
-    return UsageError(f"the {backend} backend's package {importer!r} cannot be imported: it needs the module "
-                      f"{missing!r} ({why})", fix)
+    return UsageError(
+        f"the {backend} backend's package {importer!r} cannot be imported: it needs the module {missing!r} ({why})", fix
+    )
 
 
 def failing_package(error: ImportError) -> str | None:

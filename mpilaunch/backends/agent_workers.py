@@ -18,8 +18,16 @@ from .credential import new_credential
 # and Python: this machine's, on workers that share its software (the local
 # backend's processes; ssh hosts on a shared filesystem, the HPC norm).
 FORWARD_ENV = (
-    "PATH", "MPILAUNCH_WORKER_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "OPAL_PREFIX",
-    "PRTE_PREFIX", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+    "PATH",
+    "MPILAUNCH_WORKER_PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "OPAL_PREFIX",
+    "PRTE_PREFIX",
+    "OMPI_ALLOW_RUN_AS_ROOT",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
 )
 
 

@@ -140,8 +140,11 @@ class BaseBackend(ABC):
         self.options = spec.backend_options if spec.backend_options is not None else self.options_class()
         # where mpirun runs: "cluster" (a launcher pod/container) where the backend has one, the workload
         # allows it (PS mode does not: its registry is this mpilaunch) and --launcher is not local
-        self.launcher = ("cluster" if self.capabilities.cluster_launcher and cluster_launcher_allowed
-                         and spec.launcher != "local" else "local")
+        self.launcher = (
+            "cluster"
+            if self.capabilities.cluster_launcher and cluster_launcher_allowed and spec.launcher != "local"
+            else "local"
+        )
         # the mpirun workload's hook: mpirun runs in the cluster's launcher, run_launcher follows it
         self.launcher_in_cluster = self.launcher == "cluster"
         # phases this backend saw (phases.mark: name -> time.monotonic()), merged into report.json
@@ -202,11 +205,15 @@ class BaseBackend(ABC):
         A backend with rules of its own (ssh: --hostfile) adds them after ``super().check_spec``."""
         caps = cls.capabilities
         if spec.detach and not caps.detach:
-            raise UsageError(f"--detach needs a cluster backend: {cls.name} workers live and die with this mpilaunch",
-                             "use --backend k8s or --backend yarn, or run without --detach")
+            raise UsageError(
+                f"--detach needs a cluster backend: {cls.name} workers live and die with this mpilaunch",
+                "use --backend k8s or --backend yarn, or run without --detach",
+            )
         if spec.launcher == "cluster" and not caps.cluster_launcher:
-            raise UsageError(f"--launcher cluster needs a cluster backend; {cls.name} workers have no cluster to run "
-                             f"mpirun in", "drop --launcher (mpirun runs on this machine) or use --backend k8s or yarn")
+            raise UsageError(
+                f"--launcher cluster needs a cluster backend; {cls.name} workers have no cluster to run mpirun in",
+                "drop --launcher (mpirun runs on this machine) or use --backend k8s or yarn",
+            )
         if spec.retries and not caps.replace_workers:
             raise UsageError(f"the {cls.name} backend cannot replace workers", "drop --retries")
 
@@ -221,8 +228,18 @@ class BaseBackend(ABC):
 
 
 #: the required surface, by name: what a backend implementer reads (tests hold it to about ten)
-REQUIRED = ("allocate", "wait_ready", "exec_context", "release", "lost_workers", "describe_workers",
-            "job_finished", "check_spec", "rank_prefix", "rendezvous")
+REQUIRED = (
+    "allocate",
+    "wait_ready",
+    "exec_context",
+    "release",
+    "lost_workers",
+    "describe_workers",
+    "job_finished",
+    "check_spec",
+    "rank_prefix",
+    "rendezvous",
+)
 
 
 def hostnames(plan: Plan) -> dict[str, str]:

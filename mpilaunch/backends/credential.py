@@ -40,14 +40,17 @@ def self_signed_certificate(now: datetime.datetime | None = None) -> tuple[bytes
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
     except ImportError as exc:
-        raise UsageError(f"the agent channel's TLS needs the 'cryptography' package ({exc})",
-                         "pip install cryptography (a dependency of mpilaunch: reinstall it)") from None
+        raise UsageError(
+            f"the agent channel's TLS needs the 'cryptography' package ({exc})",
+            "pip install cryptography (a dependency of mpilaunch: reinstall it)",
+        ) from None
     now = now or datetime.datetime.now(datetime.timezone.utc)
     key = ec.generate_private_key(ec.SECP256R1())
-    public_key_info = key.public_key().public_bytes(serialization.Encoding.DER,
-                                                    serialization.PublicFormat.SubjectPublicKeyInfo)
-    tbs = selfsigned.tbs_certificate(COMMON_NAME, os.urandom(16), now - VALID_BEFORE, now + VALID_FOR,
-                                     public_key_info)
+    public_key_info = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    tbs = selfsigned.tbs_certificate(COMMON_NAME, os.urandom(16), now - VALID_BEFORE, now + VALID_FOR, public_key_info)
     cert = selfsigned.certificate(tbs, key.sign(tbs, ec.ECDSA(hashes.SHA256())))
-    return cert, key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
-                                   serialization.NoEncryption())
+    return cert, key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )

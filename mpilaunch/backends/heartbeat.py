@@ -49,8 +49,11 @@ class Heartbeat:
                 self.failures += 1
                 streak += 1
                 if streak == 2:
-                    print(f"mpilaunch: warning: cannot renew {self.what} ({str(e)[:200]}); the cluster ends the job "
-                          f"--orphan-timeout {self.orphan_timeout:g}s after the last renewal", file=sys.stderr)
+                    print(
+                        f"mpilaunch: warning: cannot renew {self.what} ({str(e)[:200]}); the cluster ends the job "
+                        f"--orphan-timeout {self.orphan_timeout:g}s after the last renewal",
+                        file=sys.stderr,
+                    )
             self._stop.wait(self.interval)
 
     def stop(self) -> None:

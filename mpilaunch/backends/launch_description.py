@@ -81,21 +81,35 @@ class LaunchDescription:
                 slots = [int(n) for n, count in data["worker_slots"] for _ in range(int(count))]
                 workers = tuple(LaunchWorker(worker_name(str(data["job"]), i), n) for i, n in enumerate(slots))
             else:
-                workers = tuple(LaunchWorker(name=str(w["name"]), slots=int(w["slots"]), address=w.get("address"))
-                                for w in data["workers"])
+                workers = tuple(
+                    LaunchWorker(name=str(w["name"]), slots=int(w["slots"]), address=w.get("address"))
+                    for w in data["workers"]
+                )
             return cls(
-                job=str(data["job"]), workers=workers, command=tuple(data["command"]),
+                job=str(data["job"]),
+                workers=workers,
+                command=tuple(data["command"]),
                 rank_prefix=tuple(data.get("rank_prefix") or ("python3", "-m", "mpilaunch.rank")),
-                mpi=data.get("mpi") or "auto", mpirun=data.get("mpirun"), env=tuple(data.get("env") or ()),
-                mpi_args=tuple(data.get("mpi_args") or ()), bind_gpus=bool(data.get("bind_gpus")),
-                verify=bool(data.get("verify", True)), start_timeout=float(data.get("start_timeout") or 300.0),
-                timeout=data.get("timeout"), detach=bool(data.get("detach")), attempt=int(data.get("attempt") or 1),
-                status_token=data.get("status_token"), cwd=data.get("cwd"), cluster=dict(data.get("cluster") or {}),
+                mpi=data.get("mpi") or "auto",
+                mpirun=data.get("mpirun"),
+                env=tuple(data.get("env") or ()),
+                mpi_args=tuple(data.get("mpi_args") or ()),
+                bind_gpus=bool(data.get("bind_gpus")),
+                verify=bool(data.get("verify", True)),
+                start_timeout=float(data.get("start_timeout") or 300.0),
+                timeout=data.get("timeout"),
+                detach=bool(data.get("detach")),
+                attempt=int(data.get("attempt") or 1),
+                status_token=data.get("status_token"),
+                cwd=data.get("cwd"),
+                cluster=dict(data.get("cluster") or {}),
             )
         except (KeyError, TypeError, ValueError) as e:
-            raise UsageError(f"malformed launch description: {type(e).__name__}: {e}",
-                             "the launcher reads what this version of mpilaunch wrote; submit with the same "
-                             "version as the image's or the job's tools") from None
+            raise UsageError(
+                f"malformed launch description: {type(e).__name__}: {e}",
+                "the launcher reads what this version of mpilaunch wrote; submit with the same "
+                "version as the image's or the job's tools",
+            ) from None
 
     def without_secrets(self) -> "LaunchDescription":
         return dataclasses.replace(self, env=(), status_token=None)
@@ -108,13 +122,21 @@ class LaunchDescription:
 
     def job_spec(self) -> JobSpec:
         """The spec the launcher's lifecycle runs: what the submitting side's would have been."""
-        return JobSpec(command=self.command, bind_gpus=self.bind_gpus, name=self.job, env=self.env,
-                       mpi_args=self.mpi_args, start_timeout=self.start_timeout, verify=self.verify,
-                       timeout=self.timeout)
+        return JobSpec(
+            command=self.command,
+            bind_gpus=self.bind_gpus,
+            name=self.job,
+            env=self.env,
+            mpi_args=self.mpi_args,
+            start_timeout=self.start_timeout,
+            verify=self.verify,
+            timeout=self.timeout,
+        )
 
     def plan(self) -> Plan:
-        return Plan(job_name=self.job, workers=tuple(WorkerPlan(name=w.name, slots=w.slots, gpus=0)
-                                                     for w in self.workers))
+        return Plan(
+            job_name=self.job, workers=tuple(WorkerPlan(name=w.name, slots=w.slots, gpus=0) for w in self.workers)
+        )
 
     def addresses(self) -> dict[str, str | None]:
         return {w.name: w.address for w in self.workers}

@@ -174,6 +174,10 @@ def remote_mpi_info(backend_cls, spec):
 
 def manage_action(backend_cls, action: str, args, stream) -> int:
     """`mpilaunch status|logs|delete|wait NAME` on a ``ManagesJobs`` backend."""
-    handlers = {"status": backend_cls.manage_status, "logs": backend_cls.manage_logs,
-                "delete": backend_cls.manage_delete, "wait": backend_cls.manage_wait}
+    handlers = {
+        "status": backend_cls.manage_status,
+        "logs": backend_cls.manage_logs,
+        "delete": backend_cls.manage_delete,
+        "wait": backend_cls.manage_wait,
+    }
     return handlers[action](args, stream)

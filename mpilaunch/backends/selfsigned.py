@@ -59,8 +59,9 @@ def not_a_ca() -> bytes:
     return seq(_BASIC_CONSTRAINTS, tlv(_BOOLEAN, b"\xff"), tlv(_OCTET_STRING, seq()))
 
 
-def tbs_certificate(common_name: str, serial: bytes, not_before: datetime.datetime,
-                    not_after: datetime.datetime, public_key_info: bytes) -> bytes:
+def tbs_certificate(
+    common_name: str, serial: bytes, not_before: datetime.datetime, not_after: datetime.datetime, public_key_info: bytes
+) -> bytes:
     """The to-be-signed part: v3, ECDSA-SHA256, issuer = subject, one extension."""
     return seq(
         tlv(0xA0, positive_integer(b"\x02")),  # [0] EXPLICIT version: v3

@@ -82,9 +82,7 @@ def parse_requirement(text: str) -> tuple[tuple[str, int], ...]:
                 "use --tensorboard (with -o OUTPUT) to run TensorBoard next to the job",
             )
         if not (count_text.isascii() and count_text.isdigit()):  # int() refuses "²", which isdigit() accepts
-            raise UsageError(
-                f"task count of {name!r} must be a whole number, got {count_text!r}", REQUIREMENT_HINT
-            )
+            raise UsageError(f"task count of {name!r} must be a whole number, got {count_text!r}", REQUIREMENT_HINT)
         count = int(count_text)
         if count < 1:
             raise UsageError(
@@ -136,9 +134,7 @@ def requirements_from_options(ps_options) -> tuple[tuple[str, int], ...]:
         )
     for job, count in jobs:
         if job in SINGLETONS and count > 1:
-            raise UsageError(
-                f"TensorFlow allows one {job} task, got {job}:{count}", f"use {job}:1"
-            )
+            raise UsageError(f"TensorFlow allows one {job} task, got {job}:{count}", f"use {job}:1")
     if CHIEF not in names and WORKER not in names:
         raise UsageError(
             "the job has no chief and no worker, so nothing decides when it is done",

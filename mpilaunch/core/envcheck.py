@@ -35,6 +35,7 @@ _MPICH_ABI_SONAME = re.compile(r"^lib(?:mpi|mpich)\.so\.12\b")
 class Expected:
     """What the launch planned: the program (None when the workers' PATH is not known where
     mpirun runs: then all ranks must agree), and the MPI of the mpirun that starts them."""
+
     command: str  # the first word of the user's command, as given
     program: str | None
     flavour: str  # openmpi | mpich | intel
@@ -107,9 +108,12 @@ def check_programs(e: Expected, programs: dict[int, str | None], workers: dict[i
     if not odd:
         return None
     theirs = sorted({found[r] for r in odd})
-    return Mismatch(PROGRAM, f"environment check failed: {_where(odd, workers)} "
-                             f"{'run' if len(odd) > 1 else 'runs'} {', '.join(theirs)} for {e.command!r}; "
-                             f"{basis} {expected}")
+    return Mismatch(
+        PROGRAM,
+        f"environment check failed: {_where(odd, workers)} "
+        f"{'run' if len(odd) > 1 else 'runs'} {', '.join(theirs)} for {e.command!r}; "
+        f"{basis} {expected}",
+    )
 
 
 def check_libraries(e: Expected, libraries: dict[int, str], workers: dict[int, str]) -> Mismatch | None:
@@ -126,9 +130,12 @@ def check_libraries(e: Expected, libraries: dict[int, str], workers: dict[int, s
         return None
     ranks = sorted(odd)
     path, (lib_family, lib_major) = odd[ranks[0]]
-    return Mismatch(MPI_LIBRARY, f"environment check failed: {_where(ranks, workers)} loaded "
-                                 f"{_describe_library(lib_family, lib_major)}'s library {path}, but mpirun is "
-                                 f"{_describe_mpirun(e)}")
+    return Mismatch(
+        MPI_LIBRARY,
+        f"environment check failed: {_where(ranks, workers)} loaded "
+        f"{_describe_library(lib_family, lib_major)}'s library {path}, but mpirun is "
+        f"{_describe_mpirun(e)}",
+    )
 
 
 def check(e: Expected, environments: dict[int, dict], workers: dict[int, str]) -> Mismatch | None:
@@ -140,10 +147,14 @@ def check(e: Expected, environments: dict[int, dict], workers: dict[int, str]) -
 
 def hint(mismatch: Mismatch, e: Expected) -> str:
     if mismatch.kind == MPI_LIBRARY:
-        return ("the program (or its mpi4py) was built against another MPI than this mpirun: rebuild it against "
-                "this MPI, or pass --mpirun with the MPI it was built with; --no-verify skips this check")
-    return (f"the workers' PATH finds another {e.command} first: give its full path, or set the ranks' PATH "
-            f"with -x PATH=...; --no-verify skips this check")
+        return (
+            "the program (or its mpi4py) was built against another MPI than this mpirun: rebuild it against "
+            "this MPI, or pass --mpirun with the MPI it was built with; --no-verify skips this check"
+        )
+    return (
+        f"the workers' PATH finds another {e.command} first: give its full path, or set the ranks' PATH "
+        f"with -x PATH=...; --no-verify skips this check"
+    )
 
 
 def _unique(entries: list[str]) -> list[str]:
@@ -173,8 +184,11 @@ def _changed(e: Expected, env: dict) -> dict | None:
     seen = env.get("env_seen")
     if seen is None:
         return None
-    return {name: value for name, value in seen.items()
-            if not rewritten_by_launcher(name, e.forwarded.get(name, ""), value, e.prepended_dirs)}
+    return {
+        name: value
+        for name, value in seen.items()
+        if not rewritten_by_launcher(name, e.forwarded.get(name, ""), value, e.prepended_dirs)
+    }
 
 
 def digest_mismatches(e: Expected, environments: dict[int, dict]) -> list[int]:
@@ -183,8 +197,11 @@ def digest_mismatches(e: Expected, environments: dict[int, dict]) -> list[int]:
     launcher's predictable rewrites (``rewritten_by_launcher``) does not count."""
     if e.env_digest is None:
         return []
-    return sorted(r for r, env in environments.items() if env.get("env_digest") not in (None, e.env_digest)
-                  and _changed(e, env) != {})
+    return sorted(
+        r
+        for r, env in environments.items()
+        if env.get("env_digest") not in (None, e.env_digest) and _changed(e, env) != {}
+    )
 
 
 def env_differences(e: Expected, environments: dict[int, dict]) -> list[dict]:
@@ -196,8 +213,10 @@ def env_differences(e: Expected, environments: dict[int, dict]) -> list[dict]:
             sent = e.forwarded.get(name)
             shown = None if sent is None else rank_env.shown_value(name, sent)
             groups.setdefault((name, shown, value), []).append(r)
-    return [{"variable": name, "sent": sent, "seen": seen, "ranks": ranks}
-            for (name, sent, seen), ranks in sorted(groups.items(), key=lambda g: (g[0][0], g[1]))]
+    return [
+        {"variable": name, "sent": sent, "seen": seen, "ranks": ranks}
+        for (name, sent, seen), ranks in sorted(groups.items(), key=lambda g: (g[0][0], g[1]))
+    ]
 
 
 def _shown(value: str | None) -> str:
@@ -208,12 +227,15 @@ def differences_warning(differs: list[int], differences: list[dict], most: int =
     """The warning for ranks that saw other values than sent, one line per variable and value."""
     from .placement import ranges
 
-    lines = [f"mpilaunch: warning: {len(differs)} rank(s) ({ranges(differs)}) saw other values of the forwarded "
-             f"variables than mpilaunch sent (a worker's startup files may set them; report.json's environment "
-             f"has them)" + (":" if differences else "")]
+    lines = [
+        f"mpilaunch: warning: {len(differs)} rank(s) ({ranges(differs)}) saw other values of the forwarded "
+        f"variables than mpilaunch sent (a worker's startup files may set them; report.json's environment "
+        f"has them)" + (":" if differences else "")
+    ]
     for d in differences[:most]:
-        lines.append(f"  {d['variable']}: {_ranks(d['ranks'])} saw {_shown(d['seen'])}; mpilaunch sent "
-                     f"{_shown(d['sent'])}")
+        lines.append(
+            f"  {d['variable']}: {_ranks(d['ranks'])} saw {_shown(d['seen'])}; mpilaunch sent {_shown(d['sent'])}"
+        )
     if len(differences) > most:
         lines.append(f"  and {len(differences) - most} more")
     named = {r for d in differences for r in d["ranks"]}
@@ -228,10 +250,21 @@ def summary(e: Expected, environments: dict[int, dict], mismatch: Mismatch | Non
     return {
         "verified": (mismatch is None) if enabled else None,
         "mismatch": None if mismatch is None else {"kind": mismatch.kind, "message": mismatch.message},
-        "expected": {"command": e.command, "program": e.program, "mpi": _describe_mpirun(e),
-                     "env_digest": e.env_digest},
-        "ranks": [{"rank": r, "program": env.get("program"), "mpi_library": env.get("mpi_library"),
-                   "env_digest": env.get("env_digest")} for r, env in sorted(environments.items())],
+        "expected": {
+            "command": e.command,
+            "program": e.program,
+            "mpi": _describe_mpirun(e),
+            "env_digest": e.env_digest,
+        },
+        "ranks": [
+            {
+                "rank": r,
+                "program": env.get("program"),
+                "mpi_library": env.get("mpi_library"),
+                "env_digest": env.get("env_digest"),
+            }
+            for r, env in sorted(environments.items())
+        ],
         "env_digest_differs": digest_mismatches(e, environments),
         "env_differs": env_differences(e, environments),
     }

@@ -94,9 +94,7 @@ def plan_job(
         # `is not None`: an explicit --gpus-per-node 0 is an error (size_gpu_job), never the default
         per_node = gpus_per_node if gpus_per_node is not None else (discovered_gpus_per_node or DEFAULT_GPUS_PER_NODE)
         count, per_worker = size_gpu_job(gpus, per_node)
-        workers = tuple(
-            WorkerPlan(worker_name(job_name, i), slots=per_worker, gpus=per_worker) for i in range(count)
-        )
+        workers = tuple(WorkerPlan(worker_name(job_name, i), slots=per_worker, gpus=per_worker) for i in range(count))
     else:
         if gpus_per_node is not None:
             raise UsageError("--gpus-per-node only applies to --gpus jobs", "use --slots-per-worker with --np")
@@ -133,7 +131,10 @@ def discover_local_gpus(environ: dict | None = None) -> list[str]:
     try:
         out = subprocess.run(
             [smi, "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return visible or []

@@ -22,7 +22,7 @@ from . import mpi
 # Why a family is left out: one clause per family, for the warning line (each MPI flavour's
 # own launch settings: its strategy's pinned_setting, mpi/<flavour>.py).
 RESOURCE_MANAGER = "resource-manager variables (mpirun would take its host list from that allocation)"
-TORCH_RENDEZVOUS = ("torch.distributed variables (every rank gets its own; -x NAME=VALUE sets one for all ranks)")
+TORCH_RENDEZVOUS = "torch.distributed variables (every rank gets its own; -x NAME=VALUE sets one for all ranks)"
 # torch.distributed's env:// variables: a shell started by torchrun or inside
 # another job has them, and every rank would claim the same RANK.
 _TORCH_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")

@@ -65,10 +65,14 @@ def observe(previous: Seen | None, value: str | None, now: float) -> Seen:
 def judge(seen: Seen, now: float, orphan_timeout: float, deadline: float | None = None) -> Verdict:
     """End the job? ``deadline`` is on the same clock as ``now`` (None: none)."""
     if deadline is not None and now >= deadline:
-        return Verdict(True, "the job ran past its cluster-side deadline (--start-timeout + --timeout + "
-                             f"{DEADLINE_MARGIN_S:g}s)")
+        return Verdict(
+            True, f"the job ran past its cluster-side deadline (--start-timeout + --timeout + {DEADLINE_MARGIN_S:g}s)"
+        )
     silent = now - seen.at
     if silent >= orphan_timeout:
-        return Verdict(True, f"no heartbeat from the submitting mpilaunch for {silent:.0f}s "
-                             f"(--orphan-timeout {orphan_timeout:g}s): it was killed or lost its connection")
+        return Verdict(
+            True,
+            f"no heartbeat from the submitting mpilaunch for {silent:.0f}s "
+            f"(--orphan-timeout {orphan_timeout:g}s): it was killed or lost its connection",
+        )
     return Verdict(False)

@@ -27,15 +27,17 @@ def run_module_code(module: str, package_parent_expr: str, separator: str = "; "
     """Python code that runs ``module.main()`` from the package under ``package_parent_expr`` (a
     Python expression: a path's repr, or ``os.environ[...]`` where the path is known only there)
     and exits with its return value; ``separator`` "; " makes it one line for ``python -c``."""
-    return separator.join((
-        "import os, sys",
-        f"sys.path.insert(0, {package_parent_expr})",
-        f"from {module} import main",
-        "code = main()",
-        "sys.stdout.flush()",
-        "sys.stderr.flush()",
-        "os._exit(code if isinstance(code, int) else 0)",
-    ))
+    return separator.join(
+        (
+            "import os, sys",
+            f"sys.path.insert(0, {package_parent_expr})",
+            f"from {module} import main",
+            "code = main()",
+            "sys.stdout.flush()",
+            "sys.stderr.flush()",
+            "os._exit(code if isinstance(code, int) else 0)",
+        )
+    )
 
 
 def launcher_text(module: str, python: str, package_parent: str = PACKAGE_PARENT) -> str:
@@ -56,7 +58,7 @@ def launcher_text(module: str, python: str, package_parent: str = PACKAGE_PARENT
     if len(shebang) > SHEBANG_MAX or any(c in python for c in " \t\n"):
         from shlex import quote  # here, not at the top: the shim imports this module on every start
 
-        return f"#!/bin/sh\nexec {quote(python)} -IS -c {quote(body)} \"$@\"\n"
+        return f'#!/bin/sh\nexec {quote(python)} -IS -c {quote(body)} "$@"\n'
     return shebang + body
 
 

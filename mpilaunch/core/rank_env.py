@@ -59,7 +59,7 @@ def reported_program(program: str | None, env: dict) -> str | None:
     program of the same archive reads the same in every container."""
     root = (env.get(ENV_DIR_ENV) or "").rstrip("/")
     if program and root and program.startswith(root + "/"):
-        return f"${ENV_DIR_ENV}{program[len(root):]}"
+        return f"${ENV_DIR_ENV}{program[len(root) :]}"
     return program
 
 
@@ -87,9 +87,13 @@ def torch_env(env: dict, rank: str | None, local: str | None, size: str | None) 
     else:
         local_size = next((env[n] for n in _LOCAL_SIZE_VARS if env.get(n)), None)
     values = {
-        "RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": local, "LOCAL_WORLD_SIZE": local_size,
+        "RANK": rank,
+        "WORLD_SIZE": size,
+        "LOCAL_RANK": local,
+        "LOCAL_WORLD_SIZE": local_size,
         "NODE_RANK": None if node is None else str(node),
-        "MASTER_ADDR": env.get(MASTER_ADDR_ENV), "MASTER_PORT": env.get(MASTER_PORT_ENV),
+        "MASTER_ADDR": env.get(MASTER_ADDR_ENV),
+        "MASTER_PORT": env.get(MASTER_PORT_ENV),
     }
     for name, value in values.items():
         if value is not None and not env.get(name):

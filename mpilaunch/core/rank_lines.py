@@ -73,8 +73,9 @@ def parse_status(text: str, token: str | None = None) -> tuple[int, str, int] | 
         return None
     import re  # cached after the first line; keeps the wrapper's start light
 
-    m = re.search(re.escape(STATUS_PREFIX) + _STATUS_PATTERN + "(?:" + re.escape(OOM_MARK) + ")?"
-                  + _token_pattern(token), text)
+    m = re.search(
+        re.escape(STATUS_PREFIX) + _STATUS_PATTERN + "(?:" + re.escape(OOM_MARK) + ")?" + _token_pattern(token), text
+    )
     if m is None:
         return None
     return int(m[1]), m[2], int(m[3])
@@ -88,9 +89,11 @@ def format_start(environ, program: str | None = None, token: str | None = None) 
     size = first_env(SIZE_VARS, environ) or UNKNOWN
     worker = environ.get("MPILAUNCH_WORKER") or NO_WORKER
     host = os.uname().nodename or UNKNOWN
-    return (f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host} "
-            f"program={rank_env.quote(program) if program else UNKNOWN} env={rank_env.forwarded_digest(environ)}"
-            + _signed(token))
+    return (
+        f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host} "
+        f"program={rank_env.quote(program) if program else UNKNOWN} env={rank_env.forwarded_digest(environ)}"
+        + _signed(token)
+    )
 
 
 _START_PATTERN = r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"

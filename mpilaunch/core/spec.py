@@ -21,6 +21,8 @@ LAUNCHERS = ("auto", "local", "cluster")
 def mpi_choices() -> tuple[str, ...]:
     """--mpi's values: auto (detected) or a registered flavour (mpi/registry.py)."""
     return ("auto",) + mpi.names()
+
+
 MODES = ("allreduce", "ps")
 
 # The biggest job mpilaunch plans (docs/usage.md, "Sizing"): per-rank and per-worker
@@ -50,12 +52,16 @@ def check_duration(option: str, value: float | None, hint: str) -> None:
 def check_plan_size(ranks: int, workers: int, asked: str) -> None:
     """The size limits (MAX_RANKS, MAX_WORKERS), checked before any per-rank or per-worker work."""
     if ranks > MAX_RANKS:
-        raise UsageError(f"{asked} asks for {ranks} ranks; mpilaunch launches at most {MAX_RANKS}",
-                         f"give at most {MAX_RANKS} ranks (docs/usage.md, 'Sizing')")
+        raise UsageError(
+            f"{asked} asks for {ranks} ranks; mpilaunch launches at most {MAX_RANKS}",
+            f"give at most {MAX_RANKS} ranks (docs/usage.md, 'Sizing')",
+        )
     if workers > MAX_WORKERS:
-        raise UsageError(f"{asked} needs {workers} workers; mpilaunch launches at most {MAX_WORKERS}",
-                         f"put more ranks on each worker (--slots-per-worker, --gpus-per-node) to stay within "
-                         f"{MAX_WORKERS} workers (docs/usage.md, 'Sizing')")
+        raise UsageError(
+            f"{asked} needs {workers} workers; mpilaunch launches at most {MAX_WORKERS}",
+            f"put more ranks on each worker (--slots-per-worker, --gpus-per-node) to stay within "
+            f"{MAX_WORKERS} workers (docs/usage.md, 'Sizing')",
+        )
 
 
 def _as_dict(obj) -> dict:
@@ -118,22 +124,24 @@ class JobSpec:
                 "put the program after '--', e.g. mpilaunch --np 4 -- python train.py",
             )
         if self.mpi != "auto" and self.mpi not in mpi.FLAVOURS:  # a flavour registered later counts too
-            raise UsageError(
-                f"unknown MPI flavour {self.mpi!r}", f"choose one of: {', '.join(mpi_choices())}"
-            )
+            raise UsageError(f"unknown MPI flavour {self.mpi!r}", f"choose one of: {', '.join(mpi_choices())}")
         if self.launcher not in LAUNCHERS:
-            raise UsageError(
-                f"unknown launcher {self.launcher!r}", f"choose one of: {', '.join(LAUNCHERS)}"
-            )
+            raise UsageError(f"unknown launcher {self.launcher!r}", f"choose one of: {', '.join(LAUNCHERS)}")
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}", "choose one of: allreduce, ps")
-        check_duration("--start-timeout", self.start_timeout,
-                       "give the seconds to wait for workers, e.g. --start-timeout 300")
-        check_duration("--timeout", self.timeout,
-                       "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out")
-        check_duration("--stall-timeout", self.stall_timeout,
-                       "give the seconds of silence with unchanged stacks that make a job hung, "
-                       "e.g. --stall-timeout 600")
+        check_duration(
+            "--start-timeout", self.start_timeout, "give the seconds to wait for workers, e.g. --start-timeout 300"
+        )
+        check_duration(
+            "--timeout",
+            self.timeout,
+            "give the job's wall-clock limit in seconds, e.g. --timeout 3600, or leave it out",
+        )
+        check_duration(
+            "--stall-timeout",
+            self.stall_timeout,
+            "give the seconds of silence with unchanged stacks that make a job hung, e.g. --stall-timeout 600",
+        )
         if self.on_stall not in ON_STALL:
             raise UsageError(f"unknown --on-stall {self.on_stall!r}", f"choose one of: {', '.join(ON_STALL)}")
         if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
@@ -155,15 +163,14 @@ class JobSpec:
         for item in self.env:
             name = item.split("=", 1)[0]
             if not _ENV_NAME_RE.fullmatch(name):
-                raise UsageError(
-                    f"invalid -x {item!r}", "use -x NAME or -x NAME=VALUE with a valid variable name"
-                )
+                raise UsageError(f"invalid -x {item!r}", "use -x NAME or -x NAME=VALUE with a valid variable name")
 
     def _check_sizes(self) -> None:
         if self.gpus_per_node is not None and self.gpus_per_node < 1:  # 0 must not fall back to the default (8)
-            raise UsageError(f"--gpus-per-node must be at least 1, got {self.gpus_per_node}",
-                             "give the GPUs of one worker, e.g. --gpus-per-node 8, or leave it out "
-                             "(discovered, else 8)")
+            raise UsageError(
+                f"--gpus-per-node must be at least 1, got {self.gpus_per_node}",
+                "give the GPUs of one worker, e.g. --gpus-per-node 8, or leave it out (discovered, else 8)",
+            )
         for option, value in (("--np", self.np), ("--gpus", self.gpus)):
             if value is not None and value > MAX_RANKS:
                 check_plan_size(value, 1, f"{option} {value}")
@@ -172,28 +179,37 @@ class JobSpec:
         if not self.detach:
             return
         if self.launcher == "local":
-            raise UsageError("--detach needs the launcher in the cluster, not --launcher local",
-                             "drop --launcher local (the cluster launcher is the default)")
+            raise UsageError(
+                "--detach needs the launcher in the cluster, not --launcher local",
+                "drop --launcher local (the cluster launcher is the default)",
+            )
         if self.mode == "ps":
-            raise UsageError("--detach runs mpirun jobs; PS jobs are driven from this machine",
-                             "run the PS job without --detach")
+            raise UsageError(
+                "--detach runs mpirun jobs; PS jobs are driven from this machine", "run the PS job without --detach"
+            )
         if self.dry_run:
             raise UsageError("--detach and --dry-run exclude each other", "drop one of them")
 
     def _check_retries(self) -> None:
         if self.retries < 0:
-            raise UsageError(f"--retries must be 0 or more, got {self.retries}",
-                             "give how many times to relaunch after a lost worker, e.g. --retries 2")
+            raise UsageError(
+                f"--retries must be 0 or more, got {self.retries}",
+                "give how many times to relaunch after a lost worker, e.g. --retries 2",
+            )
         if self.retry_rank_failures and not self.retries:
             raise UsageError("--retry-rank-failures needs --retries N", "add --retries 1 (or more)")
         if not self.retries:
             return
         if self.mode == "ps":
-            raise UsageError("--retries relaunches mpirun jobs, not PS jobs",
-                             "PS jobs recover through TensorFlow's own fault tolerance; drop --retries")
+            raise UsageError(
+                "--retries relaunches mpirun jobs, not PS jobs",
+                "PS jobs recover through TensorFlow's own fault tolerance; drop --retries",
+            )
         if self.detach:
-            raise UsageError("--retries needs this mpilaunch to stay: it replaces the lost workers",
-                             "drop --detach, or drop --retries")
+            raise UsageError(
+                "--retries needs this mpilaunch to stay: it replaces the lost workers",
+                "drop --detach, or drop --retries",
+            )
 
     def to_dict(self) -> dict:
         return _as_dict(self)

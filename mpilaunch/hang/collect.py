@@ -82,8 +82,9 @@ def ask_worker(worker: str, capture, python: str, deadline: float, py_spy: str |
     return answer
 
 
-def ask_all(captures: dict, python: str, deadline_s: float = DEFAULT_DEADLINE_S,
-            py_spy: str | None = None) -> dict[str, WorkerAnswer]:
+def ask_all(
+    captures: dict, python: str, deadline_s: float = DEFAULT_DEADLINE_S, py_spy: str | None = None
+) -> dict[str, WorkerAnswer]:
     """{worker: its answer}, every worker asked at once (``captures``: worker -> its exec channel's
     ``capture(command, timeout)``); none waited for past ``deadline_s``."""
     deadline = time.monotonic() + deadline_s
@@ -92,8 +93,10 @@ def ask_all(captures: dict, python: str, deadline_s: float = DEFAULT_DEADLINE_S,
     def ask(name, capture):
         answers[name] = ask_worker(name, capture, python, deadline, py_spy)
 
-    threads = [threading.Thread(target=ask, args=item, daemon=True, name=f"stacks-{item[0]}")
-               for item in sorted(captures.items())]
+    threads = [
+        threading.Thread(target=ask, args=item, daemon=True, name=f"stacks-{item[0]}")
+        for item in sorted(captures.items())
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -106,12 +109,20 @@ def ask_all(captures: dict, python: str, deadline_s: float = DEFAULT_DEADLINE_S,
 def rank_stack(worker: str, found: dict) -> RankStack:
     state = found.get("state")
     state = {"running": RUNNING, "stopped": STOPPED, "exited": EXITED}.get(state, RUNNING)
-    return RankStack(int(found["rank"]), worker, state, tuple(Frame.from_dict(f) for f in found.get("frames") or ()),
-                     pid=found.get("pid"), note=str(found.get("note") or ""), tool=str(found.get("tool") or ""))
+    return RankStack(
+        int(found["rank"]),
+        worker,
+        state,
+        tuple(Frame.from_dict(f) for f in found.get("frames") or ()),
+        pid=found.get("pid"),
+        note=str(found.get("note") or ""),
+        tool=str(found.get("tool") or ""),
+    )
 
 
-def rank_stacks(answers: dict[str, WorkerAnswer], expected: dict[int, str] | None = None,
-                exits: dict[int, int] | None = None) -> list[RankStack]:
+def rank_stacks(
+    answers: dict[str, WorkerAnswer], expected: dict[int, str] | None = None, exits: dict[int, int] | None = None
+) -> list[RankStack]:
     """The workers' answers as one RankStack per rank.
 
     ``expected``: rank -> worker (the plan); without it, ranks 0..size-1 as
@@ -146,9 +157,15 @@ def rank_stacks(answers: dict[str, WorkerAnswer], expected: dict[int, str] | Non
     return out
 
 
-def collect(captures: dict, python: str, *, expected: dict[int, str] | None = None,
-            exits: dict[int, int] | None = None, deadline_s: float = DEFAULT_DEADLINE_S,
-            py_spy: str | None = None) -> Collection:
+def collect(
+    captures: dict,
+    python: str,
+    *,
+    expected: dict[int, str] | None = None,
+    exits: dict[int, int] | None = None,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    py_spy: str | None = None,
+) -> Collection:
     """Every rank's stacks: ``captures`` is worker -> its exec channel's ``capture(command, timeout)``,
     ``python`` how a worker runs python3."""
     t0 = time.monotonic()
@@ -164,8 +181,10 @@ def captures_of(context: dict) -> dict:
     transport = load_transport(context.get("transport") or "agent")
     if not hasattr(transport, "capture"):
         raise ValueError(f"the {context.get('transport')} transport cannot run the stacks probe")
-    return {name: functools.partial(transport.capture, context, worker)
-            for name, worker in (context.get("workers") or {}).items()}
+    return {
+        name: functools.partial(transport.capture, context, worker)
+        for name, worker in (context.get("workers") or {}).items()
+    }
 
 
 def collect_from_context(context: dict, python: str, **kwargs) -> Collection:

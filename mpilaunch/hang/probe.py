@@ -150,8 +150,12 @@ def py_spy_threads(spy, pid, state, budget, native=True):
     why = None
     for extra in attempts:
         try:
-            done = subprocess.run([spy, "dump", "--json", "--pid", str(pid)] + extra, capture_output=True,
-                                  text=True, timeout=max(0.5, budget))
+            done = subprocess.run(
+                [spy, "dump", "--json", "--pid", str(pid)] + extra,
+                capture_output=True,
+                text=True,
+                timeout=max(0.5, budget),
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             why = f"py-spy: {type(e).__name__}"
             continue
@@ -163,11 +167,28 @@ def py_spy_threads(spy, pid, state, budget, native=True):
         except ValueError:
             why = "py-spy: unreadable output"
             continue
-        return [{"id": t.get("os_thread_id"), "name": t.get("thread_name") or "",
-                 "frames": with_source([{"function": f.get("name") or "?", "file": f.get("filename") or "",
-                                         "line": f.get("line") or 0, "kind": "native" if f.get("module") else "python"}
-                                        for f in t.get("frames") or ()])}
-                for t in threads], ("py-spy " + " ".join(extra)).strip(), ""
+        return (
+            [
+                {
+                    "id": t.get("os_thread_id"),
+                    "name": t.get("thread_name") or "",
+                    "frames": with_source(
+                        [
+                            {
+                                "function": f.get("name") or "?",
+                                "file": f.get("filename") or "",
+                                "line": f.get("line") or 0,
+                                "kind": "native" if f.get("module") else "python",
+                            }
+                            for f in t.get("frames") or ()
+                        ]
+                    ),
+                }
+                for t in threads
+            ],
+            ("py-spy " + " ".join(extra)).strip(),
+            "",
+        )
     return None, None, why
 
 
@@ -177,8 +198,9 @@ def dump_processes(pids, budget=30.0, spy=None, native=False):
     (its mpilaunch, agents, launcher), with the same py-spy handling as the ranks' stacks."""
     spy = find_py_spy(spy)
     started = time.monotonic()
-    out = [{"pid": pid, "state": None, "threads": [], "tool": "", "note": "no answer within the budget"}
-           for pid in pids]
+    out = [
+        {"pid": pid, "state": None, "threads": [], "tool": "", "note": "no answer within the budget"} for pid in pids
+    ]
 
     def one(entry):
         st = stat_of(entry["pid"])
@@ -232,10 +254,16 @@ def parse_faulthandler(text):
             current = []
             blocks.append(current)
         elif current is not None and line.startswith('  File "'):
-            path, _, rest = line[len('  File "'):].partition('", line ')
+            path, _, rest = line[len('  File "') :].partition('", line ')
             number, _, function = rest.partition(" in ")
-            current.append({"function": function.strip() or "?", "file": path,
-                            "line": int(number) if number.strip().isdigit() else 0, "kind": "python"})
+            current.append(
+                {
+                    "function": function.strip() or "?",
+                    "file": path,
+                    "line": int(number) if number.strip().isdigit() else 0,
+                    "kind": "python",
+                }
+            )
     return blocks[-1] if blocks else None
 
 
@@ -283,15 +311,16 @@ def one_rank(pid, rank, size, spy, budget, native=True, program=None):
         return out
     state = st[0]
     out.update(pid=program, state="stopped" if state in "Tt" else "running", proc_state=state)
-    frames, tool, note = (py_spy_frames(spy, program, state, budget, native) if spy else (None, None, "no py-spy"))
+    frames, tool, note = py_spy_frames(spy, program, state, budget, native) if spy else (None, None, "no py-spy")
     if frames is None:
         fallback, why = faulthandler_frames(program, state, budget)
         if fallback is not None:
             frames, tool, note = fallback, "faulthandler", ""
         else:
             wchan = (read(f"/proc/{program}/wchan") or "").strip()
-            note = "; ".join(n for n in (note if spy else "", why, f"kernel wait: {wchan}" if wchan not in ("", "0")
-                                                                    else "") if n)
+            note = "; ".join(
+                n for n in (note if spy else "", why, f"kernel wait: {wchan}" if wchan not in ("", "0") else "") if n
+            )
     out.update(frames=frames or [], tool=tool or "", note=note or "")
     return out
 
@@ -353,19 +382,36 @@ def main(argv):
 
     def work(i, pid, rank, size):
         try:
-            results[i] = one_rank(pid, rank, size, spy, left() - 0.2, native=False,
-                                  program=(programs.get(pid) or [None])[0])
+            results[i] = one_rank(
+                pid, rank, size, spy, left() - 0.2, native=False, program=(programs.get(pid) or [None])[0]
+            )
         except Exception as e:  # one rank's failure must not cost the others' stacks
             results[i] = {"rank": rank, "size": size, "state": "running", "frames": [], "note": f"probe: {e!r}"}
 
     in_parallel([(work, (i,) + w) for i, w in enumerate(wrappers)], left)
-    ranks = [r if r is not None else {"rank": w[1], "size": w[2], "state": "running", "frames": [],
-                                      "note": "no stacks within the probe's budget"}
-             for r, w in zip(results, wrappers)]
+    ranks = [
+        r
+        if r is not None
+        else {
+            "rank": w[1],
+            "size": w[2],
+            "state": "running",
+            "frames": [],
+            "note": "no stacks within the probe's budget",
+        }
+        for r, w in zip(results, wrappers)
+    ]
     if spy:
         add_native_frames(spy, ranks, left)
-    json.dump({"worker": os.environ.get("MPILAUNCH_WORKER"), "tool": spy or "faulthandler",
-               "ranks": ranks, "probe_s": round(time.monotonic() - started, 3)}, sys.stdout)
+    json.dump(
+        {
+            "worker": os.environ.get("MPILAUNCH_WORKER"),
+            "tool": spy or "faulthandler",
+            "ranks": ranks,
+            "probe_s": round(time.monotonic() - started, 3),
+        },
+        sys.stdout,
+    )
     sys.stdout.write("\n")
     sys.stdout.flush()
     os._exit(0)  # a py-spy past its timeout must not keep us

@@ -27,12 +27,13 @@ def coarse_signature(stacks) -> tuple:
     a loaded host) must not make two samples of a rank that has not moved differ. A rank the sample
     could not read (no frames of a live rank: py-spy failed; its worker did not answer) is None:
     unknown, not moved (``same``)."""
+
     def one(s: RankStack):
         if s.state == UNREACHABLE or (s.state in (RUNNING, STOPPED) and not s.frames):
             return (s.rank, None)
         python = tuple(f for f in s.frames if f.kind == PYTHON)
-        return (s.rank, (s.state, innermost_function(python or s.frames),
-                         tuple((f.function, f.file) for f in python)))
+        return (s.rank, (s.state, innermost_function(python or s.frames), tuple((f.function, f.file) for f in python)))
+
     return tuple(one(s) for s in sorted(stacks, key=lambda s: s.rank))
 
 

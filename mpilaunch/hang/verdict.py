@@ -42,12 +42,31 @@ _MPI_API = re.compile(r"^P?(MPI_[A-Z][a-z0-9]*(?:_[a-z0-9]+)*)$")
 _UNNAMED = re.compile(r"^0x[0-9a-f]+$")
 # the first call on a line of source: "x = comm.allreduce(y)" -> "comm.allreduce"
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*\(")
-_NOT_CALLS = {"if", "elif", "while", "for", "return", "yield", "assert", "not", "and", "or", "in", "print", "with",
-              "lambda", "await", "del", "except"}
+_NOT_CALLS = {
+    "if",
+    "elif",
+    "while",
+    "for",
+    "return",
+    "yield",
+    "assert",
+    "not",
+    "and",
+    "or",
+    "in",
+    "print",
+    "with",
+    "lambda",
+    "await",
+    "del",
+    "except",
+}
 # paths that are not the user's code: installed packages, the standard library, mpilaunch itself
 # (not the programs and examples its checkout and image hold: /opt/mpilaunch/tests/programs/)
-_NOT_USER = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|/lib64/python\d|/mpilaunch/(?!tests/|examples/)"
-                       r"|^<|\.zip/")
+_NOT_USER = re.compile(
+    r"/(site|dist)-packages/|/lib/python\d[\d.]*/|/lib64/python\d|/mpilaunch/(?!tests/|examples/)"
+    r"|^<|\.zip/"
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +85,13 @@ class Frame:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Frame":
-        return cls(str(d.get("function") or "?"), str(d.get("file") or ""), int(d.get("line") or 0),
-                   NATIVE if d.get("kind") == NATIVE else PYTHON, str(d.get("code") or ""))
+        return cls(
+            str(d.get("function") or "?"),
+            str(d.get("file") or ""),
+            int(d.get("line") or 0),
+            NATIVE if d.get("kind") == NATIVE else PYTHON,
+            str(d.get("code") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -84,8 +108,12 @@ class RankStack:
     tool: str = ""  # what took the frames: py-spy, py-spy --native, faulthandler
 
     def to_dict(self) -> dict:
-        out = {"rank": self.rank, "worker": self.worker, "state": self.state,
-               "frames": [f.to_dict() for f in self.frames]}
+        out = {
+            "rank": self.rank,
+            "worker": self.worker,
+            "state": self.state,
+            "frames": [f.to_dict() for f in self.frames],
+        }
         for key in ("exit_code", "pid", "note", "tool"):
             value = getattr(self, key)
             if value not in (None, ""):
@@ -95,9 +123,16 @@ class RankStack:
     @classmethod
     def from_dict(cls, d: dict) -> "RankStack":
         state = d.get("state") if d.get("state") in STATES else NOT_FOUND
-        return cls(int(d["rank"]), str(d.get("worker") or "?"), state,
-                   tuple(Frame.from_dict(f) for f in d.get("frames") or ()),
-                   d.get("exit_code"), d.get("pid"), str(d.get("note") or ""), str(d.get("tool") or ""))
+        return cls(
+            int(d["rank"]),
+            str(d.get("worker") or "?"),
+            state,
+            tuple(Frame.from_dict(f) for f in d.get("frames") or ()),
+            d.get("exit_code"),
+            d.get("pid"),
+            str(d.get("note") or ""),
+            str(d.get("tool") or ""),
+        )
 
 
 def is_user_file(path: str) -> bool:
@@ -180,11 +215,14 @@ def signature(stack: RankStack) -> tuple:
     frames = stack.frames
     mpi = mpi_call(frames)
     if mpi is not None:
-        frames = frames[mpi[0]:]
+        frames = frames[mpi[0] :]
     elif any(f.kind == PYTHON for f in frames):
         frames = tuple(f for f in frames if f.kind == PYTHON)
-    return (stack.state, innermost_function(stack.frames),
-            tuple((f.function, f.file, f.line) for f in frames if not _UNNAMED.match(f.function)))
+    return (
+        stack.state,
+        innermost_function(stack.frames),
+        tuple((f.function, f.file, f.line) for f in frames if not _UNNAMED.match(f.function)),
+    )
 
 
 @dataclass
@@ -224,8 +262,15 @@ class Group:
         return f"{rank_word(self.ranks)} {rank_list(self.ranks)}: {self.chain()}"
 
     def to_dict(self) -> dict:
-        return {"ranks": self.ranks, "workers": self.workers, "state": self.state, "function": self.function,
-                "where": self.where, "summary": self.chain(), "frames": [f.to_dict() for f in self.stack.frames]}
+        return {
+            "ranks": self.ranks,
+            "workers": self.workers,
+            "state": self.state,
+            "function": self.function,
+            "where": self.where,
+            "summary": self.chain(),
+            "frames": [f.to_dict() for f in self.stack.frames],
+        }
 
 
 @dataclass
@@ -240,8 +285,11 @@ class Diagnosis:
         return [g.line() for g in self.groups] + [self.verdict]
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "odd_ranks": sorted(r for g in self.odd for r in g.ranks),
-                "groups": [g.to_dict() for g in self.groups]}
+        return {
+            "verdict": self.verdict,
+            "odd_ranks": sorted(r for g in self.odd for r in g.ranks),
+            "groups": [g.to_dict() for g in self.groups],
+        }
 
 
 def rank_list(ranks) -> str:
@@ -257,8 +305,10 @@ def group_stacks(stacks) -> list[Group]:
     by_signature: dict[tuple, list[RankStack]] = {}
     for stack in sorted(stacks, key=lambda s: s.rank):
         by_signature.setdefault(signature(stack), []).append(stack)
-    groups = [Group([s.rank for s in members], sorted({s.worker for s in members}), members[0])
-              for members in by_signature.values()]
+    groups = [
+        Group([s.rank for s in members], sorted({s.worker for s in members}), members[0])
+        for members in by_signature.values()
+    ]
     return sorted(groups, key=lambda g: (-len(g.ranks), g.ranks[0]))
 
 
@@ -313,7 +363,9 @@ def describe_place(group: Group) -> str:
 
 def _who(group: Group) -> str:
     verb = "is" if len(group.ranks) == 1 else "are"
-    return f"{rank_word(group.ranks)} {rank_list(group.ranks)} ({', '.join(group.workers)}) {verb} {describe_place(group)}"
+    return (
+        f"{rank_word(group.ranks)} {rank_list(group.ranks)} ({', '.join(group.workers)}) {verb} {describe_place(group)}"
+    )
 
 
 def _others(rest: list[Group]) -> str:
@@ -356,5 +408,17 @@ def report(diagnosis: Diagnosis, collection_s: float | None = None) -> dict:
     return {"hang": hang, "stacks": [s.to_dict() for s in sorted(diagnosis.ranks, key=lambda s: s.rank)]}
 
 
-__all__ = ["Frame", "RankStack", "Group", "Diagnosis", "diagnose", "report", "PREFIX",
-           "RUNNING", "STOPPED", "EXITED", "UNREACHABLE", "NOT_FOUND"]
+__all__ = [
+    "Frame",
+    "RankStack",
+    "Group",
+    "Diagnosis",
+    "diagnose",
+    "report",
+    "PREFIX",
+    "RUNNING",
+    "STOPPED",
+    "EXITED",
+    "UNREACHABLE",
+    "NOT_FOUND",
+]

@@ -59,9 +59,8 @@ def entry_script(module: str, package_path: str) -> str:
     the package imported from ``package_path`` (the zip, or a directory holding ``mpilaunch/``)."""
     from shlex import quote
 
-    body = (f"import sys\nsys.path.insert(0, {package_path!r})\nfrom {module} import main\n"
-            "sys.exit(main())\n")
-    return f"#!/bin/sh\nexec python3 -IS -c {quote(body)} \"$@\"\n"
+    body = f"import sys\nsys.path.insert(0, {package_path!r})\nfrom {module} import main\nsys.exit(main())\n"
+    return f'#!/bin/sh\nexec python3 -IS -c {quote(body)} "$@"\n'
 
 
 def check_script(tools_dir: str) -> str:
@@ -160,8 +159,11 @@ def package_zip() -> bytes:
     from ..core.mpi import versions
 
     files = package_files()
-    key = hashlib.sha256(repr([(name, st.st_size, st.st_mtime_ns) for name, st in
-                               ((name, path.stat()) for name, path in files)]).encode()).hexdigest()[:24]
+    key = hashlib.sha256(
+        repr(
+            [(name, st.st_size, st.st_mtime_ns) for name, st in ((name, path.stat()) for name, path in files)]
+        ).encode()
+    ).hexdigest()[:24]
     try:
         directory = versions.cache_dir("tools")
     except OSError:  # no writable cache: compressed each time

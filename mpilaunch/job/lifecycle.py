@@ -65,8 +65,18 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         return JobResult(job_name=job_name, exit_code=0)
     if spec.detach:
         return submit_detached(spec, workload, backend, rundir, stdout=stdout, stderr=stderr, quiet=quiet)
-    return run_job(spec, workload, backend, rundir, output_dir,
-                   stdout=stdout, stderr=stderr, environ=environ, quiet=quiet, started=started)
+    return run_job(
+        spec,
+        workload,
+        backend,
+        rundir,
+        output_dir,
+        stdout=stdout,
+        stderr=stderr,
+        environ=environ,
+        quiet=quiet,
+        started=started,
+    )
 
 
 def keeps_caller_signal_handlers(fn):
@@ -85,17 +95,39 @@ def keeps_caller_signal_handlers(fn):
 
 
 @keeps_caller_signal_handlers
-def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir: Path | None, *,
-            stdout, stderr, environ: dict, quiet: bool, started: float | None = None) -> JobResult:
+def run_job(
+    spec: JobSpec,
+    workload: Workload,
+    backend,
+    rundir: Path,
+    output_dir: Path | None,
+    *,
+    stdout,
+    stderr,
+    environ: dict,
+    quiet: bool,
+    started: float | None = None,
+) -> JobResult:
     """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path.
 
     ``timings`` gets the durations allocate_s, run_s, total_s and ``phases``:
     when each phase was reached, in seconds since ``started`` (``phases.py``).
     """
-    result = JobResult(job_name=workload.job_name, exit_code=EXIT_FAILED, output_dir=str(output_dir) if output_dir else None)
-    run = RunContext(spec=spec, backend=backend, rundir=rundir, context_file=rundir / "context.json",
-                     output_dir=output_dir, environ=environ, stdout=stdout, stderr=stderr, quiet=quiet,
-                     result=result)
+    result = JobResult(
+        job_name=workload.job_name, exit_code=EXIT_FAILED, output_dir=str(output_dir) if output_dir else None
+    )
+    run = RunContext(
+        spec=spec,
+        backend=backend,
+        rundir=rundir,
+        context_file=rundir / "context.json",
+        output_dir=output_dir,
+        environ=environ,
+        stdout=stdout,
+        stderr=stderr,
+        quiet=quiet,
+        result=result,
+    )
     timings = result.timings
     lost: list[LostWorker] = []
     attempts: list[dict] = []
@@ -119,8 +151,10 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
             deadline = None if spec.timeout is None else t_run + spec.timeout
             workload.start(run)
             while True:
-                with LostWorkerWatch(backend, workload) as watch, hang_watch.StallWatch(
-                        run, workload, spec.stall_timeout, stop=spec.on_stall == "stop") as stall:
+                with (
+                    LostWorkerWatch(backend, workload) as watch,
+                    hang_watch.StallWatch(run, workload, spec.stall_timeout, stop=spec.on_stall == "stop") as stall,
+                ):
                     result.exit_code, result.failure = workload.watch(run, deadline)
                 if watch.fatal is not None:
                     raise watch.fatal
@@ -150,11 +184,16 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
         phases.mark(seen, "released")
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
-        timings["phases"] = phases.since(t0 if started is None else started, seen,
-                                         backend.phase_times, workload.phase_times())
+        timings["phases"] = phases.since(
+            t0 if started is None else started, seen, backend.phase_times, workload.phase_times()
+        )
         workload.collect(run)
-        report = {"mode": workload.mode, **workload.report(run, workers),
-                  "lost_workers": [w.worker for w in lost], "lost": [w.__dict__ for w in lost]}
+        report = {
+            "mode": workload.mode,
+            **workload.report(run, workers),
+            "lost_workers": [w.worker for w in lost],
+            "lost": [w.__dict__ for w in lost],
+        }
         if spec.retries:
             report["attempts"] = attempts
         report.update(hang)
@@ -169,8 +208,9 @@ def run_job(spec: JobSpec, workload: Workload, backend, rundir: Path, output_dir
 
 
 @keeps_caller_signal_handlers
-def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *, stdout, stderr,
-                    quiet: bool) -> JobResult:
+def submit_detached(
+    spec: JobSpec, workload: Workload, backend, rundir: Path, *, stdout, stderr, quiet: bool
+) -> JobResult:
     """--detach: allocate and hand the job to its launcher in the cluster, then leave it running.
 
     The launcher runs this same lifecycle in the cluster and, because the job
@@ -193,10 +233,17 @@ def submit_detached(spec: JobSpec, workload: Workload, backend, rundir: Path, *,
             backend.release()
         remove_tree(rundir)
     name, flags = workload.job_name, backend.manage_flags()
-    print(f"mpilaunch: submitted job {name} ({len(workload.plan.workers)} workers, {workload.plan.ranks} ranks); "
-          f"it runs on without this terminal", file=stdout)
-    for what, command in (("follow", f"logs -f {name}"), ("state", f"status {name}"),
-                          ("wait", f"wait {name}"), ("remove", f"delete {name}")):
+    print(
+        f"mpilaunch: submitted job {name} ({len(workload.plan.workers)} workers, {workload.plan.ranks} ranks); "
+        f"it runs on without this terminal",
+        file=stdout,
+    )
+    for what, command in (
+        ("follow", f"logs -f {name}"),
+        ("state", f"status {name}"),
+        ("wait", f"wait {name}"),
+        ("remove", f"delete {name}"),
+    ):
         print(f"  {what + ':':8s} mpilaunch {command} {flags}", file=stdout)
     return JobResult(job_name=name, exit_code=0)
 
@@ -217,15 +264,25 @@ def prepare_output_dir(spec: JobSpec) -> Path | None:
         try:
             output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror}", "choose a writable directory") from None
+            raise UsageError(
+                f"cannot create --output-dir {output_dir}: {e.strerror}", "choose a writable directory"
+            ) from None
     return output_dir
 
 
 def write_context(path: Path, job_name: str, backend) -> None:
     """The shim's context file: how to reach each worker through the backend's exec channel."""
     # probe_python: how ``mpilaunch stacks`` runs its probe on the workers (hang.collect)
-    path.write_text(json.dumps({"job": job_name, "backend": backend.name, **backend.exec_context(),
-                                "probe_python": hang_watch.probe_python(backend)}))
+    path.write_text(
+        json.dumps(
+            {
+                "job": job_name,
+                "backend": backend.name,
+                **backend.exec_context(),
+                "probe_python": hang_watch.probe_python(backend),
+            }
+        )
+    )
 
 
 def ran_past(deadline: float | None, exit_code: int) -> bool:
@@ -276,28 +333,33 @@ def finish_backend(backend, result: JobResult, stderr) -> dict:
         try:
             backend.release()
         except Exception as e:
-            print(f"mpilaunch: warning: releasing the job's workers failed: {e}; "
-                  f"check what is left with the cluster's own tools", file=stderr)
+            print(
+                f"mpilaunch: warning: releasing the job's workers failed: {e}; "
+                f"check what is left with the cluster's own tools",
+                file=stderr,
+            )
     return workers
 
 
-def diagnose_lost_workers(backend, workload: Workload, result: JobResult,
-                          seen: dict[str, str]) -> list[LostWorker]:
+def diagnose_lost_workers(backend, workload: Workload, result: JobResult, seen: dict[str, str]) -> list[LostWorker]:
     """A failed job whose workers disappeared failed because of that, in every mode alike.
 
     ``seen``: what the watch found during the run (it stopped the workload).
     The lost workers lead the failure text; what the MPI runtime or the task
     made of it follows, as the tail.
     """
-    if not seen and (result.exit_code in (EXIT_TIMEOUT, EXIT_HUNG) or (result.exit_code == 0 and workload.all_units_reported())):
+    if not seen and (
+        result.exit_code in (EXIT_TIMEOUT, EXIT_HUNG) or (result.exit_code == 0 and workload.all_units_reported())
+    ):
         return []
     reasons = seen or backend.lost_workers(settle=True)
     if not reasons:
         return []
     facts = backend.describe_workers()
-    lost = [LostWorker(worker=name, reason=why, where=worker_location(facts.get(name) or {}),
-                       units=workload.units_on(name))
-            for name, why in sorted(reasons.items())]
+    lost = [
+        LostWorker(worker=name, reason=why, where=worker_location(facts.get(name) or {}), units=workload.units_on(name))
+        for name, why in sorted(reasons.items())
+    ]
     result.exit_code = EXIT_WORKER_LOST
     result.failure = lost_workers_failure(lost) + (f"\n{result.failure}" if result.failure else "")
     return lost
@@ -327,9 +389,12 @@ def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], 
     spec = run.spec
     names = [w.worker for w in lost]
     what = f"replacing {', '.join(names)}" if names else "on the same workers"
-    print(f"mpilaunch: attempt {number} of {spec.retries + 1}: relaunching {what} "
-          f"(attempt {number - 1}: {(run.result.failure or '').splitlines()[0] if run.result.failure else 'failed'})",
-          file=run.stderr, flush=True)
+    print(
+        f"mpilaunch: attempt {number} of {spec.retries + 1}: relaunching {what} "
+        f"(attempt {number - 1}: {(run.result.failure or '').splitlines()[0] if run.result.failure else 'failed'})",
+        file=run.stderr,
+        flush=True,
+    )
     workload.stop()
     workload.reset(number)
     if names:
@@ -387,8 +452,10 @@ class LostWorkerWatch:
             if lost and not self._done.is_set():
                 self.lost = lost
                 names = sorted(lost)
-                self.workload.note_stop(f"after worker{'s' if len(names) > 1 else ''} {', '.join(names)} "
-                                        f"{'were' if len(names) > 1 else 'was'} lost")
+                self.workload.note_stop(
+                    f"after worker{'s' if len(names) > 1 else ''} {', '.join(names)} "
+                    f"{'were' if len(names) > 1 else 'was'} lost"
+                )
                 self.workload.stop()
                 return
 

@@ -83,17 +83,21 @@ def stacks(args) -> int:
 
     from ..hang import collect, local_job, verdict
 
-    contexts = local_job.one_per_job(c for c in local_job.running_contexts(args.name)
-                                     if c.get("backend", args.backend) == args.backend)
+    contexts = local_job.one_per_job(
+        c for c in local_job.running_contexts(args.name) if c.get("backend", args.backend) == args.backend
+    )
     if not contexts:
-        raise UsageError(f"no running {args.backend} job named {args.name!r} started from this machine",
-                         "give the job's --name and --backend, and run this where its mpilaunch runs (a detached "
-                         "job's --timeout or --stall-timeout diagnosis is in its launcher's log: mpilaunch logs NAME)")
+        raise UsageError(
+            f"no running {args.backend} job named {args.name!r} started from this machine",
+            "give the job's --name and --backend, and run this where its mpilaunch runs (a detached "
+            "job's --timeout or --stall-timeout diagnosis is in its launcher's log: mpilaunch logs NAME)",
+        )
     if len(contexts) > 1:
         raise UsageError(f"{len(contexts)} running jobs are named {args.name!r}", "give each job its own --name")
     context = contexts[0]
-    collection = collect.collect_from_context(context, context.get("probe_python") or sys.executable,
-                                              deadline_s=args.deadline)
+    collection = collect.collect_from_context(
+        context, context.get("probe_python") or sys.executable, deadline_s=args.deadline
+    )
     diagnosis = verdict.diagnose(collection.stacks)
     if args.json:
         print(json.dumps(verdict.report(diagnosis, collection.seconds), indent=2))

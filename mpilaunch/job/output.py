@@ -40,7 +40,8 @@ HEAD_LINES = 200
 # dropped, so it neither alarms the user nor shows among mpirun's last lines
 # when a run fails. Any other errno is echoed.
 _BENIGN_SETPGID = re.compile(
-    r"^\[[^\]]*\] plm:(?:ssh|rsh): Warning: setpgid\(\d+,\d+\) failed in parent with errno=[^(]*\(13\)$")
+    r"^\[[^\]]*\] plm:(?:ssh|rsh): Warning: setpgid\(\d+,\d+\) failed in parent with errno=[^(]*\(13\)$"
+)
 
 
 def echo_line(echo: dict, stream: str, line: str) -> None:
@@ -117,8 +118,11 @@ class RankOutput:
         return self._logs[rank]
 
     def _log_failed(self, rank: int, error: OSError) -> None:
-        echo_line(self.echo, "stderr", f"mpilaunch: warning: rank {rank}'s log in {self.output_dir} is incomplete: "
-                                       f"{error.strerror or error}\n")
+        echo_line(
+            self.echo,
+            "stderr",
+            f"mpilaunch: warning: rank {rank}'s log in {self.output_dir} is incomplete: {error.strerror or error}\n",
+        )
 
     def _flush_logs(self) -> None:
         """The flusher thread: every half LOG_FLUSH_S, write out the logs that got lines since the last round."""
@@ -176,7 +180,7 @@ class RankOutput:
         if status is not None:
             self.times["last_status"] = time.monotonic()
             self.statuses.append(status)
-            if OOM_MARK in text[text.find(STATUS_PREFIX):]:
+            if OOM_MARK in text[text.find(STATUS_PREFIX) :]:
                 self.oom_killed.add(status[0])
             text = text[: text.find(STATUS_PREFIX)].strip(" \0")
             if not text:

@@ -36,15 +36,21 @@ class WaitProgress:
         if self.quiet:
             return
         if self._rich is not None:
-            self._rich.update(self._task, completed=ready, total=total,
-                              description=f"{self.what} ({note})" if note else self.what)
+            self._rich.update(
+                self._task, completed=ready, total=total, description=f"{self.what} ({note})" if note else self.what
+            )
             return
         now = time.monotonic()
         # Plain output: on change, and a heartbeat every 5 s while stuck.
         if (ready, total, note) != self._last or now - self._last_print > 5:
             self._last, self._last_print = (ready, total, note), now
-            print(f"mpilaunch: {self.what}: {ready}/{total} ready" + (f", {note}" if note else "")
-                  + f" ({now - self.started:.1f}s)", file=self.stream, flush=True)
+            print(
+                f"mpilaunch: {self.what}: {ready}/{total} ready"
+                + (f", {note}" if note else "")
+                + f" ({now - self.started:.1f}s)",
+                file=self.stream,
+                flush=True,
+            )
 
     def __exit__(self, *exc):
         if self._rich is not None:

@@ -36,8 +36,7 @@ def read_secret(path: str, shared_ok: bool = False) -> bytes:
         mode = os.fstat(fd).st_mode
         if mode & 0o044 and not shared_ok:
             raise PermissionError(
-                f"secret file {path} is readable by group or others "
-                f"(mode {mode & 0o777:o}); chmod 600 it"
+                f"secret file {path} is readable by group or others (mode {mode & 0o777:o}); chmod 600 it"
             )
         data = b""
         while True:
@@ -160,14 +159,15 @@ def _tls_handshake(wire: _Wire) -> None:
                 data += _recv_some(sock, address)
             if data[: P.SERVER_HELLO_LEN] == P.SERVER_BUSY:
                 raise _Busy()
-            raise _Refused(f"agent at {address} does not speak TLS, but the job's credential has a certificate "
-                           "(an agent of another job, or of an older mpilaunch)")
+            raise _Refused(
+                f"agent at {address} does not speak TLS, but the job's credential has a certificate "
+                "(an agent of another job, or of an older mpilaunch)"
+            )
         first = False
         try:
             done = link.handshake(data)
         except tls.TlsError as exc:
-            raise _Refused(f"agent at {address} failed the TLS handshake (not the job's certificate?): {exc}") \
-                from None
+            raise _Refused(f"agent at {address} failed the TLS handshake (not the job's certificate?): {exc}") from None
         answer = link.take()
         if answer:
             sock.sendall(answer)
@@ -269,9 +269,11 @@ def _open_session(address: str, secret: bytes, timeout: float, refused_wait: flo
         pause = delay * (0.5 + os.urandom(1)[0] / 255)
         left = deadline - _monotonic()
         if left <= pause:
-            raise AgentError(f"agent at {address} stayed busy for {timeout:g} s "
-                             "(too many connections waiting to authenticate, or a host too loaded to "
-                             "finish a handshake in time)")
+            raise AgentError(
+                f"agent at {address} stayed busy for {timeout:g} s "
+                "(too many connections waiting to authenticate, or a host too loaded to "
+                "finish a handshake in time)"
+            )
         select.select([], [], [], pause)
         try:
             return _handshake(address, secret, max(0.1, left - pause))
@@ -411,8 +413,22 @@ def run_command(
     try:
         sock, channel, link, inbuf = _open_session(address, secret, connect_timeout, refused_wait)
         try:
-            return _run_loop(sock, channel, link, inbuf, address, command, env, cwd, stdin, stdout, stderr, deadline,
-                             forwarder, hangup_after_signal)
+            return _run_loop(
+                sock,
+                channel,
+                link,
+                inbuf,
+                address,
+                command,
+                env,
+                cwd,
+                stdin,
+                stdout,
+                stderr,
+                deadline,
+                forwarder,
+                hangup_after_signal,
+            )
         finally:
             sock.close()
     finally:
@@ -433,9 +449,11 @@ def _monotonic() -> float:
     return time.monotonic()
 
 
-def _run_loop(sock, channel, link, inbuf, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder,
-              hangup_after):
+def _run_loop(
+    sock, channel, link, inbuf, address, command, env, cwd, stdin, stdout, stderr, deadline, forwarder, hangup_after
+):
     """``out`` holds wire bytes (frames as ``link`` encrypted them); ``inbuf`` plaintext not yet framed."""
+
     def frame(ftype, payload=b""):
         return link.encrypt(channel.frame(ftype, payload))
 

@@ -28,13 +28,16 @@ CONTEXT_ENV = "MPILAUNCH_CONTEXT"
 # wrapper gives it back to the program (rank_env.restore_worker_path). Kept
 # when the launcher sent one (local/YARN agents get this machine's PATH
 # from before mpirun; mpi.WORKER_PATH_ENV).
-CAPTURE_WORKER_PATH = (': "${MPILAUNCH_WORKER_PATH:=$PATH}"; export MPILAUNCH_WORKER_PATH; '
-                       # and its directory, for a rank whose mpirun's is not there (rank --worker-cwd)
-                       'MPILAUNCH_WORKER_CWD="$PWD"; export MPILAUNCH_WORKER_CWD; ')
+CAPTURE_WORKER_PATH = (
+    ': "${MPILAUNCH_WORKER_PATH:=$PATH}"; export MPILAUNCH_WORKER_PATH; '
+    # and its directory, for a rank whose mpirun's is not there (rank --worker-cwd)
+    'MPILAUNCH_WORKER_CWD="$PWD"; export MPILAUNCH_WORKER_CWD; '
+)
 
 
 def remote_command(command: str) -> str:
     return CAPTURE_WORKER_PATH + command
+
 
 # ssh options that take a value (the value may be attached: -p22, -oX=Y).
 _SSH_OPTS_WITH_VALUE = set("bcDEeFIiJLlmOopQRSWwB")

@@ -46,8 +46,9 @@ def take_stacks(run: RunContext, workload: Workload, deadline_s: float) -> colle
     exits = {rank: code for rank, _, code in (output.statuses if output is not None else ())}
     expected = dict(enumerate(workload.plan.rank_to_worker()))
     try:
-        return collect.collect_from_context(context, probe_python(run.backend), expected=expected, exits=exits,
-                                            deadline_s=deadline_s)
+        return collect.collect_from_context(
+            context, probe_python(run.backend), expected=expected, exits=exits, deadline_s=deadline_s
+        )
     except (OSError, ValueError) as e:  # the secret unreadable: no diagnosis, the job's end stands
         print(f"mpilaunch: warning: no stacks taken: {e}", file=run.stderr, flush=True)
         return None
@@ -72,8 +73,7 @@ def publish(run: RunContext, diagnosis: verdict.Diagnosis, seconds: float) -> di
         if protocols.report_hang(run.backend, diagnosis.verdict):
             found["hang"]["reported_to_cluster"] = True
     except Exception as e:  # an extra: the verdict is on stderr and in report.json already
-        print(f"mpilaunch: warning: the hang verdict was not posted to the cluster: {e}", file=run.stderr,
-              flush=True)
+        print(f"mpilaunch: warning: the hang verdict was not posted to the cluster: {e}", file=run.stderr, flush=True)
     return found
 
 

@@ -78,13 +78,18 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
     if spec.gpus is not None and spec.gpus_per_node is None:
         discovered = backend_cls.options_class.discover_gpus_per_node(spec)
     return gpu_slots.plan_job(
-        job_name, gpus=spec.gpus, gpus_per_node=spec.gpus_per_node, np=spec.np,
-        slots_per_worker=spec.slots_per_worker, discovered_gpus_per_node=discovered,
+        job_name,
+        gpus=spec.gpus,
+        gpus_per_node=spec.gpus_per_node,
+        np=spec.np,
+        slots_per_worker=spec.slots_per_worker,
+        discovered_gpus_per_node=discovered,
     )
 
 
-def rank_command(spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: int = 1,
-                 worker_cwd: bool = False) -> list[str]:
+def rank_command(
+    spec: JobSpec, prefix: list[str], info: mpi.MpiInfo, attempt: int = 1, worker_cwd: bool = False
+) -> list[str]:
     """The per-rank wrapper (``mpilaunch.rank``) around the user's command."""
     wrapper = list(prefix)
     if worker_cwd:
@@ -108,8 +113,17 @@ def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None, token: str | 
     return out
 
 
-def build_launch(spec, plan, info, rundir: Path, backend, environ, attempt: int = 1,
-                 rendezvous: tuple[str, int] | None = None, token: str | None = None) -> tuple[str, mpi.MpirunCommand]:
+def build_launch(
+    spec,
+    plan,
+    info,
+    rundir: Path,
+    backend,
+    environ,
+    attempt: int = 1,
+    rendezvous: tuple[str, int] | None = None,
+    token: str | None = None,
+) -> tuple[str, mpi.MpirunCommand]:
     flavour = mpi.for_name(info.flavour)
     hosts = hostnames(plan)
     text = hostfile.render([(hosts[w.name], w.slots) for w in plan.workers], info.hostfile_flavour)
@@ -149,11 +163,17 @@ def expected_environment(spec, info, command: mpi.MpirunCommand, backend, enviro
     first = spec.command[0] if spec.command else ""
     path = command.forwarded.get("PATH", environ.get("PATH", ""))
     program = rank_env.resolve_program(first, path) if first and backend.forwards_path else None
-    return envcheck.Expected(command=first, program=program, flavour=info.flavour, major=info.major,
-                             mpirun=info.path, version=info.version,
-                             env_digest=rank_env.digest(command.forwarded.items()),
-                             forwarded=dict(command.forwarded),
-                             prepended_dirs=mpi.for_name(info.flavour).prepended_dirs(info))
+    return envcheck.Expected(
+        command=first,
+        program=program,
+        flavour=info.flavour,
+        major=info.major,
+        mpirun=info.path,
+        version=info.version,
+        env_digest=rank_env.digest(command.forwarded.items()),
+        forwarded=dict(command.forwarded),
+        prepended_dirs=mpi.for_name(info.flavour).prepended_dirs(info),
+    )
 
 
 def without_stale_session(argv: list[str], info: mpi.MpiInfo) -> list[str]:
@@ -178,8 +198,11 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
         print(f"  {line}", file=stream)
     print("mpirun:", file=stream)
     print(f"  {command.shell()}", file=stream)
-    print("torch.distributed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK per rank; "
-          "MASTER_ADDR/MASTER_PORT on worker 0, chosen at launch", file=stream)
+    print(
+        "torch.distributed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK per rank; "
+        "MASTER_ADDR/MASTER_PORT on worker 0, chosen at launch",
+        file=stream,
+    )
     # the forwarded values travel in mpirun's environment, not on its command line; shown masked
     print("environment (forwarded values masked):", file=stream)
     shown = command.shown_env()
@@ -188,8 +211,9 @@ def print_dry_run(spec, plan, info, hostfile_text, command, backend, stream) -> 
     print_manifests(backend, stream)
 
 
-def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ranks: int,
-          failed_agents=lambda: []) -> tuple[int | None, tuple[str, int] | None, str | None]:
+def _wait(
+    proc: subprocess.Popen, deadline: float | None, output: RankOutput, ranks: int, failed_agents=lambda: []
+) -> tuple[int | None, tuple[str, int] | None, str | None]:
     """``(mpirun's exit code, daemon, stopped)``: ``daemon`` is ``(worker, agent's
     exit code)`` when mpilaunch ended an mpirun that kept waiting for a daemon
     that had failed; ``stopped`` says why mpilaunch stopped mpirun before every
@@ -236,9 +260,11 @@ def _wait(proc: subprocess.Popen, deadline: float | None, output: RankOutput, ra
                 if agents and daemon_failed_at is None:
                     daemon_failed_at = now
                 if agents and now - daemon_failed_at > FAIL_FAST_GRACE_S:
-                    return (terminate_group(proc), agents[0],
-                            f"{STOPPED} after the MPI daemon on worker {agents[0][0]} failed")
-
+                    return (
+                        terminate_group(proc),
+                        agents[0],
+                        f"{STOPPED} after the MPI daemon on worker {agents[0][0]} failed",
+                    )
 
 
 # ------------------------------------------------------------------ output of a launcher in the cluster
@@ -334,8 +360,9 @@ class MpirunWorkload(Workload):
     def bind(self, backend, rundir: Path, environ: dict, attempt: int = 1) -> None:
         # settings from the user's shell or image that would choose mpirun's launch: out of the
         # environment of mpirun and of the local workers (in place: the lifecycle's dict)
-        kept, overrides = inherited.split(environ, self.info.flavour,
-                                          keep=[item.split("=", 1)[0] for item in self.spec.env])
+        kept, overrides = inherited.split(
+            environ, self.info.flavour, keep=[item.split("=", 1)[0] for item in self.spec.env]
+        )
         if overrides:
             environ.clear()
             environ.update(kept)
@@ -344,11 +371,15 @@ class MpirunWorkload(Workload):
         backend.status_token = self.token  # for the launch description of a launcher in the cluster
         self.bound = (backend, rundir, environ)
         self.attempt = attempt
-        self.hostfile_text, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ,
-                                                        attempt, token=self.token)
+        self.hostfile_text, self.command = build_launch(
+            self.spec, self.plan, self.info, rundir, backend, environ, attempt, token=self.token
+        )
         # a launcher in the cluster checks the ranks against its own mpirun (the image's, not this machine's)
-        self.expected = (None if backend.launcher_in_cluster
-                         else expected_environment(self.spec, self.info, self.command, backend, environ))
+        self.expected = (
+            None
+            if backend.launcher_in_cluster
+            else expected_environment(self.spec, self.info, self.command, backend, environ)
+        )
 
     def print_dry_run(self, backend, environ: dict, stream) -> None:
         self.warn_overrides(sys.stderr)
@@ -387,14 +418,19 @@ class MpirunWorkload(Workload):
         rendezvous = run.backend.rendezvous(self.plan.workers[0].name)
         if rendezvous is not None:
             backend, rundir, environ = self.bound
-            _, self.command = build_launch(self.spec, self.plan, self.info, rundir, backend, environ,
-                                           self.attempt, rendezvous, self.token)
+            _, self.command = build_launch(
+                self.spec, self.plan, self.info, rundir, backend, environ, self.attempt, rendezvous, self.token
+            )
         # a relaunch (--retries) must not be ended for the last attempt's failed daemons
         shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
         self.proc = subprocess.Popen(
-            without_stale_session(self.command.argv, self.info), env={**run.environ, **self.command.env},
-            stdin=subprocess.DEVNULL, cwd=self.cwd,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            without_stale_session(self.command.argv, self.info),
+            env={**run.environ, **self.command.env},
+            stdin=subprocess.DEVNULL,
+            cwd=self.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
         self.started_at = time.monotonic()
         self.pumps = [self.output.pump("stdout", self.proc.stdout), self.output.pump("stderr", self.proc.stderr)]
@@ -406,8 +442,9 @@ class MpirunWorkload(Workload):
             # the backend streams the launcher's output into ``self.output``
             self.mpirun_code = run.backend.run_launcher(self.output, deadline)
         else:
-            self.mpirun_code, daemon, stopped = _wait(self.proc, deadline, self.output, self.plan.ranks,
-                                                      lambda: failed_agents(str(run.rundir)))
+            self.mpirun_code, daemon, stopped = _wait(
+                self.proc, deadline, self.output, self.plan.ranks, lambda: failed_agents(str(run.rundir))
+            )
             self.stopped = self.stopped or stopped  # or the lost-worker watch's stop(), on its thread
             if self.mpirun_code is not None:
                 self._drain_pumps()
@@ -427,8 +464,9 @@ class MpirunWorkload(Workload):
         if verdict is not None:
             return verdict
         exit_code, failure = decide_outcome(self.mpirun_code, self.output)
-        return exit_code, (failure_message(failure, self.output, self.mpirun_code, self.stopped)
-                           if exit_code != 0 else None)
+        return exit_code, (
+            failure_message(failure, self.output, self.mpirun_code, self.stopped) if exit_code != 0 else None
+        )
 
     def starts(self) -> list[placement.RankStart]:
         return [placement.RankStart.from_tuple(t) for t in self.output.starts]
@@ -445,13 +483,15 @@ class MpirunWorkload(Workload):
             t0 = time.monotonic()
             # an mpirun that mpilaunch stopped did not end well, whatever its code: no ranks are "missing"
             ended = None if self.stopped else self.mpirun_code
-            mismatch, hint = verify_placement(self.spec, self.plan, self.info, self.output, ended,
-                                              hostnames(self.plan), self.expected)
+            mismatch, hint = verify_placement(
+                self.spec, self.plan, self.info, self.output, ended, hostnames(self.plan), self.expected
+            )
             run.result.timings["verify_s"] = round(time.monotonic() - t0, 4)
         env_mismatch = mismatch if mismatch is not None and mismatch.kind in envcheck.KINDS else None
         placed = None if env_mismatch is not None else mismatch
-        self.placement = placement.summary(self.plan, self.starts(), placed,
-                                           self.spec.verify and unverified is None, note=unverified)
+        self.placement = placement.summary(
+            self.plan, self.starts(), placed, self.spec.verify and unverified is None, note=unverified
+        )
         self.record_environment(env_mismatch, self.spec.verify and unverified is None and placed is None, run.stderr)
         if mismatch is None:
             return None

@@ -34,8 +34,9 @@ def unobserved_reason(mpirun_code: int | None, stopped: str | None) -> str | Non
     return f"mpirun exited with code {mpirun_code} before this rank's exit status came"
 
 
-def rank_statuses(plan: Plan, output: RankOutput, mpirun_code: int | None,
-                  stopped: str | None = None) -> list[RankStatus]:
+def rank_statuses(
+    plan: Plan, output: RankOutput, mpirun_code: int | None, stopped: str | None = None
+) -> list[RankStatus]:
     """Per-rank exit codes from the wrappers' status lines.
 
     A rank whose line never arrived gets None and the reason (``unobserved``),
@@ -48,8 +49,15 @@ def rank_statuses(plan: Plan, output: RankOutput, mpirun_code: int | None,
     out = []
     for r in range(plan.ranks):
         worker, code = reported.get(r, (assigned[r], missing))
-        out.append(RankStatus(rank=r, worker=worker, exit_code=code, oom_killed=r in output.oom_killed,
-                              unobserved=why if r not in reported and why else None))
+        out.append(
+            RankStatus(
+                rank=r,
+                worker=worker,
+                exit_code=code,
+                oom_killed=r in output.oom_killed,
+                unobserved=why if r not in reported and why else None,
+            )
+        )
     return out
 
 
@@ -78,8 +86,10 @@ def decide_outcome(mpirun_code: int, output: RankOutput) -> tuple[int, tuple[int
 
 def daemon_failure_message(worker: str, code: int, output: RankOutput) -> str:
     """mpilaunch ended an mpirun that kept waiting for a failed daemon (see _wait)."""
-    head = (f"the MPI daemon on worker {worker} ended with code {code} before any rank failed, "
-            f"and mpirun kept waiting for it (stopped after {FAIL_FAST_GRACE_S:g} s)")
+    head = (
+        f"the MPI daemon on worker {worker} ended with code {code} before any rank failed, "
+        f"and mpirun kept waiting for it (stopped after {FAIL_FAST_GRACE_S:g} s)"
+    )
     cause = mpi.daemon_error(output.launcher_head)
     if cause:
         head += f"; MPI daemon {cause}"
@@ -99,8 +109,11 @@ def other_failures(statuses, first_rank: int, oom_killed=(), listed: int = 8) ->
     unless the OOM killer did it) are not failures of their own and are left
     out: "also failed" names ranks a user has to look at too.
     """
-    others = [f"{rank} on {worker} (exit {code})" for rank, worker, code in statuses
-              if code != 0 and rank != first_rank and (code not in ENDED_BY_TEARDOWN or rank in oom_killed)]
+    others = [
+        f"{rank} on {worker} (exit {code})"
+        for rank, worker, code in statuses
+        if code != 0 and rank != first_rank and (code not in ENDED_BY_TEARDOWN or rank in oom_killed)
+    ]
     if not others:
         return ""
     more = f" and {len(others) - listed} more" if len(others) > listed else ""
@@ -112,8 +125,10 @@ def failure_message(failure, output: RankOutput, mpirun_code: int, stopped: str 
         rank, worker, code = failure
         head = f"rank {rank} on worker {worker} exited with code {code}"
         if rank in output.oom_killed:
-            head += (": killed by the kernel's out-of-memory killer (its worker's memory limit was reached; "
-                     "give the workers more memory or the ranks less work)")
+            head += (
+                ": killed by the kernel's out-of-memory killer (its worker's memory limit was reached; "
+                "give the workers more memory or the ranks less work)"
+            )
         tail = list(output.tails.get(rank, []))
         others = other_failures(output.statuses, rank, output.oom_killed)
         if others:

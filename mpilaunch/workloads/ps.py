@@ -69,8 +69,12 @@ class PsPlan:
 
 
 def make_ps_plan(spec: JobSpec, job_name: str) -> PsPlan:
-    for flag, value in (("--np", spec.np), ("--gpus", spec.gpus), ("--hostfile", spec.hostfile),
-                        ("--slots-per-worker", spec.slots_per_worker)):
+    for flag, value in (
+        ("--np", spec.np),
+        ("--gpus", spec.gpus),
+        ("--hostfile", spec.hostfile),
+        ("--slots-per-worker", spec.slots_per_worker),
+    ):
         if value is not None:
             raise UsageError(
                 f"{flag} sizes allreduce jobs, not PS mode",
@@ -79,13 +83,16 @@ def make_ps_plan(spec: JobSpec, job_name: str) -> PsPlan:
     jobs = clusterspec.requirements_from_options(spec.ps)
     total = sum(count for _, count in jobs)  # one worker per task: check before the tasks are listed
     if total > MAX_WORKERS:
-        raise UsageError(f"the PS job asks for {total} tasks, one worker each; mpilaunch launches at most "
-                         f"{MAX_WORKERS} workers", f"give at most {MAX_WORKERS} tasks in all (docs/usage.md, 'Sizing')")
+        raise UsageError(
+            f"the PS job asks for {total} tasks, one worker each; mpilaunch launches at most {MAX_WORKERS} workers",
+            f"give at most {MAX_WORKERS} tasks in all (docs/usage.md, 'Sizing')",
+        )
     tasks = clusterspec.task_list(jobs, spec.ps.tensorboard)
     gpus = spec.gpus_per_node or 0  # GPUs for each compute task (chief, worker)
     workers = tuple(
-        WorkerPlan(name=t.worker_name(job_name), slots=1,
-                   gpus=gpus if t.type in (clusterspec.CHIEF, clusterspec.WORKER) else 0)
+        WorkerPlan(
+            name=t.worker_name(job_name), slots=1, gpus=gpus if t.type in (clusterspec.CHIEF, clusterspec.WORKER) else 0
+        )
         for t in tasks
     )
     return PsPlan(job_name, tasks, Plan(job_name=job_name, workers=workers))
@@ -152,7 +159,9 @@ def exec_in_worker(shim: str, context_file: str, worker: str, command: str, envi
     return subprocess.Popen(
         [shim, worker, command],
         env={**environ, "MPILAUNCH_CONTEXT": context_file},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         start_new_session=True,  # a Ctrl-C reaches mpilaunch only; it stops tasks in order
     )
 
@@ -225,7 +234,7 @@ class TaskOutput:
             for raw in iter(pipe.readline, b""):
                 text = raw.decode("utf-8", "replace").rstrip("\n")
                 if stream == "stdout" and not run.reported.is_set() and text.startswith(ADDRESS_PREFIX):
-                    run.address = text[len(ADDRESS_PREFIX):].strip()
+                    run.address = text[len(ADDRESS_PREFIX) :].strip()
                     run.reported.set()
                     continue
                 self.feed(run, stream, text)
@@ -386,8 +395,13 @@ def _report(spec, ps_plan: PsPlan, runs, cluster, result: JobResult, workers: di
         "tensorboard": tensorboard_url,
         "tasks": [
             {
-                "task": r.task.id, "type": r.task.type, "index": r.task.index, "worker": r.worker,
-                "address": r.address, "status": r.status, "exit_code": r.exit_code,
+                "task": r.task.id,
+                "type": r.task.type,
+                "index": r.task.index,
+                "worker": r.worker,
+                "address": r.address,
+                "status": r.status,
+                "exit_code": r.exit_code,
                 "duration_s": r.duration(now),
                 "tail": list(r.tail) if r.status == "failed" else [],
             }
@@ -447,10 +461,17 @@ class PsWorkload(Workload):
         shim = shim_path(run.rundir)
         t_reg = time.monotonic()
         for task_run in runs:
-            task_run.proc = exec_in_worker(shim, str(run.context_file), task_run.worker,
-                                           starter_command(spec, task_run.task, run.backend), run.environ)
-            task_run.pumps = [self.output.pump(task_run, "stdout", task_run.proc.stdout),
-                              self.output.pump(task_run, "stderr", task_run.proc.stderr)]
+            task_run.proc = exec_in_worker(
+                shim,
+                str(run.context_file),
+                task_run.worker,
+                starter_command(spec, task_run.task, run.backend),
+                run.environ,
+            )
+            task_run.pumps = [
+                self.output.pump(task_run, "stdout", task_run.proc.stdout),
+                self.output.pump(task_run, "stderr", task_run.proc.stderr),
+            ]
         with WaitProgress(f"waiting for {len(runs)} task ports", run.stderr, quiet=run.quiet) as progress:
             _wait_registered(runs, t_reg + spec.start_timeout, progress)
         run.result.timings["register_s"] = round(time.monotonic() - t_reg, 3)
@@ -462,8 +483,11 @@ class PsWorkload(Workload):
             _send(task_run, task_message(spec, self.cluster, task_run.task, run.environ, self.script), t_run)
             if task_run.task.type == clusterspec.TENSORBOARD:
                 self.tensorboard_url = f"http://{task_run.address}/"
-                print(f"mpilaunch: TensorBoard for {spec.ps.output_path}: {self.tensorboard_url}",
-                      file=run.stderr, flush=True)
+                print(
+                    f"mpilaunch: TensorBoard for {spec.ps.output_path}: {self.tensorboard_url}",
+                    file=run.stderr,
+                    flush=True,
+                )
 
     def watch(self, run: RunContext, deadline: float | None) -> tuple[int, str | None]:
         return _life_cycle(self.runs, deadline, self.spec.timeout)

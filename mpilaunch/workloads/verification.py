@@ -41,8 +41,9 @@ def environment_mismatch(expected: envcheck.Expected | None, output: RankOutput)
     return envcheck.check(expected, {r: dict(e) for r, e in list(output.environments.items())}, rank_workers(output))
 
 
-def placement_watch(plan: Plan, output: RankOutput, expected: envcheck.Expected | None = None,
-                    grace: float = MISPLACED_GRACE_S):
+def placement_watch(
+    plan: Plan, output: RankOutput, expected: envcheck.Expected | None = None, grace: float = MISPLACED_GRACE_S
+):
     """The fail-fast check the launch loops call: definite mismatches only, cached per start count.
     The environment check (``expected``) counts as one: a rank's program or MPI library.
 
@@ -57,8 +58,7 @@ def placement_watch(plan: Plan, output: RankOutput, expected: envcheck.Expected 
         if n != seen["n"]:
             seen["n"] = n
             starts = [placement.RankStart.from_tuple(t) for t in list(output.starts)]
-            seen["mismatch"] = (placement.check(plan, starts, complete=False)
-                                or environment_mismatch(expected, output))
+            seen["mismatch"] = placement.check(plan, starts, complete=False) or environment_mismatch(expected, output)
         if seen["mismatch"] is None:
             return None
         if seen["since"] is None:
@@ -70,9 +70,15 @@ def placement_watch(plan: Plan, output: RankOutput, expected: envcheck.Expected 
     return current
 
 
-def verify_placement(spec: JobSpec, plan: Plan, info, output: RankOutput, mpirun_code: int | None,
-                     hosts: dict[str, str], expected: envcheck.Expected | None = None
-                     ) -> tuple[placement.Mismatch | None, str | None]:
+def verify_placement(
+    spec: JobSpec,
+    plan: Plan,
+    info,
+    output: RankOutput,
+    mpirun_code: int | None,
+    hosts: dict[str, str],
+    expected: envcheck.Expected | None = None,
+) -> tuple[placement.Mismatch | None, str | None]:
     """(mismatch, hint) after mpirun ended; missing ranks count only when it ended well.
     Placement first, then the environment check (``expected``)."""
     starts = [placement.RankStart.from_tuple(t) for t in output.starts]
@@ -83,6 +89,7 @@ def verify_placement(spec: JobSpec, plan: Plan, info, output: RankOutput, mpirun
         mismatch = environment_mismatch(expected, output)
         return mismatch, (None if mismatch is None else envcheck.hint(mismatch, expected))
     local = tuple(h for h in hosts.values() if resolves_here(h)) if mismatch.kind == placement.LAUNCHER else ()
-    hint = placement.likely_cause(mismatch, flavour=info.flavour, major=info.major, local_hosts=local,
-                                  mpi_args=spec.mpi_args)
+    hint = placement.likely_cause(
+        mismatch, flavour=info.flavour, major=info.major, local_hosts=local, mpi_args=spec.mpi_args
+    )
     return mismatch, hint

@@ -64,7 +64,6 @@ STATE_FILE = "cluster.json"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "mpilaunch-k8s"
 
 
-
 # --------------------------------------------------------------------------
 # build
 
@@ -78,9 +77,10 @@ def _kwok_binary_name() -> str:
 
 
 def _binary_names() -> dict[str, str]:
-    names = {c: f"{c}-{K8S_VERSION}" for c in
-             ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
-              "kubelet", "kube-proxy")}
+    names = {
+        c: f"{c}-{K8S_VERSION}"
+        for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
+    }
     names["etcd"] = f"etcd-{ETCD_VERSION}"
     names["kwok"] = _kwok_binary_name()
     return names
@@ -176,20 +176,40 @@ class _PKI:
 
     def _key(self, path: Path) -> None:
         # PKCS#8, which every component accepts
-        _run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-              "-out", path])
+        _run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path])
         os.chmod(path, 0o600)
 
     def make_ca(self) -> None:
         self._key(self.ca_key)
-        _run(["openssl", "req", "-x509", "-new", "-key", self.ca_key, "-sha256", "-days", "3650",
-              "-subj", "/CN=mpilaunch-testbed-ca", "-out", self.ca_crt,
-              "-addext", "basicConstraints=critical,CA:TRUE",
-              "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"])
+        _run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                self.ca_key,
+                "-sha256",
+                "-days",
+                "3650",
+                "-subj",
+                "/CN=mpilaunch-testbed-ca",
+                "-out",
+                self.ca_crt,
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            ]
+        )
 
     def cert(self, name: str, cn: str, orgs=(), server_sans=None, client=True) -> tuple[Path, Path]:
-        key, crt, csr, ext = (self.d / f"{name}.key", self.d / f"{name}.crt",
-                              self.d / f"{name}.csr", self.d / f"{name}.ext")
+        key, crt, csr, ext = (
+            self.d / f"{name}.key",
+            self.d / f"{name}.crt",
+            self.d / f"{name}.csr",
+            self.d / f"{name}.ext",
+        )
         self._key(key)
         subj = "".join(f"/O={o}" for o in orgs) + f"/CN={cn}"
         _run(["openssl", "req", "-new", "-key", key, "-subj", subj, "-out", csr])
@@ -198,14 +218,35 @@ class _PKI:
             usages.append("serverAuth")
         if client:
             usages.append("clientAuth")
-        lines = ["basicConstraints=CA:FALSE",
-                 "keyUsage=critical,digitalSignature,keyEncipherment",
-                 "extendedKeyUsage=" + ",".join(usages)]
+        lines = [
+            "basicConstraints=CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            "extendedKeyUsage=" + ",".join(usages),
+        ]
         if server_sans:
             lines.append("subjectAltName=" + ",".join(server_sans))
         ext.write_text("\n".join(lines) + "\n")
-        _run(["openssl", "x509", "-req", "-in", csr, "-CA", self.ca_crt, "-CAkey", self.ca_key,
-              "-CAcreateserial", "-days", "3650", "-sha256", "-extfile", ext, "-out", crt])
+        _run(
+            [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                csr,
+                "-CA",
+                self.ca_crt,
+                "-CAkey",
+                self.ca_key,
+                "-CAcreateserial",
+                "-days",
+                "3650",
+                "-sha256",
+                "-extfile",
+                ext,
+                "-out",
+                crt,
+            ]
+        )
         csr.unlink()
         ext.unlink()
         return crt, key
@@ -225,20 +266,31 @@ class KubeCluster:
     pid).
     """
 
-    COMPONENTS = ("token-webhook", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-                  "pod-runner")
+    COMPONENTS = (
+        "token-webhook",
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+        "pod-runner",
+    )
 
-    def __init__(self, workdir: str | os.PathLike | None = None, *,
-                 exec_dir: str | os.PathLike | None = None,
-                 exec_env: dict[str, str] | None = None,
-                 complete_job_pods: bool = False,
-                 enable_exec_crd: bool = True,
-                 verbosity: int = 1,
-                 keep_workdir: bool | None = None,
-                 start_timeout: float = 180.0,
-                 real_node: bool = False,
-                 volcano: bool = False,
-                 kueue: bool = False):
+    def __init__(
+        self,
+        workdir: str | os.PathLike | None = None,
+        *,
+        exec_dir: str | os.PathLike | None = None,
+        exec_env: dict[str, str] | None = None,
+        complete_job_pods: bool = False,
+        enable_exec_crd: bool = True,
+        verbosity: int = 1,
+        keep_workdir: bool | None = None,
+        start_timeout: float = 180.0,
+        real_node: bool = False,
+        volcano: bool = False,
+        kueue: bool = False,
+    ):
         """
         workdir: where certs, configs, etcd data and logs go (default: a new
             temp dir, removed by stop() unless keep_workdir).
@@ -373,9 +425,16 @@ class KubeCluster:
         env = {**os.environ, **(env or {})}
         env[MARKER_ENV] = self.marker
         env.pop("KUBECONFIG", None)
-        p = subprocess.Popen([str(a) for a in args], stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
-                             start_new_session=True, pass_fds=pass_fds)
+        p = subprocess.Popen(
+            [str(a) for a in args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.workdir,
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
         log.close()
         self._procs[name] = p
         self.pids[name] = p.pid
@@ -398,30 +457,37 @@ class KubeCluster:
         pki = _PKI(self.workdir / "pki")
         self.pki = pki
         pki.make_ca()
-        sans = ["IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes",
-                "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
-                "DNS:kubernetes.default.svc.cluster.local"]
-        self.apiserver_crt, self.apiserver_key = pki.cert("apiserver", "kube-apiserver",
-                                                          server_sans=sans, client=False)
-        self.kubelet_client = pki.cert("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
-                                       orgs=["system:masters"])
+        sans = [
+            "IP:127.0.0.1",
+            f"IP:{SERVICE_IP}",
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+        ]
+        self.apiserver_crt, self.apiserver_key = pki.cert("apiserver", "kube-apiserver", server_sans=sans, client=False)
+        self.kubelet_client = pki.cert(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", orgs=["system:masters"]
+        )
         self.admin = pki.cert("admin", "kubernetes-admin", orgs=["system:masters"])
         self.cm = pki.cert("controller-manager", "system:kube-controller-manager")
         self.sched = pki.cert("scheduler", "system:kube-scheduler")
         # kwok updates node and pod status of many nodes: give it admin rights
         self.kwok_client = pki.cert("kwok", "kwok-controller", orgs=["system:masters"])
-        self.kwok_serving = pki.cert("kwok-serving", "kwok", server_sans=["IP:127.0.0.1", "DNS:localhost"],
-                                     client=False)
+        self.kwok_serving = pki.cert(
+            "kwok-serving", "kwok", server_sans=["IP:127.0.0.1", "DNS:localhost"], client=False
+        )
         # service-account token signing key (RSA: RS256 is what clients expect)
         self.sa_key = pki.d / "sa.key"
         self.sa_pub = pki.d / "sa.pub"
-        _run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-              "-out", self.sa_key])
+        _run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", self.sa_key])
         _run(["openssl", "pkey", "-in", self.sa_key, "-pubout", "-out", self.sa_pub])
 
     def _kubeconfig(self, path: Path, user: str, cert_key: tuple[Path, Path]) -> Path:
         crt, key = cert_key
-        path.write_text(textwrap.dedent(f"""\
+        path.write_text(
+            textwrap.dedent(f"""\
             apiVersion: v1
             kind: Config
             clusters:
@@ -441,7 +507,8 @@ class KubeCluster:
                 user: {user}
                 namespace: default
             current-context: {user}@mpilaunch-testbed
-            """))
+            """)
+        )
         os.chmod(path, 0o600)
         return path
 
@@ -450,21 +517,24 @@ class KubeCluster:
         self.ports["etcd"] = client
         self.ports["etcd-peer"] = peer
         self.etcd_url = f"http://127.0.0.1:{client}"
-        self._spawn("etcd", [
-            self._bin["etcd"],
-            "--name=node0",
-            f"--data-dir={self.workdir / 'etcd-data'}",
-            f"--listen-client-urls={self.etcd_url}",
-            f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=node0=http://127.0.0.1:{peer}",
-            "--initial-cluster-state=new",
-            "--auto-compaction-retention=1",
-            "--quota-backend-bytes=8589934592",
-            "--unsafe-no-fsync=true",  # a throwaway test store: speed over durability
-            "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                self._bin["etcd"],
+                "--name=node0",
+                f"--data-dir={self.workdir / 'etcd-data'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=node0=http://127.0.0.1:{peer}",
+                "--initial-cluster-state=new",
+                "--auto-compaction-retention=1",
+                "--quota-backend-bytes=8589934592",
+                "--unsafe-no-fsync=true",  # a throwaway test store: speed over durability
+                "--log-level=warn",
+            ],
+        )
         self._wait(lambda: self._http_ok(f"{self.etcd_url}/health"), 30, "etcd healthy")
 
     def _start_apiserver(self) -> None:
@@ -472,36 +542,39 @@ class KubeCluster:
         self.ports["kube-apiserver"] = port
         self.server = f"https://127.0.0.1:{port}"
         self._kubeconfig(self.kubeconfig, "admin", self.admin)
-        self._spawn("kube-apiserver", [
-            self._bin["kube-apiserver"],
-            f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--tls-cert-file={self.apiserver_crt}",
-            f"--tls-private-key-file={self.apiserver_key}",
-            f"--client-ca-file={self.pki.ca_crt}",
-            f"--kubelet-client-certificate={self.kubelet_client[0]}",
-            f"--kubelet-client-key={self.kubelet_client[1]}",
-            "--kubelet-preferred-address-types=InternalIP",
-            f"--service-account-key-file={self.sa_pub}",
-            f"--service-account-signing-key-file={self.sa_key}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            "--authorization-mode=Node,RBAC",
-            # short-lived exec-plugin tokens (token_auth.py), checked at most 1 s late
-            f"--authentication-token-webhook-config-file={self.token_webhook_kubeconfig}",
-            "--authentication-token-webhook-version=v1",
-            "--authentication-token-webhook-cache-ttl=1s",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # the apiserver is on loopback: do not publish it as the
-            # `kubernetes` service's endpoint (loopback endpoints are invalid)
-            "--endpoint-reconciler-type=none",
-            "--allow-privileged=true",
-            "--profiling=false",
-            "--max-requests-inflight=1000",
-            "--max-mutating-requests-inflight=500",
-            f"--v={self.verbosity}",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                self._bin["kube-apiserver"],
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={self.apiserver_crt}",
+                f"--tls-private-key-file={self.apiserver_key}",
+                f"--client-ca-file={self.pki.ca_crt}",
+                f"--kubelet-client-certificate={self.kubelet_client[0]}",
+                f"--kubelet-client-key={self.kubelet_client[1]}",
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--service-account-key-file={self.sa_pub}",
+                f"--service-account-signing-key-file={self.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--authorization-mode=Node,RBAC",
+                # short-lived exec-plugin tokens (token_auth.py), checked at most 1 s late
+                f"--authentication-token-webhook-config-file={self.token_webhook_kubeconfig}",
+                "--authentication-token-webhook-version=v1",
+                "--authentication-token-webhook-cache-ttl=1s",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # the apiserver is on loopback: do not publish it as the
+                # `kubernetes` service's endpoint (loopback endpoints are invalid)
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--max-requests-inflight=1000",
+                "--max-mutating-requests-inflight=500",
+                f"--v={self.verbosity}",
+            ],
+        )
 
     def _start_token_webhook(self) -> None:
         from . import token_auth
@@ -513,70 +586,101 @@ class KubeCluster:
         os.chmod(secret, 0o600)
         port = free_port()
         self.ports["token-webhook"] = port
-        self.token_webhook_kubeconfig = token_auth.write_webhook_kubeconfig(self.workdir / "token-webhook.kubeconfig", port)
-        self._spawn("token-webhook", [sys.executable, "-m", "testbeds.k8s.token_auth", "webhook",
-                                      "--port", port, "--dir", self.token_dir],
-                    env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        self.token_webhook_kubeconfig = token_auth.write_webhook_kubeconfig(
+            self.workdir / "token-webhook.kubeconfig", port
+        )
+        self._spawn(
+            "token-webhook",
+            [sys.executable, "-m", "testbeds.k8s.token_auth", "webhook", "--port", port, "--dir", self.token_dir],
+            env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
 
     def _bind_token_users(self) -> None:
         """The token webhook's users may do anything (a test bed; mpilaunch's own RBAC is tested elsewhere)."""
         from .token_auth import GROUP
 
-        self.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": "mpilaunch-token-users"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": GROUP}]})
+        self.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "mpilaunch-token-users"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": GROUP}],
+            }
+        )
 
     def token_kubeconfig(self, path: Path, user: str, lifetime: float, state: Path) -> Path:
         """A kubeconfig whose exec plugin hands out tokens valid ``lifetime`` seconds (``token_auth.py``)."""
         from . import token_auth
 
         state.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "mpilaunch-testbed", "cluster": {
-                "server": self.server, "certificate-authority-data": _b64(self.pki.ca_crt)}}],
-            "users": [{"name": user, "user": token_auth.exec_user(sys.executable, self.workdir / "token-auth" / "secret",
-                                                                 user, lifetime, state)}],
-            "contexts": [{"name": f"{user}@mpilaunch-testbed",
-                          "context": {"cluster": "mpilaunch-testbed", "user": user, "namespace": "default"}}],
-            "current-context": f"{user}@mpilaunch-testbed",
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "mpilaunch-testbed",
+                            "cluster": {"server": self.server, "certificate-authority-data": _b64(self.pki.ca_crt)},
+                        }
+                    ],
+                    "users": [
+                        {
+                            "name": user,
+                            "user": token_auth.exec_user(
+                                sys.executable, self.workdir / "token-auth" / "secret", user, lifetime, state
+                            ),
+                        }
+                    ],
+                    "contexts": [
+                        {
+                            "name": f"{user}@mpilaunch-testbed",
+                            "context": {"cluster": "mpilaunch-testbed", "user": user, "namespace": "default"},
+                        }
+                    ],
+                    "current-context": f"{user}@mpilaunch-testbed",
+                }
+            )
+        )
         os.chmod(path, 0o600)
         return path
 
     def _start_controller_manager(self) -> None:
         port = free_port()
         self.ports["kube-controller-manager"] = port
-        kc = self._kubeconfig(self.workdir / "controller-manager.kubeconfig",
-                              "system:kube-controller-manager", self.cm)
-        self._spawn("kube-controller-manager", [
-            self._bin["kube-controller-manager"],
-            f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--use-service-account-credentials=true",
-            f"--root-ca-file={self.pki.ca_crt}",
-            f"--service-account-private-key-file={self.sa_key}",
-            f"--cluster-signing-cert-file={self.pki.ca_crt}",
-            f"--cluster-signing-key-file={self.pki.ca_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--leader-elect=false",
-            "--kube-api-qps=500",
-            "--kube-api-burst=1000",
-            "--profiling=false",
-            f"--v={self.verbosity}",
-        ])
+        kc = self._kubeconfig(self.workdir / "controller-manager.kubeconfig", "system:kube-controller-manager", self.cm)
+        self._spawn(
+            "kube-controller-manager",
+            [
+                self._bin["kube-controller-manager"],
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--use-service-account-credentials=true",
+                f"--root-ca-file={self.pki.ca_crt}",
+                f"--service-account-private-key-file={self.sa_key}",
+                f"--cluster-signing-cert-file={self.pki.ca_crt}",
+                f"--cluster-signing-key-file={self.pki.ca_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--leader-elect=false",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--profiling=false",
+                f"--v={self.verbosity}",
+            ],
+        )
 
     def _start_scheduler(self) -> None:
         port = free_port()
         self.ports["kube-scheduler"] = port
         kc = self._kubeconfig(self.workdir / "scheduler.kubeconfig", "system:kube-scheduler", self.sched)
         cfg = self.workdir / "scheduler.yaml"
-        cfg.write_text(textwrap.dedent(f"""\
+        cfg.write_text(
+            textwrap.dedent(f"""\
             apiVersion: kubescheduler.config.k8s.io/v1
             kind: KubeSchedulerConfiguration
             clientConnection:
@@ -585,17 +689,21 @@ class KubeCluster:
               burst: 1000
             leaderElection:
               leaderElect: false
-            """))
-        self._spawn("kube-scheduler", [
-            self._bin["kube-scheduler"],
-            f"--config={cfg}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--v={self.verbosity}",
-        ])
+            """)
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                self._bin["kube-scheduler"],
+                f"--config={cfg}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--v={self.verbosity}",
+            ],
+        )
 
     def _kwok_config(self) -> Path:
         share = cache_dir() / "share" / f"kwok-{KWOK_VERSION}"
@@ -604,9 +712,9 @@ class KubeCluster:
             stages.append("pod-complete")
         docs = [(share / "stages" / f"{s}.yaml").read_text().strip() for s in stages]
         envs = {MARKER_ENV: self.marker, **self.exec_env}
-        env_yaml = "".join(f"\n      - name: {json.dumps(k)}\n        value: {json.dumps(v)}"
-                           for k, v in envs.items())
-        docs.append(textwrap.dedent("""\
+        env_yaml = "".join(f"\n      - name: {json.dumps(k)}\n        value: {json.dumps(v)}" for k, v in envs.items())
+        docs.append(
+            textwrap.dedent("""\
             apiVersion: kwok.x-k8s.io/v1alpha1
             kind: ClusterExec
             metadata:
@@ -615,7 +723,9 @@ class KubeCluster:
               execs:
               - local:
                   workDir: {workdir}
-                  envs:""").format(workdir=json.dumps(str(self.exec_dir))) + env_yaml)
+                  envs:""").format(workdir=json.dumps(str(self.exec_dir)))
+            + env_yaml
+        )
         cfg = self.workdir / "kwok.yaml"
         cfg.write_text("\n---\n".join(docs) + "\n")
         return cfg
@@ -623,8 +733,7 @@ class KubeCluster:
     def _apply_kwok_crds(self) -> None:
         share = cache_dir() / "share" / f"kwok-{KWOK_VERSION}" / "crds"
         self.kubectl("apply", "-f", share / "kwok.x-k8s.io_execs.yaml")
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/execs.kwok.x-k8s.io")
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/execs.kwok.x-k8s.io")
 
     def _start_kwok(self) -> None:
         port = free_port()
@@ -652,22 +761,37 @@ class KubeCluster:
     def _start_pod_runner(self) -> None:
         """The kubelet's part for agent pods on kwok nodes (``pod_runner.py``)."""
         repo = Path(__file__).resolve().parents[2]
-        self._spawn("pod-runner", [sys.executable, "-m", "testbeds.k8s.pod_runner", "--kubeconfig", self.kubeconfig,
-                                   "--workdir", self.workdir / "pods"],
-                    env={"PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))})
+        self._spawn(
+            "pod-runner",
+            [
+                sys.executable,
+                "-m",
+                "testbeds.k8s.pod_runner",
+                "--kubeconfig",
+                self.kubeconfig,
+                "--workdir",
+                self.workdir / "pods",
+            ],
+            env={"PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))},
+        )
 
     def _wait_control_plane(self, timeout: float) -> None:
         deadline = time.monotonic() + max(timeout, 30)
         for name in ("kube-controller-manager", "kube-scheduler"):
             url = f"https://127.0.0.1:{self.ports[name]}/healthz"
             self._wait(lambda: self._http_ok(url, tls=True), deadline - time.monotonic(), f"{name} healthy")
-        self._wait(lambda: self._http_ok(f"https://127.0.0.1:{self.ports['kwok']}/healthz", tls=True),
-                   deadline - time.monotonic(), "kwok healthy")
+        self._wait(
+            lambda: self._http_ok(f"https://127.0.0.1:{self.ports['kwok']}/healthz", tls=True),
+            deadline - time.monotonic(),
+            "kwok healthy",
+        )
         # pods can only be created once the service-account controller made
         # the namespace's default ServiceAccount
-        self._wait(lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",
-                                        check=False).returncode == 0,
-                   deadline - time.monotonic(), "default ServiceAccount")
+        self._wait(
+            lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+            deadline - time.monotonic(),
+            "default ServiceAccount",
+        )
 
     # ---------------------------------------------------------- waiting
 
@@ -705,6 +829,7 @@ class KubeCluster:
 
     def wait_nodes_ready(self, names=None, timeout: float = 120.0, selector: str | None = "type=kwok") -> None:
         """Wait until the named nodes (default: all kwok nodes) are Ready."""
+
         def ready():
             nodes = self.get_json("nodes", *(["-l", selector] if selector else []))["items"]
             byname = {n["metadata"]["name"]: n for n in nodes}
@@ -717,10 +842,17 @@ class KubeCluster:
                 if conds.get("Ready") != "True":
                     return False
             return True
+
         self._wait(ready, timeout, "nodes Ready", interval=0.5)
 
-    def wait_pods(self, namespace: str = "default", selector: str | None = None, phase: str = "Running",
-                  count: int | None = None, timeout: float = 120.0) -> list[dict]:
+    def wait_pods(
+        self,
+        namespace: str = "default",
+        selector: str | None = None,
+        phase: str = "Running",
+        count: int | None = None,
+        timeout: float = 120.0,
+    ) -> list[dict]:
         """Wait until `count` (default: all matching, at least one) pods are in `phase`."""
         result: list[dict] = []
 
@@ -732,18 +864,24 @@ class KubeCluster:
             if count is None:
                 return bool(pods) and len(good) == len(pods)
             return len(good) >= count
+
         self._wait(ok, timeout, f"pods {phase}", interval=0.5)
         return result
 
     # ---------------------------------------------------------- clients
 
-    def kubectl(self, *args, input: str | bytes | None = None, check: bool = True,
-                timeout: float | None = 120, text: bool = True) -> subprocess.CompletedProcess:
+    def kubectl(
+        self,
+        *args,
+        input: str | bytes | None = None,
+        check: bool = True,
+        timeout: float | None = 120,
+        text: bool = True,
+    ) -> subprocess.CompletedProcess:
         """Run kubectl with the admin kubeconfig; returns CompletedProcess
         (stdout/stderr captured). Raises ClusterError if check and it fails."""
         cmd = [self.kubectl_bin or "kubectl", f"--kubeconfig={self.kubeconfig}", *map(str, args)]
-        p = subprocess.run(cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=text, timeout=timeout)
+        p = subprocess.run(cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, timeout=timeout)
         if check and p.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(map(str, args))} failed ({p.returncode}): {p.stderr}")
         return p
@@ -767,10 +905,19 @@ class KubeCluster:
 
     # ---------------------------------------------------------- nodes & exec
 
-    def create_nodes(self, n: int = 16, gpus: int = 8, cpu: str = "32", memory: str = "256Gi",
-                     prefix: str = "node", pods: int = 110, taint: bool = False,
-                     labels: dict[str, str] | None = None, wait: bool = True,
-                     timeout: float = 120.0) -> list[str]:
+    def create_nodes(
+        self,
+        n: int = 16,
+        gpus: int = 8,
+        cpu: str = "32",
+        memory: str = "256Gi",
+        prefix: str = "node",
+        pods: int = 110,
+        taint: bool = False,
+        labels: dict[str, str] | None = None,
+        wait: bool = True,
+        timeout: float = 120.0,
+    ) -> list[str]:
         """Create `n` kwok-managed fake nodes PREFIX-0..PREFIX-(n-1) with
         `gpus` nvidia.com/gpu (capacity and allocatable), wait until Ready.
 
@@ -795,24 +942,26 @@ class KubeCluster:
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "annotations": {KWOK_NODE_KEY: KWOK_NODE_VALUE,
-                                    "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {"type": "kwok", "kubernetes.io/hostname": name,
-                               "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                               "kubernetes.io/role": "agent", **(labels or {})},
+                    "annotations": {KWOK_NODE_KEY: KWOK_NODE_VALUE, "node.alpha.kubernetes.io/ttl": "0"},
+                    "labels": {
+                        "type": "kwok",
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "kubernetes.io/role": "agent",
+                        **(labels or {}),
+                    },
                 },
                 "spec": {"podCIDR": f"127.65.{i}.0/24", "podCIDRs": [f"127.65.{i}.0/24"]},
                 # kwok's node-initialize stage keeps these and adds conditions
                 "status": {"capacity": res, "allocatable": res},
             }
             if taint:
-                node["spec"]["taints"] = [{"key": KWOK_NODE_KEY, "value": KWOK_NODE_VALUE,
-                                           "effect": "NoSchedule"}]
+                node["spec"]["taints"] = [{"key": KWOK_NODE_KEY, "value": KWOK_NODE_VALUE, "effect": "NoSchedule"}]
             items.append(node)
         # a Node keeps the status it is created with (as when a kubelet
         # registers), so capacity is there before kwok first sees it
-        self.kubectl("create", "-f", "-",
-                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        self.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         if wait:
             self.wait_nodes_ready(names, timeout=timeout)
         return names
@@ -833,32 +982,52 @@ class KubeCluster:
             counts[key] = counts.get(key, 0) + int(float(value))
         return counts
 
-    def set_pod_exec(self, pod: str, namespace: str = "default", workdir: str | None = None,
-                     env: dict[str, str] | None = None, containers: list[str] | None = None) -> None:
+    def set_pod_exec(
+        self,
+        pod: str,
+        namespace: str = "default",
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        containers: list[str] | None = None,
+    ) -> None:
         """Give one pod its own exec target (a namespaced kwok ``Exec``
         object named like the pod): commands exec'd into it run in `workdir`
         with `env` added. Needs enable_exec_crd=True."""
         self.apply(self.pod_exec(pod, namespace, workdir, env, containers))
 
-    def pod_exec(self, pod: str, namespace: str = "default", workdir: str | None = None,
-                 env: dict[str, str] | None = None, containers: list[str] | None = None) -> dict:
+    def pod_exec(
+        self,
+        pod: str,
+        namespace: str = "default",
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        containers: list[str] | None = None,
+    ) -> dict:
         """The ``Exec`` object set_pod_exec applies (apply a list of them at once for many pods)."""
         envs = [{"name": MARKER_ENV, "value": self.marker}, *({"name": k, "value": v} for k, v in (env or {}).items())]
         local: dict = {"envs": envs, "workDir": str(workdir or self.exec_dir)}
         target: dict = {"local": local}
         if containers:
             target["containers"] = containers
-        return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
-                "metadata": {"name": pod, "namespace": namespace},
-                "spec": {"execs": [target]}}
+        return {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Exec",
+            "metadata": {"name": pod, "namespace": namespace},
+            "spec": {"execs": [target]},
+        }
 
     # ---------------------------------------------------------- state file
 
     def _write_state(self) -> None:
         state = {
-            "workdir": str(self.workdir), "kubeconfig": str(self.kubeconfig), "server": self.server,
-            "pids": self.pids, "ports": self.ports, "marker": self.marker,
-            "kubectl": self.kubectl_bin, "exec_dir": str(self.exec_dir),
+            "workdir": str(self.workdir),
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.server,
+            "pids": self.pids,
+            "ports": self.ports,
+            "marker": self.marker,
+            "kubectl": self.kubectl_bin,
+            "exec_dir": str(self.exec_dir),
             "versions": {"kubernetes": K8S_VERSION, "etcd": ETCD_VERSION, "kwok": KWOK_VERSION},
             "real_node": self.node is not None,
         }
@@ -961,8 +1130,7 @@ def _cmd_up(args) -> int:
     workdir = Path(args.workdir)
     st = _load_state(workdir)
     if st and any(pid_alive(p) for p in st["pids"].values()):
-        print(f"a cluster is already running in {workdir} (server {st['server']}); "
-              f"`down` it first", file=sys.stderr)
+        print(f"a cluster is already running in {workdir} (server {st['server']}); `down` it first", file=sys.stderr)
         return 1
     c = KubeCluster(workdir, keep_workdir=True, real_node=args.real_node, volcano=args.volcano, kueue=args.kueue)
     c.start()
@@ -1008,16 +1176,21 @@ def _cmd_status(args) -> int:
         print(f"  {c:24s} pid {p:<8d} {'running' if alive[c] else 'DEAD'}")
     ok = all(alive.values())
     if ok and st.get("kubectl"):
-        r = subprocess.run([st["kubectl"], f"--kubeconfig={st['kubeconfig']}", "get", "--raw=/readyz"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run(
+            [st["kubectl"], f"--kubeconfig={st['kubeconfig']}", "get", "--raw=/readyz"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         print(f"readyz:     {r.stdout.strip() or r.stderr.strip()}")
         ok = r.returncode == 0
     return 0 if ok else 1
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbeds.k8s.cluster",
-                                 description="local Kubernetes control plane with kwok nodes")
+    ap = argparse.ArgumentParser(
+        prog="python -m testbeds.k8s.cluster", description="local Kubernetes control plane with kwok nodes"
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("up", "down", "status", "build"):
         p = sub.add_parser(name)
@@ -1027,8 +1200,11 @@ def main(argv=None) -> int:
             p.add_argument("--gpus", type=int, default=8)
             p.add_argument("--prefix", default="node")
             p.add_argument("--taint", action="store_true", help="taint nodes kwok.x-k8s.io/node=fake:NoSchedule")
-            p.add_argument("--real-node", action="store_true",
-                           help="also run a real node (containerd + kubelet + CoreDNS; root; see node.py)")
+            p.add_argument(
+                "--real-node",
+                action="store_true",
+                help="also run a real node (containerd + kubelet + CoreDNS; root; see node.py)",
+            )
             p.add_argument("--volcano", action="store_true", help="also run Volcano's scheduler (volcano.py)")
             p.add_argument("--kueue", action="store_true", help="also run Kueue and its webhooks (kueue.py)")
         if name == "down":

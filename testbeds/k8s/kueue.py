@@ -84,13 +84,15 @@ def ensure_built(quiet: bool = False) -> Path:
         if not quiet:
             print(f"[kueue] building kueue {KUEUE_VERSION} via {BUILD_SH}", file=sys.stderr)
         out = subprocess.DEVNULL if quiet else None
-        subprocess.run(["bash", str(BUILD_SH)], check=True, stdout=out,
-                       env={**os.environ, "KUEUE_VERSION": KUEUE_VERSION})
+        subprocess.run(
+            ["bash", str(BUILD_SH)], check=True, stdout=out, env={**os.environ, "KUEUE_VERSION": KUEUE_VERSION}
+        )
     return binary_path()
 
 
-def pod_group_metadata(queue: str, group: str | None = None, total: int | None = None,
-                       priority_class: str | None = None) -> dict:
+def pod_group_metadata(
+    queue: str, group: str | None = None, total: int | None = None, priority_class: str | None = None
+) -> dict:
     """``metadata`` fragment (labels + annotations) that puts a plain pod in
     LocalQueue `queue`, as member of pod group `group` of `total` pods."""
     labels = {QUEUE_LABEL: queue}
@@ -114,9 +116,17 @@ class Kueue:
 
     NAME = "kueue"
 
-    def __init__(self, cluster, *, frameworks=("pod",), feature_gates: dict[str, bool] | None = None,
-                 wait_for_pods_ready: dict | None = None, extra_config: dict | None = None,
-                 log_level: int = 2, start_timeout: float = 120.0):
+    def __init__(
+        self,
+        cluster,
+        *,
+        frameworks=("pod",),
+        feature_gates: dict[str, bool] | None = None,
+        wait_for_pods_ready: dict | None = None,
+        extra_config: dict | None = None,
+        log_level: int = 2,
+        start_timeout: float = 120.0,
+    ):
         self.cluster = cluster
         self.frameworks = list(frameworks)
         self.feature_gates = dict(feature_gates or {})
@@ -157,14 +167,24 @@ class Kueue:
         self._write_config()
         self._started = True
         try:
-            c.spawn(self.NAME, [
-                binary, f"--config={self.config_file}", f"--kubeconfig={self.kubeconfig}",
-                f"--visibility-server-port={self.visibility_port}",
-                f"--zap-log-level={self.log_level}", "--zap-devel=false",
-            ], env={"KUEUE_TESTBED_CERT_ROOT": str(self.dir / "root")})
+            c.spawn(
+                self.NAME,
+                [
+                    binary,
+                    f"--config={self.config_file}",
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--visibility-server-port={self.visibility_port}",
+                    f"--zap-log-level={self.log_level}",
+                    "--zap-devel=false",
+                ],
+                env={"KUEUE_TESTBED_CERT_ROOT": str(self.dir / "root")},
+            )
             deadline = time.monotonic() + self.start_timeout
-            c.wait(lambda: c.http_ok(f"http://127.0.0.1:{self.health_port}/readyz"),
-                   deadline - time.monotonic(), "kueue /readyz")
+            c.wait(
+                lambda: c.http_ok(f"http://127.0.0.1:{self.health_port}/readyz"),
+                deadline - time.monotonic(),
+                "kueue /readyz",
+            )
             self._install_webhooks()
             c.wait(self._webhooks_answer, deadline - time.monotonic(), "kueue webhooks answering")
         except BaseException:
@@ -197,8 +217,17 @@ class Kueue:
             fins = p["metadata"].get("finalizers") or []
             if POD_FINALIZER in fins:
                 patch = [{"op": "remove", "path": f"/metadata/finalizers/{fins.index(POD_FINALIZER)}"}]
-                self.cluster.kubectl("patch", "pod", p["metadata"]["name"], "-n", p["metadata"]["namespace"],
-                                     "--type=json", "-p", json.dumps(patch), check=False)
+                self.cluster.kubectl(
+                    "patch",
+                    "pod",
+                    p["metadata"]["name"],
+                    "-n",
+                    p["metadata"]["namespace"],
+                    "--type=json",
+                    "-p",
+                    json.dumps(patch),
+                    check=False,
+                )
 
     # ---------------------------------------------------------- setup
 
@@ -208,8 +237,9 @@ class Kueue:
         reading when internalCertManagement is off; build-kueue.sh makes its
         path and the visibility server's relative to KUEUE_TESTBED_CERT_ROOT)."""
         pki = self.cluster.pki
-        crt, key = pki.cert("kueue-webhook", "kueue-webhook", server_sans=["IP:127.0.0.1", "DNS:localhost"],
-                            client=False)
+        crt, key = pki.cert(
+            "kueue-webhook", "kueue-webhook", server_sans=["IP:127.0.0.1", "DNS:localhost"], client=False
+        )
         root = self.dir / "root"
         for d in (self.dir / "webhook-certs", root / "etc/kueue/metrics/certs", root / "visibility"):
             d.mkdir(parents=True, exist_ok=True)
@@ -241,13 +271,27 @@ class Kueue:
         for f in sorted((share / "crds").glob("*.yaml")):
             for crd in self._to_json(f):
                 if crd["metadata"]["name"] in conv:
-                    crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
-                        "clientConfig": {"url": f"{self.webhook_url}/convert", "caBundle": _b64(self.cluster.pki.ca_crt)},
-                        "conversionReviewVersions": ["v1"]}}
+                    crd["spec"]["conversion"] = {
+                        "strategy": "Webhook",
+                        "webhook": {
+                            "clientConfig": {
+                                "url": f"{self.webhook_url}/convert",
+                                "caBundle": _b64(self.cluster.pki.ca_crt),
+                            },
+                            "conversionReviewVersions": ["v1"],
+                        },
+                    }
                 crds.append(crd)
         # server-side: the CRDs are too big for the last-applied annotation
-        self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpilaunch-testbed",
-                             "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}))
+        self.cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=mpilaunch-testbed",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}),
+        )
         names = [f"crd/{crd['metadata']['name']}" for crd in crds]
         self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
 
@@ -264,8 +308,11 @@ class Kueue:
             "visibilityServer": {"bindAddress": "127.0.0.1"},
             "clientConnection": {"qps": 100, "burst": 200},
             "manageJobsWithoutQueueName": False,
-            "managedJobsNamespaceSelector": {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}]},
+            "managedJobsNamespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
+                ]
+            },
             "integrations": {"frameworks": self.frameworks},
         }
         if self.feature_gates:
@@ -281,8 +328,11 @@ class Kueue:
         only (the other integrations are off), pointed at 127.0.0.1."""
         share = share_dir()
         ca = _b64(self.cluster.pki.ca_crt)
-        ns_selector = {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}]}
+        ns_selector = {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
+            ]
+        }
         objs = []
         for obj in self._to_json(share / "webhook" / "manifests.yaml"):
             keep = []
@@ -310,10 +360,16 @@ class Kueue:
         rf = {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": "kueue-probe"}}
         if c.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(rf), check=False).returncode != 0:
             return False
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"kueue-probe-{uuid.uuid4().hex[:6]}", "namespace": "default",
-                            "labels": {QUEUE_LABEL: "kueue-probe"}},
-               "spec": {"containers": [{"name": "c", "image": "pause"}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"kueue-probe-{uuid.uuid4().hex[:6]}",
+                "namespace": "default",
+                "labels": {QUEUE_LABEL: "kueue-probe"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "pause"}]},
+        }
         r = c.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod), check=False)
         if r.returncode != 0:
             return False
@@ -322,10 +378,20 @@ class Kueue:
 
     # ---------------------------------------------------------- helpers
 
-    def make_queue(self, cluster_queue: str, local_queue: str, namespace: str = "default", *,
-                   gpus: int | str = 0, cpu: int | str = 1000, memory: str = "4Ti", pods: int | None = None,
-                   flavor: str = "default-flavor", preemption: dict | None = None,
-                   queueing_strategy: str = "BestEffortFIFO") -> None:
+    def make_queue(
+        self,
+        cluster_queue: str,
+        local_queue: str,
+        namespace: str = "default",
+        *,
+        gpus: int | str = 0,
+        cpu: int | str = 1000,
+        memory: str = "4Ti",
+        pods: int | None = None,
+        flavor: str = "default-flavor",
+        preemption: dict | None = None,
+        queueing_strategy: str = "BestEffortFIFO",
+    ) -> None:
         """A ResourceFlavor `flavor` (no node labels), a ClusterQueue with
         nominal quota cpu/memory/nvidia.com/gpu (and `pods` if given) in that
         flavor, and LocalQueue `namespace/local_queue` pointing at it.
@@ -341,29 +407,45 @@ class Kueue:
         cq_spec = {
             "namespaceSelector": {},  # every namespace (null would match none)
             "queueingStrategy": queueing_strategy,
-            "resourceGroups": [{
-                "coveredResources": [n for n, _ in resources],
-                "flavors": [{"name": flavor,
-                             "resources": [{"name": n, "nominalQuota": q} for n, q in resources]}],
-            }],
+            "resourceGroups": [
+                {
+                    "coveredResources": [n for n, _ in resources],
+                    "flavors": [{"name": flavor, "resources": [{"name": n, "nominalQuota": q} for n, q in resources]}],
+                }
+            ],
         }
         if preemption:
             cq_spec["preemption"] = preemption
-        self.cluster.apply([
-            {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
-            {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": cluster_queue}, "spec": cq_spec},
-            {"apiVersion": API, "kind": "LocalQueue", "metadata": {"name": local_queue, "namespace": namespace},
-             "spec": {"clusterQueue": cluster_queue}},
-        ])
-        self.cluster.wait(lambda: self._active("clusterqueue", cluster_queue)
-                          and self._active("localqueue", local_queue, namespace), 30,
-                          f"ClusterQueue {cluster_queue} / LocalQueue {local_queue} active")
+        self.cluster.apply(
+            [
+                {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
+                {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": cluster_queue}, "spec": cq_spec},
+                {
+                    "apiVersion": API,
+                    "kind": "LocalQueue",
+                    "metadata": {"name": local_queue, "namespace": namespace},
+                    "spec": {"clusterQueue": cluster_queue},
+                },
+            ]
+        )
+        self.cluster.wait(
+            lambda: self._active("clusterqueue", cluster_queue) and self._active("localqueue", local_queue, namespace),
+            30,
+            f"ClusterQueue {cluster_queue} / LocalQueue {local_queue} active",
+        )
 
     def make_priority_class(self, name: str, value: int, description: str = "") -> None:
         """A WorkloadPriorityClass (pods pick it with the label
         ``kueue.x-k8s.io/priority-class``)."""
-        self.cluster.apply({"apiVersion": API, "kind": "WorkloadPriorityClass", "metadata": {"name": name},
-                            "value": int(value), "description": description})
+        self.cluster.apply(
+            {
+                "apiVersion": API,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": int(value),
+                "description": description,
+            }
+        )
 
     def _active(self, kind: str, name: str, namespace: str | None = None) -> bool:
         args = [f"{kind}.kueue.x-k8s.io", name] + (["-n", namespace] if namespace else [])
@@ -384,8 +466,11 @@ class Kueue:
         # a group that never got a Workload (fewer pods than its total count)
         # loses its finalizers when its pods are deleted
         c.kubectl("delete", "pods", "-n", namespace, "-l", f"{GROUP_NAME_LABEL}={group}", "--wait=false")
-        c.wait(lambda: not c.get_json("pods", "-n", namespace, "-l", f"{GROUP_NAME_LABEL}={group}")["items"],
-               timeout, f"pods of group {group} gone")
+        c.wait(
+            lambda: not c.get_json("pods", "-n", namespace, "-l", f"{GROUP_NAME_LABEL}={group}")["items"],
+            timeout,
+            f"pods of group {group} gone",
+        )
 
     def workloads(self, namespace: str = "default") -> list[dict]:
         return self.cluster.get_json("workloads.kueue.x-k8s.io", "-n", namespace)["items"]
@@ -405,12 +490,23 @@ class Kueue:
         # delegated to the API server (TokenReview/SubjectAccessReview): admin cert
         ctx = ssl.create_default_context(cafile=str(self.cluster.pki.ca_crt))
         ctx.load_cert_chain(*map(str, self.cluster.admin))
-        url = (f"https://127.0.0.1:{self.visibility_port}/apis/visibility.kueue.x-k8s.io/v1beta2/"
-               f"namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads")
+        url = (
+            f"https://127.0.0.1:{self.visibility_port}/apis/visibility.kueue.x-k8s.io/v1beta2/"
+            f"namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads"
+        )
         with urllib.request.urlopen(url, timeout=10, context=ctx) as r:
             return json.loads(r.read())
 
 
-__all__ = ["Kueue", "ensure_built", "pod_group_metadata", "QUEUE_LABEL", "GROUP_NAME_LABEL",
-           "GROUP_TOTAL_COUNT_ANNOTATION", "PRIORITY_CLASS_LABEL", "SCHEDULING_GATE", "POD_FINALIZER",
-           "RETRIABLE_IN_GROUP_ANNOTATION"]
+__all__ = [
+    "Kueue",
+    "ensure_built",
+    "pod_group_metadata",
+    "QUEUE_LABEL",
+    "GROUP_NAME_LABEL",
+    "GROUP_TOTAL_COUNT_ANNOTATION",
+    "PRIORITY_CLASS_LABEL",
+    "SCHEDULING_GATE",
+    "POD_FINALIZER",
+    "RETRIABLE_IN_GROUP_ANNOTATION",
+]

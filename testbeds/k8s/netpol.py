@@ -77,8 +77,11 @@ USER = "system:mpilaunch-netpol"
 ROLE = "mpilaunch-testbed-netpol"
 #: what kube-router's informers list and watch (all of them must sync before it starts)
 RBAC_RULES = [
-    {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes", "services", "endpoints"],
-     "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "namespaces", "nodes", "services", "endpoints"],
+        "verbs": ["get", "list", "watch"],
+    },
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
@@ -122,8 +125,7 @@ def ensure_built(quiet: bool = False) -> Path:
     b = binary()
     if not os.access(b, os.X_OK):
         env = {**os.environ, "KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
-        subprocess.run(["bash", str(BUILD_SH)], check=True, env=env,
-                       stdout=subprocess.DEVNULL if quiet else None)
+        subprocess.run(["bash", str(BUILD_SH)], check=True, env=env, stdout=subprocess.DEVNULL if quiet else None)
     return b
 
 
@@ -230,32 +232,57 @@ class NetworkPolicyEnforcer:
         self.dir.mkdir(parents=True, exist_ok=True)
         remove_state()  # what a run killed before its stop left
         self._bridge_netfilter()
-        self.c.apply([
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-             "metadata": {"name": ROLE}, "rules": RBAC_RULES},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": ROLE},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
-             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]},
-        ])
+        self.c.apply(
+            [
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": ROLE},
+                    "rules": RBAC_RULES,
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": ROLE},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
+                },
+            ]
+        )
         kc = self.c.client_kubeconfig(self.dir / "kube-router.kubeconfig", USER)
         health = free_port()
         self.c.ports["kube-router-health"] = health
-        self.c.spawn(COMPONENT, [
-            binary(), f"--kubeconfig={kc}", f"--hostname-override={self.node_name}",
-            "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
-            "--run-loadbalancer=false", "--enable-ipv6=false",
-            f"--service-cluster-ip-range={self.service_cidr}",
-            f"--health-port={health}", "--metrics-port=0",
-            # events drive the syncs; this is only the periodic safety net
-            "--iptables-sync-period=1m", "--cache-sync-timeout=30s", f"--v={self.verbosity}",
-        ])
+        self.c.spawn(
+            COMPONENT,
+            [
+                binary(),
+                f"--kubeconfig={kc}",
+                f"--hostname-override={self.node_name}",
+                "--run-firewall=true",
+                "--run-router=false",
+                "--run-service-proxy=false",
+                "--run-loadbalancer=false",
+                "--enable-ipv6=false",
+                f"--service-cluster-ip-range={self.service_cidr}",
+                f"--health-port={health}",
+                "--metrics-port=0",
+                # events drive the syncs; this is only the periodic safety net
+                "--iptables-sync-period=1m",
+                "--cache-sync-timeout=30s",
+                f"--v={self.verbosity}",
+            ],
+        )
         try:
             # healthy = its informers synced and the policy controller beat; the default chain
             # is there once the first full sync ran
-            self.c.wait(lambda: self.c.http_ok(f"http://127.0.0.1:{health}/healthz")
-                        and "KUBE-NWPLCY-DEFAULT" in _sh("iptables", "-t", "filter", "-S").stdout,
-                        timeout, "kube-router's policy controller synced")
+            self.c.wait(
+                lambda: (
+                    self.c.http_ok(f"http://127.0.0.1:{health}/healthz")
+                    and "KUBE-NWPLCY-DEFAULT" in _sh("iptables", "-t", "filter", "-S").stdout
+                ),
+                timeout,
+                "kube-router's policy controller synced",
+            )
         except BaseException as e:
             tail = self.c.log_tail(COMPONENT)
             self.stop()
@@ -281,8 +308,9 @@ class NetworkPolicyEnforcer:
         if not BRIDGE_NF.exists():
             _sh("modprobe", "br_netfilter")
         if not BRIDGE_NF.exists():
-            raise NetpolError("br_netfilter is not available (no /proc/sys/net/bridge): bridged pod "
-                              "traffic would bypass iptables")
+            raise NetpolError(
+                "br_netfilter is not available (no /proc/sys/net/bridge): bridged pod traffic would bypass iptables"
+            )
         before = BRIDGE_NF.read_text().strip()
         if before != "1":
             if not self.saved_sysctl.exists():

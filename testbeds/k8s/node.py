@@ -59,8 +59,16 @@ APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables",
 #: what a real-pod job passes so its pods land here (mpilaunch options)
 # The launcher and reaper are placed on their own (mpilaunch pins them nowhere by default): here
 # they must run too, so they ask for the real node as well.
-JOB_ARGS = ("--node-selector", f"{REAL_KEY}=true", "--toleration", f"{REAL_KEY}=true:NoSchedule",
-            "--launcher-node-selector", f"{REAL_KEY}=true", "--launcher-toleration", f"{REAL_KEY}=true:NoSchedule")
+JOB_ARGS = (
+    "--node-selector",
+    f"{REAL_KEY}=true",
+    "--toleration",
+    f"{REAL_KEY}=true:NoSchedule",
+    "--launcher-node-selector",
+    f"{REAL_KEY}=true",
+    "--launcher-toleration",
+    f"{REAL_KEY}=true:NoSchedule",
+)
 
 
 class NodeError(RuntimeError):
@@ -144,23 +152,35 @@ def cni_config(subnet: str, bridge: str, ipam_dir: Path, service_cidr: str) -> d
     return {
         "cniVersion": "1.0.0",
         "name": "mpilaunch-pods",
-        "plugins": [{
-            "type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
-            "hairpinMode": True,
-            "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
-                     "ranges": [[{"subnet": subnet, "gateway": gateway(subnet)}]],
-                     "routes": [{"dst": service_cidr}]},
-        }],
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(ipam_dir),
+                    "ranges": [[{"subnet": subnet, "gateway": gateway(subnet)}]],
+                    "routes": [{"dst": service_cidr}],
+                },
+            }
+        ],
     }
 
 
-def kubelet_config(*, ca: Path, sock: Path, node_ip: str, port: int, healthz_port: int,
-                   resolv: Path, pod_logs: Path, plugins: Path) -> dict:
+def kubelet_config(
+    *, ca: Path, sock: Path, node_ip: str, port: int, healthz_port: int, resolv: Path, pod_logs: Path, plugins: Path
+) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(ca)}},
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(ca)},
+        },
         "authorization": {"mode": "Webhook"},
         "address": node_ip,
         "port": port,
@@ -186,8 +206,12 @@ def kubelet_config(*, ca: Path, sock: Path, node_ip: str, port: int, healthz_por
         # the project's image is imported, never pulled: image GC must not drop it
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                         "nodefs.inodesFree": "1%"},
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
         "localStorageCapacityIsolation": False,
         "serializeImagePulls": False,
         "registerWithTaints": [{"key": REAL_KEY, "value": "true", "effect": "NoSchedule"}],
@@ -219,14 +243,31 @@ def corefile(node_ip: str, kubeconfig: Path, health_port: int, ready_port: int) 
 
 def testbed_rules_on(rules: list[str], bridge: str) -> list[str]:
     """The lines of `iptables -S` output that are testbed DNAT rules on `bridge`."""
-    return [line for line in rules
-            if line.startswith("-A ") and "mpilaunch-testbed-" in line and f"-i {bridge} " in line]
+    return [
+        line for line in rules if line.startswith("-A ") and "mpilaunch-testbed-" in line and f"-i {bridge} " in line
+    ]
 
 
 def dnat_rule(bridge: str, service_ip: str, apiserver_port: int, comment: str) -> list[str]:
-    return ["PREROUTING", "-i", bridge, "-d", f"{service_ip}/32", "-p", "tcp", "--dport", "443",
-            "-m", "comment", "--comment", comment,
-            "-j", "DNAT", "--to-destination", f"127.0.0.1:{apiserver_port}"]
+    return [
+        "PREROUTING",
+        "-i",
+        bridge,
+        "-d",
+        f"{service_ip}/32",
+        "-p",
+        "tcp",
+        "--dport",
+        "443",
+        "-m",
+        "comment",
+        "--comment",
+        comment,
+        "-j",
+        "DNAT",
+        "--to-destination",
+        f"127.0.0.1:{apiserver_port}",
+    ]
 
 
 SMOKE_PROGRAM = r"""
@@ -266,8 +307,7 @@ class RealNode:
     def start(self) -> "RealNode":
         missing = missing_prerequisites()
         if missing:
-            raise NodeError("real node needs: " + ", ".join(missing)
-                            + " (run testbeds/k8s/build-node.sh)")
+            raise NodeError("real node needs: " + ", ".join(missing) + " (run testbeds/k8s/build-node.sh)")
         coredns = self.c.bindir / "coredns"
         if not os.access(coredns, os.X_OK):
             raise NodeError(f"{coredns} missing (run testbeds/k8s/build-node.sh)")
@@ -319,8 +359,9 @@ class RealNode:
         from .network import SERVICE_CIDR
 
         if self.netpol is None:
-            enforcer = NetworkPolicyEnforcer(self.c, NODE_NAME, SERVICE_CIDR, self.dir / "netpol",
-                                             verbosity=self.c.verbosity)
+            enforcer = NetworkPolicyEnforcer(
+                self.c, NODE_NAME, SERVICE_CIDR, self.dir / "netpol", verbosity=self.c.verbosity
+            )
             pid = self.c.pids.get(COMPONENT)
             self.netpol = enforcer if pid and pid_alive(pid) else enforcer.start()
         return self.netpol
@@ -354,8 +395,9 @@ class RealNode:
         t0 = time.monotonic()
         self.ctr("images", "import", archive)
         if not self.has_image(ref):
-            raise NodeError(f"importing {archive} did not give {ref}: "
-                            + " ".join(self.ctr("images", "ls", "-q").stdout.split()))
+            raise NodeError(
+                f"importing {archive} did not give {ref}: " + " ".join(self.ctr("images", "ls", "-q").stdout.split())
+            )
         return time.monotonic() - t0
 
     def project_image(self, with_tf: bool = False) -> str:
@@ -403,17 +445,28 @@ class RealNode:
         t0 = time.monotonic()
         name = "mpilaunch-smoke"
         self.c.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true", check=False)
-        self.c.apply({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "restartPolicy": "Never", "hostname": name, "terminationGracePeriodSeconds": 0,
-                "nodeSelector": {REAL_KEY: "true"},
-                "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                "containers": [{"name": "smoke", "image": image, "imagePullPolicy": "Never",
-                                "command": ["python3", "-c", SMOKE_PROGRAM]}],
-            },
-        })
+        self.c.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "hostname": name,
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {REAL_KEY: "true"},
+                    "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                    "containers": [
+                        {
+                            "name": "smoke",
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "command": ["python3", "-c", SMOKE_PROGRAM],
+                        }
+                    ],
+                },
+            }
+        )
         try:
             deadline = time.monotonic() + timeout
             phase = None
@@ -439,8 +492,10 @@ class RealNode:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
-            raise NodeError("another testbed already runs the real node on this machine "
-                            f"(lock {self.cache / 'real-node.lock'}); stop it first") from None
+            raise NodeError(
+                "another testbed already runs the real node on this machine "
+                f"(lock {self.cache / 'real-node.lock'}); stop it first"
+            ) from None
         self._lock = f
         # A process of the node's own holds the lock as long as the node runs: the
         # hold of `cluster up`, which exits, would end with it, and a second node
@@ -455,8 +510,9 @@ class RealNode:
             if links.exists(self.bridge):
                 _sh("ip", "link", "del", self.bridge, check=False)
             _sh("ip", "link", "add", self.bridge, "type", "bridge")
-            _sh("ip", "addr", "add", f"{self.node_ip}/{ipaddress.ip_network(self.subnet).prefixlen}",
-                "dev", self.bridge)
+            _sh(
+                "ip", "addr", "add", f"{self.node_ip}/{ipaddress.ip_network(self.subnet).prefixlen}", "dev", self.bridge
+            )
         _sh("ip", "link", "set", self.bridge, "up")
         # lets the DNAT below send bridge traffic to 127.0.0.1 (this interface only)
         Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/route_localnet").write_text("1\n")
@@ -470,14 +526,14 @@ class RealNode:
         cni = self.dir / "cni"
         (cni / "net.d").mkdir(parents=True, exist_ok=True)
         (cni / "net.d" / "10-mpilaunch.conflist").write_text(
-            json.dumps(cni_config(self.subnet, self.bridge, cni / "ipam", SERVICE_CIDR), indent=2))
+            json.dumps(cni_config(self.subnet, self.bridge, cni / "ipam", SERVICE_CIDR), indent=2)
+        )
         root = self.cache / "containerd"
         root.mkdir(parents=True, exist_ok=True)
         cfg = self.dir / "containerd.toml"
         cfg.write_text(containerd_config(root, self.dir / "containerd-state", self.sock, cni / "net.d"))
         self.c.spawn("containerd", ["containerd", "--config", cfg])
-        self.c.wait(lambda: self.sock.exists() and self.ctr("version", check=False).returncode == 0,
-                    60, "containerd")
+        self.c.wait(lambda: self.sock.exists() and self.ctr("version", check=False).returncode == 0, 60, "containerd")
 
     def _route_to_apiserver(self) -> None:
         from .network import SERVICE_IP
@@ -513,34 +569,64 @@ class RealNode:
         d = self.dir / "kubelet"
         for sub in ("root", "pod-logs", "plugins", "certs"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        kc = self.c.client_kubeconfig(d / "kubelet.kubeconfig", f"system:node:{NODE_NAME}",
-                                      orgs=("system:nodes",))
+        kc = self.c.client_kubeconfig(d / "kubelet.kubeconfig", f"system:node:{NODE_NAME}", orgs=("system:nodes",))
         resolv = d / "resolv.conf"
         resolv.write_text("# pods get the cluster DNS from the kubelet; nothing else\n")
         port, healthz = free_port(), free_port()
         self.c.ports["kubelet"] = port
         cfg = d / "config.json"
-        cfg.write_text(json.dumps(kubelet_config(
-            ca=self.c.pki.ca_crt, sock=self.sock, node_ip=self.node_ip, port=port, healthz_port=healthz,
-            resolv=resolv, pod_logs=d / "pod-logs", plugins=d / "plugins"), indent=2))
-        self.c.spawn("kubelet", [
-            self.c.bindir / "kubelet", f"--config={cfg}", f"--kubeconfig={kc}",
-            f"--root-dir={d / 'root'}", f"--cert-dir={d / 'certs'}",
-            f"--hostname-override={NODE_NAME}", f"--node-ip={self.node_ip}",
-            f"--node-labels={REAL_KEY}=true", f"--v={self.c.verbosity}",
-        ])
+        cfg.write_text(
+            json.dumps(
+                kubelet_config(
+                    ca=self.c.pki.ca_crt,
+                    sock=self.sock,
+                    node_ip=self.node_ip,
+                    port=port,
+                    healthz_port=healthz,
+                    resolv=resolv,
+                    pod_logs=d / "pod-logs",
+                    plugins=d / "plugins",
+                ),
+                indent=2,
+            )
+        )
+        self.c.spawn(
+            "kubelet",
+            [
+                self.c.bindir / "kubelet",
+                f"--config={cfg}",
+                f"--kubeconfig={kc}",
+                f"--root-dir={d / 'root'}",
+                f"--cert-dir={d / 'certs'}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={self.node_ip}",
+                f"--node-labels={REAL_KEY}=true",
+                f"--v={self.c.verbosity}",
+            ],
+        )
 
     def _drain(self, timeout: float = 60.0) -> None:
         """Delete every pod bound to this node and wait for the kubelet to
         tear them down (so CNI releases addresses and unmounts volumes)."""
         sel = f"spec.nodeName={NODE_NAME}"
-        self.c.kubectl("delete", "pods", "-A", "--field-selector", sel, "--grace-period=0", "--force",
-                       "--wait=false", check=False, timeout=60)
+        self.c.kubectl(
+            "delete",
+            "pods",
+            "-A",
+            "--field-selector",
+            sel,
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+            check=False,
+            timeout=60,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             left = self.ctr("containers", "ls", "-q", check=False).stdout.split()
-            pods = self.c.kubectl("get", "pods", "-A", "--field-selector", sel, "-o", "name",
-                                  check=False, timeout=30).stdout.split()
+            pods = self.c.kubectl(
+                "get", "pods", "-A", "--field-selector", sel, "-o", "name", check=False, timeout=30
+            ).stdout.split()
             if not left and not pods:
                 return
             time.sleep(0.5)

@@ -66,10 +66,14 @@ def on_kwok_node(pod: dict) -> bool:
 
 def field_value(pod: dict, path: str) -> str:
     meta, status = pod["metadata"], pod.get("status") or {}
-    return {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"],
-            "metadata.uid": meta.get("uid", ""), "status.podIP": status.get("podIP") or "",
-            "spec.nodeName": pod["spec"].get("nodeName") or "",
-            "status.hostIP": status.get("hostIP") or ""}.get(path, "")
+    return {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta["namespace"],
+        "metadata.uid": meta.get("uid", ""),
+        "status.podIP": status.get("podIP") or "",
+        "spec.nodeName": pod["spec"].get("nodeName") or "",
+        "status.hostIP": status.get("hostIP") or "",
+    }.get(path, "")
 
 
 def container_env(pod: dict, container: dict, base: dict) -> dict:
@@ -161,11 +165,22 @@ class PodRunner:
         poddir = self.workdir / meta["namespace"] / meta["name"] / meta["uid"]
         (poddir / "tmp").mkdir(parents=True, exist_ok=True)
         own = str(poddir / "tmp")
-        env = container_env(pod, container, {
-            **os.environ, "HOSTNAME": pod["spec"].get("hostname") or meta["name"], "TMPDIR": own,
-            "OMPI_MCA_btl_vader_backing_directory": own, "OMPI_MCA_btl_sm_backing_directory": own})
-        covering = {m["mountPath"] for m in container.get("volumeMounts") or ()
-                    if self.workdir.resolve().is_relative_to(Path(m["mountPath"]).resolve())}
+        env = container_env(
+            pod,
+            container,
+            {
+                **os.environ,
+                "HOSTNAME": pod["spec"].get("hostname") or meta["name"],
+                "TMPDIR": own,
+                "OMPI_MCA_btl_vader_backing_directory": own,
+                "OMPI_MCA_btl_sm_backing_directory": own,
+            },
+        )
+        covering = {
+            m["mountPath"]
+            for m in container.get("volumeMounts") or ()
+            if self.workdir.resolve().is_relative_to(Path(m["mountPath"]).resolve())
+        }
         env.update({k: own for k, v in env.items() if k in ("HOME", "TMPDIR") and v in covering})
         setup = self._mount_script(pod, container, poddir)
         setup.append(f"hostname {shlex.quote(env['HOSTNAME'])}")
@@ -174,8 +189,13 @@ class PodRunner:
         log_file = open(poddir / "container.log", "ab")
         proc = subprocess.Popen(
             ["unshare", "--mount", "--uts", "--propagation", "private", "/bin/sh", "-c", script, "pod", *argv],
-            env=env, cwd=container.get("workingDir") or os.getcwd(), stdin=subprocess.DEVNULL,
-            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            env=env,
+            cwd=container.get("workingDir") or os.getcwd(),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log_file.close()
         self.running[meta["uid"]] = proc
         self.by_ip[ip] = proc
@@ -227,8 +247,9 @@ class PodRunner:
 
         while True:
             try:
-                stream = watch.Watch().stream(self.api.list_pod_for_all_namespaces, timeout_seconds=300,
-                                              _preload_content=False)
+                stream = watch.Watch().stream(
+                    self.api.list_pod_for_all_namespaces, timeout_seconds=300, _preload_content=False
+                )
                 for event in stream:
                     self.handle(event["type"], event["raw_object"])
             except Exception as e:  # the API server restarting: watch again (handle is idempotent)

@@ -63,27 +63,45 @@ def verify(secret: bytes, token: str, revoked: set[str], now: float | None = Non
 
 def write_webhook_kubeconfig(path: Path, port: int) -> Path:
     """The apiserver's view of the webhook: plain HTTP on loopback (a test bed, nothing to protect)."""
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "token-webhook", "cluster": {"server": f"http://127.0.0.1:{port}/authenticate"}}],
-        "users": [{"name": "apiserver", "user": {}}],
-        "contexts": [{"name": "webhook", "context": {"cluster": "token-webhook", "user": "apiserver"}}],
-        "current-context": "webhook",
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "token-webhook", "cluster": {"server": f"http://127.0.0.1:{port}/authenticate"}}],
+                "users": [{"name": "apiserver", "user": {}}],
+                "contexts": [{"name": "webhook", "context": {"cluster": "token-webhook", "user": "apiserver"}}],
+                "current-context": "webhook",
+            }
+        )
+    )
     return path
 
 
 def exec_user(python: str, secret_file: Path, user: str, lifetime: float, state: Path) -> dict:
     """A kubeconfig ``users[].user`` entry whose exec plugin mints tokens valid ``lifetime`` seconds."""
     repo = str(Path(__file__).resolve().parents[2])
-    return {"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1",
-        "command": python,
-        "args": ["-m", "testbeds.k8s.token_auth", "plugin", "--secret-file", str(secret_file),
-                 "--user", user, "--lifetime", f"{lifetime:g}", "--state", str(state)],
-        "env": [{"name": "PYTHONPATH", "value": repo}],
-        "interactiveMode": "Never",
-    }}
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": python,
+            "args": [
+                "-m",
+                "testbeds.k8s.token_auth",
+                "plugin",
+                "--secret-file",
+                str(secret_file),
+                "--user",
+                user,
+                "--lifetime",
+                f"{lifetime:g}",
+                "--state",
+                str(state),
+            ],
+            "env": [{"name": "PYTHONPATH", "value": repo}],
+            "interactiveMode": "Never",
+        }
+    }
 
 
 def _webhook(port: int, directory: Path) -> None:
@@ -100,8 +118,13 @@ def _webhook(port: int, directory: Path) -> None:
             status = {"authenticated": False}
             if user:
                 status = {"authenticated": True, "user": {"username": user, "groups": [GROUP, "system:authenticated"]}}
-            body = json.dumps({"apiVersion": review.get("apiVersion", "authentication.k8s.io/v1"),
-                               "kind": "TokenReview", "status": status}).encode()
+            body = json.dumps(
+                {
+                    "apiVersion": review.get("apiVersion", "authentication.k8s.io/v1"),
+                    "kind": "TokenReview",
+                    "status": status,
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -123,8 +146,15 @@ def _plugin(secret_file: Path, user: str, lifetime: float, state: Path) -> int:
     with open(state / "minted", "a") as f:
         f.write(f"{time.time():.3f} {expires:.3f}\n")
     stamp = datetime.fromtimestamp(expires, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
-                      "status": {"token": token, "expirationTimestamp": stamp}}))
+    print(
+        json.dumps(
+            {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "kind": "ExecCredential",
+                "status": {"token": token, "expirationTimestamp": stamp},
+            }
+        )
+    )
     return 0
 
 

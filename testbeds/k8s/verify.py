@@ -35,10 +35,16 @@ def pod(name: str, gpus: int = 0, owner: dict | None = None, labels: dict | None
     meta: dict = {"name": name, "labels": labels or {}}
     if owner:
         meta["ownerReferences"] = [owner]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"nodeSelector": {"type": "kwok"},
-                     "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
-                     "containers": [c]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeSelector": {"type": "kwok"},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+            "containers": [c],
+        },
+    }
 
 
 def main() -> int:
@@ -60,34 +66,50 @@ def main() -> int:
         c.apply([pod("gpu-pod", gpus=8), pod("too-big", gpus=9)])
         c.wait_pods(selector=None, count=1, timeout=60)
         running = c.get_json("pod", "gpu-pod")
-        check("8-GPU pod Running on a kwok node", running["status"].get("phase") == "Running",
-              f"node={running['spec'].get('nodeName')} ip={running['status'].get('podIP')}")
+        check(
+            "8-GPU pod Running on a kwok node",
+            running["status"].get("phase") == "Running",
+            f"node={running['spec'].get('nodeName')} ip={running['status'].get('podIP')}",
+        )
 
         def failed_sched() -> str:
             ev = c.get_json("events", "--field-selector", "involvedObject.name=too-big")["items"]
             return " | ".join(e["message"] for e in ev if e["reason"] == "FailedScheduling")
+
         deadline = time.monotonic() + 30
         msg = ""
         while time.monotonic() < deadline and "Insufficient nvidia.com/gpu" not in msg:
             msg = failed_sched()
             time.sleep(0.5)
-        check("9-GPU pod Pending with Insufficient nvidia.com/gpu",
-              c.get_json("pod", "too-big")["status"]["phase"] == "Pending"
-              and "Insufficient nvidia.com/gpu" in msg, msg[:80])
+        check(
+            "9-GPU pod Pending with Insufficient nvidia.com/gpu",
+            c.get_json("pod", "too-big")["status"]["phase"] == "Pending" and "Insufficient nvidia.com/gpu" in msg,
+            msg[:80],
+        )
 
-        r = c.kubectl("exec", "gpu-pod", "--", "sh", "-c",
-                      f'echo hi; echo "$PPID $(pwd) $(id -u) ${MARKER_ENV}"; exit 3', check=False)
+        r = c.kubectl(
+            "exec",
+            "gpu-pod",
+            "--",
+            "sh",
+            "-c",
+            f'echo hi; echo "$PPID $(pwd) $(id -u) ${MARKER_ENV}"; exit 3',
+            check=False,
+        )
         lines = r.stdout.splitlines()
         kwok_pid = c.pids["kwok"]
-        check("exec prints and returns the exit code", r.returncode == 3 and lines[:1] == ["hi"],
-              f"rc={r.returncode}")
+        check("exec prints and returns the exit code", r.returncode == 3 and lines[:1] == ["hi"], f"rc={r.returncode}")
         ppid, cwd, uid, mark = lines[1].split()
-        check("exec ran as a local child of kwok", int(ppid) == kwok_pid and cwd == str(c.exec_dir)
-              and mark == marker, f"ppid={ppid} cwd={cwd} uid={uid}")
+        check(
+            "exec ran as a local child of kwok",
+            int(ppid) == kwok_pid and cwd == str(c.exec_dir) and mark == marker,
+            f"ppid={ppid} cwd={cwd} uid={uid}",
+        )
         data = "".join(f"line {i}\n" for i in range(10000))
         r = c.kubectl("exec", "-i", "gpu-pod", "--", "cat", input=data, check=False)
-        check("exec -i streams stdin to EOF", r.returncode == 0 and r.stdout == data,
-              f"{len(r.stdout)}/{len(data)} bytes")
+        check(
+            "exec -i streams stdin to EOF", r.returncode == 0 and r.stdout == data, f"{len(r.stdout)}/{len(data)} bytes"
+        )
 
         c.kubectl("create", "configmap", "owner")
         uid_ = c.get_json("configmap", "owner")["metadata"]["uid"]
@@ -107,21 +129,29 @@ def main() -> int:
         c.kubectl("-n", "default", "create", "role", "execer", "--verb=get,list", "--resource=pods")
         c.kubectl("-n", "default", "create", "role", "execer2", "--verb=create,get", "--resource=pods/exec")
         for role in ("execer", "execer2"):
-            c.kubectl("-n", "default", "create", "rolebinding", role, f"--role={role}",
-                      "--serviceaccount=ns:sa")
+            c.kubectl("-n", "default", "create", "rolebinding", role, f"--role={role}", "--serviceaccount=ns:sa")
         token = c.kubectl("-n", "ns", "create", "token", "sa", "--duration=10m").stdout.strip()
-        as_sa = [c.kubectl_bin, "--kubeconfig=/dev/null", f"--server={c.server}",
-                 f"--certificate-authority={c.pki.ca_crt}", f"--token={token}"]
+        as_sa = [
+            c.kubectl_bin,
+            "--kubeconfig=/dev/null",
+            f"--server={c.server}",
+            f"--certificate-authority={c.pki.ca_crt}",
+            f"--token={token}",
+        ]
         who = subprocess.run(as_sa + ["auth", "whoami", "-o", "json"], capture_output=True, text=True)
         user = json.loads(who.stdout)["status"]["userInfo"]["username"] if who.returncode == 0 else who.stderr
         check("ServiceAccount token (TokenRequest) authenticates", user == "system:serviceaccount:ns:sa", user)
         r = subprocess.run(as_sa + ["exec", "gpu-pod", "--", "sh", "-c", "exit 5"], capture_output=True, text=True)
         check("exec with the ServiceAccount token", r.returncode == 5, f"rc={r.returncode} {r.stderr.strip()[:60]}")
         r = subprocess.run(as_sa + ["delete", "pod", "gpu-pod"], capture_output=True, text=True)
-        check("RBAC denies what is not granted (delete pod)", r.returncode != 0 and "forbidden" in r.stderr,
-              r.stderr.strip()[:90])
-        can = c.kubectl("auth", "can-i", "create", "configmaps", "-n", "default",
-                        "--as=system:serviceaccount:ns:sa", check=False).stdout.strip()
+        check(
+            "RBAC denies what is not granted (delete pod)",
+            r.returncode != 0 and "forbidden" in r.stderr,
+            r.stderr.strip()[:90],
+        )
+        can = c.kubectl(
+            "auth", "can-i", "create", "configmaps", "-n", "default", "--as=system:serviceaccount:ns:sa", check=False
+        ).stdout.strip()
         check("auth can-i --as=SA denies create configmaps", can == "no", can)
 
         wd = c.workdir / "pod-gpu-pod"
@@ -136,8 +166,9 @@ def main() -> int:
             time.sleep(0.25)
         check("per-pod Exec target (workDir/env)", ok, r.stdout.strip())
 
-        r = c.kubectl("exec", "gpu-pod", "--", "sh", "-c",
-                      "setsid sleep 1234 >/dev/null 2>&1 </dev/null & echo $!", check=False)
+        r = c.kubectl(
+            "exec", "gpu-pod", "--", "sh", "-c", "setsid sleep 1234 >/dev/null 2>&1 </dev/null & echo $!", check=False
+        )
         daemon_pid = int(r.stdout.strip())
 
         if args.scale:
@@ -150,6 +181,7 @@ def main() -> int:
 
             def one(n):
                 return c.kubectl("exec", n, "--", "sh", "-c", f"echo {n}; exit 7", check=False, timeout=600)
+
             with cf.ThreadPoolExecutor(256) as ex:
                 res = list(ex.map(one, names))
             good = sum(1 for n, r in zip(names, res) if r.returncode == 7 and r.stdout.strip() == n)
@@ -160,8 +192,7 @@ def main() -> int:
         print(f"stopped in {time.monotonic() - t1:.1f}s", flush=True)
     left = marked_pids(marker)
     alive = daemon_pid is not None and pid_alive(daemon_pid)  # a zombie (pid 1 not reaping) counts as gone
-    check("nothing left behind after stop() (incl. a setsid'd exec child)", not left and not alive,
-          f"left={left}")
+    check("nothing left behind after stop() (incl. a setsid'd exec child)", not left and not alive, f"left={left}")
     print(f"{len(FAILS)} failed" if FAILS else "all checks passed", f"in {time.monotonic() - t0:.1f}s")
     return 1 if FAILS else 0
 

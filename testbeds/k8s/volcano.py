@@ -52,8 +52,12 @@ PROBE_IMAGE = "mpilaunch.local/pause:1"
 # those are not run (see CONTROLLERS). Commands are watched by the queue
 # controller; Numatopologies by the scheduler (ResourceTopology gate, on by
 # default).
-CRDS = ("scheduling.volcano.sh_podgroups.yaml", "scheduling.volcano.sh_queues.yaml",
-        "bus.volcano.sh_commands.yaml", "nodeinfo.volcano.sh_numatopologies.yaml")
+CRDS = (
+    "scheduling.volcano.sh_podgroups.yaml",
+    "scheduling.volcano.sh_queues.yaml",
+    "bus.volcano.sh_commands.yaml",
+    "nodeinfo.volcano.sh_numatopologies.yaml",
+)
 # pg-controller: gives a volcano pod without a group annotation its own
 # one-pod PodGroup (what Volcano does for plain pods); queue-controller:
 # moves Queues to state Open and keeps their status counts. vc-scheduler
@@ -104,8 +108,7 @@ def ensure_built(quiet: bool = False) -> Path:
         if not quiet:
             print(f"[volcano] building {', '.join(missing) or 'CRDs'} via {BUILD_SH}", file=sys.stderr)
         env = {**os.environ, "VOLCANO_VERSION": VOLCANO_VERSION}
-        subprocess.run(["bash", str(BUILD_SH)], check=True, env=env,
-                       stdout=subprocess.DEVNULL if quiet else None)
+        subprocess.run(["bash", str(BUILD_SH)], check=True, env=env, stdout=subprocess.DEVNULL if quiet else None)
     return bin_dir()
 
 
@@ -143,22 +146,41 @@ class Volcano:
             # No --enable-healthz/--enable-metrics: they would need ports,
             # and healthz is up before the caches sync, so it proves nothing;
             # readiness is the probe pod below.
-            c.spawn("vc-controller-manager", [
-                bindir / _names()["controller-manager"], f"--kubeconfig={kc}",
-                "--leader-elect=false", f"--controllers={CONTROLLERS}",
-                f"--scheduler-name={SCHEDULER_NAME}", f"--v={self.verbosity}"])
-            c.spawn("vc-scheduler", [
-                bindir / _names()["scheduler"], f"--kubeconfig={kc}",
-                "--leader-elect=false", f"--scheduler-conf={self.conf}",
-                f"--scheduler-name={SCHEDULER_NAME}", f"--default-queue={DEFAULT_QUEUE}",
-                f"--schedule-period={self.schedule_period}",
-                # SIGUSR2 dumps the cache as JSON; keep that out of /tmp
-                f"--cache-dump-dir={c.workdir / 'logs'}", f"--v={self.verbosity}"])
+            c.spawn(
+                "vc-controller-manager",
+                [
+                    bindir / _names()["controller-manager"],
+                    f"--kubeconfig={kc}",
+                    "--leader-elect=false",
+                    f"--controllers={CONTROLLERS}",
+                    f"--scheduler-name={SCHEDULER_NAME}",
+                    f"--v={self.verbosity}",
+                ],
+            )
+            c.spawn(
+                "vc-scheduler",
+                [
+                    bindir / _names()["scheduler"],
+                    f"--kubeconfig={kc}",
+                    "--leader-elect=false",
+                    f"--scheduler-conf={self.conf}",
+                    f"--scheduler-name={SCHEDULER_NAME}",
+                    f"--default-queue={DEFAULT_QUEUE}",
+                    f"--schedule-period={self.schedule_period}",
+                    # SIGUSR2 dumps the cache as JSON; keep that out of /tmp
+                    f"--cache-dump-dir={c.workdir / 'logs'}",
+                    f"--v={self.verbosity}",
+                ],
+            )
             deadline = time.monotonic() + timeout
             # vc-scheduler creates the default Queue, the queue controller
             # opens it: Open proves both are up and talking to the API server
-            c.wait(lambda: self.queue_state(DEFAULT_QUEUE) == "Open",
-                   deadline - time.monotonic(), f"Volcano queue {DEFAULT_QUEUE!r} Open", interval=0.5)
+            c.wait(
+                lambda: self.queue_state(DEFAULT_QUEUE) == "Open",
+                deadline - time.monotonic(),
+                f"Volcano queue {DEFAULT_QUEUE!r} Open",
+                interval=0.5,
+            )
             self._probe(deadline - time.monotonic())
         except BaseException:
             self.stop()
@@ -180,12 +202,18 @@ class Volcano:
         # server-side: no last-applied annotation (the size limit bites big CRDs)
         c.kubectl("apply", "--server-side", "--force-conflicts", *sum((["-f", f] for f in files), []))
         names = [f"{n.split('_', 1)[1].removesuffix('.yaml')}.{n.split('_', 1)[0]}" for n in CRDS]
-        c.kubectl("wait", "--for=condition=Established", f"--timeout={int(timeout)}s",
-                  *[f"crd/{n}" for n in names], timeout=timeout + 10)
+        c.kubectl(
+            "wait",
+            "--for=condition=Established",
+            f"--timeout={int(timeout)}s",
+            *[f"crd/{n}" for n in names],
+            timeout=timeout + 10,
+        )
 
     def queue_state(self, name: str = DEFAULT_QUEUE) -> str | None:
-        p = self.cluster.kubectl("get", "queues.scheduling.volcano.sh", name, "-o",
-                                 "jsonpath={.status.state}", check=False)
+        p = self.cluster.kubectl(
+            "get", "queues.scheduling.volcano.sh", name, "-o", "jsonpath={.status.state}", check=False
+        )
         return p.stdout.strip() or None if p.returncode == 0 else None
 
     def _probe(self, timeout: float) -> None:
@@ -204,42 +232,65 @@ class Volcano:
         probe["spec"]["containers"][0].pop("command")  # the pause image's own
         c.apply([podgroup(name, 1, namespace=ns), probe])
         try:
-            c.wait(lambda: c.get_json("pod", name, "-n", ns)["spec"].get("nodeName"),
-                   timeout, "Volcano probe pod bound", interval=0.5)
+            c.wait(
+                lambda: c.get_json("pod", name, "-n", ns)["spec"].get("nodeName"),
+                timeout,
+                "Volcano probe pod bound",
+                interval=0.5,
+            )
         except ClusterError as e:
             raise ClusterError(f"{e}\nvc-scheduler log:\n{c.log_tail('vc-scheduler')}") from None
         finally:
-            c.kubectl("delete", "pod", name, "-n", ns, "--grace-period=0", "--force",
-                      "--wait=false", check=False)
-            c.kubectl("delete", "podgroups.scheduling.volcano.sh", name, "-n", ns,
-                      "--wait=false", check=False)
+            c.kubectl("delete", "pod", name, "-n", ns, "--grace-period=0", "--force", "--wait=false", check=False)
+            c.kubectl("delete", "podgroups.scheduling.volcano.sh", name, "-n", ns, "--wait=false", check=False)
 
 
 # -------------------------------------------------------------- manifests
 
 
-def podgroup(name: str, min_member: int, namespace: str = "default", queue: str = DEFAULT_QUEUE,
-             min_resources: dict | None = None) -> dict:
+def podgroup(
+    name: str,
+    min_member: int,
+    namespace: str = "default",
+    queue: str = DEFAULT_QUEUE,
+    min_resources: dict | None = None,
+) -> dict:
     """A scheduling.volcano.sh/v1beta1 PodGroup. ``min_resources`` (e.g.
     ``{"nvidia.com/gpu": 16}``) makes the enqueue action hold the group in
     phase Pending until the queue has that much room."""
     spec = {"minMember": min_member, "queue": queue}
     if min_resources:
         spec["minResources"] = {k: str(v) for k, v in min_resources.items()}
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
-def pod(name: str, group: str, namespace: str = "default", requests: dict | None = None,
-        image: str = "busybox") -> dict:
+def pod(
+    name: str, group: str, namespace: str = "default", requests: dict | None = None, image: str = "busybox"
+) -> dict:
     """A pod Volcano schedules as a member of PodGroup ``group``."""
     res = {k: str(v) for k, v in (requests or {}).items()}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace,
-                         "annotations": {GROUP_ANNOTATION: group}},
-            "spec": {"schedulerName": SCHEDULER_NAME, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": image, "command": ["sleep", "inf"],
-                                     "resources": {"requests": res, "limits": res}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": {GROUP_ANNOTATION: group}},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "command": ["sleep", "inf"],
+                    "resources": {"requests": res, "limits": res},
+                }
+            ],
+        },
+    }
 
 
 def podgroup_status(cluster: KubeCluster, name: str, namespace: str = "default") -> dict:

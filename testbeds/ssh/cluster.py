@@ -52,8 +52,13 @@ PREFERRED_USER = os.environ.get("MPILAUNCH_NONROOT_USER", "mpilaunch-user")
 
 def missing_prerequisites() -> list[str]:
     missing = [] if os.geteuid() == 0 else ["root (network namespaces)"]
-    for tool, package in ((SSHD, "openssh-server"), ("ssh", "openssh-client"), ("ssh-keygen", "openssh-client"),
-                          ("ip", "iproute2"), ("unshare", "util-linux")):
+    for tool, package in (
+        (SSHD, "openssh-server"),
+        ("ssh", "openssh-client"),
+        ("ssh-keygen", "openssh-client"),
+        ("ip", "iproute2"),
+        ("unshare", "util-linux"),
+    ):
         if not shutil.which(tool):
             missing.append(f"{tool} ({package})")
     return missing
@@ -68,10 +73,14 @@ def _run(*argv: str) -> str:
 
 def _free_subnet() -> ipaddress.IPv4Network:
     """A /24 in 10.200-249.x.0 that no address or route of this machine is in (another testbed's either)."""
-    used = [ipaddress.ip_interface(word).network for line in _run("ip", "-4", "-o", "addr").splitlines()
-            for word in line.split()[3:4]]
-    used += [ipaddress.ip_network(line.split()[0]) for line in _run("ip", "-4", "route").splitlines()
-             if line[:1].isdigit()]
+    used = [
+        ipaddress.ip_interface(word).network
+        for line in _run("ip", "-4", "-o", "addr").splitlines()
+        for word in line.split()[3:4]
+    ]
+    used += [
+        ipaddress.ip_network(line.split()[0]) for line in _run("ip", "-4", "route").splitlines() if line[:1].isdigit()
+    ]
     for _ in range(100):
         a, b = os.urandom(2)
         net = ipaddress.ip_network(f"10.{200 + a % 50}.{b}.0/24")
@@ -114,8 +123,9 @@ class SshCluster:
         return self.workdir / "hosts" / host / "tmp"
 
     def ssh(self, host: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run([*self.ssh_argv, host, command], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [*self.ssh_argv, host, command], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
 
     # ---------------------------------------------------------------- what runs on a host
 
@@ -201,8 +211,18 @@ class SshCluster:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _keys(self) -> None:
-        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mpilaunch ssh testbed", "-f",
-             str(self.workdir / "client_key"))
+        _run(
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "mpilaunch ssh testbed",
+            "-f",
+            str(self.workdir / "client_key"),
+        )
         (self.workdir / "authorized_keys").write_text((self.workdir / "client_key.pub").read_text())
         os.chmod(self.workdir / "authorized_keys", 0o644)
         known = []
@@ -249,36 +269,58 @@ class SshCluster:
         tmp.mkdir(mode=0o700)
         os.chown(tmp, user.pw_uid, user.pw_gid)
         config = home / "sshd_config"
-        config.write_text("\n".join([
-            f"ListenAddress {self.addresses[host]}",
-            "Port 22",
-            f"HostKey {home / 'host_key'}",
-            "PidFile none",
-            f"AuthorizedKeysFile {self.workdir / 'authorized_keys'}",
-            "StrictModes no",  # the key file is under /tmp, which is world-writable
-            f"AllowUsers {self.user}",
-            "PermitRootLogin prohibit-password",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "UsePAM yes",  # Debian's useradd locks the password ("!"), which only PAM lets a key log in past
-            f"SetEnv TMPDIR={tmp}",
-            # a session whose client vanished (a pulled cable) ends within 3 s, not after TCP's hours
-            "ClientAliveInterval 1",
-            "ClientAliveCountMax 3",
-            "LogLevel VERBOSE",
-            "",
-        ]))
+        config.write_text(
+            "\n".join(
+                [
+                    f"ListenAddress {self.addresses[host]}",
+                    "Port 22",
+                    f"HostKey {home / 'host_key'}",
+                    "PidFile none",
+                    f"AuthorizedKeysFile {self.workdir / 'authorized_keys'}",
+                    "StrictModes no",  # the key file is under /tmp, which is world-writable
+                    f"AllowUsers {self.user}",
+                    "PermitRootLogin prohibit-password",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM yes",  # Debian's useradd locks the password ("!"), which only PAM lets a key log in past
+                    f"SetEnv TMPDIR={tmp}",
+                    # a session whose client vanished (a pulled cable) ends within 3 s, not after TCP's hours
+                    "ClientAliveInterval 1",
+                    "ClientAliveCountMax 3",
+                    "LogLevel VERBOSE",
+                    "",
+                ]
+            )
+        )
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
         log = open(home / "sshd.log", "ab")
         # Its own host name, and name service: the hosts' names in its /etc/hosts, no DNS server (the
         # machine's is not reachable from a host: queries would wait out their timeouts). ip netns exec
         # and unshare exec (no fork), sh execs sshd: the Popen's pid is sshd's listener.
         self._sshd[host] = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns(host), "unshare", "--uts", "--mount", "sh", "-c",
-             'hostname "$1" && mount --bind "$4/etc-hosts" /etc/hosts && '
-             'mount --bind "$4/resolv.conf" /etc/resolv.conf && exec "$2" -D -e -f "$3"',
-             "sh", host, SSHD, str(config), str(self.workdir)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.netns(host),
+                "unshare",
+                "--uts",
+                "--mount",
+                "sh",
+                "-c",
+                'hostname "$1" && mount --bind "$4/etc-hosts" /etc/hosts && '
+                'mount --bind "$4/resolv.conf" /etc/resolv.conf && exec "$2" -D -e -f "$3"',
+                "sh",
+                host,
+                SSHD,
+                str(config),
+                str(self.workdir),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         log.close()
 
     def _write_client_config(self) -> None:
@@ -286,20 +328,24 @@ class SshCluster:
         (self.workdir / "known_hosts").write_text(known)
         blocks = []
         for host in self.hosts:
-            blocks.append("\n".join([
-                f"Host {host}",
-                f"  HostName {self.addresses[host]}",
-                "  Port 22",
-                f"  User {self.user}",
-                f"  IdentityFile {self.workdir / 'client_key'}",
-                "  IdentitiesOnly yes",
-                f"  UserKnownHostsFile {self.workdir / 'known_hosts'}",
-                "  GlobalKnownHostsFile /dev/null",
-                "  StrictHostKeyChecking yes",
-                "  BatchMode yes",
-                "  ConnectTimeout 10",
-                "",
-            ]))
+            blocks.append(
+                "\n".join(
+                    [
+                        f"Host {host}",
+                        f"  HostName {self.addresses[host]}",
+                        "  Port 22",
+                        f"  User {self.user}",
+                        f"  IdentityFile {self.workdir / 'client_key'}",
+                        "  IdentitiesOnly yes",
+                        f"  UserKnownHostsFile {self.workdir / 'known_hosts'}",
+                        "  GlobalKnownHostsFile /dev/null",
+                        "  StrictHostKeyChecking yes",
+                        "  BatchMode yes",
+                        "  ConnectTimeout 10",
+                        "",
+                    ]
+                )
+            )
         self.ssh_config.write_text("\n".join(blocks))
 
     def _wait_login(self, host: str, timeout: float = 30) -> None:

@@ -57,7 +57,8 @@ FAKE_GPU_BIN = os.path.join(HERE, "fake-gpu-bin")
 HADOOP_VERSION = "3.5.0"  # keep in sync with pom.xml
 CACHE_DIR = os.environ.get(
     "MPILAUNCH_YARN_CACHE",
-    os.path.join(os.environ.get("MPILAUNCH_CACHE", os.path.expanduser("~/.cache")), "mpilaunch-yarn"))
+    os.path.join(os.environ.get("MPILAUNCH_CACHE", os.path.expanduser("~/.cache")), "mpilaunch-yarn"),
+)
 HADOOP_HOME = os.path.join(CACHE_DIR, "hadoop-" + HADOOP_VERSION)
 LIB_DIR = os.path.join(HADOOP_HOME, "lib")  # daemons (pom.xml)
 CLIENT_DIR = os.path.join(HADOOP_HOME, "client")  # clients, skein AM (pom-client.xml)
@@ -101,12 +102,14 @@ class YarnTestbedError(RuntimeError):
 
 def find_java_home():
     """JAVA_HOME to use: $MPILAUNCH_YARN_JAVA_HOME, $JAVA_HOME, then JDK 17."""
-    for cand in (os.environ.get("MPILAUNCH_YARN_JAVA_HOME"),
-                 os.environ.get("JAVA_HOME"),
-                 "/usr/lib/jvm/java-17-openjdk-amd64",
-                 "/usr/lib/jvm/java-21-openjdk-amd64",
-                 "/usr/lib/jvm/temurin-25-jdk-amd64",
-                 "/usr/lib/jvm/default-java"):
+    for cand in (
+        os.environ.get("MPILAUNCH_YARN_JAVA_HOME"),
+        os.environ.get("JAVA_HOME"),
+        "/usr/lib/jvm/java-17-openjdk-amd64",
+        "/usr/lib/jvm/java-21-openjdk-amd64",
+        "/usr/lib/jvm/temurin-25-jdk-amd64",
+        "/usr/lib/jvm/default-java",
+    ):
         if cand and os.access(os.path.join(cand, "bin", "java"), os.X_OK):
             return cand
     java = shutil.which("java")
@@ -124,8 +127,7 @@ def ensure_installed(quiet=True):
     env = dict(os.environ)
     env.setdefault("JAVA_HOME", find_java_home())
     env["MPILAUNCH_YARN_CACHE"] = CACHE_DIR
-    res = subprocess.run(["bash", FETCH_SH], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    res = subprocess.run(["bash", FETCH_SH], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = res.stdout.decode(errors="replace")
     if res.returncode != 0:
         raise YarnTestbedError("fetch.sh failed (rc=%d):\n%s" % (res.returncode, out))
@@ -181,8 +183,7 @@ def _free_ports(n):
 def _write_xml(path, props):
     lines = ['<?xml version="1.0"?>', "<configuration>"]
     for k, v in props.items():
-        lines.append("  <property><name>%s</name><value>%s</value></property>"
-                     % (escape(k), escape(str(v))))
+        lines.append("  <property><name>%s</name><value>%s</value></property>" % (escape(k), escape(str(v))))
     lines.append("</configuration>\n")
     with open(path, "w") as f:
         f.write("\n".join(lines))
@@ -263,11 +264,22 @@ class YarnCluster:
     conf_dir, local_dir, log_dir), ``queues``, ``node_label``.
     """
 
-    def __init__(self, workdir=None, num_nodemanagers=2, gpus_per_node=4,
-                 memory_mb=8192, vcores=8, node_label="gpu",
-                 labeled_nodes=None, java_home=None, keep_workdir=None,
-                 rm_heap="512m", nm_heap="256m", startup_timeout=120.0,
-                 container_java_tool_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"):
+    def __init__(
+        self,
+        workdir=None,
+        num_nodemanagers=2,
+        gpus_per_node=4,
+        memory_mb=8192,
+        vcores=8,
+        node_label="gpu",
+        labeled_nodes=None,
+        java_home=None,
+        keep_workdir=None,
+        rm_heap="512m",
+        nm_heap="256m",
+        startup_timeout=120.0,
+        container_java_tool_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    ):
         if num_nodemanagers < 1:
             raise ValueError("need at least one NodeManager")
         self._own_workdir = workdir is None
@@ -341,8 +353,9 @@ class YarnCluster:
         for sub in ("conf", "logs", "node-labels", "skein", "home", "tmp"):
             os.makedirs(os.path.join(w, sub), exist_ok=True)
         py_bin = os.path.dirname(sys.executable)
-        path = os.pathsep.join([BIN_DIR, py_bin, os.path.join(self.java_home, "bin"),
-                                os.environ.get("PATH", "/usr/bin:/bin")])
+        path = os.pathsep.join(
+            [BIN_DIR, py_bin, os.path.join(self.java_home, "bin"), os.environ.get("PATH", "/usr/bin:/bin")]
+        )
         self._daemon_path = path
 
         core = {
@@ -368,8 +381,7 @@ class YarnCluster:
             "yarn.resourcemanager.resource-tracker.address": "127.0.0.1:%d" % rm_ports["tracker"],
             "yarn.resourcemanager.admin.address": "127.0.0.1:%d" % rm_ports["admin"],
             "yarn.resourcemanager.webapp.address": "127.0.0.1:%d" % rm_ports["webapp"],
-            "yarn.resourcemanager.scheduler.class":
-                "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler",
+            "yarn.resourcemanager.scheduler.class": "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler",
             "yarn.resourcemanager.recovery.enabled": "false",
             "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "250",
             "yarn.resourcemanager.connect.retry-interval.ms": "200",
@@ -385,8 +397,7 @@ class YarnCluster:
             "yarn.node-labels.enabled": "true" if self.node_label else "false",
             "yarn.node-labels.fs-store.root-dir": "file://" + os.path.join(w, "node-labels"),
             # ---- NodeManager (per-NM values are overridden below) ----
-            "yarn.nodemanager.container-executor.class":
-                "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor",
+            "yarn.nodemanager.container-executor.class": "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor",
             "yarn.nodemanager.resource.memory-mb": str(self.memory_mb),
             "yarn.nodemanager.resource.cpu-vcores": str(self.vcores),
             "yarn.nodemanager.pmem-check-enabled": "false",
@@ -396,9 +407,8 @@ class YarnCluster:
             "yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage": "100.0",
             "yarn.nodemanager.disk-health-checker.min-free-space-per-disk-mb": "0",
             "yarn.nodemanager.user-home-dir": os.path.expanduser("~"),
-            "yarn.nodemanager.env-whitelist":
-                "JAVA_HOME,HADOOP_COMMON_HOME,HADOOP_HDFS_HOME,HADOOP_CONF_DIR,"
-                "CLASSPATH_PREPEND_DISTCACHE,HADOOP_YARN_HOME,HADOOP_HOME,PATH,LANG,TZ",
+            "yarn.nodemanager.env-whitelist": "JAVA_HOME,HADOOP_COMMON_HOME,HADOOP_HDFS_HOME,HADOOP_CONF_DIR,"
+            "CLASSPATH_PREPEND_DISTCACHE,HADOOP_YARN_HOME,HADOOP_HOME,PATH,LANG,TZ",
             # Every container process carries this marker, so stop() can find
             # (and kill) daemonized leftovers that escaped the process group.
             # PATH is set here because the env-whitelist does not work for it
@@ -407,14 +417,15 @@ class YarnCluster:
             # with an empty environment, which has already set its built-in
             # default PATH (/usr/local/bin:...:/bin:/sbin:.).  admin-env is
             # forced in (appended, ':'-separated, after a PATH the app sets).
-            "yarn.nodemanager.admin-env":
-                "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,%s=%s,PATH=%s%s" % (
-                    MARKER_VAR, self.token,
-                    # containers find the fake nvidia-smi as they would the
-                    # real one on a GPU node (mpilaunch maps slots to GPUs)
-                    path + (os.pathsep + FAKE_GPU_BIN if self.gpus_per_node else ""),
-                    (",JAVA_TOOL_OPTIONS=" + self.container_java_tool_options)
-                    if self.container_java_tool_options else ""),
+            "yarn.nodemanager.admin-env": "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,%s=%s,PATH=%s%s"
+            % (
+                MARKER_VAR,
+                self.token,
+                # containers find the fake nvidia-smi as they would the
+                # real one on a GPU node (mpilaunch maps slots to GPUs)
+                path + (os.pathsep + FAKE_GPU_BIN if self.gpus_per_node else ""),
+                (",JAVA_TOOL_OPTIONS=" + self.container_java_tool_options) if self.container_java_tool_options else "",
+            ),
             # NM shutdown waits sleep-delay + process-kill-wait (+1 s) for
             # its containers to die (default ~7 s)
             "yarn.nodemanager.process-kill-wait.ms": "1000",
@@ -423,25 +434,29 @@ class YarnCluster:
             "yarn.application.classpath": "$HADOOP_CONF_DIR,%s/*" % CLIENT_DIR,
         }
         if self.gpus_per_node is not None:
-            yarn.update({
-                "yarn.nodemanager.resource-plugins": "yarn.io/gpu",
-                "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices": "auto",
-                # No GPU here: a fake nvidia-smi (testbeds/yarn/fake-gpu-bin)
-                # prints `nvidia-smi -q -x` XML for $MPILAUNCH_FAKE_GPUS GPUs.
-                "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": FAKE_GPU_BIN,
-            })
+            yarn.update(
+                {
+                    "yarn.nodemanager.resource-plugins": "yarn.io/gpu",
+                    "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices": "auto",
+                    # No GPU here: a fake nvidia-smi (testbeds/yarn/fake-gpu-bin)
+                    # prints `nvidia-smi -q -x` XML for $MPILAUNCH_FAKE_GPUS GPUs.
+                    "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": FAKE_GPU_BIN,
+                }
+            )
         resource_types = {"yarn.resource-types": "yarn.io/gpu"}
         cs = self._capacity_scheduler()
-        log4j = "\n".join([
-            "hadoop.root.logger=WARN,console",
-            "log4j.rootLogger=${hadoop.root.logger}",
-            "log4j.appender.console=org.apache.log4j.ConsoleAppender",
-            "log4j.appender.console.target=System.err",
-            "log4j.appender.console.layout=org.apache.log4j.PatternLayout",
-            "log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n",
-            "log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR",
-            "",
-        ])
+        log4j = "\n".join(
+            [
+                "hadoop.root.logger=WARN,console",
+                "log4j.rootLogger=${hadoop.root.logger}",
+                "log4j.appender.console=org.apache.log4j.ConsoleAppender",
+                "log4j.appender.console.target=System.err",
+                "log4j.appender.console.layout=org.apache.log4j.PatternLayout",
+                "log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n",
+                "log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR",
+                "",
+            ]
+        )
 
         def write_conf(d, yarn_props):
             os.makedirs(d, exist_ok=True)
@@ -455,41 +470,45 @@ class YarnCluster:
         write_conf(self.conf_dir, yarn)
         self.nodemanagers = []
         for i in range(n):
-            p_addr, p_loc, p_web = ports[5 + 3 * i: 8 + 3 * i]
+            p_addr, p_loc, p_web = ports[5 + 3 * i : 8 + 3 * i]
             nmdir = os.path.join(w, "nm%d" % i)
             local_dir = os.path.join(nmdir, "local")
             log_dir = os.path.join(nmdir, "logs")
             for d in (local_dir, log_dir):
                 os.makedirs(d, exist_ok=True)
             nm_yarn = dict(yarn)
-            nm_yarn.update({
-                "yarn.nodemanager.hostname": "127.0.0.1",
-                "yarn.nodemanager.bind-host": "127.0.0.1",
-                "yarn.nodemanager.address": "127.0.0.1:%d" % p_addr,
-                "yarn.nodemanager.localizer.address": "127.0.0.1:%d" % p_loc,
-                "yarn.nodemanager.webapp.address": "127.0.0.1:%d" % p_web,
-                "yarn.nodemanager.local-dirs": local_dir,
-                "yarn.nodemanager.log-dirs": log_dir,
-            })
+            nm_yarn.update(
+                {
+                    "yarn.nodemanager.hostname": "127.0.0.1",
+                    "yarn.nodemanager.bind-host": "127.0.0.1",
+                    "yarn.nodemanager.address": "127.0.0.1:%d" % p_addr,
+                    "yarn.nodemanager.localizer.address": "127.0.0.1:%d" % p_loc,
+                    "yarn.nodemanager.webapp.address": "127.0.0.1:%d" % p_web,
+                    "yarn.nodemanager.local-dirs": local_dir,
+                    "yarn.nodemanager.log-dirs": log_dir,
+                }
+            )
             conf = os.path.join(nmdir, "conf")
             write_conf(conf, nm_yarn)
             label = self.node_label if i in self.labeled_nodes else ""
-            self.nodemanagers.append({
-                "index": i,
-                "node_id": "127.0.0.1:%d" % p_addr,
-                "address": "127.0.0.1:%d" % p_addr,
-                "http_address": "127.0.0.1:%d" % p_web,
-                "web_url": "http://127.0.0.1:%d" % p_web,
-                "label": label,
-                "gpus": self.gpus_per_node or 0,
-                "memory_mb": self.memory_mb,
-                "vcores": self.vcores,
-                "pid": None,
-                "conf_dir": conf,
-                "local_dir": local_dir,
-                "log_dir": log_dir,
-                "dir": nmdir,
-            })
+            self.nodemanagers.append(
+                {
+                    "index": i,
+                    "node_id": "127.0.0.1:%d" % p_addr,
+                    "address": "127.0.0.1:%d" % p_addr,
+                    "http_address": "127.0.0.1:%d" % p_web,
+                    "web_url": "http://127.0.0.1:%d" % p_web,
+                    "label": label,
+                    "gpus": self.gpus_per_node or 0,
+                    "memory_mb": self.memory_mb,
+                    "vcores": self.vcores,
+                    "pid": None,
+                    "conf_dir": conf,
+                    "local_dir": local_dir,
+                    "log_dir": log_dir,
+                    "dir": nmdir,
+                }
+            )
         self.env = {
             "PATH": path,
             "JAVA_HOME": self.java_home,
@@ -503,8 +522,7 @@ class YarnCluster:
     def _capacity_scheduler(self):
         p = "yarn.scheduler.capacity."
         cs = {
-            p + "resource-calculator":
-                "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator",
+            p + "resource-calculator": "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator",
             p + "maximum-am-resource-percent": "0.5",
             p + "node-locality-delay": "-1",
             p + "root.queues": ",".join(self.queues),
@@ -528,44 +546,58 @@ class YarnCluster:
         return cs
 
     def _java_cmd(self, conf_dir, heap, cls, name):
-        return ([os.path.join(self.java_home, "bin", "java")] + JPMS_OPTS + JVM_TUNING +
-                ["-Xmx" + heap,
-                 "-Dproc_" + name,
-                 "-Dhadoop.home.dir=" + HADOOP_HOME,
-                 "-Dyarn.home.dir=" + HADOOP_HOME,
-                 "-Dhadoop.log.dir=" + os.path.join(self.workdir, "logs"),
-                 "-Dyarn.log.dir=" + os.path.join(self.workdir, "logs"),
-                 "-Dhadoop.log.file=%s.log" % name,
-                 "-Dhadoop.root.logger=INFO,console",
-                 "-Djava.io.tmpdir=" + os.path.join(self.workdir, "tmp"),
-                 "-cp", conf_dir + os.pathsep + os.path.join(LIB_DIR, "*"),
-                 cls])
+        return (
+            [os.path.join(self.java_home, "bin", "java")]
+            + JPMS_OPTS
+            + JVM_TUNING
+            + [
+                "-Xmx" + heap,
+                "-Dproc_" + name,
+                "-Dhadoop.home.dir=" + HADOOP_HOME,
+                "-Dyarn.home.dir=" + HADOOP_HOME,
+                "-Dhadoop.log.dir=" + os.path.join(self.workdir, "logs"),
+                "-Dyarn.log.dir=" + os.path.join(self.workdir, "logs"),
+                "-Dhadoop.log.file=%s.log" % name,
+                "-Dhadoop.root.logger=INFO,console",
+                "-Djava.io.tmpdir=" + os.path.join(self.workdir, "tmp"),
+                "-cp",
+                conf_dir + os.pathsep + os.path.join(LIB_DIR, "*"),
+                cls,
+            ]
+        )
 
     def _spawn(self, name, conf_dir, heap, cls, extra_env=None):
         env = dict(os.environ)
         for k in ("CLASSPATH", "HADOOP_CONF_DIR", "YARN_CONF_DIR"):
             env.pop(k, None)
-        env.update({
-            "PATH": self._daemon_path,
-            "JAVA_HOME": self.java_home,
-            "HADOOP_CONF_DIR": conf_dir,
-            "HADOOP_HOME": HADOOP_HOME,
-            "HADOOP_COMMON_HOME": HADOOP_HOME,
-            "HADOOP_YARN_HOME": HADOOP_HOME,
-            MARKER_VAR: self.token,
-        })
+        env.update(
+            {
+                "PATH": self._daemon_path,
+                "JAVA_HOME": self.java_home,
+                "HADOOP_CONF_DIR": conf_dir,
+                "HADOOP_HOME": HADOOP_HOME,
+                "HADOOP_COMMON_HOME": HADOOP_HOME,
+                "HADOOP_YARN_HOME": HADOOP_HOME,
+                MARKER_VAR: self.token,
+            }
+        )
         env.update(extra_env or {})
         log = os.path.join(self.workdir, "logs", name + ".log")
         with open(log, "ab") as out:
-            proc = subprocess.Popen(self._java_cmd(conf_dir, heap, cls, name),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    env=env, cwd=self.workdir, start_new_session=True)
+            proc = subprocess.Popen(
+                self._java_cmd(conf_dir, heap, cls, name),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         self._procs[proc.pid] = proc
         return proc.pid, log
 
     def _start_rm(self, wait=True):
-        self.rm_pid, self._rm_log = self._spawn(
-            "resourcemanager", self.conf_dir, self.rm_heap, RM_CLASS)
+        self.rm_pid, self._rm_log = self._spawn("resourcemanager", self.conf_dir, self.rm_heap, RM_CLASS)
         if wait:
             self._wait_rm()
 
@@ -587,8 +619,12 @@ class YarnCluster:
     def _start_nms(self):
         for nm in self.nodemanagers:
             pid, log = self._spawn(
-                "nodemanager-%d" % nm["index"], nm["conf_dir"], self.nm_heap, NM_CLASS,
-                extra_env={"MPILAUNCH_FAKE_GPUS": str(self.gpus_per_node or 0)})
+                "nodemanager-%d" % nm["index"],
+                nm["conf_dir"],
+                self.nm_heap,
+                NM_CLASS,
+                extra_env={"MPILAUNCH_FAKE_GPUS": str(self.gpus_per_node or 0)},
+            )
             nm["pid"] = pid
             nm["log"] = log
 
@@ -601,12 +637,9 @@ class YarnCluster:
                 nodes = self.nodes()
             except (OSError, ValueError):
                 nodes = []
-            by_port = {n.get("nodeHTTPAddress", "").rsplit(":", 1)[-1]: n
-                       for n in nodes if n.get("state") == "RUNNING"}
-            found = [by_port.get(nm["http_address"].rsplit(":", 1)[-1])
-                     for nm in self.nodemanagers]
-            if all(n is not None and _node_gpus(n) >= (self.gpus_per_node or 0)
-                   for n in found):
+            by_port = {n.get("nodeHTTPAddress", "").rsplit(":", 1)[-1]: n for n in nodes if n.get("state") == "RUNNING"}
+            found = [by_port.get(nm["http_address"].rsplit(":", 1)[-1]) for nm in self.nodemanagers]
+            if all(n is not None and _node_gpus(n) >= (self.gpus_per_node or 0) for n in found):
                 for nm, n in zip(self.nodemanagers, found):
                     nm["node_id"] = n["id"]
                     nm["rack"] = n.get("rack")
@@ -616,25 +649,26 @@ class YarnCluster:
                     raise YarnTestbedError("NodeManager %d died:\n%s" % (nm["index"], _tail(nm["log"])))
             if time.time() > deadline:
                 raise YarnTestbedError(
-                    "NodeManagers did not register (have %s):\n%s" % (
-                        json.dumps(nodes, indent=1)[:3000],
-                        _tail(self.nodemanagers[0]["log"])))
+                    "NodeManagers did not register (have %s):\n%s"
+                    % (json.dumps(nodes, indent=1)[:3000], _tail(self.nodemanagers[0]["log"]))
+                )
             time.sleep(0.25)
 
     def _setup_labels(self):
         labeled = [nm for nm in self.nodemanagers if nm["label"]]
         if not self.node_label or not labeled:
             return
-        self.rest("/ws/v1/cluster/add-node-labels", "POST",
-                  {"nodeLabelInfo": [{"name": self.node_label, "exclusivity": True}]})
+        self.rest(
+            "/ws/v1/cluster/add-node-labels",
+            "POST",
+            {"nodeLabelInfo": [{"name": self.node_label, "exclusivity": True}]},
+        )
         for nm in labeled:
-            self.rest("/ws/v1/cluster/nodes/%s/replace-labels?labels=%s"
-                      % (nm["node_id"], self.node_label), "POST", {})
+            self.rest("/ws/v1/cluster/nodes/%s/replace-labels?labels=%s" % (nm["node_id"], self.node_label), "POST", {})
         deadline = time.time() + 30
         while True:
             nodes = {n["id"]: n for n in self.nodes()}
-            if all(self.node_label in (nodes[nm["node_id"]].get("nodeLabels") or [])
-                   for nm in labeled):
+            if all(self.node_label in (nodes[nm["node_id"]].get("nodeLabels") or []) for nm in labeled):
                 return
             if time.time() > deadline:
                 raise YarnTestbedError("node labels not applied: %s" % json.dumps(nodes)[:2000])
@@ -693,8 +727,7 @@ class YarnCluster:
         while time.time() < deadline and any(self._alive(p) for p in pids):
             time.sleep(0.1)
         for pid in pids:
-            for target in (lambda: os.killpg(pid, signal.SIGKILL),
-                           lambda: os.kill(pid, signal.SIGKILL)):
+            for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
                 try:
                     target()
                 except (ProcessLookupError, PermissionError):
@@ -790,9 +823,13 @@ class YarnCluster:
         """Re-create a handle for a cluster started elsewhere (``up``)."""
         with open(os.path.join(workdir, STATE_FILE)) as f:
             st = json.load(f)
-        self = cls(workdir=st["workdir"], num_nodemanagers=len(st["nodemanagers"]),
-                   node_label=st["node_label"], java_home=st["java_home"],
-                   keep_workdir=True)
+        self = cls(
+            workdir=st["workdir"],
+            num_nodemanagers=len(st["nodemanagers"]),
+            node_label=st["node_label"],
+            java_home=st["java_home"],
+            keep_workdir=True,
+        )
         self.token = st["token"]
         self.conf_dir = st["conf_dir"]
         self.rm_address = st["rm_address"]
@@ -822,8 +859,9 @@ class YarnCluster:
     def nodes(self):
         """RM view of all nodes (list of dicts with id, state, nodeLabels,
         totalResource, usedResource incl. resourceInformations)."""
-        res = self.rest("/ws/v1/cluster/nodes?states=NEW,RUNNING,UNHEALTHY,"
-                        "DECOMMISSIONING,DECOMMISSIONED,LOST,REBOOTED,SHUTDOWN")
+        res = self.rest(
+            "/ws/v1/cluster/nodes?states=NEW,RUNNING,UNHEALTHY,DECOMMISSIONING,DECOMMISSIONED,LOST,REBOOTED,SHUTDOWN"
+        )
         return ((res or {}).get("nodes") or {}).get("node") or []
 
     def apps(self, states=None):
@@ -848,8 +886,7 @@ class YarnCluster:
             if not attempts:
                 return []
             attempt_id = attempts[-1].get("appAttemptId") or attempts[-1].get("id")
-        res = self.rest("/ws/v1/cluster/apps/%s/appattempts/%s/containers"
-                        % (app_id, attempt_id))
+        res = self.rest("/ws/v1/cluster/apps/%s/appattempts/%s/containers" % (app_id, attempt_id))
         if not res:
             return []
         c = res.get("container") if "container" in res else (res.get("containers") or {}).get("container")
@@ -891,8 +928,7 @@ class YarnCluster:
             if isinstance(cs, dict):
                 cs = [cs]
             for c in cs:
-                if app_id and not c.get("id", "").startswith(
-                        "container_" + app_id.split("_", 1)[-1] + "_"):
+                if app_id and not c.get("id", "").startswith("container_" + app_id.split("_", 1)[-1] + "_"):
                     continue
                 c = dict(c, nm_index=nm["index"], node_id=nm["node_id"])
                 out.append(c)
@@ -905,10 +941,11 @@ class YarnCluster:
         kind: used, reserved, pending, amUsed).  Includes the AM container."""
         info = self.app_info(app_id)
         out = {}
-        for part in ((info.get("resourceInfo") or {}).get("resourceUsagesByPartition") or []):
+        for part in (info.get("resourceInfo") or {}).get("resourceUsagesByPartition") or []:
             r = part.get(kind) or {}
             out[part.get("partitionName", "")] = {
-                n: resource_value(r, n) for n in ("memory-mb", "vcores", "yarn.io/gpu")}
+                n: resource_value(r, n) for n in ("memory-mb", "vcores", "yarn.io/gpu")
+            }
         return out
 
     def kill_app(self, app_id):
@@ -946,7 +983,7 @@ def resource_value(resource, name):
     {"resourceInformations": {"resourceInformation": [{"name", "value"}...]}}
     or the container form {"entry": [{"key", "value"}...]}."""
     resource = resource or {}
-    for ri in ((resource.get("resourceInformations") or {}).get("resourceInformation") or []):
+    for ri in (resource.get("resourceInformations") or {}).get("resourceInformation") or []:
         if ri.get("name") == name:
             return int(ri.get("value") or 0)
     for e in resource.get("entry") or []:
@@ -958,6 +995,7 @@ def resource_value(resource, name):
 def _user():
     try:
         import pwd
+
         return pwd.getpwuid(os.getuid()).pw_name
     except (ImportError, KeyError):
         return os.environ.get("USER", "root")
@@ -992,12 +1030,19 @@ def main(argv=None):
         if os.path.isdir(args.workdir):
             shutil.rmtree(args.workdir)
         t0 = time.time()
-        yc = YarnCluster(workdir=args.workdir, num_nodemanagers=args.nodemanagers,
-                         gpus_per_node=args.gpus, memory_mb=args.memory_mb,
-                         vcores=args.vcores, keep_workdir=True)
+        yc = YarnCluster(
+            workdir=args.workdir,
+            num_nodemanagers=args.nodemanagers,
+            gpus_per_node=args.gpus,
+            memory_mb=args.memory_mb,
+            vcores=args.vcores,
+            keep_workdir=True,
+        )
         yc.start()
-        sys.stderr.write("YARN up in %.1fs: RM %s, web %s, %d NMs, workdir %s\n" % (
-            time.time() - t0, yc.rm_address, yc.rm_webapp_url, len(yc.nodemanagers), yc.workdir))
+        sys.stderr.write(
+            "YARN up in %.1fs: RM %s, web %s, %d NMs, workdir %s\n"
+            % (time.time() - t0, yc.rm_address, yc.rm_webapp_url, len(yc.nodemanagers), yc.workdir)
+        )
         sys.stdout.write(yc.shell_exports())
         return 0
     if not os.path.exists(state):
@@ -1015,12 +1060,18 @@ def main(argv=None):
         if up:
             try:
                 for n in yc.nodes():
-                    print("node:      %-18s %-8s labels=%s mem=%s vcores=%s gpu=%s used=%s" % (
-                        n["id"], n["state"], ",".join(n.get("nodeLabels") or []) or "-",
-                        resource_value(n.get("totalResource"), "memory-mb"),
-                        resource_value(n.get("totalResource"), "vcores"),
-                        resource_value(n.get("totalResource"), "yarn.io/gpu"),
-                        resource_value(n.get("usedResource"), "yarn.io/gpu")))
+                    print(
+                        "node:      %-18s %-8s labels=%s mem=%s vcores=%s gpu=%s used=%s"
+                        % (
+                            n["id"],
+                            n["state"],
+                            ",".join(n.get("nodeLabels") or []) or "-",
+                            resource_value(n.get("totalResource"), "memory-mb"),
+                            resource_value(n.get("totalResource"), "vcores"),
+                            resource_value(n.get("totalResource"), "yarn.io/gpu"),
+                            resource_value(n.get("usedResource"), "yarn.io/gpu"),
+                        )
+                    )
                 for a in yc.apps():
                     print("app:       %s %s/%s queue=%s" % (a["id"], a["state"], a["finalStatus"], a["queue"]))
             except (OSError, ValueError) as e:

@@ -58,6 +58,7 @@ def main(argv=None):
     summary = {"cluster_start_s": round(time.time() - t0, 1)}
     os.environ.update(yc.env)
     import skein  # after SKEIN_CONFIG is set: skein reads it at import time
+
     outdir = os.path.join(yc.workdir, "verify-out")
     os.makedirs(outdir, exist_ok=True)
     try:
@@ -70,17 +71,17 @@ def main(argv=None):
             master=skein.Master(resources=skein.Resources(memory=256, vcores=1)),
             services={
                 "worker": skein.Service(
-                    instances=2,
-                    resources=skein.Resources(memory=128, vcores=1),
-                    env={"OUTDIR": outdir},
-                    script=SCRIPT),
+                    instances=2, resources=skein.Resources(memory=128, vcores=1), env={"OUTDIR": outdir}, script=SCRIPT
+                ),
                 "gpu": skein.Service(
                     instances=1,
                     resources=skein.Resources(memory=128, vcores=1, gpus=4),
                     node_label=yc.node_label,
                     env={"OUTDIR": outdir},
-                    script=SCRIPT),
-            })
+                    script=SCRIPT,
+                ),
+            },
+        )
         t = time.time()
         app_id = client.submit(spec)
         summary["app_id"] = app_id
@@ -90,37 +91,61 @@ def main(argv=None):
         deadline = time.time() + 90
         while True:
             kv = dict(app.kv)
-            if sum(1 for k in kv if k.startswith("container_")) >= 3 and \
-                    sum(1 for k in kv if k.startswith("py-")) >= 3:
+            if sum(1 for k in kv if k.startswith("container_")) >= 3 and sum(1 for k in kv if k.startswith("py-")) >= 3:
                 break
             if time.time() > deadline:
-                raise RuntimeError("containers did not report: %r %r" % (
-                    kv, app.get_containers(states=list(skein.model.ContainerState))))
+                raise RuntimeError(
+                    "containers did not report: %r %r"
+                    % (kv, app.get_containers(states=list(skein.model.ContainerState)))
+                )
             time.sleep(0.5)
         summary["submit_to_all_running_s"] = round(time.time() - t, 2)
         summary["kv"] = {k: v.decode() for k, v in kv.items()}
         containers = app.get_containers()
         summary["skein_containers"] = [
-            {"id": c.yarn_container_id, "service": c.service_name, "node": c.yarn_node_http_address,
-             "state": str(c.state)} for c in containers]
+            {
+                "id": c.yarn_container_id,
+                "service": c.service_name,
+                "node": c.yarn_node_http_address,
+                "state": str(c.state),
+            }
+            for c in containers
+        ]
 
         info = yc.app_info(app_id)
-        summary["rm_app"] = {k: info.get(k) for k in (
-            "state", "finalStatus", "queue", "user", "amNodeLabelExpression",
-            "appNodeLabelExpression", "allocatedMB", "allocatedVCores",
-            "runningContainers", "amHostHttpAddress")}
+        summary["rm_app"] = {
+            k: info.get(k)
+            for k in (
+                "state",
+                "finalStatus",
+                "queue",
+                "user",
+                "amNodeLabelExpression",
+                "appNodeLabelExpression",
+                "allocatedMB",
+                "allocatedVCores",
+                "runningContainers",
+                "amHostHttpAddress",
+            )
+        }
         summary["rm_app_resources_by_partition"] = yc.app_resources(app_id)
         summary["rm_container_gpus"] = {
             c["containerId"]: (c["nodeId"], resource_value(c.get("allocatedResources"), "yarn.io/gpu"))
-            for c in yc.app_containers(app_id)}
+            for c in yc.app_containers(app_id)
+        }
         summary["rm_attempts"] = yc.app_attempts(app_id)
         rm_cs = yc.app_containers(app_id)
         summary["rm_containers"] = rm_cs
         summary["nm_containers"] = yc.nm_containers(app_id)
-        summary["nodes"] = [{"id": n["id"], "labels": n.get("nodeLabels"),
-                             "used_gpu": resource_value(n.get("usedResource"), "yarn.io/gpu"),
-                             "avail_gpu": resource_value(n.get("availableResource"), "yarn.io/gpu")}
-                            for n in yc.nodes()]
+        summary["nodes"] = [
+            {
+                "id": n["id"],
+                "labels": n.get("nodeLabels"),
+                "used_gpu": resource_value(n.get("usedResource"), "yarn.io/gpu"),
+                "avail_gpu": resource_value(n.get("availableResource"), "yarn.io/gpu"),
+            }
+            for n in yc.nodes()
+        ]
 
         # local processes of the containers
         procs = {}
@@ -132,8 +157,13 @@ def main(argv=None):
                     stat = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
                 except OSError:
                     continue
-                procs[pid] = {"cid": env["CONTAINER_ID"], "ppid": int(stat[1]), "pgid": int(stat[2]),
-                              "sid": int(stat[3]), "cmd": cmd}
+                procs[pid] = {
+                    "cid": env["CONTAINER_ID"],
+                    "ppid": int(stat[1]),
+                    "pgid": int(stat[2]),
+                    "sid": int(stat[3]),
+                    "cmd": cmd,
+                }
         summary["container_processes"] = procs
         with open(os.path.join(outdir, sorted(f for f in os.listdir(outdir) if f.endswith(".txt"))[0])) as f:
             summary["container_sample_txt"] = f.read()

@@ -19,6 +19,7 @@ from support.real_pods import Real
 
 # ------------------------------------------------------------------ cluster testbeds (kwok nodes, YARN)
 
+
 @pytest.fixture(scope="session")
 def kube():
     try:
@@ -48,8 +49,9 @@ def kube():
 @pytest.fixture
 def k8s_env(kube, openmpi5):
     # kwok runs the pods' commands on this machine, where mpilaunch is: no tools image (backends/k8s/tools.py)
-    env = mpilaunch_env(openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable,
-                        MPILAUNCH_K8S_TOOLS="image")
+    env = mpilaunch_env(
+        openmpi5, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable, MPILAUNCH_K8S_TOOLS="image"
+    )
     return env
 
 
@@ -79,19 +81,26 @@ def yarn():
 
 @pytest.fixture
 def openmpi_env(openmpi5, yarn):
-    return {"env": mpilaunch_env(openmpi5, **yarn.env) | {"PATH": os.pathsep.join(
-        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": openmpi5.mpirun}
+    return {
+        "env": mpilaunch_env(openmpi5, **yarn.env)
+        | {"PATH": os.pathsep.join([os.path.dirname(sys.executable), yarn.env["PATH"]])},
+        "mpirun": openmpi5.mpirun,
+    }
 
 
 @pytest.fixture
 def intel_env(intel, yarn):
     """Intel MPI (impi-rt) and its mpi4py; nothing Intel-specific is passed to the job."""
-    return {"env": mpilaunch_env(intel, **yarn.env) | {"PATH": os.pathsep.join(
-        [os.path.dirname(sys.executable), yarn.env["PATH"]])}, "mpirun": intel.mpirun}
+    return {
+        "env": mpilaunch_env(intel, **yarn.env)
+        | {"PATH": os.pathsep.join([os.path.dirname(sys.executable), yarn.env["PATH"]])},
+        "mpirun": intel.mpirun,
+    }
 
 
 # ------------------------------------------------------------------ the real node (tests/e2e/k8s/test_real_pods.py,
 # test_foreign_image.py, tests/e2e/test_horovod.py): one testbed for every module
+
 
 @pytest.fixture(scope="session")
 def real():

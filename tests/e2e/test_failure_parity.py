@@ -27,8 +27,18 @@ MODES = {
     "ps": ["--mode", "ps", "--workers", "2"],
 }
 LOST_UNITS = {"mpirun": "rank 1", "ps": "task worker:1"}
-COMMON_FIELDS = {"job", "mode", "backend", "command", "plan", "workers", "exit_code", "failure", "timings",
-                 "lost_workers"}
+COMMON_FIELDS = {
+    "job",
+    "mode",
+    "backend",
+    "command",
+    "plan",
+    "workers",
+    "exit_code",
+    "failure",
+    "timings",
+    "lost_workers",
+}
 
 
 @pytest.fixture
@@ -37,10 +47,23 @@ def start():
     started = []
 
     def start(name, mode, out, **env):
-        cmd = [sys.executable, "-m", "mpilaunch", "--name", name, *MODES[mode], "-q", "--output-dir", str(out),
-               "--", sys.executable, PROGRAM]
-        proc = subprocess.Popen(cmd, cwd=REPO, env=mpilaunch_env(**env), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            *MODES[mode],
+            "-q",
+            "--output-dir",
+            str(out),
+            "--",
+            sys.executable,
+            PROGRAM,
+        ]
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=mpilaunch_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         started.append(proc)
         return proc
 
@@ -61,8 +84,14 @@ def first_error_line(err):
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_unit_exit_code_is_the_job_exit_code_in_both_modes(start, openmpi5, mode, tmp_path):
     name = f"parity-exit-{mode}"
-    proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
-                 FAIL_UNIT="1", FAIL_CODE="7")
+    proc = start(
+        name,
+        mode,
+        tmp_path,
+        PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
+        FAIL_UNIT="1",
+        FAIL_CODE="7",
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 7, out + err
     line = first_error_line(err)
@@ -78,22 +107,31 @@ def test_lost_worker_is_reported_the_same_way_in_both_modes(start, openmpi5, mod
     name = f"parity-lost-{mode}"
     private_dirs = os.path.join(tempfile.gettempdir(), f"mpilaunch-{name}-*")
     earlier = set(glob.glob(private_dirs))
-    proc = start(name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"],
-                 SLEEP="120")
+    proc = start(
+        name, mode, tmp_path, PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"], SLEEP="120"
+    )
     wait_started(proc, 2, timeout=120)
     victim = agent_pid(f"{name}-worker-1")
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_WORKER_LOST == 5, out + err
     # named first: which worker, where it lived, why, and what ran there
-    lost = (f"worker {name}-worker-1 (agent pid {victim} on localhost) was lost: its agent was killed by SIGKILL; "
-            f"{LOST_UNITS[mode]} ran there")
+    lost = (
+        f"worker {name}-worker-1 (agent pid {victim} on localhost) was lost: its agent was killed by SIGKILL; "
+        f"{LOST_UNITS[mode]} ran there"
+    )
     assert first_error_line(err) == f"mpilaunch: error: {lost}", err
     report = json.loads((tmp_path / "report.json").read_text())
     assert COMMON_FIELDS <= set(report) and report["mode"] == mode
     assert report["exit_code"] == 5 and report["lost_workers"] == [f"{name}-worker-1"]
-    assert report["lost"] == [{"worker": f"{name}-worker-1", "reason": "its agent was killed by SIGKILL",
-                               "where": f"agent pid {victim} on localhost", "units": LOST_UNITS[mode]}]
+    assert report["lost"] == [
+        {
+            "worker": f"{name}-worker-1",
+            "reason": "its agent was killed by SIGKILL",
+            "where": f"agent pid {victim} on localhost",
+            "units": LOST_UNITS[mode],
+        }
+    ]
     assert report["failure"].splitlines()[0] == lost
     assert leftover_processes(name) == []
     # the killed agent's private TMPDIR named it as owner: mpilaunch's end removed it

@@ -92,8 +92,9 @@ def horovod_ranks(stdout: str) -> list[dict]:
     return sorted(out, key=lambda r: r["rank"])
 
 
-def assert_planned(ranks: list[dict], name: str, controller: str, workers: int = 2, slots: int = 2,
-                   libdir: Path | None = None) -> None:
+def assert_planned(
+    ranks: list[dict], name: str, controller: str, workers: int = 2, slots: int = 2, libdir: Path | None = None
+) -> None:
     """Horovod's view of each rank is the plan's, and so are the wrapper's variables; collectives right.
     ``libdir``: where the libmpi every rank loaded must lie (Debian's 4.1 and PyPI's 5 are both
     libmpi.so.40, so a build finding the other one would load it without a word)."""
@@ -105,10 +106,19 @@ def assert_planned(ranks: list[dict], name: str, controller: str, workers: int =
         i = r["rank"]
         node, local = divmod(i, slots)
         assert (r["size"], r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]) == (
-            size, local, slots, node, workers), r
+            size,
+            local,
+            slots,
+            node,
+            workers,
+        ), r
         assert r["worker"] == f"{name}-worker-{node}", r
         assert {k: r["env"][k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK")} == {
-            "RANK": str(i), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local), "NODE_RANK": str(node)}, r
+            "RANK": str(i),
+            "WORLD_SIZE": str(size),
+            "LOCAL_RANK": str(local),
+            "NODE_RANK": str(node),
+        }, r
         assert r["controller"] == controller, r
         assert (r["sum"], r["broadcast"], r["allgather"]) == (size * (size - 1) / 2, 100.0, list(range(size))), r
         assert r["version"] == "0.28.1", r
@@ -116,30 +126,67 @@ def assert_planned(ranks: list[dict], name: str, controller: str, workers: int =
         # identical on every rank afterwards, and moved
         train = r["train"]
         assert {k: train[k] for k in ("broadcast", "identical", "moved", "averaged", "params")} == {
-            "broadcast": True, "identical": True, "moved": True, "averaged": True, "params": 10}, r
+            "broadcast": True,
+            "identical": True,
+            "moved": True,
+            "averaged": True,
+            "params": 10,
+        }, r
     # each rank's loss is of its own batch: the data really differed between ranks
     assert len({r["train"]["loss"] for r in ranks}) == size, [r["train"] for r in ranks]
 
 
-def mpilaunch(backend_args: list[str], name: str, horovod: Path, mpirun: str, env: dict,
-              program_args=(), timeout: float = 240, context=None) -> subprocess.CompletedProcess:
+def mpilaunch(
+    backend_args: list[str],
+    name: str,
+    horovod: Path,
+    mpirun: str,
+    env: dict,
+    program_args=(),
+    timeout: float = 240,
+    context=None,
+) -> subprocess.CompletedProcess:
     """The job to its end; past ``timeout``, SIGTERM, and ``context()`` in the failure (``finish``)."""
-    cmd = [sys.executable, "-m", "mpilaunch", *backend_args, "--mpirun", mpirun, "--name", name,
-           "--np", "4", "--slots-per-worker", "2", "-q",
-           "--", str(horovod / "venv" / "bin" / "python"), PROGRAM, *program_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        *backend_args,
+        "--mpirun",
+        mpirun,
+        "--name",
+        name,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "-q",
+        "--",
+        str(horovod / "venv" / "bin" / "python"),
+        PROGRAM,
+        *program_args,
+    ]
     return run_to_end(cmd, timeout, context, cwd=REPO, env=env)
 
 
 # ------------------------------------------------------------------ the build
 
+
 def test_horovod_check_build_lists_pytorch_and_the_mpi_and_gloo_controllers(horovod_build):
-    done = subprocess.run([str(horovod_build.dir / "venv" / "bin" / "horovodrun"), "--check-build"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(horovod_build.dir / "venv" / "bin" / "horovodrun"), "--check-build"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     sections = dict(re.findall(r"Available ([A-Za-z ]+):\n((?:\s*\[.\] .*\n?)+)", done.stdout))
     ticked = {name: set(re.findall(r"\[X\] (\S+)", body)) for name, body in sections.items()}
-    assert ticked == {"Frameworks": {"PyTorch"}, "Controllers": {"MPI", "Gloo"},
-                      "Tensor Operations": {"MPI", "Gloo"}}, done.stdout
+    assert ticked == {
+        "Frameworks": {"PyTorch"},
+        "Controllers": {"MPI", "Gloo"},
+        "Tensor Operations": {"MPI", "Gloo"},
+    }, done.stdout
     assert "Horovod v0.28.1" in done.stdout
 
 
@@ -147,8 +194,12 @@ def test_horovod_wheel_is_cached_for_an_image_build(horovod):
     """The wheel an image build installs sits next to the venv, and is the one the venv runs."""
     wheels = sorted((horovod / "wheel").glob("horovod-0.28.1-*.whl"))
     assert len(wheels) == 1, wheels
-    done = subprocess.run([str(horovod / "venv" / "bin" / "python"), "-m", "pip", "show", "-f", "horovod"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(horovod / "venv" / "bin" / "python"), "-m", "pip", "show", "-f", "horovod"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "Version: 0.28.1" in done.stdout, done.stdout + done.stderr
 
 
@@ -161,11 +212,17 @@ def test_horovod_wheel_is_cached_for_an_image_build(horovod):
 # (mpi_controller.cc:81) and waits for ever. Open MPI 4.1 splits right; so does any 5 run whose workers
 # are separate hosts. The Gloo controller does not ask MPI where the ranks are.
 _OMPI5_SHARED_SPLIT = pytest.mark.xfail(
-    run=False, strict=True,
+    run=False,
+    strict=True,
     reason="Open MPI 5's MPI_COMM_TYPE_SHARED split is inconsistent with several workers on one host: "
-           "hvd.init() hangs in MPIController's allgather over the local communicator")
-BUILDS_AND_CONTROLLERS = [("openmpi4", "mpi"), ("openmpi4", "gloo"),
-                          pytest.param("openmpi5", "mpi", marks=_OMPI5_SHARED_SPLIT), ("openmpi5", "gloo")]
+    "hvd.init() hangs in MPIController's allgather over the local communicator",
+)
+BUILDS_AND_CONTROLLERS = [
+    ("openmpi4", "mpi"),
+    ("openmpi4", "gloo"),
+    pytest.param("openmpi5", "mpi", marks=_OMPI5_SHARED_SPLIT),
+    ("openmpi5", "gloo"),
+]
 
 
 @pytest.mark.mpi
@@ -173,8 +230,14 @@ BUILDS_AND_CONTROLLERS = [("openmpi4", "mpi"), ("openmpi4", "gloo"),
 def test_horovod_local_4_ranks_on_2_workers(horovod_build, tmp_path, controller):
     """Under Open MPI 4.1 and 5, each with the Horovod built against it."""
     name = f"horovod-local-{horovod_build.id}-{controller}"
-    proc = mpilaunch(["--output-dir", str(tmp_path)], name, horovod_build.dir, horovod_build.mpirun,
-                     mpilaunch_env(), ["--gloo"] if controller == "gloo" else [])
+    proc = mpilaunch(
+        ["--output-dir", str(tmp_path)],
+        name,
+        horovod_build.dir,
+        horovod_build.mpirun,
+        mpilaunch_env(),
+        ["--gloo"] if controller == "gloo" else [],
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_planned(horovod_ranks(proc.stdout), name, controller, libdir=horovod_build.libdir)
     report = json.loads((tmp_path / "report.json").read_text())
@@ -189,8 +252,14 @@ def test_horovod_rank_failing_inside_the_job_is_named(horovod_build, tmp_path, c
     next collective: mpilaunch exits with 43, names rank 1 and its worker, and leaves nothing."""
     name = f"horovod-fail-{horovod_build.id}-{controller}"
     env = mpilaunch_env() | {"HVD_FAIL_RANK": "1", "HVD_FAIL_CODE": "43"}
-    proc = mpilaunch(["--output-dir", str(tmp_path), "-x", "HVD_FAIL_RANK", "-x", "HVD_FAIL_CODE"], name,
-                     horovod_build.dir, horovod_build.mpirun, env, ["--gloo"] if controller == "gloo" else [])
+    proc = mpilaunch(
+        ["--output-dir", str(tmp_path), "-x", "HVD_FAIL_RANK", "-x", "HVD_FAIL_CODE"],
+        name,
+        horovod_build.dir,
+        horovod_build.mpirun,
+        env,
+        ["--gloo"] if controller == "gloo" else [],
+    )
     assert proc.returncode == 43, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"rank 1 on worker {name}-worker-0 exited with code 43" in proc.stderr, proc.stderr[-3000:]
     assert "rank 1 fails on purpose after the first collective" in proc.stderr  # its last lines
@@ -204,8 +273,11 @@ def test_horovod_rank_failing_inside_the_job_is_named(horovod_build, tmp_path, c
 
 HANG_PROGRAM = REPO / "tests" / "programs" / "hang_horovod.py"
 # the lines hang_horovod.py marks "# STUCK: <where>"
-HANG_STUCK = {m[1]: i for i, line in enumerate(HANG_PROGRAM.read_text().splitlines(), 1)
-              if (m := re.search(r"STUCK: (\S+)", line))}
+HANG_STUCK = {
+    m[1]: i
+    for i, line in enumerate(HANG_PROGRAM.read_text().splitlines(), 1)
+    if (m := re.search(r"STUCK: (\S+)", line))
+}
 
 
 @pytest.mark.mpi
@@ -216,15 +288,37 @@ def test_horovod_hang_rank_that_skips_a_tensor_is_named(horovod, openmpi4_mpirun
     and its line, from the main thread's stacks (not Horovod's background thread), and stops the job
     with EXIT_HUNG."""
     name = f"horovod-hang-{odd}"
-    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", openmpi4_mpirun, "--name", name, "--np", "4",
-           "--slots-per-worker", "2", "--output-dir", str(tmp_path), "--stall-timeout", "6", "--timeout", "150",
-           "--", str(horovod / "venv" / "bin" / "python"), str(HANG_PROGRAM), str(odd)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--mpirun",
+        openmpi4_mpirun,
+        "--name",
+        name,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        "--stall-timeout",
+        "6",
+        "--timeout",
+        "150",
+        "--",
+        str(horovod / "venv" / "bin" / "python"),
+        str(HANG_PROGRAM),
+        str(odd),
+    ]
     proc = run_to_end(cmd, 240, cwd=REPO, env=mpilaunch_env())
     assert proc.returncode == EXIT_HUNG, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: hang:")]
-    assert lines == [f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in synchronize via hvd.allreduce "
-                     f"at hang_horovod.py:{HANG_STUCK['skipped']}; the 3 other ranks are in synchronize via "
-                     f"hvd.allreduce at hang_horovod.py:{HANG_STUCK['others']}"], proc.stderr[-3000:]
+    assert lines == [
+        f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in synchronize via hvd.allreduce "
+        f"at hang_horovod.py:{HANG_STUCK['skipped']}; the 3 other ranks are in synchronize via "
+        f"hvd.allreduce at hang_horovod.py:{HANG_STUCK['others']}"
+    ], proc.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == EXIT_HUNG and report["hang"]["odd_ranks"] == [odd], report.get("hang")
     assert [s["rank"] for s in report["stacks"]] == [0, 1, 2, 3]
@@ -233,17 +327,36 @@ def test_horovod_hang_rank_that_skips_a_tensor_is_named(horovod, openmpi4_mpirun
 
 # ------------------------------------------------------------------ YARN
 
+
 @pytest.mark.yarn
 @pytest.mark.parametrize("launcher,controller", [("local", "mpi"), ("cluster", "mpi"), ("cluster", "gloo")])
 def test_horovod_yarn_4_ranks_in_2_containers(horovod, yarn, openmpi4_mpirun, tmp_path, launcher, controller):
     """mpirun here or in the launcher container; with Gloo, rank 0 serves the rendezvous in worker 0's
     container at the host and port its exec agent gave the rank wrapper."""
     name = f"horovod-yarn-{launcher}-{controller}"
-    env = mpilaunch_env(None, **yarn.env) | {"PATH": os.pathsep.join([os.path.dirname(sys.executable),
-                                                                        yarn.env["PATH"]])}
-    proc = mpilaunch(["--backend", "yarn", "--launcher", launcher, "--memory", "1024 MiB", "--vcores", "1",
-                      "--output-dir", str(tmp_path)], name, horovod, openmpi4_mpirun, env,
-                     ["--gloo"] if controller == "gloo" else [], context=lambda: describe_app(yarn, name))
+    env = mpilaunch_env(None, **yarn.env) | {
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), yarn.env["PATH"]])
+    }
+    proc = mpilaunch(
+        [
+            "--backend",
+            "yarn",
+            "--launcher",
+            launcher,
+            "--memory",
+            "1024 MiB",
+            "--vcores",
+            "1",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        name,
+        horovod,
+        openmpi4_mpirun,
+        env,
+        ["--gloo"] if controller == "gloo" else [],
+        context=lambda: describe_app(yarn, name),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = horovod_ranks(proc.stdout)
     assert_planned(ranks, name, controller, libdir=Path("/usr/lib/x86_64-linux-gnu"))
@@ -256,10 +369,10 @@ def test_horovod_yarn_4_ranks_in_2_containers(horovod, yarn, openmpi4_mpirun, tm
 
 # ------------------------------------------------------------------ Kubernetes (real pods)
 
+
 @pytest.mark.real_pods
 @pytest.mark.parametrize("launcher,controller", [("cluster", "mpi"), ("cluster", "gloo"), ("local", "mpi")])
-def test_horovod_on_real_pods_in_a_users_horovod_image(horovod, real, openmpi4_mpirun, tmp_path, launcher,
-                                                        controller):
+def test_horovod_on_real_pods_in_a_users_horovod_image(horovod, real, openmpi4_mpirun, tmp_path, launcher, controller):
     """A user's Horovod image (testbeds/k8s/build-foreign-images.sh horovod: Debian's torch and
     Open MPI, this build's wheel; no mpilaunch): 4 ranks in 2 pods, Horovod's view is the plan's.
     With Gloo, rank 0 serves the rendezvous at worker 0's pod name and port 29500."""

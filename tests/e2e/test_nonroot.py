@@ -47,8 +47,10 @@ MPIRUN = "/usr/bin/mpirun.openmpi"  # Debian's Open MPI 4.1: system-wide, readab
 SETUP = REPO / "scripts" / "nonroot-user.sh"
 
 # Each rank says who it is, where it ran and as whom.
-RANK_INFO = ("import json, os; print('RANKINFO ' + json.dumps({'rank': int(os.environ['OMPI_COMM_WORLD_RANK']), "
-             "'worker': os.environ.get('MPILAUNCH_WORKER'), 'uid': os.getuid(), 'euid': os.geteuid()}), flush=True)")
+RANK_INFO = (
+    "import json, os; print('RANKINFO ' + json.dumps({'rank': int(os.environ['OMPI_COMM_WORLD_RANK']), "
+    "'worker': os.environ.get('MPILAUNCH_WORKER'), 'uid': os.getuid(), 'euid': os.geteuid()}), flush=True)"
+)
 FAIL_RANK = str(REPO / "tests" / "programs" / "fail_rank.py")
 
 
@@ -67,8 +69,12 @@ class User:
     def env(self, workdir: Path, **extra: str) -> dict:
         """A login-like environment of the user's own: nothing inherited from root's."""
         env = {
-            "HOME": str(self.home), "USER": self.name, "LOGNAME": self.name, "SHELL": "/bin/bash",
-            "PATH": f"{self.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+            "HOME": str(self.home),
+            "USER": self.name,
+            "LOGNAME": self.name,
+            "SHELL": "/bin/bash",
+            "PATH": f"{self.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
             "TMPDIR": str(workdir / "tmp"),  # where the run directories go: looked at after each job
         }
         env.update(extra)
@@ -76,8 +82,19 @@ class User:
 
     def popen(self, argv, workdir: Path, env: dict, **kw) -> subprocess.Popen:
         """Start ``argv`` as the user (its uid, its group, no supplementary group of root's)."""
-        return subprocess.Popen(argv, user=self.uid, group=self.gid, extra_groups=[], umask=0o022, cwd=workdir,
-                                env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+        return subprocess.Popen(
+            argv,
+            user=self.uid,
+            group=self.gid,
+            extra_groups=[],
+            umask=0o022,
+            cwd=workdir,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **kw,
+        )
 
     def processes(self) -> list[str]:
         """Every process of this uid still alive. A zombie counts when its parent is a live process
@@ -141,8 +158,10 @@ def run_dirs(workdir: Path) -> list[str]:
 
 
 def rank_infos(stdout: str) -> list[dict]:
-    return sorted((json.loads(line.split("RANKINFO ", 1)[1]) for line in stdout.splitlines() if "RANKINFO " in line),
-                  key=lambda r: r["rank"])
+    return sorted(
+        (json.loads(line.split("RANKINFO ", 1)[1]) for line in stdout.splitlines() if "RANKINFO " in line),
+        key=lambda r: r["rank"],
+    )
 
 
 def wait_started_or_kill(proc, count: int) -> None:
@@ -168,8 +187,12 @@ def communicate_or_stop(proc, timeout: float) -> tuple[str, str]:
 
 def local_job(nonroot, workdir, name: str, *args: str, env=None, **popen):
     """``mpilaunch --mpirun MPIRUN --name NAME --np 4 --slots-per-worker 2 -q ARGS...`` as the user."""
-    return nonroot.popen(["mpilaunch", "--mpirun", MPIRUN, "--name", name, "--np", "4", "--slots-per-worker", "2",
-                          "-q", *args], workdir, env or nonroot.env(workdir), **popen)
+    return nonroot.popen(
+        ["mpilaunch", "--mpirun", MPIRUN, "--name", name, "--np", "4", "--slots-per-worker", "2", "-q", *args],
+        workdir,
+        env or nonroot.env(workdir),
+        **popen,
+    )
 
 
 # ------------------------------------------------------------------ local backend
@@ -182,8 +205,9 @@ def test_nonroot_local_job_runs_every_rank_as_the_user(nonroot, workdir, nothing
     directory is gone."""
     name = "nonroot-ok"
     out_dir = workdir / "out"
-    proc = local_job(nonroot, workdir, name, "--output-dir", str(out_dir), "--", "python3", "-c", RANK_INFO,
-                     env=nonroot.env(workdir))
+    proc = local_job(
+        nonroot, workdir, name, "--output-dir", str(out_dir), "--", "python3", "-c", RANK_INFO, env=nonroot.env(workdir)
+    )
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, out + err
     assert err == "", err  # -q: nothing but the ranks' own output
@@ -203,8 +227,9 @@ def test_nonroot_local_job_runs_every_rank_as_the_user(nonroot, workdir, nothing
 @pytest.mark.mpi
 def test_nonroot_local_rank_failure_exit_code_names_the_rank(nonroot, workdir, nothing_left):
     name = "nonroot-fail"
-    proc = local_job(nonroot, workdir, name, "--", "python3", FAIL_RANK,
-                     env=nonroot.env(workdir, FAIL_RANK="3", FAIL_CODE="7"))
+    proc = local_job(
+        nonroot, workdir, name, "--", "python3", FAIL_RANK, env=nonroot.env(workdir, FAIL_RANK="3", FAIL_CODE="7")
+    )
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 7, out + err
     assert f"rank 3 on worker {name}-worker-1 exited with code 7" in err, err
@@ -215,8 +240,16 @@ def test_nonroot_local_rank_failure_exit_code_names_the_rank(nonroot, workdir, n
 @pytest.mark.mpi
 def test_nonroot_local_ctrl_c_exits_130_and_leaves_nothing(nonroot, workdir, nothing_left):
     name = "nonroot-int"
-    proc = local_job(nonroot, workdir, name, "--", "python3", FAIL_RANK,
-                     env=nonroot.env(workdir, FAIL_RANK="-1", SLEEP="300"), start_new_session=True)
+    proc = local_job(
+        nonroot,
+        workdir,
+        name,
+        "--",
+        "python3",
+        FAIL_RANK,
+        env=nonroot.env(workdir, FAIL_RANK="-1", SLEEP="300"),
+        start_new_session=True,
+    )
     wait_started_or_kill(proc, 4)
     assert len(nonroot.processes()) >= 8  # mpilaunch, 2 agents, mpirun, shims/daemons, 4 ranks
     # Ctrl-C: the terminal sends SIGINT to its foreground process group, mpilaunch's (started
@@ -234,8 +267,9 @@ def test_nonroot_local_sigkill_of_mpilaunch_leaves_nothing_behind(nonroot, workd
     """SIGKILL runs no cleanup: the agents (--exit-with-pid) end with their sessions, mpirun and
     the ranks follow; no process of the user is left a few seconds later."""
     name = "nonroot-kill"
-    proc = local_job(nonroot, workdir, name, "--", "python3", FAIL_RANK,
-                     env=nonroot.env(workdir, FAIL_RANK="-1", SLEEP="300"))
+    proc = local_job(
+        nonroot, workdir, name, "--", "python3", FAIL_RANK, env=nonroot.env(workdir, FAIL_RANK="-1", SLEEP="300")
+    )
     wait_started_or_kill(proc, 4)
     before = nonroot.processes()
     assert len(before) >= 8, before
@@ -252,8 +286,11 @@ def test_nonroot_local_sigkill_of_mpilaunch_leaves_nothing_behind(nonroot, workd
 
 HANG = REPO / "tests" / "programs" / "hang.py"
 # the lines hang.py marks "# STUCK: <mode>" (as tests/e2e/local/test_hang.py finds them)
-HANG_LINES = {line.split("STUCK: ", 1)[1].split()[0]: i for i, line in enumerate(HANG.read_text().splitlines(), 1)
-              if "STUCK: " in line}
+HANG_LINES = {
+    line.split("STUCK: ", 1)[1].split()[0]: i
+    for i, line in enumerate(HANG.read_text().splitlines(), 1)
+    if "STUCK: " in line
+}
 
 
 @pytest.mark.mpi
@@ -266,15 +303,30 @@ def test_nonroot_local_hang_without_py_spy_names_the_rank(nonroot, workdir, noth
     shutil.copytree(installs()["openmpi4"].pythonpath, site, symlinks=True)
     name = f"nonroot-hang-{mode}"
     out_dir = workdir / "out"
-    proc = local_job(nonroot, workdir, name, "--timeout", "8", "--output-dir", str(out_dir), "--",
-                     "python3", str(HANG), mode, str(odd), env=nonroot.env(workdir, PYTHONPATH=str(site)))
+    proc = local_job(
+        nonroot,
+        workdir,
+        name,
+        "--timeout",
+        "8",
+        "--output-dir",
+        str(out_dir),
+        "--",
+        "python3",
+        str(HANG),
+        mode,
+        str(odd),
+        env=nonroot.env(workdir, PYTHONPATH=str(site)),
+    )
     out, err = communicate_or_stop(proc, 120)
     assert proc.returncode == EXIT_TIMEOUT, out + err
     verdict = [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")]
     others = HANG_LINES["others-recv" if mode == "recv" else "others"]
-    assert verdict == [f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in {mine} at hang.py:"
-                       f"{HANG_LINES[mode]}; the 3 other ranks are in comm.{'Barrier' if mode == 'recv' else 'Allreduce'}"
-                       f" at hang.py:{others}"], err
+    assert verdict == [
+        f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in {mine} at hang.py:"
+        f"{HANG_LINES[mode]}; the 3 other ranks are in comm.{'Barrier' if mode == 'recv' else 'Allreduce'}"
+        f" at hang.py:{others}"
+    ], err
     report = json.loads((out_dir / "report.json").read_text())
     assert {s["tool"] for s in report["stacks"]} == {"faulthandler"}, report["stacks"]
     assert run_dirs(workdir) == []
@@ -283,8 +335,11 @@ def test_nonroot_local_hang_without_py_spy_names_the_rank(nonroot, workdir, noth
 def test_nonroot_unwritable_output_dir_is_a_usage_error(nonroot, workdir, nothing_left):
     """A directory only root may write (root's home): exit 2 with the OS's reason, before any
     worker exists."""
-    proc = nonroot.popen(["mpilaunch", "--mpirun", MPIRUN, "--np", "2", "-q", "--output-dir", "/root/mpilaunch-out",
-                          "--", "true"], workdir, nonroot.env(workdir))
+    proc = nonroot.popen(
+        ["mpilaunch", "--mpirun", MPIRUN, "--np", "2", "-q", "--output-dir", "/root/mpilaunch-out", "--", "true"],
+        workdir,
+        nonroot.env(workdir),
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, out + err
     assert "mpilaunch: error: cannot create --output-dir /root/mpilaunch-out: Permission denied" in err, err
@@ -310,11 +365,35 @@ def test_nonroot_k8s_job_client_side(kube, nonroot, workdir, nothing_left, tmp_p
     out_dir = workdir / "out"
     try:
         proc = nonroot.popen(
-            ["mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", "--mpirun", MPIRUN, "--name", job,
-             "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q", "--output-dir", str(out_dir),
-             "--", nonroot.python, "-c", RANK_INFO],
-            workdir, nonroot.env(workdir, KUBECONFIG=str(kubeconfig), MPILAUNCH_K8S_PYTHON=nonroot.python,
-                        MPILAUNCH_K8S_TOOLS="image"))
+            [
+                "mpilaunch",
+                "--backend",
+                "k8s",
+                "--image",
+                "mpilaunch:test",
+                "--mpirun",
+                MPIRUN,
+                "--name",
+                job,
+                "--np",
+                "4",
+                "--slots-per-worker",
+                "2",
+                "--launcher",
+                "local",
+                "-q",
+                "--output-dir",
+                str(out_dir),
+                "--",
+                nonroot.python,
+                "-c",
+                RANK_INFO,
+            ],
+            workdir,
+            nonroot.env(
+                workdir, KUBECONFIG=str(kubeconfig), MPILAUNCH_K8S_PYTHON=nonroot.python, MPILAUNCH_K8S_TOOLS="image"
+            ),
+        )
         out, err = communicate_or_stop(proc, 180)
     finally:
         forget_pod_env(kube, job, 2)
@@ -346,7 +425,8 @@ def yarn_client_for(nonroot: User, yarn, workdir: Path) -> dict:
     (client / "bin" / "yarn").write_text(
         "#!/bin/sh\n# `yarn classpath [--glob]`, the one command skein's driver runs\n"
         '[ "$1" = classpath ] || { echo "yarn: only classpath here" >&2; exit 1; }\n'
-        f'printf "%s:" "$HADOOP_CONF_DIR" {client}/jars/*.jar | sed "s/:$//"; echo\n')
+        f'printf "%s:" "$HADOOP_CONF_DIR" {client}/jars/*.jar | sed "s/:$//"; echo\n'
+    )
     (client / "bin" / "yarn").chmod(0o755)
     conf = workdir / "hadoop-conf"
     shutil.copytree(yarn.env["HADOOP_CONF_DIR"], conf)
@@ -368,8 +448,11 @@ def yarn_client_for(nonroot: User, yarn, workdir: Path) -> dict:
     java_home = yarn.env["JAVA_HOME"]
     return {
         "PATH": f"{nonroot.venv / 'bin'}:{client / 'bin'}:{java_home}/bin:/usr/local/bin:/usr/bin:/bin",
-        "JAVA_HOME": java_home, "HADOOP_CONF_DIR": str(conf), "YARN_CONF_DIR": str(conf),
-        "SKEIN_CONFIG": str(workdir / "skein"), "SKEIN_DRIVER_JAVA_OPTIONS": yarn.env["SKEIN_DRIVER_JAVA_OPTIONS"],
+        "JAVA_HOME": java_home,
+        "HADOOP_CONF_DIR": str(conf),
+        "YARN_CONF_DIR": str(conf),
+        "SKEIN_CONFIG": str(workdir / "skein"),
+        "SKEIN_DRIVER_JAVA_OPTIONS": yarn.env["SKEIN_DRIVER_JAVA_OPTIONS"],
     }
 
 
@@ -381,10 +464,34 @@ def test_nonroot_yarn_job_client_side(yarn, nonroot, workdir, nothing_left):
 
     name = "nonroot-yarn"
     env = nonroot.env(workdir, **yarn_client_for(nonroot, yarn, workdir))
-    proc = nonroot.popen(["mpilaunch", "--backend", "yarn", "--mpirun", MPIRUN, "--name", name, "--launcher", "local",
-                          "--np", "4", "--slots-per-worker", "2", "--memory", "512 MiB", "--vcores", "1", "-q",
-                          "--", nonroot.python, "-c", RANK_INFO],
-                         workdir, env)
+    proc = nonroot.popen(
+        [
+            "mpilaunch",
+            "--backend",
+            "yarn",
+            "--mpirun",
+            MPIRUN,
+            "--name",
+            name,
+            "--launcher",
+            "local",
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--memory",
+            "512 MiB",
+            "--vcores",
+            "1",
+            "-q",
+            "--",
+            nonroot.python,
+            "-c",
+            RANK_INFO,
+        ],
+        workdir,
+        env,
+    )
     out, err = communicate_or_stop(proc, 240)
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
     assert err == "", err  # -q: nothing but the ranks' own output (no warning of a mixed venv, no traceback)

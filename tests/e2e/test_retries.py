@@ -24,9 +24,26 @@ PROGRAM = str(REPO / "tests/programs/attempts.py")  # absolute: YARN containers 
 
 
 def launch(job, tmp_path, env, *extra):
-    argv = [sys.executable, "-m", "mpilaunch", "--name", job, "--np", "2", "--slots-per-worker", "1", "-q",
-            "--output-dir", str(tmp_path / "out"), "-x", f"ATTEMPT_MARKER={tmp_path / 'marker'}", *extra,
-            "--", sys.executable, PROGRAM]
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--name",
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "-q",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "-x",
+        f"ATTEMPT_MARKER={tmp_path / 'marker'}",
+        *extra,
+        "--",
+        sys.executable,
+        PROGRAM,
+    ]
     return subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -69,8 +86,20 @@ def test_retries_replace_a_lost_agent_and_relaunch_on_the_same_allocation(openmp
 def test_retries_with_rank_failures_relaunch_after_a_failed_rank_and_stop_when_spent(openmpi5, tmp_path):
     env = mpilaunch_env(PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"])
     job = "retries-rankfail"
-    proc = launch(job, tmp_path, env, "--retries", "1", "--retry-rank-failures", "-x", "FAIL_UNIT=1",
-                  "-x", "FAIL_CODE=3", "-x", "SLEEP=0")
+    proc = launch(
+        job,
+        tmp_path,
+        env,
+        "--retries",
+        "1",
+        "--retry-rank-failures",
+        "-x",
+        "FAIL_UNIT=1",
+        "-x",
+        "FAIL_CODE=3",
+        "-x",
+        "SLEEP=0",
+    )
     out, err = finish(proc, [])
     assert proc.returncode == 0, err[-3000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -92,22 +121,43 @@ def test_retries_replace_a_deleted_pod_and_relaunch_on_k8s(kube, k8s_env, tmp_pa
     give_pods_their_env(kube, job, 2, tmp_path / "pods")
     try:
         gate = tmp_path / "gate"  # the relaunch holds until the replacement pod has been looked at
-        proc = launch(job, tmp_path, k8s_env, "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
-                      "--retries", "1", "-x", f"RELAUNCH_GATE={gate}")
+        proc = launch(
+            job,
+            tmp_path,
+            k8s_env,
+            "--backend",
+            "k8s",
+            "--image",
+            "mpilaunch:test",
+            "--launcher",
+            "local",
+            "--retries",
+            "1",
+            "-x",
+            f"RELAUNCH_GATE={gate}",
+        )
         seen = wait_started(proc, 2, "started (first attempt)")
         uid0 = kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout
         uid1 = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}").stdout
         kube.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
         # the replacement has the old name but is a new pod; worker 0 is the same pod all along
         try:
-            wait_for(lambda: kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}",
-                                          check=False).stdout not in ("", uid1), 120, "the replacement pod")
+            wait_for(
+                lambda: (
+                    kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}", check=False).stdout
+                    not in ("", uid1)
+                ),
+                120,
+                "the replacement pod",
+            )
         except AssertionError as e:  # say what mpilaunch said (seen once in CI, never reproduced)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
             pod = kube.kubectl("get", "pod", f"{job}-worker-1", "-o", "yaml", check=False).stdout
-            raise AssertionError(f"{e}\nmpilaunch said:\n{out[-2000:]}\n{err[-4000:]}\nthe pod now:\n{pod[-3000:]}"
-                                 f"\nkwok: {kube.log_tail('kwok', 20)}") from None
+            raise AssertionError(
+                f"{e}\nmpilaunch said:\n{out[-2000:]}\n{err[-4000:]}\nthe pod now:\n{pod[-3000:]}"
+                f"\nkwok: {kube.log_tail('kwok', 20)}"
+            ) from None
         assert kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout == uid0
         gate.touch()
         out, err = finish(proc, seen)
@@ -134,8 +184,21 @@ def test_retries_replace_a_lost_container_and_relaunch_on_yarn(yarn, openmpi_env
         pid = agent_pid(worker)
         return pid, proc_environ(pid).get("CONTAINER_ID")
 
-    proc = launch(job, tmp_path, openmpi_env["env"], "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
-                  "--launcher", launcher, "--memory", "256 MiB", "--retries", "1")
+    proc = launch(
+        job,
+        tmp_path,
+        openmpi_env["env"],
+        "--backend",
+        "yarn",
+        "--mpirun",
+        openmpi_env["mpirun"],
+        "--launcher",
+        launcher,
+        "--memory",
+        "256 MiB",
+        "--retries",
+        "1",
+    )
     seen = wait_started(proc, 2, "started (first attempt)", timeout=180, context=lambda: describe_app(yarn, job))
     _, container0 = agent_of(f"{job}-worker-0")
     victim, container1 = agent_of(f"{job}-worker-1")
@@ -160,9 +223,26 @@ def test_retries_after_a_failed_rank_start_a_new_launcher_container_on_yarn(yarn
     container for attempt 2, whose ranks see MPILAUNCH_ATTEMPT=2."""
 
     job = "retries-yarn-rank"
-    proc = launch(job, tmp_path, openmpi_env["env"], "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
-                  "--memory", "256 MiB", "--retries", "1", "--retry-rank-failures",
-                  "-x", "FAIL_UNIT=1", "-x", "FAIL_CODE=3", "-x", "SLEEP=0")
+    proc = launch(
+        job,
+        tmp_path,
+        openmpi_env["env"],
+        "--backend",
+        "yarn",
+        "--mpirun",
+        openmpi_env["mpirun"],
+        "--memory",
+        "256 MiB",
+        "--retries",
+        "1",
+        "--retry-rank-failures",
+        "-x",
+        "FAIL_UNIT=1",
+        "-x",
+        "FAIL_CODE=3",
+        "-x",
+        "SLEEP=0",
+    )
     out, err = finish(proc, [], timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert "mpilaunch: attempt 2 of 2: relaunching on the same workers" in err, err
@@ -171,4 +251,3 @@ def test_retries_after_a_failed_rank_start_a_new_launcher_container_on_yarn(yarn
     assert [(a["attempt"], a["exit_code"]) for a in report["attempts"]] == [(1, 3), (2, 0)]
     assert report["attempts"][0]["failure"] == f"rank 1 on worker {job}-worker-1 exited with code 3"
     assert_released(yarn, job, "SUCCEEDED")
-

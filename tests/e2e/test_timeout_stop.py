@@ -37,8 +37,20 @@ KILLED_BY_STOP = {128 + signal.SIGTERM, 128 + signal.SIGKILL}  # the rank wrappe
 
 def sleeping_job(name: str, out, python: str = sys.executable) -> list[str]:
     """The job's options and command, but its --name (the real-pod fixture adds it itself)."""
-    return ["--np", str(RANKS), "-q", "--timeout", str(TIMEOUT_S), "--output-dir", str(out),
-            "--", python, "-c", SLEEPER, name]
+    return [
+        "--np",
+        str(RANKS),
+        "-q",
+        "--timeout",
+        str(TIMEOUT_S),
+        "--output-dir",
+        str(out),
+        "--",
+        python,
+        "-c",
+        SLEEPER,
+        name,
+    ]
 
 
 def allowed_s(out) -> float:
@@ -68,8 +80,9 @@ def assert_stopped_at_timeout(code: int, err: str, out, within_s: float) -> dict
     # each rank is either seen dying of the stop's signal (its wrapper's status line came through
     # before mpirun ended) or said to have been cut off by it; never a code of its own
     stopped = {f"mpirun was stopped by mpilaunch at --timeout {TIMEOUT_S}s"}
-    assert [(r["rank"], r["exit_code"] in KILLED_BY_STOP or r.get("unobserved") in stopped)
-            for r in report["ranks"]] == [(rank, True) for rank in range(RANKS)], report["ranks"]
+    assert [
+        (r["rank"], r["exit_code"] in KILLED_BY_STOP or r.get("unobserved") in stopped) for r in report["ranks"]
+    ] == [(rank, True) for rank in range(RANKS)], report["ranks"]
     return report
 
 
@@ -87,8 +100,6 @@ def test_timeout_stops_sleeping_ranks_promptly_on_local(mpi_install, tmp_path):
 
 
 @pytest.mark.yarn
-
-
 def finish_timed_out(proc, tmp_path, t0: float) -> tuple[str, float, dict, float]:
     """Wait for a job that --timeout stops: (stderr, seconds from ready to release, report, whole run),
     after checking exit 124 and the stop bound."""
@@ -101,8 +112,9 @@ def finish_timed_out(proc, tmp_path, t0: float) -> tuple[str, float, dict, float
     wall = time.monotonic() - t0
     assert proc.returncode == EXIT_TIMEOUT, err
     stopped_after = stop_after_ready(tmp_path)
-    assert stopped_after <= allowed_s(tmp_path), \
+    assert stopped_after <= allowed_s(tmp_path), (
         f"released {stopped_after:.1f}s after the workers were ready (--timeout {TIMEOUT_S}): {err}"
+    )
     return err, stopped_after, assert_stopped_at_timeout(proc.returncode, err, tmp_path, stopped_after), wall
 
 
@@ -110,14 +122,17 @@ def finish_timed_out(proc, tmp_path, t0: float) -> tuple[str, float, dict, float
 def test_timeout_stops_sleeping_ranks_promptly_on_yarn(yarn, openmpi_env, launcher, tmp_path):
     name = f"yarn-timeout-stop-{launcher}"
     t0 = time.monotonic()
-    proc = start(["--name", name, "--launcher", launcher, "--memory", "256 MiB", *sleeping_job(name, tmp_path)],
-                 openmpi_env)
+    proc = start(
+        ["--name", name, "--launcher", launcher, "--memory", "256 MiB", *sleeping_job(name, tmp_path)], openmpi_env
+    )
     # (what follows the release is timed by the local test's wall clock)
     err, stopped_after, report, wall = finish_timed_out(proc, tmp_path, t0)
     assert_released(yarn, name, "FAILED")
     assert wait_for(lambda: leftover_processes(name) == [], 10, "the ranks to be gone")
-    print(f"yarn --launcher {launcher}: exit 124 {stopped_after:.2f}s after the workers were ready "
-          f"(run_s {report['timings']['run_s']}, whole run {wall:.1f}s)")
+    print(
+        f"yarn --launcher {launcher}: exit 124 {stopped_after:.2f}s after the workers were ready "
+        f"(run_s {report['timings']['run_s']}, whole run {wall:.1f}s)"
+    )
 
 
 @pytest.mark.real_pods
@@ -129,5 +144,7 @@ def test_timeout_stops_sleeping_ranks_promptly_on_real_pods(real, tmp_path):
     assert real.leftovers(job) == []
     assert wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
     assert wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes to end")
-    print(f"real pods: exit 124 {stopped_after:.2f}s after the workers were ready "
-          f"(run_s {report['timings']['run_s']}, whole run {wall:.1f}s)")
+    print(
+        f"real pods: exit 124 {stopped_after:.2f}s after the workers were ready "
+        f"(run_s {report['timings']['run_s']}, whole run {wall:.1f}s)"
+    )

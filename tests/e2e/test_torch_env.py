@@ -38,15 +38,16 @@ NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "M
 @pytest.fixture(scope="session")
 def torch_python() -> str:
     """Debian's python3 with python3-torch, checked: torch.distributed built with gloo."""
-    probe = [TORCH_PYTHON, "-c",
-             "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()"]
+    probe = [TORCH_PYTHON, "-c", "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()"]
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
         require(f"{TORCH_PYTHON} cannot check torch.distributed: {e} (apt-get install python3-torch)")
     if done.returncode != 0:
-        require(f"{TORCH_PYTHON} has no torch.distributed with gloo (apt-get install python3-torch): "
-                f"{done.stderr.strip()[-300:]}")
+        require(
+            f"{TORCH_PYTHON} has no torch.distributed with gloo (apt-get install python3-torch): "
+            f"{done.stderr.strip()[-300:]}"
+        )
     return TORCH_PYTHON
 
 
@@ -68,8 +69,9 @@ def torch_ranks(stdout: str) -> list[dict]:
     return sorted(out, key=lambda r: r["rank"])
 
 
-def assert_planned(ranks: list[dict], name: str, addr: str | None = None, port: str | None = None,
-                   slots: tuple[int, ...] = (2, 2)) -> None:
+def assert_planned(
+    ranks: list[dict], name: str, addr: str | None = None, port: str | None = None, slots: tuple[int, ...] = (2, 2)
+) -> None:
     """Ranks filling the workers' ``slots`` in order: each one's variables and what torch made of
     them match the plan; all ranks met at one MASTER_ADDR:MASTER_PORT (``addr``/``port`` when given)."""
     size = sum(slots)
@@ -80,14 +82,17 @@ def assert_planned(ranks: list[dict], name: str, addr: str | None = None, port: 
         node, local = placed[i]
         env = r["env"]
         assert {k: env[k] for k in NAMES[:5]} == {
-            "RANK": str(i), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local),
-            "LOCAL_WORLD_SIZE": str(slots[node]), "NODE_RANK": str(node),
+            "RANK": str(i),
+            "WORLD_SIZE": str(size),
+            "LOCAL_RANK": str(local),
+            "LOCAL_WORLD_SIZE": str(slots[node]),
+            "NODE_RANK": str(node),
         }, r
         assert r["worker"] == f"{name}-worker-{node}", r
         assert (r["size"], r["sum"], r["backend"]) == (size, size * (size - 1) / 2, "gloo"), r
     masters = {(r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"]) for r in ranks}
     assert len(masters) == 1, masters
-    (master_addr, master_port), = masters
+    ((master_addr, master_port),) = masters
     assert master_addr and master_port and master_port.isdigit() and 0 < int(master_port) < 65536, masters
     if addr is not None:
         assert master_addr == addr, masters
@@ -96,13 +101,29 @@ def assert_planned(ranks: list[dict], name: str, addr: str | None = None, port: 
 
 
 def run_local(name: str, install, extra_args=(), np: int = 4, timeout: float = 180) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", install.mpirun, "--name", name,
-           "--np", str(np), "--slots-per-worker", "2", "-q", *extra_args, "--", TORCH_PYTHON, PROGRAM]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env=mpilaunch_env(install))
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--mpirun",
+        install.mpirun,
+        "--name",
+        name,
+        "--np",
+        str(np),
+        "--slots-per-worker",
+        "2",
+        "-q",
+        *extra_args,
+        "--",
+        TORCH_PYTHON,
+        PROGRAM,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=mpilaunch_env(install))
 
 
 # ------------------------------------------------------------------ local backend
+
 
 @pytest.mark.mpi
 def test_torch_env_local_gloo_allreduce_4_ranks_on_2_workers(torch_python, openmpi4, tmp_path):
@@ -141,8 +162,11 @@ def test_torch_env_uneven_workers_local_world_size_from_the_plan_under_openmpi5(
 
 HANG_PROGRAM = REPO / "tests" / "programs" / "hang_torch.py"
 # the lines hang_torch.py marks "# STUCK: <where>"
-HANG_STUCK = {m[1]: i for i, line in enumerate(HANG_PROGRAM.read_text().splitlines(), 1)
-              if (m := re.search(r"STUCK: (\S+)", line))}
+HANG_STUCK = {
+    m[1]: i
+    for i, line in enumerate(HANG_PROGRAM.read_text().splitlines(), 1)
+    if (m := re.search(r"STUCK: (\S+)", line))
+}
 
 
 @pytest.mark.mpi
@@ -151,15 +175,37 @@ def test_torch_env_hang_gloo_rank_sleeping_before_all_reduce_is_named(torch_pyth
     """One rank sleeps while the others wait in gloo's all_reduce (rank 0 included: it serves the
     TCP store): --stall-timeout names that rank, its worker and its line, and stops with EXIT_HUNG."""
     name = f"torch-hang-{odd}"
-    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", openmpi4.mpirun, "--name", name, "--np", "4",
-           "--slots-per-worker", "2", "--output-dir", str(tmp_path), "--stall-timeout", "6", "--timeout", "150",
-           "--", TORCH_PYTHON, str(HANG_PROGRAM), str(odd)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--mpirun",
+        openmpi4.mpirun,
+        "--name",
+        name,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        "--stall-timeout",
+        "6",
+        "--timeout",
+        "150",
+        "--",
+        TORCH_PYTHON,
+        str(HANG_PROGRAM),
+        str(odd),
+    ]
     proc = run_to_end(cmd, 240, cwd=REPO, env=mpilaunch_env(openmpi4))
     assert proc.returncode == EXIT_HUNG, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: hang:")]
-    assert lines == [f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in time.sleep at "
-                     f"hang_torch.py:{HANG_STUCK['sleep']}; the 3 other ranks are in all_reduce at "
-                     f"hang_torch.py:{HANG_STUCK['others']}"], proc.stderr[-3000:]
+    assert lines == [
+        f"mpilaunch: hang: rank {odd} ({name}-worker-{odd // 2}) is in time.sleep at "
+        f"hang_torch.py:{HANG_STUCK['sleep']}; the 3 other ranks are in all_reduce at "
+        f"hang_torch.py:{HANG_STUCK['others']}"
+    ], proc.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == EXIT_HUNG and report["hang"]["odd_ranks"] == [odd], report.get("hang")
     assert [s["rank"] for s in report["stacks"]] == [0, 1, 2, 3]
@@ -168,17 +214,40 @@ def test_torch_env_hang_gloo_rank_sleeping_before_all_reduce_is_named(torch_pyth
 
 # ------------------------------------------------------------------ YARN
 
+
 @pytest.mark.yarn
 @pytest.mark.parametrize("launcher", ["local", "cluster"])
-def test_torch_env_yarn_gloo_allreduce_4_ranks_in_2_containers(torch_python, yarn, openmpi_env, tmp_path,
-                                                                launcher):
+def test_torch_env_yarn_gloo_allreduce_4_ranks_in_2_containers(torch_python, yarn, openmpi_env, tmp_path, launcher):
     """The YARN backend, mpirun here or in the launcher container: MASTER_ADDR is worker 0's
     container host and MASTER_PORT a port its exec agent found free there."""
     name = f"torch-env-yarn-{launcher}"
-    cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", openmpi_env["mpirun"],
-           "--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
-           "--memory", "1024 MiB", "--vcores", "1", "--output-dir", str(tmp_path), "-q",
-           "--", TORCH_PYTHON, PROGRAM]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "yarn",
+        "--mpirun",
+        openmpi_env["mpirun"],
+        "--name",
+        name,
+        "--launcher",
+        launcher,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "--memory",
+        "1024 MiB",
+        "--vcores",
+        "1",
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "--",
+        TORCH_PYTHON,
+        PROGRAM,
+    ]
     proc = run_to_end(cmd, 240, lambda: describe_app(yarn, name), cwd=REPO, env=openmpi_env["env"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = torch_ranks(proc.stdout)
@@ -194,6 +263,7 @@ def test_torch_env_yarn_gloo_allreduce_4_ranks_in_2_containers(torch_python, yar
 
 # ------------------------------------------------------------------ Kubernetes (kwok)
 
+
 @pytest.mark.k8s
 def test_torch_env_k8s_pods_get_worker_0s_name_and_port_29500(torch_python, kube, k8s_env, tmp_path):
     """The Kubernetes backend: MASTER_ADDR is worker 0's ``<pod>.<job>`` name (its headless
@@ -207,11 +277,37 @@ def test_torch_env_k8s_pods_get_worker_0s_name_and_port_29500(torch_python, kube
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", "--name", job,
-             "--launcher", "local", "--np", "4", "--slots-per-worker", "2", "-q",
-             "-x", "TORCH_TEST_CONNECT_ADDR=127.0.0.1", "-x", f"TORCH_TEST_CONNECT_PORT={free_port()}",
-             "--", TORCH_PYTHON, PROGRAM],
-            capture_output=True, text=True, timeout=240, cwd=REPO, env=k8s_env)
+            [
+                sys.executable,
+                "-m",
+                "mpilaunch",
+                "--backend",
+                "k8s",
+                "--image",
+                "mpilaunch:test",
+                "--name",
+                job,
+                "--launcher",
+                "local",
+                "--np",
+                "4",
+                "--slots-per-worker",
+                "2",
+                "-q",
+                "-x",
+                "TORCH_TEST_CONNECT_ADDR=127.0.0.1",
+                "-x",
+                f"TORCH_TEST_CONNECT_PORT={free_port()}",
+                "--",
+                TORCH_PYTHON,
+                PROGRAM,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=REPO,
+            env=k8s_env,
+        )
     finally:
         forget_pod_env(kube, job, 2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

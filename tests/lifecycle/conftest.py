@@ -71,23 +71,47 @@ def make_plan():
 
 @pytest.fixture
 def run_fake(tmp_path, make_plan):
-    def run(*outcomes, backend: Script | None = None, workload: Script | None = None,
-            launcher_in_cluster: bool = False, raises: type | None = None, **spec_options) -> FakeJob:
-        spec = JobSpec(command=("python", "train.py"), np=4, name="job", output_dir=str(tmp_path / "out"),
-                       **spec_options)
+    def run(
+        *outcomes,
+        backend: Script | None = None,
+        workload: Script | None = None,
+        launcher_in_cluster: bool = False,
+        raises: type | None = None,
+        **spec_options,
+    ) -> FakeJob:
+        spec = JobSpec(
+            command=("python", "train.py"), np=4, name="job", output_dir=str(tmp_path / "out"), **spec_options
+        )
         plan = make_plan()
         rundir = tmp_path / "rundir"
         rundir.mkdir()
         log = CallLog()
         if spec.retries or launcher_in_cluster:
-            made = FakeClusterBackend(spec, plan, rundir, log=log, script=backend, launcher_in_cluster=launcher_in_cluster)
+            made = FakeClusterBackend(
+                spec, plan, rundir, log=log, script=backend, launcher_in_cluster=launcher_in_cluster
+            )
         else:
             made = FakeBackend(spec, plan, rundir, log=log, script=backend)
-        job = FakeJob(log=log, backend=made,
-                      workload=FakeWorkload(spec, plan, outcomes, log=log, script=workload),
-                      rundir=rundir, output_dir=lifecycle.prepare_output_dir(spec), stderr=io.StringIO())
-        call = functools.partial(lifecycle.run_job, spec, job.workload, job.backend, rundir, job.output_dir,
-                                 stdout=io.StringIO(), stderr=job.stderr, environ={}, quiet=False)
+        job = FakeJob(
+            log=log,
+            backend=made,
+            workload=FakeWorkload(spec, plan, outcomes, log=log, script=workload),
+            rundir=rundir,
+            output_dir=lifecycle.prepare_output_dir(spec),
+            stderr=io.StringIO(),
+        )
+        call = functools.partial(
+            lifecycle.run_job,
+            spec,
+            job.workload,
+            job.backend,
+            rundir,
+            job.output_dir,
+            stdout=io.StringIO(),
+            stderr=job.stderr,
+            environ={},
+            quiet=False,
+        )
         if raises is None:
             job.result = call()
         else:

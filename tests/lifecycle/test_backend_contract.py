@@ -34,7 +34,10 @@ from support.backend_contract import (
 from support.fake_backend import FakeBackend, FakeClusterBackend
 
 # the backends an in-cluster launcher runs the lifecycle with (not in the registry)
-LAUNCHER_BACKENDS = ("mpilaunch.backends.k8s.launcher:ReadyPods", "mpilaunch.backends.yarn.launcher:PublishedContainers")
+LAUNCHER_BACKENDS = (
+    "mpilaunch.backends.k8s.launcher:ReadyPods",
+    "mpilaunch.backends.yarn.launcher:PublishedContainers",
+)
 
 
 def backend_params() -> list:
@@ -49,8 +52,15 @@ def backend_params() -> list:
         if cls.workers_on_this_host:
             params.append(pytest.param(cls, id=name))
         else:
-            params.append(pytest.param(cls, id=name, marks=pytest.mark.skip(
-                reason="its workers live on a cluster or other hosts: tests/e2e/<name>/test_<name>_backend_contract.py")))
+            params.append(
+                pytest.param(
+                    cls,
+                    id=name,
+                    marks=pytest.mark.skip(
+                        reason="its workers live on a cluster or other hosts: tests/e2e/<name>/test_<name>_backend_contract.py"
+                    ),
+                )
+            )
     return params + [pytest.param(FakeBackend, id="fake"), pytest.param(FakeClusterBackend, id="fake-cluster")]
 
 
@@ -115,8 +125,10 @@ def every_backend_class() -> list:
     for path in LAUNCHER_BACKENDS:
         module, _, attr = path.partition(":")
         params.append(pytest.param(lambda m=module, a=attr: getattr(importlib.import_module(m), a), id=attr))
-    return params + [pytest.param(lambda: FakeBackend, id="fake"), pytest.param(lambda: FakeClusterBackend,
-                                                                               id="fake-cluster")]
+    return params + [
+        pytest.param(lambda: FakeBackend, id="fake"),
+        pytest.param(lambda: FakeClusterBackend, id="fake-cluster"),
+    ]
 
 
 @pytest.mark.parametrize("load", every_backend_class())
@@ -133,8 +145,11 @@ def test_the_required_surface_is_about_ten_methods_all_in_base():
     """What every backend implements (or inherits) is BaseBackend's public methods, named in
     base.REQUIRED; a hook added to BaseBackend without growing REQUIRED fails here, and so does
     a REQUIRED past ten."""
-    public = {name for name, value in vars(base.BaseBackend).items()
-              if not name.startswith("_") and isinstance(value, (classmethod, staticmethod, type(lambda: 0)))}
+    public = {
+        name
+        for name, value in vars(base.BaseBackend).items()
+        if not name.startswith("_") and isinstance(value, (classmethod, staticmethod, type(lambda: 0)))
+    }
     assert public == set(base.REQUIRED)
     assert len(base.REQUIRED) <= 10
     assert base.BaseBackend.__abstractmethods__ == {"allocate", "wait_ready", "exec_context", "release"}
@@ -147,7 +162,9 @@ def test_an_optional_protocol_is_small_apart_and_shown_by_one_backend(protocol):
     members = protocols.members(protocol)
     assert 1 <= len(members) <= 5
     assert not set(members) & set(base.REQUIRED)
-    assert not any(set(members) & set(protocols.members(other)) for other in protocols.PROTOCOLS if other is not protocol)
+    assert not any(
+        set(members) & set(protocols.members(other)) for other in protocols.PROTOCOLS if other is not protocol
+    )
     shown = re.findall(r"``backends/(\w+)/backend\.py``", protocol.__doc__ or "")
     assert len(shown) == 1, f"{protocol.__name__}'s docstring names no example backend (or several)"
     try:

@@ -50,7 +50,7 @@ def test_a_timeout_stops_the_workload_at_once_saying_why_while_the_workers_are_h
     assert job.log.args("note_stop") == [("at --timeout 0.05s",)]
     names = job.log.names()
     # the stop follows the watch at once (where a diagnosis may go), before anything is released
-    assert names[names.index("watch") + 1:names.index("watch") + 3] == ["note_stop", "stop"]
+    assert names[names.index("watch") + 1 : names.index("watch") + 3] == ["note_stop", "stop"]
     assert names.index("stop") < names.index("job_finished") < names.index("release")
     assert job.result.timings["run_s"] >= 0.05
 
@@ -74,8 +74,10 @@ def test_a_lost_worker_exits_5_naming_worker_place_reason_and_ranks(run_fake):
 
     assert job.result.exit_code == EXIT_WORKER_LOST
     lines = job.result.failure.splitlines()
-    assert lines[0] == ("worker job-worker-1 (pod job-worker-1 on node node-1) was lost: "
-                        "Evicted: The node was low on resource: memory; ranks 2-3 ran there")
+    assert lines[0] == (
+        "worker job-worker-1 (pod job-worker-1 on node node-1) was lost: "
+        "Evicted: The node was low on resource: memory; ranks 2-3 ran there"
+    )
     assert lines[1] == "mpirun was stopped by mpilaunch after worker job-worker-1 was lost"  # what mpirun made of it
 
 
@@ -95,7 +97,8 @@ def test_a_loss_mpirun_noticed_first_is_found_by_asking_once_more(run_fake):
     assert job.result.exit_code == EXIT_WORKER_LOST
     assert job.result.failure.splitlines() == [
         "worker job-worker-1 (pod job-worker-1 on node node-1) was lost: OOMKilled (exit 137); ranks 2-3 ran there",
-        "mpirun exited with code 255 before any rank failed"]
+        "mpirun exited with code 255 before any rank failed",
+    ]
 
 
 def test_a_success_with_every_rank_reported_asks_nothing_more(run_fake):
@@ -137,8 +140,9 @@ def test_a_backend_that_cannot_watch_any_more_stops_the_run_with_exit_3(run_fake
 
 
 def test_a_flaky_lost_worker_question_is_no_verdict(run_fake):
-    job = run_fake(loses(LOST, "Evicted"), backend=Script(lost_workers={1: OSError("timed out"),
-                                                                        2: ConnectionResetError()}))
+    job = run_fake(
+        loses(LOST, "Evicted"), backend=Script(lost_workers={1: OSError("timed out"), 2: ConnectionResetError()})
+    )
 
     assert job.backend.polls >= 3  # asked again after each error
     assert job.result.exit_code == EXIT_WORKER_LOST

@@ -17,9 +17,13 @@ def test_attempts_record_each_try_in_order(run_fake):
     job = run_fake(loses(LOST, "Evicted"), succeeds(), retries=2)
 
     first, second = job.report()["attempts"]
-    assert first == {**first, "attempt": 1, "exit_code": EXIT_WORKER_LOST, "lost_workers": [LOST],
-                     "failure": "worker job-worker-1 (pod job-worker-1 on node node-1) was lost: Evicted; "
-                                "ranks 2-3 ran there"}
+    assert first == {
+        **first,
+        "attempt": 1,
+        "exit_code": EXIT_WORKER_LOST,
+        "lost_workers": [LOST],
+        "failure": "worker job-worker-1 (pod job-worker-1 on node node-1) was lost: Evicted; ranks 2-3 ran there",
+    }
     assert second == {**second, "attempt": 2, "exit_code": 0, "failure": None, "lost_workers": []}
     assert 0 <= first["started_s"] <= first["ended_s"] <= second["started_s"] <= second["ended_s"]
     assert set(first) == {"attempt", "started_s", "ended_s", "exit_code", "failure", "lost_workers"}
@@ -30,7 +34,8 @@ def test_an_attempts_failure_is_its_first_line(run_fake):
 
     assert [(a["exit_code"], a["failure"]) for a in job.report()["attempts"]] == [
         (1, "rank 2 on worker job-worker-1 exited with code 1"),
-        (3, "rank 1 on worker job-worker-0 exited with code 3")]
+        (3, "rank 1 on worker job-worker-0 exited with code 3"),
+    ]
     assert job.report()["exit_code"] == 3  # the last attempt's outcome is the job's
 
 
@@ -45,8 +50,9 @@ def test_the_lost_workers_are_listed_with_their_facts(run_fake):
     report = run_fake(loses(LOST, "Evicted")).report()
 
     assert report["lost_workers"] == [LOST]
-    assert report["lost"] == [{"worker": LOST, "reason": "Evicted", "where": "pod job-worker-1 on node node-1",
-                               "units": "ranks 2-3"}]
+    assert report["lost"] == [
+        {"worker": LOST, "reason": "Evicted", "where": "pod job-worker-1 on node node-1", "units": "ranks 2-3"}
+    ]
     assert report["exit_code"] == EXIT_WORKER_LOST
 
 

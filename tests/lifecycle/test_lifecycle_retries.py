@@ -24,7 +24,13 @@ def test_a_lost_worker_is_replaced_then_the_workload_starts_again_in_order(run_f
 
     assert job.log.between(("watch", 1), ("start", 2), skip=NOISE) == [
         "describe_workers",  # where the lost worker lived, for the message
-        "reset", "replace_workers", "relaunch", "wait_ready", "exec_context", "start"]
+        "reset",
+        "replace_workers",
+        "relaunch",
+        "wait_ready",
+        "exec_context",
+        "start",
+    ]
     names = job.log.names()
     assert names.index("reset") - 1 == names.index("stop", names.index("describe_workers"))  # stopped first
     assert job.log.args("reset") == [(2,)] and job.log.args("relaunch") == [(2,)]
@@ -37,8 +43,10 @@ def test_a_retry_that_succeeds_on_attempt_2_exits_0_and_says_so(run_fake):
 
     assert job.result.exit_code == 0 and job.result.failure is None
     assert job.log.count("watch") == 2 and job.log.count("release") == 1
-    assert ("mpilaunch: attempt 2 of 3: relaunching replacing job-worker-1 (attempt 1: worker job-worker-1 "
-            "(pod job-worker-1 on node node-1) was lost: Evicted; ranks 2-3 ran there)") in job.stderr.getvalue()
+    assert (
+        "mpilaunch: attempt 2 of 3: relaunching replacing job-worker-1 (attempt 1: worker job-worker-1 "
+        "(pod job-worker-1 on node node-1) was lost: Evicted; ranks 2-3 ran there)"
+    ) in job.stderr.getvalue()
 
 
 def test_the_replacement_worker_is_in_the_new_context_file(run_fake):
@@ -58,8 +66,9 @@ def test_retries_stop_after_n_relaunches(run_fake, retries):
     assert job.log.count("watch") == retries + 1
     assert job.log.args("reset") == [(n,) for n in range(2, retries + 2)]
     assert job.result.exit_code == EXIT_WORKER_LOST
-    assert job.result.failure.startswith(f"worker job-worker-1 (pod job-worker-1 on node node-1) was lost: "
-                                         f"Evicted {retries};")
+    assert job.result.failure.startswith(
+        f"worker job-worker-1 (pod job-worker-1 on node node-1) was lost: Evicted {retries};"
+    )
 
 
 def test_without_retries_a_lost_worker_is_not_replaced(run_fake):
@@ -90,13 +99,23 @@ def test_a_launcher_in_the_cluster_is_waited_for_again_on_a_rank_retry(run_fake)
     job = run_fake(rank_fails(2), succeeds(), retries=1, retry_rank_failures=True, launcher_in_cluster=True)
 
     assert job.log.between(("watch", 1), ("start", 2), skip=NOISE) == [
-        "lost_workers", "reset", "relaunch", "wait_ready", "exec_context", "start"]
+        "lost_workers",
+        "reset",
+        "relaunch",
+        "wait_ready",
+        "exec_context",
+        "start",
+    ]
 
 
-@pytest.mark.parametrize("outcome, code, options", [
-    (misplaced(3), EXIT_PLACEMENT, {}),
-    (times_out(), EXIT_TIMEOUT, {"timeout": 0.05}),
-], ids=["misplaced", "timeout"])
+@pytest.mark.parametrize(
+    "outcome, code, options",
+    [
+        (misplaced(3), EXIT_PLACEMENT, {}),
+        (times_out(), EXIT_TIMEOUT, {"timeout": 0.05}),
+    ],
+    ids=["misplaced", "timeout"],
+)
 def test_misplaced_ranks_and_timeouts_are_never_retried(run_fake, outcome, code, options):
     job = run_fake(outcome, succeeds(), retries=3, retry_rank_failures=True, **options)
 
@@ -112,8 +131,12 @@ def test_every_attempt_shares_the_one_timeout_deadline(run_fake):
 
 
 def test_a_replacement_that_never_gets_ready_fails_the_job_with_exit_3(run_fake):
-    job = run_fake(loses(LOST, "Evicted"), backend=Script(wait_ready={2: AllocationError("pod Pending: no node")}),
-                   retries=1, raises=AllocationError)
+    job = run_fake(
+        loses(LOST, "Evicted"),
+        backend=Script(wait_ready={2: AllocationError("pod Pending: no node")}),
+        retries=1,
+        raises=AllocationError,
+    )
 
     assert job.error.exit_code == EXIT_ALLOCATION
     assert job.log.count("start") == 1 and job.log.count("release") == 1

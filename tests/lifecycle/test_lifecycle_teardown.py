@@ -28,23 +28,59 @@ PATHS = {
     "misplaced-rank": ([misplaced(3)], None, None, {}, EXIT_PLACEMENT, None),
     "lost-worker": ([loses(LOST, "Evicted")], None, None, {}, EXIT_WORKER_LOST, None),
     "timeout": ([times_out()], None, None, {"timeout": 0.05}, EXIT_TIMEOUT, None),
-    "allocation-error-in-allocate": ([], Script(allocate=AllocationError("quota exceeded")), None, {},
-                                     EXIT_ALLOCATION, AllocationError),
-    "allocation-error-in-wait-ready": ([], Script(wait_ready=AllocationError("0/2 nodes available")), None, {},
-                                       EXIT_ALLOCATION, AllocationError),
-    "credentials-fail-during-watch": ([runs_until_stopped()], Script(lost_workers=AllocationError("401")), None,
-                                      {}, EXIT_ALLOCATION, AllocationError),
+    "allocation-error-in-allocate": (
+        [],
+        Script(allocate=AllocationError("quota exceeded")),
+        None,
+        {},
+        EXIT_ALLOCATION,
+        AllocationError,
+    ),
+    "allocation-error-in-wait-ready": (
+        [],
+        Script(wait_ready=AllocationError("0/2 nodes available")),
+        None,
+        {},
+        EXIT_ALLOCATION,
+        AllocationError,
+    ),
+    "credentials-fail-during-watch": (
+        [runs_until_stopped()],
+        Script(lost_workers=AllocationError("401")),
+        None,
+        {},
+        EXIT_ALLOCATION,
+        AllocationError,
+    ),
     "sigint-in-wait-ready": ([], Script(wait_ready=signal.SIGINT), None, {}, EXIT_INTERRUPTED, None),
     "sigterm-in-watch": ([sends(signal.SIGTERM)], None, None, {}, EXIT_INTERRUPTED, None),
     "exception-in-watch": ([raises(RuntimeError("bug in watch"))], None, None, {}, None, RuntimeError),
     "exception-in-start": ([], None, Script(start=RuntimeError("bug in start")), {}, None, RuntimeError),
     "exception-in-exec-context": ([], Script(exec_context=OSError("disk full")), None, {}, None, OSError),
-    "retries-exhausted": ([loses(LOST, "Evicted"), loses(LOST, "Evicted again")], None, None, {"retries": 1},
-                          EXIT_WORKER_LOST, None),
-    "sigint-in-replacement-wait": ([loses(LOST, "Evicted")], Script(wait_ready={2: signal.SIGINT}), None,
-                                   {"retries": 1}, EXIT_INTERRUPTED, None),
-    "allocation-error-in-retry": ([loses(LOST, "Evicted")], Script(replace_workers=AllocationError("no node")),
-                                  None, {"retries": 1}, EXIT_ALLOCATION, AllocationError),
+    "retries-exhausted": (
+        [loses(LOST, "Evicted"), loses(LOST, "Evicted again")],
+        None,
+        None,
+        {"retries": 1},
+        EXIT_WORKER_LOST,
+        None,
+    ),
+    "sigint-in-replacement-wait": (
+        [loses(LOST, "Evicted")],
+        Script(wait_ready={2: signal.SIGINT}),
+        None,
+        {"retries": 1},
+        EXIT_INTERRUPTED,
+        None,
+    ),
+    "allocation-error-in-retry": (
+        [loses(LOST, "Evicted")],
+        Script(replace_workers=AllocationError("no node")),
+        None,
+        {"retries": 1},
+        EXIT_ALLOCATION,
+        AllocationError,
+    ),
 }
 
 
@@ -55,7 +91,7 @@ def test_every_path_releases_exactly_once_and_tears_down_in_order(run_fake, path
 
     assert job.log.count("release") == 1
     names = job.log.names(skip=("note_stop",))
-    assert names[names.index("job_finished") - 1:] == TEARDOWN  # the workload stopped before the release
+    assert names[names.index("job_finished") - 1 :] == TEARDOWN  # the workload stopped before the release
     assert not job.rundir.exists()
     report = job.report()  # written on every path, crashes included
     if code is not None:
@@ -95,8 +131,9 @@ def test_a_crash_reaches_the_caller_unchanged(run_fake):
 
 
 def test_an_allocation_error_keeps_its_message_and_starts_nothing(run_fake):
-    job = run_fake(backend=Script(wait_ready=AllocationError("0/2 nodes are available: Insufficient cpu")),
-                   raises=AllocationError)
+    job = run_fake(
+        backend=Script(wait_ready=AllocationError("0/2 nodes are available: Insufficient cpu")), raises=AllocationError
+    )
 
     assert job.error.message == "0/2 nodes are available: Insufficient cpu"
     assert "start" not in job.log.names() and "exec_context" not in job.log.names()

@@ -19,8 +19,11 @@ if os.environ.get("ATTEMPT_MARKER"):
     open(marker, "a").close()
 else:
     first = os.environ["MPILAUNCH_ATTEMPT"] == "1"
-print(f"unit {unit} started ({'first attempt' if first else 'relaunch'}) on {os.environ.get('MPILAUNCH_WORKER')}"
-      f" as attempt {os.environ.get('MPILAUNCH_ATTEMPT')}", flush=True)
+print(
+    f"unit {unit} started ({'first attempt' if first else 'relaunch'}) on {os.environ.get('MPILAUNCH_WORKER')}"
+    f" as attempt {os.environ.get('MPILAUNCH_ATTEMPT')}",
+    flush=True,
+)
 if first:
     if unit == int(os.environ.get("FAIL_UNIT", "-1")):
         sys.exit(int(os.environ.get("FAIL_CODE", "3")))

@@ -8,6 +8,7 @@ Open MPI's are pointers to globals, looked up by name.
 
 Tests pass its text as ``python3 -c TEXT`` into images that do not have it.
 """
+
 import ctypes
 import ctypes.util
 import json
@@ -21,8 +22,10 @@ lib.MPI_Init(None, None)
 if "mpich" in name:
     world, mpi_int, mpi_sum = ctypes.c_int(0x44000000), ctypes.c_int(0x4C000405), ctypes.c_int(0x58000003)
 else:
-    world, mpi_int, mpi_sum = (ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, n)))
-                               for n in ("ompi_mpi_comm_world", "ompi_mpi_int", "ompi_mpi_op_sum"))
+    world, mpi_int, mpi_sum = (
+        ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, n)))
+        for n in ("ompi_mpi_comm_world", "ompi_mpi_int", "ompi_mpi_op_sum")
+    )
 rank, size = ctypes.c_int(), ctypes.c_int()
 lib.MPI_Comm_rank(world, ctypes.byref(rank))
 lib.MPI_Comm_size(world, ctypes.byref(size))
@@ -33,8 +36,20 @@ try:
     ip = socket.gethostbyname(host)
 except OSError:
     ip = None
-sys.stdout.write(json.dumps({"rank": rank.value, "size": size.value, "sum": total.value, "library": name,
-                  "worker": os.environ.get("MPILAUNCH_WORKER"), "pod": os.environ.get("POD_NAME"),
-                  "hostname": host, "ip": ip}) + "\n")
+sys.stdout.write(
+    json.dumps(
+        {
+            "rank": rank.value,
+            "size": size.value,
+            "sum": total.value,
+            "library": name,
+            "worker": os.environ.get("MPILAUNCH_WORKER"),
+            "pod": os.environ.get("POD_NAME"),
+            "hostname": host,
+            "ip": ip,
+        }
+    )
+    + "\n"
+)
 sys.stdout.flush()
 lib.MPI_Finalize()

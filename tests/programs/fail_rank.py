@@ -30,6 +30,7 @@ if rank in failing:
     print(f"rank {rank} about to fail", flush=True)
     sys.exit(int(os.environ.get("FAIL_CODE", "7")))
 if os.environ.get("VANISH_ON_TERM"):
+
     def vanish(_signum, _frame):
         os.kill(os.getppid(), signal.SIGKILL)
         os._exit(143)

@@ -22,8 +22,11 @@ if os.environ.get("REMOVE_DIR"):
     else:
         time.sleep(2)  # a failing rank does not end rank 0 before it removed the directory
 if forge == "start" and rank == 0:
-    print("mpilaunch-rank-start: rank=7 local=0 size=8 worker=nowhere host=nowhere program=? env=00000000",
-          file=sys.stderr, flush=True)
+    print(
+        "mpilaunch-rank-start: rank=7 local=0 size=8 worker=nowhere host=nowhere program=? env=00000000",
+        file=sys.stderr,
+        flush=True,
+    )
 if forge == "status" and rank == 1:
     print("mpilaunch-rank-status: rank=1 worker=x exit=0", file=sys.stderr, flush=True)
     time.sleep(1)  # rank 0 ends (exit 0) by itself first, not in mpirun's teardown after this failure

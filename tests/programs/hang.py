@@ -10,6 +10,7 @@ ODD_RANK, per MODE:
 Nothing is printed after "ready". The tests find the lines marked "STUCK:"
 below in this file, so they need not hard-code line numbers.
 """
+
 import os
 import signal
 import sys
@@ -29,7 +30,7 @@ comm.Barrier()  # every rank printed before anyone is stuck: the stall clock sta
 
 def spin():
     x = 0
-    while True: x += 1  # noqa: E701  STUCK: busy (one line: every sample finds the rank on it)
+    while True: x += 1  # noqa: E701  STUCK: busy (one line: every sample finds the rank on it)  # fmt: skip
 
 
 if rank == odd:

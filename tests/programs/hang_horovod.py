@@ -12,6 +12,7 @@ lines marked "STUCK:" below.
 
 Runs under the interpreter scripts/build-horovod.sh built.
 """
+
 import os
 import sys
 

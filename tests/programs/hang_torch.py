@@ -8,6 +8,7 @@ all_reduce (gloo's timeout is 30 minutes). Nothing is printed after
 
 Runs under Debian's /usr/bin/python3 with python3-torch.
 """
+
 import sys
 import time
 

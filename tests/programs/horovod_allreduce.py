@@ -75,14 +75,21 @@ if gloo:
     rank, size = int(given["RANK"]), int(given["WORLD_SIZE"])
     local_rank, slots, node = int(given["LOCAL_RANK"]), int(given["LOCAL_WORLD_SIZE"]), int(given["NODE_RANK"])
     assert size % slots == 0, f"--gloo needs workers of equal size: {given}"
-    os.environ.update({
-        "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": given["MASTER_ADDR"], "HOROVOD_GLOO_RENDEZVOUS_PORT": given["MASTER_PORT"],
-        "HOROVOD_HOSTNAME": f"node{node}",
-        "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(size),
-        "HOROVOD_LOCAL_RANK": str(local_rank), "HOROVOD_LOCAL_SIZE": str(slots),
-        "HOROVOD_CROSS_RANK": str(node), "HOROVOD_CROSS_SIZE": str(size // slots),
-    })
+    os.environ.update(
+        {
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": given["MASTER_ADDR"],
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": given["MASTER_PORT"],
+            "HOROVOD_HOSTNAME": f"node{node}",
+            "HOROVOD_RANK": str(rank),
+            "HOROVOD_SIZE": str(size),
+            "HOROVOD_LOCAL_RANK": str(local_rank),
+            "HOROVOD_LOCAL_SIZE": str(slots),
+            "HOROVOD_CROSS_RANK": str(node),
+            "HOROVOD_CROSS_SIZE": str(size // slots),
+        }
+    )
     if rank == 0:
         serve_gloo_rendezvous(int(given["MASTER_PORT"]), size // slots, slots)
     else:
@@ -99,7 +106,7 @@ if os.environ.get("HVD_FAIL_RANK") == str(rank):
     os._exit(int(os.environ.get("HVD_FAIL_CODE", "43")))
 root_value = hvd.broadcast(torch.tensor([100.0 + rank]), root_rank=0, name="bcast").item()
 gathered = hvd.allgather(torch.tensor([rank]), name="gather").tolist()
-ok = (total == size * (size - 1) / 2 and root_value == 100.0 and gathered == list(range(size)))
+ok = total == size * (size - 1) / 2 and root_value == 100.0 and gathered == list(range(size))
 
 
 def train_step() -> dict:
@@ -117,8 +124,9 @@ def train_step() -> dict:
     ref.load_state_dict(model.state_dict())
     torch.nn.functional.mse_loss(ref(x), y).backward()
     own_grad = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=lr), named_parameters=model.named_parameters()
+    )
     opt.zero_grad()
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
@@ -132,24 +140,37 @@ def train_step() -> dict:
         "identical": all(torch.equal(a, afters[0]) for a in afters),
         "moved": not torch.equal(after, before),
         "averaged": torch.allclose(after, before - lr * mean_grad, atol=1e-6),
-        "params": len(after), "loss": round(loss.item(), 6),
+        "params": len(after),
+        "loss": round(loss.item(), 6),
     }
 
 
 train = train_step()
 ok = ok and all(train[k] for k in ("broadcast", "identical", "moved", "averaged"))
-print("HOROVOD " + json.dumps({
-    "env": given,
-    "worker": os.environ.get("MPILAUNCH_WORKER"),
-    "rank": rank, "size": size,
-    "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
-    "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
-    "controller": "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else None,
-    "sum": total, "broadcast": root_value, "allgather": gathered, "train": train,
-    "version": __import__("horovod").__version__,
-    # the MPI library this process loaded (Horovod links it whichever controller runs)
-    "libmpi": next((line.split()[-1] for line in open("/proc/self/maps") if "/libmpi.so" in line), None),
-}), flush=True)
+print(
+    "HOROVOD "
+    + json.dumps(
+        {
+            "env": given,
+            "worker": os.environ.get("MPILAUNCH_WORKER"),
+            "rank": rank,
+            "size": size,
+            "local_rank": hvd.local_rank(),
+            "local_size": hvd.local_size(),
+            "cross_rank": hvd.cross_rank(),
+            "cross_size": hvd.cross_size(),
+            "controller": "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else None,
+            "sum": total,
+            "broadcast": root_value,
+            "allgather": gathered,
+            "train": train,
+            "version": __import__("horovod").__version__,
+            # the MPI library this process loaded (Horovod links it whichever controller runs)
+            "libmpi": next((line.split()[-1] for line in open("/proc/self/maps") if "/libmpi.so" in line), None),
+        }
+    ),
+    flush=True,
+)
 # rank 0's rendezvous server lives in this process: nobody leaves before all are done
 hvd.join()
 hvd.shutdown()

@@ -22,16 +22,21 @@ def own_ip():
 
 comm = MPI.COMM_WORLD
 total = comm.allreduce(comm.rank + 1, op=MPI.SUM)
-print(json.dumps({
-    "rank": comm.rank,
-    "size": comm.size,
-    "sum": total,
-    "worker": os.environ.get("MPILAUNCH_WORKER"),
-    "pod": os.environ.get("POD_NAME"),
-    "hostname": socket.gethostname(),
-    "ip": own_ip(),
-    "session": os.environ.get("MPILAUNCH_SESSION"),
-    "library": MPI.Get_library_version().splitlines()[0],
-    "pid": os.getpid(),
-}), flush=True)
+print(
+    json.dumps(
+        {
+            "rank": comm.rank,
+            "size": comm.size,
+            "sum": total,
+            "worker": os.environ.get("MPILAUNCH_WORKER"),
+            "pod": os.environ.get("POD_NAME"),
+            "hostname": socket.gethostname(),
+            "ip": own_ip(),
+            "session": os.environ.get("MPILAUNCH_SESSION"),
+            "library": MPI.Get_library_version().splitlines()[0],
+            "pid": os.getpid(),
+        }
+    ),
+    flush=True,
+)
 sys.exit(int(os.environ.get("PLACEMENT_EXIT", "0")))

@@ -17,8 +17,11 @@ expected, release = sys.argv[1], sys.argv[2]
 max_wait = float(sys.argv[3]) if len(sys.argv) > 3 else 120.0
 value = os.environ.get("SECRET_TOKEN")
 match = value is not None and hashlib.sha256(value.encode()).hexdigest() == expected
-print(f"SECRET_SEEN rank={os.environ.get('RANK')} worker={os.environ.get('MPILAUNCH_WORKER', '?')} "
-      f"match={'yes' if match else 'no'}", flush=True)
+print(
+    f"SECRET_SEEN rank={os.environ.get('RANK')} worker={os.environ.get('MPILAUNCH_WORKER', '?')} "
+    f"match={'yes' if match else 'no'}",
+    flush=True,
+)
 deadline = time.monotonic() + max_wait
 while not os.path.exists(release) and time.monotonic() < deadline:
     time.sleep(0.1)

@@ -28,14 +28,20 @@ rank, size = dist.get_rank(), dist.get_world_size()
 value = torch.tensor([float(rank)])
 dist.all_reduce(value, op=dist.ReduceOp.SUM)
 expected = size * (size - 1) / 2
-print("TORCHENV " + json.dumps({
-    "env": given,
-    "rank": rank,
-    "size": size,
-    "sum": value.item(),
-    "worker": os.environ.get("MPILAUNCH_WORKER"),
-    "backend": dist.get_backend(),
-}), flush=True)
+print(
+    "TORCHENV "
+    + json.dumps(
+        {
+            "env": given,
+            "rank": rank,
+            "size": size,
+            "sum": value.item(),
+            "worker": os.environ.get("MPILAUNCH_WORKER"),
+            "backend": dist.get_backend(),
+        }
+    ),
+    flush=True,
+)
 dist.barrier()
 dist.destroy_process_group()
 sys.exit(0 if value.item() == expected else 1)

@@ -51,11 +51,31 @@ class AgentProc:
         self.secret_file = write_secret(tmp / f"{name}.secret", secret)
         self.address_file = tmp / f"{name}.addr"
         self.log_file = tmp / f"{name}.log"
-        argv = [sys.executable, "-m", "mpilaunch.agent", "--name", name, "--listen", "127.0.0.1:0",
-                "--address-file", str(self.address_file), "--secret-file", str(self.secret_file), *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "mpilaunch.agent",
+            "--name",
+            name,
+            "--listen",
+            "127.0.0.1:0",
+            "--address-file",
+            str(self.address_file),
+            "--secret-file",
+            str(self.secret_file),
+            *args,
+        ]
         with open(self.log_file, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=agent_env(), cwd=REPO, start_new_session=True, **(popen or {}))
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=agent_env(),
+                cwd=REPO,
+                start_new_session=True,
+                **(popen or {}),
+            )
         deadline = time.monotonic() + 15
         while not self.address_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -72,8 +72,12 @@ def assert_exec_context_serves_the_shim(backend, tmp_path) -> None:
     lifecycle.write_context(path, backend.plan.job_name, backend)
     written = shim.load_context(str(path))
     # and what `mpilaunch stacks` finds the job by: its backend, the python its probe runs with
-    assert written == {"job": backend.plan.job_name, "backend": backend.name, **backend.exec_context(),
-                       "probe_python": written["probe_python"]}
+    assert written == {
+        "job": backend.plan.job_name,
+        "backend": backend.name,
+        **backend.exec_context(),
+        "probe_python": written["probe_python"],
+    }
 
 
 def defined_by(cls, name: str) -> type | None:
@@ -83,8 +87,11 @@ def defined_by(cls, name: str) -> type | None:
 
 def unimplemented(cls, protocol: type) -> list[str]:
     """The methods of ``protocol`` that ``cls`` leaves abstract (the protocol's own declarations)."""
-    return [name for name in protocols.members(protocol)
-            if defined_by(cls, name) in (None, protocol) or getattr(getattr(cls, name), "__isabstractmethod__", False)]
+    return [
+        name
+        for name in protocols.members(protocol)
+        if defined_by(cls, name) in (None, protocol) or getattr(getattr(cls, name), "__isabstractmethod__", False)
+    ]
 
 
 def capability_mismatches(cls) -> list[str]:

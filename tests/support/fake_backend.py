@@ -63,7 +63,7 @@ class CallLog:
             assert len(positions) >= n, f"{hook} was called {len(positions)} times, not {n}: {names}"
             return positions[n - 1]
 
-        return [name for name in names[index(*first) + 1:index(*last) + 1] if name not in skip]
+        return [name for name in names[index(*first) + 1 : index(*last) + 1] if name not in skip]
 
 
 def perform(action):
@@ -127,8 +127,13 @@ class FakeBackend(base.BaseBackend):
 
     def exec_context(self) -> dict:
         self._hook("exec_context")
-        return {"transport": "agent", "secret_file": str(self.secret_file), "forward_env": [], "cwd": None,
-                "workers": {w.name: {"address": self.address(w.name)} for w in self.plan.workers}}
+        return {
+            "transport": "agent",
+            "secret_file": str(self.secret_file),
+            "forward_env": [],
+            "cwd": None,
+            "workers": {w.name: {"address": self.address(w.name)} for w in self.plan.workers},
+        }
 
     def lose(self, worker: str, reason: str, settle_only: bool = False) -> None:
         """The worker disappears (said by the fake workload, while it runs). ``settle_only``: only
@@ -150,8 +155,10 @@ class FakeBackend(base.BaseBackend):
 
     def describe_workers(self) -> dict[str, dict]:
         self._hook("describe_workers")
-        return {w.name: {"pod": w.name, "node": f"node-{i}", "state": "Lost" if w.name in self.gone else "Running"}
-                for i, w in enumerate(self.plan.workers)}
+        return {
+            w.name: {"pod": w.name, "node": f"node-{i}", "state": "Lost" if w.name in self.gone else "Running"}
+            for i, w in enumerate(self.plan.workers)
+        }
 
     def release(self) -> None:
         self._hook("release")

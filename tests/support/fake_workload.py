@@ -57,6 +57,7 @@ def _wait_for_stop(wl: "FakeWorkload"):
 def succeeds(unreported=()):
     """mpirun exits 0; the ranks in ``unreported`` never sent their status line (Open MPI 5 can
     exit 0 after losing a daemon with its ranks)."""
+
     def outcome(wl, run, deadline):
         workers = wl.plan.rank_to_worker()
         return _ended(wl, [(r, w, 0) for r, w in enumerate(workers) if r not in unreported], 0)
@@ -74,10 +75,13 @@ def rank_fails(rank: int, code: int = 1):
 
 def misplaced(rank: int):
     """Rank ``rank`` starts outside every worker (mpirun forked it itself): the fail-fast check's verdict."""
+
     def outcome(wl, run, deadline):
         workers = wl.plan.rank_to_worker()
-        wl.output.starts = [(r, None, wl.plan.ranks, NO_WORKER if r == rank else workers[r], "launcher-host")
-                            for r in range(wl.plan.ranks)]
+        wl.output.starts = [
+            (r, None, wl.plan.ranks, NO_WORKER if r == rank else workers[r], "launcher-host")
+            for r in range(wl.plan.ranks)
+        ]
         starts = [placement.RankStart.from_tuple(t) for t in wl.output.starts]
         mismatch = placement.check(wl.plan, starts, complete=False)
         hint = placement.likely_cause(mismatch, flavour="openmpi", major=5)
@@ -98,6 +102,7 @@ def times_out():
 def loses(worker: str, reason: str, noticed: str = "watch"):
     """The worker disappears. ``noticed="watch"``: the run goes on until the lifecycle stops it;
     ``"mpirun"``: mpirun fails at once (exit 255), before the watch has asked."""
+
     def outcome(wl, run, deadline):
         run.backend.lose(worker, reason, settle_only=noticed != "watch")
         if noticed == "watch":
@@ -121,6 +126,7 @@ def raises(exc: BaseException):
 
 def sends(signum):
     """A real signal to this process while the workload runs (the lifecycle's handler raises)."""
+
     def outcome(wl, run, deadline):
         perform(signum)
         return NEVER_STOPPED, "fake workload: the signal did not interrupt the run"
@@ -187,8 +193,13 @@ class FakeWorkload(Workload):
 
     def report(self, run, workers: dict) -> dict:
         self._hook("report")
-        return {"job": self.job_name, "exit_code": run.result.exit_code, "failure": run.result.failure,
-                "workers": workers, "ranks": [r.__dict__ for r in run.result.ranks]}
+        return {
+            "job": self.job_name,
+            "exit_code": run.result.exit_code,
+            "failure": run.result.failure,
+            "workers": workers,
+            "ranks": [r.__dict__ for r in run.result.ranks],
+        }
 
     def units_on(self, worker: str) -> str | None:
         ranks = [r for r, w in enumerate(self.plan.rank_to_worker()) if w == worker]

@@ -28,6 +28,7 @@ def login_user_alone(wait_s: float = 600.0):
     ./scripts/test runs its Kubernetes part and the rest of the suite as two pytest sessions side
     by side, which would otherwise see each other's jobs. A lock file, held for the test."""
     with open(LOGIN_USER_LOCK, "w") as lock:
+
         def taken() -> bool:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -39,7 +40,7 @@ def login_user_alone(wait_s: float = 600.0):
         yield
 
 
-def mpilaunch_env(install = None, **extra) -> dict:
+def mpilaunch_env(install=None, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     if install is not None and install.pythonpath:
@@ -48,13 +49,20 @@ def mpilaunch_env(install = None, **extra) -> dict:
     return env
 
 
-def run_mpilaunch(args, install = None, env_extra=None, timeout=240, **popen):
+def run_mpilaunch(args, install=None, env_extra=None, timeout=240, **popen):
     cmd = [sys.executable, "-m", "mpilaunch"]
     if install is not None:
         cmd += ["--mpirun", install.mpirun]
     cmd += list(args)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env=mpilaunch_env(install, **(env_extra or {})), **popen)
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=mpilaunch_env(install, **(env_extra or {})),
+        **popen,
+    )
 
 
 def leftover_processes(job_name: str) -> list[str]:
@@ -91,7 +99,7 @@ def agent_workers() -> dict[int, str]:
             elif comm == b"mpilaunch.agent":
                 log = os.readlink(f"/proc/{pid}/fd/1")
                 if log.endswith(".agent.log"):
-                    found[int(pid)] = os.path.basename(log)[:-len(".agent.log")]
+                    found[int(pid)] = os.path.basename(log)[: -len(".agent.log")]
         except (OSError, IndexError):
             continue
     return found
@@ -185,8 +193,10 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
 
 def assert_intel_allreduce_placed(name: str, stdout: str) -> None:
     """tests/programs/placement.py under Intel MPI: 4 ranks summed to 10, two per worker, on Intel's library."""
-    ranks = sorted((json.loads(line[line.find("{"):]) for line in stdout.splitlines() if '"rank"' in line),
-                   key=lambda r: r["rank"])
+    ranks = sorted(
+        (json.loads(line[line.find("{") :]) for line in stdout.splitlines() if '"rank"' in line),
+        key=lambda r: r["rank"],
+    )
     assert [r["sum"] for r in ranks] == [10] * 4
     assert all(r["library"].startswith("Intel(R) MPI Library") for r in ranks), ranks[0]["library"]
     assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
@@ -197,8 +207,9 @@ def assert_local_worker_lost(proc, err: str, job: str, worker: int, agent: int) 
     its agent's pid; that line."""
     assert proc.returncode == 5, err[-2000:]  # exit_codes.EXIT_WORKER_LOST
     line = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
-    assert line.startswith(f"mpilaunch: error: worker {job}-worker-{worker} (agent pid {agent} on localhost) "
-                           f"was lost"), err[-2000:]
+    assert line.startswith(
+        f"mpilaunch: error: worker {job}-worker-{worker} (agent pid {agent} on localhost) was lost"
+    ), err[-2000:]
     return line
 
 
@@ -220,8 +231,10 @@ def finish(proc: subprocess.Popen, timeout: float, context=None) -> tuple[str, s
         out, err = stop(proc)
         if diagnosis is None:
             return out, err
-        raise AssertionError(f"the job did not end within {timeout:g} s\nits stdout (tail):\n{out[-2000:]}\n"
-                             f"its stderr (tail):\n{err[-2000:]}\n{diagnosis}") from None
+        raise AssertionError(
+            f"the job did not end within {timeout:g} s\nits stdout (tail):\n{out[-2000:]}\n"
+            f"its stderr (tail):\n{err[-2000:]}\n{diagnosis}"
+        ) from None
 
 
 def python_stacks(pids, limit: int = 12) -> str:
@@ -235,8 +248,10 @@ def python_stacks(pids, limit: int = 12) -> str:
         return "(no Python process to dump)"
     out = []
     for entry in probe.dump_processes(chosen, budget=30):
-        lines = [f"---- py-spy dump --pid {entry['pid']} (state {entry['state']})"
-                 + (f": {entry['note']}" if entry["note"] else "")]
+        lines = [
+            f"---- py-spy dump --pid {entry['pid']} (state {entry['state']})"
+            + (f": {entry['note']}" if entry["note"] else "")
+        ]
         for thread in entry["threads"]:
             lines.append(f"Thread {thread['id']} ({thread['name'] or 'unnamed'}):")
             lines += [f"    {f['function']} ({f['file']}:{f['line']})" for f in thread["frames"]]

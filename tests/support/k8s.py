@@ -28,11 +28,17 @@ def give_pods_their_env(kube, job: str, workers: int, root: Path) -> None:
         pod = f"{job}-worker-{i}"
         d = root / pod
         d.mkdir(parents=True, exist_ok=True)
-        kube.set_pod_exec(pod, workdir=str(REPO), env={
-            "POD_NAME": pod, "MPILAUNCH_WORKER": pod, "TMPDIR": str(d),
-            "OMPI_MCA_btl_vader_backing_directory": str(d),
-            "OMPI_MCA_btl_sm_backing_directory": str(d),
-        })
+        kube.set_pod_exec(
+            pod,
+            workdir=str(REPO),
+            env={
+                "POD_NAME": pod,
+                "MPILAUNCH_WORKER": pod,
+                "TMPDIR": str(d),
+                "OMPI_MCA_btl_vader_backing_directory": str(d),
+                "OMPI_MCA_btl_sm_backing_directory": str(d),
+            },
+        )
 
 
 def forget_pod_env(kube, job: str, workers: int) -> None:
@@ -53,8 +59,15 @@ def leftover_objects(kube, job: str, timeout: float = 20.0) -> list[str]:
 
 def start(args, env, **kw):
     """``mpilaunch --backend k8s`` with ``args``, started (stdout and stderr piped, text)."""
-    return subprocess.Popen([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", *args],
-                            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
 
 
 def stop(proc) -> None:
@@ -70,27 +83,55 @@ def stop(proc) -> None:
 
 def end_launcher_pod(kube, pod: dict, code: int) -> None:
     """Play the kubelet: the launcher container ended with ``code`` (kwok runs no container)."""
-    patch = {"status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [{
-        "name": "launcher", "image": pod["spec"]["containers"][0]["image"], "imageID": "", "ready": False,
-        "restartCount": 0, "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}}]}}
-    kube.kubectl("patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge",
-                 "-p", json.dumps(patch))
+    patch = {
+        "status": {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "containerStatuses": [
+                {
+                    "name": "launcher",
+                    "image": pod["spec"]["containers"][0]["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}},
+                }
+            ],
+        }
+    }
+    kube.kubectl(
+        "patch", "pod", pod["metadata"]["name"], "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
 
 
 def manage_k8s(env, *args, timeout=60):
     """``mpilaunch ACTION ... --backend k8s`` (status, logs, wait, delete), run to its end."""
-    return subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--backend", "k8s"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mpilaunch", *args, "--backend", "k8s"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def access(kube, sa: str, verb: str, resource: str, name: str, subresource: str = "", group: str = "") -> bool:
     """Whether ServiceAccount ``sa`` may ``verb`` that object, as the API server's authorizer decides."""
     review = {
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "spec": {"user": f"system:serviceaccount:default:{sa}",
-                 "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"],
-                 "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "group": group,
-                                        "subresource": subresource, "name": name}},
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:default:{sa}",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"],
+            "resourceAttributes": {
+                "namespace": "default",
+                "verb": verb,
+                "resource": resource,
+                "group": group,
+                "subresource": subresource,
+                "name": name,
+            },
+        },
     }
     out = kube.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(review))
     return json.loads(out.stdout)["status"].get("allowed", False)
@@ -111,6 +152,7 @@ def in_cluster_env(kube, k8s_env, sa: str, sa_dir: Path) -> dict:
 
 def run_reaper_pod(kube, k8s_env, job: str, tmp_path: Path) -> subprocess.Popen:
     """Play the kubelet for the reaper pod: run its own command, with its own ServiceAccount's token."""
+
     def reaper_pod():
         pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper")["items"]
         return pods[0] if pods else None
@@ -121,8 +163,9 @@ def run_reaper_pod(kube, k8s_env, job: str, tmp_path: Path) -> subprocess.Popen:
     command = container["command"]
     assert command[:3] == ["python3", "-m", "mpilaunch.backends.k8s.reaper"]
     env = in_cluster_env(kube, k8s_env, f"{job}-reaper", tmp_path / "reaper-sa")
-    return subprocess.Popen([sys.executable, *command[1:]], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, *command[1:]], cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def end_processes(*procs) -> None:
@@ -181,8 +224,10 @@ class PeakLongRunning(threading.Thread):
             extra = sum(now.values()) - sum(self.baseline.values())
             with self.lock:
                 if extra > self.peak:
-                    self.peak, self.detail = extra, {k: v - self.baseline.get(k, 0) for k, v in now.items()
-                                                     if v != self.baseline.get(k, 0)}
+                    self.peak, self.detail = (
+                        extra,
+                        {k: v - self.baseline.get(k, 0) for k, v in now.items() if v != self.baseline.get(k, 0)},
+                    )
             self.done.wait(0.3)
 
     def mark(self):

@@ -19,8 +19,10 @@ MPICH_VERSION = """HYDRA build details:
     Resource management kernels available:   user slurm ll lsf sge pbs cobalt
     Demux engines available:                 poll select
 """
-INTEL_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b44796a)\n"
-                 "Copyright 2003-2026, Intel Corporation.\n")
+INTEL_VERSION = (
+    "Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b44796a)\n"
+    "Copyright 2003-2026, Intel Corporation.\n"
+)
 
 # Open MPI 4's and 5's mpirun when a rank exits non-zero
 OPENMPI4_ABORT = """\

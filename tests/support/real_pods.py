@@ -34,16 +34,40 @@ class Real:
         return mpilaunch_env(None, KUBECONFIG=self.kubeconfig, **extra)
 
     def argv(self, job: str, *args, image: str | None = None) -> list[str]:
-        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image or self.image,
-                "--name", job, *self.job_args, *args]
+        return [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "k8s",
+            "--image",
+            image or self.image,
+            "--name",
+            job,
+            *self.job_args,
+            *args,
+        ]
 
     def run(self, job: str, *args, timeout: float = 300, image: str | None = None, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout, **kw)
+        return subprocess.run(
+            self.argv(job, *args, image=image),
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kw,
+        )
 
     def start(self, job: str, *args, image: str | None = None) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            self.argv(job, *args, image=image),
+            cwd=REPO,
+            env=self.env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
         """Objects of the job still in the API after ``timeout`` (pods of a real

@@ -29,35 +29,56 @@ PLACEMENT = ["--np", "4", "--slots-per-worker", "2"]  # 4 ranks on 2 worker pods
 
 
 def restricted_namespace(name: str) -> dict:
-    labels = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}
+    labels = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
 
 def edit_binding(namespace: str, user: str) -> dict:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": f"{user}-edit", "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"{user}-edit", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
 
 
 def default_deny(namespace: str) -> dict:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": "default-deny", "namespace": namespace},
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "default-deny", "namespace": namespace},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+    }
 
 
 def quota(namespace: str, cpu: str = "8", memory: str = "16Gi") -> dict:
     hard = {"requests.cpu": cpu, "requests.memory": memory, "limits.cpu": cpu, "limits.memory": memory}
-    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "compute", "namespace": namespace},
-            "spec": {"hard": hard}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "compute", "namespace": namespace},
+        "spec": {"hard": hard},
+    }
 
 
 def limit_range(namespace: str) -> dict:
-    container = {"type": "Container", "min": {"cpu": "50m"}, "maxLimitRequestRatio": {"cpu": "2"},
-                 "default": {"cpu": "200m", "memory": "256Mi"}, "defaultRequest": {"cpu": "100m", "memory": "256Mi"}}
-    return {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds", "namespace": namespace},
-            "spec": {"limits": [container]}}
+    container = {
+        "type": "Container",
+        "min": {"cpu": "50m"},
+        "maxLimitRequestRatio": {"cpu": "2"},
+        "default": {"cpu": "200m", "memory": "256Mi"},
+        "defaultRequest": {"cpu": "100m", "memory": "256Mi"},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": "bounds", "namespace": namespace},
+        "spec": {"limits": [container]},
+    }
 
 
 class Tenant:
@@ -73,8 +94,13 @@ class Tenant:
         ns = self.namespace
         self.real.cluster.apply([restricted_namespace(ns)])
         self.real.cluster.apply([edit_binding(ns, self.user), default_deny(ns), quota(ns), limit_range(ns)])
-        rbac = subprocess.run([sys.executable, "-m", "mpilaunch", "rbac", "--namespace", ns], cwd=REPO,
-                              capture_output=True, text=True, check=True).stdout
+        rbac = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "rbac", "--namespace", ns],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         self.real.kubectl("apply", "-f", "-", input=rbac)  # the admin's one-time step, as docs/shared-clusters.md says
         return self
 
@@ -86,23 +112,56 @@ class Tenant:
 
     def argv(self, job: str, *args, image: str | None = None, account: bool = True) -> list[str]:
         identity = ["--service-account", ACCOUNT] if account else []
-        return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--namespace", self.namespace,
-                "--image", image or self.real.image, "--name", job, *self.real.job_args, *identity, *args]
+        return [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "k8s",
+            "--namespace",
+            self.namespace,
+            "--image",
+            image or self.real.image,
+            "--name",
+            job,
+            *self.real.job_args,
+            *identity,
+            *args,
+        ]
 
-    def run(self, job: str, *args, timeout: float = 300, image: str | None = None, account: bool = True,
-            **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(job, *args, image=image, account=account), cwd=REPO, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, **kw)
+    def run(
+        self, job: str, *args, timeout: float = 300, image: str | None = None, account: bool = True, **kw
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.argv(job, *args, image=image, account=account),
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kw,
+        )
 
     def start(self, job: str, *args, image: str | None = None) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(job, *args, image=image), cwd=REPO, env=self.env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            self.argv(job, *args, image=image),
+            cwd=REPO,
+            env=self.env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     def manage(self, action: str, job: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
         """``mpilaunch status|logs|delete|wait JOB`` as the tenant."""
-        return subprocess.run([sys.executable, "-m", "mpilaunch", action, job, "--backend", "k8s",
-                               "--namespace", self.namespace, *args], cwd=REPO, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "mpilaunch", action, job, "--backend", "k8s", "--namespace", self.namespace, *args],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def kubectl(self, *args, **kw):
         """As the admin, in the tenant's namespace."""
@@ -110,12 +169,18 @@ class Tenant:
 
     def as_tenant(self, *args, check: bool = False) -> subprocess.CompletedProcess:
         """kubectl as the tenant user."""
-        cmd = [self.real.cluster.kubectl_bin or "kubectl", f"--kubeconfig={self.kubeconfig}", "-n", self.namespace,
-               *args]
+        cmd = [
+            self.real.cluster.kubectl_bin or "kubectl",
+            f"--kubeconfig={self.kubeconfig}",
+            "-n",
+            self.namespace,
+            *args,
+        ]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=check)
 
-    def objects_of(self, job: str, kinds: str = "all,roles,rolebindings,serviceaccounts,networkpolicies,"
-                                                "configmaps,secrets,leases") -> list[str]:
+    def objects_of(
+        self, job: str, kinds: str = "all,roles,rolebindings,serviceaccounts,networkpolicies,configmaps,secrets,leases"
+    ) -> list[str]:
         out = self.kubectl("get", kinds, "-l", f"mpilaunch/job={job}", "-o", "name").stdout.split()
         out += self.kubectl("get", "configmap", job, "-o", "name", "--ignore-not-found").stdout.split()
         return out
@@ -135,8 +200,9 @@ class Tenant:
 
 
 def tenant_pods(tenant, job: str) -> dict[str, dict]:
-    items = json.loads(tenant.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role!=reaper",
-                                      "-o", "json").stdout)["items"]
+    items = json.loads(
+        tenant.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role!=reaper", "-o", "json").stdout
+    )["items"]
     return {p["metadata"]["name"]: p for p in items}
 
 

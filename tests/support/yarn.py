@@ -17,8 +17,14 @@ def start(args, ctx, extra_env=None):
     """``mpilaunch --backend yarn`` with ``args`` and the testbed context ``ctx`` (the ``openmpi_env``
     fixture: its env and mpirun), started (stdout and stderr piped, text)."""
     cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"], *args]
-    return subprocess.Popen(cmd, cwd=REPO, env={**ctx["env"], **(extra_env or {})}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**ctx["env"], **(extra_env or {})},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def app_by_name(yarn, name):
@@ -36,16 +42,19 @@ def describe_app(yarn, name):
     except AssertionError as e:  # none of that name
         return str(e)
     keys = ("id", "state", "finalStatus", "diagnostics", "runningContainers", "allocatedMB", "allocatedVCores")
-    lines = [f"application: {({k: app.get(k) for k in keys})}"]
+    lines = [f"application: { ({k: app.get(k) for k in keys}) }"]
     lines += [f"container: {c.get('containerId')} on {c.get('assignedNodeId')}" for c in yarn.app_containers(app["id"])]
-    lines += [f"node {n.get('id')}: {n.get('state')}, used {n.get('usedMemoryMB')} MB, free {n.get('availMemoryMB')} MB, "
-              f"{n.get('numContainers')} containers" for n in yarn.nodes()]
+    lines += [
+        f"node {n.get('id')}: {n.get('state')}, used {n.get('usedMemoryMB')} MB, free {n.get('availMemoryMB')} MB, "
+        f"{n.get('numContainers')} containers"
+        for n in yarn.nodes()
+    ]
     return "\n".join(lines + [yarn.container_logs(app["id"]), python_stacks(container_processes(app["id"]))])
 
 
 def container_processes(app_id: str) -> list[int]:
     """The processes of the application's containers on this machine (their CONTAINER_ID)."""
-    prefix = "container_" + app_id[len("application_"):] + "_"
+    prefix = "container_" + app_id[len("application_") :] + "_"
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
@@ -69,6 +78,7 @@ def assert_released(yarn, name, final_status):
     while leftover_processes(name) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leftover_processes(name) == []
+
     # Nothing of this application is left on the NodeManagers either.
     def ours():
         return [pid for pid, cmd in yarn.leftover_processes().items() if app["id"].split("_", 1)[1] in proc_cwd(pid)]

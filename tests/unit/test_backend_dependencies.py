@@ -55,8 +55,10 @@ def test_a_missing_module_is_blamed_on_the_package_whose_import_needed_it(tmp_pa
     backend itself lacks is the backend's to ask for; one its client lacks names the client."""
     from mpilaunch.backends import missing_module_error
 
-    for name, text in {"acme_backend": "import acme_client\nimport acme_rpc\n",
-                       "acme_client": "import acme_transport\n"}.items():
+    for name, text in {
+        "acme_backend": "import acme_client\nimport acme_rpc\n",
+        "acme_client": "import acme_transport\n",
+    }.items():
         (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
 
@@ -69,8 +71,10 @@ def test_a_missing_module_is_blamed_on_the_package_whose_import_needed_it(tmp_pa
         return caught.value
 
     error = missing_module_error("acme", "acme", error_of_importing_the_backend(), own="acme_backend")
-    assert str(error) == "the acme backend's package 'acme_client' cannot be imported: it needs the module " \
-                         "'acme_transport' (not installed)"
+    assert (
+        str(error) == "the acme backend's package 'acme_client' cannot be imported: it needs the module "
+        "'acme_transport' (not installed)"
+    )
     (tmp_path / "acme_transport.py").write_text("")
     error = missing_module_error("acme", "acme", error_of_importing_the_backend(), own="acme_backend")
     assert str(error) == "the acme backend needs the Python package 'acme_rpc'"

@@ -32,8 +32,9 @@ def test_queue_reaches_the_backend_through_the_spec(backend, queue):
 
 def test_a_backend_option_is_a_field_and_its_argument():
     # the default from_args: a field takes the option of its name, a repeated option as a tuple
-    spec, _ = cli.parse_run(["--backend", "yarn", "--node-label", "gpu", "--vcores", "4", "--memory", "8 GiB",
-                             *COMMAND])
+    spec, _ = cli.parse_run(
+        ["--backend", "yarn", "--node-label", "gpu", "--vcores", "4", "--memory", "8 GiB", *COMMAND]
+    )
     options = spec.backend_options
     assert (options.node_label, options.vcores, options.memory, options.queue) == ("gpu", 4, "8 GiB", None)
 

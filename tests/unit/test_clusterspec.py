@@ -19,19 +19,22 @@ def test_parse_requirement_keeps_order_and_tolerates_spaces():
     assert cs.parse_requirement("my_job:3") == (("my_job", 3),)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("ps:x", "must be a whole number, got 'x'"),
-    ("worker:0", "needs at least 1 task"),
-    ("ps:1,ps:2", "appears twice"),
-    ("ps:-1", "must be a whole number"),
-    ("ps", "bad cluster requirement 'ps'"),
-    (":2", "bad cluster requirement"),
-    ("", "empty cluster requirement"),
-    ("ps:1,", "bad cluster requirement ''"),
-    ("PS:1", "bad job name 'PS'"),
-    ("work-er:1", "bad job name"),
-    ("tensorboard:1", "not a job of the TensorFlow cluster"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("ps:x", "must be a whole number, got 'x'"),
+        ("worker:0", "needs at least 1 task"),
+        ("ps:1,ps:2", "appears twice"),
+        ("ps:-1", "must be a whole number"),
+        ("ps", "bad cluster requirement 'ps'"),
+        (":2", "bad cluster requirement"),
+        ("", "empty cluster requirement"),
+        ("ps:1,", "bad cluster requirement ''"),
+        ("PS:1", "bad job name 'PS'"),
+        ("work-er:1", "bad job name"),
+        ("tensorboard:1", "not a job of the TensorFlow cluster"),
+    ],
+)
 def test_bad_requirements_are_usage_errors_with_a_hint(text, message):
     with pytest.raises(UsageError) as err:
         cs.parse_requirement(text)
@@ -49,16 +52,19 @@ def test_requirement_form_combines_with_chief_flag():
     assert jobs == (("chief", 1), ("worker", 2), ("ps", 1))
 
 
-@pytest.mark.parametrize("options, message", [
-    (PsOptions(requirement="ps:1,worker:1", ps=1), "both size the job"),
-    (PsOptions(requirement="chief:1,worker:1", chief=True), "both ask for the chief"),
-    (PsOptions(requirement="chief:2,worker:1"), "one chief task"),
-    (PsOptions(requirement="evaluator:2,worker:1"), "one evaluator task"),
-    (PsOptions(ps=2), "no chief and no worker"),
-    (PsOptions(), "needs tasks to run"),
-    (PsOptions(ps=-1, workers=1), "--ps must not be negative"),
-    (PsOptions(workers=2, tensorboard=True), "--tensorboard needs an output directory"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (PsOptions(requirement="ps:1,worker:1", ps=1), "both size the job"),
+        (PsOptions(requirement="chief:1,worker:1", chief=True), "both ask for the chief"),
+        (PsOptions(requirement="chief:2,worker:1"), "one chief task"),
+        (PsOptions(requirement="evaluator:2,worker:1"), "one evaluator task"),
+        (PsOptions(ps=2), "no chief and no worker"),
+        (PsOptions(), "needs tasks to run"),
+        (PsOptions(ps=-1, workers=1), "--ps must not be negative"),
+        (PsOptions(workers=2, tensorboard=True), "--tensorboard needs an output directory"),
+    ],
+)
 def test_bad_option_combinations(options, message):
     with pytest.raises(UsageError) as err:
         cs.requirements_from_options(options)

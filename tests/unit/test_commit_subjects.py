@@ -18,8 +18,9 @@ KNOWN_LONG = {"eac775a"}
 
 
 def subjects_since(base: str) -> list[str]:
-    out = subprocess.run(["git", "log", "--format=%h %s", f"{base}..HEAD"], cwd=REPO, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        ["git", "log", "--format=%h %s", f"{base}..HEAD"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     if out.returncode != 0:
         pytest.fail(f"git log {base}..HEAD: {out.stderr.strip()} (a shallow clone? fetch the history)")
     return out.stdout.splitlines()
@@ -28,8 +29,11 @@ def subjects_since(base: str) -> list[str]:
 def test_commit_subjects_fit_in_72_characters():
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout: no history to read")
-    long = [line for line in subjects_since(RULE_SINCE)
-            if len(line.split(" ", 1)[1]) > MAX_SUBJECT and not line.startswith(tuple(KNOWN_LONG))]
+    long = [
+        line
+        for line in subjects_since(RULE_SINCE)
+        if len(line.split(" ", 1)[1]) > MAX_SUBJECT and not line.startswith(tuple(KNOWN_LONG))
+    ]
     assert long == [], "subjects over 72 characters (put the detail in the body):\n" + "\n".join(long)
 
 

@@ -13,10 +13,17 @@ import pytest
 from mpilaunch.core import envcheck, mpi, rank_env, rank_lines
 
 SENT = {"LD_LIBRARY_PATH": "/venv/lib", "HF_TOKEN": "hf_secret_value", "SEED": "7"}
-E = envcheck.Expected(command="python", program="/venv/bin/python", flavour="openmpi", major=4,
-                      mpirun="/usr/bin/mpirun.openmpi", version="4.1.4",
-                      env_digest=rank_env.digest(SENT.items()), forwarded=SENT,
-                      prepended_dirs=("/usr/lib", "/usr/lib64"))
+E = envcheck.Expected(
+    command="python",
+    program="/venv/bin/python",
+    flavour="openmpi",
+    major=4,
+    mpirun="/usr/bin/mpirun.openmpi",
+    version="4.1.4",
+    env_digest=rank_env.digest(SENT.items()),
+    forwarded=SENT,
+    prepended_dirs=("/usr/lib", "/usr/lib64"),
+)
 
 
 def rank_sees(**changes) -> dict:
@@ -43,19 +50,22 @@ def facts(env: dict) -> dict:
     return out
 
 
-@pytest.mark.parametrize("sent,seen,prepended,expected", [
-    ("/venv/lib", "/venv/lib:/venv/lib", (), True),  # a duplicate entry
-    ("/x", "/usr/lib:/x", ("/usr/lib",), True),  # Open MPI's <prefix>/lib put ahead
-    ("/usr/lib", "/usr/lib:/usr/lib", ("/usr/lib",), True),  # ... even where it was already
-    ("/x:/usr/lib", "/usr/lib:/x:/usr/lib", ("/usr/lib",), True),
-    ("", "/usr/lib", ("/usr/lib",), True),
-    ("/x", "/opt/site/lib:/x", ("/usr/lib",), False),  # a startup file's own directory
-    ("/x", "/x:/usr/lib", ("/usr/lib",), False),  # appended, not put ahead: not the launcher's doing
-    ("/x:/y", "/y:/x", (), False),  # reordered
-    ("/x", "/y", ("/y",), False),  # the sent entry dropped
-    ("/x", None, ("/usr/lib",), False),  # unset
-    ("/x", "", (), False),
-])
+@pytest.mark.parametrize(
+    "sent,seen,prepended,expected",
+    [
+        ("/venv/lib", "/venv/lib:/venv/lib", (), True),  # a duplicate entry
+        ("/x", "/usr/lib:/x", ("/usr/lib",), True),  # Open MPI's <prefix>/lib put ahead
+        ("/usr/lib", "/usr/lib:/usr/lib", ("/usr/lib",), True),  # ... even where it was already
+        ("/x:/usr/lib", "/usr/lib:/x:/usr/lib", ("/usr/lib",), True),
+        ("", "/usr/lib", ("/usr/lib",), True),
+        ("/x", "/opt/site/lib:/x", ("/usr/lib",), False),  # a startup file's own directory
+        ("/x", "/x:/usr/lib", ("/usr/lib",), False),  # appended, not put ahead: not the launcher's doing
+        ("/x:/y", "/y:/x", (), False),  # reordered
+        ("/x", "/y", ("/y",), False),  # the sent entry dropped
+        ("/x", None, ("/usr/lib",), False),  # unset
+        ("/x", "", (), False),
+    ],
+)
 def test_env_differences_a_path_list_rewritten_by_the_launcher(sent, seen, prepended, expected):
     assert envcheck.rewritten_by_launcher("LD_LIBRARY_PATH", sent, seen, prepended) is expected
 
@@ -84,8 +94,9 @@ def test_env_differences_the_rank_directory_is_put_first_once():
 
 def test_env_differences_a_rank_names_only_what_differs_and_masks_secrets():
     assert rank_env.changed_forwarded(rank_sees()) == []
-    changed = dict(rank_env.changed_forwarded(rank_sees(LD_LIBRARY_PATH="/opt/site lib:/venv/lib",
-                                                        HF_TOKEN="hf_other", SEED=None)))
+    changed = dict(
+        rank_env.changed_forwarded(rank_sees(LD_LIBRARY_PATH="/opt/site lib:/venv/lib", HF_TOKEN="hf_other", SEED=None))
+    )
     assert changed == {"LD_LIBRARY_PATH": "/opt/site lib:/venv/lib", "HF_TOKEN": "<set, 8 chars>", "SEED": None}
     # the old list (names only, no digests) names nothing: the digest alone tells
     old = {**rank_sees(SEED="8"), rank_env.FORWARDED_LIST_ENV: ",".join(SENT)}
@@ -100,15 +111,21 @@ def test_env_differences_the_env_line_carries_any_value():
     line = rank_lines.format_env("0", "w", [("X_PATH", value), ("GONE", None)], "ab12")
     assert "\n" not in line and "\t" not in line
     assert rank_lines.parse_env(line, "ab12") == (0, {"X_PATH": value, "GONE": None})
-    assert rank_lines.parse_env("[0] " + line + "[3] ", "ab12") == (0, {"X_PATH": value, "GONE": None})  # hydra glues tags
+    assert rank_lines.parse_env("[0] " + line + "[3] ", "ab12") == (
+        0,
+        {"X_PATH": value, "GONE": None},
+    )  # hydra glues tags
 
 
 def test_env_differences_report_and_warning_name_the_variable_and_both_values():
-    environments = {0: facts(rank_sees()), 1: facts(rank_sees()),
-                    2: facts(rank_sees(LD_LIBRARY_PATH="/opt/site/lib:/venv/lib", HF_TOKEN="hf_other", SEED=None)),
-                    3: facts(rank_sees(LD_LIBRARY_PATH="/opt/site/lib:/venv/lib")),
-                    4: facts(rank_sees(LD_LIBRARY_PATH="/usr/lib:/venv/lib:/venv/lib")),  # Open MPI's own
-                    5: {"env_digest": "0000abcd"}}  # a wrapper that did not say which
+    environments = {
+        0: facts(rank_sees()),
+        1: facts(rank_sees()),
+        2: facts(rank_sees(LD_LIBRARY_PATH="/opt/site/lib:/venv/lib", HF_TOKEN="hf_other", SEED=None)),
+        3: facts(rank_sees(LD_LIBRARY_PATH="/opt/site/lib:/venv/lib")),
+        4: facts(rank_sees(LD_LIBRARY_PATH="/usr/lib:/venv/lib:/venv/lib")),  # Open MPI's own
+        5: {"env_digest": "0000abcd"},
+    }  # a wrapper that did not say which
     assert envcheck.digest_mismatches(E, environments) == [2, 3, 5]
     differences = envcheck.env_differences(E, environments)
     assert differences == [

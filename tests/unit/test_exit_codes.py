@@ -63,8 +63,12 @@ def literal_exit_statuses(source: str) -> list[tuple[int, int, str]]:
                 targets = child.targets if isinstance(child, ast.Assign) else [child.target]
                 if any(getattr(t, "attr", getattr(t, "id", None)) == "exit_code" for t in targets):
                     note(child, _literal_status(child.value), "exit_code = ...")
-            elif isinstance(child, ast.Return) and child.value is not None and function is not None \
-                    and EXIT_STATUS_FUNCTIONS.fullmatch(function):
+            elif (
+                isinstance(child, ast.Return)
+                and child.value is not None
+                and function is not None
+                and EXIT_STATUS_FUNCTIONS.fullmatch(function)
+            ):
                 note(child, _literal_status(child.value), f"return in {function}()")
             visit(child, function)
 
@@ -98,7 +102,10 @@ def test_the_check_leaves_numbers_that_are_no_exit_status():
 
 
 def test_every_exit_status_is_named_in_exit_codes():
-    found = [f"{path.relative_to(REPO)}:{line}: {what} gives {value}"
-             for path in sorted(PACKAGE.rglob("*.py")) if path.name != "exit_codes.py"
-             for line, value, what in literal_exit_statuses(path.read_text())]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {what} gives {value}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "exit_codes.py"
+        for line, value, what in literal_exit_statuses(path.read_text())
+    ]
     assert not found, "use a name from mpilaunch/core/exit_codes.py:\n" + "\n".join(found)

@@ -29,8 +29,9 @@ def test_fewer_gpus_than_a_node_is_one_worker():
 
 
 def test_discovered_gpus_per_node_used_when_not_given():
-    plan = gpu_slots.plan_job("j", gpus=8, gpus_per_node=None, np=None, slots_per_worker=None,
-                              discovered_gpus_per_node=4)
+    plan = gpu_slots.plan_job(
+        "j", gpus=8, gpus_per_node=None, np=None, slots_per_worker=None, discovered_gpus_per_node=4
+    )
     assert [w.gpus for w in plan.workers] == [4, 4]
 
 

@@ -45,8 +45,15 @@ def test_hang_site_dump_shows_the_main_threads_python_frames(tmp_path, stop):
     assert probe.catches(proc.pid, probe.stacks_signal())
     frames, why = probe.faulthandler_frames(proc.pid, "S", 3.0)
     assert why == ""
-    assert frames == [{"function": "<module>", "file": str(script), "line": 2, "kind": "python",
-                       "code": "print('up', flush=True); time.sleep(60)"}]
+    assert frames == [
+        {
+            "function": "<module>",
+            "file": str(script),
+            "line": 2,
+            "kind": "python",
+            "code": "print('up', flush=True); time.sleep(60)",
+        }
+    ]
     # asked again: the second dump is read, not the first twice
     again, _ = probe.faulthandler_frames(proc.pid, "S", 3.0)
     assert again == frames

@@ -50,20 +50,31 @@ def bare_path(tmp_path: Path, *programs: str) -> str:
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="no system python3")
 def test_the_rank_wrapper_runs_from_the_copy_and_the_program_does_not_see_it(tools, tmp_path):
     path = bare_path(tmp_path, SYSTEM_PYTHON)
-    probe = ("import importlib.util, os, sys; print(os.environ.get('PYTHONPATH'), "
-             "importlib.util.find_spec('mpilaunch') is not None, any('tools' in p for p in sys.path))")
-    ran = subprocess.run([str(tools / "mpilaunch-rank"), "--", "python3", "-c", probe],
-                         env={"PATH": path, "MPILAUNCH_WORKER": "w-0", "PYTHONPATH": "/user/lib"},
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    probe = (
+        "import importlib.util, os, sys; print(os.environ.get('PYTHONPATH'), "
+        "importlib.util.find_spec('mpilaunch') is not None, any('tools' in p for p in sys.path))"
+    )
+    ran = subprocess.run(
+        [str(tools / "mpilaunch-rank"), "--", "python3", "-c", probe],
+        env={"PATH": path, "MPILAUNCH_WORKER": "w-0", "PYTHONPATH": "/user/lib"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["/user/lib", "False", "False"]  # the user's PYTHONPATH, no mpilaunch
     assert "mpilaunch-rank-status: rank=" in ran.stderr and "exit=0" in ran.stderr
 
 
 def check(tools: Path, path: str, role: str = "worker", mpirun: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/sh", str(tools / "check-image"), role, mpirun],
-                          env={"PATH": path, "MPILAUNCH_IMAGE": "example/img:1"},
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["/bin/sh", str(tools / "check-image"), role, mpirun],
+        env={"PATH": path, "MPILAUNCH_IMAGE": "example/img:1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="no system python3")
@@ -75,8 +86,9 @@ def test_check_image_names_what_the_image_lacks(tools, tmp_path):
     assert no_mpi.returncode == 3 and "lacks an MPI: no mpirun or mpiexec on PATH" in no_mpi.stderr
     fine = check(tools, bare_path(tmp_path / "c", SYSTEM_PYTHON, "mpirun.openmpi"), "launcher")
     assert fine.returncode == 3  # named mpirun.openmpi, not mpirun
-    mpirun_named = check(tools, bare_path(tmp_path / "d", SYSTEM_PYTHON, "mpirun.openmpi"), "launcher",
-                         "mpirun.openmpi")
+    mpirun_named = check(
+        tools, bare_path(tmp_path / "d", SYSTEM_PYTHON, "mpirun.openmpi"), "launcher", "mpirun.openmpi"
+    )
     assert mpirun_named.returncode == 0, mpirun_named.stderr
     missing_named = check(tools, bare_path(tmp_path / "e", SYSTEM_PYTHON), "launcher", "/opt/mpi/bin/mpirun")
     assert "lacks the MPI launcher /opt/mpi/bin/mpirun (--mpirun)" in missing_named.stderr

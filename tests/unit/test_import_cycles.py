@@ -54,8 +54,9 @@ def import_cycles(graph, modules) -> list[list[str]]:
 def test_no_import_cycles(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO))
     # an import under ``if TYPE_CHECKING:`` names a type for an annotation and never runs
-    graph = grimp.build_graph("mpilaunch", "testbeds", include_external_packages=False,
-                              exclude_type_checking_imports=True)
+    graph = grimp.build_graph(
+        "mpilaunch", "testbeds", include_external_packages=False, exclude_type_checking_imports=True
+    )
     assert import_cycles(graph, graph.modules) == []
 
 

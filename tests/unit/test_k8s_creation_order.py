@@ -23,16 +23,35 @@ def stage_of(group: str) -> int:
     return index
 
 
-@pytest.mark.parametrize("args", [
-    ["--launcher", "cluster"],
-    ["--launcher", "local"],
-    ["--launcher", "cluster", "--detach"],
-    ["--launcher", "cluster", "--gang", "volcano"],
-    ["--launcher", "local", "--transport", "exec"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--launcher", "cluster"],
+        ["--launcher", "local"],
+        ["--launcher", "cluster", "--detach"],
+        ["--launcher", "cluster", "--gang", "volcano"],
+        ["--launcher", "local", "--transport", "exec"],
+    ],
+)
 def test_every_object_has_a_stage_and_the_reaper_comes_before_any_pod(args, tmp_path):
-    spec, _ = parse_run(["--backend", "k8s", "--image", "img", "--name", "order", "--np", "4",
-                         "--slots-per-worker", "2", *args, "--", "python3", "train.py"])
+    spec, _ = parse_run(
+        [
+            "--backend",
+            "k8s",
+            "--image",
+            "img",
+            "--name",
+            "order",
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            *args,
+            "--",
+            "python3",
+            "train.py",
+        ]
+    )
     workload = MpirunWorkload.prepare(spec, K8sBackend, "order", dict(os.environ))
     backend = K8sBackend(spec, workload.plan, tmp_path, cluster_launcher_allowed=workload.can_use_cluster_launcher)
     groups = [group for group, _ in k8s_manifests.manifests(backend)]

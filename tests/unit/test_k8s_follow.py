@@ -60,10 +60,16 @@ class Collected:
 def test_follow_resumes_after_drops_without_losing_or_repeating_lines():
     # stdout and stderr lines interleave out of time order (stamped as each stream is read), and
     # the stamps cut trailing zeros: the shapes that lost a rank's line before
-    entries = [("2026-11-26T04:06:00.9Z", "a"), ("2026-11-26T04:06:01.5Z", "b"),
-               ("2026-11-26T04:06:01.49Z", "c"), ("2026-11-26T04:06:01.51234Z", "d"),
-               ("2026-11-26T04:06:01.512Z", "e"), ("2026-11-26T04:06:02Z", "f"),
-               ("2026-11-26T04:06:03.1Z", "g"), ("2026-11-26T04:06:03.1Z", "h")]
+    entries = [
+        ("2026-11-26T04:06:00.9Z", "a"),
+        ("2026-11-26T04:06:01.5Z", "b"),
+        ("2026-11-26T04:06:01.49Z", "c"),
+        ("2026-11-26T04:06:01.51234Z", "d"),
+        ("2026-11-26T04:06:01.512Z", "e"),
+        ("2026-11-26T04:06:02Z", "f"),
+        ("2026-11-26T04:06:03.1Z", "g"),
+        ("2026-11-26T04:06:03.1Z", "h"),
+    ]
     for drops in ([2], [2, 1], [1, 1, 1, 1], [5, 2], [7]):
         kubelet = KubeletLog(entries, drops)
         stop = threading.Event()
@@ -104,14 +110,19 @@ def test_follow_ends_soon_after_the_launchers_last_line_with_a_late_stdout_line_
     from mpilaunch.backends.k8s.follow import AFTER_DONE_S
     from mpilaunch.backends.k8s.pods import LAUNCHER_DONE
 
-    stream = OpenStream([("2026-11-26T04:06:00.1Z", "rank output"),
-                         ("2026-11-26T04:06:00.3Z", f"{LAUNCHER_DONE}0 token=t")],
-                        ("2026-11-26T04:06:00.2Z", "a stdout line the runtime wrote after it"))
+    stream = OpenStream(
+        [("2026-11-26T04:06:00.1Z", "rank output"), ("2026-11-26T04:06:00.3Z", f"{LAUNCHER_DONE}0 token=t")],
+        ("2026-11-26T04:06:00.2Z", "a stdout line the runtime wrote after it"),
+    )
     stop, done = threading.Event(), []
     out = Collected(stop, 99)
     started = time.monotonic()
-    follower = threading.Thread(target=follow_log, args=(stream, "default", "job-launcher", out, stop),
-                                kwargs={"on_launcher_done": done.append}, daemon=True)
+    follower = threading.Thread(
+        target=follow_log,
+        args=(stream, "default", "job-launcher", out, stop),
+        kwargs={"on_launcher_done": done.append},
+        daemon=True,
+    )
     follower.start()
     follower.join(timeout=AFTER_DONE_S + 3.0)
     took = time.monotonic() - started

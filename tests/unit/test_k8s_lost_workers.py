@@ -31,13 +31,22 @@ LINE = "the image img lacks python3 (3.8 or newer) on PATH"
 
 
 def running(name):
-    return {"metadata": {"name": name}, "status": {"phase": "Running", "containerStatuses": [
-        {"name": "worker", "state": {"running": {}}}]}}
+    return {
+        "metadata": {"name": name},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "worker", "state": {"running": {}}}]},
+    }
 
 
 def ended(name, message):
-    return {"metadata": {"name": name}, "status": {"phase": "Failed", "containerStatuses": [
-        {"name": "worker", "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": message}}}]}}
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "worker", "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": message}}}
+            ],
+        },
+    }
 
 
 class Pods:
@@ -55,8 +64,26 @@ class Pods:
 
 
 def backend(tmp_path, pods: Pods) -> K8sBackend:
-    spec, _ = parse_run(["--backend", "k8s", "--image", "img", "--name", "lw", "--np", "2", "--slots-per-worker", "1",
-                         "--launcher", "local", "--transport", "exec", "--", "true"])
+    spec, _ = parse_run(
+        [
+            "--backend",
+            "k8s",
+            "--image",
+            "img",
+            "--name",
+            "lw",
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--launcher",
+            "local",
+            "--transport",
+            "exec",
+            "--",
+            "true",
+        ]
+    )
     workload = MpirunWorkload.prepare(spec, K8sBackend, "lw", dict(os.environ))
     b = K8sBackend(spec, workload.plan, tmp_path)
     b._api = pods
@@ -65,8 +92,9 @@ def backend(tmp_path, pods: Pods) -> K8sBackend:
 
 def test_a_worker_whose_image_check_failed_after_it_looked_ready_ends_the_job_with_the_checks_line(tmp_path):
     workers = ["lw-worker-0", "lw-worker-1"]
-    pods = Pods([[running(n) for n in workers]] * 3
-                + [[ended(workers[0], f"mpilaunch: {LINE}\n"), running(workers[1])]])
+    pods = Pods(
+        [[running(n) for n in workers]] * 3 + [[ended(workers[0], f"mpilaunch: {LINE}\n"), running(workers[1])]]
+    )
     b = backend(tmp_path, pods)
     b.ready_at = time.monotonic()
     assert b.lost_workers() == {}  # the run's own watch: what the API says now, no waiting

@@ -126,6 +126,7 @@ def test_the_cluster_launcher_wakes_when_the_pod_it_waits_for_changes_and_watche
 
     class Api:
         """Pods by name, and a new watch stream per request (as the API server opens one per watch)."""
+
         namespace = "default"
 
         def __init__(self):

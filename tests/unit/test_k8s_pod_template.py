@@ -22,27 +22,46 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 
 def worker_pod() -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "j-worker-0", "namespace": "ns",
-                     "labels": {"mpilaunch/job": "j", "mpilaunch/role": "worker"},
-                     "annotations": {"sidecar.istio.io/inject": "false"}},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "j-worker-0",
+            "namespace": "ns",
+            "labels": {"mpilaunch/job": "j", "mpilaunch/role": "worker"},
+            "annotations": {"sidecar.istio.io/inject": "false"},
+        },
         "spec": {
-            "hostname": "j-worker-0", "subdomain": "j", "restartPolicy": "Never",
+            "hostname": "j-worker-0",
+            "subdomain": "j",
+            "restartPolicy": "Never",
             "automountServiceAccountToken": False,
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True,
-                                "runAsUser": 1000, "runAsGroup": 1000},
+            "securityContext": {
+                "seccompProfile": {"type": "RuntimeDefault"},
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+            },
             "dnsConfig": {"searches": ["j.ns.svc.cluster.local"]},
             "nodeSelector": {"pool": "gpu"},
             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{
-                "name": "worker", "image": "img", "command": ["/bin/sh", "-c", "exec agent"],
-                "securityContext": CONTAINER_SECURITY,
-                "ports": [{"name": "mpilaunch-agent", "containerPort": 7355, "protocol": "TCP"}],
-                "env": [{"name": "MPILAUNCH_JOB", "value": "j"}, {"name": "HOME", "value": "/tmp"}],
-                "resources": {"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": 8},
-                              "requests": {"cpu": "4", "memory": "8Gi"}},
-                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/tmp"}],
-            }],
+            "containers": [
+                {
+                    "name": "worker",
+                    "image": "img",
+                    "command": ["/bin/sh", "-c", "exec agent"],
+                    "securityContext": CONTAINER_SECURITY,
+                    "ports": [{"name": "mpilaunch-agent", "containerPort": 7355, "protocol": "TCP"}],
+                    "env": [{"name": "MPILAUNCH_JOB", "value": "j"}, {"name": "HOME", "value": "/tmp"}],
+                    "resources": {
+                        "limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": 8},
+                        "requests": {"cpu": "4", "memory": "8Gi"},
+                    },
+                    "volumeMounts": [
+                        {"name": "dshm", "mountPath": "/dev/shm"},
+                        {"name": "scratch", "mountPath": "/tmp"},
+                    ],
+                }
+            ],
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "scratch", "emptyDir": {}}],
         },
     }
@@ -50,21 +69,36 @@ def worker_pod() -> dict:
 
 def launcher_job() -> dict:
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
         "metadata": {"name": "j-launcher", "namespace": "ns", "labels": {"mpilaunch/job": "j"}},
-        "spec": {"backoffLimit": 0, "template": {
-            "metadata": {"labels": {"mpilaunch/job": "j", "mpilaunch/role": "launcher"}},
-            "spec": {
-                "hostname": "j-launcher", "subdomain": "j", "restartPolicy": "Never",
-                "serviceAccountName": "j-launcher",
-                "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
-                "containers": [{"name": "launcher", "image": "img", "command": ["launch"],
-                                "securityContext": CONTAINER_SECURITY,
-                                "resources": {"requests": {"cpu": "1", "memory": "512Mi"},
-                                              "limits": {"cpu": "1", "memory": "512Mi"}},
-                                "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}]}],
-                "volumes": [{"name": "scratch", "emptyDir": {}}],
-            }}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"mpilaunch/job": "j", "mpilaunch/role": "launcher"}},
+                "spec": {
+                    "hostname": "j-launcher",
+                    "subdomain": "j",
+                    "restartPolicy": "Never",
+                    "serviceAccountName": "j-launcher",
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+                    "containers": [
+                        {
+                            "name": "launcher",
+                            "image": "img",
+                            "command": ["launch"],
+                            "securityContext": CONTAINER_SECURITY,
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "512Mi"},
+                                "limits": {"cpu": "1", "memory": "512Mi"},
+                            },
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+                        }
+                    ],
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                },
+            },
+        },
     }
 
 
@@ -84,12 +118,16 @@ def main_container(manifest: dict) -> dict:
 # ------------------------------------------------------------------ the file's forms
 
 
-@pytest.mark.parametrize("text", [
-    "apiVersion: v1\nkind: Pod\nmetadata: {labels: {team: ml}}\nspec: {priorityClassName: high}\n",
-    "apiVersion: v1\nkind: PodTemplate\nmetadata: {name: t}\n"
-    "template: {metadata: {labels: {team: ml}}, spec: {priorityClassName: high}}\n",
-    "metadata: {labels: {team: ml}}\nspec: {priorityClassName: high}\n",
-], ids=["Pod", "PodTemplate", "PodTemplateSpec"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "apiVersion: v1\nkind: Pod\nmetadata: {labels: {team: ml}}\nspec: {priorityClassName: high}\n",
+        "apiVersion: v1\nkind: PodTemplate\nmetadata: {name: t}\n"
+        "template: {metadata: {labels: {team: ml}}, spec: {priorityClassName: high}}\n",
+        "metadata: {labels: {team: ml}}\nspec: {priorityClassName: high}\n",
+    ],
+    ids=["Pod", "PodTemplate", "PodTemplateSpec"],
+)
 def test_pod_template_file_may_be_a_pod_a_pod_template_or_a_bare_spec(tmp_path, text):
     path = tmp_path / "tpl.yaml"
     path.write_text(text)
@@ -147,19 +185,25 @@ def test_pod_template_with_only_a_worker_document_leaves_the_launcher_alone():
     assert apply(worker_pod(), "worker", None) == worker_pod()
 
 
-@pytest.mark.parametrize("text, said", [
-    ("kind: Pod\nspec: [unclosed\n", "is not valid YAML at line"),
-    ("apiVersion: batch/v1\nkind: Job\nspec: {}\n", "document 1 is a Job, not a Pod or PodTemplate"),
-    ("containers: []\n", "document 1 has no kind and is not a pod template spec"),
-    ("- a list\n", "document 1 is a list, not a mapping"),
-    ("kind: Pod\nmetadata: {labels: {mpilaunch/role: chief}}\n", "unknown role 'chief'"),
-    ("kind: Pod\nspec: {}\n---\nkind: Pod\nspec: {}\n", "two documents for every role (document 2)"),
-    ("kind: Pod\nspec: {containers: {name: x}}\n", "spec.containers that is not a list of mappings"),
-    ("---\n", "holds no pod template"),
-    ("kind: Pod\nmetadata: {labels: [a]}\n", "metadata.labels that is not a mapping"),
-    ("kind: PodTemplate\nmetadata: {labels: {mpilaunch/role: worker}}\n"
-     "template: {metadata: {labels: {mpilaunch/role: launcher}}}\n", "labelled mpilaunch/role: worker"),
-])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("kind: Pod\nspec: [unclosed\n", "is not valid YAML at line"),
+        ("apiVersion: batch/v1\nkind: Job\nspec: {}\n", "document 1 is a Job, not a Pod or PodTemplate"),
+        ("containers: []\n", "document 1 has no kind and is not a pod template spec"),
+        ("- a list\n", "document 1 is a list, not a mapping"),
+        ("kind: Pod\nmetadata: {labels: {mpilaunch/role: chief}}\n", "unknown role 'chief'"),
+        ("kind: Pod\nspec: {}\n---\nkind: Pod\nspec: {}\n", "two documents for every role (document 2)"),
+        ("kind: Pod\nspec: {containers: {name: x}}\n", "spec.containers that is not a list of mappings"),
+        ("---\n", "holds no pod template"),
+        ("kind: Pod\nmetadata: {labels: [a]}\n", "metadata.labels that is not a mapping"),
+        (
+            "kind: PodTemplate\nmetadata: {labels: {mpilaunch/role: worker}}\n"
+            "template: {metadata: {labels: {mpilaunch/role: launcher}}}\n",
+            "labelled mpilaunch/role: worker",
+        ),
+    ],
+)
 def test_pod_template_a_file_that_cannot_be_used_is_one_usage_line_naming_it(tmp_path, text, said):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -179,19 +223,23 @@ def test_pod_template_an_unreadable_file_is_a_usage_error(tmp_path):
 
 
 def test_pod_template_labels_and_annotations_merge_and_mpilaunchs_own_are_kept():
-    loaded = templates(pod(metadata={"labels": {"team": "ml", "mpilaunch/job": "j"},
-                                     "annotations": {"prometheus.io/scrape": "true"}}))
+    loaded = templates(
+        pod(metadata={"labels": {"team": "ml", "mpilaunch/job": "j"}, "annotations": {"prometheus.io/scrape": "true"}})
+    )
     merged = apply(worker_pod(), "worker", loaded)["metadata"]
     assert merged["labels"] == {"mpilaunch/job": "j", "mpilaunch/role": "worker", "team": "ml"}
     assert merged["annotations"] == {"sidecar.istio.io/inject": "false", "prometheus.io/scrape": "true"}
     assert merged["name"] == "j-worker-0"
 
 
-@pytest.mark.parametrize("metadata, said", [
-    ({"labels": {"mpilaunch/job": "other"}}, "metadata.labels mpilaunch/job=other in the worker pod clashes"),
-    ({"labels": {"mpilaunch/extra": "x"}}, "metadata.labels mpilaunch/extra in the worker pod is mpilaunch's"),
-    ({"annotations": {"sidecar.istio.io/inject": "true"}}, "metadata.annotations sidecar.istio.io/inject=true"),
-])
+@pytest.mark.parametrize(
+    "metadata, said",
+    [
+        ({"labels": {"mpilaunch/job": "other"}}, "metadata.labels mpilaunch/job=other in the worker pod clashes"),
+        ({"labels": {"mpilaunch/extra": "x"}}, "metadata.labels mpilaunch/extra in the worker pod is mpilaunch's"),
+        ({"annotations": {"sidecar.istio.io/inject": "true"}}, "metadata.annotations sidecar.istio.io/inject=true"),
+    ],
+)
 def test_pod_template_a_label_or_annotation_against_mpilaunchs_is_refused(metadata, said):
     with pytest.raises(UsageError) as e:
         apply(worker_pod(), "worker", templates(pod(metadata=metadata)))
@@ -199,19 +247,28 @@ def test_pod_template_a_label_or_annotation_against_mpilaunchs_is_refused(metada
 
 
 def test_pod_template_pull_secrets_tolerations_volumes_mounts_env_and_sidecars_are_appended():
-    loaded = templates(pod({
-        "imagePullSecrets": [{"name": "regcred"}],
-        "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}}],
-        "initContainers": [{"name": "fetch", "image": "busybox", "command": ["true"]}],
-        "containers": [
-            {"name": "worker",
-             "env": [{"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "k"}}}],
-             "envFrom": [{"secretRef": {"name": "wandb"}}],
-             "ports": [{"name": "metrics", "containerPort": 9090}],
-             "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]},
-            {"name": "logs", "image": "fluent-bit", "securityContext": {"runAsUser": 3000}},
-        ]}))
+    loaded = templates(
+        pod(
+            {
+                "imagePullSecrets": [{"name": "regcred"}],
+                "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}}],
+                "initContainers": [{"name": "fetch", "image": "busybox", "command": ["true"]}],
+                "containers": [
+                    {
+                        "name": "worker",
+                        "env": [
+                            {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "k"}}}
+                        ],
+                        "envFrom": [{"secretRef": {"name": "wandb"}}],
+                        "ports": [{"name": "metrics", "containerPort": 9090}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+                    },
+                    {"name": "logs", "image": "fluent-bit", "securityContext": {"runAsUser": 3000}},
+                ],
+            }
+        )
+    )
     spec = apply(worker_pod(), "worker", loaded)["spec"]
     ours = worker_pod()["spec"]
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
@@ -231,18 +288,35 @@ def test_pod_template_pull_secrets_tolerations_volumes_mounts_env_and_sidecars_a
 
 
 def test_pod_template_security_context_and_the_main_containers_resources_are_the_templates():
-    loaded = templates(pod({
-        "securityContext": {"runAsUser": 2000, "fsGroup": 2000},
-        "containers": [{"name": "worker", "securityContext": {"readOnlyRootFilesystem": True},
-                        "resources": {"limits": {"memory": "64Gi"}, "requests": {"ephemeral-storage": "10Gi"}}}]}))
+    loaded = templates(
+        pod(
+            {
+                "securityContext": {"runAsUser": 2000, "fsGroup": 2000},
+                "containers": [
+                    {
+                        "name": "worker",
+                        "securityContext": {"readOnlyRootFilesystem": True},
+                        "resources": {"limits": {"memory": "64Gi"}, "requests": {"ephemeral-storage": "10Gi"}},
+                    }
+                ],
+            }
+        )
+    )
     spec = apply(worker_pod(), "worker", loaded)["spec"]
-    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True,
-                                       "runAsUser": 2000, "runAsGroup": 1000, "fsGroup": 2000}
+    assert spec["securityContext"] == {
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": True,
+        "runAsUser": 2000,
+        "runAsGroup": 1000,
+        "fsGroup": 2000,
+    }
     main = spec["containers"][0]
     assert main["securityContext"] == {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
     # request = limit where mpilaunch paired them (a LimitRange's ratio): the template's limit moves both
-    assert main["resources"] == {"limits": {"cpu": "4", "memory": "64Gi", "nvidia.com/gpu": 8},
-                                 "requests": {"cpu": "4", "memory": "64Gi", "ephemeral-storage": "10Gi"}}
+    assert main["resources"] == {
+        "limits": {"cpu": "4", "memory": "64Gi", "nvidia.com/gpu": 8},
+        "requests": {"cpu": "4", "memory": "64Gi", "ephemeral-storage": "10Gi"},
+    }
 
 
 def test_pod_template_gpu_count_is_the_plans():
@@ -254,37 +328,69 @@ def test_pod_template_gpu_count_is_the_plans():
 
 
 def test_pod_template_node_selector_merges_and_affinity_adds_to_mpilaunchs():
-    loaded = templates(pod({"nodeSelector": {"zone": "a"}, "affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]}}},
-        "dnsConfig": {"searches": ["corp.example"], "options": [{"name": "ndots", "value": "2"}]}}))
+    loaded = templates(
+        pod(
+            {
+                "nodeSelector": {"zone": "a"},
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}
+                            ]
+                        }
+                    }
+                },
+                "dnsConfig": {"searches": ["corp.example"], "options": [{"name": "ndots", "value": "2"}]},
+            }
+        )
+    )
     ours = worker_pod()
-    ours["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["x"]}]},
-                              {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+    ours["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["x"]}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                ]
+            }
+        }
+    }
     spec = apply(ours, "worker", loaded)["spec"]
     assert spec["nodeSelector"] == {"pool": "gpu", "zone": "a"}
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     # (pool=x OR name=n1) AND gpu=a100: each of mpilaunch's terms with the template's expressions
     assert [sorted(e["key"] for e in t.get("matchExpressions", [])) for t in terms] == [["gpu", "pool"], ["gpu"]]
     assert terms[1]["matchFields"][0]["key"] == "metadata.name"
-    assert spec["dnsConfig"] == {"searches": ["j.ns.svc.cluster.local", "corp.example"],
-                                 "options": [{"name": "ndots", "value": "2"}]}
+    assert spec["dnsConfig"] == {
+        "searches": ["j.ns.svc.cluster.local", "corp.example"],
+        "options": [{"name": "ndots", "value": "2"}],
+    }
     with pytest.raises(UsageError, match="spec.nodeSelector pool=cpu in the worker pod clashes"):
         apply(worker_pod(), "worker", templates(pod({"nodeSelector": {"pool": "cpu"}})))
 
 
 def test_pod_template_launcher_job_gets_its_pod_merged_and_its_first_container_is_the_main_one():
-    loaded = templates(pod({"serviceAccountName": "j-launcher", "containers": [
-        {"name": "app", "resources": {"limits": {"cpu": "2"}}, "imagePullPolicy": "Always"},
-        {"name": "proxy", "image": "envoy"}]}))
+    loaded = templates(
+        pod(
+            {
+                "serviceAccountName": "j-launcher",
+                "containers": [
+                    {"name": "app", "resources": {"limits": {"cpu": "2"}}, "imagePullPolicy": "Always"},
+                    {"name": "proxy", "image": "envoy"},
+                ],
+            }
+        )
+    )
     job = apply(launcher_job(), "launcher", loaded)
     assert job["spec"]["backoffLimit"] == 0 and job["metadata"] == launcher_job()["metadata"]
     containers = job["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["launcher", "proxy"]  # relaunch patches containers[0]
     assert containers[0]["command"] == ["launch"] and containers[0]["imagePullPolicy"] == "Always"
-    assert containers[0]["resources"] == {"requests": {"cpu": "2", "memory": "512Mi"},
-                                          "limits": {"cpu": "2", "memory": "512Mi"}}
+    assert containers[0]["resources"] == {
+        "requests": {"cpu": "2", "memory": "512Mi"},
+        "limits": {"cpu": "2", "memory": "512Mi"},
+    }
 
 
 def test_pod_template_scheduler_priority_and_service_account_must_agree_with_the_flags():
@@ -304,30 +410,55 @@ def test_pod_template_scheduler_priority_and_service_account_must_agree_with_the
         pod_template.launcher_service_account(loaded, "other")
     # a worker pod names no account: the template's is taken
     assert apply(worker_pod(), "worker", loaded)["spec"].get("serviceAccountName") is None
-    assert apply(worker_pod(), "worker", templates(pod({"serviceAccountName": "s3-reader"})))[
-        "spec"]["serviceAccountName"] == "s3-reader"
+    assert (
+        apply(worker_pod(), "worker", templates(pod({"serviceAccountName": "s3-reader"})))["spec"]["serviceAccountName"]
+        == "s3-reader"
+    )
 
 
 def test_pod_template_result_shares_no_object_so_render_prints_no_yaml_alias():
     import yaml
 
     secure = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    loaded = templates(pod({
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
-            {"matchExpressions": [{"key": "b", "operator": "Exists"}]}]}}},
-        "initContainers": [{"name": "i1"}, {"name": "i2"}],
-        "containers": [{"name": "worker", "securityContext": secure}, {"name": "s1"}, {"name": "s2"}]}))
+    loaded = templates(
+        pod(
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
+                                {"matchExpressions": [{"key": "b", "operator": "Exists"}]},
+                            ]
+                        }
+                    }
+                },
+                "initContainers": [{"name": "i1"}, {"name": "i2"}],
+                "containers": [{"name": "worker", "securityContext": secure}, {"name": "s1"}, {"name": "s2"}],
+            }
+        )
+    )
     ours = worker_pod()
-    ours["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "c", "operator": "Exists"}]}]}}}
+    ours["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "c", "operator": "Exists"}]}]
+            }
+        }
+    }
     text = yaml.safe_dump(apply(ours, "worker", loaded))
     assert "&id" not in text and "*id" not in text
 
 
 def test_pod_template_apply_changes_neither_argument():
-    loaded = templates(pod({"volumes": [{"name": "data", "emptyDir": {}}],
-                            "containers": [{"name": "worker", "env": [{"name": "A", "value": "1"}]}]}))
+    loaded = templates(
+        pod(
+            {
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [{"name": "worker", "env": [{"name": "A", "value": "1"}]}],
+            }
+        )
+    )
     before = copy.deepcopy(loaded.roles)
     manifest = worker_pod()
     first = apply(manifest, "worker", loaded)
@@ -338,22 +469,34 @@ def test_pod_template_apply_changes_neither_argument():
 # ------------------------------------------------------------------ fields mpilaunch owns
 
 
-@pytest.mark.parametrize("role, template, field", [
-    ("worker", pod({"containers": [{"name": "worker", "command": ["python", "train.py"]}]}),
-     "the worker container's command"),
-    ("worker", pod({"containers": [{"name": "worker", "args": ["--x"]}]}), "the worker container's args"),
-    ("launcher", pod({"containers": [{"name": "main", "image": "other"}]}), "the launcher container's image"),
-    ("worker", pod({"containers": [{"name": "worker", "ports": [{"containerPort": 7355}]}]}),
-     "the worker container's port 7355"),
-    ("worker", pod({"containers": [{"name": "worker", "ports": [{"name": "mpilaunch-agent", "containerPort": 1}]}]}),
-     "the worker container's port mpilaunch-agent"),
-    ("worker", pod({"restartPolicy": "OnFailure"}), "spec.restartPolicy"),
-    ("launcher", pod({"restartPolicy": "Always"}), "spec.restartPolicy"),
-    ("worker", pod({"hostname": "h"}), "spec.hostname"),
-    ("launcher", pod({"subdomain": "s"}), "spec.subdomain"),
-    ("worker", pod(metadata={"name": "mine"}), "metadata.name"),
-    ("launcher", pod(metadata={"namespace": "other"}), "metadata.namespace"),
-])
+@pytest.mark.parametrize(
+    "role, template, field",
+    [
+        (
+            "worker",
+            pod({"containers": [{"name": "worker", "command": ["python", "train.py"]}]}),
+            "the worker container's command",
+        ),
+        ("worker", pod({"containers": [{"name": "worker", "args": ["--x"]}]}), "the worker container's args"),
+        ("launcher", pod({"containers": [{"name": "main", "image": "other"}]}), "the launcher container's image"),
+        (
+            "worker",
+            pod({"containers": [{"name": "worker", "ports": [{"containerPort": 7355}]}]}),
+            "the worker container's port 7355",
+        ),
+        (
+            "worker",
+            pod({"containers": [{"name": "worker", "ports": [{"name": "mpilaunch-agent", "containerPort": 1}]}]}),
+            "the worker container's port mpilaunch-agent",
+        ),
+        ("worker", pod({"restartPolicy": "OnFailure"}), "spec.restartPolicy"),
+        ("launcher", pod({"restartPolicy": "Always"}), "spec.restartPolicy"),
+        ("worker", pod({"hostname": "h"}), "spec.hostname"),
+        ("launcher", pod({"subdomain": "s"}), "spec.subdomain"),
+        ("worker", pod(metadata={"name": "mine"}), "metadata.name"),
+        ("launcher", pod(metadata={"namespace": "other"}), "metadata.namespace"),
+    ],
+)
 def test_pod_template_a_field_mpilaunch_owns_is_one_usage_line(role, template, field):
     manifest = worker_pod() if role == "worker" else launcher_job()
     with pytest.raises(UsageError) as e:
@@ -364,18 +507,26 @@ def test_pod_template_a_field_mpilaunch_owns_is_one_usage_line(role, template, f
 
 
 def test_pod_template_may_repeat_an_owned_value():
-    loaded = templates(pod({"restartPolicy": "Never", "containers": [{"name": "worker", "image": "img"}]},
-                           {"namespace": "ns"}))
+    loaded = templates(
+        pod({"restartPolicy": "Never", "containers": [{"name": "worker", "image": "img"}]}, {"namespace": "ns"})
+    )
     assert apply(worker_pod(), "worker", loaded) == worker_pod()
 
 
-@pytest.mark.parametrize("template, said", [
-    (pod({"volumes": [{"name": "scratch", "emptyDir": {}}]}), "spec.volumes 'scratch'"),
-    (pod({"containers": [{"name": "worker", "env": [{"name": "HOME", "value": "/home/me"}]}]}),
-     "the worker container's env 'HOME'"),
-    (pod({"containers": [{"name": "worker", "volumeMounts": [{"name": "data", "mountPath": "/tmp"}]}]}),
-     "the worker container's volumeMount at /tmp"),
-])
+@pytest.mark.parametrize(
+    "template, said",
+    [
+        (pod({"volumes": [{"name": "scratch", "emptyDir": {}}]}), "spec.volumes 'scratch'"),
+        (
+            pod({"containers": [{"name": "worker", "env": [{"name": "HOME", "value": "/home/me"}]}]}),
+            "the worker container's env 'HOME'",
+        ),
+        (
+            pod({"containers": [{"name": "worker", "volumeMounts": [{"name": "data", "mountPath": "/tmp"}]}]}),
+            "the worker container's volumeMount at /tmp",
+        ),
+    ],
+)
 def test_pod_template_a_name_mpilaunch_uses_is_refused(template, said):
     with pytest.raises(UsageError) as e:
         apply(worker_pod(), "worker", templates(template))
@@ -390,8 +541,20 @@ def test_pod_template_gpu_resource_names_a_device_plugins_resource(name):
     assert check_gpu_resource(name) == name
 
 
-@pytest.mark.parametrize("name", ["gpu", "nvidia.com/", "/gpu", "Nvidia.com/gpu", "nvidia.com/gpu/x", "a b/gpu",
-                                  "kubernetes.io/gpu", "requests.nvidia.com/gpu", "nvidia.com/-gpu"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpu",
+        "nvidia.com/",
+        "/gpu",
+        "Nvidia.com/gpu",
+        "nvidia.com/gpu/x",
+        "a b/gpu",
+        "kubernetes.io/gpu",
+        "requests.nvidia.com/gpu",
+        "nvidia.com/-gpu",
+    ],
+)
 def test_pod_template_gpu_resource_refuses_what_no_device_plugin_offers(name):
     with pytest.raises(UsageError) as e:
         check_gpu_resource(name)
@@ -402,12 +565,22 @@ def test_pod_template_gpu_resource_refuses_what_no_device_plugin_offers(name):
 def test_pod_template_reaper_takes_only_the_pull_secrets_of_a_document_for_every_role():
     """The reaper runs the job's image (a private registry's secret is needed) but not the workers'
     dataset volume or GPU placement; a document labelled reaper is its own."""
-    templates = pod_template.parse([
-        {"spec": {"imagePullSecrets": [{"name": "regcred"}], "volumes": [{"name": "data", "emptyDir": {}}],
-                  "nodeSelector": {"gpu": "yes"}}},
-        {"metadata": {"labels": {"mpilaunch/role": "reaper"}}, "spec": {"priorityClassName": None,
-                                                                        "nodeSelector": {"pool": "cpu"}}},
-    ], "t.yaml")
+    templates = pod_template.parse(
+        [
+            {
+                "spec": {
+                    "imagePullSecrets": [{"name": "regcred"}],
+                    "volumes": [{"name": "data", "emptyDir": {}}],
+                    "nodeSelector": {"gpu": "yes"},
+                }
+            },
+            {
+                "metadata": {"labels": {"mpilaunch/role": "reaper"}},
+                "spec": {"priorityClassName": None, "nodeSelector": {"pool": "cpu"}},
+            },
+        ],
+        "t.yaml",
+    )
     reaper = templates.for_role("reaper")["spec"]
     assert reaper["imagePullSecrets"] == [{"name": "regcred"}]
     assert "volumes" not in reaper and reaper["nodeSelector"] == {"pool": "cpu"}

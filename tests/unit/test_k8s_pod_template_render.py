@@ -13,18 +13,40 @@ yaml = pytest.importorskip("yaml")
 
 
 def render(*args):
-    return subprocess.run([sys.executable, "-m", "mpilaunch", "render", "--backend", "k8s", "--image", "img",
-                           "--name", "j", "--launcher", "cluster", *args, "--", "python3", "train.py"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "render",
+            "--backend",
+            "k8s",
+            "--image",
+            "img",
+            "--name",
+            "j",
+            "--launcher",
+            "cluster",
+            *args,
+            "--",
+            "python3",
+            "train.py",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_pod_template_render_merges_into_workers_and_launcher(tmp_path):
     path = tmp_path / "tpl.yaml"
-    path.write_text("kind: Pod\nspec:\n  imagePullSecrets: [{name: regcred}]\n---\n"
-                    "kind: Pod\nmetadata: {labels: {mpilaunch/role: launcher}}\nspec:\n"
-                    "  serviceAccountName: ml-runner\n  nodeSelector: {pool: cpu}\n")
-    proc = render("--gpus", "16", "--gpus-per-node", "8", "--gpu-resource", "amd.com/gpu",
-                  "--pod-template", str(path))
+    path.write_text(
+        "kind: Pod\nspec:\n  imagePullSecrets: [{name: regcred}]\n---\n"
+        "kind: Pod\nmetadata: {labels: {mpilaunch/role: launcher}}\nspec:\n"
+        "  serviceAccountName: ml-runner\n  nodeSelector: {pool: cpu}\n"
+    )
+    proc = render("--gpus", "16", "--gpus-per-node", "8", "--gpu-resource", "amd.com/gpu", "--pod-template", str(path))
     assert proc.returncode == 0, proc.stderr
     objs = [o for o in yaml.safe_load_all(proc.stdout) if o]
     workers = [o for o in objs if o["kind"] == "Pod"]
@@ -43,6 +65,8 @@ def test_pod_template_render_refuses_an_owned_field_with_exit_2(tmp_path):
     path.write_text("kind: Pod\nspec:\n  containers: [{name: worker, ports: [{containerPort: 7355}]}]\n")
     proc = render("--np", "2", "--transport", "agent", "--pod-template", str(path))
     assert proc.returncode == 2
-    assert proc.stderr.startswith(f"mpilaunch: error: --pod-template {path}: the worker container's port 7355 "
-                                  f"in the worker pod is mpilaunch's\n  hint: ")
+    assert proc.stderr.startswith(
+        f"mpilaunch: error: --pod-template {path}: the worker container's port 7355 "
+        f"in the worker pod is mpilaunch's\n  hint: "
+    )
     assert "Traceback" not in proc.stderr

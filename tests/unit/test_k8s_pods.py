@@ -4,8 +4,13 @@ from mpilaunch.backends.k8s.pods import launcher_started, pod_problem
 
 
 def pod(phase, *container_states):
-    return {"status": {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "True"}],
-                       "containerStatuses": [{"state": state} for state in container_states]}}
+    return {
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"state": state} for state in container_states],
+        }
+    }
 
 
 def test_a_launcher_that_already_finished_has_started():

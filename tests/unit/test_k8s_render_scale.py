@@ -25,9 +25,28 @@ OBJECT_LIMIT = 1536 * 1024
 
 
 def render(*args) -> list[str]:
-    proc = subprocess.run([sys.executable, "-m", "mpilaunch", "render", "--backend", "k8s", "--image", "img",
-                           "--name", "big", *args, "--", "python3", "train.py"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "render",
+            "--backend",
+            "k8s",
+            "--image",
+            "img",
+            "--name",
+            "big",
+            *args,
+            "--",
+            "python3",
+            "train.py",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return [doc for doc in proc.stdout.split("\n---\n") if doc.strip()]
 
@@ -51,21 +70,28 @@ def test_scale_render_8192_workers_keeps_every_object_within_the_api_limits():
     assert [w.slots for w in launch.workers] == [2] * 8191 + [1]
     assert len(root["launch.json"]) < 4096 and len(root["plan.json"]) < 1024
     plan = json.loads(root["plan.json"])
-    assert (plan["ranks"], plan["worker_runs"]) == (16383, [{"slots": 2, "gpus": 0, "count": 8191},
-                                                            {"slots": 1, "gpus": 0, "count": 1}])
+    assert (plan["ranks"], plan["worker_runs"]) == (
+        16383,
+        [{"slots": 2, "gpus": 0, "count": 8191}, {"slots": 1, "gpus": 0, "count": 1}],
+    )
     assert root["hostfile"].count("\n") == 8192
 
 
 def test_launch_description_round_trips_runs_and_irregular_workers():
-    regular = LaunchDescription(job="j", workers=(LaunchWorker("j-worker-0", 8), LaunchWorker("j-worker-1", 8),
-                                                  LaunchWorker("j-worker-2", 3)),
-                                command=("true",), rank_prefix=("r",))
+    regular = LaunchDescription(
+        job="j",
+        workers=(LaunchWorker("j-worker-0", 8), LaunchWorker("j-worker-1", 8), LaunchWorker("j-worker-2", 3)),
+        command=("true",),
+        rank_prefix=("r",),
+    )
     data = regular.to_dict()
     assert "workers" not in data and data["worker_slots"] == [[8, 2], [3, 1]]
     assert LaunchDescription.from_dict(json.loads(json.dumps(data))) == regular
     # names that are not <job>-worker-<i> in order, or addresses (YARN's agents): listed one by one
-    for workers in ((LaunchWorker("j-worker-1", 1), LaunchWorker("j-worker-0", 1)),
-                    (LaunchWorker("j-worker-0", 1, "10.0.0.1:4000"),)):
+    for workers in (
+        (LaunchWorker("j-worker-1", 1), LaunchWorker("j-worker-0", 1)),
+        (LaunchWorker("j-worker-0", 1, "10.0.0.1:4000"),),
+    ):
         odd = LaunchDescription(job="j", workers=workers, command=("true",), rank_prefix=("r",))
         data = odd.to_dict()
         assert "worker_slots" not in data and len(data["workers"]) == len(workers)
@@ -76,8 +102,11 @@ def test_launch_description_round_trips_runs_and_irregular_workers():
 def test_pods_mount_only_immutable_objects_so_no_kubelet_watch_stays(transport):
     """A kubelet watches each Secret and ConfigMap its pods mount for as long as they run, unless the
     object is immutable: with N nodes that was 2N watches in kube-apiserver for the job's life."""
-    docs = [d for d in (yaml.safe_load(t) for t in render("--np", "4", "--slots-per-worker", "2",
-                                                          "--transport", transport)) if d]
+    docs = [
+        d
+        for d in (yaml.safe_load(t) for t in render("--np", "4", "--slots-per-worker", "2", "--transport", transport))
+        if d
+    ]
     objects = {(d["kind"], d["metadata"]["name"]): d for d in docs}
     pods = [d["spec"] for d in docs if d["kind"] == "Pod"]
     pods += [d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Job"]

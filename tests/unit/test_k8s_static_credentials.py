@@ -30,9 +30,14 @@ def b64(data: bytes) -> str:
 
 def kubeconfig(tmp_path, cluster: dict, user: dict, *, namespace=None, extra_contexts=()) -> str:
     context = {"cluster": "c", "user": "u", **({"namespace": namespace} if namespace else {})}
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "main",
-              "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user}],
-              "contexts": [{"name": "main", "context": context}, *extra_contexts]}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "main",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "main", "context": context}, *extra_contexts],
+    }
     path = tmp_path / "kube" / "config"
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump(config))
@@ -64,42 +69,70 @@ def both(tmp_path, path, context=None, namespace=None):
 
 
 def test_inline_client_certificate_and_ca(tmp_path):
-    path = kubeconfig(tmp_path, {"server": "https://10.0.0.1:6443/", "certificate-authority-data": b64(CA)},
-                      {"client-certificate-data": b64(CERT), "client-key-data": b64(KEY)}, namespace="team")
+    path = kubeconfig(
+        tmp_path,
+        {"server": "https://10.0.0.1:6443/", "certificate-authority-data": b64(CA)},
+        {"client-certificate-data": b64(CERT), "client-key-data": b64(KEY)},
+        namespace="team",
+    )
     fast, slow = both(tmp_path, path)
-    assert fast == slow == {"server": "https://10.0.0.1:6443", "namespace": "team", "ca_file": CA,
-                            "cert_file": CERT, "key_file": KEY}
+    assert (
+        fast
+        == slow
+        == {"server": "https://10.0.0.1:6443", "namespace": "team", "ca_file": CA, "cert_file": CERT, "key_file": KEY}
+    )
 
 
 def test_token_with_ca_file_relative_to_the_kubeconfig_and_namespace_flag(tmp_path):
     (tmp_path / "kube").mkdir()
     (tmp_path / "kube" / "ca.crt").write_bytes(CA)
-    path = kubeconfig(tmp_path, {"server": "https://api.example:443", "certificate-authority": "ca.crt",
-                                 "tls-server-name": "kubernetes"}, {"token": "s3cret"})
+    path = kubeconfig(
+        tmp_path,
+        {"server": "https://api.example:443", "certificate-authority": "ca.crt", "tls-server-name": "kubernetes"},
+        {"token": "s3cret"},
+    )
     fast, slow = both(tmp_path, path, namespace="flag-ns")
-    assert fast == slow == {"server": "https://api.example:443", "namespace": "flag-ns", "ca_file": CA,
-                            "tls_server_name": "kubernetes", "token_file": b"s3cret"}
+    assert (
+        fast
+        == slow
+        == {
+            "server": "https://api.example:443",
+            "namespace": "flag-ns",
+            "ca_file": CA,
+            "tls_server_name": "kubernetes",
+            "token_file": b"s3cret",
+        }
+    )
 
 
 def test_insecure_cluster_and_a_named_context(tmp_path):
     other = {"name": "other", "context": {"cluster": "c", "user": "u", "namespace": "o"}}
     (tmp_path / "k.pem").write_bytes(KEY)
     (tmp_path / "c.pem").write_bytes(CERT)
-    path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True},
-                      {"client-certificate": str(tmp_path / "c.pem"), "client-key": str(tmp_path / "k.pem")},
-                      extra_contexts=[other])
+    path = kubeconfig(
+        tmp_path,
+        {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True},
+        {"client-certificate": str(tmp_path / "c.pem"), "client-key": str(tmp_path / "k.pem")},
+        extra_contexts=[other],
+    )
     fast, slow = both(tmp_path, path, context="other")
-    assert fast == slow == {"server": "https://127.0.0.1:1", "namespace": "o", "insecure": True,
-                            "cert_file": CERT, "key_file": KEY}
+    assert (
+        fast
+        == slow
+        == {"server": "https://127.0.0.1:1", "namespace": "o", "insecure": True, "cert_file": CERT, "key_file": KEY}
+    )
 
 
-@pytest.mark.parametrize("user", [
-    {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}},
-    {"auth-provider": {"name": "oidc"}},
-    {"username": "a", "password": "b"},
-    {"tokenFile": "/var/run/token"},
-    {},
-])
+@pytest.mark.parametrize(
+    "user",
+    [
+        {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}},
+        {"auth-provider": {"name": "oidc"}},
+        {"username": "a", "password": "b"},
+        {"tokenFile": "/var/run/token"},
+        {},
+    ],
+)
 def test_what_only_the_loader_can_read_goes_to_it(tmp_path, user):
     path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"}, user)
     assert api.static_credentials(path, None, None, tmp_path) is None
@@ -114,12 +147,15 @@ def test_several_files_a_missing_context_and_a_proxy_go_to_the_loader(tmp_path):
 
 
 def test_a_static_kubeconfig_does_not_import_the_kubernetes_package(tmp_path):
-    path = kubeconfig(tmp_path, {"server": "https://10.0.0.1:6443", "certificate-authority-data": b64(CA)},
-                      {"token": "t"})
-    code = ("import sys; from pathlib import Path; from mpilaunch.backends.k8s import api; "
-            f"c = api.resolve({path!r}, None, None, Path({str(tmp_path)!r})); "
-            "assert c['server'] == 'https://10.0.0.1:6443', c; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))")
+    path = kubeconfig(
+        tmp_path, {"server": "https://10.0.0.1:6443", "certificate-authority-data": b64(CA)}, {"token": "t"}
+    )
+    code = (
+        "import sys; from pathlib import Path; from mpilaunch.backends.k8s import api; "
+        f"c = api.resolve({path!r}, None, None, Path({str(tmp_path)!r})); "
+        "assert c['server'] == 'https://10.0.0.1:6443', c; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -127,8 +163,9 @@ def test_a_static_kubeconfig_does_not_import_the_kubernetes_package(tmp_path):
 def test_a_broken_kubeconfig_is_left_to_the_loader_which_names_the_problem(tmp_path):
     from mpilaunch.core.errors import UsageError
 
-    path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1", "certificate-authority": "missing.crt"},
-                      {"token": "t"})
+    path = kubeconfig(
+        tmp_path, {"server": "https://127.0.0.1:1", "certificate-authority": "missing.crt"}, {"token": "t"}
+    )
     assert api.static_credentials(path, None, None, tmp_path) is None
     with pytest.raises(UsageError, match="cannot load kubeconfig"):
         api.resolve(path, None, None, tmp_path)

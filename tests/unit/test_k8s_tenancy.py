@@ -20,9 +20,31 @@ def render_objects(tmp_path, *args: str) -> list[dict]:
     """Every object `mpilaunch render` shows for a 4-rank job of 2 workers with ``args``."""
     import yaml
 
-    proc = subprocess.run([sys.executable, "-m", "mpilaunch", "render", "--backend", "k8s", "--image", "img",
-                           "--name", "tj", "--np", "4", "--slots-per-worker", "2", *args, "--", "true"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "render",
+            "--backend",
+            "k8s",
+            "--image",
+            "img",
+            "--name",
+            "tj",
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            *args,
+            "--",
+            "true",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if proc.returncode == 2:
         raise UsageError(proc.stderr.strip(), None)
     assert proc.returncode == 0, proc.stderr
@@ -40,14 +62,21 @@ def pods_of(objects: list[dict]) -> list[tuple[str, dict]]:
     return out
 
 
-@pytest.mark.parametrize("args", [[], ["--launcher", "local"], ["--launcher", "local", "--transport", "agent"],
-                                  ["--transport", "exec"]], ids=["cluster", "local", "local-agent", "exec"])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--launcher", "local"], ["--launcher", "local", "--transport", "agent"], ["--transport", "exec"]],
+    ids=["cluster", "local", "local-agent", "exec"],
+)
 def test_tenant_every_rendered_container_meets_restricted(tmp_path, args):
     pods = pods_of(render_objects(tmp_path, *args))
     assert {role for role, _ in pods} >= {"worker", "reaper"}
     for role, spec in pods:
-        assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
-                                           "seccompProfile": {"type": "RuntimeDefault"}}, role
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, role
         for c in spec["containers"] + spec.get("initContainers", []):
             assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
             assert {e["name"]: e.get("value") for e in c["env"]}.items() >= {"HOME": "/tmp", "TMPDIR": "/tmp"}.items()
@@ -72,9 +101,27 @@ def test_tenant_run_as_user_forms(tmp_path):
 
 
 def test_tenant_bad_run_as_user_is_a_usage_error_before_anything():
-    result = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "i",
-                             "--run-as-user", "alice", "--np", "2", "--", "true"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "k8s",
+            "--image",
+            "i",
+            "--run-as-user",
+            "alice",
+            "--np",
+            "2",
+            "--",
+            "true",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("mpilaunch: error: invalid --run-as-user 'alice'"), result.stderr
     assert "Traceback" not in result.stderr
@@ -96,8 +143,19 @@ def test_tenant_resources_on_every_container(tmp_path):
             continue  # no --pod-cpu/--pod-memory: the namespace's LimitRange defaults decide
         for c in spec["containers"]:
             assert c["resources"]["requests"] == c["resources"]["limits"], (role, c["resources"])
-    objs = render_objects(tmp_path, "--launcher-memory", "3Gi", "--launcher-cpu", "2", "--reaper-cpu", "100m",
-                          "--pod-cpu", "4", "--pod-memory", "8Gi")
+    objs = render_objects(
+        tmp_path,
+        "--launcher-memory",
+        "3Gi",
+        "--launcher-cpu",
+        "2",
+        "--reaper-cpu",
+        "100m",
+        "--pod-cpu",
+        "4",
+        "--pod-memory",
+        "8Gi",
+    )
     by_role = {role: spec["containers"][0]["resources"] for role, spec in pods_of(objs)}
     assert by_role["launcher"]["limits"] == {"cpu": "2", "memory": "3Gi"}
     assert by_role["reaper"]["limits"] == {"cpu": "100m", "memory": "128Mi"}
@@ -112,46 +170,70 @@ def test_tenant_resources_on_every_container(tmp_path):
 def test_tenant_rbac_objects_are_namespaced_and_apply_as_yaml():
     import yaml
 
-    text = subprocess.run([sys.executable, "-m", "mpilaunch", "rbac", "--namespace", "team-a"], cwd=REPO,
-                          capture_output=True, text=True, check=True, timeout=60).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "mpilaunch", "rbac", "--namespace", "team-a"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     docs = [d for d in yaml.safe_load_all(text) if d]
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
     assert all(d["metadata"]["namespace"] == "team-a" for d in docs)
     assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "mpilaunch", "namespace": "team-a"}]
-    verbs = {(g, r): set(rule["verbs"]) for rule in docs[1]["rules"] for g in rule["apiGroups"]
-             for r in rule["resources"]}
+    verbs = {
+        (g, r): set(rule["verbs"]) for rule in docs[1]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
     assert {"create"} <= verbs[("", "pods/exec")] and {"get", "watch"} <= verbs[("coordination.k8s.io", "leases")]
 
 
 def test_tenant_missing_identity_permissions_are_named():
-    allowed = {("", "serviceaccounts"): True, ("rbac.authorization.k8s.io", "roles"): False,
-               ("rbac.authorization.k8s.io", "rolebindings"): False}
+    allowed = {
+        ("", "serviceaccounts"): True,
+        ("rbac.authorization.k8s.io", "roles"): False,
+        ("rbac.authorization.k8s.io", "rolebindings"): False,
+    }
     error = rbac.refusal("team-a", rbac.missing_permissions(allowed))
     assert error.message.startswith("you may not create roles, rolebindings in namespace team-a")
     assert "mpilaunch rbac --namespace team-a | kubectl apply -f -" in error.hint
     assert error.exit_code == 2
 
 
-@pytest.mark.parametrize("message,line", [
-    ('pods "j-worker-1" is forbidden: exceeded quota: compute, requested: limits.cpu=6,requests.cpu=6, '
-     'used: limits.cpu=6550m,requests.cpu=6550m, limited: limits.cpu=8,requests.cpu=8',
-     "the namespace's ResourceQuota 'compute' is exceeded: requested limits.cpu=6,requests.cpu=6, "
-     "already used limits.cpu=6550m,requests.cpu=6550m, limited to limits.cpu=8,requests.cpu=8"),
-    ('pods "j-worker-0" is forbidden: failed quota: compute: must specify limits.cpu for: worker; '
-     'limits.memory for: worker',
-     "the namespace's ResourceQuota 'compute' refuses it: must specify limits.cpu for: worker; "
-     "limits.memory for: worker"),
-    ('pods "j-worker-0" is forbidden: minimum cpu usage per Container is 50m, but request is 10m',
-     "the namespace's LimitRange refuses it: minimum cpu usage per Container is 50m, but request is 10m"),
-    ('pods "j-worker-0" is forbidden: [cpu max limit to request ratio per Container is 2, but provided ratio '
-     'is 4.000000]',
-     "the namespace's LimitRange refuses it: cpu max limit to request ratio per Container is 2, but provided "
-     "ratio is 4.000000"),
-    ('pods "j-worker-0" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true '
-     '(pod or container "worker" must set securityContext.runAsNonRoot=true)',
-     "the namespace's PodSecurity level restricted:latest refuses it: runAsNonRoot != true (pod or container "
-     "\"worker\" must set securityContext.runAsNonRoot=true)"),
-], ids=["quota-exceeded", "quota-needs-limits", "limitrange-min", "limitrange-ratio", "pod-security"])
+@pytest.mark.parametrize(
+    "message,line",
+    [
+        (
+            'pods "j-worker-1" is forbidden: exceeded quota: compute, requested: limits.cpu=6,requests.cpu=6, '
+            "used: limits.cpu=6550m,requests.cpu=6550m, limited: limits.cpu=8,requests.cpu=8",
+            "the namespace's ResourceQuota 'compute' is exceeded: requested limits.cpu=6,requests.cpu=6, "
+            "already used limits.cpu=6550m,requests.cpu=6550m, limited to limits.cpu=8,requests.cpu=8",
+        ),
+        (
+            'pods "j-worker-0" is forbidden: failed quota: compute: must specify limits.cpu for: worker; '
+            "limits.memory for: worker",
+            "the namespace's ResourceQuota 'compute' refuses it: must specify limits.cpu for: worker; "
+            "limits.memory for: worker",
+        ),
+        (
+            'pods "j-worker-0" is forbidden: minimum cpu usage per Container is 50m, but request is 10m',
+            "the namespace's LimitRange refuses it: minimum cpu usage per Container is 50m, but request is 10m",
+        ),
+        (
+            'pods "j-worker-0" is forbidden: [cpu max limit to request ratio per Container is 2, but provided ratio '
+            "is 4.000000]",
+            "the namespace's LimitRange refuses it: cpu max limit to request ratio per Container is 2, but provided "
+            "ratio is 4.000000",
+        ),
+        (
+            'pods "j-worker-0" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true '
+            '(pod or container "worker" must set securityContext.runAsNonRoot=true)',
+            "the namespace's PodSecurity level restricted:latest refuses it: runAsNonRoot != true (pod or container "
+            '"worker" must set securityContext.runAsNonRoot=true)',
+        ),
+    ],
+    ids=["quota-exceeded", "quota-needs-limits", "limitrange-min", "limitrange-ratio", "pod-security"],
+)
 def test_tenant_policy_refusals_name_the_policy(message, line):
     assert refusals.explain(message)[0] == line
     assert refusals.explain('roles.rbac.authorization.k8s.io is forbidden: User "alice" cannot create') is None
@@ -169,7 +251,8 @@ def test_network_policy_allows_the_jobs_own_traffic_only(tmp_path):
     assert {p["port"] for p in job["egress"][1]["ports"]} == {53, 5353} and "to" not in job["egress"][1]
     api = policies["tj-api"]
     assert api["podSelector"]["matchExpressions"] == [
-        {"key": "mpilaunch/role", "operator": "In", "values": ["launcher", "reaper"]}]
+        {"key": "mpilaunch/role", "operator": "In", "values": ["launcher", "reaper"]}
+    ]
     assert api["policyTypes"] == ["Egress"] and "ingress" not in api
     assert not [o for o in render_objects(tmp_path, "--network-policy", "none") if o["kind"] == "NetworkPolicy"]
 
@@ -205,14 +288,24 @@ def test_tenant_launcher_and_reaper_are_not_pinned_to_the_workers_gpu_nodes(tmp_
 
 
 def test_tenant_launcher_placement_is_its_own_when_asked(tmp_path):
-    objs = render_objects(tmp_path, "--node-selector", "gpu=yes", "--toleration", "nvidia.com/gpu:NoSchedule",
-                          "--launcher-node-selector", "pool=cpu", "--launcher-toleration", "pool=cpu:NoSchedule")
+    objs = render_objects(
+        tmp_path,
+        "--node-selector",
+        "gpu=yes",
+        "--toleration",
+        "nvidia.com/gpu:NoSchedule",
+        "--launcher-node-selector",
+        "pool=cpu",
+        "--launcher-toleration",
+        "pool=cpu:NoSchedule",
+    )
     specs = dict(pods_of(objs))
     assert specs["worker"]["nodeSelector"] == {"gpu": "yes"}
     for role in ("launcher", "reaper"):
         assert specs[role]["nodeSelector"] == {"pool": "cpu"}, role
-        assert specs[role]["tolerations"] == [{"key": "pool", "operator": "Equal", "value": "cpu",
-                                               "effect": "NoSchedule"}], role
+        assert specs[role]["tolerations"] == [
+            {"key": "pool", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"}
+        ], role
 
 
 def test_tenant_admission_is_asked_about_one_pod_of_each_kind(tmp_path):
@@ -220,9 +313,16 @@ def test_tenant_admission_is_asked_about_one_pod_of_each_kind(tmp_path):
     templates) go to admission as dry runs: PodSecurity, LimitRange and quota answer for them."""
     objs = render_objects(tmp_path)
     groups = {"Pod": "workers", "Job": None}
-    grouped = [(groups["Pod"] if o["kind"] == "Pod" else ("launcher" if o["metadata"]["name"].endswith("-launcher")
-                                                            else "reaper"), o)
-               for o in objs if o["kind"] in ("Pod", "Job")]
+    grouped = [
+        (
+            groups["Pod"]
+            if o["kind"] == "Pod"
+            else ("launcher" if o["metadata"]["name"].endswith("-launcher") else "reaper"),
+            o,
+        )
+        for o in objs
+        if o["kind"] in ("Pod", "Job")
+    ]
     pods = refusals.dry_run_pods(grouped)
     assert [p["metadata"]["name"] for p in pods] == ["tj-reaper-check", "tj-worker-0", "tj-launcher-check"]
     assert all(p["kind"] == "Pod" and p["spec"]["securityContext"]["runAsNonRoot"] for p in pods)
@@ -231,8 +331,10 @@ def test_tenant_admission_is_asked_about_one_pod_of_each_kind(tmp_path):
 def test_tenant_an_unplaceable_launcher_is_told_how_to_place_it():
     from mpilaunch.backends.k8s.pods import launcher_placement_hint
 
-    scheduler = ("0/3 nodes are available: 3 node(s) had untolerated taint {nvidia.com/gpu: present}. "
-                 "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+    scheduler = (
+        "0/3 nodes are available: 3 node(s) had untolerated taint {nvidia.com/gpu: present}. "
+        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+    )
     assert "--launcher-toleration" in launcher_placement_hint(scheduler)
     assert launcher_placement_hint("0/3 nodes are available: 3 Insufficient cpu.") == ""
     assert launcher_placement_hint(None) == ""

@@ -14,8 +14,7 @@ from support.helpers import REPO
 
 def lint_imports(*args, cwd=REPO):
     exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
-    return subprocess.run([exe, "--no-logo", "--no-cache", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([exe, "--no-logo", "--no-cache", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_import_contracts_hold():
@@ -67,11 +66,16 @@ def test_every_registered_backend_is_in_the_import_contracts():
     assert len(_builtin_backend_modules()) >= 4  # local, k8s, yarn, ssh: the registry was read
     missing = []
     for name, folder, module in _builtin_backend_modules():
-        wanted = [("backends-independent", "modules", folder),
-                  ("hot-paths-stdlib", "forbidden_modules", module),
-                  ("launchers-are-entry-points", "source_modules", module)]
+        wanted = [
+            ("backends-independent", "modules", folder),
+            ("hot-paths-stdlib", "forbidden_modules", module),
+            ("launchers-are-entry-points", "source_modules", module),
+        ]
         if find_spec(f"{folder}.launcher") is not None:  # its in-cluster launcher: nothing imports it
             wanted.append(("launchers-are-entry-points", "forbidden_modules", f"{folder}.launcher"))
-        missing += [f"{contract}.{key} lacks {entry!r} (backend {name})"
-                    for contract, key, entry in wanted if entry not in contracts[contract][key]]
+        missing += [
+            f"{contract}.{key} lacks {entry!r} (backend {name})"
+            for contract, key, entry in wanted
+            if entry not in contracts[contract][key]
+        ]
     assert not missing, "pyproject.toml [tool.importlinter]: " + "; ".join(missing)

@@ -52,9 +52,14 @@ def configmap(labels=None, uid="uid-1"):
     return {"metadata": {**meta, **({"labels": labels} if labels is not None else {})}, "data": {}}
 
 
-@pytest.mark.parametrize("labels,says", [(None, "it has no mpilaunch/job label"),
-                                         ({"app": "x"}, "it has no mpilaunch/job label"),
-                                         ({"mpilaunch/job": "job2"}, "its mpilaunch/job label is 'job2'")])
+@pytest.mark.parametrize(
+    "labels,says",
+    [
+        (None, "it has no mpilaunch/job label"),
+        ({"app": "x"}, "it has no mpilaunch/job label"),
+        ({"mpilaunch/job": "job2"}, "its mpilaunch/job label is 'job2'"),
+    ],
+)
 @pytest.mark.parametrize("action", ["delete", "status", "logs", "wait"])
 def test_k8s_a_configmap_without_the_job_label_is_no_job(monkeypatch, action, labels, says):
     api = FakeApi({"job1": configmap(labels)})
@@ -99,9 +104,18 @@ class FakeClient:
 
 
 def app(app_id, user, *tags, state="RUNNING"):
-    return types.SimpleNamespace(id=app_id, name="job1", tags=set(tags), user=user, state=state,
-                                 final_status="UNDEFINED", queue="default", diagnostics="", runtime=None,
-                                 start_time=int(app_id[-1]))
+    return types.SimpleNamespace(
+        id=app_id,
+        name="job1",
+        tags=set(tags),
+        user=user,
+        state=state,
+        final_status="UNDEFINED",
+        queue="default",
+        diagnostics="",
+        runtime=None,
+        start_time=int(app_id[-1]),
+    )
 
 
 def yarn(monkeypatch, action, apps, user="alice"):
@@ -110,8 +124,11 @@ def yarn(monkeypatch, action, apps, user="alice"):
     monkeypatch.setenv("HADOOP_USER_NAME", user)
     out = io.StringIO()
     try:
-        return getattr(yarn_manage, action)(types.SimpleNamespace(name="job1", follow=False), out), \
-            out.getvalue(), client.killed
+        return (
+            getattr(yarn_manage, action)(types.SimpleNamespace(name="job1", follow=False), out),
+            out.getvalue(),
+            client.killed,
+        )
     except UsageError as e:
         assert client.killed == []
         return e, out.getvalue(), client.killed
@@ -129,11 +146,21 @@ def test_yarn_delete_kills_only_the_users_own_jobs(monkeypatch):
     e, _, _ = yarn(monkeypatch, "delete", [bobs])
     assert isinstance(e, UsageError) and e.exit_code == 2
     assert e.message == "YARN application 'job1' is not yours to delete (app_1 submitted by bob; you are alice)"
-    code, out, killed = yarn(monkeypatch, "delete", [bobs, app("app_2", "alice"), app("app_3", "alice", "mpilaunch"),
-                                                     app("app_4", "alice", "mpilaunch", state="FINISHED")])
+    code, out, killed = yarn(
+        monkeypatch,
+        "delete",
+        [
+            bobs,
+            app("app_2", "alice"),
+            app("app_3", "alice", "mpilaunch"),
+            app("app_4", "alice", "mpilaunch", state="FINISHED"),
+        ],
+    )
     assert code == 0 and killed == ["app_3"]
-    assert out == ("killed app_3 (job1)\napp_4 already FINISHED\n"
-                   "left app_1 (job1) RUNNING: submitted by bob\nleft app_2 (job1) RUNNING: not an mpilaunch job\n")
+    assert out == (
+        "killed app_3 (job1)\napp_4 already FINISHED\n"
+        "left app_1 (job1) RUNNING: submitted by bob\nleft app_2 (job1) RUNNING: not an mpilaunch job\n"
+    )
 
 
 def test_yarn_status_lists_the_jobs_and_names_what_it_left_out(monkeypatch):

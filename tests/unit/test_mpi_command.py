@@ -14,8 +14,15 @@ ENVIRON = {"NCCL_DEBUG": "INFO", "HOROVOD_FUSION_THRESHOLD": "1", "PYTHONPATH": 
 
 
 def build(info, hosts=2, **kw):
-    args = dict(ranks=4, hosts=hosts, hostfile="/run/hostfile", shim="/bin/mpilaunch-rsh",
-                command=["python", "train.py"], environ=ENVIRON, user_env=("FOO", "SEED=3"))
+    args = dict(
+        ranks=4,
+        hosts=hosts,
+        hostfile="/run/hostfile",
+        shim="/bin/mpilaunch-rsh",
+        command=["python", "train.py"],
+        environ=ENVIRON,
+        user_env=("FOO", "SEED=3"),
+    )
     args.update(kw)
     return mpi.build_mpirun(info, **args)
 
@@ -25,8 +32,10 @@ def pairs(argv, flag):
 
 
 # Real `--version` outputs, captured from the installations the suite runs.
-INTEL_2019_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2019 Update 9 Build 20200923 (id: abd58e492)\n"
-                      "Copyright 2003-2020, Intel Corporation.\n")
+INTEL_2019_VERSION = (
+    "Intel(R) MPI Library for Linux* OS, Version 2019 Update 9 Build 20200923 (id: abd58e492)\n"
+    "Copyright 2003-2020, Intel Corporation.\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +64,10 @@ def test_detected_intel_and_openmpi_majors():
 
 def test_unknown_mpi_error_names_what_was_found():
     e = mpi.unknown_mpi_error("/opt/x/bin/mpirun", "\n  mpirun (IBM Spectrum MPI) 10.4.0.3\nmore\n")
-    assert e.message == "cannot tell which MPI /opt/x/bin/mpirun is: its --version printed 'mpirun (IBM Spectrum MPI) 10.4.0.3'"
+    assert (
+        e.message
+        == "cannot tell which MPI /opt/x/bin/mpirun is: its --version printed 'mpirun (IBM Spectrum MPI) 10.4.0.3'"
+    )
     assert "--mpi openmpi|mpich|intel" in e.hint
     assert "printed nothing" in mpi.unknown_mpi_error("/x", "").message
     assert len(mpi.unknown_mpi_error("/x", "y" * 500).message) < 150
@@ -69,7 +81,9 @@ def test_intel_launch_sets_hydra_bootstrap_through_the_shim_and_the_library_path
     assert cmd.env["I_MPI_HYDRA_BOOTSTRAP"] == "rsh"
     assert cmd.env["I_MPI_HYDRA_BOOTSTRAP_EXEC"] == "/bin/mpilaunch-rsh"
     listed = argv[argv.index("-genvlist") + 1].split(",")
-    assert mpi.LIBDIR_ENV in listed and cmd.env[mpi.LIBDIR_ENV] == "/opt/intel/lib"  # <prefix>/lib of <prefix>/bin/mpirun
+    assert (
+        mpi.LIBDIR_ENV in listed and cmd.env[mpi.LIBDIR_ENV] == "/opt/intel/lib"
+    )  # <prefix>/lib of <prefix>/bin/mpirun
     assert "-launcher" not in argv and "LD_LIBRARY_PATH" not in listed  # the worker's own path stays
     assert "-genv" not in argv
     mpich = build(MPICH)
@@ -85,7 +99,10 @@ def test_intel_rank_environment_puts_the_mpi_libdir_first():
     assert "LD_LIBRARY_PATH" not in rank.program_env({}, False)
     # -x LD_LIBRARY_PATH=$VENV/lib with impi-rt's libdir there already: sent once, seen once (issue 42)
     for sent in ("/opt/intel/lib", "/usr/local/cuda/lib64:/opt/intel/lib"):
-        assert rank.program_env({mpi.LIBDIR_ENV: "/opt/intel/lib", "LD_LIBRARY_PATH": sent}, False)["LD_LIBRARY_PATH"] == sent
+        assert (
+            rank.program_env({mpi.LIBDIR_ENV: "/opt/intel/lib", "LD_LIBRARY_PATH": sent}, False)["LD_LIBRARY_PATH"]
+            == sent
+        )
 
 
 def test_openmpi4_uses_rsh_names_on_command_line_and_both_in_env():
@@ -135,7 +152,12 @@ def test_openmpi_forwards_nccl_horovod_pythonpath_and_user_vars(info):
     assert {"NCCL_DEBUG", "HOROVOD_FUSION_THRESHOLD", "PYTHONPATH", "FOO", "SEED"} <= set(xs)
     assert not any("=" in x for x in xs) and "HOME" not in xs
     assert {k: cmd.env[k] for k in ("NCCL_DEBUG", "HOROVOD_FUSION_THRESHOLD", "PYTHONPATH", "FOO", "SEED")} == {
-        "NCCL_DEBUG": "INFO", "HOROVOD_FUSION_THRESHOLD": "1", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
+        "NCCL_DEBUG": "INFO",
+        "HOROVOD_FUSION_THRESHOLD": "1",
+        "PYTHONPATH": "/src",
+        "FOO": "bar",
+        "SEED": "3",
+    }
     assert "HOME" not in cmd.env
 
 
@@ -147,8 +169,12 @@ def test_secret_env_values_are_on_no_command_line(info):
     """-x NAME=VALUE, -x NAME and mpilaunch's own per-rank variables (the status token among
     them): every value in mpirun's environment, none in its argv; --dry-run masks the forwarded ones."""
     environ = {**ENVIRON, "HF_TOKEN": SECRET}
-    cmd = build(info, environ=environ, user_env=("HF_TOKEN", f"API_KEY={SECRET[::-1]}"),
-                rank_env={mpi.STATUS_TOKEN_ENV: "feedbeef" * 4, rank_env.WORKER_SLOTS_ENV: "2,2"})
+    cmd = build(
+        info,
+        environ=environ,
+        user_env=("HF_TOKEN", f"API_KEY={SECRET[::-1]}"),
+        rank_env={mpi.STATUS_TOKEN_ENV: "feedbeef" * 4, rank_env.WORKER_SLOTS_ENV: "2,2"},
+    )
     joined = " ".join(cmd.argv)
     for value in (SECRET, SECRET[::-1], "feedbeef", "2,2", "INFO"):
         assert value not in joined, (value, cmd.argv)
@@ -172,8 +198,11 @@ def test_secret_env_values_are_on_no_command_line(info):
 def test_secret_env_mpiruns_own_paths_stay_on_the_command_line_when_they_differ(info):
     """-x PATH=... / LD_LIBRARY_PATH=...: mpirun's own search and loader paths are not changed by
     a value meant for the ranks; a PATH equal to mpirun's own travels by name like any other."""
-    cmd = build(info, environ={"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/lib"},
-                user_env=("PATH=/opt/venv/bin:/usr/bin", "LD_LIBRARY_PATH"))
+    cmd = build(
+        info,
+        environ={"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/lib"},
+        user_env=("PATH=/opt/venv/bin:/usr/bin", "LD_LIBRARY_PATH"),
+    )
     assert "PATH" not in cmd.env and cmd.env["LD_LIBRARY_PATH"] == "/lib"
     assert cmd.env[mpi.WORKER_PATH_ENV] == "/opt/venv/bin:/usr/bin"  # the rank's program gets the user's
     if info.flavour == "openmpi":
@@ -209,7 +238,12 @@ def test_mpich_uses_hydra_rsh_launcher_and_explicit_env():
     listed = argv[argv.index("-genvlist") + 1].split(",")
     genv = {name: cmd.env[name] for name in listed}
     assert {k: v for k, v in genv.items() if not k.startswith("MPILAUNCH_")} == {
-        "HOROVOD_FUSION_THRESHOLD": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/src", "FOO": "bar", "SEED": "3"}
+        "HOROVOD_FUSION_THRESHOLD": "1",
+        "NCCL_DEBUG": "INFO",
+        "PYTHONPATH": "/src",
+        "FOO": "bar",
+        "SEED": "3",
+    }
     # the rank wrapper's digest covers exactly the user's forwarded variables, each with its value's digest
     listed = [entry.split("=")[0] for entry in genv[rank_env.FORWARDED_LIST_ENV].split(",")]
     assert listed == ["HOROVOD_FUSION_THRESHOLD", "NCCL_DEBUG", "PYTHONPATH", "FOO", "SEED"]
@@ -252,7 +286,10 @@ def test_split_tagged(line, expected):
 def test_open_mpi_4_tags_keep_the_ranks_own_leading_space():
     # Open MPI 4 adds no space after its tag; an unbuffered print sends " " as a chunk of its own
     assert mpi.split_tagged("[1,0]<stdout>:rank[1,0]<stdout>: [1,0]<stdout>:0", ompi_tag_space=False) == [
-        (0, "rank"), (0, " "), (0, "0")]
+        (0, "rank"),
+        (0, " "),
+        (0, "0"),
+    ]
     assert mpi.split_tagged("[1,0]<stdout>:  indented", ompi_tag_space=False) == [(0, "  indented")]
     assert mpi.tag_has_space(OMPI5) and not mpi.tag_has_space(OMPI4) and mpi.tag_has_space(MPICH)
     # an in-cluster launcher names its (the image's) MPI: its lines are parsed by that MPI's rules
@@ -297,18 +334,23 @@ This usually is caused by:
 def test_daemon_error_names_the_host_and_the_daemons_own_message():
     assert mpi.daemon_error(ORTED_DIED.splitlines()) == (
         'on j-worker-1: The value of the MCA parameter "plm_rsh_agent" was set to a path that could '
-        "not be found: plm_rsh_agent: /tmp/mpilaunch-j-abc/mpilaunch-rsh")
+        "not be found: plm_rsh_agent: /tmp/mpilaunch-j-abc/mpilaunch-rsh"
+    )
 
 
 def test_daemon_error_prefers_a_hydra_proxys_own_line_and_names_its_host():
-    lines = ["[proxy:0:1@w-1] HYDU_sock_connect (utils/sock/sock.c:111): unable to get host address for x.invalid",
-             "[mpiexec@l] HYDU_sock_write (utils/sock/sock.c:254): write error (Bad file descriptor)"]
+    lines = [
+        "[proxy:0:1@w-1] HYDU_sock_connect (utils/sock/sock.c:111): unable to get host address for x.invalid",
+        "[mpiexec@l] HYDU_sock_write (utils/sock/sock.c:254): write error (Bad file descriptor)",
+    ]
     assert mpi.daemon_error(lines) == "on w-1: unable to get host address for x.invalid"
 
 
 def test_daemon_error_falls_back_to_generic_advice_then_error_lines_then_none():
     generic = ORTED_DIED.splitlines()[11:]
-    assert mpi.daemon_error(generic) == "ORTE was unable to reliably start one or more daemons. This usually is caused by:"
+    assert (
+        mpi.daemon_error(generic) == "ORTE was unable to reliably start one or more daemons. This usually is caused by:"
+    )
     assert mpi.daemon_error(["sh: 1: /opt/x/orted: not found"] + generic) == "sh: 1: /opt/x/orted: not found"
     assert mpi.daemon_error(["[mpiexec@x] error waiting for proxy"]) == "[mpiexec@x] error waiting for proxy"
     assert mpi.daemon_error(["all fine"]) is None

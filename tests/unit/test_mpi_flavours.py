@@ -24,15 +24,24 @@ INTEL = MpiInfo("intel", "2021.10", "/opt/intel/bin/mpiexec.hydra")
 HOSTS = [("job-worker-0", 8), ("job-worker-1", 2)]
 RAS = "^slurm,gridengine,tm,pbs,lsf,alps,flux"
 
-ORTED_FORCE_TERMINATE = ("[j-worker-1:16036] [[21145,0],1] FORCE-TERMINATE AT Not found:-13 - error "
-                         "../../../../../../orte/mca/plm/rsh/plm_rsh_component.c(335)")
+ORTED_FORCE_TERMINATE = (
+    "[j-worker-1:16036] [[21145,0],1] FORCE-TERMINATE AT Not found:-13 - error "
+    "../../../../../../orte/mca/plm/rsh/plm_rsh_component.c(335)"
+)
 HYDRA_PROXY = "[proxy:0:1@w-1] HYDU_sock_connect (utils/sock/sock.c:111): unable to get host address for x.invalid"
 HYDRA_MPIEXEC = "[mpiexec@l] HYDU_sock_write (utils/sock/sock.c:254): write error (Bad file descriptor)"
 
 
 def build(info, **kw):
-    args = dict(ranks=3, hosts=2, hostfile="/run/hostfile", shim="/run/rsh", command=["prog"],
-                environ={"NCCL_DEBUG": "INFO"}, extra_args=("--x",))
+    args = dict(
+        ranks=3,
+        hosts=2,
+        hostfile="/run/hostfile",
+        shim="/run/rsh",
+        command=["prog"],
+        environ={"NCCL_DEBUG": "INFO"},
+        extra_args=("--x",),
+    )
     args.update(kw)
     return mpi.build_mpirun(info, **args)
 
@@ -57,10 +66,15 @@ def test_what_every_flavour_must_answer():
     assert MpiFlavour.__abstractmethods__ == {"parse_version", "hostfile_line", "agent_env", "argv", "agent_setting"}
 
 
-@pytest.mark.parametrize("text, flavour, version", [
-    (OMPI5_VERSION, "openmpi", "5.0.11"), (OMPI4_VERSION, "openmpi", "4.1.4"),
-    (MPICH_VERSION, "mpich", "4.0.2"), (INTEL_VERSION, "intel", "2021.18.1"),
-])
+@pytest.mark.parametrize(
+    "text, flavour, version",
+    [
+        (OMPI5_VERSION, "openmpi", "5.0.11"),
+        (OMPI4_VERSION, "openmpi", "4.1.4"),
+        (MPICH_VERSION, "mpich", "4.0.2"),
+        (INTEL_VERSION, "intel", "2021.18.1"),
+    ],
+)
 def test_each_flavour_reads_only_its_own_version_output(text, flavour, version):
     assert {f.name: f.parse_version(text) for f in mpi.FLAVOURS.values() if f.parse_version(text)} == {flavour: version}
     assert mpi.parse_version_output(text) == (flavour, version)
@@ -71,37 +85,132 @@ def test_each_flavour_reads_only_its_own_version_output(text, flavour, version):
 
 def test_openmpi4_argv():
     assert build(OMPI4).argv == [
-        "/usr/bin/mpirun.openmpi", "-np", "3", "--hostfile", "/run/hostfile", "--map-by", "slot", "--bind-to", "none",
-        "--tag-output", "--leave-session-attached", "--mca", "plm", "rsh", "--mca", "ras", RAS,
-        "--mca", "plm_rsh_agent", "/run/rsh : false", "--mca", "plm_rsh_no_tree_spawn", "1",
-        "--mca", "plm_rsh_num_concurrent", "128", "--mca", "routed_radix", "64",
-        "-x", "NCCL_DEBUG", "-x", "MPILAUNCH_FORWARDED", "--x", "prog"]
+        "/usr/bin/mpirun.openmpi",
+        "-np",
+        "3",
+        "--hostfile",
+        "/run/hostfile",
+        "--map-by",
+        "slot",
+        "--bind-to",
+        "none",
+        "--tag-output",
+        "--leave-session-attached",
+        "--mca",
+        "plm",
+        "rsh",
+        "--mca",
+        "ras",
+        RAS,
+        "--mca",
+        "plm_rsh_agent",
+        "/run/rsh : false",
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        "--mca",
+        "plm_rsh_num_concurrent",
+        "128",
+        "--mca",
+        "routed_radix",
+        "64",
+        "-x",
+        "NCCL_DEBUG",
+        "-x",
+        "MPILAUNCH_FORWARDED",
+        "--x",
+        "prog",
+    ]
 
 
 def test_openmpi5_argv_and_its_mca_environment():
     cmd = build(OMPI5)
     assert cmd.argv == [
-        "/venv/bin/mpirun", "-np", "3", "--hostfile", "/run/hostfile", "--map-by", "slot", "--bind-to", "none",
-        "--output", "tag", "--leave-session-attached", "--prtemca", "plm", "ssh", "--prtemca", "ras", RAS,
-        "--prtemca", "plm_ssh_agent", "/run/rsh : false", "--prtemca", "plm_ssh_no_tree_spawn", "1",
-        "--prtemca", "plm_ssh_num_concurrent", "128", "--prtemca", "routed_radix", "64",
-        "--prtemca", "odls_base_max_threads", "0", "-x", "NCCL_DEBUG", "-x", "MPILAUNCH_FORWARDED", "--x", "prog"]
+        "/venv/bin/mpirun",
+        "-np",
+        "3",
+        "--hostfile",
+        "/run/hostfile",
+        "--map-by",
+        "slot",
+        "--bind-to",
+        "none",
+        "--output",
+        "tag",
+        "--leave-session-attached",
+        "--prtemca",
+        "plm",
+        "ssh",
+        "--prtemca",
+        "ras",
+        RAS,
+        "--prtemca",
+        "plm_ssh_agent",
+        "/run/rsh : false",
+        "--prtemca",
+        "plm_ssh_no_tree_spawn",
+        "1",
+        "--prtemca",
+        "plm_ssh_num_concurrent",
+        "128",
+        "--prtemca",
+        "routed_radix",
+        "64",
+        "--prtemca",
+        "odls_base_max_threads",
+        "0",
+        "-x",
+        "NCCL_DEBUG",
+        "-x",
+        "MPILAUNCH_FORWARDED",
+        "--x",
+        "prog",
+    ]
     assert cmd.env["PRTE_MCA_plm"] == "ssh" and cmd.env["PRTE_MCA_odls_base_max_threads"] == "0"
     assert "OMPI_MCA_plm" not in cmd.env
 
 
 def test_mpich_argv():
     assert build(MPICH).argv == [
-        "/usr/bin/mpiexec.hydra", "-n", "3", "-f", "/run/hostfile", "-launcher", "rsh", "-launcher-exec", "/run/rsh",
-        "-rmk", "user", "-genvlist", "NCCL_DEBUG,MPILAUNCH_FORWARDED", "-prepend-rank", "--x", "prog"]
+        "/usr/bin/mpiexec.hydra",
+        "-n",
+        "3",
+        "-f",
+        "/run/hostfile",
+        "-launcher",
+        "rsh",
+        "-launcher-exec",
+        "/run/rsh",
+        "-rmk",
+        "user",
+        "-genvlist",
+        "NCCL_DEBUG,MPILAUNCH_FORWARDED",
+        "-prepend-rank",
+        "--x",
+        "prog",
+    ]
 
 
 def test_intel_argv_and_its_library_directory_for_the_ranks():
     cmd = build(INTEL)
     assert cmd.argv == [
-        "/opt/intel/bin/mpiexec.hydra", "-n", "3", "-machinefile", "/run/hostfile",
-        "-bootstrap", "rsh", "-bootstrap-exec", "/run/rsh", "-rmk", "user",
-        "-genvlist", "NCCL_DEBUG,MPILAUNCH_FORWARDED,MPILAUNCH_MPI_LIBDIR", "-prepend-rank", "--x", "prog"]
+        "/opt/intel/bin/mpiexec.hydra",
+        "-n",
+        "3",
+        "-machinefile",
+        "/run/hostfile",
+        "-bootstrap",
+        "rsh",
+        "-bootstrap-exec",
+        "/run/rsh",
+        "-rmk",
+        "user",
+        "-genvlist",
+        "NCCL_DEBUG,MPILAUNCH_FORWARDED,MPILAUNCH_MPI_LIBDIR",
+        "-prepend-rank",
+        "--x",
+        "prog",
+    ]
     assert cmd.env[mpi.LIBDIR_ENV] == "/opt/intel/lib"
 
 
@@ -112,11 +221,14 @@ def test_every_launch_sets_every_flavours_agent_names():
         assert wanted <= set(build(info).env)
 
 
-@pytest.mark.parametrize("flavour, text", [
-    ("openmpi", "job-worker-0 slots=8\njob-worker-1 slots=2\n"),
-    ("mpich", "job-worker-0:8\njob-worker-1:2\n"),
-    ("intel", "job-worker-0:8\njob-worker-1:2\n"),
-])
+@pytest.mark.parametrize(
+    "flavour, text",
+    [
+        ("openmpi", "job-worker-0 slots=8\njob-worker-1 slots=2\n"),
+        ("mpich", "job-worker-0:8\njob-worker-1:2\n"),
+        ("intel", "job-worker-0:8\njob-worker-1:2\n"),
+    ],
+)
 def test_each_flavour_writes_its_hostfile_syntax_and_it_reads_back(flavour, text):
     assert mpi.for_name(flavour).render_hostfile(HOSTS) == hostfile.render(HOSTS, flavour) == text
     assert hostfile.parse(text) == HOSTS
@@ -163,19 +275,37 @@ def test_output_tags():
 # ------------------------------------------------------------------ what other modules ask of a flavour
 
 
-@pytest.mark.parametrize("flavour, major, needle", [
-    ("openmpi", 5, "PRTE_MCA_plm_ssh_agent"), ("openmpi", 4, "OMPI_MCA_plm_rsh_agent"),
-    ("mpich", 4, "-launcher-exec"), ("intel", 2021, "I_MPI_HYDRA_BOOTSTRAP"),
-])
+@pytest.mark.parametrize(
+    "flavour, major, needle",
+    [
+        ("openmpi", 5, "PRTE_MCA_plm_ssh_agent"),
+        ("openmpi", 4, "OMPI_MCA_plm_rsh_agent"),
+        ("mpich", 4, "-launcher-exec"),
+        ("intel", 2021, "I_MPI_HYDRA_BOOTSTRAP"),
+    ],
+)
 def test_agent_setting_is_the_placement_hint(flavour, major, needle):
     assert needle in mpi.for_name(flavour).agent_setting(major)
     assert placement.agent_setting(flavour, major) == mpi.for_name(flavour).agent_setting(major)
     assert placement.agent_setting("spectrum", 10) == "spectrum takes the agent from its own option"
 
 
-@pytest.mark.parametrize("name", ["OMPI_MCA_plm", "OMPI_MCA_plm_rsh_agent", "PRTE_MCA_ras", "PMIX_MCA_plm",
-                                  "OMPI_MCA_orte_default_hostfile", "OMPI_MCA_btl_tcp_if_include", "HYDRA_LAUNCHER",
-                                  "I_MPI_HYDRA_BOOTSTRAP", "I_MPI_PMI_LIBRARY", "NCCL_DEBUG", "PATH"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "OMPI_MCA_plm",
+        "OMPI_MCA_plm_rsh_agent",
+        "PRTE_MCA_ras",
+        "PMIX_MCA_plm",
+        "OMPI_MCA_orte_default_hostfile",
+        "OMPI_MCA_btl_tcp_if_include",
+        "HYDRA_LAUNCHER",
+        "I_MPI_HYDRA_BOOTSTRAP",
+        "I_MPI_PMI_LIBRARY",
+        "NCCL_DEBUG",
+        "PATH",
+    ],
+)
 @pytest.mark.parametrize("flavour", ["openmpi", "mpich", "intel"])
 def test_pinned_setting_is_what_inherited_leaves_out(flavour, name):
     """pinned_setting answers inherited.family_of's per-flavour part (resource managers and
@@ -184,11 +314,14 @@ def test_pinned_setting_is_what_inherited_leaves_out(flavour, name):
 
 
 # a library each flavour's ranks load (real paths, copied from test_env_check.py)
-@pytest.mark.parametrize("flavour, title, library", [
-    ("openmpi", "Open MPI", "/usr/lib/x86_64-linux-gnu/openmpi/lib/libmpi.so.40.30.4"),
-    ("mpich", "MPICH", "/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.0"),
-    ("intel", "Intel MPI", "/opt/intel/lib/libmpi.so.12.0.0"),
-])
+@pytest.mark.parametrize(
+    "flavour, title, library",
+    [
+        ("openmpi", "Open MPI", "/usr/lib/x86_64-linux-gnu/openmpi/lib/libmpi.so.40.30.4"),
+        ("mpich", "MPICH", "/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.0"),
+        ("intel", "Intel MPI", "/opt/intel/lib/libmpi.so.12.0.0"),
+    ],
+)
 def test_title_and_abi_are_what_the_environment_check_names(flavour, title, library):
     strategy = mpi.for_name(flavour)
     assert strategy.title == title
@@ -216,8 +349,17 @@ class ToyMpi(MpiFlavour):
         return {"TOY_AGENT": shim}
 
     def argv(self, info: MpiInfo, launch: LaunchArgs):
-        return [info.path, "--ranks", str(launch.ranks), "--hosts", launch.hostfile, "--agent", launch.shim,
-                "--env", ",".join(launch.by_env)]
+        return [
+            info.path,
+            "--ranks",
+            str(launch.ranks),
+            "--hosts",
+            launch.hostfile,
+            "--agent",
+            launch.shim,
+            "--env",
+            ",".join(launch.by_env),
+        ]
 
     def rank_wrapper_options(self, info):
         return ["--linger-ms", "5"]
@@ -242,8 +384,19 @@ def test_a_registered_flavour_is_used_by_the_pure_planning_functions(toy, tmp_pa
     assert hostfile.render(HOSTS, "toympi") == "job-worker-0 cpus=8\njob-worker-1 cpus=2\n"
     info = MpiInfo("toympi", "1.2.3", "/opt/toy/bin/toyrun")
     cmd = build(info, user_env=("SEED=3",))
-    assert cmd.argv == ["/opt/toy/bin/toyrun", "--ranks", "3", "--hosts", "/run/hostfile", "--agent", "/run/rsh",
-                        "--env", "NCCL_DEBUG,SEED,MPILAUNCH_FORWARDED", "--x", "prog"]
+    assert cmd.argv == [
+        "/opt/toy/bin/toyrun",
+        "--ranks",
+        "3",
+        "--hosts",
+        "/run/hostfile",
+        "--agent",
+        "/run/rsh",
+        "--env",
+        "NCCL_DEBUG,SEED,MPILAUNCH_FORWARDED",
+        "--x",
+        "prog",
+    ]
     assert cmd.env["TOY_AGENT"] == "/run/rsh" and cmd.env["SEED"] == "3"
     assert cmd.forwarded == {"NCCL_DEBUG": "INFO", "SEED": "3"}
     assert build(OMPI5).env["TOY_AGENT"] == "/run/rsh"  # its agent name is set for a nested toyrun too
@@ -275,7 +428,7 @@ def tuned(info, extra=("--x",)):
 def test_openmpi4_launch_looks_no_worker_name_up():
     cmd = tuned(OMPI4)
     at = cmd.argv.index("if_base_do_not_resolve")
-    assert cmd.argv[at - 1:at + 2] == ["--mca", "if_base_do_not_resolve", "1"]
+    assert cmd.argv[at - 1 : at + 2] == ["--mca", "if_base_do_not_resolve", "1"]
     assert cmd.argv[-2:] == ["--x", "prog"] and at < len(cmd.argv) - 2  # before the user's own and the program
     assert cmd.env["OMPI_MCA_if_base_do_not_resolve"] == "1"
     # Open MPI 5's PRRTE makes no such lookups; MPICH's hydra is not touched

@@ -35,14 +35,21 @@ def test_network_policy_cleanup_removes_kube_routers_jumps_chains_and_sets_only(
     assert deletes == [line for line in SAVE.splitlines() if "kube-router netpol" in line]
     flushed = [c[-1] for c in cmds if c[:4] == ["iptables", "-t", "filter", "-F"]]
     deleted = [c[-1] for c in cmds if c[:4] == ["iptables", "-t", "filter", "-X"]]
-    mine = ["KUBE-NWPLCY-DEFAULT", "KUBE-POD-FW-ABCDEF0123456789", "KUBE-ROUTER-FORWARD", "KUBE-ROUTER-INPUT",
-            "KUBE-ROUTER-OUTPUT"]
+    mine = [
+        "KUBE-NWPLCY-DEFAULT",
+        "KUBE-POD-FW-ABCDEF0123456789",
+        "KUBE-ROUTER-FORWARD",
+        "KUBE-ROUTER-INPUT",
+        "KUBE-ROUTER-OUTPUT",
+    ]
     assert flushed == mine and deleted == mine
     # every chain is flushed before any is deleted (a rule of one may jump to another)
     kinds = [c[3] for c in cmds if c[0] == "iptables"]
     assert kinds == sorted(kinds, key=lambda k: k != "-F")
-    assert [c for c in cmds if c[0] == "ipset"] == [["ipset", "destroy", "KUBE-SRC-AAAA"],
-                                                    ["ipset", "destroy", "KUBE-DST-BBBB"]]
+    assert [c for c in cmds if c[0] == "ipset"] == [
+        ["ipset", "destroy", "KUBE-SRC-AAAA"],
+        ["ipset", "destroy", "KUBE-DST-BBBB"],
+    ]
 
 
 def test_network_policy_cleanup_of_a_clean_machine_is_nothing():

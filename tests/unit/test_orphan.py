@@ -46,8 +46,10 @@ def test_a_heartbeat_that_stops_changing_ends_the_job_after_the_timeout():
     seen = observe(seen, "t1", now=15.0)
     verdict = judge(seen, 15.0, orphan_timeout=10)
     assert verdict.end
-    assert verdict.reason == ("no heartbeat from the submitting mpilaunch for 10s (--orphan-timeout 10s): "
-                              "it was killed or lost its connection")
+    assert verdict.reason == (
+        "no heartbeat from the submitting mpilaunch for 10s (--orphan-timeout 10s): "
+        "it was killed or lost its connection"
+    )
 
 
 def test_a_missing_heartbeat_counts_as_a_value_that_does_not_change():
@@ -85,16 +87,20 @@ def test_several_renewals_and_polls_fit_in_one_timeout(timeout, renew, poll):
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "mpilaunch", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "mpilaunch", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
 
 
-@pytest.mark.parametrize("value, message", [
-    ("abc", "argument --orphan-timeout: invalid float value: 'abc'"),
-    ("0", "--orphan-timeout must be a finite number of seconds, at least 3; got 0"),
-    ("-5", "--orphan-timeout must be a finite number of seconds, at least 3; got -5"),
-    ("inf", "--orphan-timeout must be a finite number of seconds, at least 3; got inf"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("abc", "argument --orphan-timeout: invalid float value: 'abc'"),
+        ("0", "--orphan-timeout must be a finite number of seconds, at least 3; got 0"),
+        ("-5", "--orphan-timeout must be a finite number of seconds, at least 3; got -5"),
+        ("inf", "--orphan-timeout must be a finite number of seconds, at least 3; got inf"),
+    ],
+)
 def test_bad_orphan_timeout_is_one_line_and_a_hint_exit_2(value, message):
     proc = _run("--backend", "k8s", "--orphan-timeout", value, "--", "true")
     assert proc.returncode == 2
@@ -156,8 +162,18 @@ def test_k8s_relay_ends_with_its_mpilaunch_through_a_pidfd(tmp_path):
     owner = _sp.Popen(["sleep", "60"])
     context = tmp_path / "context.json"
     context.write_text(_json.dumps({"server": "https://127.0.0.1:9", "insecure": True}))
-    relay = _sp.Popen([_sys.executable, "-m", "mpilaunch.backends.k8s.relay", str(context), str(tmp_path / "s"),
-                       "--exit-with-pid", str(owner.pid)], stdout=_sp.PIPE)
+    relay = _sp.Popen(
+        [
+            _sys.executable,
+            "-m",
+            "mpilaunch.backends.k8s.relay",
+            str(context),
+            str(tmp_path / "s"),
+            "--exit-with-pid",
+            str(owner.pid),
+        ],
+        stdout=_sp.PIPE,
+    )
     try:
         assert relay.stdout.readline()  # READY
         _time.sleep(0.3)

@@ -65,7 +65,11 @@ def test_lines_split_across_chunks_are_reassembled_per_rank():
     sink.feed("stdout", "[1,4]<stdout>:unterminated")
     sink.close()
     assert out.getvalue().splitlines() == [
-        '[0] {"rank": 0}', "[1] one", '[2] {"rank": 2}', "[3] three", "[4] unterminated",
+        '[0] {"rank": 0}',
+        "[1] one",
+        '[2] {"rank": 2}',
+        "[3] three",
+        "[4] unterminated",
     ]
 
 
@@ -93,7 +97,6 @@ def test_rank_wrapper_lingers_only_until_the_daemon_has_read_its_status_line():
 
 # What mpirun printed for tests/programs/fail_rank.py with FAIL_RANK=3 FAIL_CODE=7
 # (Debian's Open MPI 4.1.4, and PyPI's Open MPI 5.0.11 through prterun).
-
 
 
 @pytest.mark.parametrize("lines", [OPENMPI4_ABORT, OPENMPI5_ABORT], ids=["openmpi4", "openmpi5"])
@@ -131,4 +134,7 @@ def test_other_failures_names_ranks_that_failed_by_themselves_only():
     assert other_failures(statuses, 2, oom_killed={1}) == "also failed: ranks 3 on w1 (exit 7), 1 on w0 (exit 137)"
     assert other_failures([(2, "w1", 7)], 2) == ""
     many = [(r, "w", 1) for r in range(12)]
-    assert other_failures(many, 0, listed=3) == "also failed: ranks 1 on w (exit 1), 2 on w (exit 1), 3 on w (exit 1) and 8 more"
+    assert (
+        other_failures(many, 0, listed=3)
+        == "also failed: ranks 1 on w (exit 1), 2 on w (exit 1), 3 on w (exit 1) and 8 more"
+    )

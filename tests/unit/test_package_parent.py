@@ -21,14 +21,27 @@ def test_the_package_parent_is_the_directory_holding_mpilaunch():
     assert os.path.realpath(PACKAGE_PARENT) == os.path.realpath(REPO)
 
 
-@pytest.mark.parametrize("module", ["mpilaunch.backends.k8s.relay", "mpilaunch.backends.yarn.container",
-                                    "mpilaunch.backends.k8s.launcher", "mpilaunch.rank"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "mpilaunch.backends.k8s.relay",
+        "mpilaunch.backends.yarn.container",
+        "mpilaunch.backends.k8s.launcher",
+        "mpilaunch.rank",
+    ],
+)
 def test_a_python_without_mpilaunch_finds_the_module_from_the_package_parent(module, tmp_path):
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip("no system python3")
     probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
-    ran = subprocess.run([SYSTEM_PYTHON, "-s", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PATH": os.environ["PATH"], "PYTHONPATH": PACKAGE_PARENT}, timeout=60)
+    ran = subprocess.run(
+        [SYSTEM_PYTHON, "-s", "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": PACKAGE_PARENT},
+        timeout=60,
+    )
     assert ran.returncode == 0, ran.stderr
 
 

@@ -18,8 +18,9 @@ def test_verify_start_line_round_trips_through_the_wrapper_format():
     line = rank_lines.format_start(env)
     parsed = rank_lines.parse_start("[3] " + line + "\0")
     assert parsed[:4] == (3, 1, 4, "j-worker-1")
-    ompi = rank_lines.format_start({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-                              "OMPI_COMM_WORLD_SIZE": "2"})
+    ompi = rank_lines.format_start(
+        {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
+    )
     assert rank_lines.parse_start(ompi)[:4] == (0, 0, 2, rank_lines.NO_WORKER)  # no agent: no worker
 
 
@@ -37,13 +38,23 @@ def test_verify_names_ranks_started_on_the_launcher():
     assert "ranks 0-1 started on the launcher" in m.message and "4 ranks on 2 workers" in m.message
 
 
-@pytest.mark.parametrize("starts,kind,text", [
-    ([RankStart(0, 0, 2, "j-worker-0", "h")], placement.SIZE, "size 2"),
-    ([RankStart(0, 0, 4, "j-worker-0", "h"), RankStart(1, 1, 4, "j-worker-0", "h"),
-      RankStart(2, 2, 4, "j-worker-0", "h")], placement.OVERFULL, "worker j-worker-0 runs 3 ranks"),
-    ([RankStart(0, 0, 4, "other-worker-0", "h")], placement.FOREIGN, "other-worker-0"),
-    ([RankStart(1, 0, 4, "j-worker-0", "h"), RankStart(1, 0, 4, "j-worker-1", "h")], placement.DUPLICATE, "rank 1"),
-])
+@pytest.mark.parametrize(
+    "starts,kind,text",
+    [
+        ([RankStart(0, 0, 2, "j-worker-0", "h")], placement.SIZE, "size 2"),
+        (
+            [
+                RankStart(0, 0, 4, "j-worker-0", "h"),
+                RankStart(1, 1, 4, "j-worker-0", "h"),
+                RankStart(2, 2, 4, "j-worker-0", "h"),
+            ],
+            placement.OVERFULL,
+            "worker j-worker-0 runs 3 ranks",
+        ),
+        ([RankStart(0, 0, 4, "other-worker-0", "h")], placement.FOREIGN, "other-worker-0"),
+        ([RankStart(1, 0, 4, "j-worker-0", "h"), RankStart(1, 0, 4, "j-worker-1", "h")], placement.DUPLICATE, "rank 1"),
+    ],
+)
 def test_verify_definite_mismatches_fail_before_the_job_ends(starts, kind, text):
     m = placement.check(PLAN, starts, complete=False)
     assert m.kind == kind and text in m.message
@@ -64,12 +75,15 @@ def test_verify_local_rank_beyond_slots_means_workers_merged():
     assert m.kind == placement.LOCAL_RANK and "rank 2 on worker j-worker-1 has local rank 2" in m.message
 
 
-@pytest.mark.parametrize("flavour,major,needle", [
-    ("openmpi", 5, "ignores OMPI_MCA_plm_rsh_agent"),
-    ("openmpi", 4, "OMPI_MCA_plm_rsh_agent"),
-    ("mpich", 4, "-launcher-exec"),
-    ("intel", 2021, "I_MPI_HYDRA_BOOTSTRAP"),
-])
+@pytest.mark.parametrize(
+    "flavour,major,needle",
+    [
+        ("openmpi", 5, "ignores OMPI_MCA_plm_rsh_agent"),
+        ("openmpi", 4, "OMPI_MCA_plm_rsh_agent"),
+        ("mpich", 4, "-launcher-exec"),
+        ("intel", 2021, "I_MPI_HYDRA_BOOTSTRAP"),
+    ],
+)
 def test_verify_hint_names_what_the_detected_mpi_reads(flavour, major, needle):
     m = placement.Mismatch(placement.LAUNCHER, "x")
     assert needle in placement.likely_cause(m, flavour=flavour, major=major)
@@ -102,7 +116,8 @@ def test_verify_fail_fast_collects_the_other_ranks_start_lines_first():
     assert watch() is None  # rank 1 is likely on its way: wait for it (up to the grace)
     output.starts += [(1, 1, 4, rank_lines.NO_WORKER, "h"), (2, 0, 4, "j-worker-1", "h"), (3, 1, 4, "j-worker-1", "h")]
     assert "ranks 0-1 started on the launcher" in watch().message  # all started: report now
-    impatient = placement_watch(PLAN, SimpleNamespace(starts=[(0, 0, 4, rank_lines.NO_WORKER, "h")], environments={}),
-                                grace=0)
+    impatient = placement_watch(
+        PLAN, SimpleNamespace(starts=[(0, 0, 4, rank_lines.NO_WORKER, "h")], environments={}), grace=0
+    )
     assert "rank 0 started on the launcher" in impatient().message
     assert placement_watch(PLAN, SimpleNamespace(starts=[], environments={}), grace=0)() is None

@@ -18,8 +18,10 @@ def private_imports(root, base=REPO) -> list[str]:
             ours = node.level > 0 or (node.module or "").split(".")[0] in OURS
             for alias in node.names if ours else ():
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
-                    found.append(f"{path.relative_to(base)}:{node.lineno} imports {alias.name} from "
-                                 f"{'.' * node.level}{node.module or ''}")
+                    found.append(
+                        f"{path.relative_to(base)}:{node.lineno} imports {alias.name} from "
+                        f"{'.' * node.level}{node.module or ''}"
+                    )
     return found
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from mpilaunch.core.pylauncher import SHEBANG_MAX, launcher_text
 
-PROGRAM = '''
+PROGRAM = """
 import sys
 
 def main():
@@ -30,7 +30,7 @@ def main():
     if mode == "exit":
         sys.exit(int(sys.argv[2]))
     raise RuntimeError("boom")
-'''
+"""
 
 
 def _launcher(tmp_path, python=sys.executable):
@@ -45,8 +45,7 @@ def _run(launcher, *args):
     return subprocess.run([launcher, *args], capture_output=True, text=True, timeout=30)
 
 
-@pytest.mark.parametrize("args, code", [(("return", "7"), 7), (("return", "0"), 0), (("none",), 0),
-                                        (("exit", "3"), 3)])
+@pytest.mark.parametrize("args, code", [(("return", "7"), 7), (("return", "0"), 0), (("none",), 0), (("exit", "3"), 3)])
 def test_exit_code_and_buffered_output_survive(tmp_path, args, code):
     r = _run(_launcher(tmp_path), *args)
     assert r.returncode == code

@@ -40,14 +40,18 @@ CHECKED_SUFFIXES = (".py", ".sh", ".md", ".toml", ".j2", ".yaml", ".yml", ".json
 # installed package or another project holds.
 NOT_OURS = {
     "launch_container.sh",  # YARN's own per-container script
-    "run.py", "mpilaunch-tools/", "mpilaunch-env/",  # what a YARN container unpacks (backends/yarn/tools.py)
-    "venv/", "wheel/",  # a cached Horovod build's folders (scripts/build-horovod.sh)
+    "run.py",
+    "mpilaunch-tools/",
+    "mpilaunch-env/",  # what a YARN container unpacks (backends/yarn/tools.py)
+    "venv/",
+    "wheel/",  # a cached Horovod build's folders (scripts/build-horovod.sh)
     "setup.py",  # Horovod's sdist
     "vars.sh",  # Intel MPI's environment script
     "hadoop-functions.sh",  # Hadoop's
     "kubexec.sh",  # the Kubeflow MPI operator's script, written by benchmarks/bench_k8s.py
     "config/components/webhook/kustomization.yaml",  # in Kueue's repository
-    "train.py", "tf_cnn_benchmarks.py",  # a user's program in the examples
+    "train.py",
+    "tf_cnn_benchmarks.py",  # a user's program in the examples
 }
 FILE_SUFFIXES = {"py", "sh", "md", "toml", "j2", "yaml", "yml", "json", "cfg", "txt", "zip", "log", "pem"}
 
@@ -78,8 +82,11 @@ def repo_tails() -> frozenset:
     tails = set()
     for folder, dirs, files in os.walk(ROOT):
         rel = Path(folder).relative_to(ROOT).parts
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")
-                   and not (not rel and d in ROOT_OUTPUTS)]
+        dirs[:] = [
+            d
+            for d in dirs
+            if d not in SKIP_DIRS and not d.endswith(".egg-info") and not (not rel and d in ROOT_OUTPUTS)
+        ]
         for name in dirs + files:
             parts = rel + (name,)
             tails.update("/".join(parts[i:]) for i in range(len(parts)))
@@ -90,8 +97,11 @@ def comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every comment and docstring of a Python or shell file."""
     text = path.read_text(errors="replace")
     if path.suffix != ".py":
-        return [(n, line.split("#", 1)[1]) for n, line in enumerate(text.splitlines(), 1)
-                if re.match(r"\s*#", line) or " # " in line]
+        return [
+            (n, line.split("#", 1)[1])
+            for n, line in enumerate(text.splitlines(), 1)
+            if re.match(r"\s*#", line) or " # " in line
+        ]
     out = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -176,7 +186,7 @@ def is_checked_path(ref: str, text: str, start: int) -> bool:
         return True
     if not ref.endswith("/"):
         return False
-    quoted = start > 0 and text[start - 1] == "`" and text[start + len(ref): start + len(ref) + 1] == "`"
+    quoted = start > 0 and text[start - 1] == "`" and text[start + len(ref) : start + len(ref) + 1] == "`"
     return ref == ref.lower() and (ref.count("/") > 1 or quoted)
 
 
@@ -223,8 +233,14 @@ def test_a_stale_reference_is_found():
     """The scan can fail: references to what moved away are each reported."""
     here = ROOT / "mpilaunch" / "backends" / "k8s" / "backend.py"
     assert references(here, "see ``launchers/k8s.py`` and :mod:`.k8s_api`, yarn_tools.py") == [
-        ":mod: .k8s_api", "path launchers/k8s.py", "file yarn_tools.py"]
-    assert references(here, "the pod runs mpilaunch.backends.k8s.launchr") == [
-        "module mpilaunch.backends.k8s.launchr"]
-    assert references(here, ":mod:`.manifests`, mpilaunch.core.spec.JobSpec, backends/base.py, "
-                            "testbeds/ssh/, test_gang.py") == []
+        ":mod: .k8s_api",
+        "path launchers/k8s.py",
+        "file yarn_tools.py",
+    ]
+    assert references(here, "the pod runs mpilaunch.backends.k8s.launchr") == ["module mpilaunch.backends.k8s.launchr"]
+    assert (
+        references(
+            here, ":mod:`.manifests`, mpilaunch.core.spec.JobSpec, backends/base.py, testbeds/ssh/, test_gang.py"
+        )
+        == []
+    )

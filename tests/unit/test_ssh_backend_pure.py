@@ -27,11 +27,31 @@ def test_defaults_are_plain_ssh_and_python3():
 
 
 def test_the_users_options_come_first_so_they_win_over_ours():
-    options = parse("--ssh-command", "ssh -F '/etc/my cluster.conf'", "--ssh-option", "ConnectTimeout=3",
-                    "--ssh-option", "BatchMode no", "--remote-python", "/opt/py/bin/python3")
+    options = parse(
+        "--ssh-command",
+        "ssh -F '/etc/my cluster.conf'",
+        "--ssh-option",
+        "ConnectTimeout=3",
+        "--ssh-option",
+        "BatchMode no",
+        "--remote-python",
+        "/opt/py/bin/python3",
+    )
     defaults = [word for option in DEFAULT_SSH_OPTIONS for word in ("-o", option)]
-    assert options.ssh_argv("node-1", "CMD") == ["ssh", "-F", "/etc/my cluster.conf", "-o", "ConnectTimeout=3",
-                                                 "-o", "BatchMode no", *defaults, "-T", "--", "node-1", "CMD"]
+    assert options.ssh_argv("node-1", "CMD") == [
+        "ssh",
+        "-F",
+        "/etc/my cluster.conf",
+        "-o",
+        "ConnectTimeout=3",
+        "-o",
+        "BatchMode no",
+        *defaults,
+        "-T",
+        "--",
+        "node-1",
+        "CMD",
+    ]
 
 
 def test_the_host_runs_its_python_on_stage0_and_nothing_secret_is_in_the_command():
@@ -40,12 +60,15 @@ def test_the_host_runs_its_python_on_stage0_and_nothing_secret_is_in_the_command
     compile(STAGE0, "stage0", "exec")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"ssh_command": "ssh -F 'open"}, "--ssh-command \"ssh -F 'open\" is not a command line"),
-    ({"ssh_command": "  "}, "--ssh-command is empty"),
-    ({"ssh_options": ("-oProxyCommand=x",)}, "--ssh-option '-oProxyCommand=x' is not an ssh_config option"),
-    ({"remote_python": ""}, "--remote-python '' is no program"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"ssh_command": "ssh -F 'open"}, '--ssh-command "ssh -F \'open" is not a command line'),
+        ({"ssh_command": "  "}, "--ssh-command is empty"),
+        ({"ssh_options": ("-oProxyCommand=x",)}, "--ssh-option '-oProxyCommand=x' is not an ssh_config option"),
+        ({"remote_python": ""}, "--remote-python '' is no program"),
+    ],
+)
 def test_bad_options_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError) as err:
         SshOptions(**kwargs)
@@ -68,11 +91,14 @@ def test_the_hosts_are_the_hostfiles_and_ssh_must_exist():
         SshBackend.check_spec(spec(hostfile="hosts", detach=True))
 
 
-@pytest.mark.parametrize("hosts, why", [
-    (["node-1", "node-1"], "--hostfile names host 'node-1' twice"),
-    (["-oProxyCommand=evil"], "--hostfile names host '-oProxyCommand=evil' in a form ssh would take"),
-    (["bob@node-1"], "--hostfile names host 'bob@node-1' in a form ssh would take"),
-])
+@pytest.mark.parametrize(
+    "hosts, why",
+    [
+        (["node-1", "node-1"], "--hostfile names host 'node-1' twice"),
+        (["-oProxyCommand=evil"], "--hostfile names host '-oProxyCommand=evil' in a form ssh would take"),
+        (["bob@node-1"], "--hostfile names host 'bob@node-1' in a form ssh would take"),
+    ],
+)
 def test_hosts_ssh_would_misread_are_refused(tmp_path, hosts, why):
     plan = Plan("j", tuple(WorkerPlan(host, 1, 0) for host in hosts))
     with pytest.raises(UsageError) as err:
@@ -81,8 +107,11 @@ def test_hosts_ssh_would_misread_are_refused(tmp_path, hosts, why):
 
 
 def test_a_rank_starts_the_zips_wrapper_with_the_hosts_python(tmp_path):
-    backend = SshBackend(spec(hostfile="h", backend_options=SshOptions(remote_python="/usr/bin/python3")),
-                         Plan("j", (WorkerPlan("node-1", 2, 0),)), tmp_path)
+    backend = SshBackend(
+        spec(hostfile="h", backend_options=SshOptions(remote_python="/usr/bin/python3")),
+        Plan("j", (WorkerPlan("node-1", 2, 0),)),
+        tmp_path,
+    )
     prefix = backend.rank_prefix()
     assert prefix[:3] == ["/usr/bin/python3", "-IS", "-c"]
     # one line (it travels in mpirun's argv): the zip the host unpacked on the path, then the module's main

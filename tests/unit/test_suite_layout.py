@@ -53,23 +53,26 @@ def test_forbidden_is_what_the_rule_names():
 
 def test_imports_of_sees_lazy_and_relative_imports(tmp_path):
     source = tmp_path / "test_x.py"
-    source.write_text("import os\n"
-                      "def f():\n"
-                      "    from test_other import thing\n"
-                      "    from . import conftest\n"
-                      "    import helpers\n")
+    source.write_text(
+        "import os\ndef f():\n    from test_other import thing\n    from . import conftest\n    import helpers\n"
+    )
     assert [m for _, m in imports_of(source) if forbidden(m)] == ["test_other", "conftest", "helpers"]
 
 
 def test_no_module_imports_a_test_module_or_a_conftest():
-    offenders = [f"{path.relative_to(TESTS)}:{line}: imports {module}"
-                 for path in python_files() for line, module in imports_of(path) if forbidden(module)]
+    offenders = [
+        f"{path.relative_to(TESTS)}:{line}: imports {module}"
+        for path in python_files()
+        for line, module in imports_of(path)
+        if forbidden(module)
+    ]
     assert offenders == [], "shared code belongs in tests/support:\n" + "\n".join(offenders)
 
 
 def test_test_modules_sit_under_unit_lifecycle_or_e2e():
-    misplaced = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py")
-                 if p.relative_to(TESTS).parts[0] not in TEST_FOLDERS]
+    misplaced = [
+        str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py") if p.relative_to(TESTS).parts[0] not in TEST_FOLDERS
+    ]
     assert misplaced == [], f"test modules outside tests/{{{','.join(TEST_FOLDERS)}}}: {misplaced}"
 
 

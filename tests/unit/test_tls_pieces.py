@@ -37,8 +37,17 @@ def pair():
 
 def test_tls_private_ssl_names_the_shim_relies_on_exist():
     # ssl.py builds SSLContext/SSLObject from exactly these; a Python that renames one fails here first.
-    for name in ("_SSLContext", "MemoryBIO", "SSLError", "SSLWantReadError", "SSLZeroReturnError", "PROTO_TLSv1_3",
-                 "PROTOCOL_TLS_CLIENT", "PROTOCOL_TLS_SERVER", "CERT_REQUIRED"):
+    for name in (
+        "_SSLContext",
+        "MemoryBIO",
+        "SSLError",
+        "SSLWantReadError",
+        "SSLZeroReturnError",
+        "PROTO_TLSv1_3",
+        "PROTOCOL_TLS_CLIENT",
+        "PROTOCOL_TLS_SERVER",
+        "CERT_REQUIRED",
+    ):
         assert hasattr(_ssl, name), name
     assert hasattr(_ssl._SSLContext, "_wrap_bio")
 
@@ -72,8 +81,10 @@ def test_tls_hand_written_certificate_is_one_that_cryptography_reads_and_verifie
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    for now in (datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.timezone.utc),
-                datetime.datetime(2049, 6, 1, tzinfo=datetime.timezone.utc)):  # its end in GeneralizedTime
+    for now in (
+        datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.timezone.utc),
+        datetime.datetime(2049, 6, 1, tzinfo=datetime.timezone.utc),
+    ):  # its end in GeneralizedTime
         der, key_der = self_signed_certificate(now)
         cert = x509.load_der_x509_certificate(der)
         key = serialization.load_der_private_key(key_der, None)
@@ -128,10 +139,16 @@ def test_tls_client_pins_the_exact_certificate_not_whatever_its_key_signed():
     # OpenSSL refuses it already (not the trusted certificate) ...
     key = serialization.load_der_private_key(credential.key, None)
     original = x509.load_der_x509_certificate(credential.cert)
-    twin = (x509.CertificateBuilder().subject_name(original.subject).issuer_name(original.issuer)
-            .public_key(key.public_key()).serial_number(original.serial_number + 1)
-            .not_valid_before(original.not_valid_before_utc).not_valid_after(original.not_valid_after_utc)
-            .sign(key, hashes.SHA256())).public_bytes(serialization.Encoding.DER)
+    twin = (
+        x509.CertificateBuilder()
+        .subject_name(original.subject)
+        .issuer_name(original.issuer)
+        .public_key(key.public_key())
+        .serial_number(original.serial_number + 1)
+        .not_valid_before(original.not_valid_before_utc)
+        .not_valid_after(original.not_valid_after_utc)
+        .sign(key, hashes.SHA256())
+    ).public_bytes(serialization.Encoding.DER)
     with pytest.raises(tls.TlsError, match="certificate verify failed"):
         handshake(tls_session.client(credential), serving(twin, credential.key))
     # ... and the pin refuses it even where a chain check let it through.

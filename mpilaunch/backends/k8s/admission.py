@@ -50,8 +50,9 @@ def queue_membership(queue: str | None, job: str, pods: int) -> tuple[dict, dict
 
 
 def _true_conditions(obj: dict | None) -> dict[str, dict]:
-    return {c.get("type"): c for c in ((obj or {}).get("status") or {}).get("conditions") or ()
-            if c.get("status") == "True"}
+    return {
+        c.get("type"): c for c in ((obj or {}).get("status") or {}).get("conditions") or () if c.get("status") == "True"
+    }
 
 
 def podgroup_note(gang: str, podgroup: dict | None, warning: str | None = None) -> str | None:
@@ -96,8 +97,10 @@ def workload_note(queue: str, workload: dict | None, local_queue: dict | None, w
     if workload is None:
         if waited < NO_WORKLOAD_HINT_AFTER_S:
             return f"{where}: waiting for Kueue's Workload"
-        return (f"{where}: Kueue made no Workload of the pods in {waited:.0f} s (is its pod integration on, "
-                f"for this namespace?)")
+        return (
+            f"{where}: Kueue made no Workload of the pods in {waited:.0f} s (is its pod integration on, "
+            f"for this namespace?)"
+        )
     said = ""
     for cond in (workload.get("status") or {}).get("conditions") or ():
         if cond.get("type") in ("QuotaReserved", "Admitted") and cond.get("status") == "False":
@@ -117,7 +120,7 @@ def workload_eviction(workload: dict | None) -> str | None:
 
 def evicted_by_kueue(reason: str, message: str) -> str:
     """One wording for a Kueue eviction, read from the Workload or from a pod's TerminationTarget."""
-    reason = reason[len(KUEUE_EVICTED):] if reason.startswith(KUEUE_EVICTED) else reason
+    reason = reason[len(KUEUE_EVICTED) :] if reason.startswith(KUEUE_EVICTED) else reason
     said = message.strip()
     return f"evicted by Kueue ({reason}" + (f": {said})" if said else ")")
 
@@ -182,8 +185,9 @@ class AdmissionReader:
     def _latest_warning(self, kind: str) -> str | None:
         """The message of the job's object's latest Warning event."""
         try:
-            events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={self.job},"
-                                                              f"involvedObject.kind={kind},type=Warning")["items"]
+            events = self.api.get(
+                "v1", "events", fieldSelector=f"involvedObject.name={self.job},involvedObject.kind={kind},type=Warning"
+            )["items"]
         except (ApiError, OSError, ValueError):
             return None
         events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")

@@ -79,8 +79,9 @@ def resolve(kubeconfig: str | None, context: str | None, namespace: str | None, 
     return resolve_with_tokens(kubeconfig, context, namespace, rundir)[0]
 
 
-def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: str | None,
-                        rundir: Path | None) -> tuple[dict, "TokenSource | None"]:
+def resolve_with_tokens(
+    kubeconfig: str | None, context: str | None, namespace: str | None, rundir: Path | None
+) -> tuple[dict, "TokenSource | None"]:
     """``resolve``, plus the TokenSource that keeps an exec plugin's token fresh (None: nothing expires)."""
     paths = _kubeconfig_paths(kubeconfig)
     if not _kubeconfig_exists(paths) and not kubeconfig and not context and in_cluster_available():
@@ -103,7 +104,9 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
         from kubernetes import client as kclient
         from kubernetes.config import kube_config
     except ImportError:
-        raise UsageError("the k8s backend needs the Python package 'kubernetes'", "pip install 'mpilaunch[k8s]'") from None
+        raise UsageError(
+            "the k8s backend needs the Python package 'kubernetes'", "pip install 'mpilaunch[k8s]'"
+        ) from None
     from . import credentials
 
     try:
@@ -114,9 +117,12 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
             names = [c["name"] for c in (merged.config.safe_get("contexts") or [])]
             if context not in names:
                 raise UsageError(f"context {context!r} not in {paths}", f"choose one of: {', '.join(names) or 'none'}")
-        loader = kube_config.KubeConfigLoader(config_dict=merged.config, active_context=context,
-                                              config_base_path=None,
-                                              temp_file_path=str(rundir) if rundir is not None else None)
+        loader = kube_config.KubeConfigLoader(
+            config_dict=merged.config,
+            active_context=context,
+            config_base_path=None,
+            temp_file_path=str(rundir) if rundir is not None else None,
+        )
         chosen = loader.current_context
         cfg = kclient.Configuration()
         with _quiet_loader_log():  # a failing exec plugin is logged there, then named by us below
@@ -155,20 +161,32 @@ def resolve_with_tokens(kubeconfig: str | None, context: str | None, namespace: 
     if plugin is not None and auth:
         fetch, describe = plugin
         expiry = getattr(loader, "expiry", None)  # set by the loader from the plugin's expirationTimestamp
-        first = credentials.Token(token, time.time(),
-                                      expiry.timestamp() if expiry is not None else None)
-        tokens = credentials.TokenSource(fetch, first, Path(creds["token_file"]) if "token_file" in creds else None,
-                                             describe)
+        first = credentials.Token(token, time.time(), expiry.timestamp() if expiry is not None else None)
+        tokens = credentials.TokenSource(
+            fetch, first, Path(creds["token_file"]) if "token_file" in creds else None, describe
+        )
     return creds, tokens
 
 
 # What a kubeconfig's cluster and user may hold for static_credentials to read it: anything
 # else (exec plugins, auth providers, basic auth, proxies, impersonation, token files, several
 # files to merge) is the kubernetes package's loader's to read.
-_STATIC_CLUSTER_KEYS = {"server", "certificate-authority", "certificate-authority-data", "insecure-skip-tls-verify",
-                        "tls-server-name", "extensions"}
-_STATIC_USER_KEYS = {"client-certificate", "client-certificate-data", "client-key", "client-key-data", "token",
-                     "extensions"}
+_STATIC_CLUSTER_KEYS = {
+    "server",
+    "certificate-authority",
+    "certificate-authority-data",
+    "insecure-skip-tls-verify",
+    "tls-server-name",
+    "extensions",
+}
+_STATIC_USER_KEYS = {
+    "client-certificate",
+    "client-certificate-data",
+    "client-key",
+    "client-key-data",
+    "token",
+    "extensions",
+}
 
 
 def static_credentials(paths: str, context: str | None, namespace: str | None, rundir: Path | None) -> dict | None:
@@ -192,20 +210,29 @@ def static_credentials(paths: str, context: str | None, namespace: str | None, r
         user = _named(config.get("users"), chosen["user"])
     except Exception:  # unreadable or unusual: the loader reads it and says what is wrong
         return None
-    if (cluster is None or user is None or not isinstance(cluster.get("server"), str)
-            or not set(cluster) <= _STATIC_CLUSTER_KEYS or not set(user) <= _STATIC_USER_KEYS
-            or ("token" not in user and "client-certificate" not in user and "client-certificate-data" not in user)):
+    if (
+        cluster is None
+        or user is None
+        or not isinstance(cluster.get("server"), str)
+        or not set(cluster) <= _STATIC_CLUSTER_KEYS
+        or not set(user) <= _STATIC_USER_KEYS
+        or ("token" not in user and "client-certificate" not in user and "client-certificate-data" not in user)
+    ):
         return None
     base = os.path.dirname(os.path.abspath(paths))
-    creds: dict = {"server": cluster["server"].rstrip("/"),
-                   "namespace": namespace or chosen.get("namespace") or "default"}
+    creds: dict = {
+        "server": cluster["server"].rstrip("/"),
+        "namespace": namespace or chosen.get("namespace") or "default",
+    }
     if cluster.get("insecure-skip-tls-verify"):
         creds["insecure"] = True
     if cluster.get("tls-server-name"):
         creds["tls_server_name"] = cluster["tls-server-name"]
-    for key, name, holder, field in (("ca_file", "ca", cluster, "certificate-authority"),
-                                     ("cert_file", "cert", user, "client-certificate"),
-                                     ("key_file", "key", user, "client-key")):
+    for key, name, holder, field in (
+        ("ca_file", "ca", cluster, "certificate-authority"),
+        ("cert_file", "cert", user, "client-certificate"),
+        ("key_file", "key", user, "client-key"),
+    ):
         if holder.get(field + "-data") and rundir is None:
             return None  # no private directory for its file: the loader's temporary files
         try:
@@ -216,8 +243,9 @@ def static_credentials(paths: str, context: str | None, namespace: str | None, r
                 creds[key] = _write_private(rundir / f"k8s-{name}.pem", data)
             elif holder.get(field):
                 src = os.path.join(base, holder[field])
-                creds[key] = src if rundir is None else _write_private(rundir / f"k8s-{name}.pem",
-                                                                       Path(src).read_bytes())
+                creds[key] = (
+                    src if rundir is None else _write_private(rundir / f"k8s-{name}.pem", Path(src).read_bytes())
+                )
         except (OSError, ValueError):  # a missing file, bad base64: the loader's error names it
             return None
     if user.get("token"):
@@ -280,8 +308,16 @@ class Api:
             self._local.conn = conn
         return conn
 
-    def request(self, method: str, path: str, body=None, query: dict | None = None,
-                content_type: str = "application/json", stream: bool = False, timeout: float | None = None):
+    def request(
+        self,
+        method: str,
+        path: str,
+        body=None,
+        query: dict | None = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        timeout: float | None = None,
+    ):
         """One request; a 401 with an expiring token fetches a new one and sends the request once more.
 
         A 401 that stays is raised as a CredentialError (exit 3, one line):
@@ -334,8 +370,14 @@ class Api:
                 resp = conn.getresponse()
                 raw = resp.read()
                 break
-            except (http.client.RemoteDisconnected, http.client.CannotSendRequest, ConnectionResetError,
-                    BrokenPipeError, http.client.ResponseNotReady, ssl.SSLEOFError):
+            except (
+                http.client.RemoteDisconnected,
+                http.client.CannotSendRequest,
+                ConnectionResetError,
+                BrokenPipeError,
+                http.client.ResponseNotReady,
+                ssl.SSLEOFError,
+            ):
                 # a kept-alive connection the server closed while idle (the apiserver does after
                 # about 90 s): the request never reached it, so it is sent again on a new one
                 if attempt == 2:
@@ -390,8 +432,12 @@ class Api:
     def delete_collection(self, api_version: str, plural: str, selector: str, **body) -> None:
         path = self.collection_path(api_version, plural, self.namespace)
         try:
-            self.request("DELETE", path, body={"kind": "DeleteOptions", "apiVersion": "v1", **body},
-                         query={"labelSelector": selector})
+            self.request(
+                "DELETE",
+                path,
+                body={"kind": "DeleteOptions", "apiVersion": "v1", **body},
+                query={"labelSelector": selector},
+            )
         except ApiError as e:
             if e.status not in (404, 405):
                 raise
@@ -424,8 +470,11 @@ class ApiOutage:
         self.since = now if self.since is None else self.since
         if not self.said and now - self.since >= self.SAY_AFTER_S:
             self.said = True
-            print(f"mpilaunch: warning: cannot read {self.what} for {now - self.since:.0f}s "
-                  f"({str(error)[:200]}); still trying", file=self.stream or sys.stderr)
+            print(
+                f"mpilaunch: warning: cannot read {self.what} for {now - self.since:.0f}s "
+                f"({str(error)[:200]}); still trying",
+                file=self.stream or sys.stderr,
+            )
         return None
 
 

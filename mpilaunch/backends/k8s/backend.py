@@ -105,13 +105,13 @@ def use_relay() -> bool:
     return os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0"
 
 
-
 # The order the job's objects are created in, after the root that owns them: each stage's
 # objects at once, one stage after the other. What pods mount or use (tools, Secrets, RBAC,
 # Service) comes before them; the reaper before any worker or launcher, so that from the first
 # pod on, a job is reaped if this process dies (the Lease is in the first stage). Three round
 # trips instead of one per kind put the workers on the way 0.2-0.3 s sooner on a loaded API server.
 CREATION_STAGES = (("tools", "lease", "reaper-rbac", "setup"), ("reaper",), ("workers", "launcher"))
+
 
 def fail_on_image_check(messages) -> None:
     """AllocationError with the image check's line (exit 3), where one of the pods' ``messages`` holds it."""
@@ -146,7 +146,9 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
         self.root_uid: str | None = None
         self.created: list[tuple[str, str, str]] = []  # (apiVersion, plural, name)
         self.launcher_pod: str | None = None
-        self.ready_at: float | None = None  # when wait_ready saw every worker Ready (a failed run's diagnosis settles after it)
+        self.ready_at: float | None = (
+            None  # when wait_ready saw every worker Ready (a failed run's diagnosis settles after it)
+        )
         self.pods: dict[str, dict] = {}
         self.relay = None
         self.heartbeat = None
@@ -157,9 +159,11 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
         self.tools = tools.from_configmap()
         self.transport = launch.resolve_transport(self.opts.transport, self.launcher)
         if self.opts.queue and spec.retries:
-            raise UsageError("--retries cannot be used with --queue",
-                             "Kueue admits a job's pod group once: a replaced worker would wait for an admission "
-                             "that does not come; leave out --retries, or --queue")
+            raise UsageError(
+                "--retries cannot be used with --queue",
+                "Kueue admits a job's pod group once: a replaced worker would wait for an admission "
+                "that does not come; leave out --retries, or --queue",
+            )
         # --transport agent: the workers' agents and the shims share it (Secret <job>-agent)
         self.agent_secret = new_credential() if self.transport == "agent" else ""  # MAC secret + TLS cert/key
         self.agent_secret_file = rundir / "agent-secret"
@@ -200,8 +204,9 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
 
     def _credentials(self) -> dict:
         if self._creds is None:
-            self._creds, self._tokens = resolve_with_tokens(self.opts.kubeconfig, self.opts.context,
-                                                            self.opts.namespace, self.rundir)
+            self._creds, self._tokens = resolve_with_tokens(
+                self.opts.kubeconfig, self.opts.context, self.opts.namespace, self.rundir
+            )
         return self._creds
 
     @property
@@ -225,8 +230,16 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
         return self.opts.image
 
     def launch_description(self):
-        return launch.launch_description(self.spec, self.plan, self.job, self.namespace, self.rank_prefix(),
-                                             self.status_token, os.environ, self.transport)
+        return launch.launch_description(
+            self.spec,
+            self.plan,
+            self.job,
+            self.namespace,
+            self.rank_prefix(),
+            self.status_token,
+            os.environ,
+            self.transport,
+        )
 
     def manifests(self, reveal: bool = False) -> list[tuple[str, str]]:
         """``(group, yaml text)`` in creation order (:func:`.manifests.manifests`)."""
@@ -279,8 +292,9 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
                         f"--gang {self.opts.gang}: the PodGroup API ({api_version}) is not installed in this cluster",
                         "install the scheduler's CRDs, or use --gang none",
                     ) from None
-                raise AllocationError(f"cannot create {kind} {obj['metadata']['name']}: {refusal_line(e)}",
-                                      creation_hint(e)) from None
+                raise AllocationError(
+                    f"cannot create {kind} {obj['metadata']['name']}: {refusal_line(e)}", creation_hint(e)
+                ) from None
             self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
 
         # one pool for every stage: its threads keep their connections to the API server, so the
@@ -314,11 +328,14 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
 
         try:
             policy = self.api.get("networking.k8s.io/v1", "networkpolicies", self.job)
-            self.api.patch("networking.k8s.io/v1", "networkpolicies", self.job,
-                           network_policy.submitter_patch(policy, address))
+            self.api.patch(
+                "networking.k8s.io/v1", "networkpolicies", self.job, network_policy.submitter_patch(policy, address)
+            )
         except ApiError as e:
-            raise AllocationError(f"cannot let this machine ({address}) into the job's NetworkPolicy {self.job}: "
-                                  f"{e.message}", "or run with --network-policy none") from None
+            raise AllocationError(
+                f"cannot let this machine ({address}) into the job's NetworkPolicy {self.job}: {e.message}",
+                "or run with --network-policy none",
+            ) from None
 
     def _wait_ready(self, deadline: float, progress, wait) -> None:
         names = [w.name for w in self.plan.workers]
@@ -420,8 +437,10 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
         said = self._job_events(self.launcher_name) or ""
         policy = explain(said) if said.startswith("FailedCreate") else None
         if policy is not None:
-            raise AllocationError(f"cannot create the launcher pod of {self.launcher_name}: {policy[0]}",
-                                  policy[1] + "; nothing was left in the cluster")
+            raise AllocationError(
+                f"cannot create the launcher pod of {self.launcher_name}: {policy[0]}",
+                policy[1] + "; nothing was left in the cluster",
+            )
 
     def _job_events(self, name: str) -> str | None:
         try:
@@ -505,9 +524,11 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
                 said_done.set()
 
         follower = threading.Thread(
-            target=follow_log, args=(self.api, self.namespace, pod, output, stop),
-            kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said),
-                    "on_launcher_done": on_done}, daemon=True)
+            target=follow_log,
+            args=(self.api, self.namespace, pod, output, stop),
+            kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said), "on_launcher_done": on_done},
+            daemon=True,
+        )
         follower.start()
         code = None
         outage = ApiOutage(f"the launcher pod {pod}")
@@ -654,9 +675,12 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
         try:
             manage.delete_job(self.api, self.job, self.created, wait=20.0)
         except Exception as e:  # never raise from teardown
-            print(f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); the cluster's reaper deletes it "
-                  f"--orphan-timeout {self.spec.orphan_timeout:g}s after the last Lease renewal, or "
-                  f"run: mpilaunch delete {self.job} --backend k8s", file=sys.stderr)
+            print(
+                f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); the cluster's reaper deletes it "
+                f"--orphan-timeout {self.spec.orphan_timeout:g}s after the last Lease renewal, or "
+                f"run: mpilaunch delete {self.job} --backend k8s",
+                file=sys.stderr,
+            )
         self.root_uid = None
 
     # ------------------------------------------------------------ manage (manage.py)
@@ -676,4 +700,3 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
     @classmethod
     def manage_wait(cls, args, stream) -> int:
         return manage.wait(args, stream)
-

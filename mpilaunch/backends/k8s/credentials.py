@@ -68,7 +68,11 @@ def give_up_at(token: Token) -> float | None:
 
 def refused(status: int, message: str, what: str) -> CredentialError:
     """The one line for a 401/403 on the job's own objects."""
-    why = "rejected the credentials (401 Unauthorized)" if status == 401 else f"forbids it (403 Forbidden: {message[:200]})"
+    why = (
+        "rejected the credentials (401 Unauthorized)"
+        if status == 401
+        else f"forbids it (403 Forbidden: {message[:200]})"
+    )
     return CredentialError(f"cluster credentials failed: {what}: the API server {why}", HINT)
 
 
@@ -89,8 +93,14 @@ class TokenSource:
     it once. The token file (when given) always holds the current token.
     """
 
-    def __init__(self, fetch: Callable[[], Token], first: Token, token_file: Path | None = None,
-                 describe: str = "the kubeconfig's exec plugin", clock=time.time):
+    def __init__(
+        self,
+        fetch: Callable[[], Token],
+        first: Token,
+        token_file: Path | None = None,
+        describe: str = "the kubeconfig's exec plugin",
+        clock=time.time,
+    ):
         self.fetch = fetch
         self.token = first
         self.token_file = token_file
@@ -159,8 +169,10 @@ class TokenSource:
                 if not self._warned:
                     self._warned = True
                     left = (token.expires or self.clock()) - self.clock()
-                    print(f"mpilaunch: warning: {e.message}; trying again until the current token "
-                          f"expires in {left:.0f}s", file=sys.stderr)
+                    print(
+                        f"mpilaunch: warning: {e.message}; trying again until the current token expires in {left:.0f}s",
+                        file=sys.stderr,
+                    )
                 self._stop.wait(RETRY_S)
                 continue
             with self._lock:

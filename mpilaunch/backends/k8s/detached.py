@@ -35,8 +35,13 @@ POLL_S = 2.0
 
 def outcome(exit_code: int, failure: str | None, ranks=(), **extra) -> dict:
     """The ``result.json`` record: what ``mpilaunch status`` and ``wait`` read."""
-    return {"exit_code": exit_code, "failure": failure,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ranks": list(ranks), **extra}
+    return {
+        "exit_code": exit_code,
+        "failure": failure,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "ranks": list(ranks),
+        **extra,
+    }
 
 
 def record_outcome(api: Api, job: str, record: dict) -> bool:
@@ -49,8 +54,10 @@ def record_outcome(api: Api, job: str, record: dict) -> bool:
         root = api.get("v1", "configmaps", job)
         if RESULT_KEY in (root.get("data") or {}):
             return False
-        body = {"metadata": {"resourceVersion": root["metadata"]["resourceVersion"]},
-                "data": {RESULT_KEY: json.dumps(record)}}
+        body = {
+            "metadata": {"resourceVersion": root["metadata"]["resourceVersion"]},
+            "data": {RESULT_KEY: json.dumps(record)},
+        }
         try:
             api.patch("v1", "configmaps", job, body)
             return True
@@ -91,8 +98,17 @@ def _get(api: Api, api_version: str, plural: str, name: str) -> dict | None:
         raise
 
 
-def reap_detached(api: Api, job: str, launcher_job: str, start_bound: float, lost_bound: float, *,
-                  log: Callable[[str], None], clock=time.monotonic, sleep=time.sleep) -> str | None:
+def reap_detached(
+    api: Api,
+    job: str,
+    launcher_job: str,
+    start_bound: float,
+    lost_bound: float,
+    *,
+    log: Callable[[str], None],
+    clock=time.monotonic,
+    sleep=time.sleep,
+) -> str | None:
     """Watch the launcher Job until the job has ended; make sure its workers are released.
 
     Returns what the reaper recorded, "" when the launcher recorded the outcome itself,
@@ -111,8 +127,9 @@ def reap_detached(api: Api, job: str, launcher_job: str, start_bound: float, los
             sleep(POLL_S)
             continue
         seen = launcher_outcome.observe(seen, obj, clock())
-        ending = launcher_outcome.judge(seen, obj, clock(), name=launcher_job, start_bound=start_bound,
-                                    lost_bound=lost_bound)
+        ending = launcher_outcome.judge(
+            seen, obj, clock(), name=launcher_job, start_bound=start_bound, lost_bound=lost_bound
+        )
         if ending is None:
             ended_at = None
         elif RESULT_KEY in (root.get("data") or {}):

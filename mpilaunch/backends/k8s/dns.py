@@ -42,9 +42,9 @@ def query_a(server: str, name: str, timeout: float = 2.0) -> list[str]:
         while data[i] and data[i] < 0xC0:  # a name: labels, ended by 0 or a pointer
             i += data[i] + 1
         i += 2 if data[i] >= 0xC0 else 1
-        rtype, _cls, _ttl, rdlen = struct.unpack(">HHIH", data[i:i + 10])
+        rtype, _cls, _ttl, rdlen = struct.unpack(">HHIH", data[i : i + 10])
         i += 10
         if rtype == 1 and rdlen == 4:
-            out.append(socket.inet_ntoa(data[i:i + rdlen]))
+            out.append(socket.inet_ntoa(data[i : i + rdlen]))
         i += rdlen
     return out

@@ -47,8 +47,9 @@ def resume_point(seen_ns) -> tuple[str, int]:
     return stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), sum(1 for ns in seen_ns if ns >= since)
 
 
-def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_launcher_ready=None,
-               on_launcher_done=None) -> None:
+def follow_log(
+    api, namespace: str, pod: str, output, stop: threading.Event, on_launcher_ready=None, on_launcher_done=None
+) -> None:
     """Stream the launcher's log, reconnecting after drops without repeating or losing lines.
 
     ``on_launcher_ready()`` is called when the launcher says it starts mpirun
@@ -64,8 +65,11 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
             query["sinceTime"], repeated = resume_point(seen_ns)
             if not resumed and not done_seen:  # once: a cut stream is worth knowing about when output looks short
                 resumed = True
-                output.feed("stderr", f"mpilaunch: the launcher's log stream ended early; resuming from "
-                                      f"{query['sinceTime']} (lines already shown are skipped)\n")
+                output.feed(
+                    "stderr",
+                    f"mpilaunch: the launcher's log stream ended early; resuming from "
+                    f"{query['sinceTime']} (lines already shown are skipped)\n",
+                )
         path = api.collection_path("v1", "pods", namespace) + f"/{pod}/log"
         try:
             conn, resp = api.request("GET", path, query=query, stream=True, timeout=3600)
@@ -93,7 +97,7 @@ def follow_log(api, namespace: str, pod: str, output, stop: threading.Event, on_
                         conn.sock.settimeout(AFTER_DONE_S)
                     continue
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
-                    on_launcher_ready(text[len(LAUNCHER_READY):])
+                    on_launcher_ready(text[len(LAUNCHER_READY) :])
                 output.feed("stdout", text)
         except OSError:  # a dropped stream, or AFTER_DONE_S passed
             pass

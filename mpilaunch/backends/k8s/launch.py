@@ -79,12 +79,19 @@ def agent_context(secret_file: str, pods: dict[str, dict | None], *, in_pod: boo
     pod_ips = {name: ((pod or {}).get("status") or {}).get("podIP") for name, pod in pods.items()}
     missing = sorted(name for name, ip in pod_ips.items() if not ip)
     if missing:
-        raise AllocationError(f"worker pods without an IP: {', '.join(missing[:5])}",
-                              "the agent transport reaches pods by their IPs; check the pods' network "
-                              "(kubectl describe pod), or use --transport exec")
-    return {"transport": "agent", "secret_file": secret_file, "secret_shared_ok": in_pod, "forward_env": [],
-            "refused_wait": AGENT_REFUSED_WAIT_S,
-            "workers": {name: {"address": agent_address(ip)} for name, ip in pod_ips.items()}}
+        raise AllocationError(
+            f"worker pods without an IP: {', '.join(missing[:5])}",
+            "the agent transport reaches pods by their IPs; check the pods' network "
+            "(kubectl describe pod), or use --transport exec",
+        )
+    return {
+        "transport": "agent",
+        "secret_file": secret_file,
+        "secret_shared_ok": in_pod,
+        "forward_env": [],
+        "refused_wait": AGENT_REFUSED_WAIT_S,
+        "workers": {name: {"address": agent_address(ip)} for name, ip in pod_ips.items()},
+    }
 
 
 def templates():
@@ -101,7 +108,9 @@ def templates():
         compiled = None
     return jinja2.Environment(
         loader=jinja2.PackageLoader("mpilaunch.backends.k8s", "templates"),
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
         bytecode_cache=compiled,
     )
 
@@ -122,24 +131,44 @@ def parse_toleration(text: str) -> dict:
     return tol
 
 
-def launch_description(spec, plan, job: str, namespace: str, rank_prefix: list[str], status_token: str | None,
-                       environ, transport: str = "exec") -> LaunchDescription:
+def launch_description(
+    spec,
+    plan,
+    job: str,
+    namespace: str,
+    rank_prefix: list[str],
+    status_token: str | None,
+    environ,
+    transport: str = "exec",
+) -> LaunchDescription:
     """What the launcher pod needs to run mpirun. Its ConfigMap (launch.json) gets it without the
     secrets (``without_secrets``); the job's Secret gets those (``secret_values``)."""
     return LaunchDescription(
-        job=job, workers=tuple(LaunchWorker(w.name, w.slots) for w in plan.workers), command=tuple(spec.command),
-        rank_prefix=tuple(rank_prefix), mpi=spec.mpi,
+        job=job,
+        workers=tuple(LaunchWorker(w.name, w.slots) for w in plan.workers),
+        command=tuple(spec.command),
+        rank_prefix=tuple(rank_prefix),
+        mpi=spec.mpi,
         mpirun=spec.mpirun,  # with the cluster launcher, --mpirun names the image's mpirun
-        env=forwarded_env(spec.env, environ), mpi_args=tuple(spec.mpi_args), bind_gpus=spec.bind_gpus,
-        verify=spec.verify, start_timeout=spec.start_timeout,
+        env=forwarded_env(spec.env, environ),
+        mpi_args=tuple(spec.mpi_args),
+        bind_gpus=spec.bind_gpus,
+        verify=spec.verify,
+        start_timeout=spec.start_timeout,
         # detached, the launcher enforces --timeout itself (exit 124, as attached); the Job's
         # activeDeadlineSeconds, later by the start timeout and a margin, only backs it up.
         # Attached, the submitting side enforces it.
-        timeout=spec.timeout if spec.detach else None, detach=spec.detach, status_token=status_token,
-        cluster={"namespace": namespace, "container": WORKER_CONTAINER,
-                 # the Secret's part, merged in by the launcher
-                 "secret_file": f"{SECRET_DIR}/{SECRET_KEY}",
-                 "transport": transport, "agent_secret_file": f"{AGENT_SECRET_DIR}/{AGENT_SECRET_KEY}"},
+        timeout=spec.timeout if spec.detach else None,
+        detach=spec.detach,
+        status_token=status_token,
+        cluster={
+            "namespace": namespace,
+            "container": WORKER_CONTAINER,
+            # the Secret's part, merged in by the launcher
+            "secret_file": f"{SECRET_DIR}/{SECRET_KEY}",
+            "transport": transport,
+            "agent_secret_file": f"{AGENT_SECRET_DIR}/{AGENT_SECRET_KEY}",
+        },
     )
 
 
@@ -164,7 +193,9 @@ def secret_values(description: LaunchDescription, reveal: bool = False) -> dict:
     ``reveal``: the values themselves (only for creating it), else masked."""
     secrets = description.secrets()
     if not reveal:
-        secrets["env"] = [(f"{n}={mpi.mask(v)}" if eq else n) for n, eq, v in (e.partition("=") for e in secrets["env"])]
+        secrets["env"] = [
+            (f"{n}={mpi.mask(v)}" if eq else n) for n, eq, v in (e.partition("=") for e in secrets["env"])
+        ]
         secrets["status_token"] = mpi.mask(secrets["status_token"]) if secrets["status_token"] else None
     else:
         secrets["env"] = list(secrets["env"])
@@ -175,5 +206,6 @@ def image_mpi_info(spec) -> mpi.MpiInfo:
     """The image's MPI as far as this side can tell before the launcher pod detects it:
     --mpi's flavour, else what images usually bring (ASSUMED_IMAGE_MPI)."""
     flavour = ASSUMED_IMAGE_MPI if spec.mpi == "auto" else spec.mpi
-    return mpi.MpiInfo(flavour=flavour, version="5 (the image's; detected in the launcher pod)",
-                       path=spec.mpirun or "mpirun")
+    return mpi.MpiInfo(
+        flavour=flavour, version="5 (the image's; detected in the launcher pod)", path=spec.mpirun or "mpirun"
+    )

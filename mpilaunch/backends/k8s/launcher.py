@@ -50,7 +50,8 @@ from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, rea
 def _ready(pod: dict) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
 
 
 def wait_workers(api: Api, names: list[str], deadline: float) -> dict[str, dict]:
@@ -81,7 +82,9 @@ def _wait_workers(api: Api, names: list[str], deadline: float, watch: FirstPendi
                     still.append(name)
             except ApiError as e:
                 if e.status == 403:
-                    raise UsageError(f"the launcher may not read pod {name}: {e.message}", "check the job's Role") from None
+                    raise UsageError(
+                        f"the launcher may not read pod {name}: {e.message}", "check the job's Role"
+                    ) from None
                 last_error = e.message
                 still.append(name)
             except OSError as e:
@@ -92,8 +95,11 @@ def _wait_workers(api: Api, names: list[str], deadline: float, watch: FirstPendi
         pending = still
         if pending:
             if time.monotonic() > deadline:
-                raise MpilaunchError(f"{len(pending)} workers not ready: {', '.join(pending[:5])}"
-                                     + (f" ({last_error})" if last_error else ""), None)
+                raise MpilaunchError(
+                    f"{len(pending)} workers not ready: {', '.join(pending[:5])}"
+                    + (f" ({last_error})" if last_error else ""),
+                    None,
+                )
             watch.wait(pending, ready_poll_s(time.monotonic() - started, len(pending)))
     return ready
 
@@ -131,9 +137,11 @@ def wait_own_name(launch: LaunchDescription, deadline: float) -> None:
         if own in seen:
             return
         if time.monotonic() > until:
-            raise MpilaunchError(f"the launcher's name {fqdn} does not resolve to {own} in the cluster's DNS "
-                                 f"({server} answers {seen or 'nothing'}); the MPI's proxies could not reach it",
-                                 "check the job's headless Service and the cluster DNS")
+            raise MpilaunchError(
+                f"the launcher's name {fqdn} does not resolve to {own} in the cluster's DNS "
+                f"({server} answers {seen or 'nothing'}); the MPI's proxies could not reach it",
+                "check the job's headless Service and the cluster DNS",
+            )
         time.sleep(0.2)
 
 
@@ -158,15 +166,21 @@ class ReadyPods(BaseBackend):
         if mpi.for_name(self.info.flavour).proxies_connect_back:
             wait_own_name(self.launch, deadline)
         # LAUNCHER_READY: the submitting side marks mpirun_started when it sees this line
-        print(f"{LAUNCHER_READY}{self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
-              file=sys.stderr, flush=True)
+        print(
+            f"{LAUNCHER_READY}{self.info.flavour} {self.info.version}, {len(self.plan.workers)} workers ready",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def exec_context(self) -> dict:
         if self.launch.cluster.get("transport") == "agent":
             return agent_context(self.launch.cluster["agent_secret_file"], self.pods, in_pod=True)
-        context = {"transport": TRANSPORT, **self.creds,
-                   "container": self.launch.cluster.get("container", WORKER_CONTAINER),
-                   "workers": {w.name: {"pod": w.name} for w in self.plan.workers}}
+        context = {
+            "transport": TRANSPORT,
+            **self.creds,
+            "container": self.launch.cluster.get("container", WORKER_CONTAINER),
+            "workers": {w.name: {"pod": w.name} for w in self.plan.workers},
+        }
         if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
             self.relay, context["relay"] = relay.start(dict(context), self.rundir)
         return context
@@ -214,8 +228,9 @@ def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
     api = Api(creds)
     failure = result.failure
     if failure == "interrupted by SIGTERM":  # in a pod, only the cluster sends it
-        failure = ("the launcher pod was stopped by the cluster "
-                   "(SIGTERM: deleted, evicted, preempted, or past its deadline)")
+        failure = (
+            "the launcher pod was stopped by the cluster (SIGTERM: deleted, evicted, preempted, or past its deadline)"
+        )
     if result.exit_code != 0 and failure:
         print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
     try:
@@ -229,8 +244,11 @@ def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
             api.delete("v1", "pods", name, gracePeriodSeconds=0)
         except (ApiError, OSError) as e:
             print(f"mpilaunch: launcher: cannot delete worker pod {name}: {e}", file=sys.stderr)
-    print(f"mpilaunch: launcher: job {launch.job} ended with exit code {result.exit_code}; workers released",
-          file=sys.stderr, flush=True)
+    print(
+        f"mpilaunch: launcher: job {launch.job} ended with exit code {result.exit_code}; workers released",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def read_secret(launch: LaunchDescription) -> dict:
@@ -242,8 +260,10 @@ def read_secret(launch: LaunchDescription) -> dict:
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
-        raise MpilaunchError(f"cannot read the job's Secret at {path}: {getattr(e, 'strerror', None) or e}",
-                             f"the launcher pod mounts Secret {launch.job}-env there; check that it exists") from None
+        raise MpilaunchError(
+            f"cannot read the job's Secret at {path}: {getattr(e, 'strerror', None) or e}",
+            f"the launcher pod mounts Secret {launch.job}-env there; check that it exists",
+        ) from None
 
 
 def pass_through(stream: str, line: str) -> None:
@@ -272,8 +292,9 @@ def main(argv=None) -> int:
         environ = dict(os.environ)
         # a relaunch (--retries): the submitting side made this Job for attempt N
         workload.bind(backend, rundir, environ, attempt=int(environ.get("MPILAUNCH_ATTEMPT", "1")))
-        result = run_job(spec, workload, backend, rundir, None,
-                         stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        result = run_job(
+            spec, workload, backend, rundir, None, stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True
+        )
         if not launch.detach:  # the submitting side ends on this line (pods.LAUNCHER_DONE)
             print(f"{LAUNCHER_DONE}{result.exit_code} token={workload.token}", file=sys.stderr, flush=True)
     except MpilaunchError as e:

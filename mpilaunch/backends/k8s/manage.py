@@ -41,8 +41,10 @@ def _check_ours(api: Api, root: dict, name: str) -> None:
     label = (root["metadata"].get("labels") or {}).get(JOB_LABEL)
     if label != name:
         has = f"its {JOB_LABEL} label is {label!r}" if label is not None else f"it has no {JOB_LABEL} label"
-        raise UsageError(f"configmap {name} in namespace {api.namespace} is not an mpilaunch job ({has})",
-                         "mpilaunch looks at and deletes only the jobs it created; " + _LIST_HINT)
+        raise UsageError(
+            f"configmap {name} in namespace {api.namespace} is not an mpilaunch job ({has})",
+            "mpilaunch looks at and deletes only the jobs it created; " + _LIST_HINT,
+        )
 
 
 def _seconds(timestamp: str | None) -> float | None:
@@ -58,8 +60,11 @@ def job_phase(root: dict, launcher: dict | None, now: float) -> tuple[str, int |
     result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null")
     if result is not None:
         end = _seconds(result.get("finished")) or now
-        return ("Succeeded" if result["exit_code"] == 0 else "Failed"), result["exit_code"], \
-            (end - created if created else None)
+        return (
+            ("Succeeded" if result["exit_code"] == 0 else "Failed"),
+            result["exit_code"],
+            (end - created if created else None),
+        )
     code = launcher_exit(launcher) if launcher else None
     if code is not None:
         return ("Succeeded" if code == 0 else "Failed"), code, (now - created if created else None)
@@ -94,10 +99,14 @@ def status(args, stream) -> int:
     pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
     launcher = next((p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"), None)
     phase, code, elapsed = job_phase(root, launcher, time.time())
-    print(f"job {args.name}  namespace {api.namespace}  {phase}" + (f" (exit {code})" if code is not None else "")
-          + (f"  elapsed {elapsed:.0f}s" if elapsed is not None else "")
-          + f"  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
-          f"created {root['metadata'].get('creationTimestamp')}", file=stream)
+    print(
+        f"job {args.name}  namespace {api.namespace}  {phase}"
+        + (f" (exit {code})" if code is not None else "")
+        + (f"  elapsed {elapsed:.0f}s" if elapsed is not None else "")
+        + f"  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
+        f"created {root['metadata'].get('creationTimestamp')}",
+        file=stream,
+    )
     outcome = outcome_line(root)
     if outcome:
         print(f"  {outcome}", file=stream)
@@ -105,10 +114,14 @@ def status(args, stream) -> int:
         status = pod.get("status") or {}
         role = (pod["metadata"].get("labels") or {}).get(ROLE_LABEL, "?")
         code = launcher_exit(pod) if role == "launcher" else None
-        print(f"  {pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
-              f"ready={pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
-              + (f" exit={code}{ended_why(pod)}" if code is not None else ""), file=stream)
+        print(
+            f"  {pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
+            f"ready={pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
+            + (f" exit={code}{ended_why(pod)}" if code is not None else ""),
+            file=stream,
+        )
     return 0
+
 
 def wait(args, stream) -> int:
     """Block until the job's launcher ends; its exit code (and failure line) become ours."""
@@ -119,14 +132,18 @@ def wait(args, stream) -> int:
         pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
         if not pods and RESULT_KEY not in (root.get("data") or {}):
             if not json.loads((root.get("data") or {}).get("launch.json") or "null"):
-                raise UsageError(f"job {args.name} has no launcher in the cluster (it runs with --launcher local)",
-                                 "its mpilaunch on the submitting machine reports the outcome")
+                raise UsageError(
+                    f"job {args.name} has no launcher in the cluster (it runs with --launcher local)",
+                    "its mpilaunch on the submitting machine reports the outcome",
+                )
         phase, code, elapsed = job_phase(root, pods[0] if pods else None, time.time())
         if code is not None:
             result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null") or {}
             if code != 0:
-                print(f"mpilaunch: error: {result.get('failure') or f'the launcher exited with code {code}'}",
-                      file=sys.stderr)
+                print(
+                    f"mpilaunch: error: {result.get('failure') or f'the launcher exited with code {code}'}",
+                    file=sys.stderr,
+                )
             print(f"job {args.name} {phase.lower()} (exit {code}) after {elapsed or 0:.0f}s", file=stream)
             return code
         if deadline is not None and time.monotonic() > deadline:
@@ -158,6 +175,7 @@ def logs(args, stream) -> int:
         conn.close()
     return 0
 
+
 def delete(args, stream) -> int:
     """Delete job NAME: its root ConfigMap (only if mpilaunch's, and only the
     very object checked: a uid precondition) and whatever carries its label."""
@@ -180,22 +198,33 @@ def delete(args, stream) -> int:
     except ApiError as e:
         if e.status != 409:
             raise
-        raise UsageError(f"configmap {args.name} in namespace {api.namespace} was replaced while it was being "
-                         f"deleted; nothing was deleted", "run mpilaunch delete again") from None
+        raise UsageError(
+            f"configmap {args.name} in namespace {api.namespace} was replaced while it was being "
+            f"deleted; nothing was deleted",
+            "run mpilaunch delete again",
+        ) from None
     print(f"deleted job {args.name} in namespace {api.namespace}", file=stream)
     return 0
 
 
 _KINDS = [
-    ("batch/v1", "jobs"), ("v1", "pods"), ("v1", "services"),
-    ("rbac.authorization.k8s.io/v1", "rolebindings"), ("rbac.authorization.k8s.io/v1", "roles"),
-    ("v1", "serviceaccounts"), ("coordination.k8s.io/v1", "leases"), ("scheduling.volcano.sh/v1beta1", "podgroups"),
-    ("scheduling.x-k8s.io/v1alpha1", "podgroups"), ("v1", "secrets"), ("networking.k8s.io/v1", "networkpolicies"),
+    ("batch/v1", "jobs"),
+    ("v1", "pods"),
+    ("v1", "services"),
+    ("rbac.authorization.k8s.io/v1", "rolebindings"),
+    ("rbac.authorization.k8s.io/v1", "roles"),
+    ("v1", "serviceaccounts"),
+    ("coordination.k8s.io/v1", "leases"),
+    ("scheduling.volcano.sh/v1beta1", "podgroups"),
+    ("scheduling.x-k8s.io/v1alpha1", "podgroups"),
+    ("v1", "secrets"),
+    ("networking.k8s.io/v1", "networkpolicies"),
 ]
 
 
-def delete_job(api: Api, job: str, created: list[tuple[str, str, str]], wait: float,
-               root_uid: str | None = None) -> None:
+def delete_job(
+    api: Api, job: str, created: list[tuple[str, str, str]], wait: float, root_uid: str | None = None
+) -> None:
     """Delete the root (garbage collection) and, not to depend on the GC's
     pace, everything labelled with the job; wait until its pods are gone.
 
@@ -236,6 +265,7 @@ def wait_pods_gone(api: Api, selector: str, wait: float) -> None:
     """Until no pod matches ``selector``, at most ``wait`` seconds. The kubelet removes pods at its
     once-a-second relist: a few pods are watched, so that the job ends when they are gone and not
     up to a poll later (many are looked at every 0.5 s)."""
+
     def left() -> int:  # 0 also when the pods cannot be listed: nothing more to wait for
         try:
             return len(api.get("v1", "pods", labelSelector=selector)["items"])

@@ -23,11 +23,20 @@ TEMPLATED_GROUPS = {"workers": "worker", "launcher": "launcher", "reaper": "reap
 def plan_summary(plan) -> str:
     """The root ConfigMap's plan.json (``mpilaunch status`` reads ranks and gpus): the workers as
     runs of equal ones, so that it stays small at any worker count."""
-    runs = [{"slots": slots, "gpus": gpus, "count": len(list(same))}
-            for (slots, gpus), same in groupby(plan.workers, key=lambda w: (w.slots, w.gpus))]
-    return json.dumps({"job_name": plan.job_name, "ranks": plan.ranks, "gpus": plan.gpus,
-                       "workers": f"{plan.workers[0].name} .. {plan.workers[-1].name}" if plan.workers else "",
-                       "worker_runs": runs}, indent=1)
+    runs = [
+        {"slots": slots, "gpus": gpus, "count": len(list(same))}
+        for (slots, gpus), same in groupby(plan.workers, key=lambda w: (w.slots, w.gpus))
+    ]
+    return json.dumps(
+        {
+            "job_name": plan.job_name,
+            "ranks": plan.ranks,
+            "gpus": plan.gpus,
+            "workers": f"{plan.workers[0].name} .. {plan.workers[-1].name}" if plan.workers else "",
+            "worker_runs": runs,
+        },
+        indent=1,
+    )
 
 
 def values(backend, reveal: bool = False) -> dict:
@@ -42,21 +51,23 @@ def values(backend, reveal: bool = False) -> dict:
     agent = backend.transport == "agent"
     tolerations = [parse_toleration(t) for t in opts.tolerations]
     return {
-        **security.template_values(security.parse_run_as(opts.run_as_user), opts.read_only_root,
-                                   opts.mesh_injection),
+        **security.template_values(security.parse_run_as(opts.run_as_user), opts.read_only_root, opts.mesh_injection),
         "service_account": opts.service_account,
         "launcher_resources": resources.launcher_resources(len(plan.workers), opts.launcher_cpu, opts.launcher_memory),
         "reaper_resources": resources.reaper_resources(opts.reaper_cpu, opts.reaper_memory),
-        "worker_resources": lambda gpus: resources.worker_resources(opts.pod_cpu, opts.pod_memory, gpus,
-                                                                    opts.gpu_resource),
+        "worker_resources": lambda gpus: resources.worker_resources(
+            opts.pod_cpu, opts.pod_memory, gpus, opts.gpu_resource
+        ),
         # The launcher and reaper use no GPU: the workers' placement (GPU nodes, usually) is not
         # theirs unless asked (--launcher-node-selector, --launcher-toleration).
         "launcher_node_selector": dict(opts.launcher_node_selector or ()),
         "launcher_tolerations": [parse_toleration(t) for t in opts.launcher_tolerations or ()],
-        "job_label": JOB_LABEL, "role_label": ROLE_LABEL,
+        "job_label": JOB_LABEL,
+        "role_label": ROLE_LABEL,
         "api_ports": network_policy.api_ports(backend.api_server()),
-        **orphan.template_values(spec, job, {**labels, ROLE_LABEL: "reaper"},
-                                 lambda args: tools.reaper_command(backend.tools, args)),
+        **orphan.template_values(
+            spec, job, {**labels, ROLE_LABEL: "reaper"}, lambda args: tools.reaper_command(backend.tools, args)
+        ),
         **tools.template_values(backend.tools, job),
         "worker_command": tools.worker_command(backend.tools, backend.transport),
         "job": job,
@@ -78,7 +89,8 @@ def values(backend, reveal: bool = False) -> dict:
         "workers": list(plan.workers),
         "worker_names": [w.name for w in plan.workers],
         "gpu_resource": opts.gpu_resource,
-        "pod_memory": opts.pod_memory, "pod_cpu": opts.pod_cpu,
+        "pod_memory": opts.pod_memory,
+        "pod_cpu": opts.pod_cpu,
         "total_gpus": plan.gpus,
         "node_selector": dict(opts.node_selector),
         "tolerations": tolerations,
@@ -88,21 +100,32 @@ def values(backend, reveal: bool = False) -> dict:
         "schedule_timeout": int(spec.start_timeout),
         "launcher_name": backend.launcher_name,
         "launcher_command": tools.launcher_command(backend.tools, spec.mpirun),
-        "hostfile": hostfile.render([(w.name, w.slots) for w in plan.workers],
-                                    launch.image_mpi_info(spec).flavour),
+        "hostfile": hostfile.render([(w.name, w.slots) for w in plan.workers], launch.image_mpi_info(spec).flavour),
         "plan_json": plan_summary(plan),
-        "launch_json": (json.dumps(backend.launch_description().without_secrets().to_dict(), indent=1)
-                        if backend.launcher == "cluster" else ""),
+        "launch_json": (
+            json.dumps(backend.launch_description().without_secrets().to_dict(), indent=1)
+            if backend.launcher == "cluster"
+            else ""
+        ),
         "secret_name": launch.secret_name(job),
         "secret_dir": SECRET_DIR,
-        "secret_json": (json.dumps(launch.secret_values(backend.launch_description(), reveal), indent=1)
-                        if backend.launcher == "cluster" else ""),
+        "secret_json": (
+            json.dumps(launch.secret_values(backend.launch_description(), reveal), indent=1)
+            if backend.launcher == "cluster"
+            else ""
+        ),
         "detach": spec.detach,
         # --transport agent: each worker pod's main process is mpilaunch's exec agent (no pods/exec)
         "transport": backend.transport,
-        "agent": {"port": AGENT_PORT, "secret_name": launch.agent_secret_name(job),
-                  "secret_dir": AGENT_SECRET_DIR, "secret_key": AGENT_SECRET_KEY,
-                  "secret": backend.agent_secret if reveal else mpi.mask(backend.agent_secret)} if agent else None,
+        "agent": {
+            "port": AGENT_PORT,
+            "secret_name": launch.agent_secret_name(job),
+            "secret_dir": AGENT_SECRET_DIR,
+            "secret_key": AGENT_SECRET_KEY,
+            "secret": backend.agent_secret if reveal else mpi.mask(backend.agent_secret),
+        }
+        if agent
+        else None,
     }
 
 
@@ -114,9 +137,11 @@ def manifests(backend, reveal: bool = False) -> list[tuple[str, str]]:
     if backend.tools:
         docs.append(("tools", env.get_template("k8s-tools.yaml.j2").render(vals)))
     own_identities = not backend.opts.service_account  # else an admin's (rbac.py): no RBAC object here
-    docs += [(group, env.get_template(name).render(vals))
-             for group, name in orphan.templates_for(backend.spec.detach)
-             if own_identities or group != "reaper-rbac"]
+    docs += [
+        (group, env.get_template(name).render(vals))
+        for group, name in orphan.templates_for(backend.spec.detach)
+        if own_identities or group != "reaper-rbac"
+    ]
     if backend.opts.network_policy == "job":
         docs.append(("setup", env.get_template("k8s-network-policy.yaml.j2").render(vals)))
     if backend.launcher == "cluster" and own_identities:
@@ -157,12 +182,14 @@ def templated(backend, group: str, obj: dict) -> dict:
 
 
 def render(backend) -> str:
-    head = (f"# mpilaunch job {backend.job} in namespace {backend.namespace}: objects are created in this order\n"
-            f"# (apply with `kubectl create -f` or `kubectl apply --server-side -f`: client-side apply keeps a\n"
-            f"# copy of each object in an annotation, and {tools.configmap_name(backend.job)} is larger than "
-            f"its 256 KB);\n"
-            f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
-            f"# the Secrets' values are masked here.\n")
+    head = (
+        f"# mpilaunch job {backend.job} in namespace {backend.namespace}: objects are created in this order\n"
+        f"# (apply with `kubectl create -f` or `kubectl apply --server-side -f`: client-side apply keeps a\n"
+        f"# copy of each object in an annotation, and {tools.configmap_name(backend.job)} is larger than "
+        f"its 256 KB);\n"
+        f"# all but the root ConfigMap get an ownerReference to it at creation (its uid is not known before);\n"
+        f"# the Secrets' values are masked here.\n"
+    )
     if backend.pod_templates is None:
         return head + "".join(f"---\n{text.strip()}\n" for _, text in manifests(backend))
     # with a pod template the pods are what objects() creates (the templates' comments are lost there)

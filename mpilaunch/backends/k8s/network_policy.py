@@ -44,5 +44,9 @@ def submitter_patch(policy: dict, address: str) -> dict:
     """The job policy's spec with the submitting machine added (a merge patch replaces lists whole)."""
     spec = policy["spec"]
     extra = submitter_rules(address)
-    return {"spec": {"ingress": list(spec.get("ingress") or []) + extra["ingress"],
-                     "egress": list(spec.get("egress") or []) + extra["egress"]}}
+    return {
+        "spec": {
+            "ingress": list(spec.get("ingress") or []) + extra["ingress"],
+            "egress": list(spec.get("egress") or []) + extra["egress"],
+        }
+    }

@@ -17,8 +17,10 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 # A Kubernetes namespace: a DNS-1123 label (part of API paths and of rendered YAML).
 NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-NAMESPACE_HINT = ("a namespace is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, "
-                  "starting and ending with a letter or digit, e.g. --namespace ml-team")
+NAMESPACE_HINT = (
+    "a namespace is a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, "
+    "starting and ending with a letter or digit, e.g. --namespace ml-team"
+)
 GANGS = ("none", "volcano", "coscheduling")
 GANG_ALIASES = {"scheduler-plugins": "coscheduling"}  # its name before scheduler-plugins' plugin was meant
 # A Kueue LocalQueue's name: a DNS-1123 subdomain (a label value too, so at most 63 characters).
@@ -84,117 +86,196 @@ class K8sOptions(BackendOptions):
         if self.gang in GANG_ALIASES:
             object.__setattr__(self, "gang", GANG_ALIASES[self.gang])
         if self.queue is not None and not QUEUE_RE.fullmatch(self.queue):
-            raise UsageError(f"invalid --queue {self.queue!r}",
-                             "the name of a Kueue LocalQueue in the job's namespace: lowercase letters, digits, "
-                             "'-' and '.', at most 63 characters (kubectl get localqueues lists them)")
+            raise UsageError(
+                f"invalid --queue {self.queue!r}",
+                "the name of a Kueue LocalQueue in the job's namespace: lowercase letters, digits, "
+                "'-' and '.', at most 63 characters (kubectl get localqueues lists them)",
+            )
         if self.gang not in GANGS:
             raise UsageError(f"unknown --gang {self.gang!r}", f"choose one of: {', '.join(GANGS)}")
-        for option, value, example in (("--pod-memory", self.pod_memory, "8Gi"), ("--pod-cpu", self.pod_cpu, "4"),
-                                       ("--launcher-memory", self.launcher_memory, "2Gi"),
-                                       ("--launcher-cpu", self.launcher_cpu, "1"),
-                                       ("--reaper-memory", self.reaper_memory, "128Mi"),
-                                       ("--reaper-cpu", self.reaper_cpu, "50m")):
+        for option, value, example in (
+            ("--pod-memory", self.pod_memory, "8Gi"),
+            ("--pod-cpu", self.pod_cpu, "4"),
+            ("--launcher-memory", self.launcher_memory, "2Gi"),
+            ("--launcher-cpu", self.launcher_cpu, "1"),
+            ("--reaper-memory", self.reaper_memory, "128Mi"),
+            ("--reaper-cpu", self.reaper_cpu, "50m"),
+        ):
             if value is not None and not QUANTITY_RE.fullmatch(value):
-                raise UsageError(f"{option} {value!r} is not a Kubernetes quantity",
-                                 f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)")
+                raise UsageError(
+                    f"{option} {value!r} is not a Kubernetes quantity",
+                    f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)",
+                )
         if self.transport not in TRANSPORTS:
             raise UsageError(f"unknown --transport {self.transport!r}", f"choose one of: {', '.join(TRANSPORTS)}")
         check_namespace(self.namespace)
         if self.service_account is not None and not NAME_RE.fullmatch(self.service_account):
-            raise UsageError(f"invalid --service-account {self.service_account!r}",
-                             "the name of a ServiceAccount in the job's namespace, e.g. --service-account mpilaunch "
-                             "(made once by an admin: mpilaunch rbac --namespace NS | kubectl apply -f -)")
+            raise UsageError(
+                f"invalid --service-account {self.service_account!r}",
+                "the name of a ServiceAccount in the job's namespace, e.g. --service-account mpilaunch "
+                "(made once by an admin: mpilaunch rbac --namespace NS | kubectl apply -f -)",
+            )
         if self.network_policy not in NETWORK_POLICIES:
-            raise UsageError(f"unknown --network-policy {self.network_policy!r}",
-                             f"choose one of: {', '.join(NETWORK_POLICIES)}")
+            raise UsageError(
+                f"unknown --network-policy {self.network_policy!r}", f"choose one of: {', '.join(NETWORK_POLICIES)}"
+            )
         parse_run_as(self.run_as_user)  # UsageError now, not at render time
         check_gpu_resource(self.gpu_resource)
 
     @classmethod
     def add_arguments(cls, group) -> None:
-        group.add_argument("--image", help="the worker and launcher image (any image with an MPI; see docs/kubernetes.md)")
+        group.add_argument(
+            "--image", help="the worker and launcher image (any image with an MPI; see docs/kubernetes.md)"
+        )
         add_cluster_arguments(group)
         group.add_argument("--node-selector", action="append", default=[], type=key_value, metavar="K=V")
         group.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
         group.add_argument("--priority-class")
-        group.add_argument("--queue", metavar="NAME",
-                           help="a Kueue LocalQueue of the job's namespace, whose quota admits the worker pods "
-                                "together (they wait holding nothing; --start-timeout counts the wait)")
-        group.add_argument("--gang", default="none",
-                           help="gang-schedule the job's pods, all or none: volcano (Volcano's scheduler and a "
-                                "scheduling.volcano.sh PodGroup) or coscheduling (scheduler-plugins' "
-                                "scheduler-plugins-scheduler and a scheduling.x-k8s.io PodGroup); default none")
-        group.add_argument("--pod-memory", metavar="QUANTITY",
-                           help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the "
-                                "namespace's LimitRange decides); a rank past it is reported as killed by the "
-                                "out-of-memory killer")
-        group.add_argument("--pod-cpu", metavar="QUANTITY",
-                           help="CPU request and limit of each worker pod, e.g. 4 or 3500m")
-        group.add_argument("--transport", default="auto", choices=TRANSPORTS,
-                           help="how mpirun's daemons reach the worker pods: agent (mpilaunch's exec agent is each "
-                                "pod's main process, reached over the pod network: no exec stream through the API "
-                                "server per daemon, no pods/exec permission), exec (the Kubernetes exec API), or "
-                                "auto (default: agent with --launcher cluster, exec with --launcher local, whose "
-                                "machine is usually outside the pod network)")
+        group.add_argument(
+            "--queue",
+            metavar="NAME",
+            help="a Kueue LocalQueue of the job's namespace, whose quota admits the worker pods "
+            "together (they wait holding nothing; --start-timeout counts the wait)",
+        )
+        group.add_argument(
+            "--gang",
+            default="none",
+            help="gang-schedule the job's pods, all or none: volcano (Volcano's scheduler and a "
+            "scheduling.volcano.sh PodGroup) or coscheduling (scheduler-plugins' "
+            "scheduler-plugins-scheduler and a scheduling.x-k8s.io PodGroup); default none",
+        )
+        group.add_argument(
+            "--pod-memory",
+            metavar="QUANTITY",
+            help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the "
+            "namespace's LimitRange decides); a rank past it is reported as killed by the "
+            "out-of-memory killer",
+        )
+        group.add_argument(
+            "--pod-cpu", metavar="QUANTITY", help="CPU request and limit of each worker pod, e.g. 4 or 3500m"
+        )
+        group.add_argument(
+            "--transport",
+            default="auto",
+            choices=TRANSPORTS,
+            help="how mpirun's daemons reach the worker pods: agent (mpilaunch's exec agent is each "
+            "pod's main process, reached over the pod network: no exec stream through the API "
+            "server per daemon, no pods/exec permission), exec (the Kubernetes exec API), or "
+            "auto (default: agent with --launcher cluster, exec with --launcher local, whose "
+            "machine is usually outside the pod network)",
+        )
 
         # shared clusters: an admin-made identity, PodSecurity, quotas, NetworkPolicies, service meshes
-        group.add_argument("--service-account", metavar="NAME",
-                           help="run the launcher and reaper as this ServiceAccount, made once by an admin "
-                                "(mpilaunch rbac --namespace NS | kubectl apply -f -): the job then creates no "
-                                "ServiceAccount, Role or RoleBinding, so the built-in 'edit' role is enough")
-        group.add_argument("--run-as-user", default=DEFAULT_RUN_AS, metavar="UID[:GID]|image|root",
-                           help="the UID (and GID) of every container of the job (default %(default)s, PodSecurity "
-                                "'restricted'); image: the image's or the platform's own user (OpenShift); root: "
-                                "UID 0, refused where 'restricted' is enforced")
-        group.add_argument("--read-only-root", action="store_true",
-                           help="readOnlyRootFilesystem on every container (a writable emptyDir is at /tmp, "
-                                "which is HOME and TMPDIR)")
-        group.add_argument("--launcher-cpu", metavar="QUANTITY", help="the launcher's CPU request = limit (default 500m)")
-        group.add_argument("--launcher-memory", metavar="QUANTITY",
-                           help="the launcher's memory request = limit (default: 256Mi + 12Mi per worker, rounded "
-                                "up to 64Mi: one shim per worker with direct spawn)")
+        group.add_argument(
+            "--service-account",
+            metavar="NAME",
+            help="run the launcher and reaper as this ServiceAccount, made once by an admin "
+            "(mpilaunch rbac --namespace NS | kubectl apply -f -): the job then creates no "
+            "ServiceAccount, Role or RoleBinding, so the built-in 'edit' role is enough",
+        )
+        group.add_argument(
+            "--run-as-user",
+            default=DEFAULT_RUN_AS,
+            metavar="UID[:GID]|image|root",
+            help="the UID (and GID) of every container of the job (default %(default)s, PodSecurity "
+            "'restricted'); image: the image's or the platform's own user (OpenShift); root: "
+            "UID 0, refused where 'restricted' is enforced",
+        )
+        group.add_argument(
+            "--read-only-root",
+            action="store_true",
+            help="readOnlyRootFilesystem on every container (a writable emptyDir is at /tmp, which is HOME and TMPDIR)",
+        )
+        group.add_argument(
+            "--launcher-cpu", metavar="QUANTITY", help="the launcher's CPU request = limit (default 500m)"
+        )
+        group.add_argument(
+            "--launcher-memory",
+            metavar="QUANTITY",
+            help="the launcher's memory request = limit (default: 256Mi + 12Mi per worker, rounded "
+            "up to 64Mi: one shim per worker with direct spawn)",
+        )
         group.add_argument("--reaper-cpu", metavar="QUANTITY", help="the reaper's CPU request = limit (default 50m)")
-        group.add_argument("--reaper-memory", metavar="QUANTITY",
-                           help="the reaper's memory request = limit (default 128Mi)")
-        group.add_argument("--launcher-node-selector", action="append", type=key_value, metavar="K=V",
-                           help="where the launcher and reaper go (default: anywhere the scheduler puts "
-                                "them; the workers' --node-selector is not theirs: they use no GPU)")
-        group.add_argument("--launcher-toleration", action="append", metavar="KEY[=VALUE]:EFFECT",
-                           help="the launcher's and reaper's tolerations (default: none; the workers' are not theirs)")
-        group.add_argument("--network-policy", default="job", choices=NETWORK_POLICIES,
-                           help="job (default): a NetworkPolicy per job that lets in exactly the job's traffic "
-                                "(its pods, DNS, the API server for the launcher and reaper, the submitting "
-                                "machine with --launcher local); none: create none (where policies are the "
-                                "admin's alone)")
-        group.add_argument("--mesh-injection", action="store_true",
-                           help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
-                                "pods opt out: a sidecar keeps a launcher Job from completing")
-        group.add_argument("--pod-template", metavar="FILE",
-                           help="a Pod, PodTemplate or pod template spec (YAML) merged into the job's pods: "
-                                "imagePullSecrets, affinity, labels, annotations, securityContext, volumes, env "
-                                "from Secrets, sidecars, ...; a document labelled mpilaunch/role: worker or "
-                                "launcher is for that role only; a field mpilaunch owns (the main container's command, "
-                                "image, the agent port, restartPolicy, hostname) is refused")
-        group.add_argument("--gpu-resource", default=DEFAULT_GPU_RESOURCE, metavar="NAME",
-                           help="the extended resource a worker's GPUs are, as its device plugin names it: "
-                                "%(default)s (default), amd.com/gpu, gpu.intel.com/i915, ...")
+        group.add_argument(
+            "--reaper-memory", metavar="QUANTITY", help="the reaper's memory request = limit (default 128Mi)"
+        )
+        group.add_argument(
+            "--launcher-node-selector",
+            action="append",
+            type=key_value,
+            metavar="K=V",
+            help="where the launcher and reaper go (default: anywhere the scheduler puts "
+            "them; the workers' --node-selector is not theirs: they use no GPU)",
+        )
+        group.add_argument(
+            "--launcher-toleration",
+            action="append",
+            metavar="KEY[=VALUE]:EFFECT",
+            help="the launcher's and reaper's tolerations (default: none; the workers' are not theirs)",
+        )
+        group.add_argument(
+            "--network-policy",
+            default="job",
+            choices=NETWORK_POLICIES,
+            help="job (default): a NetworkPolicy per job that lets in exactly the job's traffic "
+            "(its pods, DNS, the API server for the launcher and reaper, the submitting "
+            "machine with --launcher local); none: create none (where policies are the "
+            "admin's alone)",
+        )
+        group.add_argument(
+            "--mesh-injection",
+            action="store_true",
+            help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
+            "pods opt out: a sidecar keeps a launcher Job from completing",
+        )
+        group.add_argument(
+            "--pod-template",
+            metavar="FILE",
+            help="a Pod, PodTemplate or pod template spec (YAML) merged into the job's pods: "
+            "imagePullSecrets, affinity, labels, annotations, securityContext, volumes, env "
+            "from Secrets, sidecars, ...; a document labelled mpilaunch/role: worker or "
+            "launcher is for that role only; a field mpilaunch owns (the main container's command, "
+            "image, the agent port, restartPolicy, hostname) is refused",
+        )
+        group.add_argument(
+            "--gpu-resource",
+            default=DEFAULT_GPU_RESOURCE,
+            metavar="NAME",
+            help="the extended resource a worker's GPUs are, as its device plugin names it: "
+            "%(default)s (default), amd.com/gpu, gpu.intel.com/i915, ...",
+        )
 
     @classmethod
     def from_args(cls, args) -> "K8sOptions":
-        return cls(image=args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig,
-                   node_selector=tuple(args.node_selector), tolerations=tuple(args.toleration),
-                   priority_class=args.priority_class, gang=args.gang, pod_memory=args.pod_memory,
-                   pod_cpu=args.pod_cpu, transport=args.transport, queue=args.queue,
-                   service_account=args.service_account, run_as_user=args.run_as_user,
-                   read_only_root=args.read_only_root, launcher_cpu=args.launcher_cpu,
-                   launcher_memory=args.launcher_memory, reaper_cpu=args.reaper_cpu,
-                   reaper_memory=args.reaper_memory,
-                   launcher_node_selector=(tuple(args.launcher_node_selector)
-                                           if args.launcher_node_selector is not None else None),
-                   launcher_tolerations=(tuple(args.launcher_toleration)
-                                         if args.launcher_toleration is not None else None),
-                   network_policy=args.network_policy, mesh_injection=args.mesh_injection,
-                   pod_template=args.pod_template, gpu_resource=args.gpu_resource)
+        return cls(
+            image=args.image,
+            namespace=args.namespace,
+            context=args.context,
+            kubeconfig=args.kubeconfig,
+            node_selector=tuple(args.node_selector),
+            tolerations=tuple(args.toleration),
+            priority_class=args.priority_class,
+            gang=args.gang,
+            pod_memory=args.pod_memory,
+            pod_cpu=args.pod_cpu,
+            transport=args.transport,
+            queue=args.queue,
+            service_account=args.service_account,
+            run_as_user=args.run_as_user,
+            read_only_root=args.read_only_root,
+            launcher_cpu=args.launcher_cpu,
+            launcher_memory=args.launcher_memory,
+            reaper_cpu=args.reaper_cpu,
+            reaper_memory=args.reaper_memory,
+            launcher_node_selector=(
+                tuple(args.launcher_node_selector) if args.launcher_node_selector is not None else None
+            ),
+            launcher_tolerations=(tuple(args.launcher_toleration) if args.launcher_toleration is not None else None),
+            network_policy=args.network_policy,
+            mesh_injection=args.mesh_injection,
+            pod_template=args.pod_template,
+            gpu_resource=args.gpu_resource,
+        )
 
     @classmethod
     def add_manage_arguments(cls, parser) -> None:

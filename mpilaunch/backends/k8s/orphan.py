@@ -29,8 +29,11 @@ from .credentials import CredentialError
 LEASE_API = "coordination.k8s.io/v1"
 # (creation group, template): the Lease, then the reaper's identity, then the reaper (the
 # ServiceAccount must exist before a pod may use it)
-TEMPLATES = (("lease", "k8s-lease.yaml.j2"), ("reaper-rbac", "k8s-reaper.yaml.j2"),
-             ("reaper", "k8s-reaper-job.yaml.j2"))
+TEMPLATES = (
+    ("lease", "k8s-lease.yaml.j2"),
+    ("reaper-rbac", "k8s-reaper.yaml.j2"),
+    ("reaper", "k8s-reaper-job.yaml.j2"),
+)
 
 
 def templates_for(detach: bool) -> tuple:
@@ -86,8 +89,16 @@ def start_heartbeat(api: Api, job: str, orphan_timeout: float) -> Heartbeat:
     return Heartbeat(renew, orphan_timeout, f"the job's Lease {job}", name=f"lease-{job}").start()
 
 
-def reap(api: Api, job: str, orphan_timeout: float, deadline_s: float | None, *,
-         log: Callable[[str], None], clock=time.monotonic, sleep=time.sleep) -> str | None:
+def reap(
+    api: Api,
+    job: str,
+    orphan_timeout: float,
+    deadline_s: float | None,
+    *,
+    log: Callable[[str], None],
+    clock=time.monotonic,
+    sleep=time.sleep,
+) -> str | None:
     """Watch the Lease; delete the job's root when ``orphan.judge`` says so.
 
     Returns why the job was deleted, or None when it went away by itself

@@ -58,8 +58,12 @@ def terminal_condition(job: dict) -> dict | None:
     """The Job's verdict: Complete / Failed, or FailureTarget (k8s >= 1.31 sets Failed only once the
     pod is gone; a pod stuck on a lost node would hold it back)."""
     for cond in _status(job).get("conditions") or ():
-        if cond.get("status") == "True" and cond.get("type") in ("Complete", "SuccessCriteriaMet", "Failed",
-                                                                  "FailureTarget"):
+        if cond.get("status") == "True" and cond.get("type") in (
+            "Complete",
+            "SuccessCriteriaMet",
+            "Failed",
+            "FailureTarget",
+        ):
             return cond
     return None
 
@@ -75,8 +79,9 @@ def observe(seen: Seen, job: dict | None, now: float) -> Seen:
     return seen._replace(job_seen=True)
 
 
-def judge(seen: Seen, job: dict | None, now: float, *, name: str, start_bound: float,
-          lost_bound: float) -> Ending | None:
+def judge(
+    seen: Seen, job: dict | None, now: float, *, name: str, start_bound: float, lost_bound: float
+) -> Ending | None:
     """Has the launcher ended (or can it no longer run)? None while it may still run.
 
     ``start_bound``: seconds the launcher pod may take to start (``--start-timeout`` + a margin);
@@ -86,23 +91,33 @@ def judge(seen: Seen, job: dict | None, now: float, *, name: str, start_bound: f
         if seen.job_seen:
             return Ending(EXIT_WORKER_LOST, f"the launcher Job {name} was deleted", False)
         if now - seen.started >= start_bound:
-            return Ending(EXIT_ALLOCATION, f"the launcher Job {name} was not created within {start_bound:g}s "
-                                           "(the submitting mpilaunch stopped before it created it)", False)
+            return Ending(
+                EXIT_ALLOCATION,
+                f"the launcher Job {name} was not created within {start_bound:g}s "
+                "(the submitting mpilaunch stopped before it created it)",
+                False,
+            )
         return None
     cond = terminal_condition(job)
     if cond is not None:
         return from_condition(cond, name)
     if seen.unready_since is not None and now - seen.unready_since >= lost_bound:
         doing = "is being deleted and has not ended" if _status(job).get("terminating") else "has not been Ready"
-        return Ending(EXIT_WORKER_LOST, f"the launcher pod of Job {name} {doing} for {now - seen.unready_since:.0f}s "
-                                        f"(--orphan-timeout {lost_bound:g}s): its node is likely lost", True)
+        return Ending(
+            EXIT_WORKER_LOST,
+            f"the launcher pod of Job {name} {doing} for {now - seen.unready_since:.0f}s "
+            f"(--orphan-timeout {lost_bound:g}s): its node is likely lost",
+            True,
+        )
     if not seen.was_ready and now - seen.started >= start_bound:
         within = f"within {start_bound:g}s (--start-timeout + 30s)"
         if _status(job).get("active"):
             why = f"the launcher pod of Job {name} did not start {within}: it cannot be scheduled, or its image pulled"
         else:
-            why = (f"the launcher Job {name} got no pod {within}: the cluster refused to create one "
-                   "(a ResourceQuota, a LimitRange, an admission webhook: see the Job's events)")
+            why = (
+                f"the launcher Job {name} got no pod {within}: the cluster refused to create one "
+                "(a ResourceQuota, a LimitRange, an admission webhook: see the Job's events)"
+            )
         return Ending(EXIT_ALLOCATION, why, True)
     return None
 
@@ -114,11 +129,18 @@ def from_condition(cond: dict, name: str) -> Ending:
         return Ending(0, None, False)
     said = f"Job {name}: {reason}: {message}" if message else f"Job {name}: {reason or 'failed'}"
     if reason == "DeadlineExceeded":
-        return Ending(EXIT_TIMEOUT, "the job ran past its cluster-side deadline (--start-timeout + --timeout + "
-                                    f"30s) and the Job controller stopped its launcher ({said})", False)
+        return Ending(
+            EXIT_TIMEOUT,
+            "the job ran past its cluster-side deadline (--start-timeout + --timeout + "
+            f"30s) and the Job controller stopped its launcher ({said})",
+            False,
+        )
     if reason == "PodFailurePolicy" and "DisruptionTarget" in message:
-        return Ending(EXIT_WORKER_LOST, f"the launcher pod was disrupted (evicted, preempted, or its node "
-                                        f"drained or lost) ({said})", False)
+        return Ending(
+            EXIT_WORKER_LOST,
+            f"the launcher pod was disrupted (evicted, preempted, or its node drained or lost) ({said})",
+            False,
+        )
     code = _EXIT_CODE.search(message) if reason == "PodFailurePolicy" else None
     if code is not None:
         exit_code = int(code.group(1))

@@ -56,16 +56,25 @@ MAIN_CONTAINER = {"worker": WORKER_CONTAINER, "launcher": LAUNCHER_CONTAINER, "r
 REAPER_FROM_EVERY_ROLE = ("imagePullSecrets",)
 AGENT_PORT_NAME = "mpilaunch-agent"
 RESERVED_PREFIX = "mpilaunch/"
-FORMAT_HINT = ("a Pod, a PodTemplate or a pod template spec (metadata + spec); a document labelled "
-               "mpilaunch/role: worker, launcher or reaper is for that role, one without the label for every role "
-               "(the reaper takes only its imagePullSecrets)")
+FORMAT_HINT = (
+    "a Pod, a PodTemplate or a pod template spec (metadata + spec); a document labelled "
+    "mpilaunch/role: worker, launcher or reaper is for that role, one without the label for every role "
+    "(the reaper takes only its imagePullSecrets)"
+)
 
 # What the API server writes into an object: harmless in a template saved with `kubectl get -o yaml`.
 SERVER_SET_METADATA = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "selfLink", "generation")
 
 # Laying a role's document over the all-roles one: list items that replace each other by this key.
-MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "env": "name",
-              "imagePullSecrets": "name", "volumeMounts": "mountPath", "ports": "containerPort"}
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "imagePullSecrets": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+}
 
 OWNED_POD_FIELDS = {
     "restartPolicy": "mpilaunch decides restarts itself (--retries)",
@@ -83,10 +92,20 @@ OWNED_CONTAINER_FIELDS = {
     "image": "give --image instead",
 }
 # Set by mpilaunch from a flag: the template may repeat the value, not contradict it.
-FLAG_POD_FIELDS = {"schedulerName": "--gang", "priorityClassName": "--priority-class",
-                   "serviceAccountName": "--service-account"}
-APPENDED_POD_LISTS = ("tolerations", "imagePullSecrets", "topologySpreadConstraints", "hostAliases",
-                      "readinessGates", "schedulingGates", "resourceClaims")
+FLAG_POD_FIELDS = {
+    "schedulerName": "--gang",
+    "priorityClassName": "--priority-class",
+    "serviceAccountName": "--service-account",
+}
+APPENDED_POD_LISTS = (
+    "tolerations",
+    "imagePullSecrets",
+    "topologySpreadConstraints",
+    "hostAliases",
+    "readinessGates",
+    "schedulingGates",
+    "resourceClaims",
+)
 
 
 @dataclass(frozen=True)
@@ -123,14 +142,17 @@ def load(path: str) -> PodTemplates:
         with open(path, encoding="utf-8") as f:
             documents = list(yaml.safe_load_all(f))
     except OSError as e:
-        raise UsageError(f"cannot read --pod-template {path}: {e.strerror or e}",
-                         "give a readable YAML file: " + FORMAT_HINT) from None
+        raise UsageError(
+            f"cannot read --pod-template {path}: {e.strerror or e}", "give a readable YAML file: " + FORMAT_HINT
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or type(e).__name__
-        raise UsageError(f"--pod-template {path} is not valid YAML{where}: {problem}",
-                         "check the file with: kubectl create --dry-run=client -o yaml -f FILE") from None
+        raise UsageError(
+            f"--pod-template {path} is not valid YAML{where}: {problem}",
+            "check the file with: kubectl create --dry-run=client -o yaml -f FILE",
+        ) from None
     return parse(documents, path)
 
 
@@ -144,8 +166,10 @@ def parse(documents: list, source: str) -> PodTemplates:
         role = take_role(template, source, number)
         if (for_all if role is None else for_role.get(role)) is not None:
             whom = "every role" if role is None else f"role {role}"
-            raise UsageError(f"--pod-template {source}: two documents for {whom} (document {number})",
-                             "merge them into one: " + FORMAT_HINT)
+            raise UsageError(
+                f"--pod-template {source}: two documents for {whom} (document {number})",
+                "merge them into one: " + FORMAT_HINT,
+            )
         if role is None:
             for_all = template
         else:
@@ -169,6 +193,7 @@ def reaper_part(template: dict) -> dict | None:
 
 def pod_template_spec(document, source: str, number: int) -> dict:
     """A document as ``{metadata, spec}``; a PodTemplate's own labels go with its pod's (the role)."""
+
     def bad(what: str) -> UsageError:
         return UsageError(f"--pod-template {source}: document {number} {what}", "write " + FORMAT_HINT)
 
@@ -213,9 +238,10 @@ def take_role(template: dict, source: str, number: int) -> str | None:
     labels = template["metadata"].get("labels") or {}
     role = labels.pop(ROLE_LABEL, None)
     if role is not None and role not in ROLES:
-        raise UsageError(f"--pod-template {source}: document {number} is for an unknown role {role!r} "
-                         f"(label {ROLE_LABEL})",
-                         f"the roles are {' and '.join(ROLES)}; leave the label out for a document for every role")
+        raise UsageError(
+            f"--pod-template {source}: document {number} is for an unknown role {role!r} (label {ROLE_LABEL})",
+            f"the roles are {' and '.join(ROLES)}; leave the label out for a document for every role",
+        )
     return role
 
 
@@ -264,8 +290,11 @@ def launcher_service_account(templates: PodTemplates | None, flag: str | None) -
     spec = ((templates.for_role("launcher") if templates else None) or {}).get("spec") or {}
     named = spec.get("serviceAccountName")
     if named and flag and named != flag:
-        raise UsageError(f"--pod-template {templates.source}: the launcher's serviceAccountName {named!r} is not "
-                         f"--service-account {flag!r}", "give one of them")
+        raise UsageError(
+            f"--pod-template {templates.source}: the launcher's serviceAccountName {named!r} is not "
+            f"--service-account {flag!r}",
+            "give one of them",
+        )
     return flag or named
 
 
@@ -281,8 +310,7 @@ class _Where:
         return UsageError(f"--pod-template {self.source}: {what} in the {self.role} pod is mpilaunch's", hint)
 
     def clash(self, what: str, hint: str) -> UsageError:
-        return UsageError(f"--pod-template {self.source}: {what} in the {self.role} pod clashes with mpilaunch's",
-                          hint)
+        return UsageError(f"--pod-template {self.source}: {what} in the {self.role} pod clashes with mpilaunch's", hint)
 
 
 def apply(manifest: dict, role: str, templates: PodTemplates | None) -> dict:
@@ -325,9 +353,11 @@ def merged_map(ours: dict, theirs: dict, what: str, where: _Where, reserved: boo
     """Keys merged; one that mpilaunch set to another value, or one under ``mpilaunch/``, is refused."""
     for key, value in theirs.items():
         if key in ours and str(ours[key]) != str(value):
-            raise where.clash(f"{what} {key}={value}",
-                              f"mpilaunch sets {key}={ours[key]} (from its flags: --node-selector, --gang, --queue, "
-                              f"--mesh-injection); drop it from the template or change the flag")
+            raise where.clash(
+                f"{what} {key}={value}",
+                f"mpilaunch sets {key}={ours[key]} (from its flags: --node-selector, --gang, --queue, "
+                f"--mesh-injection); drop it from the template or change the flag",
+            )
         if reserved and key not in ours and str(key).startswith(RESERVED_PREFIX):
             raise where.refuse(f"{what} {key}", f"the {RESERVED_PREFIX} prefix is mpilaunch's; use another key")
     return with_new_keys(ours, theirs)
@@ -367,9 +397,11 @@ def merged_pod_spec(ours: dict, theirs: dict, where: _Where) -> dict:
             must_agree(ours, theirs, key, f"spec.{key}", OWNED_POD_FIELDS[key], where)
         elif key in FLAG_POD_FIELDS:
             if ours.get(key) not in (None, value):
-                raise where.clash(f"spec.{key} {value!r}",
-                                  f"mpilaunch sets {ours[key]!r} from {FLAG_POD_FIELDS[key]}: give the template's "
-                                  f"value there, or drop it from the template")
+                raise where.clash(
+                    f"spec.{key} {value!r}",
+                    f"mpilaunch sets {ours[key]!r} from {FLAG_POD_FIELDS[key]}: give the template's "
+                    f"value there, or drop it from the template",
+                )
             out[key] = value
         elif key == "containers":
             out[key] = merged_containers(ours.get(key) or [], value or [], where)
@@ -414,9 +446,14 @@ def merged_affinity(ours: dict, theirs: dict) -> dict:
     theirs_terms = (((theirs.get("nodeAffinity") or {}).get(required)) or {}).get("nodeSelectorTerms")
     if ours_terms and theirs_terms:
         out["nodeAffinity"][required]["nodeSelectorTerms"] = [
-            {part: copied(a.get(part) or []) + copied(b.get(part) or []) for part in ("matchExpressions", "matchFields")
-             if a.get(part) or b.get(part)}
-            for a in ours_terms for b in theirs_terms]
+            {
+                part: copied(a.get(part) or []) + copied(b.get(part) or [])
+                for part in ("matchExpressions", "matchFields")
+                if a.get(part) or b.get(part)
+            }
+            for a in ours_terms
+            for b in theirs_terms
+        ]
     return out
 
 
@@ -425,8 +462,12 @@ def with_container_security(containers: list, ours_pod: dict) -> list:
     namespace enforcing PodSecurity "restricted" admits a sidecar written without one."""
     main = next(iter(ours_pod.get("containers") or []), {})
     defaults = main.get("securityContext") or {}
-    return [{**copied(c), "securityContext": merged_over(copied(defaults), c.get("securityContext") or {})}
-            if defaults else copied(c) for c in containers]
+    return [
+        {**copied(c), "securityContext": merged_over(copied(defaults), c.get("securityContext") or {})}
+        if defaults
+        else copied(c)
+        for c in containers
+    ]
 
 
 def merged_containers(ours: list, theirs: list, where: _Where) -> list:
@@ -434,8 +475,9 @@ def merged_containers(ours: list, theirs: list, where: _Where) -> list:
     template's other containers appended as sidecars."""
     main_name = MAIN_CONTAINER[where.role]
     theirs_main = next((c for c in theirs if c.get("name") == main_name), None)
-    out = [merged_main_container(c, theirs_main, where) if c.get("name") == main_name and theirs_main else
-           c for c in ours]
+    out = [
+        merged_main_container(c, theirs_main, where) if c.get("name") == main_name and theirs_main else c for c in ours
+    ]
     sidecars = [c for c in theirs if c.get("name") != main_name]
     check_new_names(ours, sidecars, "spec.containers", where)
     return out + with_container_security(sidecars, {"containers": ours})
@@ -444,8 +486,7 @@ def merged_containers(ours: list, theirs: list, where: _Where) -> list:
 def merged_main_container(ours: dict, theirs: dict, where: _Where) -> dict:
     what = f"the {ours['name']} container's"
     # a template of one sidecar alone makes that sidecar the main container: say how to tell them apart
-    which = (f"; the template's container named {ours['name']}, else its first, is mpilaunch's (a sidecar "
-             f"goes after it)")
+    which = f"; the template's container named {ours['name']}, else its first, is mpilaunch's (a sidecar goes after it)"
     for key, hint in OWNED_CONTAINER_FIELDS.items():
         must_agree(ours, theirs, key, f"{what} {key}", hint + which, where)
     out = dict(ours)
@@ -455,9 +496,10 @@ def merged_main_container(ours: dict, theirs: dict, where: _Where) -> dict:
         if key == "ports":
             for port in value or []:
                 if port.get("containerPort") == AGENT_PORT or port.get("name") == AGENT_PORT_NAME:
-                    raise where.refuse(f"{what} port {port.get('name') or port.get('containerPort')}",
-                                       f"mpilaunch's agent listens on {AGENT_PORT} ({AGENT_PORT_NAME}); "
-                                       f"use another port")
+                    raise where.refuse(
+                        f"{what} port {port.get('name') or port.get('containerPort')}",
+                        f"mpilaunch's agent listens on {AGENT_PORT} ({AGENT_PORT_NAME}); use another port",
+                    )
             out[key] = appended(ours.get(key) or [], value or [])
         elif key == "env":
             out[key] = appended_named(ours.get(key) or [], value or [], f"{what} env", where)
@@ -465,8 +507,10 @@ def merged_main_container(ours: dict, theirs: dict, where: _Where) -> dict:
             taken = {m.get("mountPath") for m in ours.get(key) or []}
             for mount in value or []:
                 if mount.get("mountPath") in taken:
-                    raise where.clash(f"{what} volumeMount at {mount.get('mountPath')}",
-                                      "mpilaunch mounts its own volume there; mount the template's elsewhere")
+                    raise where.clash(
+                        f"{what} volumeMount at {mount.get('mountPath')}",
+                        "mpilaunch mounts its own volume there; mount the template's elsewhere",
+                    )
             out[key] = appended(ours.get(key) or [], value or [])
         elif key == "envFrom":
             out[key] = appended(ours.get(key) or [], value or [])
@@ -488,9 +532,11 @@ def merged_resources(ours: dict, theirs: dict, what: str, where: _Where) -> dict
         ours_part = ours.get(part) or {}
         for name, value in (theirs.get(part) or {}).items():
             if "/" in name and name in ours_part and str(ours_part[name]) != str(value):
-                raise where.clash(f"{what} resources.{part} {name}: {value}",
-                                  f"mpilaunch asks for {ours_part[name]} per worker: size the job with --gpus and "
-                                  f"--gpus-per-node (--gpu-resource names the resource)")
+                raise where.clash(
+                    f"{what} resources.{part} {name}: {value}",
+                    f"mpilaunch asks for {ours_part[name]} per worker: size the job with --gpus and "
+                    f"--gpus-per-node (--gpu-resource names the resource)",
+                )
             paired = name in ours_part and (ours.get(other) or {}).get(name) == ours_part[name]
             if paired and name not in (theirs.get(other) or {}):
                 out[other] = {**out[other], name: value}
@@ -503,15 +549,21 @@ def merged_resources(ours: dict, theirs: dict, what: str, where: _Where) -> dict
 # qualified name (what `kubectl describe node` lists under Capacity, from the device plugin).
 DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 RESOURCE_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-GPU_RESOURCE_HINT = ("an extended resource DOMAIN/NAME as `kubectl describe node` lists it, e.g. --gpu-resource "
-                     "nvidia.com/gpu, amd.com/gpu or gpu.intel.com/i915")
+GPU_RESOURCE_HINT = (
+    "an extended resource DOMAIN/NAME as `kubectl describe node` lists it, e.g. --gpu-resource "
+    "nvidia.com/gpu, amd.com/gpu or gpu.intel.com/i915"
+)
 
 
 def check_gpu_resource(name: str) -> str:
     """``name`` if it can be a device plugin's resource, else UsageError (exit 2)."""
     domain, slash, resource = name.partition("/")
-    valid = (slash and len(domain) <= 253 and all(DNS_LABEL_RE.fullmatch(p) for p in domain.split("."))
-             and RESOURCE_NAME_RE.fullmatch(resource) is not None)
+    valid = (
+        slash
+        and len(domain) <= 253
+        and all(DNS_LABEL_RE.fullmatch(p) for p in domain.split("."))
+        and RESOURCE_NAME_RE.fullmatch(resource) is not None
+    )
     if not valid:
         raise UsageError(f"invalid --gpu-resource {name!r}", GPU_RESOURCE_HINT)
     if domain == "kubernetes.io" or domain.endswith(".kubernetes.io") or domain.startswith("requests."):

@@ -17,8 +17,14 @@ LAUNCHER_CONTAINER = "launcher"
 RESULT_KEY = "result.json"
 
 FATAL_WAITING = {
-    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-    "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+    "RunContainerError",
 }
 
 # How often the wait for a job's pods asks the API server again. A small job's pods are Ready
@@ -55,8 +61,10 @@ def pod_problem(pod: dict) -> tuple[str | None, bool]:
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated:
             said = (terminated.get("message") or "").strip()
-            return (f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})"
-                    + (f": {said}" if said else "")), True
+            return (
+                f"container exited with {terminated.get('exitCode')} ({terminated.get('reason')})"
+                + (f": {said}" if said else "")
+            ), True
     for cond in status.get("conditions") or ():
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return (cond.get("message") or cond.get("reason") or "not scheduled").strip(), False
@@ -69,8 +77,10 @@ def launcher_placement_hint(problem: str | None) -> str:
     """The start of a hint for a launcher pod the scheduler placed nowhere: it does not take the
     workers' node selector and tolerations, so where every node is tainted it needs its own."""
     if problem and ("untolerated taint" in problem or "node affinity/selector" in problem):
-        return "the launcher and reaper take no node selector or toleration of the workers': give them " \
-               "--launcher-node-selector/--launcher-toleration; "
+        return (
+            "the launcher and reaper take no node selector or toleration of the workers': give them "
+            "--launcher-node-selector/--launcher-toleration; "
+        )
     return ""
 
 
@@ -99,9 +109,14 @@ def pod_loss(pod: dict | None) -> str | None:
     status = pod.get("status") or {}
     # why the cluster is ending it: eviction (API or node pressure), preemption, taints; Kueue
     # says TerminationTarget when it stops an evicted Workload's pods
-    disruption = next((c for c in status.get("conditions") or ()
-                       if c.get("type") in ("DisruptionTarget", "TerminationTarget") and c.get("status") == "True"),
-                      None)
+    disruption = next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if c.get("type") in ("DisruptionTarget", "TerminationTarget") and c.get("status") == "True"
+        ),
+        None,
+    )
     if disruption is not None:
         reason, said = disruption.get("reason") or "disrupted", disruption.get("message") or "no message"
         if reason.startswith(KUEUE_EVICTED):  # e.g. WorkloadEvictedDueToPreempted
@@ -134,7 +149,7 @@ def parse_launcher_done(text: str, token: str | None) -> int | None:
     """The exit code of a ``LAUNCHER_DONE`` line carrying ``token``; None for any other line."""
     if not text.startswith(LAUNCHER_DONE):
         return None
-    code, _, signed = text[len(LAUNCHER_DONE):].strip().partition(" token=")
+    code, _, signed = text[len(LAUNCHER_DONE) :].strip().partition(" token=")
     if not code.lstrip("-").isdigit() or (token and signed != token):
         return None
     return int(code)

@@ -21,8 +21,11 @@ from ...core.errors import UsageError
 
 DEFAULT_ACCOUNT = "mpilaunch"
 # (apiGroup, resource) a job without --service-account creates, for its launcher's and reaper's identities
-PER_JOB_OBJECTS = (("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"),
-                   ("rbac.authorization.k8s.io", "rolebindings"))
+PER_JOB_OBJECTS = (
+    ("", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
+)
 # What any job's launcher and reaper do, namespace-wide (the per-job Roles grant the same by name):
 RULES = (
     # the launcher waits for its workers (get, watch by name) and a detached one releases them
@@ -45,26 +48,38 @@ def objects(namespace: str, account: str = DEFAULT_ACCOUNT) -> list[dict]:
     meta = {"name": account, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "mpilaunch"}}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta), "automountServiceAccountToken": True},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
-         "rules": [dict(r) for r in RULES]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": dict(meta),
+            "rules": [dict(r) for r in RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": dict(meta),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
     ]
 
 
 def render(namespace: str, account: str = DEFAULT_ACCOUNT) -> str:
     """YAML for ``kubectl apply -f -`` (JSON is YAML; no YAML library needed)."""
-    head = (f"# mpilaunch's identity in namespace {namespace}: apply once as an admin of the namespace,\n"
-            f"#   mpilaunch rbac --namespace {namespace} | kubectl apply -f -\n"
-            f"# then users holding only the built-in 'edit' role run jobs with --service-account {account}\n")
+    head = (
+        f"# mpilaunch's identity in namespace {namespace}: apply once as an admin of the namespace,\n"
+        f"#   mpilaunch rbac --namespace {namespace} | kubectl apply -f -\n"
+        f"# then users holding only the built-in 'edit' role run jobs with --service-account {account}\n"
+    )
     return head + "".join(f"---\n{json.dumps(obj, indent=2)}\n" for obj in objects(namespace, account))
 
 
 def access_review(namespace: str, group: str, resource: str, verb: str = "create") -> dict:
-    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": namespace, "group": group, "resource": resource,
-                                            "verb": verb}}}
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"namespace": namespace, "group": group, "resource": resource, "verb": verb}},
+    }
 
 
 def missing_permissions(allowed: dict[tuple[str, str], bool]) -> list[str]:
@@ -77,7 +92,8 @@ def refusal(namespace: str, missing: list[str]) -> UsageError:
         f"you may not create {', '.join(missing)} in namespace {namespace}, which each job's launcher and reaper "
         f"identities need",
         f"ask an admin of the namespace to run once: mpilaunch rbac --namespace {namespace} | kubectl apply -f - ; "
-        f"then add --service-account {DEFAULT_ACCOUNT}")
+        f"then add --service-account {DEFAULT_ACCOUNT}",
+    )
 
 
 def check_may_create_identities(api, namespace: str) -> None:
@@ -90,8 +106,11 @@ def check_may_create_identities(api, namespace: str) -> None:
     allowed = {}
     for group, resource in PER_JOB_OBJECTS:
         try:
-            answer = api.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                                 body=access_review(namespace, group, resource))
+            answer = api.request(
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                body=access_review(namespace, group, resource),
+            )
         except (ApiError, OSError):
             return
         allowed[(group, resource)] = bool((answer.get("status") or {}).get("allowed"))

@@ -44,8 +44,9 @@ def main(argv=None) -> int:
     p.add_argument("--orphan-timeout", type=float, required=True)
     p.add_argument("--deadline", type=float, help="seconds from now after which the job is deleted regardless")
     p.add_argument("--launcher-job", help="a detached job's launcher Job: watch it instead of the Lease")
-    p.add_argument("--start-bound", type=float, default=330.0,
-                   help="with --launcher-job: seconds its pod may take to start")
+    p.add_argument(
+        "--start-bound", type=float, default=330.0, help="with --launcher-job: seconds its pod may take to start"
+    )
     args = p.parse_args(argv)
     # The pod's SIGTERM comes when the job is being deleted (its own doing or the owner's): end now.
     # As its container's PID 1 it would otherwise ignore SIGTERM and hold the job's release until
@@ -58,8 +59,10 @@ def main(argv=None) -> int:
     api = Api({"in_cluster": True, "sa_dir": sa_dir(), "namespace": namespace})
     if args.launcher_job:
         return watch_launcher(api, args, namespace)
-    log(f"watching Lease {args.job} in {namespace}: orphan timeout {args.orphan_timeout:g}s"
-        + (f", deadline {args.deadline:g}s" if args.deadline else ""))
+    log(
+        f"watching Lease {args.job} in {namespace}: orphan timeout {args.orphan_timeout:g}s"
+        + (f", deadline {args.deadline:g}s" if args.deadline else "")
+    )
     try:
         reason = reap(api, args.job, args.orphan_timeout, args.deadline, log=log)
     except (ApiError, CredentialError) as e:
@@ -74,8 +77,10 @@ def watch_launcher(api: Api, args, namespace: str) -> int:
     # description, the MPI flavours), on the node where the job's pods are starting
     from .detached import reap_detached
 
-    log(f"watching the launcher Job {args.launcher_job} of detached job {args.job} in {namespace}: "
-        f"start bound {args.start_bound:g}s, orphan timeout {args.orphan_timeout:g}s")
+    log(
+        f"watching the launcher Job {args.launcher_job} of detached job {args.job} in {namespace}: "
+        f"start bound {args.start_bound:g}s, orphan timeout {args.orphan_timeout:g}s"
+    )
     said = reap_detached(api, args.job, args.launcher_job, args.start_bound, args.orphan_timeout, log=log)
     if said is None:
         log(f"job {args.job} was deleted by its owner")

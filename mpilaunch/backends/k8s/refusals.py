@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import re
 
-_EXCEEDED = re.compile(r"exceeded quota: ([^,]+), requested: ([^,]+(?:,[^,=]+=[^,]+)*?), "
-                       r"used: ([^,]+(?:,[^,=]+=[^,]+)*?), limited: (.*)$")
+_EXCEEDED = re.compile(
+    r"exceeded quota: ([^,]+), requested: ([^,]+(?:,[^,=]+=[^,]+)*?), "
+    r"used: ([^,]+(?:,[^,=]+=[^,]+)*?), limited: (.*)$"
+)
 _FAILED = re.compile(r"failed quota: ([^:]+): (.*)$")
 _POD_SECURITY = re.compile(r'violates PodSecurity "([^"]+)": (.*)$')
 # LimitRange (LimitRanger admission): "minimum cpu usage per Container is 50m, but request is 10m",
 # "maximum memory usage per Pod is 1Gi, but limit is 2Gi", "cpu max limit to request ratio per Container is 2, ..."
-_LIMIT_RANGE = re.compile(r"((?:minimum|maximum) \S+ usage per \S+ is .*|[\w./-]+ max limit to request ratio per \S+ is .*)")
+_LIMIT_RANGE = re.compile(
+    r"((?:minimum|maximum) \S+ usage per \S+ is .*|[\w./-]+ max limit to request ratio per \S+ is .*)"
+)
 
-QUOTA_HINT = ("set requests and limits that fit the quota: --pod-cpu/--pod-memory (workers), "
-              "--launcher-cpu/--launcher-memory, --reaper-cpu/--reaper-memory; kubectl describe resourcequota "
-              "shows what is used")
-LIMIT_RANGE_HINT = ("set requests and limits within the namespace's LimitRange: --pod-cpu/--pod-memory, "
-                    "--launcher-cpu/--launcher-memory, --reaper-cpu/--reaper-memory; kubectl describe limitrange "
-                    "shows its bounds")
-POD_SECURITY_HINT = ("mpilaunch's pods meet 'restricted' unless told otherwise: check --run-as-user (not root) "
-                     "and the securityContext of your --pod-template")
+QUOTA_HINT = (
+    "set requests and limits that fit the quota: --pod-cpu/--pod-memory (workers), "
+    "--launcher-cpu/--launcher-memory, --reaper-cpu/--reaper-memory; kubectl describe resourcequota "
+    "shows what is used"
+)
+LIMIT_RANGE_HINT = (
+    "set requests and limits within the namespace's LimitRange: --pod-cpu/--pod-memory, "
+    "--launcher-cpu/--launcher-memory, --reaper-cpu/--reaper-memory; kubectl describe limitrange "
+    "shows its bounds"
+)
+POD_SECURITY_HINT = (
+    "mpilaunch's pods meet 'restricted' unless told otherwise: check --run-as-user (not root) "
+    "and the securityContext of your --pod-template"
+)
 
 
 def explain(message: str) -> tuple[str, str] | None:
@@ -34,8 +44,11 @@ def explain(message: str) -> tuple[str, str] | None:
     text = " ".join(message.split())
     m = _EXCEEDED.search(text)
     if m:
-        return (f"the namespace's ResourceQuota {m.group(1).strip()!r} is exceeded: requested {m.group(2).strip()}, "
-                f"already used {m.group(3).strip()}, limited to {m.group(4).strip()}", QUOTA_HINT)
+        return (
+            f"the namespace's ResourceQuota {m.group(1).strip()!r} is exceeded: requested {m.group(2).strip()}, "
+            f"already used {m.group(3).strip()}, limited to {m.group(4).strip()}",
+            QUOTA_HINT,
+        )
     m = _FAILED.search(text)
     if m:
         return f"the namespace's ResourceQuota {m.group(1).strip()!r} refuses it: {m.group(2).strip()}", QUOTA_HINT
@@ -61,8 +74,16 @@ def dry_run_pods(objects: list[tuple[str, dict]]) -> list[dict]:
             out.append(obj)
         else:
             template = obj["spec"]["template"]
-            out.append({"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {**template.get("metadata", {}), "name": f"{obj['metadata']['name']}-check",
-                                     "namespace": obj["metadata"]["namespace"]},
-                        "spec": template["spec"]})
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        **template.get("metadata", {}),
+                        "name": f"{obj['metadata']['name']}-check",
+                        "namespace": obj["metadata"]["namespace"],
+                    },
+                    "spec": template["spec"],
+                }
+            )
     return out

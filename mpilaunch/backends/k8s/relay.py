@@ -65,8 +65,10 @@ class Relay:
         msg, ancdata, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4))
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds += [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
-                        for i in range(0, len(payload) - len(payload) % 4, 4)]
+                fds += [
+                    int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+                    for i in range(0, len(payload) - len(payload) % 4, 4)
+                ]
         data = msg
         while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
             chunk = conn.recv(65536)
@@ -74,8 +76,8 @@ class Relay:
                 raise ConnectionError("short request")
             data += chunk
         size = int.from_bytes(data[:4], "big")
-        verb, pod, command, stdin = data[4:4 + size].split(b"\0", 3)
-        rest = data[4 + size:]
+        verb, pod, command, stdin = data[4 : 4 + size].split(b"\0", 3)
+        rest = data[4 + size :]
         if verb != b"EXEC":
             raise ValueError(f"unknown request {verb!r}")
         return pod.decode(), command.decode("utf-8", "surrogateescape"), stdin == b"1", fds, rest
@@ -112,12 +114,20 @@ class Relay:
         sid = f"r{os.getpid()}-{os.urandom(4).hex()}"
         token = self.token()
         try:
-            channel = transport.connect(self.context, pod, transport.wrapped(sid, command),
-                                        stdin=in_fd is not None, tls=self.tls, token=token, tls_session=self.session)
+            channel = transport.connect(
+                self.context,
+                pod,
+                transport.wrapped(sid, command),
+                stdin=in_fd is not None,
+                tls=self.tls,
+                token=token,
+                tls_session=self.session,
+            )
         except ValueError:  # a session the context no longer accepts
             self.session = None
-            channel = transport.connect(self.context, pod, transport.wrapped(sid, command),
-                                        stdin=in_fd is not None, tls=self.tls, token=token)
+            channel = transport.connect(
+                self.context, pod, transport.wrapped(sid, command), stdin=in_fd is not None, tls=self.tls, token=token
+            )
         state = {"buf": pending, "forwarded": None, "hangup": False}
 
         def on_wakeup(timed_out):
@@ -140,8 +150,15 @@ class Relay:
                     state["forwarded"] = time.monotonic()
                     name = signal.Signals(int(line[4:])).name[3:]
                     try:
-                        transport.run_simple(self.context, pod, transport.killer(name, sid), timeout=self.grace,
-                                             tls=self.tls, token=token, err_fd=err_fd)
+                        transport.run_simple(
+                            self.context,
+                            pod,
+                            transport.killer(name, sid),
+                            timeout=self.grace,
+                            tls=self.tls,
+                            token=token,
+                            err_fd=err_fd,
+                        )
                     except (OSError, ValueError):
                         pass
             if state["hangup"]:
@@ -176,9 +193,19 @@ def start(context: dict, rundir, python: str | None = None):
     # the same mpilaunch as this one (a checkout, the job's tools zip in a launcher pod)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.Popen(
-        [python or sys.executable, "-m", "mpilaunch.backends.k8s.relay", str(ctx_file), path,
-         "--exit-with-pid", str(os.getpid())],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, start_new_session=True,
+        [
+            python or sys.executable,
+            "-m",
+            "mpilaunch.backends.k8s.relay",
+            str(ctx_file),
+            path,
+            "--exit-with-pid",
+            str(os.getpid()),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
     )
     line = proc.stdout.readline()
     if line != READY_LINE:

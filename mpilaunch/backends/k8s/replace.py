@@ -32,16 +32,21 @@ def recreate(backend, obj: dict, **delete_options) -> None:
             if getattr(e, "status", None) == 404:
                 break
         if time.monotonic() > deadline:
-            raise AllocationError(f"{kind} {name} was not deleted within {GONE_TIMEOUT_S:g} s; cannot replace it",
-                                  f"check its finalizers: kubectl get {plural} {name} -o yaml")
+            raise AllocationError(
+                f"{kind} {name} was not deleted within {GONE_TIMEOUT_S:g} s; cannot replace it",
+                f"check its finalizers: kubectl get {plural} {name} -o yaml",
+            )
         time.sleep(POLL_S)
-    obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": backend.job,
-                                           "uid": backend.root_uid}]
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": backend.job, "uid": backend.root_uid}
+    ]
     try:
         backend.api.create(obj)
     except ApiError as e:
-        raise AllocationError(f"cannot create the replacement {kind} {name}: {e.message}",
-                              "check the namespace's quota and your permissions") from None
+        raise AllocationError(
+            f"cannot create the replacement {kind} {name}: {e.message}",
+            "check the namespace's quota and your permissions",
+        ) from None
 
 
 def replace_workers(backend, names: list[str]) -> None:

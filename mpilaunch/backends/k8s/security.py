@@ -23,8 +23,10 @@ DEFAULT_RUN_AS = "1000:1000"
 # the pod's writable scratch: the launcher's run directory, MPI's session directories, the exec
 # transport's pid files; HOME too (a UID without a passwd entry has none)
 SCRATCH_DIR = "/tmp"
-RUN_AS_HINT = ("--run-as-user UID[:GID] (a non-root UID, e.g. 1000:1000), --run-as-user image (the image's or the "
-               "platform's own user, e.g. on OpenShift), or --run-as-user root where the namespace allows it")
+RUN_AS_HINT = (
+    "--run-as-user UID[:GID] (a non-root UID, e.g. 1000:1000), --run-as-user image (the image's or the "
+    "platform's own user, e.g. on OpenShift), or --run-as-user root where the namespace allows it"
+)
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,9 @@ SECCOMP_MPI_SETTINGS = (("MPIR_CVAR_CH4_CMA_ENABLE", "0"), ("UCX_POSIX_USE_PROC_
 def pod_env() -> list[dict]:
     """HOME and TMPDIR on the writable scratch volume, whatever the UID (no passwd entry needed),
     and the MPI settings the RuntimeDefault seccomp profile needs."""
-    return ([{"name": "HOME", "value": SCRATCH_DIR}, {"name": "TMPDIR", "value": SCRATCH_DIR}]
-            + [{"name": k, "value": v} for k, v in SECCOMP_MPI_SETTINGS])
+    return [{"name": "HOME", "value": SCRATCH_DIR}, {"name": "TMPDIR", "value": SCRATCH_DIR}] + [
+        {"name": k, "value": v} for k, v in SECCOMP_MPI_SETTINGS
+    ]
 
 
 def mesh_annotations(keep_injection: bool) -> dict:

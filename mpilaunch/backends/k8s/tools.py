@@ -30,8 +30,10 @@ VOLUME = "mpilaunch-tools"
 # the launch description in the launcher pod: the job Secret's volume (launch.SECRET_DIR)
 LAUNCH_JSON = "/etc/mpilaunch-secret/description.json"
 SLEEP = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
-HINT = ("use an image with /bin/sh, python3 (3.8 or newer) and an MPI (mpirun or mpiexec on its PATH, or "
-        "name it with --mpirun)")
+HINT = (
+    "use an image with /bin/sh, python3 (3.8 or newer) and an MPI (mpirun or mpiexec on its PATH, or "
+    "name it with --mpirun)"
+)
 
 
 def from_configmap(environ=os.environ) -> bool:
@@ -57,8 +59,10 @@ def agent_argv(tools: bool) -> str:
     from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY
 
     program = entry_point("mpilaunch-agent") if tools else "python3 -m mpilaunch.agent"
-    return (f'{program} --name "$MPILAUNCH_WORKER" --listen "[$POD_IP]:{AGENT_PORT}" '
-            f"--secret-file {AGENT_SECRET_DIR}/{AGENT_SECRET_KEY} --own-host")
+    return (
+        f'{program} --name "$MPILAUNCH_WORKER" --listen "[$POD_IP]:{AGENT_PORT}" '
+        f"--secret-file {AGENT_SECRET_DIR}/{AGENT_SECRET_KEY} --own-host"
+    )
 
 
 def worker_command(tools: bool, transport: str = "exec") -> list[str]:
@@ -74,8 +78,10 @@ def worker_command(tools: bool, transport: str = "exec") -> list[str]:
 def launcher_command(tools: bool, mpirun: str | None) -> list[str]:
     if not tools:
         return ["python3", "-m", "mpilaunch.backends.k8s.launcher", LAUNCH_JSON]
-    script = (f'{TOOLS_DIR}/check-image launcher "$0" || exit {CHECK_EXIT}; '
-              f'exec {entry_point("mpilaunch-launcher")} {LAUNCH_JSON}')
+    script = (
+        f'{TOOLS_DIR}/check-image launcher "$0" || exit {CHECK_EXIT}; '
+        f"exec {entry_point('mpilaunch-launcher')} {LAUNCH_JSON}"
+    )
     return ["/bin/sh", "-c", script, mpirun or ""]
 
 
@@ -98,8 +104,7 @@ def template_values(tools: bool, job: str) -> dict:
     if not tools:
         return {"tools": None}
     data, binary = _configmap_data()
-    return {"tools": {"name": configmap_name(job), "volume": VOLUME, "dir": TOOLS_DIR,
-                      "data": data, "binary": binary}}
+    return {"tools": {"name": configmap_name(job), "volume": VOLUME, "dir": TOOLS_DIR, "data": data, "binary": binary}}
 
 
 def image_problem(message: str | None) -> str | None:
@@ -108,7 +113,7 @@ def image_problem(message: str | None) -> str | None:
     at = (message or "").find(CHECK_MARK)
     if at < 0:
         return None
-    return message[at:].splitlines()[0].strip()[len("mpilaunch: "):]
+    return message[at:].splitlines()[0].strip()[len("mpilaunch: ") :]
 
 
 def termination_messages(pod: dict | None) -> str:

@@ -45,7 +45,7 @@ _OP_CONT, _OP_TEXT, _OP_BINARY, _OP_CLOSE, _OP_PING, _OP_PONG = 0, 1, 2, 8, 9, 1
 # signal (and its file stays: nothing is left to remove it).
 _WRAPPER = (
     'f="${TMPDIR:-/tmp}/mpilaunch-$1.pid"; '
-    'if command -v setsid >/dev/null 2>&1 && setsid -w true 2>/dev/null; then '
+    "if command -v setsid >/dev/null 2>&1 && setsid -w true 2>/dev/null; then "
     """exec setsid -w /bin/sh -c 'trap : INT TERM HUP; echo $$ >"$0" 2>/dev/null; /bin/sh -c "$1"; r=$?; """
     """rm -f "$0"; exit $r' "$f" "$2"; fi; """
     'echo $$ >"$f" 2>/dev/null; exec /bin/sh -c "$2"'
@@ -229,10 +229,10 @@ class Channel:
         if masked:
             if len(b) < i + 4:
                 return None
-            mask, i = bytes(b[i:i + 4]), i + 4
+            mask, i = bytes(b[i : i + 4]), i + 4
         if len(b) < i + n:
             return None
-        payload = bytes(b[i:i + n])
+        payload = bytes(b[i : i + n])
         del b[: i + n]
         if masked and n:
             reps = (mask * (n // 4 + 1))[:n]
@@ -269,8 +269,9 @@ class Channel:
                     self._fragments = None
 
 
-def connect(context: dict, pod: str, argv, stdin: bool = True, timeout: float = None, tls=None,
-            token=None, tls_session=None) -> Channel:
+def connect(
+    context: dict, pod: str, argv, stdin: bool = True, timeout: float = None, tls=None, token=None, tls_session=None
+) -> Channel:
     """Open an exec websocket. ``tls``/``token``/``tls_session``: a relay's shared
     SSLContext, token and TLS session (resumption skips the certificate work
     on both sides)."""
@@ -506,11 +507,17 @@ def run_via_relay(path: str, pod: str, command: str) -> int:
         sock.close()
         raise ConnectionError(f"cannot reach the job's exec relay {path}: {exc.strerror}") from None
     no_stdin = not _fd_open(0)
-    request = b"\0".join([b"EXEC", pod.encode(), command.encode("utf-8", "surrogateescape"), b"0" if no_stdin else b"1"])
+    request = b"\0".join(
+        [b"EXEC", pod.encode(), command.encode("utf-8", "surrogateescape"), b"0" if no_stdin else b"1"]
+    )
     fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
     header = len(request).to_bytes(4, "big")
-    sock.sendmsg([header + request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)] if not no_stdin else
-                 [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds[4:])])
+    sock.sendmsg(
+        [header + request],
+        [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)]
+        if not no_stdin
+        else [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds[4:])],
+    )
 
     def relay_signal(signum, _frame):
         try:
@@ -584,8 +591,10 @@ def run_direct(context: dict, worker: dict, command: str) -> int:
     os.set_blocking(r, False)
     os.set_blocking(w, False)
     previous_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-    previous = {s: signal.signal(s, lambda signum, _f: received.append(signum))
-                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {
+        s: signal.signal(s, lambda signum, _f: received.append(signum))
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
     try:
         code = session(channel, 0 if with_stdin else None, r, on_wakeup)
     finally:
@@ -627,8 +636,9 @@ def capture(context: dict, worker: dict, command: str, timeout: float):
 
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            status = session(channel, stdin_fd=None, wakeup_fd=wake_r, on_wakeup=on_wakeup,
-                             out_fd=out.fileno(), err_fd=err.fileno())
+            status = session(
+                channel, stdin_fd=None, wakeup_fd=wake_r, on_wakeup=on_wakeup, out_fd=out.fileno(), err_fd=err.fileno()
+            )
             if expired:
                 raise TimeoutError(f"no answer within {timeout:.0f} s")
             out.seek(0)

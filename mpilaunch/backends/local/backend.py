@@ -76,15 +76,22 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         argv = [
             # named like the module: `ps` shows "mpilaunch.agent" as for `python -m mpilaunch.agent`
             self._launcher("mpilaunch.agent", "mpilaunch.agent.cli"),
-            "--name", worker.name,
-            "--listen-fd", str(listen_fd),
-            "--secret-file", str(self.secret_file),
-            "--exit-with-pid", str(os.getpid()),
-            "--orphan-cleanup", str(self.rundir),
-            "--env", f"MPILAUNCH_JOB={self.job_marker}",
+            "--name",
+            worker.name,
+            "--listen-fd",
+            str(listen_fd),
+            "--secret-file",
+            str(self.secret_file),
+            "--exit-with-pid",
+            str(os.getpid()),
+            "--orphan-cleanup",
+            str(self.rundir),
+            "--env",
+            f"MPILAUNCH_JOB={self.job_marker}",
             # the job's context for an mpilaunch-rsh started on the worker: Open MPI's tree
             # spawn (--mpi-args "--mca plm_rsh_no_tree_spawn 0") has daemons start daemons
-            "--env", f"MPILAUNCH_CONTEXT={self.rundir / 'context.json'}",
+            "--env",
+            f"MPILAUNCH_CONTEXT={self.rundir / 'context.json'}",
         ]
         if worker.name in self.devices:
             argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(self.devices[worker.name])]
@@ -113,8 +120,13 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                 self.agents[worker.name] = ForkedAgent(pid, argv)
             else:
                 self.agents[worker.name] = subprocess.Popen(
-                    self._agent_argv(worker, listener.fileno()), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True, pass_fds=(listener.fileno(),), env=self.launch_environ,
+                    self._agent_argv(worker, listener.fileno()),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    pass_fds=(listener.fileno(),),
+                    env=self.launch_environ,
                 )
             self.addresses[worker.name] = "127.0.0.1:%d" % listener.getsockname()[1]
         log.close()
@@ -126,6 +138,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
             return False
         from ...agent import cli  # noqa: F401  (imported once here: every child has it)
         from ...rsh_agent import tls_session  # noqa: F401  (likewise: OpenSSL, loaded once for all agents)
+
         return True
 
     def replace_workers(self, names: list[str]) -> None:
@@ -153,8 +166,10 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
             ended = self._agent_exit(name)
             if ended is not None:
                 how, last_line = ended
-                raise AllocationError(f"worker {name} {how} before it was ready" + (f": {last_line}" if last_line else ""),
-                                      f"see {self.rundir / (name + '.agent.log')}")
+                raise AllocationError(
+                    f"worker {name} {how} before it was ready" + (f": {last_line}" if last_line else ""),
+                    f"see {self.rundir / (name + '.agent.log')}",
+                )
         progress(len(self.agents), len(self.plan.workers))
 
     def _agent_exit(self, name: str) -> tuple[str, str] | None:
@@ -215,7 +230,9 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         out = {}
         for worker in self.plan.workers:
             proc = self.agents.get(worker.name)
-            state = "not started" if proc is None else ("running" if proc.poll() is None else f"exited {proc.returncode}")
+            state = (
+                "not started" if proc is None else ("running" if proc.poll() is None else f"exited {proc.returncode}")
+            )
             out[worker.name] = {
                 "host": "localhost",
                 "address": self.addresses.get(worker.name),

@@ -80,23 +80,29 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
     def check_spec(cls, spec) -> None:
         super().check_spec(spec)
         if not spec.hostfile:
-            raise UsageError("the ssh backend runs on the hosts of --hostfile, and none was given",
-                             "write one 'HOST slots=N' line per host (HOST as ssh reaches it: a name, an address "
-                             "or a Host alias of your ssh config) and add --hostfile FILE")
+            raise UsageError(
+                "the ssh backend runs on the hosts of --hostfile, and none was given",
+                "write one 'HOST slots=N' line per host (HOST as ssh reaches it: a name, an address "
+                "or a Host alias of your ssh config) and add --hostfile FILE",
+            )
         client = shlex.split((spec.backend_options or SshOptions()).ssh_command)[0]
         if not shutil.which(client):
-            raise UsageError(f"the ssh client {client!r} (--ssh-command) is not an executable on PATH",
-                             "install OpenSSH's client (Debian: openssh-client) or give its path with --ssh-command")
+            raise UsageError(
+                f"the ssh client {client!r} (--ssh-command) is not an executable on PATH",
+                "install OpenSSH's client (Debian: openssh-client) or give its path with --ssh-command",
+            )
 
     def __init__(self, spec, plan, rundir, **kw):
         super().__init__(spec, plan, rundir, **kw)
         names = [w.name for w in plan.workers]
         for host in names:
             if host.startswith("-") or "@" in host or names.count(host) > 1:
-                raise UsageError(f"--hostfile names host {host!r} " + (
-                    "twice" if names.count(host) > 1 else "in a form ssh would take for an option or a user"),
+                raise UsageError(
+                    f"--hostfile names host {host!r} "
+                    + ("twice" if names.count(host) > 1 else "in a form ssh would take for an option or a user"),
                     "name each host once, with all its slots ('HOST slots=N'); a login name goes in your ssh "
-                    "config (User) or --ssh-option User=NAME")
+                    "config (User) or --ssh-option User=NAME",
+                )
         self.secret_file = rundir / "secret"
         self.sessions: dict[str, subprocess.Popen] = {}
         self.facts: dict[str, dict] = {}  # host -> remote.py's line: address, hostname, pid, python
@@ -117,9 +123,14 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
     def _start_session(self, host: str, stdin: bytes) -> None:
         """ssh to the host, its stdin still to be fed (``wait_ready``)."""
         with open(self._log(host), "ab") as log:
-            proc = subprocess.Popen(self.options.ssh_argv(host, remote_command(self.options, host)),
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                    start_new_session=True, env=self.launch_environ)
+            proc = subprocess.Popen(
+                self.options.ssh_argv(host, remote_command(self.options, host)),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                env=self.launch_environ,
+            )
         os.set_blocking(proc.stdin.fileno(), False)
         self.sessions[host] = proc
         self._unsent[host] = memoryview(stdin)
@@ -151,7 +162,8 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
                         f"host{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} did not start mpilaunch's "
                         f"agent within --start-timeout {self.spec.start_timeout:g}s",
                         f"check that `{self.options.ssh_command} {waiting[0]} true` answers at once; a slow "
-                        f"host needs a longer --start-timeout (log: {self._log(waiting[0])})")
+                        f"host needs a longer --start-timeout (log: {self._log(waiting[0])})",
+                    )
                 for key, _ in sel.select(min(left, 0.5)):
                     host, line = key.data
                     if line is None:
@@ -161,7 +173,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
 
     def _send(self, sel, pipe, host: str) -> None:
         try:
-            sent = os.write(pipe.fileno(), self._unsent[host][:1 << 16])
+            sent = os.write(pipe.fileno(), self._unsent[host][: 1 << 16])
         except BlockingIOError:
             return
         except OSError:  # ssh exited: _check_started tells why
@@ -177,7 +189,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
         received += chunk
         for line in bytes(received).split(b"\n")[:-1]:
             if line.startswith(READY):
-                self.facts[host] = json.loads(line[len(READY):])
+                self.facts[host] = json.loads(line[len(READY) :])
                 sel.unregister(pipe)
                 return True
         if not chunk:
@@ -193,7 +205,8 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
                 f"host {host}{others}: ssh {self._how(host)} before mpilaunch's agent started there: "
                 f"{self._last_line(host) or 'no message'}",
                 f"check that `{self.options.ssh_command} {host} {self.options.remote_python} -V` works from "
-                f"this machine without a prompt (keys, known hosts, BatchMode); log: {self._log(host)}")
+                f"this machine without a prompt (keys, known hosts, BatchMode); log: {self._log(host)}",
+            )
 
     def _how(self, host: str) -> str:
         return how_it_ended(self.sessions[host].returncode)
@@ -229,8 +242,11 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         """torch.distributed's MASTER_ADDR/MASTER_PORT: the host's agent address and a port free there."""
         facts = self.facts.get(worker)
-        return free_port_through_agent(facts["address"], str(self.secret_file),
-                                       rank_python(self.rank_prefix())) if facts else None
+        return (
+            free_port_through_agent(facts["address"], str(self.secret_file), rank_python(self.rank_prefix()))
+            if facts
+            else None
+        )
 
     def rank_prefix(self) -> list[str]:
         return [self.options.remote_python, "-IS", "-c", run_module_code("mpilaunch.rank", ZIP_ON_HOST)]
@@ -250,12 +266,20 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
         out = {}
         for worker in self.plan.workers:
             proc, facts = self.sessions.get(worker.name), self.facts.get(worker.name, {})
-            state = "not started" if proc is None else (
-                "running" if proc.poll() is None else f"ssh {self._how(worker.name)}")
+            state = (
+                "not started"
+                if proc is None
+                else ("running" if proc.poll() is None else f"ssh {self._how(worker.name)}")
+            )
             # host and pid as result.worker_location reads them: "agent pid P on HOST"
-            out[worker.name] = {"host": facts.get("hostname") or worker.name, "pid": facts.get("pid"),
-                                "address": facts.get("address"), "python": facts.get("python"),
-                                "ssh_pid": proc.pid if proc else None, "state": state}
+            out[worker.name] = {
+                "host": facts.get("hostname") or worker.name,
+                "pid": facts.get("pid"),
+                "address": facts.get("address"),
+                "python": facts.get("python"),
+                "ssh_pid": proc.pid if proc else None,
+                "state": state,
+            }
         return out
 
     def release(self) -> None:

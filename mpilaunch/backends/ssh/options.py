@@ -29,36 +29,55 @@ class SshOptions(BackendOptions):
         try:
             words = shlex.split(self.ssh_command)
         except ValueError as e:
-            raise UsageError(f"--ssh-command {self.ssh_command!r} is not a command line: {e}",
-                             "quote it as a shell would, e.g. --ssh-command 'ssh -F ~/cluster.conf'") from None
+            raise UsageError(
+                f"--ssh-command {self.ssh_command!r} is not a command line: {e}",
+                "quote it as a shell would, e.g. --ssh-command 'ssh -F ~/cluster.conf'",
+            ) from None
         if not words:
-            raise UsageError("--ssh-command is empty",
-                             "leave it out (ssh) or give one, e.g. --ssh-command 'ssh -F FILE'")
+            raise UsageError(
+                "--ssh-command is empty", "leave it out (ssh) or give one, e.g. --ssh-command 'ssh -F FILE'"
+            )
         for option in self.ssh_options:
             key = option.replace("=", " ").split(" ", 1)[0]
             if not key.isalnum():
-                raise UsageError(f"--ssh-option {option!r} is not an ssh_config option",
-                                 "give KEY=VALUE as for ssh -o, e.g. --ssh-option ConnectTimeout=10")
+                raise UsageError(
+                    f"--ssh-option {option!r} is not an ssh_config option",
+                    "give KEY=VALUE as for ssh -o, e.g. --ssh-option ConnectTimeout=10",
+                )
         if not self.remote_python.strip() or "\n" in self.remote_python:
-            raise UsageError(f"--remote-python {self.remote_python!r} is no program",
-                             "give the hosts' python3 (3.8 or newer), e.g. --remote-python /usr/bin/python3")
+            raise UsageError(
+                f"--remote-python {self.remote_python!r} is no program",
+                "give the hosts' python3 (3.8 or newer), e.g. --remote-python /usr/bin/python3",
+            )
 
     @classmethod
     def add_arguments(cls, group) -> None:
-        group.add_argument("--ssh-command", default="ssh", metavar="CMD",
-                           help="the ssh client and its own arguments, split as a shell would "
-                                "(default: ssh), e.g. 'ssh -F ~/cluster.conf'")
-        group.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE",
-                           help="an ssh_config option for every host, as ssh -o (repeatable); "
-                                "mpilaunch adds " + ", ".join(DEFAULT_SSH_OPTIONS) + " after them")
-        group.add_argument("--remote-python", default="python3", metavar="PYTHON",
-                           help="the hosts' Python (3.8 or newer) that runs mpilaunch's agent and rank wrapper "
-                                "there (default: python3 on the login PATH; mpilaunch need not be installed there)")
+        group.add_argument(
+            "--ssh-command",
+            default="ssh",
+            metavar="CMD",
+            help="the ssh client and its own arguments, split as a shell would "
+            "(default: ssh), e.g. 'ssh -F ~/cluster.conf'",
+        )
+        group.add_argument(
+            "--ssh-option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="an ssh_config option for every host, as ssh -o (repeatable); "
+            "mpilaunch adds " + ", ".join(DEFAULT_SSH_OPTIONS) + " after them",
+        )
+        group.add_argument(
+            "--remote-python",
+            default="python3",
+            metavar="PYTHON",
+            help="the hosts' Python (3.8 or newer) that runs mpilaunch's agent and rank wrapper "
+            "there (default: python3 on the login PATH; mpilaunch need not be installed there)",
+        )
 
     @classmethod
     def from_args(cls, args) -> "SshOptions":
-        return cls(ssh_command=args.ssh_command, ssh_options=tuple(args.ssh_option),
-                   remote_python=args.remote_python)
+        return cls(ssh_command=args.ssh_command, ssh_options=tuple(args.ssh_option), remote_python=args.remote_python)
 
     def _ssh(self) -> list[str]:
         argv = shlex.split(self.ssh_command)
@@ -78,8 +97,9 @@ class SshOptions(BackendOptions):
         import subprocess
 
         try:
-            config = subprocess.run(self._ssh() + ["-G", "--", host], capture_output=True, text=True,
-                                    timeout=10, stdin=subprocess.DEVNULL).stdout
+            config = subprocess.run(
+                self._ssh() + ["-G", "--", host], capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL
+            ).stdout
             name = next(line.split()[1] for line in config.splitlines() if line.startswith("hostname "))
             return socket.getaddrinfo(name, 22, type=socket.SOCK_STREAM)[0][4][0]
         except (OSError, subprocess.SubprocessError, StopIteration, IndexError):

@@ -67,16 +67,33 @@ def main(name: str) -> int:
         sweep_stale_rundirs()  # ... as this one removes those of earlier such jobs (and their agents')
         sock, host = listen()
         address = f"[{host}]:{sock.getsockname()[1]}" if ":" in host else f"{host}:{sock.getsockname()[1]}"
-        facts = {"address": address, "hostname": socket.gethostname(), "pid": os.getpid(),
-                 "python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable}
+        facts = {
+            "address": address,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "executable": sys.executable,
+        }
         sys.stdout.buffer.write(READY + json.dumps(facts).encode() + b"\n")
         sys.stdout.flush()
         os.dup2(2, 1)  # from here on nothing reaches the launcher's reader of stdout: the agent logs to stderr
         from mpilaunch.agent.cli import main as agent
 
         # detached: the agent owns the socket from here (closes it once, when it stops)
-        return agent(["--name", name, "--listen-fd", str(sock.detach()), "--advertise", host, "--secret-stdin",
-                      "--exit-on-stdin-eof", "--env", f"{ZIP_ENV}={package}"])
+        return agent(
+            [
+                "--name",
+                name,
+                "--listen-fd",
+                str(sock.detach()),
+                "--advertise",
+                host,
+                "--secret-stdin",
+                "--exit-on-stdin-eof",
+                "--env",
+                f"{ZIP_ENV}={package}",
+            ]
+        )
     finally:
         shutil.rmtree(tools, ignore_errors=True)
 

@@ -85,8 +85,9 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
         self.silent: set[str] | None = None  # workers whose agent stopped answering (report.py)
         opts = self.opts
         if opts.env_archive and not os.path.isfile(opts.env_archive):
-            raise UsageError(f"--env-archive {opts.env_archive} does not exist",
-                             "give a venv-pack or conda-pack archive (.tar.gz)")
+            raise UsageError(
+                f"--env-archive {opts.env_archive} does not exist", "give a venv-pack or conda-pack archive (.tar.gz)"
+            )
         if opts.vcores < 1:
             raise UsageError(f"--vcores must be at least 1, got {opts.vcores}", "e.g. --vcores 4")
         self.secret_file = rundir / "secret"
@@ -271,7 +272,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
                 if self.app is None:
                     self._connect()
                 for key, value in (self.app.kv.get_prefix(KV_PREFIX + WORKER_KEY) if self.app else {}).items():
-                    name = key[len(KV_PREFIX + WORKER_KEY):]
+                    name = key[len(KV_PREFIX + WORKER_KEY) :]
                     if name in self.addresses:
                         continue
                     info = json.loads(value)
@@ -331,14 +332,18 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
     def _not_ready_message(self, total: int) -> str:
         missing = sorted(w.name for w in self.plan.workers if w.name not in self.addresses)
         if missing:
-            parts = [f"{len(missing)} of {total} workers not ready before --start-timeout "
-                     f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})"]
+            parts = [
+                f"{len(missing)} of {total} workers not ready before --start-timeout "
+                f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})"
+            ]
         else:
             parts = [f"all {total} workers ready but the launcher container not running before --start-timeout"]
         try:
             app_report = self._report()
-            parts.append(f"YARN application {self.app_id} is {state_name(app_report.state)} in queue {app_report.queue}"
-                         + (f": {shorten(app_report.diagnostics)}" if app_report.diagnostics else ""))
+            parts.append(
+                f"YARN application {self.app_id} is {state_name(app_report.state)} in queue {app_report.queue}"
+                + (f": {shorten(app_report.diagnostics)}" if app_report.diagnostics else "")
+            )
         except Exception as e:
             parts.append(f"YARN application {self.app_id}: no report ({shorten(str(e), 120)})")
         if self.app is not None:
@@ -351,19 +356,24 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
                 want += f", node label {opts.node_label}"
             parts.append(f"{len(pending)} container requests pending ({want}), {len(running)} running")
             if self.launcher == "cluster" and self._refresh_launcher() != "RUNNING":
-                parts.append(f"launcher container {self.launcher_container.get('state', 'not requested').lower()} "
-                             f"(memory={LAUNCHER_MEMORY}, vcores=1)")
+                parts.append(
+                    f"launcher container {self.launcher_container.get('state', 'not requested').lower()} "
+                    f"(memory={LAUNCHER_MEMORY}, vcores=1)"
+                )
         else:
             parts.append("the ApplicationMaster never started")
         return "; ".join(parts)
 
     def _not_ready_hint(self) -> str:
-        return ("the cluster may lack free resources in this queue/partition: lower --gpus, --memory or "
-                "--vcores, pick another --queue/--node-label, or raise --start-timeout")
+        return (
+            "the cluster may lack free resources in this queue/partition: lower --gpus, --memory or "
+            "--vcores, pick another --queue/--node-label, or raise --start-timeout"
+        )
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
-        return rendezvous.free_port_through_agent(self.addresses[worker], str(self.secret_file),
-                                                  rendezvous.rank_python(self.rank_prefix()))
+        return rendezvous.free_port_through_agent(
+            self.addresses[worker], str(self.secret_file), rendezvous.rank_python(self.rank_prefix())
+        )
 
     def exec_context(self) -> dict:
         forward = FORWARD_ENV_WITH_ARCHIVE if self.opts.env_archive else FORWARD_ENV
@@ -416,8 +426,11 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
                     state = state_name(self._report().state)
                 except Exception:
                     state = "unknown"
-                output.feed("stderr", f"mpilaunch: lost the YARN application {self.app_id} ({state}) "
-                                      f"while mpirun ran: {shorten(str(e), 200)}\n")
+                output.feed(
+                    "stderr",
+                    f"mpilaunch: lost the YARN application {self.app_id} ({state}) "
+                    f"while mpirun ran: {shorten(str(e), 200)}\n",
+                )
                 return EXIT_FAILED
             if code is not None:
                 self._refresh_launcher()
@@ -431,8 +444,11 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
                     if info is not None:
                         self.launcher_info = json.loads(info)
                         # the launcher container's mpirun tags the ranks' lines
-                        output.ompi_tag_space = mpi.tag_has_space(mpi.MpiInfo(
-                            self.launcher_info.get("flavour", ""), str(self.launcher_info.get("version", "")), ""))
+                        output.ompi_tag_space = mpi.tag_has_space(
+                            mpi.MpiInfo(
+                                self.launcher_info.get("flavour", ""), str(self.launcher_info.get("version", "")), ""
+                            )
+                        )
                 if not stop_sent:
                     if failed_at is None and any(c != 0 for _, _, c in output.statuses):
                         failed_at = now
@@ -449,9 +465,12 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
                 if state in ("FAILED", "KILLED", "SUCCEEDED") and kv.get(KV_PREFIX + launcher_keys.EXIT_KEY) is None:
                     self._drain_output(output)
                     c = self.launcher_container
-                    output.feed("stderr", f"mpilaunch: launcher container {c.get('container')} on {c.get('node')} "
-                                          f"ended ({state}) without reporting mpirun's exit: "
-                                          f"{shorten(c.get('exit')) or 'no exit message'}\n")
+                    output.feed(
+                        "stderr",
+                        f"mpilaunch: launcher container {c.get('container')} on {c.get('node')} "
+                        f"ended ({state}) without reporting mpirun's exit: "
+                        f"{shorten(c.get('exit')) or 'no exit message'}\n",
+                    )
                     return EXIT_FAILED
             time.sleep(0.1)
 
@@ -475,13 +494,15 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
         for c in containers:
             if c.id in self.retired_launchers:
                 continue  # an earlier attempt's (launch.relaunch)
-            self.launcher_container.update({
-                "id": c.id,
-                "container": c.yarn_container_id or None,
-                "node": c.yarn_node_http_address or None,
-                "state": state_name(c.state),
-                "exit": shorten(c.exit_message, 300) or None,
-            })
+            self.launcher_container.update(
+                {
+                    "id": c.id,
+                    "container": c.yarn_container_id or None,
+                    "node": c.yarn_node_http_address or None,
+                    "state": state_name(c.state),
+                    "exit": shorten(c.exit_message, 300) or None,
+                }
+            )
             return state_name(c.state)
         return None
 

@@ -134,13 +134,19 @@ def start_agent(name: str, secret: bytes, devices: list[str] | None, container_i
     from .tools import module_argv
 
     argv = module_argv("mpilaunch.agent") + [
-        "--name", name,
-        "--listen", "0.0.0.0:0",
-        "--advertise", advertise_host(),
-        "--address-file", addr_file,
+        "--name",
+        name,
+        "--listen",
+        "0.0.0.0:0",
+        "--advertise",
+        advertise_host(),
+        "--address-file",
+        addr_file,
         "--secret-stdin",
-        "--exit-with-pid", str(os.getpid()),
-        "--env", f"MPILAUNCH_YARN_CONTAINER={container_id}",
+        "--exit-with-pid",
+        str(os.getpid()),
+        "--env",
+        f"MPILAUNCH_YARN_CONTAINER={container_id}",
     ]
     if devices is not None:
         argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(devices)]
@@ -233,14 +239,16 @@ def main() -> int:
         log(f"warning: {gpus} GPUs allocated but only {len(devices)} found ({source})")
     agent, address = start_agent(name, secret, devices if gpus else None, container_id)
     del secret
-    app.kv[prefix + WORKER_KEY + name] = json.dumps({
-        "address": address,
-        "container": container_id,
-        "host": advertise_host(),
-        "gpus": devices,
-        "gpu_source": source,
-        "pid": agent.pid,
-    }).encode()
+    app.kv[prefix + WORKER_KEY + name] = json.dumps(
+        {
+            "address": address,
+            "container": container_id,
+            "host": advertise_host(),
+            "gpus": devices,
+            "gpu_source": source,
+            "pid": agent.pid,
+        }
+    ).encode()
     log(f"worker {name} in {container_id}: agent {address}, GPUs {','.join(devices) or '-'} ({source})")
     app.close()
 

@@ -41,10 +41,16 @@ def finish(app, exit_code: int, failure: str | None) -> None:
     """Record the outcome and end the application (and with it every container, this one included)."""
     if exit_code != 0 and failure:
         print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
-    print(f"mpilaunch: launcher: job ended with exit code {exit_code}; ending the YARN application, "
-          f"which releases every container", file=sys.stderr, flush=True)
-    app.shutdown("SUCCEEDED" if exit_code == 0 else "FAILED",
-                 diagnostics=diagnostics(exit_code, failure, os.environ.get("CONTAINER_ID"), node_http_address()))
+    print(
+        f"mpilaunch: launcher: job ended with exit code {exit_code}; ending the YARN application, "
+        f"which releases every container",
+        file=sys.stderr,
+        flush=True,
+    )
+    app.shutdown(
+        "SUCCEEDED" if exit_code == 0 else "FAILED",
+        diagnostics=diagnostics(exit_code, failure, os.environ.get("CONTAINER_ID"), node_http_address()),
+    )
 
 
 class WorkerContainers:
@@ -73,8 +79,11 @@ class WorkerContainers:
             return False
         for c in containers:
             self.facts[self.plan.workers[c.instance].name] = {
-                "container": c.yarn_container_id or None, "node": c.yarn_node_http_address or None,
-                "state": state_name(c.state), "exit": shorten(c.exit_message, 300) or None}
+                "container": c.yarn_container_id or None,
+                "node": c.yarn_node_http_address or None,
+                "state": state_name(c.state),
+                "exit": shorten(c.exit_message, 300) or None,
+            }
         return True
 
     def lost(self, settle: bool) -> dict[str, str]:
@@ -89,5 +98,8 @@ class WorkerContainers:
             if all(self.facts.get(n, {}).get("state") != "RUNNING" for n in silent) or time.monotonic() >= deadline:
                 break
             time.sleep(0.5)
-        return {w.name: why for w in self.plan.workers
-                if (why := container_loss(self.facts.get(w.name, {}), w.name in silent)) is not None}
+        return {
+            w.name: why
+            for w in self.plan.workers
+            if (why := container_loss(self.facts.get(w.name, {}), w.name in silent)) is not None
+        }

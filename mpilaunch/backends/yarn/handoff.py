@@ -28,8 +28,10 @@ from .client import is_mpilaunch, shorten, skein_client, state_name
 
 POLL_S = 1.0
 NO_LAUNCHER_S = 30.0
-_LOCAL_HINT = ("jobs run with --launcher local print their output on the submitting machine; "
-               "`mpilaunch logs NAME --backend yarn` shows the containers' own logs")
+_LOCAL_HINT = (
+    "jobs run with --launcher local print their output on the submitting machine; "
+    "`mpilaunch logs NAME --backend yarn` shows the containers' own logs"
+)
 
 
 def hand_off(backend, deadline: float, progress) -> None:
@@ -53,15 +55,18 @@ def find_app(client, name: str):
     apps = [a for a in every if is_mpilaunch(a)]  # another tool's application of that name is not the job
     if not apps:
         others = f" (only {len(every)} not submitted by mpilaunch)" if every else ""
-        raise UsageError(f"no mpilaunch job named {name!r} on YARN{others}",
-                         "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
+        raise UsageError(
+            f"no mpilaunch job named {name!r} on YARN{others}",
+            "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster",
+        )
     return max(apps, key=lambda a: a.start_time or 0)
 
 
 def phase_of(report) -> tuple[str, int | None, str | None, float]:
     """(phase, exit code or None, failure, elapsed seconds) of an application report."""
-    phase, code, failure = outcome.outcome(state_name(report.state), state_name(report.final_status),
-                                                report.diagnostics)
+    phase, code, failure = outcome.outcome(
+        state_name(report.state), state_name(report.final_status), report.diagnostics
+    )
     elapsed = report.runtime.total_seconds() if report.runtime is not None else 0.0
     return phase, code, failure, elapsed
 
@@ -77,12 +82,13 @@ def wait(args, stream) -> int:
             if code is not None:
                 if code != 0:
                     print(f"mpilaunch: error: {failure or f'job failed with exit code {code}'}", file=sys.stderr)
-                print(f"job {args.name} ({report.id}) {phase.lower()} (exit {code}) after {elapsed:.0f}s",
-                      file=stream)
+                print(f"job {args.name} ({report.id}) {phase.lower()} (exit {code}) after {elapsed:.0f}s", file=stream)
                 return code
             if deadline is not None and time.monotonic() > deadline:
-                print(f"mpilaunch: error: job {args.name} ({report.id}) still {phase} after --timeout "
-                      f"{args.timeout:g}s", file=sys.stderr)
+                print(
+                    f"mpilaunch: error: job {args.name} ({report.id}) still {phase} after --timeout {args.timeout:g}s",
+                    file=sys.stderr,
+                )
                 return EXIT_TIMEOUT
             time.sleep(POLL_S)
     finally:
@@ -116,8 +122,10 @@ def follow(client, name: str, stream, node_containers, http_text) -> int:
                 # the launcher is requested with the workers: long after them, there is none
                 workers_seen = workers_seen or time.monotonic()
                 if time.monotonic() - workers_seen > NO_LAUNCHER_S:
-                    raise UsageError(f"job {name} ({report.id}) has no launcher container "
-                                     f"(it runs with --launcher local)", _LOCAL_HINT)
+                    raise UsageError(
+                        f"job {name} ({report.id}) has no launcher container (it runs with --launcher local)",
+                        _LOCAL_HINT,
+                    )
         if url is not None:
             text = outcome.log_contents(http_text(url) or "")
             if len(text) > printed:
@@ -128,6 +136,8 @@ def follow(client, name: str, stream, node_containers, http_text) -> int:
             if url is None:
                 raise UsageError(
                     f"job {name} ({report.id}) ended ({state_name(report.state)}) and no launcher log was found: "
-                    f"{shorten(report.diagnostics, 200) or 'no diagnostics'}", _LOCAL_HINT)
+                    f"{shorten(report.diagnostics, 200) or 'no diagnostics'}",
+                    _LOCAL_HINT,
+                )
             return 0
         time.sleep(POLL_S)

@@ -24,7 +24,13 @@ STOP_KEY = "launcher/stop"
 # the submitting machine with its MPI, so its daemons need the same one in the
 # containers; with --env-archive the archive's environment wins instead.
 FORWARD_ENV = (
-    "PATH", "MPILAUNCH_WORKER_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OPAL_PREFIX", "PRTE_PREFIX",
-    "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+    "PATH",
+    "MPILAUNCH_WORKER_PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "OPAL_PREFIX",
+    "PRTE_PREFIX",
+    "OMPI_ALLOW_RUN_AS_ROOT",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
 )
 FORWARD_ENV_WITH_ARCHIVE = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")

@@ -61,17 +61,26 @@ def launch_description(backend) -> LaunchDescription:
     return LaunchDescription(
         job=backend.plan.job_name,
         workers=tuple(LaunchWorker(w.name, w.slots, backend.addresses[w.name]) for w in backend.plan.workers),
-        command=tuple(spec.command), rank_prefix=tuple(backend.rank_prefix()), mpi=spec.mpi, mpirun=mpirun,
-        env=tuple(f"{n}={values[n]}" for n in names if n in values), mpi_args=tuple(spec.mpi_args),
-        bind_gpus=spec.bind_gpus, verify=spec.verify,
+        command=tuple(spec.command),
+        rank_prefix=tuple(backend.rank_prefix()),
+        mpi=spec.mpi,
+        mpirun=mpirun,
+        env=tuple(f"{n}={values[n]}" for n in names if n in values),
+        mpi_args=tuple(spec.mpi_args),
+        bind_gpus=spec.bind_gpus,
+        verify=spec.verify,
         # detached: the launcher enforces --timeout and ends the application itself; attached, this side does
-        timeout=spec.timeout if spec.detach else None, detach=spec.detach, attempt=backend.attempt,
+        timeout=spec.timeout if spec.detach else None,
+        detach=spec.detach,
+        attempt=backend.attempt,
         status_token=backend.status_token,
         # mpirun's working directory (ranks start there where it exists),
         # as with the local launcher; the container's own where it does not.
         cwd=os.getcwd(),
-        cluster={"forward_env": list(backend.exec_context()["forward_env"]),
-                 "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ}},
+        cluster={
+            "forward_env": list(backend.exec_context()["forward_env"]),
+            "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ},
+        },
     )
 
 

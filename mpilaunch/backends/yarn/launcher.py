@@ -132,8 +132,10 @@ class Streamer:
                 return
             except Exception as e:
                 last = attempt == tries
-                log(f"mpirun's last output could not be put into the key-value store ({e!r}); "
-                    + ("it is lost" if last else "trying again"))
+                log(
+                    f"mpirun's last output could not be put into the key-value store ({e!r}); "
+                    + ("it is lost" if last else "trying again")
+                )
                 if not last:
                     time.sleep(pause_s)
 
@@ -148,8 +150,15 @@ class PublishedContainers(BaseBackend):
 
     name = "yarn"
 
-    def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: LaunchDescription, secret_file: Path,
-                 watch: WorkerContainers | None = None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        plan: Plan,
+        rundir: Path,
+        launch: LaunchDescription,
+        secret_file: Path,
+        watch: WorkerContainers | None = None,
+    ):
         super().__init__(spec, plan, rundir)
         self.launch = launch
         self.secret_file = secret_file
@@ -177,8 +186,9 @@ class PublishedContainers(BaseBackend):
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         address = self.launch.addresses()[worker]
-        return rendezvous.free_port_through_agent(address, str(self.secret_file),
-                                                  rendezvous.rank_python(self.rank_prefix()))
+        return rendezvous.free_port_through_agent(
+            address, str(self.secret_file), rendezvous.rank_python(self.rank_prefix())
+        )
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         return self.watch.lost(settle) if self.watch is not None else {}
@@ -188,9 +198,16 @@ class PublishedContainers(BaseBackend):
             return super().describe_workers()
         self.watch.refresh()
         # the submitting side's keys (yarn.Backend.describe_workers): the same "container C on HOST" in reports
-        return {w.name: {"container": f.get("container"), "host": f.get("node"), "state": f.get("state"),
-                         "exit": f.get("exit")}
-                for w in self.plan.workers for f in [self.watch.facts.get(w.name, {})]}
+        return {
+            w.name: {
+                "container": f.get("container"),
+                "host": f.get("node"),
+                "state": f.get("state"),
+                "exit": f.get("exit"),
+            }
+            for w in self.plan.workers
+            for f in [self.watch.facts.get(w.name, {})]
+        }
 
     def release(self) -> None:
         pass  # the submitting side ends the application
@@ -239,8 +256,9 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
         environ = dict(os.environ)
         # a relaunch (--retries): the submitting side started this container for attempt N
         workload.bind(backend, rundir, environ, attempt=launch.attempt)
-        result = run_job(spec, workload, backend, rundir, None,
-                         stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True)
+        result = run_job(
+            spec, workload, backend, rundir, None, stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True
+        )
         note(f"the job ended: exit {result.exit_code}")
         return result.exit_code, result.failure
     finally:
@@ -255,14 +273,16 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
 def started(app, prefix: str, info: mpi.MpiInfo, proc, note=log) -> None:
     """mpirun runs: publish where (for reports), and stop it when the submitting side asks."""
     note(f"mpirun started (pid {proc.pid}, {info.flavour} {info.version})")
-    app.kv[prefix + INFO_KEY] = json.dumps({
-        "container": os.environ.get("CONTAINER_ID"),
-        "host": os.environ.get("NM_HOST"),
-        "mpirun": info.path,
-        "flavour": info.flavour,
-        "version": info.version,
-        "pid": proc.pid,
-    }).encode()
+    app.kv[prefix + INFO_KEY] = json.dumps(
+        {
+            "container": os.environ.get("CONTAINER_ID"),
+            "host": os.environ.get("NM_HOST"),
+            "mpirun": info.path,
+            "flavour": info.flavour,
+            "version": info.version,
+            "pid": proc.pid,
+        }
+    ).encode()
 
     def watch_stop():
         try:
@@ -289,8 +309,7 @@ def main() -> int:
         code, failure = 1, f"launcher container failed: {e!r}"
         if not detached:
             try:
-                app.kv[prefix + OUT_KEY + "9999999999"] = json.dumps(
-                    [["stderr", f"mpilaunch: {failure}\n"]]).encode()
+                app.kv[prefix + OUT_KEY + "9999999999"] = json.dumps([["stderr", f"mpilaunch: {failure}\n"]]).encode()
             except Exception:
                 pass
     if detached:  # every exit path: nobody else will end a detached job's application

@@ -31,8 +31,10 @@ def _all_apps(client, name: str) -> list:
     """Every application of that name, in any state, oldest first (an error if there is none)."""
     apps = client.get_applications(name=name, states=list(skein.model.ApplicationState))
     if not apps:
-        raise UsageError(f"no YARN application named {name!r}",
-                         "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster")
+        raise UsageError(
+            f"no YARN application named {name!r}",
+            "check the name (mpilaunch --name) and that HADOOP_CONF_DIR points at the cluster",
+        )
     return sorted(apps, key=lambda a: a.start_time or 0)
 
 
@@ -47,9 +49,10 @@ def _ours(apps: list, name: str) -> list:
     ours = [a for a in apps if is_mpilaunch(a)]
     if not ours:
         ids = ", ".join(a.id for a in apps)
-        raise UsageError(f"YARN application {name!r} ({ids}) is not an mpilaunch job: it has no {TAG!r} tag",
-                         "mpilaunch looks at and kills only the applications it submitted; "
-                         "see it with: yarn application -status ID")
+        raise UsageError(
+            f"YARN application {name!r} ({ids}) is not an mpilaunch job: it has no {TAG!r} tag",
+            "mpilaunch looks at and kills only the applications it submitted; see it with: yarn application -status ID",
+        )
     return ours
 
 
@@ -72,24 +75,34 @@ def status(args, stream) -> int:
         apps = _all_apps(client, args.name)
         for report in _ours(apps, args.name):
             phase, code, _failure, elapsed = handoff.phase_of(report)
-            print(f"{report.id}  {report.name}  {phase}" + (f" (exit {code})" if code is not None else "")
-                  + f"  elapsed {elapsed:.0f}s  state={state_name(report.state)} final={state_name(report.final_status)}"
-                  f"  queue={report.queue}  user={report.user}", file=stream)
+            print(
+                f"{report.id}  {report.name}  {phase}"
+                + (f" (exit {code})" if code is not None else "")
+                + f"  elapsed {elapsed:.0f}s  state={state_name(report.state)} final={state_name(report.final_status)}"
+                f"  queue={report.queue}  user={report.user}",
+                file=stream,
+            )
             if report.diagnostics:
                 print(f"  diagnostics: {shorten(report.diagnostics, 300)}", file=stream)
             containers = _node_containers(client, report.id)
             for c in containers:
-                print(f"  {c.get('id')}  {_role(c):9s} on {c.get('nodeId')}  {c.get('state')}"
-                      f"  exit={c.get('exitCode')}", file=stream)
+                print(
+                    f"  {c.get('id')}  {_role(c):9s} on {c.get('nodeId')}  {c.get('state')}  exit={c.get('exitCode')}",
+                    file=stream,
+                )
             if not containers and code is not None:
                 print("  no containers left: all released", file=stream)
         for report in apps:
             if not is_mpilaunch(report):
-                print(f"not listed: {report.id} ({state_name(report.state)}, user={report.user}), "
-                      f"of the same name but not an mpilaunch job", file=stream)
+                print(
+                    f"not listed: {report.id} ({state_name(report.state)}, user={report.user}), "
+                    f"of the same name but not an mpilaunch job",
+                    file=stream,
+                )
     finally:
         client.close()
     return 0
+
 
 def logs(args, stream) -> int:
     client = skein_client()
@@ -109,8 +122,11 @@ def logs(args, stream) -> int:
                 stream.write(text if text.endswith("\n") else text + "\n")
                 return 0
         for c in containers:
-            names = [f for f in c.get("containerLogFiles") or ["stdout", "stderr"]
-                     if f not in ("launch_container.sh", "directory.info")]
+            names = [
+                f
+                for f in c.get("containerLogFiles") or ["stdout", "stderr"]
+                if f not in ("launch_container.sh", "directory.info")
+            ]
             for log_name in names:
                 text = _http_text(f"http://{c['_http']}/ws/v1/node/containerlogs/{c['id']}/{log_name}")
                 if text:
@@ -121,11 +137,15 @@ def logs(args, stream) -> int:
                 logs = client.application_logs(report.id)
                 stream.write(logs.dumps() if hasattr(logs, "dumps") else str(logs))
             except Exception as e:
-                print(f"no logs for {report.id}: the NodeManagers no longer hold them and "
-                      f"log aggregation gave none ({shorten(str(e), 200)})", file=stream)
+                print(
+                    f"no logs for {report.id}: the NodeManagers no longer hold them and "
+                    f"log aggregation gave none ({shorten(str(e), 200)})",
+                    file=stream,
+                )
     finally:
         client.close()
     return 0
+
 
 def delete(args, stream) -> int:
     """Kill the running applications of that name that mpilaunch submitted for
@@ -139,8 +159,10 @@ def delete(args, stream) -> int:
         mine = [a for a in ours if a.user == user]
         if not mine:
             owners = ", ".join(f"{a.id} submitted by {a.user}" for a in ours)
-            raise UsageError(f"YARN application {args.name!r} is not yours to delete ({owners}; you are {user})",
-                             "mpilaunch delete kills only your own jobs; ask their owner or a YARN administrator")
+            raise UsageError(
+                f"YARN application {args.name!r} is not yours to delete ({owners}; you are {user})",
+                "mpilaunch delete kills only your own jobs; ask their owner or a YARN administrator",
+            )
         for report in mine:
             if state_name(report.state) not in TERMINAL_STATES:
                 client.kill_application(report.id)

@@ -24,9 +24,12 @@ class YarnOptions(BackendOptions):
         group.add_argument("--node-label", help="run the containers on nodes with this label")
         group.add_argument("--memory", default="2 GiB", help="memory of each worker container (default 2 GiB)")
         group.add_argument("--vcores", type=int, default=1, help="vcores of each worker container (default 1)")
-        group.add_argument("--env-archive", metavar="PATH",
-                           help="a packed Python environment (conda-pack/venv-pack) the containers run in; "
-                                "mpilaunch's pieces come with the job")
+        group.add_argument(
+            "--env-archive",
+            metavar="PATH",
+            help="a packed Python environment (conda-pack/venv-pack) the containers run in; "
+            "mpilaunch's pieces come with the job",
+        )
 
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:
@@ -36,8 +39,11 @@ class YarnOptions(BackendOptions):
         client = skein_client()
         try:
             label = (spec.backend_options or cls()).node_label or ""
-            counts = [n.total_resources.gpus for n in client.get_nodes(states=["RUNNING"])
-                      if label in (n.node_labels or set()) or (not label and not n.node_labels)]
+            counts = [
+                n.total_resources.gpus
+                for n in client.get_nodes(states=["RUNNING"])
+                if label in (n.node_labels or set()) or (not label and not n.node_labels)
+            ]
         except Exception:
             return None
         finally:

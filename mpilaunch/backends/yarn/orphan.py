@@ -45,11 +45,20 @@ def master(backend, resources, security, files: dict) -> "skein.Master":
     if backend.spec.detach:
         if not backend.opts.env_archive:
             return skein.Master(resources=resources, security=security)
-        return skein.Master(resources=resources, security=security, files=files,
-                            script=tools.service_script(None), env=backend._service_env())
-    return skein.Master(resources=resources, security=security, files=files,
-                        script=backend._service_script(REAPER_MODULE),
-                        env={**backend._service_env(), **reaper_env(backend.spec)})
+        return skein.Master(
+            resources=resources,
+            security=security,
+            files=files,
+            script=tools.service_script(None),
+            env=backend._service_env(),
+        )
+    return skein.Master(
+        resources=resources,
+        security=security,
+        files=files,
+        script=backend._service_script(REAPER_MODULE),
+        env={**backend._service_env(), **reaper_env(backend.spec)},
+    )
 
 
 def start_heartbeat(kv, prefix: str, orphan_timeout: float) -> Heartbeat:

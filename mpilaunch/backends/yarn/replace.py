@@ -20,7 +20,6 @@ from .report import ENDED
 def replace_workers(backend, names: list[str]) -> None:
     from ...rsh_agent.agent_client import read_secret
 
-
     kv = backend.app.kv
     kv[KV_PREFIX + WORKER_SECRET_KEY] = read_secret(str(backend.secret_file))
     backend._refresh_containers()

@@ -53,10 +53,16 @@ CHECK_MARK = "mpilaunch: --env-archive: "
 CHECK_EXIT = EXIT_ALLOCATION  # the container's exit, then mpilaunch's: allocation failed
 MIN_PYTHON = (3, 8)
 # the pieces that talk to skein's ApplicationMaster: site-packages on, skein checked first
-SKEIN_MODULES = ("mpilaunch.backends.yarn.container", "mpilaunch.backends.yarn.launcher", "mpilaunch.backends.yarn.driver")
-HINT = ("pack skein into the environment (pip install skein, and setuptools with Python 3.12 or newer: skein "
-        "imports distutils; then venv-pack or conda-pack) and a python "
-        f"{MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer at its bin/python; mpilaunch itself need not be in it")
+SKEIN_MODULES = (
+    "mpilaunch.backends.yarn.container",
+    "mpilaunch.backends.yarn.launcher",
+    "mpilaunch.backends.yarn.driver",
+)
+HINT = (
+    "pack skein into the environment (pip install skein, and setuptools with Python 3.12 or newer: skein "
+    "imports distutils; then venv-pack or conda-pack) and a python "
+    f"{MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer at its bin/python; mpilaunch itself need not be in it"
+)
 
 # Kept parseable by old pythons: the check in it must get to say what is wrong.
 RUN_PY = '''"""mpilaunch's pieces, localized into a YARN container by a job with --env-archive.
@@ -121,8 +127,10 @@ def files(archive: str, rundir: Path) -> dict:
     """The skein file resources of every container: the environment and mpilaunch's pieces."""
     import skein
 
-    return {ENV_DIR: skein.File(source=os.path.abspath(archive), type="archive"),
-            TOOLS_DIR: skein.File(source=os.path.abspath(tools_zip(rundir)), type="archive")}
+    return {
+        ENV_DIR: skein.File(source=os.path.abspath(archive), type="archive"),
+        TOOLS_DIR: skein.File(source=os.path.abspath(tools_zip(rundir)), type="archive"),
+    }
 
 
 def service_script(module: str | None) -> str:
@@ -137,14 +145,14 @@ def service_script(module: str | None) -> str:
     """
     env = f'"$PWD/{ENV_DIR}"'
     need = "%d.%d" % MIN_PYTHON
-    fail = f'>&2; exit {CHECK_EXIT}; fi'
+    fail = f">&2; exit {CHECK_EXIT}; fi"
     lines = [
         "set -e",
-        f'if [ -f {env}/bin/activate ]; then . {env}/bin/activate; fi',
+        f"if [ -f {env}/bin/activate ]; then . {env}/bin/activate; fi",
         f'export PATH={env}/bin:"$PATH"',
-        f'export {PYTHON_ENV}={env}/bin/python',
+        f"export {PYTHON_ENV}={env}/bin/python",
         # the environment check reads a program in it relative to it (rank_env.reported_program)
-        f'export {ENV_DIR_ENV}={env}',
+        f"export {ENV_DIR_ENV}={env}",
         f'export {TOOLS_ENV}="$PWD/{TOOLS_DIR}"',
         f'if [ ! -x "${PYTHON_ENV}" ]; then echo "{CHECK_MARK}it has no runnable bin/python '
         f'(missing, or a link to a python this node lacks); {HINT}" {fail}',
@@ -153,8 +161,7 @@ def service_script(module: str | None) -> str:
         f'mpilaunch needs Python {need} or newer; {HINT}" {fail}',
     ]
     if module is None:
-        lines += [f'"${PYTHON_ENV}" -I "${TOOLS_ENV}/{RUNNER}" --require skein -c pass',
-                  "while :; do sleep 3600; done"]
+        lines += [f'"${PYTHON_ENV}" -I "${TOOLS_ENV}/{RUNNER}" --require skein -c pass', "while :; do sleep 3600; done"]
     else:
         lines.append(f'exec "${PYTHON_ENV}" {" ".join(runner_args(module))}')
     return "\n".join(lines) + "\n"
@@ -174,8 +181,14 @@ def rank_prefix() -> list[str]:
     prefix with another module, and TensorBoard's ``-m tensorboard.main``
     reaches the environment's python as it is (``run.py``).
     """
-    return ["/bin/sh", "-c", f'exec "${PYTHON_ENV}" -IS "${TOOLS_ENV}/{RUNNER}" "$@"', "mpilaunch-python",
-            "-m", "mpilaunch.rank"]
+    return [
+        "/bin/sh",
+        "-c",
+        f'exec "${PYTHON_ENV}" -IS "${TOOLS_ENV}/{RUNNER}" "$@"',
+        "mpilaunch-python",
+        "-m",
+        "mpilaunch.rank",
+    ]
 
 
 def check_line(text: str | None) -> str | None:
@@ -183,7 +196,7 @@ def check_line(text: str | None) -> str | None:
     for line in (text or "").splitlines():
         at = line.find(CHECK_MARK)
         if at >= 0:
-            return line[at + len("mpilaunch: "):].replace("; " + HINT, "").strip()
+            return line[at + len("mpilaunch: ") :].replace("; " + HINT, "").strip()
     return None
 
 

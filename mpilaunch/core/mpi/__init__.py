@@ -18,25 +18,25 @@ from __future__ import annotations
 from ..rank_env import FORWARDED_LIST_ENV, WORKER_PATH_ENV  # noqa: F401  (mpi.WORKER_PATH_ENV: workloads)
 from .base import LaunchArgs, MpiFlavour, MpiInfo, MpirunCommand, mask  # noqa: F401
 from .command import (  # noqa: F401
-                      FORWARDED_NAMES,
-                      FORWARDED_PREFIXES,
-                      MPIRUN_OWN_NAMES,
-                      STATUS_TOKEN_ENV,
-                      agent_env,
-                      build_mpirun,
-                      forwarded_names,
-                      resolve_env,
+    FORWARDED_NAMES,
+    FORWARDED_PREFIXES,
+    MPIRUN_OWN_NAMES,
+    STATUS_TOKEN_ENV,
+    agent_env,
+    build_mpirun,
+    forwarded_names,
+    resolve_env,
 )
 from .detection import (  # noqa: F401
-                      AUTO_EXECUTABLES,
-                      announced_mpi,
-                      candidates,
-                      detect,
-                      find_mpirun,
-                      first_line,
-                      parse_version_output,
-                      search_path,
-                      unknown_mpi_error,
+    AUTO_EXECUTABLES,
+    announced_mpi,
+    candidates,
+    detect,
+    find_mpirun,
+    first_line,
+    parse_version_output,
+    search_path,
+    unknown_mpi_error,
 )
 from .failures import daemon_error, first_failed_rank, launch_hint  # noqa: F401
 from .intel import LIBDIR_ENV, hydra_sibling  # noqa: F401

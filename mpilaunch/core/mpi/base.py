@@ -68,6 +68,7 @@ class MpirunCommand:
 @dataclass(frozen=True)
 class LaunchArgs:
     """What ``build_mpirun`` hands a flavour after deciding, flavour-independently, what the ranks get."""
+
     ranks: int
     hosts: int  # workers
     hostfile: str

@@ -35,9 +35,7 @@ STATUS_TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
 
 def forwarded_names(environ: dict[str, str], user_env: tuple[str, ...]) -> list[str]:
     """Variables every rank must see: NCCL_*, HOROVOD_*, PYTHONPATH and -x names."""
-    names = sorted(
-        n for n in environ if n.startswith(FORWARDED_PREFIXES) or n in FORWARDED_NAMES
-    )
+    names = sorted(n for n in environ if n.startswith(FORWARDED_PREFIXES) or n in FORWARDED_NAMES)
     for item in user_env:
         name = item.split("=", 1)[0]
         if name not in names:
@@ -110,8 +108,17 @@ def build_mpirun(
     env = {n: values[n] for n in by_env}
     env.update(agent_env(shim, hostfile))
     masked = frozenset(n for n in by_env if n in forwarded or n == STATUS_TOKEN_ENV)
-    launch = LaunchArgs(ranks=ranks, hosts=hosts, hostfile=hostfile, shim=shim, as_root=as_root,
-                        names=names, values=values, on_argv=on_argv, by_env=by_env)
+    launch = LaunchArgs(
+        ranks=ranks,
+        hosts=hosts,
+        hostfile=hostfile,
+        shim=shim,
+        as_root=as_root,
+        names=names,
+        values=values,
+        on_argv=on_argv,
+        by_env=by_env,
+    )
     env.update(flavour.env(info, launch))
     argv = flavour.argv(info, launch) + list(extra_args) + list(command)
     return MpirunCommand(argv=argv, env=env, forwarded=forwarded, masked=masked)

@@ -95,8 +95,14 @@ def daemon_error(lines: list[str]) -> str | None:
     in_block = set()
     for b in blocks:
         in_block.update(b)
-    stray = [line.strip() for line in lines if line not in in_block and not _HELP_RULE.match(line.strip())
-             and not _daemon_host(line) and _ERRORISH.search(line)]
+    stray = [
+        line.strip()
+        for line in lines
+        if line not in in_block
+        and not _HELP_RULE.match(line.strip())
+        and not _daemon_host(line)
+        and _ERRORISH.search(line)
+    ]
     proxy = [found for found in map(_proxy_error, stray) if found]
     if not specific and proxy:  # a proxy's own words before mpiexec's about it
         return f"on {proxy[0][0]}: {proxy[0][1]}"

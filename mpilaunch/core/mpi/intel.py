@@ -53,5 +53,7 @@ class IntelMpi(Mpich):
         return (info.libdir,)  # the rank wrapper's, from LIBDIR_ENV
 
     def agent_setting(self, major: int) -> str:
-        return ("Intel MPI takes the agent from -bootstrap rsh -bootstrap-exec / "
-                "I_MPI_HYDRA_BOOTSTRAP(_EXEC) and ignores HYDRA_LAUNCHER")
+        return (
+            "Intel MPI takes the agent from -bootstrap rsh -bootstrap-exec / "
+            "I_MPI_HYDRA_BOOTSTRAP(_EXEC) and ignores HYDRA_LAUNCHER"
+        )

@@ -21,7 +21,8 @@ _FOREIGN_PROXY = re.compile(r"cannot find proxy with ID")
 VERSION_MISMATCH_HINT = (
     "hydra's mpiexec here and the hydra_pmi_proxy on the workers are different MPICH releases, "
     "which cannot talk to each other: give --mpirun an mpiexec of the workers' MPICH release, "
-    "or run mpirun beside the workers (--launcher cluster)")
+    "or run mpirun beside the workers (--launcher cluster)"
+)
 LAUNCH_SETTINGS = "Hydra launch settings (mpilaunch pins the launcher, its agent and the hostfile)"
 
 

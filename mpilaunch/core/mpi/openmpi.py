@@ -72,8 +72,16 @@ _PROCESS_NAME = re.compile(r"^\s*Process name:\s*\[.*,(\d+)\]\s*$")
 _EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)\s*$")
 # MCA parameter names (after OMPI_MCA_ / PRTE_MCA_ / PMIX_MCA_) that choose
 # how daemons are started, where, and with which host list.
-_MCA_LAUNCH = ("plm", "ras", "orte_default_hostfile", "prte_default_hostfile", "orte_rsh_agent", "prte_rsh_agent",
-               "orte_launch_agent", "prte_launch_agent")
+_MCA_LAUNCH = (
+    "plm",
+    "ras",
+    "orte_default_hostfile",
+    "prte_default_hostfile",
+    "orte_rsh_agent",
+    "prte_rsh_agent",
+    "orte_launch_agent",
+    "prte_launch_agent",
+)
 _MCA_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_")
 LAUNCH_SETTINGS = "Open MPI launch settings (mpilaunch pins plm, ras, the hostfile and the rsh agent)"
 
@@ -100,15 +108,16 @@ def openmpi_agent(shim: str) -> str:
 # ("MCA parameters can only be listed once"), so without this none could be tuned.
 # The launch's pinned parameters (plm, ras, the agent, the hostfile) stay mpilaunch's.
 TUNABLE = frozenset({"no_tree_spawn", "num_concurrent", "routed_radix", "if_base_do_not_resolve"})
-_MCA_OPTIONS = frozenset({"--mca", "-mca", "--omca", "-omca", "--gmca", "-gmca", "--prtemca", "-prtemca",
-                          "--pmixmca", "-pmixmca"})
+_MCA_OPTIONS = frozenset(
+    {"--mca", "-mca", "--omca", "-omca", "--gmca", "-gmca", "--prtemca", "-prtemca", "--pmixmca", "-pmixmca"}
+)
 
 
 def _tunable(name: str) -> str | None:
     """The TUNABLE name of an MCA parameter (``plm_rsh_num_concurrent`` and ``plm_ssh_...`` alike)."""
     for prefix in ("plm_rsh_", "plm_ssh_"):
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
             break
     return name if name in TUNABLE else None
 
@@ -150,7 +159,7 @@ def yield_to_user(command: MpirunCommand, extra_args, program_words: int = 0) ->
 def is_mca_launch(name: str) -> bool:
     for prefix in _MCA_PREFIXES:
         if name.startswith(prefix):
-            param = name[len(prefix):]
+            param = name[len(prefix) :]
             return any(param == p or param.startswith(p + "_") for p in _MCA_LAUNCH)
     return False
 
@@ -162,9 +171,13 @@ class OpenMpi(MpiFlavour):
     # Debian installs flavour-suffixed links
     executables = ("mpirun.openmpi", "mpirun", "mpiexec")
     abi = "openmpi"
-    generic_daemon_advice = ("ORTE was unable to reliably start", "PRTE has lost communication",
-                             "ORTE has lost communication", "An ORTE daemon has unexpectedly failed",
-                             "PRTE was unable to reliably start")
+    generic_daemon_advice = (
+        "ORTE was unable to reliably start",
+        "PRTE has lost communication",
+        "ORTE has lost communication",
+        "An ORTE daemon has unexpectedly failed",
+        "PRTE was unable to reliably start",
+    )
 
     def parse_version(self, text: str) -> str | None:
         m = _VERSION.search(text)
@@ -261,7 +274,7 @@ class OpenMpi(MpiFlavour):
             if not _FIRST_TO_FAIL.search(line):
                 continue
             rank = None
-            for later in lines[i + 1:i + 6]:
+            for later in lines[i + 1 : i + 6]:
                 if rank is None and (m := _PROCESS_NAME.match(later)):
                     rank = int(m.group(1))
                 elif rank is not None and (m := _EXIT_CODE.match(later)):
@@ -274,10 +287,14 @@ class OpenMpi(MpiFlavour):
 
     def agent_setting(self, major: int) -> str:
         if major >= 5:
-            return ("Open MPI 5 takes the agent only from --prtemca plm_ssh_agent / PRTE_MCA_plm_ssh_agent "
-                    "and ignores OMPI_MCA_plm_rsh_agent")
-        return ("Open MPI 4 takes the agent from --mca plm_rsh_agent / OMPI_MCA_plm_rsh_agent "
-                "and ignores the PRTE_MCA_ names")
+            return (
+                "Open MPI 5 takes the agent only from --prtemca plm_ssh_agent / PRTE_MCA_plm_ssh_agent "
+                "and ignores OMPI_MCA_plm_rsh_agent"
+            )
+        return (
+            "Open MPI 4 takes the agent from --mca plm_rsh_agent / OMPI_MCA_plm_rsh_agent "
+            "and ignores the PRTE_MCA_ names"
+        )
 
     def pinned_setting(self, name: str) -> str | None:
         return LAUNCH_SETTINGS if is_mca_launch(name) else None

@@ -47,6 +47,6 @@ def detection_order() -> list[MpiFlavour]:
 
 
 def described() -> str:
-    """"Open MPI 4/5, MPICH and Intel MPI": what mpilaunch knows, for messages."""
+    """ "Open MPI 4/5, MPICH and Intel MPI": what mpilaunch knows, for messages."""
     titles = [f.supported or f.title for f in FLAVOURS.values()]
     return titles[0] if len(titles) == 1 else ", ".join(titles[:-1]) + " and " + titles[-1]

@@ -35,7 +35,7 @@ def split_tagged(line: str, ompi_tag_space: bool = True) -> list[tuple[int | Non
         if tag.match(line):
             marks = list(tag.finditer(line))
             return [
-                (int(m[1]), line[m.end(): marks[i + 1].start() if i + 1 < len(marks) else len(line)])
+                (int(m[1]), line[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(line)])
                 for i, m in enumerate(marks)
             ]
     return [(None, line)]

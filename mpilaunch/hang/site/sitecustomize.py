@@ -18,6 +18,7 @@ Debian's, a virtualenv's, the user's own), as Python would have.
 Written for any Python the program may be (no f-strings: a Python 2 one
 gets through it too), and silent: a failure only leaves the handler out.
 """
+
 import os
 import sys
 

@@ -46,5 +46,6 @@ def capture(context: dict, worker: dict, command: str, timeout: float):
     bytes; TimeoutError past ``timeout`` seconds (the hang probe's channel, ``hang.collect``)."""
     secret = agent_client.read_secret(context["secret_file"], bool(context.get("secret_shared_ok")))
     # the agent's own environment: the shim's forwarded PATH would hide the worker's py-spy
-    return agent_client.run_capture(worker["address"], secret, command, timeout=timeout,
-                                    connect_timeout=max(0.5, min(5.0, timeout)))
+    return agent_client.run_capture(
+        worker["address"], secret, command, timeout=timeout, connect_timeout=max(0.5, min(5.0, timeout))
+    )

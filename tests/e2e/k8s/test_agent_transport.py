@@ -42,8 +42,24 @@ PROGRAM = "tests/programs/unit.py"
 
 
 def argv(job, tmp_path, *args):
-    return [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
-            "--transport", "agent", "--name", job, "--output-dir", str(tmp_path / "out"), *args]
+    return [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "k8s",
+        "--image",
+        "mpilaunch:test",
+        "--launcher",
+        "local",
+        "--transport",
+        "agent",
+        "--name",
+        job,
+        "--output-dir",
+        str(tmp_path / "out"),
+        *args,
+    ]
 
 
 def agents_of(job: str) -> dict[str, psutil.Process]:
@@ -65,10 +81,27 @@ def test_agent_transport_runs_16_pods_with_no_exec_stream_and_no_pods_exec(kube,
     peak = PeakLongRunning(kube)
     peak.start()
     try:
-        proc = subprocess.run(argv(job, tmp_path, "--np", "32", "--slots-per-worker", "2", "-q", "--",
-                                   sys.executable, "-c", "import os, socket; print(os.environ['MPILAUNCH_WORKER'], "
-                                   "socket.gethostname(), os.environ['OMPI_COMM_WORLD_RANK'])"),
-                              cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            argv(
+                job,
+                tmp_path,
+                "--np",
+                "32",
+                "--slots-per-worker",
+                "2",
+                "-q",
+                "--",
+                sys.executable,
+                "-c",
+                "import os, socket; print(os.environ['MPILAUNCH_WORKER'], "
+                "socket.gethostname(), os.environ['OMPI_COMM_WORLD_RANK'])",
+            ),
+            cwd=REPO,
+            env=k8s_env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     finally:
         extra = peak.stop()
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -83,9 +116,14 @@ def test_agent_transport_runs_16_pods_with_no_exec_stream_and_no_pods_exec(kube,
 
 def test_agent_transport_agent_listens_on_its_pod_ip_only_and_wants_the_secret(kube, k8s_env, tmp_path):
     job = "agent-tsec"
-    proc = subprocess.Popen(argv(job, tmp_path, "--np", "2", "--slots-per-worker", "1", "-x", "SLEEP=120", "--",
-                                 sys.executable, PROGRAM), cwd=REPO, env=k8s_env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv(job, tmp_path, "--np", "2", "--slots-per-worker", "1", "-x", "SLEEP=120", "--", sys.executable, PROGRAM),
+        cwd=REPO,
+        env=k8s_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_started(proc, 2)
         pod = json.loads(kube.kubectl("get", "pod", f"{job}-worker-0", "-o", "json").stdout)
@@ -112,15 +150,34 @@ def test_agent_transport_agent_listens_on_its_pod_ip_only_and_wants_the_secret(k
 
 def test_agent_transport_lost_worker_deleted_pod_is_named(kube, k8s_env, tmp_path):
     job = "agent-tlost"
-    proc = subprocess.Popen(argv(job, tmp_path, "--np", "2", "--slots-per-worker", "1", "-q", "-x", "SLEEP=120", "--",
-                                 sys.executable, PROGRAM), cwd=REPO, env=k8s_env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv(
+            job,
+            tmp_path,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "-q",
+            "-x",
+            "SLEEP=120",
+            "--",
+            sys.executable,
+            PROGRAM,
+        ),
+        cwd=REPO,
+        env=k8s_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     wait_started(proc, 2)
     node, out, err, took = delete_pod_while_running(kube, proc, f"{job}-worker-1")
     assert proc.returncode == EXIT_WORKER_LOST, err[-3000:]
     line = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
-    assert line.startswith(f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) "
-                           f"was lost: pod deleted"), err[-3000:]
+    assert line.startswith(
+        f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) was lost: pod deleted"
+    ), err[-3000:]
     assert took < 30, f"the lost worker was noticed after {took:.0f} s"
     assert leftover_objects(kube, job) == []
     wait_for(lambda: agents_of(job) == {} and leftover_processes(job) == [], 30, "the job's processes to end")
@@ -138,16 +195,38 @@ def test_agent_transport_retries_reach_the_replacement_pods_new_agent(kube, k8s_
     gate = tmp_path / "gate"
     # the first attempt's ranks sleep until the loss ends them (a short sleep raced the loss under
     # load), a relaunch waits for the gate (tests/programs/attempts.py; kwok's pods are local processes)
-    proc = subprocess.Popen(argv(job, tmp_path, "--np", "2", "--slots-per-worker", "1", "--retries", "1",
-                                 "-x", "SLEEP=120", "-x", f"RELAUNCH_GATE={gate}",
-                                 "--", sys.executable, "tests/programs/attempts.py"),
-                            cwd=REPO, env=k8s_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv(
+            job,
+            tmp_path,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--retries",
+            "1",
+            "-x",
+            "SLEEP=120",
+            "-x",
+            f"RELAUNCH_GATE={gate}",
+            "--",
+            sys.executable,
+            "tests/programs/attempts.py",
+        ),
+        cwd=REPO,
+        env=k8s_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_started(proc, 2, "started (first attempt)")
         old_uid = kube.kubectl("get", "pod", pod, "-o", "jsonpath={.metadata.uid}").stdout
         kube.kubectl("delete", "pod", pod, "--wait=false")
         wait_started(proc, 2, "started (relaunch)")
-        new_uid, new_ip = kube.kubectl("get", "pod", pod, "-o", "jsonpath={.metadata.uid} {.status.podIP}").stdout.split()
+        new_uid, new_ip = kube.kubectl(
+            "get", "pod", pod, "-o", "jsonpath={.metadata.uid} {.status.podIP}"
+        ).stdout.split()
         gate.touch()
         out, err = proc.communicate(timeout=180)
     finally:
@@ -169,8 +248,14 @@ def test_scale_agent_transport_64_kwok_pods_launch_and_hold_no_exec_stream(kube,
     peak.start()
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(argv(job, tmp_path, "--np", "64", "--slots-per-worker", "1", "-q", "--", "true"),
-                              cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            argv(job, tmp_path, "--np", "64", "--slots-per-worker", "1", "-q", "--", "true"),
+            cwd=REPO,
+            env=k8s_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         extra = peak.stop()
     took = time.monotonic() - t0
@@ -187,9 +272,24 @@ def test_agent_transport_cluster_launcher_needs_no_pods_exec(kube, k8s_env, tmp_
     all, and the launcher pod's entry point (played here with the job's own ServiceAccount token,
     as kwok runs no launcher container) runs the job through the agents with what it has."""
     job = "agent-tcl"
-    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "-q",
-                  "--", sys.executable, "-c", "import os; print('on', os.environ['MPILAUNCH_WORKER'])"], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "-q",
+            "--",
+            sys.executable,
+            "-c",
+            "import os; print('on', os.environ['MPILAUNCH_WORKER'])",
+        ],
+        k8s_env,
+    )
     try:
+
         def launcher_pod():
             pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
             return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
@@ -203,8 +303,14 @@ def test_agent_transport_cluster_launcher_needs_no_pods_exec(kube, k8s_env, tmp_
         assert all("pods/exec" not in rule["resources"] for rule in role["rules"]), role["rules"]
         launch_json = launcher_files(kube, job, tmp_path)
         pod_env = in_cluster_env(kube, k8s_env, sa, tmp_path / "serviceaccount")
-        ran = subprocess.run([sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launch_json)],
-                             cwd=REPO, env=pod_env, capture_output=True, text=True, timeout=180)
+        ran = subprocess.run(
+            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launch_json)],
+            cwd=REPO,
+            env=pod_env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert ran.returncode == 0, ran.stderr[-3000:]
         workers = sorted(line.split("on ", 1)[1] for line in ran.stdout.splitlines() if "on " in line)
         assert workers == [f"{job}-worker-0"] * 2 + [f"{job}-worker-1"] * 2, ran.stdout

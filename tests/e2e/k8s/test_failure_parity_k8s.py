@@ -29,8 +29,27 @@ LOST_UNITS = {"mpirun": "rank 1", "ps": "task worker:1"}
 
 
 def start(job, mode, tmp_path, env, *extra):
-    argv = [sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test", "--launcher", "local",
-            "--name", job, *MODES[mode], "-q", "--output-dir", str(tmp_path), *extra, "--", sys.executable, PROGRAM]
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "k8s",
+        "--image",
+        "mpilaunch:test",
+        "--launcher",
+        "local",
+        "--name",
+        job,
+        *MODES[mode],
+        "-q",
+        "--output-dir",
+        str(tmp_path),
+        *extra,
+        "--",
+        sys.executable,
+        PROGRAM,
+    ]
     return subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -59,7 +78,9 @@ def test_unit_exit_code_is_the_job_exit_code_in_both_modes_on_k8s(kube, k8s_env,
     proc = start(job, mode, tmp_path, k8s_env, "-x", "FAIL_UNIT=1", "-x", "FAIL_CODE=7", "-x", "SLEEP=60")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 7, err[-3000:]
-    assert first_error_line(err).endswith(f"on {'worker ' if mode == 'mpirun' else ''}{job}-worker-1 exited with code 7")
+    assert first_error_line(err).endswith(
+        f"on {'worker ' if mode == 'mpirun' else ''}{job}-worker-1 exited with code 7"
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 7 and report["lost_workers"] == [] and report["mode"] == mode
     assert leftover_objects(kube, job) == []
@@ -75,8 +96,9 @@ def test_lost_worker_deleted_pod_is_named_first_in_both_modes_on_k8s(kube, k8s_e
     node, out, err, took = delete_pod_while_running(kube, proc, f"{job}-worker-1")
     assert proc.returncode == EXIT_WORKER_LOST == 5, err[-3000:]
     line = first_error_line(err)
-    assert line.startswith(f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) "
-                           f"was lost: pod deleted"), err[-3000:]
+    assert line.startswith(
+        f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) was lost: pod deleted"
+    ), err[-3000:]
     assert line.endswith(f"; {LOST_UNITS[mode]} ran there"), line
     assert took < 30, f"the lost worker was noticed after {took:.0f} s"
     report = json.loads((tmp_path / "report.json").read_text())

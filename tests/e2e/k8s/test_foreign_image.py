@@ -47,8 +47,17 @@ def test_foreign_image_allreduce_with_placement_verified(real, foreign, name, la
     job = f"fi-{name}-{launcher}"
     program, library = PROGRAMS[name]
     image = foreign(name)
-    proc = real.start(job, *launch_args(name, launcher, 4, 2), "--output-dir", str(tmp_path),
-                      "--", "python3", "-c", program, image=image)
+    proc = real.start(
+        job,
+        *launch_args(name, launcher, 4, 2),
+        "--output-dir",
+        str(tmp_path),
+        "--",
+        "python3",
+        "-c",
+        program,
+        image=image,
+    )
     code, out, err, seen = run_seeing_pods(proc, lambda: pods_of(real, job))
     assert code == 0, out[-2000:] + err[-3000:]
     ranks = ranks_from(out)
@@ -69,13 +78,24 @@ def test_foreign_mpich_image_with_this_machines_mpiexec_of_another_release_fails
     image's hydra_pmi_proxy (trixie's 4.2.1): hydra cannot span two releases. One error, the
     hint that says so and what to do, nothing left."""
     job = "fi-mpich-local"
-    ran = real.run(job, *launch_args("mpich", "local", 4, 2), "--output-dir", str(tmp_path), "--",
-                   "python3", "-c", PROGRAMS["mpich"][0], image=foreign("mpich"), timeout=300)
+    ran = real.run(
+        job,
+        *launch_args("mpich", "local", 4, 2),
+        "--output-dir",
+        str(tmp_path),
+        "--",
+        "python3",
+        "-c",
+        PROGRAMS["mpich"][0],
+        image=foreign("mpich"),
+        timeout=300,
+    )
     assert ran.returncode not in (0, 2, 3), ran.stderr[-3000:]
     errors = [line for line in ran.stderr.splitlines() if line.startswith("mpilaunch: error:")]
     assert len(errors) == 1 and "cannot find proxy" in errors[0], ran.stderr[-3000:]
-    assert "hint: hydra's mpiexec here and the hydra_pmi_proxy on the workers are different MPICH releases" \
-        in ran.stderr, ran.stderr[-3000:]
+    assert (
+        "hint: hydra's mpiexec here and the hydra_pmi_proxy on the workers are different MPICH releases" in ran.stderr
+    ), ran.stderr[-3000:]
     assert "--launcher cluster" in ran.stderr
     assert "placement not verified" not in ran.stderr  # the error says why no rank started
     assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == ran.returncode

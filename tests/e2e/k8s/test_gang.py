@@ -102,8 +102,27 @@ def test_gang_starts_all_or_nothing_where_the_default_scheduler_starts_a_part(ga
     for gang in ("none", "volcano"):
         job = f"k8s-gang-part-{gang}"
         watch = Watch(kube, [job])
-        proc = start(["--name", job, "--gpus", "24", "--gpus-per-node", "8", "--launcher", "local", "-q", *POOL,
-                      "--gang", gang, "--start-timeout", "10", "--", "true"], k8s_env)
+        proc = start(
+            [
+                "--name",
+                job,
+                "--gpus",
+                "24",
+                "--gpus-per-node",
+                "8",
+                "--launcher",
+                "local",
+                "-q",
+                *POOL,
+                "--gang",
+                gang,
+                "--start-timeout",
+                "10",
+                "--",
+                "true",
+            ],
+            k8s_env,
+        )
         try:
             _, err = proc.communicate(timeout=120)
         finally:
@@ -119,18 +138,41 @@ def test_gang_starts_all_or_nothing_where_the_default_scheduler_starts_a_part(ga
 def test_gang_unschedulable_reason_in_progress_line_and_exit_3(gang_pool, k8s_env):
     kube = gang_pool
     job = "k8s-gang-toobig"
-    proc = start(["--name", job, "--gpus", "24", "--gpus-per-node", "8", "--launcher", "local", *POOL,
-                  "--gang", "volcano", "--start-timeout", "10", "--", "true"], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--gpus",
+            "24",
+            "--gpus-per-node",
+            "8",
+            "--launcher",
+            "local",
+            *POOL,
+            "--gang",
+            "volcano",
+            "--start-timeout",
+            "10",
+            "--",
+            "true",
+        ],
+        k8s_env,
+    )
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err[-3000:]
     assert "Traceback" not in err
     # the progress line says why in Volcano's words, while it waits
-    progress = [x for x in err.splitlines()
-                if x.startswith("mpilaunch: waiting for 3 workers: 0/3 ready, gang not scheduled (volcano PodGroup ")]
+    progress = [
+        x
+        for x in err.splitlines()
+        if x.startswith("mpilaunch: waiting for 3 workers: 0/3 ready, gang not scheduled (volcano PodGroup ")
+    ]
     assert progress, err[-3000:]
     (error,) = [x for x in err.splitlines() if x.startswith("mpilaunch: error:")]
-    assert "3 of 3 workers not ready after --start-timeout 10s: gang not scheduled (volcano PodGroup Inqueue): " \
-           "1/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable" in error, error
+    assert (
+        "3 of 3 workers not ready after --start-timeout 10s: gang not scheduled (volcano PodGroup Inqueue): "
+        "1/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable" in error
+    ), error
     # and why, as Volcano's predicates saw it
     # (how many nodes it counts depends on what else the shared cluster holds: 2 on a fresh one, 3 seen)
     assert re.search(r"\b\d+ Insufficient nvidia\.com/gpu", error), error
@@ -151,9 +193,29 @@ def test_gang_two_jobs_that_each_need_all_gpus_run_one_after_the_other(gang_pool
     procs = {}
     try:
         for job in jobs:
-            procs[job] = start(["--name", job, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local", "-q",
-                                *POOL, "--gang", "volcano", "--start-timeout", "240", "--",
-                                "sh", "-c", WAIT_FOR_FILE.format(release)], k8s_env)
+            procs[job] = start(
+                [
+                    "--name",
+                    job,
+                    "--gpus",
+                    "16",
+                    "--gpus-per-node",
+                    "8",
+                    "--launcher",
+                    "local",
+                    "-q",
+                    *POOL,
+                    "--gang",
+                    "volcano",
+                    "--start-timeout",
+                    "240",
+                    "--",
+                    "sh",
+                    "-c",
+                    WAIT_FOR_FILE.format(release),
+                ],
+                k8s_env,
+            )
         wait_for(lambda: any(s.get(j) == 2 for s in watch.samples[-1:] for j in jobs), 120, "one job's gang bound")
         time.sleep(3)  # the winner runs (its ranks wait for the release file); the loser must hold nothing
         (winner,) = [j for j in jobs if len(bound(kube, j)) == 2]
@@ -191,17 +253,31 @@ def test_gang_on_real_pods_places_the_launcher_and_workers_as_one_group(real, tm
 
     def pods_and_group():
         pods = list(pods_of(real, job).values())  # not the reaper's: it runs anywhere, on its own schedule
-        group = real.cluster.kubectl("get", "podgroups.scheduling.volcano.sh", job, "-o", "json",
-                                     "--ignore-not-found").stdout
+        group = real.cluster.kubectl(
+            "get", "podgroups.scheduling.volcano.sh", job, "-o", "json", "--ignore-not-found"
+        ).stdout
         if len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods) and group.strip():
             seen["pods"], seen["group"] = pods, group
             return True
         return False
 
     try:
-        proc = real.start(job, "--gang", "volcano", "--np", "2", "--slots-per-worker", "1",
-                          "--output-dir", str(tmp_path), "-x", "SLEEP=3", "--", "python3",
-                          "/opt/mpilaunch/tests/programs/unit.py")
+        proc = real.start(
+            job,
+            "--gang",
+            "volcano",
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--output-dir",
+            str(tmp_path),
+            "-x",
+            "SLEEP=3",
+            "--",
+            "python3",
+            "/opt/mpilaunch/tests/programs/unit.py",
+        )
         try:
             wait_for(pods_and_group, 120, "the job's 3 pods bound and its PodGroup")
         finally:

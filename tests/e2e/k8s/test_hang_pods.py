@@ -24,8 +24,11 @@ from support.helpers import PROGRAMS, REPO, finish, wait_started
 
 pytestmark = pytest.mark.real_pods
 
-STUCK = {m[1]: i for i, line in enumerate((PROGRAMS / "hang.py").read_text().splitlines(), 1)
-         if (m := re.search(r"STUCK: (\S+)", line))}
+STUCK = {
+    m[1]: i
+    for i, line in enumerate((PROGRAMS / "hang.py").read_text().splitlines(), 1)
+    if (m := re.search(r"STUCK: (\S+)", line))
+}
 HANG = "/opt/mpilaunch/tests/programs/hang.py"  # where the image has it
 NP, SLOTS = 4, 2
 OMPI4 = "/usr/bin/mpirun.openmpi"  # --launcher local: this machine's Open MPI 4.1, like the image's
@@ -33,18 +36,22 @@ OMPI4 = "/usr/bin/mpirun.openmpi"  # --launcher local: this machine's Open MPI 4
 
 def hang_events(real, job: str, but=()) -> list[dict]:
     """The Hang events on the job's pods (they outlive the pods), but those with the uids ``but``."""
-    items = json.loads(real.kubectl("get", "events", "-n", "default", "--field-selector", "reason=Hang",
-                                    "-o", "json").stdout)["items"]
+    items = json.loads(
+        real.kubectl("get", "events", "-n", "default", "--field-selector", "reason=Hang", "-o", "json").stdout
+    )["items"]
     return [e for e in items if e["involvedObject"]["name"].startswith(job + "-") and e["metadata"]["uid"] not in but]
 
 
 def expected_verdict(job: str, odd: int) -> str:
-    return (f"mpilaunch: hang: rank {odd} ({job}-worker-{odd // SLOTS}) is in time.sleep at hang.py:{STUCK['sleep']}; "
-            f"the 3 other ranks are in comm.Allreduce at hang.py:{STUCK['others']}")
+    return (
+        f"mpilaunch: hang: rank {odd} ({job}-worker-{odd // SLOTS}) is in time.sleep at hang.py:{STUCK['sleep']}; "
+        f"the 3 other ranks are in comm.Allreduce at hang.py:{STUCK['others']}"
+    )
 
 
-@pytest.mark.parametrize("launcher,transport", [("local", "agent"), ("local", "exec"), ("cluster", "exec"),
-                                                ("cluster", "agent")])
+@pytest.mark.parametrize(
+    "launcher,transport", [("local", "agent"), ("local", "exec"), ("cluster", "exec"), ("cluster", "agent")]
+)
 def test_hang_pods_at_timeout_the_verdict_names_the_rank_and_is_an_event(real, tmp_path, launcher, transport):
     job = f"rp-hang-{launcher}-{transport}"
     odd = 3 if launcher == "local" else 1
@@ -52,8 +59,23 @@ def test_hang_pods_at_timeout_the_verdict_names_the_rank_and_is_an_event(real, t
     if launcher == "local":
         args += ["--mpirun", OMPI4]
     earlier = {e["metadata"]["uid"] for e in hang_events(real, job)}  # an earlier run's
-    proc = real.start(job, *args, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "20",
-                      "--output-dir", str(tmp_path), "--", "python3", str(HANG), "sleep", str(odd))
+    proc = real.start(
+        job,
+        *args,
+        "--np",
+        str(NP),
+        "--slots-per-worker",
+        str(SLOTS),
+        "--timeout",
+        "20",
+        "--output-dir",
+        str(tmp_path),
+        "--",
+        "python3",
+        str(HANG),
+        "sleep",
+        str(odd),
+    )
     out, err = finish(proc, 300)
     assert proc.returncode == EXIT_TIMEOUT, out[-2000:] + err[-3000:]
     verdict = expected_verdict(job, odd)
@@ -70,12 +92,32 @@ def test_hang_pods_at_timeout_the_verdict_names_the_rank_and_is_an_event(real, t
 
 def test_hang_pods_stacks_command_on_a_running_job(real, tmp_path):
     job = "rp-hang-stacks"
-    proc = real.start(job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "150",
-                      "--output-dir", str(tmp_path), "--", "python3", str(HANG), "sleep", "2")
+    proc = real.start(
+        job,
+        "--np",
+        str(NP),
+        "--slots-per-worker",
+        str(SLOTS),
+        "--timeout",
+        "150",
+        "--output-dir",
+        str(tmp_path),
+        "--",
+        "python3",
+        str(HANG),
+        "sleep",
+        "2",
+    )
     try:
         wait_started(proc, NP, text="ready", timeout=180)
-        shown = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", job, "--backend", "k8s"],
-                               capture_output=True, text=True, cwd=REPO, env=real.env(), timeout=60)
+        shown = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "stacks", job, "--backend", "k8s"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=real.env(),
+            timeout=60,
+        )
         assert shown.returncode == 0, shown.stderr
         lines = shown.stdout.splitlines()
         assert lines[0] == f"ranks 0-1,3: comm.Allreduce <- <module> (hang.py:{STUCK['others']})", shown.stdout
@@ -92,15 +134,32 @@ def test_hang_pods_in_a_restricted_namespace_an_edit_only_user_gets_the_verdict(
     """PodSecurity restricted (seccomp RuntimeDefault, every capability dropped, no ptrace of
     another process): the faulthandler still names the rank, for a user with only 'edit'."""
     job = "rp-hang-tenant"
-    proc = tenant.start(job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "20",
-                        "--output-dir", str(tmp_path), "--", "python3", HANG, "sleep", "2")
+    proc = tenant.start(
+        job,
+        "--np",
+        str(NP),
+        "--slots-per-worker",
+        str(SLOTS),
+        "--timeout",
+        "20",
+        "--output-dir",
+        str(tmp_path),
+        "--",
+        "python3",
+        HANG,
+        "sleep",
+        "2",
+    )
     out, err = finish(proc, 300)
     assert proc.returncode == EXIT_TIMEOUT, out[-2000:] + err[-3000:]
-    assert [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")] == [expected_verdict(job, 2)], \
+    assert [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")] == [expected_verdict(job, 2)], (
         err[-3000:]
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["hang"]["odd_ranks"] == [2] and {s["tool"] for s in report["stacks"]} == {"faulthandler"}
-    events = json.loads(tenant.kubectl("get", "events", "--field-selector", "reason=Hang", "-o", "json").stdout)["items"]
+    events = json.loads(tenant.kubectl("get", "events", "--field-selector", "reason=Hang", "-o", "json").stdout)[
+        "items"
+    ]
     assert [e["message"] for e in events] == [expected_verdict(job, 2)], err[-2000:]
     assert tenant.leftovers(job) == []
 
@@ -109,12 +168,28 @@ def test_hang_pods_foreign_image_names_the_rank(real, foreign, tmp_path):
     """An image no one here prepared (Debian's Open MPI and mpi4py, no py-spy): the program comes as
     ``python3 -c`` text, so its frames are in <string>, and the verdict still names the rank."""
     job = "fi-hang"
-    proc = real.start(job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "20",
-                      "--output-dir", str(tmp_path), "--", "python3", "-c", (PROGRAMS / "hang.py").read_text(),
-                      "sleep", "1", image=foreign("openmpi"))
+    proc = real.start(
+        job,
+        "--np",
+        str(NP),
+        "--slots-per-worker",
+        str(SLOTS),
+        "--timeout",
+        "20",
+        "--output-dir",
+        str(tmp_path),
+        "--",
+        "python3",
+        "-c",
+        (PROGRAMS / "hang.py").read_text(),
+        "sleep",
+        "1",
+        image=foreign("openmpi"),
+    )
     out, err = finish(proc, 300)
     assert proc.returncode == EXIT_TIMEOUT, out[-2000:] + err[-3000:]
     assert [line for line in err.splitlines() if line.startswith("mpilaunch: hang:")] == [
         f"mpilaunch: hang: rank 1 ({job}-worker-0) is in <module> at <string>:{STUCK['sleep']}; "
-        f"the 3 other ranks are in <module> at <string>:{STUCK['others']}"], err[-3000:]
+        f"the 3 other ranks are in <module> at <string>:{STUCK['others']}"
+    ], err[-3000:]
     assert real.leftovers(job) == []

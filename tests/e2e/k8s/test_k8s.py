@@ -83,6 +83,7 @@ def test_gpus_128_makes_16_workers_of_8_and_runs_through_exec(kube, k8s_env, tmp
                 seen["pods"], seen["root"] = pods, json.loads(root)
                 return True
             return False
+
         try:
             wait_for(ready, 120, "16 running worker pods")
         finally:
@@ -93,8 +94,7 @@ def test_gpus_128_makes_16_workers_of_8_and_runs_through_exec(kube, k8s_env, tmp
     # Every rank waits for the release file, so the pods can be inspected while the job runs.
     waiter = f"while [ ! -e {release} ]; do sleep 0.2; done; echo rank-on-$MPILAUNCH_WORKER"
     try:
-        proc = start(["--name", job, "--gpus", "128", "--launcher", "local", "-q", "--", "sh", "-c", waiter],
-                     k8s_env)
+        proc = start(["--name", job, "--gpus", "128", "--launcher", "local", "-q", "--", "sh", "-c", waiter], k8s_env)
         try:
             out, err = proc.communicate(timeout=240)
         finally:
@@ -129,9 +129,25 @@ def test_allreduce_runs_on_its_pods_through_the_exec_api(kube, k8s_env, tmp_path
     job = f"k8s-allreduce-{relay}"
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
-        proc = start(["--name", job, "--gpus", "4", "--gpus-per-node", "2", "--launcher", "local", "-q",
-                      "--output-dir", str(tmp_path / "out"), "--", sys.executable, "tests/programs/placement.py"],
-                     {**k8s_env, "MPILAUNCH_K8S_RELAY": relay})
+        proc = start(
+            [
+                "--name",
+                job,
+                "--gpus",
+                "4",
+                "--gpus-per-node",
+                "2",
+                "--launcher",
+                "local",
+                "-q",
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--",
+                sys.executable,
+                "tests/programs/placement.py",
+            ],
+            {**k8s_env, "MPILAUNCH_K8S_RELAY": relay},
+        )
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-3000:]
     finally:
@@ -163,25 +179,51 @@ def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, ope
     for p in pods:
         (tmp_path / p).mkdir()
     kube.apply([kube.pod_exec(p, env={"TMPDIR": str(tmp_path / p)}) for p in pods])
-    kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": p, "labels": {"test": job}},
-                 "spec": {"nodeSelector": {"type": "kwok"}, "containers": [{"name": "worker", "image": "none"}]}}
-                for p in pods])
+    kube.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": p, "labels": {"test": job}},
+                "spec": {"nodeSelector": {"type": "kwok"}, "containers": [{"name": "worker", "image": "none"}]},
+            }
+            for p in pods
+        ]
+    )
     relay = None
     try:
         kube.wait_pods(selector=f"test={job}", count=n, timeout=120)
-        context = {"transport": TRANSPORT, **resolve(str(kube.kubeconfig), None, "default", tmp_path),
-                   "container": "worker", "workers": {p: {"pod": p} for p in pods}}
+        context = {
+            "transport": TRANSPORT,
+            **resolve(str(kube.kubeconfig), None, "default", tmp_path),
+            "container": "worker",
+            "workers": {p: {"pod": p} for p in pods},
+        }
         relay, path = k8s_relay.start(context, tmp_path)
         (tmp_path / "context.json").write_text(json.dumps({**context, "relay": path}))
         info = mpi.detect(openmpi5.mpirun)
         (tmp_path / "hostfile").write_text(hostfile.render([(p, 1) for p in pods], info.hostfile_flavour))
-        command = mpi.build_mpirun(info, ranks=n, hosts=n, hostfile=str(tmp_path / "hostfile"),
-                                   shim=write_launcher(str(tmp_path / "mpilaunch-rsh")), command=["true"],
-                                   environ=k8s_env, as_root=os.geteuid() == 0)
+        command = mpi.build_mpirun(
+            info,
+            ranks=n,
+            hosts=n,
+            hostfile=str(tmp_path / "hostfile"),
+            shim=write_launcher(str(tmp_path / "mpilaunch-rsh")),
+            command=["true"],
+            environ=k8s_env,
+            as_root=os.geteuid() == 0,
+        )
         env = {**k8s_env, **command.env, "MPILAUNCH_CONTEXT": str(tmp_path / "context.json"), "TMPDIR": str(tmp_path)}
         for attempt in range(4):
-            proc = subprocess.Popen(command.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            proc = subprocess.Popen(
+                command.argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             try:
                 _out, err = proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
@@ -199,13 +241,32 @@ def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, ope
 def test_intel_allreduce_on_pods_through_the_exec_api(kube, intel, tmp_path):
     """Intel MPI's hydra proxies exec'd into 2 pods; mpi4py on Intel's library, placement verified."""
     job = "k8s-intel"
-    env = mpilaunch_env(intel, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable,
-                        MPILAUNCH_K8S_TOOLS="image")
+    env = mpilaunch_env(
+        intel, KUBECONFIG=str(kube.kubeconfig), MPILAUNCH_K8S_PYTHON=sys.executable, MPILAUNCH_K8S_TOOLS="image"
+    )
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
-        proc = start(["--name", job, "--mpirun", intel.mpirun, "--np", "4", "--slots-per-worker", "2",
-                      "--launcher", "local", "-q", "--output-dir", str(tmp_path / "out"),
-                      "--", sys.executable, "tests/programs/placement.py"], env)
+        proc = start(
+            [
+                "--name",
+                job,
+                "--mpirun",
+                intel.mpirun,
+                "--np",
+                "4",
+                "--slots-per-worker",
+                "2",
+                "--launcher",
+                "local",
+                "-q",
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--",
+                sys.executable,
+                "tests/programs/placement.py",
+            ],
+            env,
+        )
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-3000:]
     finally:
@@ -226,8 +287,9 @@ def test_intel_allreduce_on_pods_through_the_exec_api(kube, intel, tmp_path):
 def test_more_gpus_than_exist_exits_3_with_the_schedulers_reason(kube, k8s_env):
     job = "k8s-toobig"
     t0 = time.monotonic()
-    proc = start(["--name", job, "--gpus", "256", "--gpus-per-node", "8", "--start-timeout", "6", "-q",
-                  "--", "true"], k8s_env)
+    proc = start(
+        ["--name", job, "--gpus", "256", "--gpus-per-node", "8", "--start-timeout", "6", "-q", "--", "true"], k8s_env
+    )
     out, err = proc.communicate(timeout=120)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 3, err
@@ -243,9 +305,29 @@ def test_rank_failure_exit_code_and_cleanup(kube, k8s_env, tmp_path):
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
         # pods have their own environment: the job's variables travel with -x
-        proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
-                      "-x", "FAIL_RANK=2", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
-                      "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+        proc = start(
+            [
+                "--name",
+                job,
+                "--np",
+                "4",
+                "--slots-per-worker",
+                "2",
+                "--launcher",
+                "local",
+                "-q",
+                "-x",
+                "FAIL_RANK=2",
+                "-x",
+                "FAIL_CODE=7",
+                "-x",
+                "SLEEP=60",
+                "--",
+                sys.executable,
+                "tests/programs/fail_rank.py",
+            ],
+            k8s_env,
+        )
         out, err = proc.communicate(timeout=180)
     finally:
         forget_pod_env(kube, job, 2)
@@ -259,12 +341,36 @@ def test_ctrl_c_releases_everything(kube, k8s_env, tmp_path):
     job = "k8s-ctrlc"
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
-        proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
-                      "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
-                      "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+        proc = start(
+            [
+                "--name",
+                job,
+                "--np",
+                "4",
+                "--slots-per-worker",
+                "2",
+                "--launcher",
+                "local",
+                "-q",
+                "-x",
+                "FAIL_RANK=-1",
+                "-x",
+                "SLEEP=120",
+                "--",
+                sys.executable,
+                "tests/programs/fail_rank.py",
+            ],
+            k8s_env,
+        )
         wait_started(proc, 4, timeout=120)
-        status = subprocess.run([sys.executable, "-m", "mpilaunch", "status", job, "--backend", "k8s"],
-                                cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=60)
+        status = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "status", job, "--backend", "k8s"],
+            cwd=REPO,
+            env=k8s_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert status.returncode == 0 and f"{job}-worker-1" in status.stdout and "Running" in status.stdout
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=90)
@@ -289,8 +395,9 @@ def test_delete_status_logs_wait_refuse_a_configmap_that_is_not_a_job(kube, k8s_
             for action in (["delete"], ["status"], ["logs"], ["logs", "-f"], ["wait", "--timeout", "5"]):
                 r = manage_k8s(k8s_env, *action[:1], name, *action[1:])
                 assert r.returncode == 2, (action, r.stdout, r.stderr)
-                assert r.stderr.startswith(f"mpilaunch: error: configmap {name} in namespace default "
-                                           f"is not an mpilaunch job ("), (action, r.stderr)
+                assert r.stderr.startswith(
+                    f"mpilaunch: error: configmap {name} in namespace default is not an mpilaunch job ("
+                ), (action, r.stderr)
                 assert "\n  hint: " in r.stderr and "Traceback" not in r.stderr and r.stdout == "", r.stderr
             # refused, and nothing deleted
             assert kube.get_json("configmap", name)["metadata"]["name"] == name
@@ -303,7 +410,9 @@ def test_delete_status_logs_wait_refuse_a_configmap_that_is_not_a_job(kube, k8s_
         assert proc.returncode == 0, err[-3000:]
         assert f"mpilaunch delete {job} --backend k8s" in out, out
         status = manage_k8s(k8s_env, "status", job)
-        assert status.returncode == 0 and f"job {job}  namespace default  " in status.stdout, status.stdout + status.stderr
+        assert status.returncode == 0 and f"job {job}  namespace default  " in status.stdout, (
+            status.stdout + status.stderr
+        )
         deleted = manage_k8s(k8s_env, "delete", job)
         assert deleted.returncode == 0, deleted.stderr
         assert deleted.stdout == f"deleted job {job} in namespace default\n", deleted.stdout
@@ -319,28 +428,66 @@ def test_delete_status_logs_wait_refuse_a_configmap_that_is_not_a_job(kube, k8s_
 
 def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
     job = "k8s-render"
-    args = ["render", "--backend", "k8s", "--image", "mpilaunch:test", "--name", job, "--gpus", "32",
-            "--node-selector", "type=kwok", "--toleration", "nvidia.com/gpu:NoSchedule",
-            "--pod-memory", "8Gi", "--pod-cpu", "3500m"]
-    proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--", "python3", "train.py"],
-                          cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=120)
+    args = [
+        "render",
+        "--backend",
+        "k8s",
+        "--image",
+        "mpilaunch:test",
+        "--name",
+        job,
+        "--gpus",
+        "32",
+        "--node-selector",
+        "type=kwok",
+        "--toleration",
+        "nvidia.com/gpu:NoSchedule",
+        "--pod-memory",
+        "8Gi",
+        "--pod-cpu",
+        "3500m",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mpilaunch", *args, "--", "python3", "train.py"],
+        cwd=REPO,
+        env=k8s_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     manifest = tmp_path / "job.yaml"
     manifest.write_text(proc.stdout)
     applied = kube.kubectl("apply", "--dry-run=server", "-f", str(manifest), check=False)
     assert applied.returncode == 0, applied.stderr
-    for kind in ("configmap/k8s-render ", "serviceaccount/k8s-render-launcher", "role.rbac.authorization.k8s.io/k8s-render-launcher",
-                 "rolebinding.rbac.authorization.k8s.io/k8s-render-launcher", "service/k8s-render ",
-                 "pod/k8s-render-worker-3 ", "job.batch/k8s-render-launcher", "lease.coordination.k8s.io/k8s-render ",
-                 "serviceaccount/k8s-render-reaper", "job.batch/k8s-render-reaper"):
+    for kind in (
+        "configmap/k8s-render ",
+        "serviceaccount/k8s-render-launcher",
+        "role.rbac.authorization.k8s.io/k8s-render-launcher",
+        "rolebinding.rbac.authorization.k8s.io/k8s-render-launcher",
+        "service/k8s-render ",
+        "pod/k8s-render-worker-3 ",
+        "job.batch/k8s-render-launcher",
+        "lease.coordination.k8s.io/k8s-render ",
+        "serviceaccount/k8s-render-reaper",
+        "job.batch/k8s-render-reaper",
+    ):
         assert kind in applied.stdout + " ", applied.stdout
     assert leftover_objects(kube, job, timeout=0) == []
     # gang scheduling, rendered (test_gang.py runs Volcano's); scheduler-plugins: coscheduling's old name
-    for gang, api_version in (("volcano", "scheduling.volcano.sh/v1beta1"),
-                              ("coscheduling", "scheduling.x-k8s.io/v1alpha1"),
-                              ("scheduler-plugins", "scheduling.x-k8s.io/v1alpha1")):
-        proc = subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--gang", gang, "--", "true"],
-                              cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=120)
+    for gang, api_version in (
+        ("volcano", "scheduling.volcano.sh/v1beta1"),
+        ("coscheduling", "scheduling.x-k8s.io/v1alpha1"),
+        ("scheduler-plugins", "scheduling.x-k8s.io/v1alpha1"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", *args, "--gang", gang, "--", "true"],
+            cwd=REPO,
+            env=k8s_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         import yaml
 
@@ -348,19 +495,27 @@ def test_render_is_accepted_by_the_api_server(kube, k8s_env, tmp_path):
         (group,) = [d for d in docs if d["kind"] == "PodGroup"]
         assert group["apiVersion"] == api_version and group["spec"]["minMember"] == 4
         workers = [d for d in docs if d["kind"] == "Pod"]
-        (launcher,) = [d["spec"]["template"] for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-launcher")]
+        (launcher,) = [
+            d["spec"]["template"] for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-launcher")
+        ]
         # every pod of the job in the one group, placed by the gang's scheduler
         assert {p["spec"]["schedulerName"] for p in [*workers, launcher]} == {
-            {"volcano": "volcano"}.get(gang, "scheduler-plugins-scheduler")}
+            {"volcano": "volcano"}.get(gang, "scheduler-plugins-scheduler")
+        }
         for pod in [*workers, launcher]:
             meta = pod["metadata"]
-            member = (meta.get("annotations") or {}).get("scheduling.k8s.io/group-name") if gang == "volcano" \
+            member = (
+                (meta.get("annotations") or {}).get("scheduling.k8s.io/group-name")
+                if gang == "volcano"
                 else meta["labels"].get("scheduling.x-k8s.io/pod-group")
+            )
             assert member == group["metadata"]["name"], meta
         # --pod-memory/--pod-cpu: request = limit (Guaranteed QoS), next to the GPUs
         (resources,) = {json.dumps(w["spec"]["containers"][0]["resources"], sort_keys=True) for w in workers}
-        assert json.loads(resources) == {"limits": {"cpu": "3500m", "memory": "8Gi", "nvidia.com/gpu": 8},
-                                         "requests": {"cpu": "3500m", "memory": "8Gi"}}
+        assert json.loads(resources) == {
+            "limits": {"cpu": "3500m", "memory": "8Gi", "nvidia.com/gpu": 8},
+            "requests": {"cpu": "3500m", "memory": "8Gi"},
+        }
 
 
 # ------------------------------------------------------------------ cluster launcher and RBAC
@@ -375,8 +530,25 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
     procs = []
     try:
         # the exec transport: its RBAC is the subject (the agent transport's: test_agent_transport.py)
-        procs.append(start(["--name", job, "--gpus", "4", "--gpus-per-node", "2", "-q", "--transport", "exec",
-                            "--", sys.executable, "tests/programs/placement.py"], k8s_env))
+        procs.append(
+            start(
+                [
+                    "--name",
+                    job,
+                    "--gpus",
+                    "4",
+                    "--gpus-per-node",
+                    "2",
+                    "-q",
+                    "--transport",
+                    "exec",
+                    "--",
+                    sys.executable,
+                    "tests/programs/placement.py",
+                ],
+                k8s_env,
+            )
+        )
         procs.append(start(["--name", other, "--np", "1", "-q", "--transport", "exec", "--", "true"], k8s_env))
 
         def launcher_pod(name):
@@ -406,20 +578,37 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         # the pod's in-cluster environment: a TokenRequest token for the job's ServiceAccount
         sa_dir = tmp_path / "serviceaccount"
         pod_env = in_cluster_env(kube, k8s_env, sa, sa_dir)
-        ran = subprocess.run([sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launch_json)],
-                             cwd=REPO, env=pod_env, capture_output=True, text=True, timeout=180)
+        ran = subprocess.run(
+            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launch_json)],
+            cwd=REPO,
+            env=pod_env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert ran.returncode == 0, ran.stderr[-3000:]
         ranks = ranks_from(ran.stdout)
         assert [r["worker"] for r in ranks] == [f"{job}-worker-0"] * 2 + [f"{job}-worker-1"] * 2
         assert {r["sum"] for r in ranks} == {10}
 
         # the same credentials through the same transport, pointed at the other job's pod
-        context = {"transport": TRANSPORT, "in_cluster": True, "sa_dir": str(sa_dir), "namespace": "default",
-                   "container": "worker", "workers": {"x": {"pod": f"{other}-worker-0"}}}
+        context = {
+            "transport": TRANSPORT,
+            "in_cluster": True,
+            "sa_dir": str(sa_dir),
+            "namespace": "default",
+            "container": "worker",
+            "workers": {"x": {"pod": f"{other}-worker-0"}},
+        }
         (tmp_path / "ctx.json").write_text(json.dumps(context))
-        denied = subprocess.run([sys.executable, "-m", "mpilaunch.rsh_agent.shim", "x", "echo", "hi"],
-                                env={**pod_env, "MPILAUNCH_CONTEXT": str(tmp_path / "ctx.json")},
-                                capture_output=True, text=True, timeout=60, cwd=REPO)
+        denied = subprocess.run(
+            [sys.executable, "-m", "mpilaunch.rsh_agent.shim", "x", "echo", "hi"],
+            env={**pod_env, "MPILAUNCH_CONTEXT": str(tmp_path / "ctx.json")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
         assert denied.returncode == 255 and "forbidden" in denied.stderr, denied.stderr
         assert "hi" not in denied.stdout
 
@@ -431,8 +620,14 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         assert "placement not verified: no rank reported where it started" in err
 
         # mpilaunch delete NAME removes a running job; its CLI sees the launcher go
-        deleted = subprocess.run([sys.executable, "-m", "mpilaunch", "delete", other, "--backend", "k8s"],
-                                 cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=60)
+        deleted = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "delete", other, "--backend", "k8s"],
+            cwd=REPO,
+            env=k8s_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert deleted.returncode == 0, deleted.stderr
         procs[1].communicate(timeout=60)
         assert procs[1].returncode != 0
@@ -460,10 +655,28 @@ def test_secret_env_cluster_launcher_keeps_values_out_of_configmaps_and_command_
     digest = hashlib.sha256(secret.encode()).hexdigest()
     release = tmp_path / "release"
     give_pods_their_env(kube, job, 2, tmp_path)
-    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "-q", "-x", f"SECRET_TOKEN={secret}",
-                  "--", sys.executable, "tests/programs/secret_env.py", digest, str(release)], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "-q",
+            "-x",
+            f"SECRET_TOKEN={secret}",
+            "--",
+            sys.executable,
+            "tests/programs/secret_env.py",
+            digest,
+            str(release),
+        ],
+        k8s_env,
+    )
     launcher = None
     try:
+
         def launcher_pod():
             pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
             return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
@@ -488,8 +701,12 @@ def test_secret_env_cluster_launcher_keeps_values_out_of_configmaps_and_command_
         # play the kubelet: the launcher's entry point with its volumes and its ServiceAccount's token
         launcher = subprocess.Popen(
             [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launcher_files(kube, job, tmp_path))],
-            cwd=REPO, text=True, env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            cwd=REPO,
+            text=True,
+            env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         lines = wait_started(launcher, 4, text="SECRET_SEEN")
         on_argv = []
         for p in psutil.process_iter(["pid", "cmdline"]):
@@ -543,9 +760,29 @@ def test_sigkill_local_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_pa
     job = "k8s-sigkill-local"
     give_pods_their_env(kube, job, 2, tmp_path)
     reaper = None
-    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
-                  "--orphan-timeout", str(ORPHAN_TIMEOUT), "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--launcher",
+            "local",
+            "-q",
+            "--orphan-timeout",
+            str(ORPHAN_TIMEOUT),
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=300",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        k8s_env,
+    )
     try:
         wait_started(proc, 4)
         reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
@@ -575,8 +812,10 @@ def test_sigkill_local_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_pa
         assert f"deleted job {job}: no heartbeat" in err and "--orphan-timeout 10s" in err
         assert gone_s >= ORPHAN_TIMEOUT - 4, f"reaped {gone_s:.1f}s after SIGKILL: before the orphan timeout"
         wait_for(lambda: leftover_processes(job) == [], MARGIN, "the job's processes to end")
-        print(f"{job}: objects gone {gone_s:.1f}s after SIGKILL, processes "
-              f"{time.monotonic() - t_kill:.1f}s (--orphan-timeout {ORPHAN_TIMEOUT})")
+        print(
+            f"{job}: objects gone {gone_s:.1f}s after SIGKILL, processes "
+            f"{time.monotonic() - t_kill:.1f}s (--orphan-timeout {ORPHAN_TIMEOUT})"
+        )
     finally:
         end_processes(proc, reaper)
         forget_pod_env(kube, job, 2)
@@ -592,10 +831,33 @@ def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_
     job = "k8s-sigkill-cl"
     give_pods_their_env(kube, job, 2, tmp_path)
     launcher = reaper = None
-    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "cluster", "-q",
-                  "--orphan-timeout", str(ORPHAN_TIMEOUT), "--timeout", "600", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--launcher",
+            "cluster",
+            "-q",
+            "--orphan-timeout",
+            str(ORPHAN_TIMEOUT),
+            "--timeout",
+            "600",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=300",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        k8s_env,
+    )
     try:
+
         def launcher_pod():
             pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
             return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
@@ -606,18 +868,32 @@ def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_
         assert deadline_s == 300 + 600 + 30
         assert kube.get_json("pod", f"{job}-worker-1")["spec"]["activeDeadlineSeconds"] == deadline_s
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launcher_files(kube, job, tmp_path))], cwd=REPO, text=True,
+            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launcher_files(kube, job, tmp_path))],
+            cwd=REPO,
+            text=True,
             env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
-        assert "--deadline" in kube.get_json("job", f"{job}-reaper")["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert (
+            "--deadline"
+            in kube.get_json("job", f"{job}-reaper")["spec"]["template"]["spec"]["containers"][0]["command"]
+        )
         wait_started(launcher, 4)
 
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         t_kill = time.monotonic()
-        wait_for(lambda: not kube.kubectl("get", "pod", pod["metadata"]["name"], "--ignore-not-found",
-                                          "-o", "name").stdout.strip(), ORPHAN_TIMEOUT + MARGIN, "the launcher pod's deletion")
+        wait_for(
+            lambda: (
+                not kube.kubectl(
+                    "get", "pod", pod["metadata"]["name"], "--ignore-not-found", "-o", "name"
+                ).stdout.strip()
+            ),
+            ORPHAN_TIMEOUT + MARGIN,
+            "the launcher pod's deletion",
+        )
         launcher.send_signal(signal.SIGTERM)  # the kubelet's part
         assert leftover_objects(kube, job, timeout=MARGIN) == []
         gone_s = time.monotonic() - t_kill
@@ -639,9 +915,31 @@ def test_timeout_is_enforced_by_the_cluster_after_sigkill(kube, k8s_env, tmp_pat
     job = "k8s-sigkill-deadline"
     give_pods_their_env(kube, job, 1, tmp_path)
     reaper = None
-    proc = start(["--name", job, "--np", "2", "--launcher", "local", "-q", "--orphan-timeout", "600",
-                  "--start-timeout", "15", "--timeout", "15", "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                  "--", sys.executable, "tests/programs/fail_rank.py"], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "2",
+            "--launcher",
+            "local",
+            "-q",
+            "--orphan-timeout",
+            "600",
+            "--start-timeout",
+            "15",
+            "--timeout",
+            "15",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=300",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        k8s_env,
+    )
     try:
         reaper = run_reaper_pod(kube, k8s_env, job, tmp_path)
         t_reaper = time.monotonic()
@@ -672,16 +970,24 @@ def test_a_detached_job_has_a_reaper_but_no_lease_and_keeps_the_deadline(tmp_pat
     from mpilaunch.backends.k8s.options import K8sOptions
     from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
-    spec = JobSpec(command=("true",), backend="k8s", name="k8s-detached", np=2, timeout=100, detach=detach,
-                   backend_options=K8sOptions(image="img", namespace="default"))
+    spec = JobSpec(
+        command=("true",),
+        backend="k8s",
+        name="k8s-detached",
+        np=2,
+        timeout=100,
+        detach=detach,
+        backend_options=K8sOptions(image="img", namespace="default"),
+    )
     plan = Plan(job_name="k8s-detached", workers=(WorkerPlan(name="k8s-detached-worker-0", slots=2, gpus=0),))
     objects = Backend(spec, plan, tmp_path).objects()
     kinds = {(obj["kind"], obj["metadata"]["name"]) for _, obj in objects}
     assert (("Lease", "k8s-detached") in kinds) == (not detach)
     assert ("Job", "k8s-detached-reaper") in kinds
     pod = next(obj for _, obj in objects if obj["kind"] == "Pod")
-    launcher = next(obj for _, obj in objects if obj["metadata"]["name"] == "k8s-detached-launcher"
-                    and obj["kind"] == "Job")
+    launcher = next(
+        obj for _, obj in objects if obj["metadata"]["name"] == "k8s-detached-launcher" and obj["kind"] == "Job"
+    )
     assert pod["spec"]["activeDeadlineSeconds"] == launcher["spec"]["activeDeadlineSeconds"] == 300 + 100 + 30
 
 
@@ -690,9 +996,32 @@ def test_render_with_the_jobs_own_pieces_is_accepted_by_the_api_server(kube, k8s
     zip as binaryData), mounted into every pod of the job; the API server takes all of it."""
     job = "k8s-render-tools"
     env = {k: v for k, v in k8s_env.items() if k != "MPILAUNCH_K8S_TOOLS"}
-    proc = subprocess.run([sys.executable, "-m", "mpilaunch", "render", "--backend", "k8s", "--image", "debian:12",
-                           "--name", job, "--np", "4", "--slots-per-worker", "2", "--", "python3", "train.py"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "render",
+            "--backend",
+            "k8s",
+            "--image",
+            "debian:12",
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--",
+            "python3",
+            "train.py",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     manifest = tmp_path / "job.yaml"
     manifest.write_text(proc.stdout)

@@ -21,8 +21,13 @@ def backend(kube, monkeypatch, tmp_path, request):
     monkeypatch.setenv("MPILAUNCH_K8S_TOOLS", "image")
     monkeypatch.setenv("MPILAUNCH_K8S_PYTHON", sys.executable)
     job = f"contract-{request.node.name.split('_')[1]}"
-    spec = JobSpec(command=("true",), backend="k8s", launcher="local", name=job,
-                   backend_options=K8sOptions(image="mpilaunch:test", kubeconfig=str(kube.kubeconfig)))
+    spec = JobSpec(
+        command=("true",),
+        backend="k8s",
+        launcher="local",
+        name=job,
+        backend_options=K8sOptions(image="mpilaunch:test", kubeconfig=str(kube.kubeconfig)),
+    )
     rundir = tmp_path / "rundir"
     rundir.mkdir()
     made = K8sBackend(spec, Plan(job, tuple(WorkerPlan(f"{job}-worker-{i}", 2, 0) for i in range(2))), rundir)

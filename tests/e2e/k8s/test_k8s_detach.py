@@ -46,24 +46,56 @@ def test_detach_a_running_launcher_is_left_alone_however_long_it_runs():
 
 
 def test_detach_sigkilled_launcher_ends_with_its_exit_code_from_the_pod_failure_policy():
-    message = ("Container launcher for pod default/j-launcher-x7k2p failed with exit code 137 matching FailJob rule "
-               "at index 1")
-    ending = judge(observe(start(0.0), failed("PodFailurePolicy", message), 5.0), failed("PodFailurePolicy", message),
-                   5.0, **BOUNDS)
-    assert ending == Ending(137, "the launcher container ended with exit code 137 (SIGKILL: out of memory, or "
-                                 f"killed) (Job {NAME}: PodFailurePolicy: {message})", False)
+    message = (
+        "Container launcher for pod default/j-launcher-x7k2p failed with exit code 137 matching FailJob rule at index 1"
+    )
+    ending = judge(
+        observe(start(0.0), failed("PodFailurePolicy", message), 5.0),
+        failed("PodFailurePolicy", message),
+        5.0,
+        **BOUNDS,
+    )
+    assert ending == Ending(
+        137,
+        "the launcher container ended with exit code 137 (SIGKILL: out of memory, or "
+        f"killed) (Job {NAME}: PodFailurePolicy: {message})",
+        False,
+    )
 
 
-@pytest.mark.parametrize("cond, code, says", [
-    ({"type": "Failed", "reason": "PodFailurePolicy",
-      "message": "Pod default/j-launcher-x has condition DisruptionTarget matching FailJob rule at index 0"},
-     5, "the launcher pod was disrupted (evicted, preempted, or its node drained or lost)"),
-    ({"type": "FailureTarget", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"},
-     5, "the launcher pod failed or was deleted (Job job-launcher: BackoffLimitExceeded: Job has reached"),
-    ({"type": "Failed", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"},
-     124, "the job ran past its cluster-side deadline"),
-    ({"type": "Complete"}, 0, None),
-])
+@pytest.mark.parametrize(
+    "cond, code, says",
+    [
+        (
+            {
+                "type": "Failed",
+                "reason": "PodFailurePolicy",
+                "message": "Pod default/j-launcher-x has condition DisruptionTarget matching FailJob rule at index 0",
+            },
+            5,
+            "the launcher pod was disrupted (evicted, preempted, or its node drained or lost)",
+        ),
+        (
+            {
+                "type": "FailureTarget",
+                "reason": "BackoffLimitExceeded",
+                "message": "Job has reached the specified backoff limit",
+            },
+            5,
+            "the launcher pod failed or was deleted (Job job-launcher: BackoffLimitExceeded: Job has reached",
+        ),
+        (
+            {
+                "type": "Failed",
+                "reason": "DeadlineExceeded",
+                "message": "Job was active longer than specified deadline",
+            },
+            124,
+            "the job ran past its cluster-side deadline",
+        ),
+        ({"type": "Complete"}, 0, None),
+    ],
+)
 def test_detach_the_job_controllers_verdict_names_the_cause(cond, code, says):
     """FailureTarget counts: from k8s 1.31 Failed waits for the pod to be gone, which a lost node delays."""
     ending = from_condition({"status": "True", **cond}, NAME)
@@ -80,8 +112,10 @@ def test_detach_a_launcher_that_stops_being_ready_is_lost_after_the_orphan_timeo
     assert judge(seen, stuck, 29.9, **BOUNDS) is None
     ending = judge(observe(seen, stuck, 30.0), stuck, 30.0, **BOUNDS)
     assert ending.exit_code == 5 and ending.release_launcher
-    assert ending.failure == (f"the launcher pod of Job {NAME} is being deleted and has not ended for 10s "
-                              "(--orphan-timeout 10s): its node is likely lost")
+    assert ending.failure == (
+        f"the launcher pod of Job {NAME} is being deleted and has not ended for 10s "
+        "(--orphan-timeout 10s): its node is likely lost"
+    )
     # Ready again in time (a short node hiccup): the clock starts over
     seen = observe(observe(seen, job(ready=1, active=1), 25.0), stuck, 26.0)
     assert judge(seen, stuck, 35.0, **BOUNDS) is None
@@ -92,8 +126,12 @@ def test_detach_a_launcher_pod_that_never_starts_fails_the_allocation_after_the_
     seen = observe(start(0.0), pending, 1.0)
     assert judge(seen, pending, 329.0, **BOUNDS) is None
     ending = judge(seen, pending, 330.0, **BOUNDS)
-    assert ending == Ending(3, f"the launcher pod of Job {NAME} did not start within 330s (--start-timeout + 30s): "
-                               "it cannot be scheduled, or its image pulled", True)
+    assert ending == Ending(
+        3,
+        f"the launcher pod of Job {NAME} did not start within 330s (--start-timeout + 30s): "
+        "it cannot be scheduled, or its image pulled",
+        True,
+    )
     no_pod = job(ready=0)  # the Job controller could not create it (a quota)
     assert "got no pod within 330s" in judge(observe(start(0.0), no_pod, 1.0), no_pod, 331.0, **BOUNDS).failure
 
@@ -115,23 +153,45 @@ def test_detach_renders_a_reaper_that_watches_the_launcher_with_a_by_name_role(t
     from mpilaunch.backends.k8s.options import K8sOptions
     from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
-    spec = JobSpec(command=("true",), backend="k8s", name="dj", np=2, timeout=100, detach=True, orphan_timeout=20,
-                   backend_options=K8sOptions(image="img", namespace="default"))
-    plan = Plan(job_name="dj", workers=(WorkerPlan(name="dj-worker-0", slots=1, gpus=0),
-                                        WorkerPlan(name="dj-worker-1", slots=1, gpus=0)))
+    spec = JobSpec(
+        command=("true",),
+        backend="k8s",
+        name="dj",
+        np=2,
+        timeout=100,
+        detach=True,
+        orphan_timeout=20,
+        backend_options=K8sOptions(image="img", namespace="default"),
+    )
+    plan = Plan(
+        job_name="dj",
+        workers=(WorkerPlan(name="dj-worker-0", slots=1, gpus=0), WorkerPlan(name="dj-worker-1", slots=1, gpus=0)),
+    )
     backend = Backend(spec, plan, tmp_path)
     objects = {(obj["kind"], obj["metadata"]["name"]): obj for _, obj in backend.objects()}
     assert ("Lease", "dj") not in objects  # nobody renews a detached job's heartbeat
     groups = [group for group, _ in backend.objects()]
     assert groups.index("reaper") < groups.index("workers")  # a worker never exists without its reaper
     command = objects[("Job", "dj-reaper")]["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command == ["/opt/mpilaunch-tools/mpilaunch-reaper", "dj", "--orphan-timeout", "20",
-                       "--launcher-job", "dj-launcher", "--start-bound", "330"]
-    rules = {(r["apiGroups"][0], r["resources"][0]): (r["verbs"], r["resourceNames"])
-             for r in objects[("Role", "dj-reaper")]["rules"]}
-    assert rules == {("batch", "jobs"): (["get", "delete"], ["dj-launcher"]),
-                     ("", "configmaps"): (["get", "patch"], ["dj"]),
-                     ("", "pods"): (["delete"], ["dj-worker-0", "dj-worker-1"])}
+    assert command == [
+        "/opt/mpilaunch-tools/mpilaunch-reaper",
+        "dj",
+        "--orphan-timeout",
+        "20",
+        "--launcher-job",
+        "dj-launcher",
+        "--start-bound",
+        "330",
+    ]
+    rules = {
+        (r["apiGroups"][0], r["resources"][0]): (r["verbs"], r["resourceNames"])
+        for r in objects[("Role", "dj-reaper")]["rules"]
+    }
+    assert rules == {
+        ("batch", "jobs"): (["get", "delete"], ["dj-launcher"]),
+        ("", "configmaps"): (["get", "patch"], ["dj"]),
+        ("", "pods"): (["delete"], ["dj-worker-0", "dj-worker-1"]),
+    }
     launcher = objects[("Job", "dj-launcher")]["spec"]
     assert launcher["backoffLimit"] == 0 and launcher["activeDeadlineSeconds"] == 300 + 100 + 30
     assert [r["action"] for r in launcher["podFailurePolicy"]["rules"]] == ["FailJob", "FailJob"]
@@ -147,9 +207,34 @@ def test_detach_launcher_pod_deleted_and_never_ending_is_reaped_on_kwok(kube, k8
     records exit 5 after --orphan-timeout, deletes the workers and the launcher Job, and exits 0;
     `status` and `wait` say what happened, and the record stays until `mpilaunch delete`."""
     name = "k8s-detach-lost"
-    submit = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "img", "--name", name,
-                             "--np", "2", "--slots-per-worker", "1", "--orphan-timeout", "5", "--detach", "-q",
-                             "--", "true"], cwd=REPO, env=k8s_env, capture_output=True, text=True, timeout=120)
+    submit = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "k8s",
+            "--image",
+            "img",
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--orphan-timeout",
+            "5",
+            "--detach",
+            "-q",
+            "--",
+            "true",
+        ],
+        cwd=REPO,
+        env=k8s_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert submit.returncode == 0, submit.stderr
     reaper = None
     try:
@@ -171,16 +256,21 @@ def test_detach_launcher_pod_deleted_and_never_ending_is_reaped_on_kwok(kube, k8
         time.sleep(3)  # the reaper sees it Ready
         kube.kubectl("delete", "pod", pod, "--wait=false")
         t0 = time.monotonic()
-        wait_for(lambda: not kube.get_json("pods", "-l", f"mpilaunch/job={name},mpilaunch/role=worker")["items"],
-                 60, "the worker pods to go")
+        wait_for(
+            lambda: not kube.get_json("pods", "-l", f"mpilaunch/job={name},mpilaunch/role=worker")["items"],
+            60,
+            "the worker pods to go",
+        )
         gone_s = time.monotonic() - t0
         _, err = reaper.communicate(timeout=30)
         assert reaper.returncode == 0 and f"recorded the outcome of job {name}: exit 5: " in err, err
         status = manage_k8s(k8s_env, "status", name)
         assert status.returncode == 0, status.stderr
         assert "Failed (exit 5)" in status.stdout, status.stdout
-        assert (f"  outcome: the launcher pod of Job {name}-launcher is being deleted and has not ended for "
-                in status.stdout), status.stdout
+        assert (
+            f"  outcome: the launcher pod of Job {name}-launcher is being deleted and has not ended for "
+            in status.stdout
+        ), status.stdout
         assert "the launcher recorded no outcome, so the job's reaper released its workers" in status.stdout
         wait = manage_k8s(k8s_env, "wait", name)
         assert wait.returncode == 5 and wait.stderr.startswith("mpilaunch: error: the launcher pod of Job "), wait
@@ -202,8 +292,9 @@ def settled_pod_count(kube, quiet_s: float = 3.0, timeout: float = 120.0) -> int
     last, since = None, time.monotonic()
     while True:
         pods = kube.get_json("pods")["items"]
-        counted = sorted(p["metadata"]["uid"] for p in pods
-                         if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+        counted = sorted(
+            p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
         if counted != last or any(p["metadata"].get("deletionTimestamp") for p in pods):
             last, since = counted, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
@@ -212,25 +303,59 @@ def settled_pod_count(kube, quiet_s: float = 3.0, timeout: float = 120.0) -> int
         time.sleep(0.5)
 
 
-def test_detach_launcher_pod_never_created_under_a_quota_is_reaped_after_the_start_bound_on_kwok(kube, k8s_env,
-                                                                                                   tmp_path):
+def test_detach_launcher_pod_never_created_under_a_quota_is_reaped_after_the_start_bound_on_kwok(
+    kube, k8s_env, tmp_path
+):
     """A pod quota that the reaper and the workers use up: the Job controller cannot create the launcher
     pod. Nothing would ever end the job; its reaper does at --start-timeout + 30 s: exit 3, the workers
     and the launcher Job deleted."""
     name = "k8s-detach-quota"
     in_use = settled_pod_count(kube)
-    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": f"{name}-pods"},
-             "spec": {"hard": {"pods": str(in_use + 3)}}}  # the reaper and 2 workers, no launcher
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": f"{name}-pods"},
+        "spec": {"hard": {"pods": str(in_use + 3)}},
+    }  # the reaper and 2 workers, no launcher
     kube.apply(quota)
     reaper = None
     try:
-        used = wait_for(lambda: ((kube.get_json("resourcequota", f"{name}-pods").get("status") or {}).get("used")
-                                 or {}).get("pods"), 30, "the quota's usage")
+        used = wait_for(
+            lambda: ((kube.get_json("resourcequota", f"{name}-pods").get("status") or {}).get("used") or {}).get(
+                "pods"
+            ),
+            30,
+            "the quota's usage",
+        )
         assert int(used) == in_use, f"the quota counts {used} pods, {in_use} were seen: another test's pod came"
-        submit = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "img", "--name",
-                                 name, "--np", "2", "--slots-per-worker", "1", "--start-timeout", "5", "--detach",
-                                 "-q", "--", "true"], cwd=REPO, env=k8s_env, capture_output=True, text=True,
-                                timeout=120)
+        submit = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mpilaunch",
+                "--backend",
+                "k8s",
+                "--image",
+                "img",
+                "--name",
+                name,
+                "--np",
+                "2",
+                "--slots-per-worker",
+                "1",
+                "--start-timeout",
+                "5",
+                "--detach",
+                "-q",
+                "--",
+                "true",
+            ],
+            cwd=REPO,
+            env=k8s_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         # a refusal here means another pod took the job's place: name them (the quota's usage is in stderr)
         assert submit.returncode == 0, submit.stderr + kube.kubectl("get", "pods", "--show-labels").stdout
         t0 = time.monotonic()
@@ -239,13 +364,21 @@ def test_detach_launcher_pod_never_created_under_a_quota_is_reaped_after_the_sta
         took = time.monotonic() - t0
         assert reaper.returncode == 0 and f"recorded the outcome of job {name}: exit 3: " in err, err
         assert took >= 35 - 5, f"reaped after {took:.0f}s: before the start bound"
-        wait_for(lambda: not kube.get_json("pods", "-l", f"mpilaunch/job={name},mpilaunch/role=worker")["items"],
-                 30, "the worker pods to go")
+        wait_for(
+            lambda: not kube.get_json("pods", "-l", f"mpilaunch/job={name},mpilaunch/role=worker")["items"],
+            30,
+            "the worker pods to go",
+        )
         assert not kube.kubectl("get", "job", f"{name}-launcher", "--ignore-not-found", "-o", "name").stdout.strip()
         status = manage_k8s(k8s_env, "status", name)
-        assert "Failed (exit 3)" in status.stdout and (
-            f"  outcome: the launcher Job {name}-launcher got no pod within 35s (--start-timeout + 30s): the "
-            "cluster refused to create one (a ResourceQuota, ") in status.stdout, status.stdout
+        assert (
+            "Failed (exit 3)" in status.stdout
+            and (
+                f"  outcome: the launcher Job {name}-launcher got no pod within 35s (--start-timeout + 30s): the "
+                "cluster refused to create one (a ResourceQuota, "
+            )
+            in status.stdout
+        ), status.stdout
         print(f"{name}: reaped {took:.1f}s after submission (start bound 35 s)")
     finally:
         end_processes(reaper)

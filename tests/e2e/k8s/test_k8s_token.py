@@ -72,19 +72,43 @@ def test_token_expiring_every_20s_a_90s_job_passes(kube, token_env, tmp_path):
     env, state, _user = token_env
     job = "k8s-token-90s"
     give_pods_their_env(kube, job, 2, tmp_path)
-    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
-                  "--orphan-timeout", "10", "-x", "FAIL_RANK=-1", "-x", "SLEEP=90",
-                  "--", sys.executable, "tests/programs/fail_rank.py"], env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--launcher",
+            "local",
+            "-q",
+            "--orphan-timeout",
+            "10",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=90",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        env,
+    )
     try:
         wait_started(proc, 4)
         t0 = time.monotonic()
         context = context_file_of(job)
         time.sleep(2.5 * LIFETIME - (time.monotonic() - t0))  # the first two tokens have expired
         # a new exec session now (as a relaunch's daemons would open): the relay reads the refreshed token
-        shim = subprocess.run([sys.executable, "-m", "mpilaunch.rsh_agent.shim", f"{job}-worker-0", "echo",
-                               "exec-after-expiry"],
-                              env={**env, "MPILAUNCH_CONTEXT": str(context)}, cwd=REPO,
-                              capture_output=True, text=True, timeout=60)
+        shim = subprocess.run(
+            [sys.executable, "-m", "mpilaunch.rsh_agent.shim", f"{job}-worker-0", "echo", "exec-after-expiry"],
+            env={**env, "MPILAUNCH_CONTEXT": str(context)},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert shim.returncode == 0 and "exec-after-expiry" in shim.stdout, shim.stderr
         assert renewed_within(kube, job, 10), "the Lease was not renewed after the first token expired"
         out, err = proc.communicate(timeout=120)
@@ -107,9 +131,11 @@ def test_token_expiring_every_20s_cluster_launcher_followed_to_its_end(kube, tok
     env, state, _user = token_env
     job = "k8s-token-cl"
     give_pods_their_env(kube, job, 1, tmp_path)
-    proc = start(["--name", job, "--np", "2", "--slots-per-worker", "2", "-q", "--orphan-timeout", "10",
-                  "--", "true"], env)
+    proc = start(
+        ["--name", job, "--np", "2", "--slots-per-worker", "2", "-q", "--orphan-timeout", "10", "--", "true"], env
+    )
     try:
+
         def launcher_pod():
             pods = kube.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher")["items"]
             return pods[0] if pods and pods[0]["status"].get("phase") == "Running" else None
@@ -136,9 +162,27 @@ def test_token_plugin_failing_midway_fails_the_job_in_one_line_and_releases_it(k
     env, state, _user = token_env
     job = "k8s-token-fails"
     give_pods_their_env(kube, job, 2, tmp_path)
-    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
-                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                  "--", sys.executable, "tests/programs/fail_rank.py"], env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--launcher",
+            "local",
+            "-q",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=300",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        env,
+    )
     try:
         wait_started(proc, 4)
         (state / "fail").write_text("token service unavailable (test)")
@@ -166,12 +210,33 @@ def test_token_plugin_failing_before_the_launch_exits_3_and_creates_nothing(kube
     job = "k8s-token-never"
     state.mkdir(parents=True, exist_ok=True)
     (state / "fail").write_text("no credentials for this account")
-    ran = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", "mpilaunch:test",
-                          "--name", job, "--np", "2", "--", "true"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "k8s",
+            "--image",
+            "mpilaunch:test",
+            "--name",
+            job,
+            "--np",
+            "2",
+            "--",
+            "true",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ran.returncode == 3, ran.stderr
     first = ran.stderr.splitlines()[0]
-    assert first.startswith("mpilaunch: error: cluster credentials failed") and "no credentials for this account" in first
+    assert (
+        first.startswith("mpilaunch: error: cluster credentials failed") and "no credentials for this account" in first
+    )
     assert "Traceback" not in ran.stderr
     assert leftover_objects(kube, job, timeout=0) == []
 
@@ -185,9 +250,27 @@ def test_token_revoked_midway_fails_the_job_naming_the_401(kube, token_env, tmp_
     job = "k8s-token-revoked"
     give_pods_their_env(kube, job, 2, tmp_path)
     revoked = kube.workdir / "token-auth" / "revoked-users"
-    proc = start(["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q",
-                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                  "--", sys.executable, "tests/programs/fail_rank.py"], env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--launcher",
+            "local",
+            "-q",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=300",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        env,
+    )
     try:
         wait_started(proc, 4)
         with open(revoked, "a") as f:

@@ -32,8 +32,11 @@ def kq():
         require(f"Kubernetes testbed with Kueue did not start: {e}")
     yield k
     k.stop()
-    leftover = [p["metadata"]["name"] for p in c.get_json("pods", "-A")["items"]
-                if kueue.POD_FINALIZER in (p["metadata"].get("finalizers") or [])]
+    leftover = [
+        p["metadata"]["name"]
+        for p in c.get_json("pods", "-A")["items"]
+        if kueue.POD_FINALIZER in (p["metadata"].get("finalizers") or [])
+    ]
     c.stop()
     assert leftover == []
 
@@ -46,11 +49,21 @@ def _group(k, name, queue, workers, gpus, priority_class=None):
     pods = []
     for i, role in enumerate(["launcher"] + ["worker"] * workers):
         req = {"cpu": "1", "memory": "1Gi", **({"nvidia.com/gpu": str(gpus)} if role == "worker" else {})}
-        pods.append({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": f"{name}-{i}", "namespace": "default",
-                                  **pod_group_metadata(queue, name, total, priority_class)},
-                     "spec": {"restartPolicy": "Never", "containers": [
-                         {"name": "main", "image": "busybox", "resources": {"requests": req, "limits": req}}]}})
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-{i}",
+                    "namespace": "default",
+                    **pod_group_metadata(queue, name, total, priority_class),
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "resources": {"requests": req, "limits": req}}],
+                },
+            }
+        )
     k.cluster.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
     return [p["metadata"]["name"] for p in pods]
 
@@ -77,8 +90,11 @@ def test_a_pod_group_is_admitted_only_when_all_of_it_fits(kq):
     assert _condition(kq.workload_for_group("fit-a"), "Admitted")["status"] == "True"
 
     b = _group(kq, "fit-b", "lq-fit", workers=2, gpus=2)  # 4 more: does not fit
-    kq.cluster.wait(lambda: (_condition(kq.workload_for_group("fit-b"), "QuotaReserved") or {}).get("reason")
-                    == "Pending", 60, "group fit-b pending")
+    kq.cluster.wait(
+        lambda: (_condition(kq.workload_for_group("fit-b"), "QuotaReserved") or {}).get("reason") == "Pending",
+        60,
+        "group fit-b pending",
+    )
     cond = _condition(kq.workload_for_group("fit-b"), "QuotaReserved")
     assert cond["status"] == "False"
     assert "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 4 more needed" in cond["message"]
@@ -97,8 +113,9 @@ def test_a_pod_group_is_admitted_only_when_all_of_it_fits(kq):
 
 
 def test_a_higher_priority_group_preempts_a_whole_group(kq):
-    kq.make_queue("cq-pre", "lq-pre", gpus=8, cpu=64, memory="256Gi",
-                  preemption={"withinClusterQueue": "LowerPriority"})
+    kq.make_queue(
+        "cq-pre", "lq-pre", gpus=8, cpu=64, memory="256Gi", preemption={"withinClusterQueue": "LowerPriority"}
+    )
     kq.make_priority_class("kq-low", 100)
     kq.make_priority_class("kq-high", 1000)
     low = _group(kq, "pre-low", "lq-pre", workers=2, gpus=4, priority_class="kq-low")

@@ -29,8 +29,14 @@ def test_execd_commands_start_with_no_signal_blocked_even_if_kwok_did():
             c.start()
             c.create_nodes(1, gpus=0, prefix="mask")
             etcd = open(f"/proc/{c.pids['etcd']}/status").read().split("SigBlk:")[1].split()[0]
-            c.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mask-probe"},
-                     "spec": {"containers": [{"name": "c", "image": "none"}]}})
+            c.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "mask-probe"},
+                    "spec": {"containers": [{"name": "c", "image": "none"}]},
+                }
+            )
             c.wait_pods(count=1, timeout=60)
             out = c.kubectl("exec", "mask-probe", "--", "sh", "-c", "grep SigBlk /proc/self/status").stdout
             result.update(execd=out.split()[1], etcd=etcd)

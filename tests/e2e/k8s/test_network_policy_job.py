@@ -21,20 +21,38 @@ pytestmark = pytest.mark.real_pods
 
 AGENT_PORT = 7355
 # an outsider's connection attempt: "refused" or "timeout" (either way, not connected), or "connected"
-PROBE = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)\n"
-         "    print('connected')\nexcept ConnectionRefusedError:\n    print('refused')\n"
-         "except OSError as e:\n    print('timeout', e)\n")
+PROBE = (
+    "import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)\n"
+    "    print('connected')\nexcept ConnectionRefusedError:\n    print('refused')\n"
+    "except OSError as e:\n    print('timeout', e)\n"
+)
 
 
 @pytest.fixture
 def outsider(real):
     """A pod of no job, in a namespace without policies (its egress is open), on the real node."""
     name = f"np-outsider-{uuid.uuid4().hex[:6]}"
-    overrides = {"spec": {"nodeSelector": {"mpilaunch.testbed/real-pods": "true"},
-                          "tolerations": [{"key": "mpilaunch.testbed/real-pods", "operator": "Equal",
-                                           "value": "true", "effect": "NoSchedule"}]}}
-    real.kubectl("run", name, "--image", real.image, "--restart=Never", "--overrides", json.dumps(overrides),
-                 "--command", "--", "sleep", "600")
+    overrides = {
+        "spec": {
+            "nodeSelector": {"mpilaunch.testbed/real-pods": "true"},
+            "tolerations": [
+                {"key": "mpilaunch.testbed/real-pods", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+            ],
+        }
+    }
+    real.kubectl(
+        "run",
+        name,
+        "--image",
+        real.image,
+        "--restart=Never",
+        "--overrides",
+        json.dumps(overrides),
+        "--command",
+        "--",
+        "sleep",
+        "600",
+    )
     real.kubectl("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
     yield name
     real.kubectl("delete", "pod", name, "--wait=false", check=False)
@@ -49,9 +67,15 @@ def test_network_policy_keeps_an_outsider_from_a_workers_agent(tenant, outsider,
     cannot connect to them; the job itself, whose launcher does, succeeds; its policy is owned by
     the job's root and goes with it."""
     job = "np-outsider-job"
-    proc = tenant.start(job, *PLACEMENT, "--", "python3", "-c",
-                        "import time; from mpi4py import MPI; MPI.COMM_WORLD.barrier(); print('ranks up', flush=True); "
-                        "time.sleep(12); MPI.COMM_WORLD.barrier()")
+    proc = tenant.start(
+        job,
+        *PLACEMENT,
+        "--",
+        "python3",
+        "-c",
+        "import time; from mpi4py import MPI; MPI.COMM_WORLD.barrier(); print('ranks up', flush=True); "
+        "time.sleep(12); MPI.COMM_WORLD.barrier()",
+    )
     try:
         up = wait_started(proc, 4, "ranks up")  # every rank runs: the agents listen
         policy = json.loads(tenant.kubectl("get", "networkpolicy", job, "-o", "json").stdout)
@@ -73,9 +97,17 @@ def test_network_policy_lets_an_outsider_in_where_the_job_made_none(real, outsid
     --network-policy none in a namespace without policies, so the refusal above is the job's
     policy and not a closed port."""
     job = "np-none"
-    proc = real.start(job, "--network-policy", "none", *PLACEMENT, "--", "python3", "-c",
-                      "import time; from mpi4py import MPI; MPI.COMM_WORLD.barrier(); print('ranks up', flush=True); "
-                      "time.sleep(12); MPI.COMM_WORLD.barrier()")
+    proc = real.start(
+        job,
+        "--network-policy",
+        "none",
+        *PLACEMENT,
+        "--",
+        "python3",
+        "-c",
+        "import time; from mpi4py import MPI; MPI.COMM_WORLD.barrier(); print('ranks up', flush=True); "
+        "time.sleep(12); MPI.COMM_WORLD.barrier()",
+    )
     try:
         wait_started(proc, 4, "ranks up")  # every rank runs: the agents listen
         worker = next(p for n, p in pods_of(real, job).items() if n.endswith("-worker-0"))

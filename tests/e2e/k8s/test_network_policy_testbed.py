@@ -91,32 +91,56 @@ for name, check in (("dns", dns), ("api", api)):
     out[name + "_s"] = round(time.monotonic() - t0, 2)
 print(json.dumps(out))
 """
-RESTRICTED = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
-              "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def namespace(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted",
-                                                  "pod-security.kubernetes.io/enforce-version": "latest"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        },
+    }
 
 
 def pod(real, name: str, ns: str, app: str, program: str) -> dict:
     from testbeds.k8s.node import REAL_KEY
 
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
-            "spec": {"nodeSelector": {REAL_KEY: "true"}, "terminationGracePeriodSeconds": 0,
-                     "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                     "securityContext": RESTRICTED,
-                     "containers": [{"name": "main", "image": real.image, "imagePullPolicy": "Never",
-                                     "command": ["python3", "-c", program], "securityContext": CONTAINER_SECURITY}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "spec": {
+            "nodeSelector": {REAL_KEY: "true"},
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"key": REAL_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+            "securityContext": RESTRICTED,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": real.image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", program],
+                    "securityContext": CONTAINER_SECURITY,
+                }
+            ],
+        },
+    }
 
 
 def policy(ns: str, name: str, spec: dict) -> dict:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }
 
 
 DENY_INGRESS = {"podSelector": {}, "policyTypes": ["Ingress"]}
@@ -130,8 +154,9 @@ class Pods:
         self.ip: dict[str, str] = {}
 
     def exec(self, ns: str, pod: str, program: str, *args, timeout: float = 60) -> dict:
-        p = self.real.kubectl("exec", "-n", ns, pod, "--", "python3", "-c", program, *map(str, args),
-                              check=False, timeout=timeout)
+        p = self.real.kubectl(
+            "exec", "-n", ns, pod, "--", "python3", "-c", program, *map(str, args), check=False, timeout=timeout
+        )
         assert p.returncode == 0, f"exec in {ns}/{pod} failed: {p.stderr[-500:]}"
         return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -150,8 +175,9 @@ def pods(real):
     """Namespaces a (listener + client), b (listener + client) and c (client), no policy yet."""
     from testbeds.k8s.netpol import COMPONENT
 
-    assert real.cluster.node.netpol is not None or COMPONENT in real.cluster.pids, \
+    assert real.cluster.node.netpol is not None or COMPONENT in real.cluster.pids, (
         "the real node runs no NetworkPolicy enforcer (MPILAUNCH_K8S_NETPOL=0?)"
+    )
     t = Pods(real, uuid.uuid4().hex[:6])
     t.apply(namespace(t.a), namespace(t.b), namespace(t.c))
     for ns in (t.a, t.b, t.c):  # pods need the namespace's default ServiceAccount
@@ -160,9 +186,13 @@ def pods(real):
             assert time.monotonic() < deadline, f"no default ServiceAccount in {ns}"
             time.sleep(0.2)
     sleeper = "import time\nwhile True: time.sleep(3600)"
-    t.apply(pod(real, "server", t.a, "server", LISTENER), pod(real, "client", t.a, "client", sleeper),
-            pod(real, "server", t.b, "server", LISTENER), pod(real, "client", t.b, "client", sleeper),
-            pod(real, "client", t.c, "client", sleeper))
+    t.apply(
+        pod(real, "server", t.a, "server", LISTENER),
+        pod(real, "client", t.a, "client", sleeper),
+        pod(real, "server", t.b, "server", LISTENER),
+        pod(real, "client", t.b, "client", sleeper),
+        pod(real, "client", t.c, "client", sleeper),
+    )
     try:
         for ns in (t.a, t.b, t.c):
             for p in real.cluster.wait_pods(ns, timeout=120):
@@ -190,15 +220,29 @@ def test_network_policy_default_deny_ingress_refuses_and_an_allow_policy_opens(p
     assert again["result"] == "closed", again
 
     t1 = time.monotonic()
-    pods.apply(policy(a, "allow-client", {
-        "podSelector": {"matchLabels": {"app": "server"}}, "policyTypes": ["Ingress"],
-        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
-                     "ports": [{"protocol": "TCP", "port": PORT}]}]}))
+    pods.apply(
+        policy(
+            a,
+            "allow-client",
+            {
+                "podSelector": {"matchLabels": {"app": "server"}},
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {
+                        "from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
+                        "ports": [{"protocol": "TCP", "port": PORT}],
+                    }
+                ],
+            },
+        )
+    )
     opened = pods.probe(a, "client", server, "open")
     opened_after = time.monotonic() - t1
     assert opened["result"] == "open", f"the allow policy did not let the client in: {opened}"
-    print(f"network_policy: denied {denied_after:.2f}s after the policy (refused in {denied['attempt_s']}s: "
-          f"{denied['error']}); allowed again {opened_after:.2f}s after the allow policy")
+    print(
+        f"network_policy: denied {denied_after:.2f}s after the policy (refused in {denied['attempt_s']}s: "
+        f"{denied['error']}); allowed again {opened_after:.2f}s after the allow policy"
+    )
     pods.delete_policies(a)
 
 
@@ -228,8 +272,7 @@ def test_network_policy_egress_deny_cuts_dns_and_api_server_and_the_documented_r
     c = pods.c
     port = pods.real.cluster.ports["kube-apiserver"]
     forms = {  # the exact peers netpol.py documents; any destination on the ports (mpilaunch's job policy)
-        "ip_blocks": [{"to": [netpol.dns_peer(gateway())], "ports": netpol.DNS_PORTS},
-                      *netpol.api_server_rules(port)],
+        "ip_blocks": [{"to": [netpol.dns_peer(gateway())], "ports": netpol.DNS_PORTS}, *netpol.api_server_rules(port)],
         "ports_only": [{"ports": netpol.DNS_PORTS}, {"ports": [{"protocol": "TCP", "port": port}]}],
     }
     pods.apply(policy(c, "deny-all", DENY_ALL))

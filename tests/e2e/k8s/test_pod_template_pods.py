@@ -44,9 +44,11 @@ metadata:
   annotations: {example.com/role: launcher}
 """
 
-PROGRAM = ("import os, json\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
-           "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), "
-           "'token': os.environ.get('DATASET_TOKEN'), 'index': open('/data/index').read().strip()}))")
+PROGRAM = (
+    "import os, json\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+    "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), "
+    "'token': os.environ.get('DATASET_TOKEN'), 'index': open('/data/index').read().strip()}))"
+)
 
 
 def test_pod_template_env_from_a_secret_and_a_volume_reach_every_rank(tenant, tmp_path):
@@ -58,8 +60,9 @@ def test_pod_template_env_from_a_secret_and_a_volume_reach_every_rank(tenant, tm
     template = tmp_path / "pods.yaml"
     template.write_text(TEMPLATE)
     job = "pt-pods"
-    code, out, err, seen = run_watching(tenant, job, "--pod-template", str(template), *PLACEMENT,
-                                        "--", "python3", "-c", PROGRAM)
+    code, out, err, seen = run_watching(
+        tenant, job, "--pod-template", str(template), *PLACEMENT, "--", "python3", "-c", PROGRAM
+    )
     assert code == 0, out[-2000:] + err[-3000:]
     ranks = ranks_from(out)
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and {r["sum"] for r in ranks} == {10}, ranks
@@ -95,13 +98,23 @@ def test_pod_template_sidecar_in_a_restricted_namespace_is_admitted(tenant, tmp_
     securityContext under its own, so the namespace admits it; the job runs and is released."""
     template = tmp_path / "sidecar.yaml"
     # mpilaunch's container first (by name), the sidecar after it
-    template.write_text("metadata:\n  labels: {mpilaunch/role: worker}\nspec:\n  containers:\n  - name: worker\n"
-                        "  - name: shipper\n    image: IMAGE\n    command: [/bin/sh, -c, 'trap \"exit 0\" TERM; "
-                        "while :; do sleep 1; done']\n    resources: {limits: {cpu: 50m, memory: 32Mi}, "
-                        "requests: {cpu: 50m, memory: 32Mi}}\n".replace("IMAGE", tenant.real.image))
+    template.write_text(
+        "metadata:\n  labels: {mpilaunch/role: worker}\nspec:\n  containers:\n  - name: worker\n"
+        '  - name: shipper\n    image: IMAGE\n    command: [/bin/sh, -c, \'trap "exit 0" TERM; '
+        "while :; do sleep 1; done']\n    resources: {limits: {cpu: 50m, memory: 32Mi}, "
+        "requests: {cpu: 50m, memory: 32Mi}}\n".replace("IMAGE", tenant.real.image)
+    )
     job = "pt-sidecar"
-    code, out, err, seen = run_watching(tenant, job, "--pod-template", str(template), *PLACEMENT,
-                                        "--", "python3", "/opt/mpilaunch/tests/programs/placement.py")
+    code, out, err, seen = run_watching(
+        tenant,
+        job,
+        "--pod-template",
+        str(template),
+        *PLACEMENT,
+        "--",
+        "python3",
+        "/opt/mpilaunch/tests/programs/placement.py",
+    )
     assert code == 0, out[-2000:] + err[-3000:]
     workers = [p for n, p in seen.items() if "-worker-" in n]
     names = [[c["name"] for c in p["spec"]["containers"]] for p in workers]

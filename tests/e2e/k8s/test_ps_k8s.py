@@ -28,10 +28,32 @@ def test_ps_tasks_run_in_their_pods_and_nothing_is_left(kube, k8s_env, tmp_path)
     for task in TASKS:
         kube.set_pod_exec(f"{name}-{task}", env={"POD_NAME": f"{name}-{task}"})
     proc = run_mpilaunch(
-        ["--backend", "k8s", "--launcher", "local", "--image", "mpilaunch:test", "--name", name, "--mode", "ps",
-         "--chief", "--workers", "2", "--ps", "1", "--output-dir", str(tmp_path), "-q",
-         "--", sys.executable, "-c", TASK_PROGRAM],
-        env_extra=k8s_env, timeout=300,
+        [
+            "--backend",
+            "k8s",
+            "--launcher",
+            "local",
+            "--image",
+            "mpilaunch:test",
+            "--name",
+            name,
+            "--mode",
+            "ps",
+            "--chief",
+            "--workers",
+            "2",
+            "--ps",
+            "1",
+            "--output-dir",
+            str(tmp_path),
+            "-q",
+            "--",
+            sys.executable,
+            "-c",
+            TASK_PROGRAM,
+        ],
+        env_extra=k8s_env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     tasks = [json.loads(line.split("TASK ", 1)[1]) for line in proc.stdout.splitlines() if "TASK {" in line]
@@ -41,8 +63,9 @@ def test_ps_tasks_run_in_their_pods_and_nothing_is_left(kube, k8s_env, tmp_path)
     assert len({json.dumps(t["cluster"], sort_keys=True) for t in tasks}) == 1
     report = json.loads((tmp_path / "report.json").read_text())
     assert {t["task"]: t["status"] for t in report["tasks"]}["ps:0"] == "terminated"
-    left = kube.kubectl("get", "pods,configmaps,services,serviceaccounts", "-l", f"mpilaunch/job={name}",
-                        "-o", "name").stdout.split()
+    left = kube.kubectl(
+        "get", "pods,configmaps,services,serviceaccounts", "-l", f"mpilaunch/job={name}", "-o", "name"
+    ).stdout.split()
     assert left == []
     assert leftover_processes(name) == []
 
@@ -52,9 +75,30 @@ def test_ps_mode_creates_no_launcher_job(tmp_path):
     never gets a launcher Job, whatever --launcher says (it used to get one
     that would have run mpirun over the task pods)."""
     for launcher in ("auto", "cluster"):
-        proc = run_mpilaunch(["--backend", "k8s", "--image", "mpilaunch:test", "--name", "psdry", "--mode", "ps",
-                              "--chief", "--workers", "1", "--ps", "1", "--launcher", launcher, "--dry-run",
-                              "--", "python3", "train.py"], timeout=60)
+        proc = run_mpilaunch(
+            [
+                "--backend",
+                "k8s",
+                "--image",
+                "mpilaunch:test",
+                "--name",
+                "psdry",
+                "--mode",
+                "ps",
+                "--chief",
+                "--workers",
+                "1",
+                "--ps",
+                "1",
+                "--launcher",
+                launcher,
+                "--dry-run",
+                "--",
+                "python3",
+                "train.py",
+            ],
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         kinds = [line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if line.startswith("kind:")]
         assert kinds.count("Pod") == 3, kinds

@@ -83,11 +83,32 @@ def test_queue_admits_the_workers_as_one_kueue_group(kube, kueue, k8s_env, tmp_p
     give_pods_their_env(kube, job, 2, tmp_path)
     release = tmp_path / "release"
     try:
-        proc = start(["--name", job, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local", "-q",
-                      "--queue", "mpl-admit", "--", "sh", "-c", WAIT_FOR_FILE.format(release)], k8s_env)
+        proc = start(
+            [
+                "--name",
+                job,
+                "--gpus",
+                "16",
+                "--gpus-per-node",
+                "8",
+                "--launcher",
+                "local",
+                "-q",
+                "--queue",
+                "mpl-admit",
+                "--",
+                "sh",
+                "-c",
+                WAIT_FOR_FILE.format(release),
+            ],
+            k8s_env,
+        )
         try:
-            wait_for(lambda: len([p for p in worker_pods(kube, job) if p["status"].get("phase") == "Running"]) == 2,
-                     120, "both workers running")
+            wait_for(
+                lambda: len([p for p in worker_pods(kube, job) if p["status"].get("phase") == "Running"]) == 2,
+                120,
+                "both workers running",
+            )
             pods = worker_pods(kube, job)
             admitted = workload(kube, job)
             release.touch()
@@ -98,7 +119,10 @@ def test_queue_admits_the_workers_as_one_kueue_group(kube, kueue, k8s_env, tmp_p
         assert out.count("rank-on-") == 16
         # one Workload of both workers, admitted by the ClusterQueue's quota
         assert conditions(admitted).get("Admitted") == "True", admitted
-        assert sorted(o["name"] for o in admitted["metadata"]["ownerReferences"]) == [f"{job}-worker-0", f"{job}-worker-1"]
+        assert sorted(o["name"] for o in admitted["metadata"]["ownerReferences"]) == [
+            f"{job}-worker-0",
+            f"{job}-worker-1",
+        ]
         for pod in pods:
             labels = pod["metadata"]["labels"]
             assert labels["kueue.x-k8s.io/queue-name"] == "mpl-admit" and labels["kueue.x-k8s.io/pod-group-name"] == job
@@ -118,11 +142,47 @@ def test_queue_holds_a_job_until_the_quota_frees_then_admits_it(kube, kueue, k8s
         give_pods_their_env(kube, job, 2, tmp_path)
     release = tmp_path / "release"
     try:
-        a = start(["--name", first, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local", "-q",
-                   "--queue", "mpl-wait", "--", "sh", "-c", WAIT_FOR_FILE.format(release)], k8s_env)
+        a = start(
+            [
+                "--name",
+                first,
+                "--gpus",
+                "16",
+                "--gpus-per-node",
+                "8",
+                "--launcher",
+                "local",
+                "-q",
+                "--queue",
+                "mpl-wait",
+                "--",
+                "sh",
+                "-c",
+                WAIT_FOR_FILE.format(release),
+            ],
+            k8s_env,
+        )
         wait_for(lambda: conditions(workload(kube, first)).get("Admitted") == "True", 120, "the first job admitted")
-        b = start(["--name", second, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local",
-                   "--queue", "mpl-wait", "--start-timeout", "180", "--", "echo", "second-ran"], k8s_env)
+        b = start(
+            [
+                "--name",
+                second,
+                "--gpus",
+                "16",
+                "--gpus-per-node",
+                "8",
+                "--launcher",
+                "local",
+                "--queue",
+                "mpl-wait",
+                "--start-timeout",
+                "180",
+                "--",
+                "echo",
+                "second-ran",
+            ],
+            k8s_env,
+        )
         progress = StderrLines(b)
         try:
             wait_for(lambda: "insufficient unused quota" in progress.text(), 60, "the queued progress line")
@@ -144,8 +204,11 @@ def test_queue_holds_a_job_until_the_quota_frees_then_admits_it(kube, kueue, k8s
         line = next(x for x in progress.lines if "insufficient" in x)
         # Kueue's own reason, and the ClusterQueue it waits in
         # the pending count is the LocalQueue's status, which Kueue updates on its own schedule
-        assert re.match(r"mpilaunch: waiting for 2 workers: 0/2 ready, queued in Kueue LocalQueue mpl-wait "
-                        r"\(ClusterQueue mpl-cq-wait(, 1 pending)?\): couldn't assign flavors", line), line
+        assert re.match(
+            r"mpilaunch: waiting for 2 workers: 0/2 ready, queued in Kueue LocalQueue mpl-wait "
+            r"\(ClusterQueue mpl-cq-wait(, 1 pending)?\): couldn't assign flavors",
+            line,
+        ), line
         assert "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 16 more needed" in line, line
     finally:
         for job in (first, second):
@@ -158,8 +221,26 @@ def test_queue_start_timeout_exits_3_naming_the_queue(kube, kueue, k8s_env):
     kueue.make_queue("mpl-cq-small", "mpl-small", gpus=8)
     job = "k8s-queue-toobig"
     t0 = time.monotonic()
-    proc = start(["--name", job, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local", "-q",
-                  "--queue", "mpl-small", "--start-timeout", "8", "--", "true"], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--gpus",
+            "16",
+            "--gpus-per-node",
+            "8",
+            "--launcher",
+            "local",
+            "-q",
+            "--queue",
+            "mpl-small",
+            "--start-timeout",
+            "8",
+            "--",
+            "true",
+        ],
+        k8s_env,
+    )
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
     assert "Traceback" not in err
@@ -178,19 +259,67 @@ def test_queue_preemption_by_kueue_exits_5_naming_it(kube, kueue, k8s_env, tmp_p
     the first (its pods get TerminationTarget and are deleted); that job exits 5 saying Kueue
     preempted it and releases everything; the second runs."""
     for name, value in (("mpl-low", 100), ("mpl-high", 1000)):
-        kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-                    "value": value, "preemptionPolicy": "Never"})
+        kube.apply(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+                "preemptionPolicy": "Never",
+            }
+        )
     kueue.make_queue("mpl-cq-preempt", "mpl-preempt", gpus=16, preemption={"withinClusterQueue": "LowerPriority"})
     low, high = "k8s-queue-low", "k8s-queue-high"
     for job in (low, high):
         give_pods_their_env(kube, job, 2, tmp_path)
     try:
-        a = start(["--name", low, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local", "-q",
-                   "--queue", "mpl-preempt", "--priority-class", "mpl-low", "--", "sleep", "120"], k8s_env)
-        wait_for(lambda: len([p for p in worker_pods(kube, low) if p["status"].get("phase") == "Running"]) == 2,
-                 120, "the low-priority job running")
-        b = start(["--name", high, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local", "-q",
-                   "--queue", "mpl-preempt", "--priority-class", "mpl-high", "--", "echo", "high-ran"], k8s_env)
+        a = start(
+            [
+                "--name",
+                low,
+                "--gpus",
+                "16",
+                "--gpus-per-node",
+                "8",
+                "--launcher",
+                "local",
+                "-q",
+                "--queue",
+                "mpl-preempt",
+                "--priority-class",
+                "mpl-low",
+                "--",
+                "sleep",
+                "120",
+            ],
+            k8s_env,
+        )
+        wait_for(
+            lambda: len([p for p in worker_pods(kube, low) if p["status"].get("phase") == "Running"]) == 2,
+            120,
+            "the low-priority job running",
+        )
+        b = start(
+            [
+                "--name",
+                high,
+                "--gpus",
+                "16",
+                "--gpus-per-node",
+                "8",
+                "--launcher",
+                "local",
+                "-q",
+                "--queue",
+                "mpl-preempt",
+                "--priority-class",
+                "mpl-high",
+                "--",
+                "echo",
+                "high-ran",
+            ],
+            k8s_env,
+        )
         try:
             _, err_a = a.communicate(timeout=120)
             out_b, err_b = b.communicate(timeout=180)
@@ -213,8 +342,25 @@ def test_queue_sigterm_while_queued_leaves_no_gated_pod_nor_workload(kube, kueue
     Kueue's finalizer would otherwise keep the deleted pods of the unfinished group."""
     kueue.make_queue("mpl-cq-term", "mpl-term", gpus=8)
     job = "k8s-queue-term"
-    proc = start(["--name", job, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local",
-                  "--queue", "mpl-term", "--start-timeout", "120", "--", "true"], k8s_env)
+    proc = start(
+        [
+            "--name",
+            job,
+            "--gpus",
+            "16",
+            "--gpus-per-node",
+            "8",
+            "--launcher",
+            "local",
+            "--queue",
+            "mpl-term",
+            "--start-timeout",
+            "120",
+            "--",
+            "true",
+        ],
+        k8s_env,
+    )
     progress = StderrLines(proc)
     try:
         wait_for(lambda: "insufficient quota" in progress.text(), 60, "the queued progress line")

@@ -37,8 +37,18 @@ PROGRAMS = "/opt/mpilaunch/tests/programs"  # where the image has them
 
 
 # What report.json's timings.phases holds on Kubernetes, in the order it must happen.
-K8S_PHASES = ["allocated", "pods_scheduled", "containers_running", "workers_ready", "mpirun_started",
-              "first_rank_start", "first_output", "ranks_done", "workload_done", "released"]
+K8S_PHASES = [
+    "allocated",
+    "pods_scheduled",
+    "containers_running",
+    "workers_ready",
+    "mpirun_started",
+    "first_rank_start",
+    "first_output",
+    "ranks_done",
+    "workload_done",
+    "released",
+]
 
 
 def assert_phases(report: dict, extra: tuple = ()) -> dict:
@@ -71,8 +81,9 @@ def test_a_stale_api_server_route_left_by_a_killed_run_is_replaced(real):
         with pytest.raises(Exception, match="onnection refused"):
             node.smoke_check(real.image, timeout=60)
         node._route_to_apiserver()
-        listed = subprocess.run(["iptables", "-t", "nat", "-S", "PREROUTING"], capture_output=True,
-                                text=True, check=True).stdout
+        listed = subprocess.run(
+            ["iptables", "-t", "nat", "-S", "PREROUTING"], capture_output=True, text=True, check=True
+        ).stdout
         assert "deadrun" not in listed
         assert listed.count(node.comment) == 1, listed
         node.smoke_check(real.image, timeout=60)
@@ -120,8 +131,20 @@ def test_cluster_launcher_allreduce_on_real_pods(real, tmp_path, flavour):
             return True
         return False
 
-    proc = real.start(job, *mpi_args, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
-                      "--", python, f"{PROGRAMS}/placement.py")
+    proc = real.start(
+        job,
+        *mpi_args,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "--",
+        python,
+        f"{PROGRAMS}/placement.py",
+    )
     try:
         wait_for(watch, 180, "launcher and worker pods with IPs")
         out, err = finish(proc, 120)
@@ -152,12 +175,34 @@ def test_local_launcher_on_real_pods(real, tmp_path, transport):
     if not os.access(mpirun, os.X_OK):
         require(f"{mpirun} not installed (apt install openmpi-bin)")
     seen: dict = {}
-    proc = real.start(job, "--launcher", "local", "--transport", transport, "--mpirun", mpirun, "--np", "4",
-                      "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q", "--", "python3",
-                      f"{PROGRAMS}/placement.py")
+    proc = real.start(
+        job,
+        "--launcher",
+        "local",
+        "--transport",
+        transport,
+        "--mpirun",
+        mpirun,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "--",
+        "python3",
+        f"{PROGRAMS}/placement.py",
+    )
     try:
-        wait_for(lambda: len([p for p in pods_of(real, job).values() if p["status"].get("podIP")]) == 2
-                 and seen.update(pods_of(real, job)) is None, 180, "worker pods with IPs")
+        wait_for(
+            lambda: (
+                len([p for p in pods_of(real, job).values() if p["status"].get("podIP")]) == 2
+                and seen.update(pods_of(real, job)) is None
+            ),
+            180,
+            "worker pods with IPs",
+        )
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -181,8 +226,22 @@ def test_long_running_requests_of_8_real_pods_job_by_transport(real, tmp_path, t
     job = f"rp-streams-{transport}"
     peak = PeakLongRunning(real.cluster)
     peak.start()
-    proc = real.start(job, "--transport", transport, "--np", "8", "--slots-per-worker", "1",
-                      "--output-dir", str(tmp_path), "-x", "SLEEP=4", "--", "python3", f"{PROGRAMS}/unit.py")
+    proc = real.start(
+        job,
+        "--transport",
+        transport,
+        "--np",
+        "8",
+        "--slots-per-worker",
+        "1",
+        "--output-dir",
+        str(tmp_path),
+        "-x",
+        "SLEEP=4",
+        "--",
+        "python3",
+        f"{PROGRAMS}/unit.py",
+    )
     try:
         wait_started(proc, 8)
         peak.mark()
@@ -199,8 +258,10 @@ def test_long_running_requests_of_8_real_pods_job_by_transport(real, tmp_path, t
         assert streams == 0 and connects <= 1 and held <= 2, peak.detail
     else:
         assert streams == 8, peak.detail
-    print(f"8 real pods, --transport {transport}: {held} long-running requests while the ranks ran {peak.detail}; "
-          f"before: {peak.startup_peak} {peak.startup_detail}")
+    print(
+        f"8 real pods, --transport {transport}: {held} long-running requests while the ranks ran {peak.detail}; "
+        f"before: {peak.startup_peak} {peak.startup_detail}"
+    )
     assert real.leftovers(job) == []
 
 
@@ -215,8 +276,24 @@ def test_dying_daemons_fail_bounded_with_the_daemons_error(real):
         require(f"{mpirun} not installed (apt install openmpi-bin)")
     bad = "--mca orte_launch_agent " + shlex.quote("orted -mca plm_rsh_agent /only/on/the/launcher")
     t0 = time.monotonic()
-    p = real.run(job, "--launcher", "local", "--mpirun", mpirun, "--np", "2", "--slots-per-worker", "1",
-                 "--mpi-args", bad, "-q", "--", "python3", f"{PROGRAMS}/placement.py", timeout=240)
+    p = real.run(
+        job,
+        "--launcher",
+        "local",
+        "--mpirun",
+        mpirun,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--mpi-args",
+        bad,
+        "-q",
+        "--",
+        "python3",
+        f"{PROGRAMS}/placement.py",
+        timeout=240,
+    )
     elapsed = time.monotonic() - t0
     assert p.returncode != 0, p.stdout[-2000:]
     summary = next(line for line in p.stderr.splitlines() if line.startswith("mpilaunch: error:"))
@@ -228,16 +305,34 @@ def test_dying_daemons_fail_bounded_with_the_daemons_error(real):
 
 def test_failing_rank_is_named_with_its_pod(real, tmp_path):
     job = "rp-fail"
-    p = real.run(job, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
-                 "-x", "FAIL_RANK=3", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
-                 "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=240)
+    p = real.run(
+        job,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "-x",
+        "FAIL_RANK=3",
+        "-x",
+        "FAIL_CODE=7",
+        "-x",
+        "SLEEP=60",
+        "--",
+        "python3",
+        f"{PROGRAMS}/fail_rank.py",
+        timeout=240,
+    )
     assert p.returncode == 7, p.stderr[-3000:]
     summary = next(line for line in p.stderr.splitlines() if line.startswith("mpilaunch: error:"))
     assert summary == f"mpilaunch: error: rank 3 on worker {job}-worker-1 exited with code 7", p.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 7
-    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7, "oom_killed": False, "unobserved": None} \
-        in report["ranks"]
+    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7, "oom_killed": False, "unobserved": None} in report[
+        "ranks"
+    ]
     assert f"rank 3 on worker {job}-worker-1" in report["failure"]
     assert "rank 3 about to fail" in (tmp_path / "rank-3.log").read_text()
     assert real.leftovers(job) == []
@@ -256,13 +351,29 @@ def test_secret_env_on_real_pods_in_no_configmap_or_command_line(real):
     secret = f"s3cr3t-value-{time.time_ns()}"
     digest = hashlib.sha256(secret.encode()).hexdigest()
     # the ranks wait 20 s (no file to release them: the pods' file systems are their own)
-    proc = real.start(job, "--np", "4", "--slots-per-worker", "2", "-q", "-x", f"SECRET_TOKEN={secret}",
-                      "--", "python3", f"{PROGRAMS}/secret_env.py", digest, "/nonexistent", "20")
+    proc = real.start(
+        job,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "-q",
+        "-x",
+        f"SECRET_TOKEN={secret}",
+        "--",
+        "python3",
+        f"{PROGRAMS}/secret_env.py",
+        digest,
+        "/nonexistent",
+        "20",
+    )
     try:
         lines = wait_started(proc, 4, text="SECRET_SEEN")
-        on_argv = [f"{p.info['pid']}: {' '.join(p.info['cmdline'] or [])[:200]}"
-                   for p in psutil.process_iter(["pid", "cmdline"])
-                   if secret in " ".join(p.info["cmdline"] or []) and p.info["pid"] != proc.pid]
+        on_argv = [
+            f"{p.info['pid']}: {' '.join(p.info['cmdline'] or [])[:200]}"
+            for p in psutil.process_iter(["pid", "cmdline"])
+            if secret in " ".join(p.info["cmdline"] or []) and p.info["pid"] != proc.pid
+        ]
         assert on_argv == [], on_argv
         assert secret not in real.kubectl("get", "configmaps", "-o", "yaml").stdout
         stored = json.loads(real.kubectl("get", "secret", f"{job}-env", "-o", "json").stdout)
@@ -283,14 +394,33 @@ def test_secret_env_on_real_pods_in_no_configmap_or_command_line(real):
 def test_rank_past_the_pods_memory_limit_is_named_as_killed_by_the_oom_killer(real, tmp_path):
     """--pod-memory is a real limit in the pod's cgroup, and a rank past it is named for what killed it."""
     job = "rp-oom"
-    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--pod-memory", "256Mi", "--output-dir", str(tmp_path),
-                 "-q", "-x", "EAT_RANK=1", "-x", "EAT_MIB=1024",
-                 "--", "python3", f"{PROGRAMS}/eat_memory.py", timeout=240)
+    p = real.run(
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--pod-memory",
+        "256Mi",
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "-x",
+        "EAT_RANK=1",
+        "-x",
+        "EAT_MIB=1024",
+        "--",
+        "python3",
+        f"{PROGRAMS}/eat_memory.py",
+        timeout=240,
+    )
     assert "was not killed" not in p.stdout, "the pod's memory limit did not hold"
     assert p.returncode == 137, p.stderr[-3000:]
     summary = next(line for line in p.stderr.splitlines() if line.startswith("mpilaunch: error:"))
-    assert summary.startswith(f"mpilaunch: error: rank 1 on worker {job}-worker-1 exited with code 137: "
-                              "killed by the kernel's out-of-memory killer"), p.stderr[-3000:]
+    assert summary.startswith(
+        f"mpilaunch: error: rank 1 on worker {job}-worker-1 exited with code 137: "
+        "killed by the kernel's out-of-memory killer"
+    ), p.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert [(r["rank"], r["oom_killed"]) for r in report["ranks"]] == [(0, False), (1, True)]
     assert real.leftovers(job) == []
@@ -308,10 +438,28 @@ def test_every_exit_leaves_nothing_behind(real, how):
     job = f"rp-exit-{how}"
     orphan_timeout = 10
     # --launcher local: Debian's Open MPI 4.1 here, like the image's
-    extra = {"timeout": ["--timeout", "20"],
-             "sigkill-local": ["--launcher", "local", "--mpirun", "/usr/bin/mpirun.openmpi"]}.get(how, [])
-    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", "--orphan-timeout", str(orphan_timeout),
-                      *extra, "-x", "FAIL_RANK=-1", "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py")
+    extra = {
+        "timeout": ["--timeout", "20"],
+        "sigkill-local": ["--launcher", "local", "--mpirun", "/usr/bin/mpirun.openmpi"],
+    }.get(how, [])
+    proc = real.start(
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "-q",
+        "--orphan-timeout",
+        str(orphan_timeout),
+        *extra,
+        "-x",
+        "FAIL_RANK=-1",
+        "-x",
+        "SLEEP=300",
+        "--",
+        "python3",
+        f"{PROGRAMS}/fail_rank.py",
+    )
     try:
         wait_started(proc, 2)
         assert real.leftovers(job, timeout=0), "the job's objects exist while it runs"
@@ -320,9 +468,21 @@ def test_every_exit_leaves_nothing_behind(real, how):
         elif how == "sigterm":
             proc.send_signal(signal.SIGTERM)
         elif how.startswith("sigkill"):
-            wait_for(lambda: real.kubectl("get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper", "-o",
-                                          "jsonpath={.items[*].status.phase}").stdout == "Running",
-                     60, "the reaper pod to run")
+            wait_for(
+                lambda: (
+                    real.kubectl(
+                        "get",
+                        "pods",
+                        "-l",
+                        f"mpilaunch/job={job},mpilaunch/role=reaper",
+                        "-o",
+                        "jsonpath={.items[*].status.phase}",
+                    ).stdout
+                    == "Running"
+                ),
+                60,
+                "the reaper pod to run",
+            )
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)
         t_end = time.monotonic()
@@ -335,8 +495,10 @@ def test_every_exit_leaves_nothing_behind(real, how):
     if how.startswith("sigkill"):
         # reaped within the orphan timeout plus the reaper's poll, garbage collection and the pods' grace period
         assert real.leftovers(job, timeout=orphan_timeout + 30) == []
-        print(f"{job}: every object gone {time.monotonic() - t_end:.1f}s after SIGKILL "
-              f"(--orphan-timeout {orphan_timeout})")
+        print(
+            f"{job}: every object gone {time.monotonic() - t_end:.1f}s after SIGKILL "
+            f"(--orphan-timeout {orphan_timeout})"
+        )
     assert real.leftovers(job) == []
     wait_for(lambda: not real.containers_left(job), 60, "the kubelet to remove the job's containers")
     wait_for(lambda: leftover_processes(job) == [], 30, "the job's processes on this machine to end")
@@ -376,15 +538,42 @@ def test_launcher_pod_may_not_exec_into_another_jobs_pod(real, transport):
     procs = []
     try:
         for name in (other, job):
-            procs.append(real.start(name, "--np", "1", "-q", "--transport", transport, "-x", "FAIL_RANK=-1",
-                                    "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/fail_rank.py"))
+            procs.append(
+                real.start(
+                    name,
+                    "--np",
+                    "1",
+                    "-q",
+                    "--transport",
+                    transport,
+                    "-x",
+                    "FAIL_RANK=-1",
+                    "-x",
+                    "SLEEP=300",
+                    "--",
+                    "python3",
+                    f"{PROGRAMS}/fail_rank.py",
+                )
+            )
         for proc in procs:
             wait_started(proc, 1)
         launcher = next(p for p in pods_of(real, job) if "-launcher" in p)
         victim = f"{other}-worker-0"
         assert pods_of(real, other)[victim]["status"]["phase"] == "Running"
-        probe = real.kubectl("exec", launcher, "-c", "launcher", "--", "python3", "-c", EXEC_PROBE,
-                             f"{job}-worker-0", victim, check=False, timeout=60)
+        probe = real.kubectl(
+            "exec",
+            launcher,
+            "-c",
+            "launcher",
+            "--",
+            "python3",
+            "-c",
+            EXEC_PROBE,
+            f"{job}-worker-0",
+            victim,
+            check=False,
+            timeout=60,
+        )
         assert probe.returncode == 0, probe.stderr
         codes = json.loads(probe.stdout.strip().splitlines()[-1])
         assert codes[victim] == 403, codes
@@ -407,9 +596,14 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real, tmp_path):
     follower = None
     try:
         wait_for(lambda: any("tick 0" in line for line in [proc.stdout.readline()]), 180, "the first tick")
-        follower = subprocess.Popen([sys.executable, "-m", "mpilaunch", "logs", "-f", job, "--backend", "k8s"],
-                                    cwd=REPO, env=real.env(), text=True, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "mpilaunch", "logs", "-f", job, "--backend", "k8s"],
+            cwd=REPO,
+            env=real.env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         stamps = []
         for line in follower.stdout:
             if "tick 7" in line or "tick" in line:
@@ -423,9 +617,18 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real, tmp_path):
         # the follower stops quietly at its next write (a tick a second)
         err = tmp_path / "follow.err"
         headed = subprocess.run(
-            ["bash", "-c", f"{shlex.quote(sys.executable)} -m mpilaunch logs -f {job} --backend k8s 2>{err}"
-                           " | head -n 1; echo rc=${PIPESTATUS[0]}"],
-            cwd=REPO, env=real.env(), text=True, capture_output=True, timeout=60)
+            [
+                "bash",
+                "-c",
+                f"{shlex.quote(sys.executable)} -m mpilaunch logs -f {job} --backend k8s 2>{err}"
+                " | head -n 1; echo rc=${PIPESTATUS[0]}",
+            ],
+            cwd=REPO,
+            env=real.env(),
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
         first, rc = headed.stdout.splitlines()
         assert first.strip() and rc == "rc=0", (headed.stdout, err.read_text())
         assert err.read_text() == ""  # no BrokenPipeError traceback, no error line
@@ -444,8 +647,14 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real, tmp_path):
 
 
 def _mpilaunch(real, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--backend", "k8s"], cwd=REPO, env=real.env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mpilaunch", *args, "--backend", "k8s"],
+        cwd=REPO,
+        env=real.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_detach_returns_at_once_and_wait_logs_status_follow_the_job(real):
@@ -476,8 +685,24 @@ def test_detach_returns_at_once_and_wait_logs_status_follow_the_job(real):
 
 def test_detach_failed_rank_makes_wait_exit_with_its_code_and_name_it(real):
     job = "rp-detach-fail"
-    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--detach", "-x", "FAIL_RANK=1", "-x", "FAIL_CODE=7",
-                 "-x", "SLEEP=30", "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=120)
+    p = real.run(
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--detach",
+        "-x",
+        "FAIL_RANK=1",
+        "-x",
+        "FAIL_CODE=7",
+        "-x",
+        "SLEEP=30",
+        "--",
+        "python3",
+        f"{PROGRAMS}/fail_rank.py",
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     try:
         w = _mpilaunch(real, "wait", job, timeout=300)
@@ -503,10 +728,25 @@ def test_detach_launcher_pod_killed_or_deleted_releases_the_workers_and_status_s
     pods are gone within 60 s, `status` says what happened, `wait` exits with the job's code, and the
     reaper's own pod has ended: nothing of the job runs any more, and the record stays until `delete`."""
     job = f"rp-detach-{how}"
-    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--detach", "-x", "FAIL_RANK=-1", "-x", "SLEEP=600",
-                 "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=120)
+    p = real.run(
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--detach",
+        "-x",
+        "FAIL_RANK=-1",
+        "-x",
+        "SLEEP=600",
+        "--",
+        "python3",
+        f"{PROGRAMS}/fail_rank.py",
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     try:
+
         def both_ranks_started():
             log = real.kubectl("logs", "-l", f"mpilaunch/job={job},mpilaunch/role=launcher", check=False).stdout
             return "rank 0 started" in log and "rank 1 started" in log
@@ -527,18 +767,30 @@ def test_detach_launcher_pod_killed_or_deleted_releases_the_workers_and_status_s
         status = _mpilaunch(real, "status", job)
         assert status.returncode == 0 and f"  Failed (exit {code})  " in status.stdout, status.stdout + status.stderr
         if how == "sigkill":
-            assert (f"  outcome: the launcher container ended with exit code 137 (SIGKILL: out of memory, or killed) "
-                    f"(Job {job}-launcher: PodFailurePolicy: Container launcher for pod default/"
-                    f"{launcher['metadata']['name']} failed with exit code 137") in status.stdout, status.stdout
+            assert (
+                f"  outcome: the launcher container ended with exit code 137 (SIGKILL: out of memory, or killed) "
+                f"(Job {job}-launcher: PodFailurePolicy: Container launcher for pod default/"
+                f"{launcher['metadata']['name']} failed with exit code 137"
+            ) in status.stdout, status.stdout
             assert "; the launcher recorded no outcome, so the job's reaper released its workers" in status.stdout
             assert "exit=137 (Error)" in status.stdout  # the launcher pod stays, with the kubelet's word
         else:
-            assert ("  outcome: the launcher pod was stopped by the cluster (SIGTERM: deleted, evicted, preempted, "
-                    "or past its deadline)" in status.stdout), status.stdout
+            assert (
+                "  outcome: the launcher pod was stopped by the cluster (SIGTERM: deleted, evicted, preempted, "
+                "or past its deadline)" in status.stdout
+            ), status.stdout
         # the reaper's pod ended too (owned by the root, it goes with `delete`)
-        wait_for(lambda: [p["status"].get("phase") for p in real.cluster.get_json(
-            "pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper")["items"]] == ["Succeeded"], 60,
-            "the reaper pod to end")
+        wait_for(
+            lambda: (
+                [
+                    p["status"].get("phase")
+                    for p in real.cluster.get_json("pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper")["items"]
+                ]
+                == ["Succeeded"]
+            ),
+            60,
+            "the reaper pod to end",
+        )
         print(f"{job}: worker pods gone {gone_s:.1f}s after the launcher {how}")
     finally:
         d = _mpilaunch(real, "delete", job)
@@ -552,8 +804,24 @@ def test_detach_timeout_is_enforced_by_the_launcher_with_exit_124(real):
     mpilaunch would (exit 124, the usual line), long before the Job's activeDeadlineSeconds
     (--start-timeout + --timeout + 30 s) would SIGTERM it."""
     job = "rp-detach-timeout"
-    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--detach", "--timeout", "5", "-x", "FAIL_RANK=-1",
-                 "-x", "SLEEP=600", "--", "python3", f"{PROGRAMS}/fail_rank.py", timeout=120)
+    p = real.run(
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--detach",
+        "--timeout",
+        "5",
+        "-x",
+        "FAIL_RANK=-1",
+        "-x",
+        "SLEEP=600",
+        "--",
+        "python3",
+        f"{PROGRAMS}/fail_rank.py",
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     try:
         w = _mpilaunch(real, "wait", job, "--timeout", "200")
@@ -576,9 +844,26 @@ def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tm
     job = f"rp-lost-{launcher}-{how}"
     # mpirun here must match the image's (Open MPI 4.1), as in test_local_launcher_on_real_pods
     here = ["--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
-    proc = real.start(job, "--np", "4", "--slots-per-worker", "2", "--launcher", launcher, *here, "-q",
-                      "--output-dir", str(tmp_path), "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                      "--", "python3", f"{PROGRAMS}/fail_rank.py")
+    proc = real.start(
+        job,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "--launcher",
+        launcher,
+        *here,
+        "-q",
+        "--output-dir",
+        str(tmp_path),
+        "-x",
+        "FAIL_RANK=-1",
+        "-x",
+        "SLEEP=300",
+        "--",
+        "python3",
+        f"{PROGRAMS}/fail_rank.py",
+    )
     try:
         wait_started(proc, 4)
         node = real.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
@@ -586,8 +871,7 @@ def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tm
         if how == "evict":
             body = tmp_path / "eviction.json"
             body.write_text(EVICTION % f"{job}-worker-1")
-            real.kubectl("create", "--raw", f"/api/v1/namespaces/default/pods/{job}-worker-1/eviction",
-                         "-f", str(body))
+            real.kubectl("create", "--raw", f"/api/v1/namespaces/default/pods/{job}-worker-1/eviction", "-f", str(body))
         else:
             real.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
         out, err = proc.communicate(timeout=120)
@@ -598,8 +882,9 @@ def test_lost_worker_deleted_or_evicted_pod_is_named_first_on_real_pods(real, tm
             proc.communicate()
     assert proc.returncode == 5, err[-3000:]
     first = next(line for line in err.splitlines() if line.startswith("mpilaunch: error: "))
-    assert first.startswith(f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) "
-                            f"was lost: "), err[-3000:]
+    assert first.startswith(
+        f"mpilaunch: error: worker {job}-worker-1 (pod {job}-worker-1 on node {node}) was lost: "
+    ), err[-3000:]
     assert first.endswith("; ranks 2-3 ran there"), first
     if how == "evict":
         # The API server's DisruptionTarget condition says why, but the evicted
@@ -620,16 +905,43 @@ def test_retries_replace_a_deleted_pod_with_a_new_pod_on_real_pods(real, tmp_pat
     job = f"rp-retries-{launcher}"
     # mpirun here must match the image's (Open MPI 4.1), as in test_local_launcher_on_real_pods
     here = ["--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
-    proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "--launcher", launcher, *here,
-                      "--retries", "1", "-q", "--output-dir", str(tmp_path),
-                      "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/attempts.py")
+    proc = real.start(
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--launcher",
+        launcher,
+        *here,
+        "--retries",
+        "1",
+        "-q",
+        "--output-dir",
+        str(tmp_path),
+        "-x",
+        "SLEEP=300",
+        "--",
+        "python3",
+        f"{PROGRAMS}/attempts.py",
+    )
     try:
         seen = wait_started(proc, 2, "started (first attempt)", timeout=240)
-        uid = {i: real.kubectl("get", "pod", f"{job}-worker-{i}", "-o", "jsonpath={.metadata.uid}").stdout.strip()
-               for i in (0, 1)}
+        uid = {
+            i: real.kubectl("get", "pod", f"{job}-worker-{i}", "-o", "jsonpath={.metadata.uid}").stdout.strip()
+            for i in (0, 1)
+        }
         real.kubectl("delete", "pod", f"{job}-worker-1", "--wait=false")
-        wait_for(lambda: real.kubectl("get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}",
-                                      check=False).stdout.strip() not in ("", uid[1]), 120, "the replacement pod")
+        wait_for(
+            lambda: (
+                real.kubectl(
+                    "get", "pod", f"{job}-worker-1", "-o", "jsonpath={.metadata.uid}", check=False
+                ).stdout.strip()
+                not in ("", uid[1])
+            ),
+            120,
+            "the replacement pod",
+        )
         assert real.kubectl("get", "pod", f"{job}-worker-0", "-o", "jsonpath={.metadata.uid}").stdout.strip() == uid[0]
         out, err = proc.communicate(timeout=240)
     finally:
@@ -648,9 +960,29 @@ def test_retries_replace_a_deleted_pod_with_a_new_pod_on_real_pods(real, tmp_pat
 def test_retries_with_rank_failures_relaunch_a_new_launcher_pod_on_the_same_pods(real, tmp_path):
     """--retry-rank-failures with the cluster launcher: no worker is replaced, a new launcher pod runs attempt 2."""
     job = "rp-retries-rank"
-    p = real.run(job, "--np", "2", "--slots-per-worker", "1", "--retries", "1", "--retry-rank-failures", "-q",
-                 "--output-dir", str(tmp_path), "-x", "FAIL_UNIT=1", "-x", "FAIL_CODE=3", "-x", "SLEEP=0",
-                 "--", "python3", f"{PROGRAMS}/attempts.py", timeout=300)
+    p = real.run(
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--retries",
+        "1",
+        "--retry-rank-failures",
+        "-q",
+        "--output-dir",
+        str(tmp_path),
+        "-x",
+        "FAIL_UNIT=1",
+        "-x",
+        "FAIL_CODE=3",
+        "-x",
+        "SLEEP=0",
+        "--",
+        "python3",
+        f"{PROGRAMS}/attempts.py",
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.count("as attempt 2") == 2, p.stdout
     report = json.loads((tmp_path / "report.json").read_text())
@@ -678,9 +1010,27 @@ def test_ps_training_steps_run_across_real_pods(real, tf_image, tmp_path):
             return True
         return False
 
-    proc = real.start(job, "--mode", "ps", "--chief", "--workers", "2", "--ps", "1", "--timeout", "400",
-                      "--output-dir", str(tmp_path), "-q",
-                      "--", "python3", "/opt/mpilaunch/examples/ps_keras.py", "--steps", "12", image=tf_image)
+    proc = real.start(
+        job,
+        "--mode",
+        "ps",
+        "--chief",
+        "--workers",
+        "2",
+        "--ps",
+        "1",
+        "--timeout",
+        "400",
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "--",
+        "python3",
+        "/opt/mpilaunch/examples/ps_keras.py",
+        "--steps",
+        "12",
+        image=tf_image,
+    )
     try:
         wait_for(watch, 180, "4 task pods with IPs")
         out, err = finish(proc, 480)
@@ -717,17 +1067,31 @@ def image_path() -> str:
     raise AssertionError("docker/Dockerfile sets no PATH")
 
 
-@pytest.mark.parametrize("mpirun_args", [[], ["--mpirun", "/opt/openmpi5/bin/mpirun"]],
-                         ids=["openmpi4-usr", "openmpi5-opt"])
+@pytest.mark.parametrize(
+    "mpirun_args", [[], ["--mpirun", "/opt/openmpi5/bin/mpirun"]], ids=["openmpi4-usr", "openmpi5-opt"]
+)
 def test_user_env_ranks_on_real_pods_get_the_images_path(real, mpirun_args):
     """The launcher pod's mpirun is started by its absolute path, which Open MPI treats like
     --prefix: /usr/bin (the image's Open MPI 4.1) or /opt/openmpi5/bin (whose venv python3 then
     shadowed the image's) went ahead of PATH. Every rank's program gets the image's PATH, and
     python3 is the one that PATH finds."""
     job = "rp-path-" + ("5" if mpirun_args else "4")
-    proc = real.run(job, "--launcher", "cluster", *mpirun_args, "--np", "4", "--slots-per-worker", "2", "-q", "--",
-                    "python3", "-c", "import os, sys; print('path', os.environ['PATH'], 'exe', sys.executable)",
-                    timeout=240)
+    proc = real.run(
+        job,
+        "--launcher",
+        "cluster",
+        *mpirun_args,
+        "--np",
+        "4",
+        "--slots-per-worker",
+        "2",
+        "-q",
+        "--",
+        "python3",
+        "-c",
+        "import os, sys; print('path', os.environ['PATH'], 'exe', sys.executable)",
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     seen = [line.split()[-4:] for line in proc.stdout.splitlines() if " path " in f" {line}"]
     assert len(seen) == 4, proc.stdout

@@ -51,8 +51,9 @@ def test_tenant_runs_allreduce_with_placement_on_both_launchers(tenant, tmp_path
     the job's own NetworkPolicy through the default-deny; nothing left, no RBAC object made."""
     job = f"tn-{launcher}"
     extra = ["--launcher", "local", "--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
-    code, out, err, seen = run_watching(tenant, job, *extra, *PLACEMENT, "--output-dir", str(tmp_path), "--",
-                                        "python3", f"{PROGRAMS}/placement.py")
+    code, out, err, seen = run_watching(
+        tenant, job, *extra, *PLACEMENT, "--output-dir", str(tmp_path), "--", "python3", f"{PROGRAMS}/placement.py"
+    )
     assert code == 0, out[-2000:] + err[-3000:]
     assert_placement(None, job, ranks_from(out), 4, 2, seen)
     for pod in seen.values():
@@ -70,8 +71,10 @@ def test_tenant_runs_a_foreign_image(tenant, foreign, tmp_path):
     is root): mpilaunch's non-root UID and writable /tmp make it run."""
     job = "tn-foreign"
     image = foreign("openmpi")
-    program = "from mpi4py import MPI; c = MPI.COMM_WORLD; import os, json; " \
-              "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), 'uid': os.getuid()}))"
+    program = (
+        "from mpi4py import MPI; c = MPI.COMM_WORLD; import os, json; "
+        "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), 'uid': os.getuid()}))"
+    )
     code, out, err, seen = run_watching(tenant, job, *PLACEMENT, "--", "python3", "-c", program, image=image)
     assert code == 0, out[-2000:] + err[-3000:]
     ranks = ranks_from(out)
@@ -90,15 +93,28 @@ def test_tenant_read_only_root_and_an_openshift_uid(tenant, tmp_path, flavour):
     mpi_args, python, library = IMAGE_MPIS[flavour]
     # a 3.2 MB allreduce too: past every eager limit, the ranks of a pod take their single-copy path,
     # which the RuntimeDefault seccomp profile refuses for MPICH (security.SECCOMP_MPI_SETTINGS)
-    program = ("import os, json, pwd\nfrom array import array\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
-               "try:\n    pwd.getpwuid(os.getuid()); named = True\nexcept KeyError:\n    named = False\n"
-               "big = array('d', [c.rank + 1.0]) * 400000; out = array('d', [0.0]) * 400000\n"
-               "c.Allreduce(big, out)\n"
-               "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), 'uid': os.getuid(), "
-               "'big': [out[0], out[-1]], 'gid': os.getgid(), 'named': named, "
-               "'library': MPI.Get_library_version()}))")
-    code, out, err, seen = run_watching(tenant, job, *mpi_args, "--read-only-root", "--run-as-user", "1000650000:0",
-                                        *PLACEMENT, "--", python, "-c", program)
+    program = (
+        "import os, json, pwd\nfrom array import array\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+        "try:\n    pwd.getpwuid(os.getuid()); named = True\nexcept KeyError:\n    named = False\n"
+        "big = array('d', [c.rank + 1.0]) * 400000; out = array('d', [0.0]) * 400000\n"
+        "c.Allreduce(big, out)\n"
+        "print(json.dumps({'rank': c.rank, 'sum': c.allreduce(c.rank + 1), 'uid': os.getuid(), "
+        "'big': [out[0], out[-1]], 'gid': os.getgid(), 'named': named, "
+        "'library': MPI.Get_library_version()}))"
+    )
+    code, out, err, seen = run_watching(
+        tenant,
+        job,
+        *mpi_args,
+        "--read-only-root",
+        "--run-as-user",
+        "1000650000:0",
+        *PLACEMENT,
+        "--",
+        python,
+        "-c",
+        program,
+    )
     assert code == 0, out[-2000:] + err[-3000:]
     ranks = ranks_from(out)
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and {r["sum"] for r in ranks} == {10}, ranks
@@ -118,18 +134,23 @@ def test_tenant_detached_job_completes_and_is_reaped(tenant, tmp_path):
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     waited = tenant.manage("wait", job, "--timeout", "240")
     assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+
     def launcher_job() -> dict:
         return json.loads(tenant.kubectl("get", "job", f"{job}-launcher", "-o", "json", check=False).stdout or "{}")
 
     # the Job controller counts the pod's success a moment after the pod ends (or the job is gone)
-    wait_for(lambda: not launcher_job() or launcher_job()["status"].get("succeeded") == 1, 60,
-             "the launcher Job to complete")
+    wait_for(
+        lambda: not launcher_job() or launcher_job()["status"].get("succeeded") == 1, 60, "the launcher Job to complete"
+    )
     launcher = launcher_job()
     if launcher:
         annotations = launcher["spec"]["template"]["metadata"]["annotations"]
         assert annotations["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled"
-    wait_for(lambda: not tenant_pods(tenant, job) or all(
-        "-launcher" in n for n in tenant_pods(tenant, job)), 120, "the workers released")
+    wait_for(
+        lambda: not tenant_pods(tenant, job) or all("-launcher" in n for n in tenant_pods(tenant, job)),
+        120,
+        "the workers released",
+    )
     assert_no_identities_made(tenant, job)
     tenant.manage("delete", job)
     assert tenant.leftovers(job) == []
@@ -141,7 +162,9 @@ def test_tenant_without_service_account_is_told_what_the_admin_applies(tenant):
     job = "tn-norbac"
     result = tenant.run(job, *PLACEMENT, "--", "true", account=False, timeout=120)
     assert result.returncode == 2, result.stderr
-    assert "may not create roles, rolebindings in namespace" in result.stderr, result.stderr  # edit may make ServiceAccounts
+    assert "may not create roles, rolebindings in namespace" in result.stderr, (
+        result.stderr
+    )  # edit may make ServiceAccounts
     assert f"mpilaunch rbac --namespace {tenant.namespace} | kubectl apply -f -" in result.stderr
     assert "--service-account mpilaunch" in result.stderr
     assert "Traceback" not in result.stderr
@@ -177,9 +200,32 @@ def test_tenant_ps_mode_trains_across_pods(tenant, tf_image, tmp_path):
     registry on this machine through the job's NetworkPolicy; sized under the LimitRange and quota."""
     job = "tn-ps"
     code, out, err, seen = run_watching(
-        tenant, job, "--mode", "ps", "--chief", "--workers", "1", "--ps", "1", "--timeout", "400",
-        "--pod-cpu", "400m", "--pod-memory", "1Gi", "--output-dir", str(tmp_path), "-q",
-        "--", "python3", "/opt/mpilaunch/examples/ps_keras.py", "--steps", "4", image=tf_image, timeout=480)
+        tenant,
+        job,
+        "--mode",
+        "ps",
+        "--chief",
+        "--workers",
+        "1",
+        "--ps",
+        "1",
+        "--timeout",
+        "400",
+        "--pod-cpu",
+        "400m",
+        "--pod-memory",
+        "1Gi",
+        "--output-dir",
+        str(tmp_path),
+        "-q",
+        "--",
+        "python3",
+        "/opt/mpilaunch/examples/ps_keras.py",
+        "--steps",
+        "4",
+        image=tf_image,
+        timeout=480,
+    )
     assert code == 0, out[-3000:] + err[-3000:]
     assert sorted(seen) == sorted(f"{job}-{t}" for t in ("chief-0", "worker-0", "ps-0"))
     summary = json.loads(next(line.split("PS-KERAS ", 1)[1] for line in out.splitlines() if "PS-KERAS {" in line))

@@ -43,8 +43,9 @@ def _gang(c, pg, n, gpus, min_resources=None):
     from testbeds.k8s.volcano import pod, podgroup
 
     names = [f"{pg}-{i}" for i in range(n)]
-    c.apply([podgroup(pg, n, min_resources=min_resources)]
-            + [pod(x, pg, requests={"nvidia.com/gpu": gpus}) for x in names])
+    c.apply(
+        [podgroup(pg, n, min_resources=min_resources)] + [pod(x, pg, requests={"nvidia.com/gpu": gpus}) for x in names]
+    )
     return names
 
 
@@ -53,9 +54,12 @@ def test_a_gang_that_does_not_fit_binds_no_pod_and_says_why(vc):
 
     c = vc
     names = _gang(c, "toobig", 3, 8)  # 24 GPUs wanted, 16 there
-    c.wait(lambda: any(x.get("type") == "Unschedulable"
-                       for x in podgroup_status(c, "toobig").get("conditions", [])),
-           60, "PodGroup toobig Unschedulable", interval=0.5)
+    c.wait(
+        lambda: any(x.get("type") == "Unschedulable" for x in podgroup_status(c, "toobig").get("conditions", [])),
+        60,
+        "PodGroup toobig Unschedulable",
+        interval=0.5,
+    )
     time.sleep(3)  # a few more scheduling cycles: still nothing bound
     assert _bound(c, names) == set()
     st = podgroup_status(c, "toobig")
@@ -68,11 +72,9 @@ def test_a_gang_that_does_not_fit_binds_no_pod_and_says_why(vc):
     assert st["phase"] == "Inqueue", st  # no minResources: enqueue lets it in
     # one member fewer (and minMember 2): the rest fits, and binds together
     c.kubectl("delete", "pod", names[2], "--grace-period=0", "--force")
-    c.kubectl("patch", "podgroups.scheduling.volcano.sh", "toobig", "--type=merge",
-              "-p", '{"spec":{"minMember":2}}')
+    c.kubectl("patch", "podgroups.scheduling.volcano.sh", "toobig", "--type=merge", "-p", '{"spec":{"minMember":2}}')
     c.wait(lambda: _bound(c, names[:2]) == set(names[:2]), 60, "both pods bound", interval=0.5)
-    c.wait(lambda: podgroup_status(c, "toobig").get("phase") == "Running", 60, "PodGroup Running",
-           interval=0.5)
+    c.wait(lambda: podgroup_status(c, "toobig").get("phase") == "Running", 60, "PodGroup Running", interval=0.5)
     c.kubectl("delete", "pods", *names[:2], "--grace-period=0", "--force")
     c.kubectl("delete", "podgroups.scheduling.volcano.sh", "toobig")
 

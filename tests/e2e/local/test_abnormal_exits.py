@@ -116,8 +116,7 @@ def test_only_run_directories_of_dead_owners_are_swept(tmp_path, monkeypatch):
         # the pid is alive but another process has it now: its start time differs
         reused = tmp_path / "mpilaunch-reused-abcd"
         reused.mkdir()
-        record = rundir.owner_record(live.pid).replace(
-            f"start={rundir.process_start_time(live.pid)}", "start=1")
+        record = rundir.owner_record(live.pid).replace(f"start={rundir.process_start_time(live.pid)}", "start=1")
         (reused / rundir.OWNER_FILE).write_text(record)
         agent = tmp_path / "mpilaunch-job-worker-0-abcd"  # an agent's private directory: no owner file
         agent.mkdir()
@@ -145,14 +144,16 @@ def test_only_run_directories_of_dead_owners_are_swept(tmp_path, monkeypatch):
 def test_k8s_wrapper_removes_its_pid_file_when_the_session_ends(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     # start_new_session: a group leader, as a container runtime starts an exec (setsid forks, -w waits)
-    proc = subprocess.run(k8s_transport.wrapped("s1", "echo out; exit 7"), env=env, capture_output=True,
-                          text=True, start_new_session=True)
+    proc = subprocess.run(
+        k8s_transport.wrapped("s1", "echo out; exit 7"), env=env, capture_output=True, text=True, start_new_session=True
+    )
     assert (proc.returncode, proc.stdout) == (7, "out\n")
     assert list(tmp_path.iterdir()) == []
 
     # a signalled session: the command's own handler runs to its end, then the file goes
-    proc = subprocess.Popen(k8s_transport.wrapped("s2", "trap 'sleep 0.3; exit 5' TERM; sleep 30 & wait"),
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        k8s_transport.wrapped("s2", "trap 'sleep 0.3; exit 5' TERM; sleep 30 & wait"), env=env, start_new_session=True
+    )
     pidfile = tmp_path / "mpilaunch-s2.pid"
     wait_for(pidfile.exists, 10, "the pid file")
     subprocess.run(k8s_transport.killer("TERM", "s2"), env=env, check=True)
@@ -168,11 +169,18 @@ def test_only_lines_with_the_launch_token_count():
     out, err = io.StringIO(), io.StringIO()
     sink = RankOutput(out, err)
     sink.token = token
-    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
-           "MPILAUNCH_WORKER": "w-1"}
-    forged = [rank_lines.format_status("1", "x", 0), rank_lines.format_status("1", "x", 0, token="0" * 16),
-              rank_lines.format_start({**env, "OMPI_COMM_WORLD_RANK": "7"}, "/bin/x"),
-              rank_lines.format_mpi("1", "x", "/lib/libmpi.so.40")]
+    env = {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "MPILAUNCH_WORKER": "w-1",
+    }
+    forged = [
+        rank_lines.format_status("1", "x", 0),
+        rank_lines.format_status("1", "x", 0, token="0" * 16),
+        rank_lines.format_start({**env, "OMPI_COMM_WORLD_RANK": "7"}, "/bin/x"),
+        rank_lines.format_mpi("1", "x", "/lib/libmpi.so.40"),
+    ]
     for line in forged:
         sink.feed("stderr", f"[1,1]<stderr>: {line}\n")
     assert sink.statuses == [] and sink.starts == [] and sink.environments == {}
@@ -200,12 +208,31 @@ def test_the_program_does_not_inherit_the_token():
 def test_sigkill_of_mpilaunch_keeps_every_line_read_in_the_rank_logs(openmpi5, tmp_path):
     name = "sigkill-logs"
     lines = 300  # ~3 KB a rank: all of it sat in the log's buffer before
-    program = (f"import os, time\nfor i in range({lines}): print('line', i)\n"
-               "print('started', flush=True)\ntime.sleep(300)")
+    program = (
+        f"import os, time\nfor i in range({lines}): print('line', i)\nprint('started', flush=True)\ntime.sleep(300)"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mpilaunch", "--name", name, "--np", "2", "-q", "--output-dir", str(tmp_path),
-         "--", sys.executable, "-c", program],
-        cwd=REPO, env=mpilaunch_env(openmpi5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "--np",
+            "2",
+            "-q",
+            "--output-dir",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            "-c",
+            program,
+        ],
+        cwd=REPO,
+        env=mpilaunch_env(openmpi5),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_started(proc, 2)  # both ranks' last line is echoed, so it was read and written to the log
@@ -225,9 +252,20 @@ def test_a_report_that_cannot_be_written_keeps_the_exit_code_and_the_cleanup(ope
     out, tmp = tmp_path / "out", tmp_path / "tmp"
     tmp.mkdir()
     proc = run_mpilaunch(
-        ["--name", name, "--np", "2", "-q", "--output-dir", str(out), "--", sys.executable,
-         "tests/programs/forge_status.py"],
-        openmpi5, env_extra={"REMOVE_DIR": str(out), "EXIT_CODE": "3", "TMPDIR": str(tmp)},
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "-q",
+            "--output-dir",
+            str(out),
+            "--",
+            sys.executable,
+            "tests/programs/forge_status.py",
+        ],
+        openmpi5,
+        env_extra={"REMOVE_DIR": str(out), "EXIT_CODE": "3", "TMPDIR": str(tmp)},
     )
     assert proc.returncode == 3, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "cannot write" in line]
@@ -240,8 +278,23 @@ def test_a_report_that_cannot_be_written_keeps_the_exit_code_and_the_cleanup(ope
 def forging_job(name: str, forge: str, install, out):
     """Two ranks of tests/programs/forge_status.py printing a forged ``forge`` line."""
     return run_mpilaunch(
-        ["--name", name, "--np", "2", "--slots-per-worker", "1", "-q", "--output-dir", str(out),
-         "--", sys.executable, "tests/programs/forge_status.py"], install, env_extra={"FORGE": forge})
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "-q",
+            "--output-dir",
+            str(out),
+            "--",
+            sys.executable,
+            "tests/programs/forge_status.py",
+        ],
+        install,
+        env_extra={"FORGE": forge},
+    )
 
 
 @pytest.mark.mpi
@@ -251,7 +304,9 @@ def test_a_forged_status_line_does_not_hide_the_ranks_exit(openmpi5, tmp_path):
     assert "rank 1 on worker forged-status-worker-1 exited with code 3" in proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert [(r["rank"], r["worker"], r["exit_code"]) for r in report["ranks"]] == [
-        (0, "forged-status-worker-0", 0), (1, "forged-status-worker-1", 3)]
+        (0, "forged-status-worker-0", 0),
+        (1, "forged-status-worker-1", 3),
+    ]
     # the forged line is the program's output, shown and logged as such
     assert "mpilaunch-rank-status: rank=1 worker=x exit=0" in (tmp_path / "rank-1.log").read_text()
     assert "token visible: True" not in proc.stdout and proc.stdout.count("token visible: False") == 2

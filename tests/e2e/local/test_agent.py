@@ -160,7 +160,8 @@ def test_environment_markers_cwd_and_forwarded_env(tmp_path):
         status, out, _ = a.run(
             "echo $MPILAUNCH_WORKER; echo $MPILAUNCH_SESSION; echo $EXTRA_ONE $EXTRA_TWO; echo $FWD; pwd;"
             " sh -c 'echo grandchild $MPILAUNCH_WORKER'",
-            env={"FWD": "forwarded value", "MPILAUNCH_SESSION": "spoofed"}, cwd=str(tmp_path),
+            env={"FWD": "forwarded value", "MPILAUNCH_SESSION": "spoofed"},
+            cwd=str(tmp_path),
         )
         assert status == 0
         worker, session, extra, fwd, cwd, grandchild = out.decode().splitlines()
@@ -289,8 +290,11 @@ def test_random_bytes_oversized_and_half_open_run_nothing(tmp_path):
                 except (ConnectionResetError, TimeoutError):
                     pass
         # Authenticated, then garbage: an oversized frame and an unknown frame type.
-        for tail in (bytes([P.RUN]) + (P.MAX_FRAME + 10).to_bytes(4, "big"), b"\x99" * 50,
-                     lambda channel: channel.frame(P.STDIN, f"touch {marker}".encode())):
+        for tail in (
+            bytes([P.RUN]) + (P.MAX_FRAME + 10).to_bytes(4, "big"),
+            b"\x99" * 50,
+            lambda channel: channel.frame(P.STDIN, f"touch {marker}".encode()),
+        ):
             s, channel, _, _ = agent_client._open_session(a.address, SECRET, 5)
             s.sendall(tail(channel) if callable(tail) else tail)
             s.settimeout(5)
@@ -406,8 +410,9 @@ def test_exit_with_parent_pid(tmp_path):
     wait_for_file(addr)
     parent.kill()
     parent.wait()
-    assert wait_until(lambda: not psutil.pid_exists(agent_pid)
-                      or psutil.Process(agent_pid).status() == psutil.STATUS_ZOMBIE, 10)
+    assert wait_until(
+        lambda: not psutil.pid_exists(agent_pid) or psutil.Process(agent_pid).status() == psutil.STATUS_ZOMBIE, 10
+    )
 
 
 # --- the secret ---------------------------------------------------------------------------
@@ -424,9 +429,24 @@ def test_secret_is_not_exposed(agent):
 
 def test_secret_stdin(tmp_path):
     addr = tmp_path / "a.addr"
-    p = subprocess.Popen([sys.executable, "-m", "mpilaunch.agent", "--name", "w", "--listen", "127.0.0.1:0",
-                          "--address-file", str(addr), "--secret-stdin"],
-                         stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, env=agent_env(), cwd=REPO)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch.agent",
+            "--name",
+            "w",
+            "--listen",
+            "127.0.0.1:0",
+            "--address-file",
+            str(addr),
+            "--secret-stdin",
+        ],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=agent_env(),
+        cwd=REPO,
+    )
     try:
         p.stdin.write(b"from-stdin\n")
         p.stdin.close()
@@ -440,9 +460,24 @@ def test_secret_stdin(tmp_path):
 
 def test_world_readable_secret_file_is_refused(tmp_path):
     secret = write_secret(tmp_path / "s", mode=0o644)
-    r = subprocess.run([sys.executable, "-m", "mpilaunch.agent", "--name", "w", "--listen", "127.0.0.1:0",
-                        "--secret-file", str(secret)], capture_output=True, text=True, env=agent_env(), cwd=REPO,
-                       timeout=30)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch.agent",
+            "--name",
+            "w",
+            "--listen",
+            "127.0.0.1:0",
+            "--secret-file",
+            str(secret),
+        ],
+        capture_output=True,
+        text=True,
+        env=agent_env(),
+        cwd=REPO,
+        timeout=30,
+    )
     assert r.returncode == 2
     assert "readable by group or others" in r.stderr
     with pytest.raises(PermissionError):

@@ -235,8 +235,9 @@ def test_tampered_replayed_stdin_frame_ends_the_running_session(agent, tmp_path)
     try:
         os.write(w, b"x\n")
         with pytest.raises(agent_client.AgentError):
-            agent_client.run_command(proxy.address, SECRET, f'read a && read b && echo "$a$b" > {out}', stdin=r,
-                                     timeout=10)
+            agent_client.run_command(
+                proxy.address, SECRET, f'read a && read b && echo "$a$b" > {out}', stdin=r, timeout=10
+            )
     finally:
         os.close(w)
         os.close(r)
@@ -248,9 +249,10 @@ def test_tampered_replayed_stdin_frame_ends_the_running_session(agent, tmp_path)
 
 def test_tampered_exit_frame_is_refused_by_the_client(agent):
     """The other direction: a forged exit status must not become the shim's (mpirun's) verdict."""
+
     def zero_exit(i, frame):
         if frame[0] == P.EXIT:
-            return frame[:P.HEADER_LEN] + P.encode_int(0) + frame[P.HEADER_LEN + 4:]
+            return frame[: P.HEADER_LEN] + P.encode_int(0) + frame[P.HEADER_LEN + 4 :]
         return frame
 
     proxy = TamperingProxy(agent.address, downstream=zero_exit)
@@ -266,9 +268,24 @@ def test_tampered_exit_frame_is_refused_by_the_client(agent):
 
 def start_slowloris(tmp_path: Path, addresses, per_target=1024):
     ready, stats = tmp_path / "slowloris.ready", tmp_path / "slowloris.json"
-    proc = subprocess.Popen([sys.executable, str(SLOWLORIS), "--source", ATTACKER_IP, "--per-target", str(per_target),
-                             "--ready", str(ready), "--stats", str(stats), *addresses],
-                            env=agent_env(), cwd=REPO, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(SLOWLORIS),
+            "--source",
+            ATTACKER_IP,
+            "--per-target",
+            str(per_target),
+            "--ready",
+            str(ready),
+            "--stats",
+            str(stats),
+            *addresses,
+        ],
+        env=agent_env(),
+        cwd=REPO,
+        start_new_session=True,
+    )
     assert wait_until(ready.exists, 30), "the slowloris peer did not get ready"
     return proc, stats
 
@@ -356,8 +373,24 @@ os.execv(real, [real] + sys.argv[1:])
     name = "slowloris-launch"
     try:
         start = time.monotonic()
-        proc = run_mpilaunch(["--name", name, "--np", "4", "--slots-per-worker", "2", "--timeout", "60", "-q",
-                              "--", sys.executable, "tests/programs/placement.py"], install, timeout=120)
+        proc = run_mpilaunch(
+            [
+                "--name",
+                name,
+                "--np",
+                "4",
+                "--slots-per-worker",
+                "2",
+                "--timeout",
+                "60",
+                "-q",
+                "--",
+                sys.executable,
+                "tests/programs/placement.py",
+            ],
+            install,
+            timeout=120,
+        )
         elapsed = time.monotonic() - start
     finally:
         if pidfile.exists():
@@ -367,7 +400,7 @@ os.execv(real, [real] + sys.argv[1:])
                 pass
     assert ready.exists(), "the attack never started: " + proc.stderr
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = [json.loads(line[line.find("{"):]) for line in proc.stdout.splitlines() if '"rank"' in line]
+    ranks = [json.loads(line[line.find("{") :]) for line in proc.stdout.splitlines() if '"rank"' in line]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3] and {r["sum"] for r in ranks} == {10}
     assert elapsed < 30, f"the launch took {elapsed:.1f} s under the attack"
     assert wait_until(lambda: stats_file.exists() and json.loads(stats_file.read_text()), 10)

@@ -38,9 +38,23 @@ def test_tls_job_keeps_x_values_and_task_output_off_the_wire(tmp_path):
     secret, name = marker(), "tls-ps"
     reversed_secret = secret[::-1]
     with capture_or_require() as cap:
-        proc = run_mpilaunch(["--name", name, "--mode", "ps", "--workers", "2", "-x", f"TLS_MARK={secret}",
-                              "--", sys.executable, "-c", "import os; print(os.environ['TLS_MARK'][::-1])"],
-                             timeout=120)
+        proc = run_mpilaunch(
+            [
+                "--name",
+                name,
+                "--mode",
+                "ps",
+                "--workers",
+                "2",
+                "-x",
+                f"TLS_MARK={secret}",
+                "--",
+                sys.executable,
+                "-c",
+                "import os; print(os.environ['TLS_MARK'][::-1])",
+            ],
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"[worker:0] {reversed_secret}" in proc.stdout  # the value reached the task, the output came back
     assert f"[worker:1] {reversed_secret}" in proc.stdout
@@ -64,8 +78,12 @@ def test_tls_capture_sees_a_plain_agent_s_bytes_and_not_a_tls_one(tmp_path):
             assert (status, out.strip()) == (0, secret[::-1].encode())
             flows = cap.flows_of_port(port)
             assert flows, "nothing captured on the agent's port"
-            seen[agent.name] = [needle in data for data in flows.values() for needle in (secret, secret[::-1])
-                                for needle in [needle.encode()]]
+            seen[agent.name] = [
+                needle in data
+                for data in flows.values()
+                for needle in (secret, secret[::-1])
+                for needle in [needle.encode()]
+            ]
         assert any(seen["plain"]), "the capture missed a plain agent's bytes: it would prove nothing"
         assert not any(seen["tls"])
     finally:
@@ -111,8 +129,9 @@ def test_tls_client_refuses_an_agent_without_the_job_certificate(tmp_path):
         impostor = AgentProc(tmp_path / f"impostor-{len(impostor_secret)}", secret=impostor_secret)
         try:
             with pytest.raises(agent_client.AgentError, match="TLS"):
-                agent_client.run_capture(impostor.address, credential, "echo secret-command", timeout=10,
-                                         connect_timeout=5)
+                agent_client.run_capture(
+                    impostor.address, credential, "echo secret-command", timeout=10, connect_timeout=5
+                )
             assert "secret-command" not in impostor.log()
         finally:
             impostor.stop()

@@ -55,8 +55,9 @@ def test_api_restores_caller_signal_handlers_after_a_failing_job(caller_handlers
     import mpilaunch
 
     mine, install, received = caller_handlers
-    result = mpilaunch.run([sys.executable, "-c", "import sys; sys.exit(3)"], np=2, mpirun=install.mpirun,
-                           name="api-sig-fail")
+    result = mpilaunch.run(
+        [sys.executable, "-c", "import sys; sys.exit(3)"], np=2, mpirun=install.mpirun, name="api-sig-fail"
+    )
     assert result.exit_code == 3, result.failure
     assert_handlers_are(mine)
 

@@ -20,7 +20,7 @@ from support.helpers import REPO, mpilaunch_env
 
 pytestmark = pytest.mark.mpi
 
-OPTIONS = '''
+OPTIONS = """
 from dataclasses import dataclass
 from mpilaunch.backends.base import BackendOptions
 
@@ -37,8 +37,8 @@ class ToyOptions(BackendOptions):
     @classmethod
     def from_args(cls, args):
         return cls(greeting=args.toy_greeting)
-'''
-BACKEND = '''
+"""
+BACKEND = """
 import sys
 from mpilaunch.backends.local.backend import LocalBackend
 from toy_backend.options import ToyOptions
@@ -51,7 +51,7 @@ class ToyBackend(LocalBackend):
     def allocate(self):
         print(f"toy: {self.options.greeting}, {len(self.plan.workers)} workers", file=sys.stderr, flush=True)
         super().allocate()
-'''
+"""
 
 
 @pytest.fixture
@@ -69,13 +69,27 @@ def toy_env(tmp_path, openmpi5):
 
 
 def mpilaunch(env, *args):
-    return subprocess.run([sys.executable, "-m", "mpilaunch", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "mpilaunch", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_an_installed_backend_runs_a_job_with_its_own_option(toy_env):
-    ran = mpilaunch(toy_env, "--backend", "toy", "--toy-greeting", "ahoy", "--np", "2", "--slots-per-worker", "1",
-                    "--", sys.executable, "-c", "import os; print('rank', os.environ['OMPI_COMM_WORLD_RANK'])")
+    ran = mpilaunch(
+        toy_env,
+        "--backend",
+        "toy",
+        "--toy-greeting",
+        "ahoy",
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "--",
+        sys.executable,
+        "-c",
+        "import os; print('rank', os.environ['OMPI_COMM_WORLD_RANK'])",
+    )
     assert ran.returncode == 0, ran.stderr
     assert "toy: ahoy, 2 workers" in ran.stderr
     assert {line.split("rank ")[-1] for line in ran.stdout.splitlines() if "rank " in line} == {"0", "1"}

@@ -34,8 +34,22 @@ def openmpi4():
 
 
 def job_args(name, mode, odd, tmp_path, *extra):
-    return ["--name", name, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--output-dir", str(tmp_path),
-            *extra, "--", sys.executable, str(HANG), mode, str(odd)]
+    return [
+        "--name",
+        name,
+        "--np",
+        str(NP),
+        "--slots-per-worker",
+        str(SLOTS),
+        "--output-dir",
+        str(tmp_path),
+        *extra,
+        "--",
+        sys.executable,
+        str(HANG),
+        mode,
+        str(odd),
+    ]
 
 
 def verdict_line(stderr: str) -> str:
@@ -70,8 +84,9 @@ def test_hang_at_timeout_the_verdict_names_the_injected_rank(openmpi4, tmp_path,
     line = verdict_line(proc.stderr)
     mine, others = EXPECTED[mode]
     others_line = STUCK["others-recv" if mode == "recv" else "others"]
-    assert line.startswith(f"mpilaunch: hang: rank {odd} ({worker_of(name, odd)}) "
-                           + mine.format(line=STUCK[mode]) + "; "), line
+    assert line.startswith(
+        f"mpilaunch: hang: rank {odd} ({worker_of(name, odd)}) " + mine.format(line=STUCK[mode]) + "; "
+    ), line
     assert line.endswith(others.format(others=others_line)) or others.format(others=others_line) in line, line
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == EXIT_TIMEOUT
@@ -97,13 +112,21 @@ FALLBACK_EXPECTED = {
 @pytest.mark.parametrize("mode", sorted(FALLBACK_EXPECTED))
 def test_hang_without_py_spy_the_faulthandler_names_the_injected_rank(openmpi4, tmp_path, mode, odd):
     name = f"hang-nospy-{mode}-{odd}"
-    proc = run_mpilaunch(job_args(name, mode, odd, tmp_path, "--timeout", HANG_TIMEOUT), openmpi4,
-                         env_extra={"MPILAUNCH_PY_SPY": "none"}, timeout=120)
+    proc = run_mpilaunch(
+        job_args(name, mode, odd, tmp_path, "--timeout", HANG_TIMEOUT),
+        openmpi4,
+        env_extra={"MPILAUNCH_PY_SPY": "none"},
+        timeout=120,
+    )
     assert proc.returncode == EXIT_TIMEOUT, proc.stderr[-3000:]
     mine, others = FALLBACK_EXPECTED[mode]
     others_line = STUCK["others-recv" if mode == "recv" else "others"]
-    assert verdict_line(proc.stderr) == (f"mpilaunch: hang: rank {odd} ({worker_of(name, odd)}) "
-                                         + mine.format(line=STUCK[mode]) + "; " + others.format(others=others_line))
+    assert verdict_line(proc.stderr) == (
+        f"mpilaunch: hang: rank {odd} ({worker_of(name, odd)}) "
+        + mine.format(line=STUCK[mode])
+        + "; "
+        + others.format(others=others_line)
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     assert [s["tool"] for s in report["stacks"]] == ["faulthandler"] * NP, report["stacks"]
     assert report["hang"]["collection_s"] < 15
@@ -113,8 +136,12 @@ def test_hang_without_py_spy_the_faulthandler_names_the_injected_rank(openmpi4, 
 def test_hang_without_py_spy_a_stopped_rank_is_named_stopped(openmpi4, tmp_path):
     """A stopped process runs no signal handler: no frames, and still the rank, stopped."""
     name = "hang-nospy-stop"
-    proc = run_mpilaunch(job_args(name, "stop", 1, tmp_path, "--timeout", HANG_TIMEOUT), openmpi4,
-                         env_extra={"MPILAUNCH_PY_SPY": "none"}, timeout=120)
+    proc = run_mpilaunch(
+        job_args(name, "stop", 1, tmp_path, "--timeout", HANG_TIMEOUT),
+        openmpi4,
+        env_extra={"MPILAUNCH_PY_SPY": "none"},
+        timeout=120,
+    )
     assert proc.returncode == EXIT_TIMEOUT, proc.stderr[-3000:]
     line = verdict_line(proc.stderr)
     assert line.startswith(f"mpilaunch: hang: rank 1 ({worker_of(name, 1)}) is stopped (state T) "), line
@@ -129,8 +156,10 @@ def test_hang_stall_timeout_without_timeout_stops_with_exit_hung(openmpi4, tmp_p
     assert proc.returncode == EXIT_HUNG, proc.stderr[-3000:]
     line = verdict_line(proc.stderr)
     assert line.startswith(f"mpilaunch: hang: rank {odd} ({worker_of(name, odd)}) is in spin at hang.py:"), line
-    assert f"mpilaunch: error: the job hung: no output and unchanged stacks for --stall-timeout 6s; rank {odd} " \
-           in proc.stderr
+    assert (
+        f"mpilaunch: error: the job hung: no output and unchanged stacks for --stall-timeout 6s; rank {odd} "
+        in proc.stderr
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == EXIT_HUNG and report["hang"]["odd_ranks"] == [odd]
     assert report["hang"]["stall_timeout_s"] == 6
@@ -141,8 +170,11 @@ def test_hang_stall_timeout_without_timeout_stops_with_exit_hung(openmpi4, tmp_p
 
 def test_hang_on_stall_report_keeps_the_job_running(openmpi4, tmp_path):
     name = "hang-report"
-    proc = run_mpilaunch(job_args(name, "sleep", 2, tmp_path, "--stall-timeout", "4", "--on-stall", "report",
-                                  "--timeout", "20"), openmpi4, timeout=120)
+    proc = run_mpilaunch(
+        job_args(name, "sleep", 2, tmp_path, "--stall-timeout", "4", "--on-stall", "report", "--timeout", "20"),
+        openmpi4,
+        timeout=120,
+    )
     # the stall was reported and the job ran on to its --timeout, where the stacks were taken again
     lines = [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: hang: rank 2 ")]
     assert proc.returncode == EXIT_TIMEOUT and len(lines) == 2, proc.stderr[-3000:]
@@ -153,21 +185,40 @@ def test_hang_on_stall_report_keeps_the_job_running(openmpi4, tmp_path):
 
 def test_hang_stacks_command_on_a_running_job(openmpi4, tmp_path):
     name = "hang-stacks"
-    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", openmpi4.mpirun,
-           *job_args(name, "sleep", 3, tmp_path, "--timeout", "90")]
-    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                           env=mpilaunch_env(openmpi4))
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--mpirun",
+        openmpi4.mpirun,
+        *job_args(name, "sleep", 3, tmp_path, "--timeout", "90"),
+    ]
+    job = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=mpilaunch_env(openmpi4)
+    )
     try:
         wait_started(job, NP, text="ready", timeout=60)
-        shown = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", name], capture_output=True, text=True,
-                               cwd=REPO, env=mpilaunch_env(), timeout=60)
+        shown = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "stacks", name],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=mpilaunch_env(),
+            timeout=60,
+        )
         assert shown.returncode == 0, shown.stderr
         lines = shown.stdout.splitlines()
         assert lines[0] == f"ranks 0-2: MPI_Allreduce <- <module> (hang.py:{STUCK['others']})", shown.stdout
         assert lines[1] == f"rank 3: time.sleep <- <module> (hang.py:{STUCK['sleep']})", shown.stdout
         assert lines[2].startswith(f"mpilaunch: hang: rank 3 ({worker_of(name, 3)}) is in time.sleep"), shown.stdout
-        as_json = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", name, "--json"], capture_output=True,
-                                 text=True, cwd=REPO, env=mpilaunch_env(), timeout=60)
+        as_json = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "stacks", name, "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=mpilaunch_env(),
+            timeout=60,
+        )
         data = json.loads(as_json.stdout)
         assert data["hang"]["odd_ranks"] == [3] and len(data["stacks"]) == NP
         # the job itself is untouched: it still runs
@@ -184,14 +235,23 @@ def test_hang_other_mpis_the_verdict_names_the_injected_rank(flavour, mode, tmp_
     name = f"hang-{flavour}-{mode}"
     proc = run_mpilaunch(job_args(name, mode, 2, tmp_path, "--timeout", HANG_TIMEOUT), install, timeout=120)
     assert proc.returncode == EXIT_TIMEOUT, proc.stderr[-3000:]
-    assert verdict_line(proc.stderr).startswith(f"mpilaunch: hang: rank 2 ({worker_of(name, 2)}) "
-                                                + EXPECTED[mode][0].format(line=STUCK[mode]) + "; ")
+    assert verdict_line(proc.stderr).startswith(
+        f"mpilaunch: hang: rank 2 ({worker_of(name, 2)}) " + EXPECTED[mode][0].format(line=STUCK[mode]) + "; "
+    )
     assert leftover_processes(name) == []
 
 
 def test_hang_stacks_command_names_a_job_that_does_not_run():
-    shown = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", "hang-no-such-job"], capture_output=True,
-                           text=True, cwd=REPO, env=mpilaunch_env(), timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "mpilaunch", "stacks", "hang-no-such-job"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=mpilaunch_env(),
+        timeout=60,
+    )
     assert shown.returncode == 2
-    assert shown.stderr.splitlines()[0] == \
-        "mpilaunch: error: no running local job named 'hang-no-such-job' started from this machine"
+    assert (
+        shown.stderr.splitlines()[0]
+        == "mpilaunch: error: no running local job named 'hang-no-such-job' started from this machine"
+    )

@@ -31,8 +31,25 @@ def test_hydra_proxies_that_cannot_connect_back_end_the_job_with_their_error(mpi
     (as when the launcher's name does not resolve from the workers)."""
     name = "hydra-noconnect"
     t0 = time.monotonic()
-    proc = run_mpilaunch(["--name", name, "--np", "2", "--slots-per-worker", "1", "--timeout", "90", "-q",
-                          "--mpi-args", "-localhost nowhere.invalid", "--", "true"], mpi_install, timeout=150)
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--timeout",
+            "90",
+            "-q",
+            "--mpi-args",
+            "-localhost nowhere.invalid",
+            "--",
+            "true",
+        ],
+        mpi_install,
+        timeout=150,
+    )
     elapsed = time.monotonic() - t0
     assert proc.returncode not in (0, 124), proc.stderr[-2000:]
     line = summary(proc.stderr)
@@ -47,10 +64,32 @@ def test_hydra_job_whose_worker_is_lost_mid_run_ends_naming_the_worker(mpi_insta
     session dies). The job ends within seconds as a lost worker (exit 5)."""
     name = f"hydra-lost-{mpi_install.id}"
     env = mpilaunch_env(mpi_install, SLEEP="120")
-    proc = subprocess.Popen([sys.executable, "-m", "mpilaunch", "--name", name, "--mpirun", mpi_install.mpirun,
-                             "--np", "4", "--slots-per-worker", "2", "--timeout", "90", "-q",
-                             "--", sys.executable, "tests/programs/unit.py"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "--mpirun",
+            mpi_install.mpirun,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--timeout",
+            "90",
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/unit.py",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_started(proc, 4, timeout=120)
         t0 = time.monotonic()
@@ -63,7 +102,9 @@ def test_hydra_job_whose_worker_is_lost_mid_run_ends_naming_the_worker(mpi_insta
             proc.communicate()
     elapsed = time.monotonic() - t0
     assert proc.returncode == 5, err[-2000:]
-    assert summary(err).startswith(f"mpilaunch: error: worker {name}-worker-1 (agent pid {victim} on localhost) "
-                                   "was lost: its agent was killed by SIGKILL"), err[-2000:]
+    assert summary(err).startswith(
+        f"mpilaunch: error: worker {name}-worker-1 (agent pid {victim} on localhost) "
+        "was lost: its agent was killed by SIGKILL"
+    ), err[-2000:]
     assert elapsed < BOUND_S, f"took {elapsed:.0f}s"
     assert leftover_processes(name) == []

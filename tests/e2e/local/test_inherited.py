@@ -27,22 +27,51 @@ MPICH = mpi.MpiInfo("mpich", "4.0.2", "/usr/bin/mpiexec.hydra")
 INTEL = mpi.MpiInfo("intel", "2021.10", "/opt/intel/bin/mpiexec.hydra")
 
 # What a Slurm allocation (salloc -N2) puts in a shell; no Slurm is needed for mpirun to read it.
-SLURM = {"SLURM_JOBID": "4242", "SLURM_JOB_ID": "4242", "SLURM_NODELIST": "node[01-02]",
-         "SLURM_JOB_NODELIST": "node[01-02]", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2",
-         "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_CPUS_PER_NODE": "1(x2)", "SLURM_CLUSTER_NAME": "hpc"}
+SLURM = {
+    "SLURM_JOBID": "4242",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_NODELIST": "node[01-02]",
+    "SLURM_JOB_NODELIST": "node[01-02]",
+    "SLURM_NNODES": "2",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_TASKS_PER_NODE": "1(x2)",
+    "SLURM_JOB_CPUS_PER_NODE": "1(x2)",
+    "SLURM_CLUSTER_NAME": "hpc",
+}
 
 
 def test_inherited_launch_settings_are_left_out_per_flavour():
-    environ = {"OMPI_MCA_plm": "isolated", "OMPI_MCA_plm_rsh_agent": "ssh", "PRTE_MCA_ras": "slurm",
-               "OMPI_MCA_btl_tcp_if_include": "eth0", "OMPI_MCA_orte_default_hostfile": "/etc/hosts.mpi",
-               "HYDRA_LAUNCHER": "ssh", "I_MPI_HYDRA_BOOTSTRAP": "ssh", "I_MPI_PMI_LIBRARY": "/x.so",
-               "PBS_NODEFILE": "/var/pbs/nodes", "LSB_HOSTS": "a b", "PE_HOSTFILE": "/sge/h", "JOB_ID": "7",
-               "NCCL_DEBUG": "INFO", "PATH": "/usr/bin", **SLURM}
+    environ = {
+        "OMPI_MCA_plm": "isolated",
+        "OMPI_MCA_plm_rsh_agent": "ssh",
+        "PRTE_MCA_ras": "slurm",
+        "OMPI_MCA_btl_tcp_if_include": "eth0",
+        "OMPI_MCA_orte_default_hostfile": "/etc/hosts.mpi",
+        "HYDRA_LAUNCHER": "ssh",
+        "I_MPI_HYDRA_BOOTSTRAP": "ssh",
+        "I_MPI_PMI_LIBRARY": "/x.so",
+        "PBS_NODEFILE": "/var/pbs/nodes",
+        "LSB_HOSTS": "a b",
+        "PE_HOSTFILE": "/sge/h",
+        "JOB_ID": "7",
+        "NCCL_DEBUG": "INFO",
+        "PATH": "/usr/bin",
+        **SLURM,
+    }
     kept, left_out = inherited.split(environ, "openmpi")
     names = {o.name for o in left_out}
     # launch choices go; tuning (btl), NCCL and PATH stay; Hydra's are no concern of Open MPI's
-    assert {"OMPI_MCA_plm", "OMPI_MCA_plm_rsh_agent", "PRTE_MCA_ras", "OMPI_MCA_orte_default_hostfile",
-            "PBS_NODEFILE", "LSB_HOSTS", "PE_HOSTFILE", "JOB_ID", *SLURM} == names
+    assert {
+        "OMPI_MCA_plm",
+        "OMPI_MCA_plm_rsh_agent",
+        "PRTE_MCA_ras",
+        "OMPI_MCA_orte_default_hostfile",
+        "PBS_NODEFILE",
+        "LSB_HOSTS",
+        "PE_HOSTFILE",
+        "JOB_ID",
+        *SLURM,
+    } == names
     assert {"OMPI_MCA_btl_tcp_if_include", "NCCL_DEBUG", "PATH", "HYDRA_LAUNCHER"} <= set(kept)
     _, hydra = inherited.split(environ, "intel")
     assert {"HYDRA_LAUNCHER", "I_MPI_HYDRA_BOOTSTRAP", "I_MPI_PMI_LIBRARY"} <= {o.name for o in hydra}
@@ -54,12 +83,15 @@ def test_inherited_launch_settings_are_left_out_per_flavour():
     assert all(o.name in "".join(lines) for o in left_out)  # each one named
 
 
-@pytest.mark.parametrize("info,pins", [
-    (OMPI4, ["--mca", "plm", "rsh", "--mca", "ras", mpi.RAS_EXCLUDED]),
-    (OMPI5, ["--prtemca", "plm", "ssh", "--prtemca", "ras", mpi.RAS_EXCLUDED]),
-    (MPICH, ["-launcher", "rsh", "-rmk", "user"]),
-    (INTEL, ["-bootstrap", "rsh", "-rmk", "user"]),
-])
+@pytest.mark.parametrize(
+    "info,pins",
+    [
+        (OMPI4, ["--mca", "plm", "rsh", "--mca", "ras", mpi.RAS_EXCLUDED]),
+        (OMPI5, ["--prtemca", "plm", "ssh", "--prtemca", "ras", mpi.RAS_EXCLUDED]),
+        (MPICH, ["-launcher", "rsh", "-rmk", "user"]),
+        (INTEL, ["-bootstrap", "rsh", "-rmk", "user"]),
+    ],
+)
 def test_inherited_launch_is_pinned_on_the_command_line(info, pins):
     argv = mpi.build_mpirun(info, ranks=2, hosts=2, hostfile="/h", shim="/s", command=["true"], environ={}).argv
     joined = " ".join(argv)
@@ -69,17 +101,31 @@ def test_inherited_launch_is_pinned_on_the_command_line(info, pins):
 
 def placed_job(install, tmp_path, env_extra, ranks=4):
     out = tmp_path / "out"
-    proc = run_mpilaunch(["--np", str(ranks), "--slots-per-worker", "2", "--output-dir", str(out), "--",
-                          "python", "-c", "import os; print('rank', os.environ['RANK'], 'ok')"],
-                         install=install, env_extra=env_extra)
+    proc = run_mpilaunch(
+        [
+            "--np",
+            str(ranks),
+            "--slots-per-worker",
+            "2",
+            "--output-dir",
+            str(out),
+            "--",
+            "python",
+            "-c",
+            "import os; print('rank', os.environ['RANK'], 'ok')",
+        ],
+        install=install,
+        env_extra=env_extra,
+    )
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
     return proc, report
 
 
 def assert_ran_on_workers(proc, report, ranks, *named):
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(line.split()[-2] for line in proc.stdout.splitlines() if line.endswith(" ok")) == \
-        [str(r) for r in range(ranks)], proc.stdout
+    assert sorted(line.split()[-2] for line in proc.stdout.splitlines() if line.endswith(" ok")) == [
+        str(r) for r in range(ranks)
+    ], proc.stdout
     assert report["placement"]["verified"] is True, report["placement"]
     assert all(len(w["ranks"]) == 2 for w in report["placement"]["workers"].values()), report["placement"]
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: warning: ignoring")]
@@ -91,8 +137,9 @@ def assert_ran_on_workers(proc, report, ranks, *named):
 def test_inherited_ompi_mca_plm_isolated_open_mpi_4(tmp_path):
 
     install = checked(installs()["openmpi4"])
-    proc, report = placed_job(install, tmp_path, {"OMPI_MCA_plm": "isolated",
-                                                  "OMPI_MCA_orte_default_hostfile": "/nonexistent/hosts"})
+    proc, report = placed_job(
+        install, tmp_path, {"OMPI_MCA_plm": "isolated", "OMPI_MCA_orte_default_hostfile": "/nonexistent/hosts"}
+    )
     assert_ran_on_workers(proc, report, 4, "OMPI_MCA_plm", "OMPI_MCA_orte_default_hostfile")
 
 
@@ -114,11 +161,16 @@ def test_inherited_slurm_allocation_runs_on_mpilaunchs_workers(install_id, tmp_p
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("install_id,settings", [
-    ("mpich", {"HYDRA_LAUNCHER": "ssh", "HYDRA_HOST_FILE": "/nonexistent/hosts", **SLURM}),
-    ("intel", {"I_MPI_HYDRA_BOOTSTRAP": "ssh", "I_MPI_HYDRA_HOST_FILE": "/nonexistent/hosts",
-               "HYDRA_LAUNCHER": "ssh"}),
-])
+@pytest.mark.parametrize(
+    "install_id,settings",
+    [
+        ("mpich", {"HYDRA_LAUNCHER": "ssh", "HYDRA_HOST_FILE": "/nonexistent/hosts", **SLURM}),
+        (
+            "intel",
+            {"I_MPI_HYDRA_BOOTSTRAP": "ssh", "I_MPI_HYDRA_HOST_FILE": "/nonexistent/hosts", "HYDRA_LAUNCHER": "ssh"},
+        ),
+    ],
+)
 def test_inherited_hydra_settings_mpich_and_intel(install_id, settings, tmp_path):
 
     install = checked(installs()[install_id])
@@ -133,11 +185,23 @@ def test_inherited_torch_variables_of_the_shell_do_not_reach_every_rank(tmp_path
     each rank gets its own instead, and -x NAME keeps a value the user means for all ranks."""
 
     install = checked(installs()["openmpi4"])
-    proc = run_mpilaunch(["--np", "2", "--slots-per-worker", "1", "-x", "MASTER_ADDR", "--", "python", "-c",
-                          "import os; print('got', os.environ['RANK'], os.environ['WORLD_SIZE'], "
-                          "os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])"],
-                         install=install, env_extra={"RANK": "7", "WORLD_SIZE": "9", "MASTER_PORT": "1234",
-                                                     "MASTER_ADDR": "127.0.0.1"})
+    proc = run_mpilaunch(
+        [
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "-x",
+            "MASTER_ADDR",
+            "--",
+            "python",
+            "-c",
+            "import os; print('got', os.environ['RANK'], os.environ['WORLD_SIZE'], "
+            "os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])",
+        ],
+        install=install,
+        env_extra={"RANK": "7", "WORLD_SIZE": "9", "MASTER_PORT": "1234", "MASTER_ADDR": "127.0.0.1"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = sorted(line.split()[2:] for line in proc.stdout.splitlines() if " got " in f" {line}")
     assert [g[:3] for g in got] == [["0", "2", "127.0.0.1"], ["1", "2", "127.0.0.1"]], proc.stdout
@@ -147,8 +211,10 @@ def test_inherited_torch_variables_of_the_shell_do_not_reach_every_rank(tmp_path
 
 
 def test_inherited_settings_are_named_in_the_dry_run():
-    proc = run_mpilaunch(["--dry-run", "--mpi", "openmpi", "--np", "2", "--", "true"],
-                         env_extra={"OMPI_MCA_plm": "isolated", "SLURM_JOBID": "1"})
+    proc = run_mpilaunch(
+        ["--dry-run", "--mpi", "openmpi", "--np", "2", "--", "true"],
+        env_extra={"OMPI_MCA_plm": "isolated", "SLURM_JOBID": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "mpilaunch: warning: ignoring OMPI_MCA_plm=isolated" in proc.stderr
     assert "SLURM_JOBID" in proc.stderr

@@ -37,16 +37,42 @@ def test_intel_detected_from_mpirun_version_and_ranks_find_libmpi(intel, tmp_pat
     import subprocess
 
     env = intel_first_on_path(intel)
-    dry = subprocess.run([sys.executable, "-m", "mpilaunch", "--dry-run", "--np", "4", "--slots-per-worker", "2",
-                          "--", "true"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    dry = subprocess.run(
+        [sys.executable, "-m", "mpilaunch", "--dry-run", "--np", "4", "--slots-per-worker", "2", "--", "true"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "mpi: intel 20" in dry.stdout and f"({intel.mpirun})" in dry.stdout  # the wrapper's mpiexec.hydra
     assert "-bootstrap rsh -bootstrap-exec" in dry.stdout
     assert "I_MPI_HYDRA_BOOTSTRAP=rsh" in dry.stdout
     name = "intel-auto"
-    proc = subprocess.run([sys.executable, "-m", "mpilaunch", "--name", name, "-q", "--np", "4",
-                           "--slots-per-worker", "2", "--", sys.executable, "-c", LIBMPI_PROBE],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "-q",
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            LIBMPI_PROBE,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     libdir = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(intel.mpirun))), "lib")
     lines = sorted(line.split("LIBMPI ", 1)[1].split() for line in proc.stdout.splitlines() if "LIBMPI " in line)
@@ -62,9 +88,31 @@ def test_intel_mpi4py_allreduce_under_mpi_intel(intel, tmp_path):
     import subprocess
 
     proc = subprocess.run(
-        [sys.executable, "-m", "mpilaunch", "--mpi", "intel", "--name", name, "--np", "4", "--slots-per-worker", "2",
-         "--output-dir", str(tmp_path), "-q", "--", sys.executable, "tests/programs/placement.py"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--mpi",
+            "intel",
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--output-dir",
+            str(tmp_path),
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/placement.py",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_intel_allreduce_placed(name, proc.stdout)
     report = json.loads((tmp_path / "report.json").read_text())
@@ -74,9 +122,24 @@ def test_intel_mpi4py_allreduce_under_mpi_intel(intel, tmp_path):
 
 def test_intel_failing_rank_is_named_and_nothing_is_left_behind(intel, tmp_path):
     name = "intel-fail"
-    proc = run_mpilaunch(["--name", name, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
-                          "--", sys.executable, "tests/programs/fail_rank.py"],
-                         intel, env_extra={"FAIL_RANK": "2", "FAIL_CODE": "9"})
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--output-dir",
+            str(tmp_path),
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        intel,
+        env_extra={"FAIL_RANK": "2", "FAIL_CODE": "9"},
+    )
     assert proc.returncode == 9, proc.stdout + proc.stderr
     assert f"mpilaunch: error: rank 2 on worker {name}-worker-1 exited with code 9" in proc.stderr
     assert "rank 2 about to fail" in proc.stderr
@@ -91,11 +154,26 @@ def test_intel_one_slot_workers_get_one_rank_each(intel):
     has cores unless it reads ``host:n`` from a machinefile (-f does not):
     2 ranks on 2 one-slot workers must land one per worker."""
     name = "intel-one-slot"
-    proc = run_mpilaunch(["--name", name, "--np", "2", "--slots-per-worker", "1", "-q",
-                          "--", sys.executable, "tests/programs/placement.py"], intel)
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/placement.py",
+        ],
+        intel,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = sorted((json.loads(line[line.find("{"):]) for line in proc.stdout.splitlines() if '"rank"' in line),
-                   key=lambda r: r["rank"])
+    ranks = sorted(
+        (json.loads(line[line.find("{") :]) for line in proc.stdout.splitlines() if '"rank"' in line),
+        key=lambda r: r["rank"],
+    )
     assert [r["worker"] for r in ranks] == [f"{name}-worker-0", f"{name}-worker-1"]
     assert leftover_processes(name) == []
 
@@ -108,8 +186,10 @@ def test_intel_large_allreduce_between_workers(intel):
         "c.Allreduce(s, r, op=MPI.SUM); assert r[0] == r[-1] == c.size * (c.size + 1) / 2; "
         "print('BIG OK', c.rank, flush=True)"
     )
-    proc = run_mpilaunch(["--name", "intel-big", "-q", "--np", "4", "--slots-per-worker", "2",
-                          "--", sys.executable, "-c", program], intel)
+    proc = run_mpilaunch(
+        ["--name", "intel-big", "-q", "--np", "4", "--slots-per-worker", "2", "--", sys.executable, "-c", program],
+        intel,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.count("BIG OK") == 4
     assert leftover_processes("intel-big") == []

@@ -33,8 +33,11 @@ def run_gpu_job(openmpi5, fake_nvidia_smi, *extra):
     import os
 
     path = fake_nvidia_smi + os.pathsep + os.environ["PATH"]
-    return run_mpilaunch(["--name", "gpujob", "-q", "--gpus", "4", *extra, "--", sys.executable, "-c", PRINT_DEVICES],
-                         openmpi5, env_extra={"PATH": path})
+    return run_mpilaunch(
+        ["--name", "gpujob", "-q", "--gpus", "4", *extra, "--", sys.executable, "-c", PRINT_DEVICES],
+        openmpi5,
+        env_extra={"PATH": path},
+    )
 
 
 def test_gpus_per_node_discovered_and_partitioned(openmpi5, fake_nvidia_smi):
@@ -43,8 +46,10 @@ def test_gpus_per_node_discovered_and_partitioned(openmpi5, fake_nvidia_smi):
     assert proc.returncode == 0, proc.stderr
     ranks = devices_by_rank(proc.stdout)
     assert ranks == {
-        0: ("gpujob-worker-0", "0,1"), 1: ("gpujob-worker-0", "0,1"),
-        2: ("gpujob-worker-1", "2,3"), 3: ("gpujob-worker-1", "2,3"),
+        0: ("gpujob-worker-0", "0,1"),
+        1: ("gpujob-worker-0", "0,1"),
+        2: ("gpujob-worker-1", "2,3"),
+        3: ("gpujob-worker-1", "2,3"),
     }
 
 
@@ -59,14 +64,31 @@ def test_more_gpus_than_the_machine_has_is_a_usage_error(openmpi5, fake_nvidia_s
     import os
 
     path = fake_nvidia_smi + os.pathsep + os.environ["PATH"]
-    proc = run_mpilaunch(["-q", "--gpus", "8", "--gpus-per-node", "4", "--", "true"], openmpi5, env_extra={"PATH": path})
+    proc = run_mpilaunch(
+        ["-q", "--gpus", "8", "--gpus-per-node", "4", "--", "true"], openmpi5, env_extra={"PATH": path}
+    )
     assert proc.returncode == 2
     assert "needs 8 GPUs but this machine has 4" in proc.stderr
 
 
 def test_dry_run_prints_plan_and_creates_nothing(openmpi5):
-    proc = run_mpilaunch(["--name", "dry", "--np", "4", "--slots-per-worker", "2", "--dry-run", "-x", "SEED=1",
-                          "--", "python", "train.py"], openmpi5)
+    proc = run_mpilaunch(
+        [
+            "--name",
+            "dry",
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--dry-run",
+            "-x",
+            "SEED=1",
+            "--",
+            "python",
+            "train.py",
+        ],
+        openmpi5,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "dry-worker-0 slots=2" in proc.stdout and "dry-worker-1 slots=2" in proc.stdout
     assert "PRTE_MCA_plm_ssh_agent=" in proc.stdout and "OMPI_MCA_plm_rsh_agent=" in proc.stdout
@@ -82,8 +104,18 @@ def test_dry_run_prints_plan_and_creates_nothing(openmpi5):
 def test_hostfile_names_the_workers(openmpi5, tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("alpha slots=1\nbeta:2\n")
-    proc = run_mpilaunch(["-q", "--hostfile", str(hosts), "--", sys.executable, "-c",
-                          "import os; print('ON', os.environ['MPILAUNCH_WORKER'])"], openmpi5)
+    proc = run_mpilaunch(
+        [
+            "-q",
+            "--hostfile",
+            str(hosts),
+            "--",
+            sys.executable,
+            "-c",
+            "import os; print('ON', os.environ['MPILAUNCH_WORKER'])",
+        ],
+        openmpi5,
+    )
     assert proc.returncode == 0, proc.stderr
     on = sorted(line.split("ON ")[1] for line in proc.stdout.splitlines() if "ON " in line)
     assert on == ["alpha", "beta", "beta"]

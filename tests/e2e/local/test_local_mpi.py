@@ -34,8 +34,20 @@ def json_lines(text):
 def test_allreduce_each_rank_on_its_assigned_worker(mpi_install, tmp_path):
     name = f"place-{mpi_install.id}"
     proc = run_mpilaunch(
-        ["--name", name, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
-         "--", sys.executable, "tests/programs/placement.py"],
+        [
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--output-dir",
+            str(tmp_path),
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/placement.py",
+        ],
         mpi_install,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -52,8 +64,16 @@ def test_allreduce_each_rank_on_its_assigned_worker(mpi_install, tmp_path):
     assert {"allocate_s", "run_s", "total_s"} <= set(report["timings"])
     # the same launch phases as on Kubernetes, less the pods' own
     phases = report["timings"]["phases"]
-    order = ["allocated", "workers_ready", "mpirun_started", "first_rank_start", "first_output", "ranks_done",
-             "workload_done", "released"]
+    order = [
+        "allocated",
+        "workers_ready",
+        "mpirun_started",
+        "first_rank_start",
+        "first_output",
+        "ranks_done",
+        "workload_done",
+        "released",
+    ]
     assert list(phases) == order, phases  # earliest first
     assert (tmp_path / "rank-3.log").read_text().count('"rank": 3') == 1
     assert leftover_processes(name) == []
@@ -62,9 +82,22 @@ def test_allreduce_each_rank_on_its_assigned_worker(mpi_install, tmp_path):
 def test_rank_exit_code_propagates_and_names_the_rank(mpi_install, tmp_path):
     name = f"fail-{mpi_install.id}"
     proc = run_mpilaunch(
-        ["--name", name, "--np", "4", "--slots-per-worker", "2", "--output-dir", str(tmp_path), "-q",
-         "--", sys.executable, "tests/programs/fail_rank.py"],
-        mpi_install, env_extra={"FAIL_RANK": "3", "FAIL_CODE": "7"},
+        [
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--output-dir",
+            str(tmp_path),
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        mpi_install,
+        env_extra={"FAIL_RANK": "3", "FAIL_CODE": "7"},
     )
     assert proc.returncode == 7, proc.stdout + proc.stderr
     assert f"rank 3 on worker {name}-worker-1 exited with code 7" in proc.stderr
@@ -84,14 +117,28 @@ def test_every_rank_that_failed_by_itself_is_named(openmpi5, tmp_path):
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     proc = run_mpilaunch(
-        ["--name", name, "--np", "4", "--slots-per-worker", "2", "-q", "--", sys.executable, "tests/programs/fail_rank.py"],
-        openmpi5, env_extra={"FAIL_RANK": "0,3", "FAIL_CODE": "7", "FAIL_BARRIER": str(barrier)},
+        [
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        openmpi5,
+        env_extra={"FAIL_RANK": "0,3", "FAIL_CODE": "7", "FAIL_BARRIER": str(barrier)},
     )
     assert proc.returncode == 7, proc.stdout + proc.stderr
     lines = proc.stderr.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("mpilaunch: error: "))
     named_first = 0 if lines[first].endswith(f"rank 0 on worker {name}-worker-0 exited with code 7") else 3
-    assert lines[first].endswith(f"rank {named_first} on worker {name}-worker-{named_first // 2} exited with code 7"), lines[first]
+    assert lines[first].endswith(f"rank {named_first} on worker {name}-worker-{named_first // 2} exited with code 7"), (
+        lines[first]
+    )
     other = 3 - named_first
     assert lines[first + 1] == f"also failed: rank {other} on {name}-worker-{other // 2} (exit 7)", proc.stderr
     assert leftover_processes(name) == []
@@ -101,9 +148,25 @@ def test_every_rank_that_failed_by_itself_is_named(openmpi5, tmp_path):
 def test_interrupt_leaves_no_process_behind(openmpi5, sig):
     name = f"sig-{sig.name.lower()}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mpilaunch", "--name", name, "--np", "4", "--slots-per-worker", "2", "-q",
-         "--", sys.executable, "tests/programs/fail_rank.py"],
-        cwd=REPO, env=mpilaunch_env(openmpi5, FAIL_RANK="-1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        cwd=REPO,
+        env=mpilaunch_env(openmpi5, FAIL_RANK="-1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     started = 0
@@ -126,9 +189,27 @@ def test_a_reader_that_goes_away_does_not_cut_the_job_short(openmpi5, tmp_path):
     lines = 20000
     name = "closed-reader"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mpilaunch", "--name", name, "--np", "2", "-q", "--output-dir", str(tmp_path),
-         "--", sys.executable, "-c", f"for i in range({lines}): print('line', i)"],
-        cwd=REPO, env=mpilaunch_env(openmpi5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "--np",
+            "2",
+            "-q",
+            "--output-dir",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            "-c",
+            f"for i in range({lines}): print('line', i)",
+        ],
+        cwd=REPO,
+        env=mpilaunch_env(openmpi5),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout.readline().endswith(" line 0\n")
     proc.stdout.close()  # the reader goes away, as `head -1` does
@@ -148,10 +229,26 @@ def test_sigkill_of_mpilaunch_leaves_no_process_behind(openmpi5):
 
     name = "sigkill-local"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mpilaunch", "--name", name, "--np", "4", "--slots-per-worker", "2", "-q",
-         "--", sys.executable, "tests/programs/fail_rank.py"],
-        cwd=REPO, env=mpilaunch_env(openmpi5, FAIL_RANK="-1", SLEEP="300"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        cwd=REPO,
+        env=mpilaunch_env(openmpi5, FAIL_RANK="-1", SLEEP="300"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     started = 0
     deadline = time.monotonic() + 90
@@ -170,9 +267,22 @@ def test_timeout_stops_the_job_and_cleans_up(openmpi5):
     name = "timeout-job"
     t0 = time.monotonic()
     proc = run_mpilaunch(
-        ["--name", name, "--np", "2", "--slots-per-worker", "1", "--timeout", "5", "-q",
-         "--", sys.executable, "tests/programs/fail_rank.py"],
-        openmpi5, env_extra={"FAIL_RANK": "-1"},
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--timeout",
+            "5",
+            "-q",
+            "--",
+            sys.executable,
+            "tests/programs/fail_rank.py",
+        ],
+        openmpi5,
+        env_extra={"FAIL_RANK": "-1"},
     )
     assert proc.returncode == 124, proc.stderr
     assert "--timeout" in proc.stderr
@@ -206,8 +316,9 @@ def test_large_allreduce_between_workers(mpi_install):
         "c.Allreduce(s, r, op=MPI.SUM); assert r[0] == r[-1] == c.size * (c.size + 1) / 2; "
         "print('BIG OK', c.rank, flush=True)"
     )
-    proc = run_mpilaunch(["-q", "--np", "4", "--slots-per-worker", "2", "--", sys.executable, "-c", program],
-                         mpi_install)
+    proc = run_mpilaunch(
+        ["-q", "--np", "4", "--slots-per-worker", "2", "--", sys.executable, "-c", program], mpi_install
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.count("BIG OK") == 4
 
@@ -224,8 +335,13 @@ def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmp
     info = mpi.detect(openmpi5.mpirun)
     env = {**mpilaunch_env(openmpi5), "TMPDIR": str(tmp_path)}
     # a real stale session: an mpirun SIGKILLed while its job runs
-    victim = subprocess.Popen([openmpi5.mpirun, "--allow-run-as-root", "-np", "1", "sleep", "60"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    victim = subprocess.Popen(
+        [openmpi5.mpirun, "--allow-run-as-root", "-np", "1", "sleep", "60"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     session = tmp_path / f"ompi.{victim.pid}"
 
     def job_runs() -> bool:  # its rank started: mpirun's start-up is over (a session file seen earlier
@@ -244,8 +360,9 @@ def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmp
 
     def launch(argv):
         collide = f'cp -a {tmp_path / "stale"} "$TMPDIR/ompi.$$" && exec "$@"'
-        return subprocess.run(["/bin/sh", "-c", collide, "sh", *argv], env=env, capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run(
+            ["/bin/sh", "-c", collide, "sh", *argv], env=env, capture_output=True, text=True, timeout=120
+        )
 
     plain = [openmpi5.mpirun, "--allow-run-as-root", "-np", "1", "true"]
     bare = launch(plain)

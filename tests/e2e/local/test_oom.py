@@ -51,16 +51,39 @@ def memory_limited_cgroup():
 def test_rank_killed_by_the_oom_killer_is_named_as_such(openmpi5, memory_limited_cgroup, tmp_path):
     job = "oom-rank"
     env = mpilaunch_env(PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"])
-    argv = ["sh", "-c", f'echo $$ > {memory_limited_cgroup / "cgroup.procs"} && exec "$@"', "sh",
-            sys.executable, "-m", "mpilaunch", "--name", job, "--np", "2", "--slots-per-worker", "1", "-q",
-            "--output-dir", str(tmp_path / "out"), "-x", "EAT_RANK=1", "-x", "EAT_MIB=1024",
-            "--", sys.executable, "tests/programs/eat_memory.py"]
+    argv = [
+        "sh",
+        "-c",
+        f'echo $$ > {memory_limited_cgroup / "cgroup.procs"} && exec "$@"',
+        "sh",
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--name",
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "-q",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "-x",
+        "EAT_RANK=1",
+        "-x",
+        "EAT_MIB=1024",
+        "--",
+        sys.executable,
+        "tests/programs/eat_memory.py",
+    ]
     proc = subprocess.run(argv, cwd=REPO, env=env, text=True, capture_output=True, timeout=180)
     assert "was not killed" not in proc.stdout, "the memory limit did not hold"
     assert proc.returncode == 137, proc.stderr[-3000:]
     first = next(line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: error: "))
-    assert first.startswith(f"mpilaunch: error: rank 1 on worker {job}-worker-1 exited with code 137: "
-                            "killed by the kernel's out-of-memory killer"), proc.stderr[-3000:]
+    assert first.startswith(
+        f"mpilaunch: error: rank 1 on worker {job}-worker-1 exited with code 137: "
+        "killed by the kernel's out-of-memory killer"
+    ), proc.stderr[-3000:]
     ranks = json.loads((tmp_path / "out" / "report.json").read_text())["ranks"]
     assert [(r["rank"], r["oom_killed"]) for r in ranks] == [(0, False), (1, True)]
     assert leftover_processes(job) == []
@@ -69,9 +92,24 @@ def test_rank_killed_by_the_oom_killer_is_named_as_such(openmpi5, memory_limited
 def test_a_rank_killed_by_a_plain_sigkill_is_not_called_out_of_memory(openmpi5, tmp_path):
     job = "sigkill-rank"
     env = mpilaunch_env(PATH=os.path.dirname(openmpi5.mpirun) + os.pathsep + os.environ["PATH"])
-    argv = [sys.executable, "-m", "mpilaunch", "--name", job, "--np", "2", "--slots-per-worker", "1", "-q",
-            "--output-dir", str(tmp_path / "out"), "--", "sh", "-c",
-            '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -9 $$; sleep 60']
+    argv = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--name",
+        job,
+        "--np",
+        "2",
+        "--slots-per-worker",
+        "1",
+        "-q",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--",
+        "sh",
+        "-c",
+        '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -9 $$; sleep 60',
+    ]
     proc = subprocess.run(argv, cwd=REPO, env=env, text=True, capture_output=True, timeout=120)
     assert proc.returncode == 137, proc.stderr[-3000:]
     first = next(line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: error: "))

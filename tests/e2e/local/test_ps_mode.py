@@ -79,8 +79,11 @@ def task_records(out):
 
 
 def assert_all_gone(name, records):
-    alive = [r["pid"] for r in records.values() if psutil.pid_exists(r["pid"])
-             and psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE]
+    alive = [
+        r["pid"]
+        for r in records.values()
+        if psutil.pid_exists(r["pid"]) and psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE
+    ]
     assert alive == [], f"task processes still alive: {alive}"
     assert leftover_processes(name) == []
 
@@ -92,7 +95,10 @@ BAD = {
     "not-a-number": (["-r", "ps:x"], "must be a whole number, got 'x'"),
     "zero-workers": (["-r", "worker:0"], "needs at least 1 task"),
     "duplicate-job": (["-r", "ps:1,worker:2,ps:2"], "appears twice"),
-    "tensorboard-without-output": (["--mode", "ps", "--workers", "2", "--tensorboard"], "--tensorboard needs an output directory"),
+    "tensorboard-without-output": (
+        ["--mode", "ps", "--workers", "2", "--tensorboard"],
+        "--tensorboard needs an output directory",
+    ),
     "both-forms": (["-r", "worker:2", "--ps", "1"], "both size the job"),
     "two-chiefs": (["-r", "chief:2,worker:1"], "one chief task"),
     "missing-script": (["--workers", "1", "-s", "/nonexistent/train.py"], "cannot read --script"),
@@ -107,17 +113,39 @@ def test_bad_cluster_requirements_exit_2_with_one_clear_line(case):
     proc = run_mpilaunch([*args, "--name", name, "--", "python", "train.py"], timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("mpilaunch: error: ") and lines[1].startswith("  hint: "), proc.stderr
+    assert len(lines) == 2 and lines[0].startswith("mpilaunch: error: ") and lines[1].startswith("  hint: "), (
+        proc.stderr
+    )
     assert expected in lines[0]
     assert [w for w in agent_workers().values() if w.startswith(name + "-")] == []
     assert leftover_processes(name) == []
 
 
-
 def test_render_prints_cluster_spec_and_environment_without_starting_anything(tmp_path):
-    proc = run_mpilaunch(["render", "--mode", "ps", "--name", "psrender", "--ps", "2", "--workers", "2", "--chief",
-                          "-i", "/data", "-o", str(tmp_path / "o"), "--output-dir", str(tmp_path / "d"),
-                          "--", "python", "train.py"], timeout=60)
+    proc = run_mpilaunch(
+        [
+            "render",
+            "--mode",
+            "ps",
+            "--name",
+            "psrender",
+            "--ps",
+            "2",
+            "--workers",
+            "2",
+            "--chief",
+            "-i",
+            "/data",
+            "-o",
+            str(tmp_path / "o"),
+            "--output-dir",
+            str(tmp_path / "d"),
+            "--",
+            "python",
+            "train.py",
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert '"psrender-ps-1:PORT"' in out and '"psrender-chief-0:PORT"' in out
@@ -137,16 +165,44 @@ def test_chief_success_ends_the_job_and_terminates_ps_and_workers(tmp_path, task
     out.mkdir()
     script = tmp_path / "helper_script.sh"
     script.write_text("echo shipped\n")
-    proc = run_mpilaunch(["--name", name, "--mode", "ps", "--ps", "2", "--workers", "2", "--chief",
-                          "-i", "/data/in", "-o", str(out), "-s", str(script), "--output-dir", str(tmp_path / "logs"),
-                          "--", sys.executable, str(task_program), "--out", "$DTF_OUTPUT_PATH"])
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--mode",
+            "ps",
+            "--ps",
+            "2",
+            "--workers",
+            "2",
+            "--chief",
+            "-i",
+            "/data/in",
+            "-o",
+            str(out),
+            "-s",
+            str(script),
+            "--output-dir",
+            str(tmp_path / "logs"),
+            "--",
+            sys.executable,
+            str(task_program),
+            "--out",
+            "$DTF_OUTPUT_PATH",
+        ]
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = task_records(out)
     assert sorted(records) == ["chief-0", "ps-0", "ps-1", "worker-0", "worker-1"]
     report = json.loads((tmp_path / "logs" / "report.json").read_text())
     status = {t["task"]: t["status"] for t in report["tasks"]}
-    assert status == {"chief:0": "succeeded", "worker:0": "terminated", "worker:1": "terminated",
-                      "ps:0": "terminated", "ps:1": "terminated"}
+    assert status == {
+        "chief:0": "succeeded",
+        "worker:0": "terminated",
+        "worker:1": "terminated",
+        "ps:0": "terminated",
+        "ps:1": "terminated",
+    }
     # Every task got the same cluster, built from the ports the starters reserved.
     cluster = report["cluster"]
     addresses = [a for hosts in cluster.values() for a in hosts]
@@ -173,14 +229,37 @@ def test_chief_success_ends_the_job_and_terminates_ps_and_workers(tmp_path, task
 
 def test_without_chief_all_workers_succeeding_ends_the_job(tmp_path, task_program):
     name = "psnochief"
-    proc = run_mpilaunch(["--name", name, "-q", "-r", "ps:1,worker:3", "--evaluator", "--output-dir", str(tmp_path),
-                          "-x", "USER_A=1", "-x", "USER_B", "--", sys.executable, str(task_program), "--out", str(tmp_path)],
-                         env_extra={"USER_B": "from-launcher"})
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "-q",
+            "-r",
+            "ps:1,worker:3",
+            "--evaluator",
+            "--output-dir",
+            str(tmp_path),
+            "-x",
+            "USER_A=1",
+            "-x",
+            "USER_B",
+            "--",
+            sys.executable,
+            str(task_program),
+            "--out",
+            str(tmp_path),
+        ],
+        env_extra={"USER_B": "from-launcher"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert [(t["task"], t["status"]) for t in report["tasks"]] == [
-        ("worker:0", "succeeded"), ("worker:1", "succeeded"), ("worker:2", "succeeded"), ("ps:0", "terminated"),
-        ("evaluator:0", "terminated")]
+        ("worker:0", "succeeded"),
+        ("worker:1", "succeeded"),
+        ("worker:2", "succeeded"),
+        ("ps:0", "terminated"),
+        ("evaluator:0", "terminated"),
+    ]
     assert all(t["duration_s"] is not None and t["address"] for t in report["tasks"])
     records = task_records(tmp_path)
     assert {(r["USER_A"], r["USER_B"]) for r in records.values()} == {("1", "from-launcher")}
@@ -190,8 +269,27 @@ def test_without_chief_all_workers_succeeding_ends_the_job(tmp_path, task_progra
 
 def test_timeout_stops_the_job_with_124(tmp_path, task_program):
     name = "pstimeout"
-    proc = run_mpilaunch(["--name", name, "-q", "--chief", "--ps", "1", "--timeout", "3", "--output-dir", str(tmp_path),
-                          "--", sys.executable, str(task_program), "--out", str(tmp_path), "--finish-after", "120"])
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "-q",
+            "--chief",
+            "--ps",
+            "1",
+            "--timeout",
+            "3",
+            "--output-dir",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            str(task_program),
+            "--out",
+            str(tmp_path),
+            "--finish-after",
+            "120",
+        ]
+    )
     assert proc.returncode == 124, proc.stderr
     assert "ran past --timeout 3s" in proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
@@ -201,9 +299,32 @@ def test_timeout_stops_the_job_with_124(tmp_path, task_program):
 
 def test_failing_worker_fails_the_job_with_its_code_and_traceback(tmp_path, task_program):
     name = "psfail"
-    proc = run_mpilaunch(["--name", name, "--mode", "ps", "--ps", "1", "--workers", "2", "--chief",
-                          "--output-dir", str(tmp_path), "--", sys.executable, str(task_program),
-                          "--out", str(tmp_path), "--fail-worker", "1", "--code", "3", "--finish-after", "30"])
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--mode",
+            "ps",
+            "--ps",
+            "1",
+            "--workers",
+            "2",
+            "--chief",
+            "--output-dir",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            str(task_program),
+            "--out",
+            str(tmp_path),
+            "--fail-worker",
+            "1",
+            "--code",
+            "3",
+            "--finish-after",
+            "30",
+        ]
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     err = proc.stderr
     assert "mpilaunch: error: task worker:1 on psfail-worker-1 exited with code 3" in err
@@ -222,9 +343,30 @@ def test_failing_worker_fails_the_job_with_its_code_and_traceback(tmp_path, task
 def test_ctrl_c_stops_every_task_and_exits_130(tmp_path, task_program):
     name = "psint"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mpilaunch", "--name", name, "-q", "-r", "ps:1,worker:1", "--chief",
-         "--", sys.executable, str(task_program), "--out", str(tmp_path), "--finish-after", "120"],
-        cwd=REPO, env=mpilaunch_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "-q",
+            "-r",
+            "ps:1,worker:1",
+            "--chief",
+            "--",
+            sys.executable,
+            str(task_program),
+            "--out",
+            str(tmp_path),
+            "--finish-after",
+            "120",
+        ],
+        cwd=REPO,
+        env=mpilaunch_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while len(task_records(tmp_path)) < 3 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
@@ -283,16 +425,37 @@ TASK_BINDS = (
 
 
 def _start_starters(n):
-    return [subprocess.Popen(
-        [sys.executable, "-S", "-m", "mpilaunch.task_starter", "--task", f"worker:{i}", "--host", "127.0.0.1",
-         "--", sys.executable, "-S", "-c", TASK_BINDS],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-S",
+                "-m",
+                "mpilaunch.task_starter",
+                "--task",
+                f"worker:{i}",
+                "--host",
+                "127.0.0.1",
+                "--",
+                sys.executable,
+                "-S",
+                "-c",
+                TASK_BINDS,
+            ],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
 
 
 def _one_round(tmp_path, n):
     windows_file = tmp_path / "windows.json"
-    pressure = subprocess.Popen([sys.executable, "-c", PRESSURE, str(windows_file)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+    pressure = subprocess.Popen(
+        [sys.executable, "-c", PRESSURE, str(windows_file)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert pressure.stdout.readline().strip() == "ready"
     starters = _start_starters(n)
     ended_at = None
@@ -372,8 +535,23 @@ def test_keras_parameter_server_training_with_tf_config_only(tmp_path):
     name = "pskeras"
     board = importlib.util.find_spec("tensorboard") is not None
     out = tmp_path / "train"
-    args = ["--name", name, "--mode", "ps", "--chief", "--workers", "2", "--ps", "1", "-o", str(out),
-            "--output-dir", str(tmp_path / "logs"), "--timeout", "400"]
+    args = [
+        "--name",
+        name,
+        "--mode",
+        "ps",
+        "--chief",
+        "--workers",
+        "2",
+        "--ps",
+        "1",
+        "-o",
+        str(out),
+        "--output-dir",
+        str(tmp_path / "logs"),
+        "--timeout",
+        "400",
+    ]
     if board:
         args.append("--tensorboard")
     started = time.monotonic()
@@ -390,7 +568,9 @@ def test_keras_parameter_server_training_with_tf_config_only(tmp_path):
     assert status["chief:0"] == "succeeded"
     assert {status["worker:0"], status["worker:1"], status["ps:0"]} == {"terminated"}
     for task in ("worker:0", "worker:1", "ps:0"):
-        assert f"[{task}] {task} serving at grpc://{report['cluster'][task.split(':')[0]][int(task[-1])]}" in proc.stdout
+        assert (
+            f"[{task}] {task} serving at grpc://{report['cluster'][task.split(':')[0]][int(task[-1])]}" in proc.stdout
+        )
     if board:
         assert status["tensorboard:0"] == "terminated"
         assert f"TensorBoard for {out}: http://127.0.0.1:" in proc.stderr

@@ -46,8 +46,24 @@ def rank_lines(stdout: str) -> dict[int, tuple[str, int]]:
 
 
 def launch(name, workers, install, tmp_path, *more, timeout=120):
-    proc = run_mpilaunch(["--name", name, "--np", str(workers), "--slots-per-worker", "1", "-q",
-                          "--output-dir", str(tmp_path), *more, "--", *REPORT_RANK], install, timeout=timeout)
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--np",
+            str(workers),
+            "--slots-per-worker",
+            "1",
+            "-q",
+            "--output-dir",
+            str(tmp_path),
+            *more,
+            "--",
+            *REPORT_RANK,
+        ],
+        install,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return proc, json.loads((tmp_path / "report.json").read_text())
 
@@ -82,16 +98,31 @@ def test_scale_tree_spawn_over_64_workers_places_ranks_as_direct_spawn(mpi_insta
     (tmp_path / "tree").mkdir()
     direct, _ = launch(name, 64, mpi_install, tmp_path / "direct")
     tree, report = launch(name, 64, mpi_install, tmp_path / "tree", "--mpi-args", flags)
-    assert {r: w for r, (w, _) in rank_lines(tree.stdout).items()} == \
-        {r: w for r, (w, _) in rank_lines(direct.stdout).items()} == {r: f"{name}-worker-{r}" for r in range(64)}
+    assert (
+        {r: w for r, (w, _) in rank_lines(tree.stdout).items()}
+        == {r: w for r, (w, _) in rank_lines(direct.stdout).items()}
+        == {r: f"{name}-worker-{r}" for r in range(64)}
+    )
     assert [(r["rank"], r["exit_code"]) for r in report["ranks"]] == [(r, 0) for r in range(64)]
     assert leftover_processes(name) == []
 
 
 def test_scale_flags_from_mpi_args_replace_mpilaunchs_own(openmpi5):
     """--dry-run: one value per tuning parameter, the user's; the pinned ones stay mpilaunch's."""
-    proc = run_mpilaunch(["--dry-run", "--np", "300", "--slots-per-worker", "1", "--mpi-args",
-                          "--prtemca routed_radix 16 --prtemca plm_ssh_num_concurrent 32", "--", "true"], openmpi5)
+    proc = run_mpilaunch(
+        [
+            "--dry-run",
+            "--np",
+            "300",
+            "--slots-per-worker",
+            "1",
+            "--mpi-args",
+            "--prtemca routed_radix 16 --prtemca plm_ssh_num_concurrent 32",
+            "--",
+            "true",
+        ],
+        openmpi5,
+    )
     assert proc.returncode == 0, proc.stderr
     argv = next(line for line in proc.stdout.splitlines() if line.startswith("  /")).split()
     values = [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--prtemca"]
@@ -109,11 +140,33 @@ def test_scale_a_lost_forked_agent_is_named_with_its_pid(mpi_install, tmp_path):
     name = "scalelost"
     workers = max(FORK_AGENTS_FROM, 4)
     program = ["sh", "-c", 'echo "started ${MPILAUNCH_WORKER} $$"; sleep 60']
-    proc = subprocess.Popen([sys.executable, "-m", "mpilaunch", "--name", name, "--mpirun", mpi_install.mpirun,
-                             "--np", str(workers), "--slots-per-worker", "1", "--timeout", "100", "-q",
-                             "--output-dir", str(tmp_path), "--", *program],
-                            cwd=REPO, env=mpilaunch_env(mpi_install), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "--mpirun",
+            mpi_install.mpirun,
+            "--np",
+            str(workers),
+            "--slots-per-worker",
+            "1",
+            "--timeout",
+            "100",
+            "-q",
+            "--output-dir",
+            str(tmp_path),
+            "--",
+            *program,
+        ],
+        cwd=REPO,
+        env=mpilaunch_env(mpi_install),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     victim = None
     try:
         lines = wait_started(proc, workers, timeout=90)

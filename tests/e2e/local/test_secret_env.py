@@ -46,12 +46,31 @@ def test_secret_env_value_on_no_command_line_local(mpi_install, tmp_path, np_, s
     secret = f"{SECRET}-{time.time_ns()}"
     digest = hashlib.sha256(secret.encode()).hexdigest()
     release = tmp_path / "release"
-    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", mpi_install.mpirun, "--name", name,
-           "--np", str(np_), "--slots-per-worker", str(slots), "-q", "-x", f"SECRET_TOKEN={secret}",
-           "--", sys.executable, "tests/programs/secret_env.py", digest, str(release)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--mpirun",
+        mpi_install.mpirun,
+        "--name",
+        name,
+        "--np",
+        str(np_),
+        "--slots-per-worker",
+        str(slots),
+        "-q",
+        "-x",
+        f"SECRET_TOKEN={secret}",
+        "--",
+        sys.executable,
+        "tests/programs/secret_env.py",
+        digest,
+        str(release),
+    ]
     # the test's own Popen argv holds the value (it is the user typing it): scanned from here on
-    proc = subprocess.Popen(cmd, cwd=REPO, env=mpilaunch_env(mpi_install), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=mpilaunch_env(mpi_install), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         lines = wait_started(proc, np_, text="SECRET_SEEN")
         on_argv, in_env = processes_holding(secret)
@@ -59,8 +78,12 @@ def test_secret_env_value_on_no_command_line_local(mpi_install, tmp_path, np_, s
         # the agents it forked, which show the very same command line (no copy of the value elsewhere)
         typed = " ".join(psutil.Process(proc.pid).cmdline())[:200]
         forked = set(agent_workers())
-        on_argv = [c for c in on_argv if not c.startswith(f"{proc.pid}: ")
-                   and not (int(c.split(":", 1)[0]) in forked and c.split(": ", 1)[1] == typed)]
+        on_argv = [
+            c
+            for c in on_argv
+            if not c.startswith(f"{proc.pid}: ")
+            and not (int(c.split(":", 1)[0]) in forked and c.split(": ", 1)[1] == typed)
+        ]
         assert on_argv == [], on_argv
         # where it travels instead: mpirun's environment (and the ranks' own)
         assert len(in_env) >= 1 + np_, in_env

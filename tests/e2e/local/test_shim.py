@@ -38,8 +38,10 @@ def write_context(path: Path, agents: dict, secret_file: Path, **extra) -> Path:
 @pytest.fixture
 def cluster(tmp_path):
     """Two agents named like real workers, reached as hosts w0 and w1."""
-    agents = {"w0": AgentProc(tmp_path / "a0", name="testjob-worker-0"),
-              "w1": AgentProc(tmp_path / "a1", name="testjob-worker-1")}
+    agents = {
+        "w0": AgentProc(tmp_path / "a0", name="testjob-worker-0"),
+        "w1": AgentProc(tmp_path / "a1", name="testjob-worker-1"),
+    }
     ctx = write_context(tmp_path / "context.json", agents, agents["w0"].secret_file)
     env = agent_env()
     env["MPILAUNCH_CONTEXT"] = str(ctx)
@@ -57,15 +59,22 @@ def rsh(args, env, **kwargs):
 # --- argument parsing (pure) --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["w0", "orted", "-mca", '"env"', "--x"], ("w0", 'orted -mca "env" --x', False)),  # Open MPI
-    (["w1", '"/usr/bin/hydra_pmi_proxy" --control-port vm:1 --proxy-id 0'],
-     ("w1", '"/usr/bin/hydra_pmi_proxy" --control-port vm:1 --proxy-id 0', False)),  # MPICH
-    (["-x", "-q", "-o", "StrictHostKeyChecking=no", "-p", "2222", "-l", "me", "-T", "w0", "cmd"],
-     ("w0", "cmd", False)),  # Intel MPI
-    (["-qxn", "-oBatchMode=yes", "-p22", "user@w1", "a", "b"], ("w1", "a b", True)),
-    (["--", "w0", "-x"], ("w0", "-x", False)),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["w0", "orted", "-mca", '"env"', "--x"], ("w0", 'orted -mca "env" --x', False)),  # Open MPI
+        (
+            ["w1", '"/usr/bin/hydra_pmi_proxy" --control-port vm:1 --proxy-id 0'],
+            ("w1", '"/usr/bin/hydra_pmi_proxy" --control-port vm:1 --proxy-id 0', False),
+        ),  # MPICH
+        (
+            ["-x", "-q", "-o", "StrictHostKeyChecking=no", "-p", "2222", "-l", "me", "-T", "w0", "cmd"],
+            ("w0", "cmd", False),
+        ),  # Intel MPI
+        (["-qxn", "-oBatchMode=yes", "-p22", "user@w1", "a", "b"], ("w1", "a b", True)),
+        (["--", "w0", "-x"], ("w0", "-x", False)),
+    ],
+)
 def test_parse_argv(argv, expected):
     assert shim.parse_argv(argv) == expected
 
@@ -77,8 +86,14 @@ def test_parse_argv_usage_errors(argv):
 
 
 def test_json_reader_agrees_with_json():
-    doc = {"job": "j\u00e9\"\\/\n\t", "n": [1, -2, 3.5, 1e3, True, False, None], "e": {}, "a": [],
-           "w": {"x-0": {"address": "[::1]:4000"}}, "emoji": "\U0001f600"}
+    doc = {
+        "job": 'j\u00e9"\\/\n\t',
+        "n": [1, -2, 3.5, 1e3, True, False, None],
+        "e": {},
+        "a": [],
+        "w": {"x-0": {"address": "[::1]:4000"}},
+        "emoji": "\U0001f600",
+    }
     for text in (json.dumps(doc), json.dumps(doc, indent=2), json.dumps(doc, ensure_ascii=False)):
         assert shim.loads_json(text) == json.loads(text)
     with pytest.raises(ValueError):
@@ -103,8 +118,24 @@ def test_mpich_style_single_command_string(cluster):
 
 def test_intel_style_leading_options_and_no_stdin(cluster):
     _, env = cluster
-    r = rsh(["-x", "-q", "-o", "StrictHostKeyChecking=no", "-p", "22", "-l", "me", "-T", "w1",
-             "echo", "intel", "$MPILAUNCH_WORKER"], env)
+    r = rsh(
+        [
+            "-x",
+            "-q",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-p",
+            "22",
+            "-l",
+            "me",
+            "-T",
+            "w1",
+            "echo",
+            "intel",
+            "$MPILAUNCH_WORKER",
+        ],
+        env,
+    )
     assert (r.returncode, r.stdout) == (0, b"intel testjob-worker-1\n"), r.stderr
     r = rsh(["-n", "w0", "cat"], env, input=b"should not arrive")
     assert (r.returncode, r.stdout) == (0, b"")
@@ -113,8 +144,9 @@ def test_intel_style_leading_options_and_no_stdin(cluster):
 def test_stdio_streams_and_exit_status(cluster):
     _, env = cluster
     env = dict(env, SHIM_TEST_VAR="forwarded", NOT_FORWARDED="x")
-    r = rsh(["w0", "cat; echo $SHIM_TEST_VAR ${NOT_FORWARDED:-unset}; echo oops >&2; exit 42"], env,
-            input=b"piped in\n")
+    r = rsh(
+        ["w0", "cat; echo $SHIM_TEST_VAR ${NOT_FORWARDED:-unset}; echo oops >&2; exit 42"], env, input=b"piped in\n"
+    )
     assert r.returncode == 42
     assert r.stdout == b"piped in\nforwarded unset\n"
     assert r.stderr == b"oops\n"
@@ -149,8 +181,9 @@ def test_unknown_host_and_missing_context(cluster):
 def test_sigterm_to_shim_kills_remote_process_group(cluster, tmp_path):
     agents, env = cluster
     sidfile = tmp_path / "sid"
-    p = subprocess.Popen(SHIM + ["w0", f"echo $MPILAUNCH_SESSION > {sidfile}; sleep 300 & sleep 300; wait"],
-                         env=env, cwd=REPO)
+    p = subprocess.Popen(
+        SHIM + ["w0", f"echo $MPILAUNCH_SESSION > {sidfile}; sleep 300 & sleep 300; wait"], env=env, cwd=REPO
+    )
     sid = wait_for_file(sidfile)
     assert wait_until(lambda: len(session_processes(sid)) >= 3)
     p.send_signal(signal.SIGTERM)
@@ -201,8 +234,9 @@ def test_sigkill_to_shim_kills_remote_side(cluster, tmp_path):
 def test_connection_loss_exits_255(cluster, tmp_path):
     agents, env = cluster
     sidfile = tmp_path / "sid"
-    p = subprocess.Popen(SHIM + ["w0", f"echo $MPILAUNCH_SESSION > {sidfile}; sleep 300"], env=env, cwd=REPO,
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        SHIM + ["w0", f"echo $MPILAUNCH_SESSION > {sidfile}; sleep 300"], env=env, cwd=REPO, stderr=subprocess.PIPE
+    )
     sid = wait_for_file(sidfile)
     agents["w0"].proc.kill()  # no chance to clean up: the connection just dies
     try:
@@ -257,9 +291,14 @@ def test_real_mpirun_places_ranks_on_the_assigned_agents(mpirun, cluster, tmp_pa
     if flavour == "openmpi":
         hostfile = tmp_path / "hostfile"
         hostfile.write_text("w0 slots=1\nw1 slots=1\n")
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   PRTE_MCA_plm_ssh_agent=agent_exe, PRTE_MCA_plm_ssh_no_tree_spawn="1",
-                   OMPI_MCA_plm_rsh_agent=agent_exe, OMPI_MCA_plm_rsh_no_tree_spawn="1")
+        env.update(
+            OMPI_ALLOW_RUN_AS_ROOT="1",
+            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+            PRTE_MCA_plm_ssh_agent=agent_exe,
+            PRTE_MCA_plm_ssh_no_tree_spawn="1",
+            OMPI_MCA_plm_rsh_agent=agent_exe,
+            OMPI_MCA_plm_rsh_no_tree_spawn="1",
+        )
         argv = [mpirun, "--mca", "plm_rsh_agent", agent_exe, "--hostfile", str(hostfile), "-np", "2", *rank_cmd]
     else:
         hostfile = tmp_path / "hostfile"

@@ -70,8 +70,7 @@ def test_terminate_group_leaves_the_exit_status_to_the_popen_its_caller_waits_on
     """The child exits 3 on SIGTERM: both terminate_group and a wait on another thread read 3 (it read 0)."""
     import threading
 
-    proc = subprocess.Popen(["sh", "-c", "trap 'exit 3' TERM; while :; do sleep 0.05; done"],
-                            start_new_session=True)
+    proc = subprocess.Popen(["sh", "-c", "trap 'exit 3' TERM; while :; do sleep 0.05; done"], start_new_session=True)
     time.sleep(0.3)  # the trap is set
     waited = {}
 
@@ -101,9 +100,25 @@ def test_terminate_group_leaves_the_exit_status_to_the_popen_its_caller_waits_on
 def test_fail_fast_stop_records_the_other_ranks_as_unobserved(mpi_install, tmp_path):
     """Rank 3 exits 7; hydra waits for the others, mpilaunch stops it after the fail-fast grace."""
     name = "unobs-failfast"
-    proc = run_mpilaunch(["--name", name, "--np", "4", "--slots-per-worker", "2", "--timeout", "90", "-q",
-                          "--output-dir", str(tmp_path), *FAIL_RANK], mpi_install,
-                         env_extra={"FAIL_RANK": "3", "FAIL_CODE": "7", "VANISH_ON_TERM": "1"}, timeout=150)
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--timeout",
+            "90",
+            "-q",
+            "--output-dir",
+            str(tmp_path),
+            *FAIL_RANK,
+        ],
+        mpi_install,
+        env_extra={"FAIL_RANK": "3", "FAIL_CODE": "7", "VANISH_ON_TERM": "1"},
+        timeout=150,
+    )
     assert proc.returncode == 7, proc.stderr[-2000:]
     report = report_of(tmp_path)
     why = f"{STOPPED} after rank 3 failed"
@@ -116,9 +131,27 @@ def test_fail_fast_stop_records_the_other_ranks_as_unobserved(mpi_install, tmp_p
 def test_daemon_failure_stop_records_every_rank_as_unobserved(mpi_install, tmp_path):
     """Every proxy is told to reach mpiexec at a name that does not resolve: no rank ever starts."""
     name = "unobs-daemon"
-    proc = run_mpilaunch(["--name", name, "--np", "2", "--slots-per-worker", "1", "--timeout", "90", "-q",
-                          "--mpi-args", "-localhost nowhere.invalid", "--output-dir", str(tmp_path), "--", "true"],
-                         mpi_install, timeout=150)
+    proc = run_mpilaunch(
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--timeout",
+            "90",
+            "-q",
+            "--mpi-args",
+            "-localhost nowhere.invalid",
+            "--output-dir",
+            str(tmp_path),
+            "--",
+            "true",
+        ],
+        mpi_install,
+        timeout=150,
+    )
     assert proc.returncode not in (0, 124), proc.stderr[-2000:]
     report = report_of(tmp_path)
     assert [r["exit_code"] for r in report["ranks"]] == [None, None], report["ranks"]
@@ -135,9 +168,12 @@ def test_misplaced_rank_stop_records_the_ranks_as_unobserved(mpi_install, tmp_pa
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost:2\nunobs-elsewhere:2\n")
     out = tmp_path / "out"
-    proc = run_mpilaunch(["--name", name, "--hostfile", str(hostfile), "--timeout", "90", "-q",
-                          "--output-dir", str(out), *FAIL_RANK], mpi_install,
-                         env_extra={"FAIL_RANK": "-1", "VANISH_ON_TERM": "1"}, timeout=150)
+    proc = run_mpilaunch(
+        ["--name", name, "--hostfile", str(hostfile), "--timeout", "90", "-q", "--output-dir", str(out), *FAIL_RANK],
+        mpi_install,
+        env_extra={"FAIL_RANK": "-1", "VANISH_ON_TERM": "1"},
+        timeout=150,
+    )
     assert proc.returncode == 4, proc.stderr[-2000:]
     report = report_of(out)
     why = f"{STOPPED} after the placement check failed"
@@ -160,11 +196,32 @@ def test_lost_worker_stop_records_ranks_as_unobserved_and_no_placement_failure(m
     "ending well" with no rank reported made the placement check add "missing ranks"."""
     name = "unobs-lost"
 
-    proc = subprocess.Popen([sys.executable, "-m", "mpilaunch", "--name", name, "--mpirun", mpi_install.mpirun,
-                             "--np", "4", "--slots-per-worker", "2", "--timeout", "90", "-q",
-                             "--output-dir", str(tmp_path), *FAIL_RANK],
-                            cwd=REPO, env=mpilaunch_env(mpi_install, FAIL_RANK="-1", VANISH_ON_TERM="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--name",
+            name,
+            "--mpirun",
+            mpi_install.mpirun,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--timeout",
+            "90",
+            "-q",
+            "--output-dir",
+            str(tmp_path),
+            *FAIL_RANK,
+        ],
+        cwd=REPO,
+        env=mpilaunch_env(mpi_install, FAIL_RANK="-1", VANISH_ON_TERM="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     held = None
     try:
         wait_started(proc, 4, timeout=120)
@@ -200,8 +257,10 @@ def agent_of(job_pid: int, worker: str) -> int:
         try:
             agent = psutil.Process(pid)
             cmd = agent.cmdline()
-            if served == worker and (agent.ppid() == job_pid or (
-                    "--exit-with-pid" in cmd and cmd[cmd.index("--exit-with-pid") + 1] == str(job_pid))):
+            if served == worker and (
+                agent.ppid() == job_pid
+                or ("--exit-with-pid" in cmd and cmd[cmd.index("--exit-with-pid") + 1] == str(job_pid))
+            ):
                 return pid
         except (psutil.Error, IndexError):
             continue
@@ -209,8 +268,10 @@ def agent_of(job_pid: int, worker: str) -> int:
 
 
 # the bystander's ranks: up, then done after a while (ATTEMPT_MARKER as tests/programs/attempts.py's)
-BYSTANDER = ("import os, time; print('unit started (first attempt)', flush=True); time.sleep(25); "
-             "print('unit done on', os.environ['MPILAUNCH_WORKER'], flush=True)")
+BYSTANDER = (
+    "import os, time; print('unit started (first attempt)', flush=True); time.sleep(25); "
+    "print('unit done on', os.environ['MPILAUNCH_WORKER'], flush=True)"
+)
 
 
 @pytest.mark.mpi
@@ -224,9 +285,29 @@ def test_local_retry_replaces_only_its_own_worker_beside_a_job_of_the_same_name(
     def launch(where, *command):
         where.mkdir()
         return subprocess.Popen(
-            [sys.executable, "-m", "mpilaunch", "--name", job, "--np", "2", "--slots-per-worker", "1", "-q",
-             "--output-dir", str(where / "out"), "-x", f"ATTEMPT_MARKER={where / 'marker'}", *command],
-            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "mpilaunch",
+                "--name",
+                job,
+                "--np",
+                "2",
+                "--slots-per-worker",
+                "1",
+                "-q",
+                "--output-dir",
+                str(where / "out"),
+                "-x",
+                f"ATTEMPT_MARKER={where / 'marker'}",
+                *command,
+            ],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     bystander = launch(tmp_path / "bystander", "--", sys.executable, "-c", BYSTANDER)
     retrying = launch(tmp_path / "retrying", "--retries", "1", "--", sys.executable, str(PROGRAMS / "attempts.py"))
@@ -280,14 +361,18 @@ def test_local_agent_killed_but_not_yet_reaped_is_still_a_lost_worker(tmp_path):
     from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
     spec = JobSpec(command=("true",), name="settle", np=2)
-    backend = LocalBackend(spec, Plan("settle", (WorkerPlan("settle-worker-0", 1, 0),
-                                                 WorkerPlan("settle-worker-1", 1, 0))), tmp_path)
+    backend = LocalBackend(
+        spec, Plan("settle", (WorkerPlan("settle-worker-0", 1, 0), WorkerPlan("settle-worker-1", 1, 0))), tmp_path
+    )
     try:
         backend.allocate()
         victim = backend.agents["settle-worker-1"]
         os.kill(victim.pid, signal.SIGKILL)
-        wait_for(lambda: open(f"/proc/{victim.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", 10,
-                 "the killed agent to become a zombie")
+        wait_for(
+            lambda: open(f"/proc/{victim.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+            10,
+            "the killed agent to become a zombie",
+        )
         backend.agents["settle-worker-1"] = _ReapedLate(victim)
         assert backend.lost_workers(settle=True) == {"settle-worker-1": "its agent was killed by SIGKILL"}
     finally:

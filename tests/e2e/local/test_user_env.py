@@ -25,8 +25,10 @@ from support.mpi_installs import checked, installs, require
 pytestmark = pytest.mark.mpi
 
 # Each rank: which python3 its PATH found, its prefix, its PATH's first entry.
-PROGRAM = ("import os, sys; print('rank', os.environ.get('RANK'), 'prefix', sys.prefix, "
-           "'exe', sys.executable, 'path0', os.environ['PATH'].split(os.pathsep)[0])")
+PROGRAM = (
+    "import os, sys; print('rank', os.environ.get('RANK'), 'prefix', sys.prefix, "
+    "'exe', sys.executable, 'path0', os.environ['PATH'].split(os.pathsep)[0])"
+)
 
 
 def user_venv(root) -> str:
@@ -55,8 +57,7 @@ def run_as_user(install, env_bin: str, *extra, env_extra=None, args=("--np", "2"
     env = mpilaunch_env(install, **(env_extra or {}))
     env["PATH"] = os.pathsep.join([env_bin, env["PATH"]])
     env.pop("PYTHONPATH", None)  # the rank program is the user's: no mpi4py of the suite's
-    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", install.mpirun, *args, *extra,
-           "--", "python3", "-c", PROGRAM]
+    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", install.mpirun, *args, *extra, "--", "python3", "-c", PROGRAM]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
 
 
@@ -66,7 +67,7 @@ def rank_lines(stdout: str) -> list[dict]:
         words = line.split()
         if "prefix" in words:
             i = words.index("rank")
-            out.append(dict(zip(words[i::2], words[i + 1::2])))
+            out.append(dict(zip(words[i::2], words[i + 1 :: 2])))
     return out
 
 
@@ -121,7 +122,26 @@ def test_user_env_pip_open_mpi_from_an_unactivated_venv(tmp_path):
     venv = user_venv(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPILAUNCH_")}
     env["PATH"] = os.pathsep.join([os.path.join(venv, "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
-    proc = subprocess.run([sys.executable, "-m", "mpilaunch", "--mpi", "openmpi", "--np", "2",
-                           "--slots-per-worker", "1", "--", "python3", "-c", PROGRAM],
-                          capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--mpi",
+            "openmpi",
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--",
+            "python3",
+            "-c",
+            PROGRAM,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+        env=env,
+    )
     assert_every_rank_ran(proc, venv)

@@ -81,8 +81,18 @@ MPILAUNCH = (sys.executable, "-m", "mpilaunch")
 
 
 def argv(bed, hostfile, mpi: Flavour, *args) -> list[str]:
-    return [*MPILAUNCH, "--backend", "ssh", "--ssh-command", bed.ssh_command,
-            "--hostfile", str(hostfile), "--mpirun", mpi.mpirun, *args]
+    return [
+        *MPILAUNCH,
+        "--backend",
+        "ssh",
+        "--ssh-command",
+        bed.ssh_command,
+        "--hostfile",
+        str(hostfile),
+        "--mpirun",
+        mpi.mpirun,
+        *args,
+    ]
 
 
 def hostfile(tmp_path, *hosts, slots=2):
@@ -92,13 +102,20 @@ def hostfile(tmp_path, *hosts, slots=2):
 
 
 def run(bed, hostfile, mpi: Flavour, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run(argv(bed, hostfile, mpi, *args), cwd=REPO, env=mpilaunch_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        argv(bed, hostfile, mpi, *args), cwd=REPO, env=mpilaunch_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start(bed, hostfile, mpi: Flavour, *args) -> subprocess.Popen:
-    return subprocess.Popen(argv(bed, hostfile, mpi, *args), cwd=REPO, env=mpilaunch_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        argv(bed, hostfile, mpi, *args),
+        cwd=REPO,
+        env=mpilaunch_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def assert_hosts_clean(bed, timeout: float = 5) -> None:
@@ -120,18 +137,32 @@ def error_lines(stderr: str) -> list[str]:
 
 def test_ranks_run_on_their_planned_hosts(bed, tmp_path, flavour):
     out = tmp_path / "out"
-    proc = run(bed, hostfile(tmp_path, "node-1", "node-2"), flavour, "--name", f"ssh-ok-{flavour.id}",
-               "--output-dir", str(out), "-q", "--", *flavour.allreduce)
+    proc = run(
+        bed,
+        hostfile(tmp_path, "node-1", "node-2"),
+        flavour,
+        "--name",
+        f"ssh-ok-{flavour.id}",
+        "--output-dir",
+        str(out),
+        "-q",
+        "--",
+        *flavour.allreduce,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = sorted((json.loads(line[line.index("{"):]) for line in proc.stdout.splitlines() if '"rank"' in line),
-                   key=lambda r: r["rank"])
+    ranks = sorted(
+        (json.loads(line[line.index("{") :]) for line in proc.stdout.splitlines() if '"rank"' in line),
+        key=lambda r: r["rank"],
+    )
     assert [r["sum"] for r in ranks] == [10] * 4  # one MPI job across both hosts
     # each rank in its planned host's agent (worker) and in that host's namespace (its own host name)
     assert [(r["worker"], r["hostname"]) for r in ranks] == [("node-1", "node-1")] * 2 + [("node-2", "node-2")] * 2
     report = json.loads((out / "report.json").read_text())
     assert report["placement"]["verified"] is True and report["placement"]["mismatch"] is None
-    assert report["placement"]["workers"] == {"node-1": {"planned_slots": 2, "ranks": [0, 1]},
-                                              "node-2": {"planned_slots": 2, "ranks": [2, 3]}}
+    assert report["placement"]["workers"] == {
+        "node-1": {"planned_slots": 2, "ranks": [0, 1]},
+        "node-2": {"planned_slots": 2, "ranks": [2, 3]},
+    }
     workers = report["workers"]
     assert {name: facts["host"] for name, facts in workers.items()} == {"node-1": "node-1", "node-2": "node-2"}
     assert workers["node-2"]["address"].startswith(bed.addresses["node-2"] + ":")
@@ -139,21 +170,35 @@ def test_ranks_run_on_their_planned_hosts(bed, tmp_path, flavour):
 
 
 def test_the_ranks_run_as_the_login_user_and_meet_on_the_first_host(bed, tmp_path):
-    proc = run(bed, hostfile(tmp_path, "node-2", "node-3"), OPENMPI4, "--name", "ssh-uid", "-q",
-               "--", *OPENMPI4.allreduce)
+    proc = run(
+        bed, hostfile(tmp_path, "node-2", "node-3"), OPENMPI4, "--name", "ssh-uid", "-q", "--", *OPENMPI4.allreduce
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = [json.loads(line[line.index("{"):]) for line in proc.stdout.splitlines() if '"rank"' in line]
+    ranks = [json.loads(line[line.index("{") :]) for line in proc.stdout.splitlines() if '"rank"' in line]
     assert {r["uid"] for r in ranks} == {pwd.getpwnam(bed.user).pw_uid}  # mpilaunch is root here, not there
     # torch.distributed's rendezvous: node-2's address and a port its agent found free there
-    (address, port), = {tuple(r["master"]) for r in ranks}
+    ((address, port),) = {tuple(r["master"]) for r in ranks}
     assert address == bed.addresses["node-2"] and port.isdigit()
     assert_hosts_clean(bed)
 
 
 def test_a_failing_rank_is_named_with_its_host(bed, tmp_path, flavour):
     # -x: a host's ranks get this machine's variables as a cluster's do, from mpirun (local agents inherit them)
-    proc = run(bed, hostfile(tmp_path, "node-1", "node-2"), flavour, "--name", f"ssh-fail-{flavour.id}", "-q",
-               "-x", "FAIL_RANK=2", "-x", "FAIL_CODE=9", "--", PYTHON, FAIL_RANK)
+    proc = run(
+        bed,
+        hostfile(tmp_path, "node-1", "node-2"),
+        flavour,
+        "--name",
+        f"ssh-fail-{flavour.id}",
+        "-q",
+        "-x",
+        "FAIL_RANK=2",
+        "-x",
+        "FAIL_CODE=9",
+        "--",
+        PYTHON,
+        FAIL_RANK,
+    )
     assert proc.returncode == 9, proc.stdout + proc.stderr
     assert error_lines(proc.stderr)[0] == "mpilaunch: error: rank 2 on worker node-2 exited with code 9", proc.stderr
     assert "rank 2 about to fail" in proc.stderr  # the failing rank's last lines, from node-2
@@ -178,8 +223,18 @@ def assert_secret_in_no_argv(secret: str) -> None:
 
 
 def test_ctrl_c_leaves_nothing_on_any_host(bed, tmp_path):
-    proc = start(bed, hostfile(tmp_path, "node-1", "node-2", "node-3", slots=1), OPENMPI4, "--name", "ssh-int",
-                 "-x", "FAIL_RANK=-1", "--", PYTHON, FAIL_RANK)  # no rank fails: they wait to be killed
+    proc = start(
+        bed,
+        hostfile(tmp_path, "node-1", "node-2", "node-3", slots=1),
+        OPENMPI4,
+        "--name",
+        "ssh-int",
+        "-x",
+        "FAIL_RANK=-1",
+        "--",
+        PYTHON,
+        FAIL_RANK,
+    )  # no rank fails: they wait to be killed
     try:
         wait_started(proc, 3, timeout=60)
         assert_secret_in_no_argv(job_secret("ssh-int"))
@@ -196,8 +251,18 @@ def test_ctrl_c_leaves_nothing_on_any_host(bed, tmp_path):
 def test_a_killed_mpilaunch_leaves_nothing_on_any_host(bed, tmp_path):
     # SIGKILL: no cleanup of mpilaunch's own runs. Its end of each ssh's stdin closes with it, each host's
     # agent sees the end and ends what it ran; mpirun and the shims here follow their daemons
-    proc = start(bed, hostfile(tmp_path, "node-1", "node-2"), OPENMPI4, "--name", "ssh-kill",
-                 "-x", "FAIL_RANK=-1", "--", PYTHON, FAIL_RANK)
+    proc = start(
+        bed,
+        hostfile(tmp_path, "node-1", "node-2"),
+        OPENMPI4,
+        "--name",
+        "ssh-kill",
+        "-x",
+        "FAIL_RANK=-1",
+        "--",
+        PYTHON,
+        FAIL_RANK,
+    )
     try:
         wait_started(proc, 4, timeout=60)
         proc.kill()
@@ -210,8 +275,20 @@ def test_a_killed_mpilaunch_leaves_nothing_on_any_host(bed, tmp_path):
 
 def test_a_host_whose_ssh_session_dies_is_a_lost_worker(bed, tmp_path, flavour):
     out = tmp_path / "out"
-    proc = start(bed, hostfile(tmp_path, "node-1", "node-2"), flavour, "--name", f"ssh-lost-{flavour.id}",
-                 "--output-dir", str(out), "-x", "FAIL_RANK=-1", "--", PYTHON, FAIL_RANK)
+    proc = start(
+        bed,
+        hostfile(tmp_path, "node-1", "node-2"),
+        flavour,
+        "--name",
+        f"ssh-lost-{flavour.id}",
+        "--output-dir",
+        str(out),
+        "-x",
+        "FAIL_RANK=-1",
+        "--",
+        PYTHON,
+        FAIL_RANK,
+    )
     try:
         wait_started(proc, 4, timeout=60)
         assert bed.kill_sessions("node-2")  # node-2's sshd session crashes: the connection drops
@@ -222,8 +299,10 @@ def test_a_host_whose_ssh_session_dies_is_a_lost_worker(bed, tmp_path, flavour):
     assert proc.returncode == 5, stderr
     first = error_lines(stderr)[0]
     assert first.startswith("mpilaunch: error: worker node-2 (agent pid "), stderr
-    assert (f" on node-2) was lost: its ssh session exited with code 255 (Connection to {bed.addresses['node-2']} "
-            "closed by remote host.); ranks 2-3 ran there") in first, first
+    assert (
+        f" on node-2) was lost: its ssh session exited with code 255 (Connection to {bed.addresses['node-2']} "
+        "closed by remote host.); ranks 2-3 ran there"
+    ) in first, first
     report = json.loads((out / "report.json").read_text())
     assert report["lost_workers"] == ["node-2"] and report["exit_code"] == 5
     assert_hosts_clean(bed)  # node-2's agent saw its session end and ended its ranks; node-1's was released
@@ -231,8 +310,20 @@ def test_a_host_whose_ssh_session_dies_is_a_lost_worker(bed, tmp_path, flavour):
 
 def test_retries_give_a_lost_host_a_new_session_and_relaunch(bed, tmp_path):
     out = tmp_path / "out"
-    proc = start(bed, hostfile(tmp_path, "node-1", "node-2"), OPENMPI4, "--name", "ssh-retry", "--retries", "1",
-                 "--output-dir", str(out), "--", PYTHON, ATTEMPTS)
+    proc = start(
+        bed,
+        hostfile(tmp_path, "node-1", "node-2"),
+        OPENMPI4,
+        "--name",
+        "ssh-retry",
+        "--retries",
+        "1",
+        "--output-dir",
+        str(out),
+        "--",
+        PYTHON,
+        ATTEMPTS,
+    )
     try:
         seen = wait_started(proc, 4, "started (first attempt)", timeout=60)
         assert bed.kill_sessions("node-2")
@@ -253,9 +344,22 @@ def test_retries_give_a_lost_host_a_new_session_and_relaunch(bed, tmp_path):
 def test_a_host_behind_a_pulled_cable_is_a_lost_worker(bed, tmp_path):
     # the host answers nothing at all: ssh's keepalive (mpilaunch's default ServerAliveInterval=10,
     # CountMax=3; here 1 and 2 for speed) is what notices
-    proc = start(bed, hostfile(tmp_path, "node-1", "node-2"), OPENMPI4, "--name", "ssh-cable",
-                 "--ssh-option", "ServerAliveInterval=1", "--ssh-option", "ServerAliveCountMax=2",
-                 "-x", "FAIL_RANK=-1", "--", PYTHON, FAIL_RANK)
+    proc = start(
+        bed,
+        hostfile(tmp_path, "node-1", "node-2"),
+        OPENMPI4,
+        "--name",
+        "ssh-cable",
+        "--ssh-option",
+        "ServerAliveInterval=1",
+        "--ssh-option",
+        "ServerAliveCountMax=2",
+        "-x",
+        "FAIL_RANK=-1",
+        "--",
+        PYTHON,
+        FAIL_RANK,
+    )
     try:
         wait_started(proc, 4, timeout=60)
         bed.unplug("node-2")
@@ -265,8 +369,10 @@ def test_a_host_behind_a_pulled_cable_is_a_lost_worker(bed, tmp_path):
         bed.plug("node-2")
     stderr = proc.stderr.read()
     assert proc.returncode == 5, stderr
-    assert (f" on node-2) was lost: its ssh session exited with code 255 (Timeout, server {bed.addresses['node-2']} "
-            "not responding.); ranks 2-3 ran there") in error_lines(stderr)[0], stderr
+    assert (
+        f" on node-2) was lost: its ssh session exited with code 255 (Timeout, server {bed.addresses['node-2']} "
+        "not responding.); ranks 2-3 ran there"
+    ) in error_lines(stderr)[0], stderr
     # node-2's sshd gives its silent client up (ClientAliveInterval), and the agent ends with the session
     assert_hosts_clean(bed, timeout=15)
 
@@ -274,11 +380,15 @@ def test_a_host_behind_a_pulled_cable_is_a_lost_worker(bed, tmp_path):
 # How each case ends: the options that bound it, and the error line's end.
 UNREACHABLE = {
     # ssh's own answer: the name resolves nowhere
-    "unknown": ([], "ssh exited with code 255 before mpilaunch's agent started there: "
-                    "ssh: Could not resolve hostname no-such-host"),
+    "unknown": (
+        [],
+        "ssh exited with code 255 before mpilaunch's agent started there: ssh: Could not resolve hostname no-such-host",
+    ),
     # its cable pulled: ssh gives up after --ssh-option's ConnectTimeout (before the testbed config's 10 s)
-    "unplugged": (["--ssh-option", "ConnectTimeout=2"],
-                  "ssh exited with code 255 before mpilaunch's agent started there: ssh: connect to host "),
+    "unplugged": (
+        ["--ssh-option", "ConnectTimeout=2"],
+        "ssh exited with code 255 before mpilaunch's agent started there: ssh: connect to host ",
+    ),
     # ... or mpilaunch does, at --start-timeout
     "silent": (["--start-timeout", "2"], "did not start mpilaunch's agent within --start-timeout 2s"),
 }
@@ -291,8 +401,18 @@ def test_a_host_ssh_cannot_reach_fails_the_allocation(bed, tmp_path, case):
     if host == "node-3":
         bed.unplug(host)
     try:
-        proc = run(bed, hostfile(tmp_path, "node-1", host), OPENMPI4, "--name", f"ssh-{case}", "-q", *options,
-                   "--", PYTHON, "-V")
+        proc = run(
+            bed,
+            hostfile(tmp_path, "node-1", host),
+            OPENMPI4,
+            "--name",
+            f"ssh-{case}",
+            "-q",
+            *options,
+            "--",
+            PYTHON,
+            "-V",
+        )
     finally:
         if host == "node-3":
             bed.plug(host)
@@ -304,8 +424,14 @@ def test_a_host_ssh_cannot_reach_fails_the_allocation(bed, tmp_path, case):
 
 
 def test_the_ssh_backend_needs_a_hostfile():
-    proc = subprocess.run([*MPILAUNCH, "--backend", "ssh", "--np", "2", "--", PYTHON, "-V"],
-                          cwd=REPO, env=mpilaunch_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*MPILAUNCH, "--backend", "ssh", "--np", "2", "--", PYTHON, "-V"],
+        cwd=REPO,
+        env=mpilaunch_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("mpilaunch: error: the ssh backend runs on the hosts of --hostfile"), proc.stderr
     assert "\n  hint: write one 'HOST slots=N' line per host" in proc.stderr

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.ssh
 def backend(bed, tmp_path):
     hosts = tmp_path / "hostfile"
     hosts.write_text("node-1 slots=2\nnode-2 slots=2\n")
-    spec = JobSpec(command=("true",), backend="ssh", hostfile=str(hosts), name="contract",
-                   backend_options=SshOptions(ssh_command=bed.ssh_command))
+    spec = JobSpec(
+        command=("true",),
+        backend="ssh",
+        hostfile=str(hosts),
+        name="contract",
+        backend_options=SshOptions(ssh_command=bed.ssh_command),
+    )
     rundir = tmp_path / "rundir"
     rundir.mkdir()
     made = SshBackend(spec, Plan("contract", (WorkerPlan("node-1", 2, 0), WorkerPlan("node-2", 2, 0))), rundir)

@@ -31,14 +31,41 @@ def tasks_from(stdout):
 def test_each_task_runs_in_its_own_container_and_ps_is_terminated(yarn, openmpi_env, tmp_path):
     name = "psyarn-life"
     proc = run_mpilaunch(
-        ["--backend", "yarn", "--launcher", "local", "--name", name, "--mode", "ps", "--chief", "--workers", "2",
-         "--ps", "1", "--memory", "256 MiB", "--output-dir", str(tmp_path), "-q",
-         "--", sys.executable, "-c", TASK_PROGRAM],
-        env_extra=openmpi_env["env"], timeout=300,
+        [
+            "--backend",
+            "yarn",
+            "--launcher",
+            "local",
+            "--name",
+            name,
+            "--mode",
+            "ps",
+            "--chief",
+            "--workers",
+            "2",
+            "--ps",
+            "1",
+            "--memory",
+            "256 MiB",
+            "--output-dir",
+            str(tmp_path),
+            "-q",
+            "--",
+            sys.executable,
+            "-c",
+            TASK_PROGRAM,
+        ],
+        env_extra=openmpi_env["env"],
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     tasks = tasks_from(proc.stdout)
-    assert sorted(f"{t['task']['type']}:{t['task']['index']}" for t in tasks) == ["chief:0", "ps:0", "worker:0", "worker:1"]
+    assert sorted(f"{t['task']['type']}:{t['task']['index']}" for t in tasks) == [
+        "chief:0",
+        "ps:0",
+        "worker:0",
+        "worker:1",
+    ]
     assert len({t["container"] for t in tasks}) == 4 and all(t["container"] for t in tasks)
     assert len({json.dumps(t["cluster"], sort_keys=True) for t in tasks}) == 1
     report = json.loads((tmp_path / "report.json").read_text())
@@ -53,12 +80,40 @@ def test_keras_parameter_server_training_on_yarn(yarn, openmpi_env, tmp_path):
     name = "psyarn-keras"
     out = tmp_path / "train"
     proc = run_mpilaunch(
-        ["--backend", "yarn", "--launcher", "local", "--name", name, "--mode", "ps", "--chief", "--workers", "2",
-         "--ps", "1", "--memory", "1 GiB", "-o", str(out), "--output-dir", str(tmp_path / "logs"),
-         "--timeout", "400", "-q", "-s", "examples/ps_keras.py",
-         # -s ships the script into every container (YARN-DTF's DTF_TASK_SCRIPT)
-         "--", sys.executable, "$DTF_TASK_SCRIPT", "--steps", "8"],
-        env_extra=openmpi_env["env"], timeout=480,
+        [
+            "--backend",
+            "yarn",
+            "--launcher",
+            "local",
+            "--name",
+            name,
+            "--mode",
+            "ps",
+            "--chief",
+            "--workers",
+            "2",
+            "--ps",
+            "1",
+            "--memory",
+            "1 GiB",
+            "-o",
+            str(out),
+            "--output-dir",
+            str(tmp_path / "logs"),
+            "--timeout",
+            "400",
+            "-q",
+            "-s",
+            "examples/ps_keras.py",
+            # -s ships the script into every container (YARN-DTF's DTF_TASK_SCRIPT)
+            "--",
+            sys.executable,
+            "$DTF_TASK_SCRIPT",
+            "--steps",
+            "8",
+        ],
+        env_extra=openmpi_env["env"],
+        timeout=480,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "ps_keras.json").read_text())

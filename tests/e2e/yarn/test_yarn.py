@@ -98,10 +98,13 @@ def launcher_mpiruns(name):
 
 
 def local_mpiruns(name):
-    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-            if f"/mpilaunch-{name}-" in proc_environ(pid).get("MPILAUNCH_CONTEXT", "")
-            and f"/mpilaunch-{name}-launcher-" not in proc_environ(pid).get("MPILAUNCH_CONTEXT", "")
-            and b"--hostfile" in proc_cmdline(pid)]
+    return [
+        pid
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+        if f"/mpilaunch-{name}-" in proc_environ(pid).get("MPILAUNCH_CONTEXT", "")
+        and f"/mpilaunch-{name}-launcher-" not in proc_environ(pid).get("MPILAUNCH_CONTEXT", "")
+        and b"--hostfile" in proc_cmdline(pid)
+    ]
 
 
 def processes_mentioning(text):
@@ -123,9 +126,31 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
     name = f"yarn-place-{launcher}"
     (tmp_path / "hold.py").write_text(HOLD)
     release = tmp_path / "release"
-    proc = start(["--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2", "--memory", "512 MiB", "--vcores", "2",
-                  "--output-dir", str(tmp_path / "out"), "-q", "-x", f"RELEASE_FILE={release}",
-                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            launcher,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--memory",
+            "512 MiB",
+            "--vcores",
+            "2",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "-q",
+            "-x",
+            f"RELEASE_FILE={release}",
+            "--",
+            sys.executable,
+            str(tmp_path / "hold.py"),
+        ],
+        openmpi_env,
+    )
     try:
         ranks = read_ranks(proc, 4)
         app = app_by_name(yarn, name)
@@ -189,18 +214,43 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
     assert_released(yarn, name, "SUCCEEDED")
     if launcher == "auto":  # what the launcher container did, in its own log (a stalled job's diagnostic)
         logs = yarn.container_logs(app["id"])
-        said = [line.split("mpilaunch-yarn-launcher: ", 1)[1] for line in logs.splitlines()
-                if "mpilaunch-yarn-launcher: " in line]
-        assert len(said) == 2 and said[0].startswith("mpirun started (pid ") and said[1] == "the job ended: exit 0", logs
+        said = [
+            line.split("mpilaunch-yarn-launcher: ", 1)[1]
+            for line in logs.splitlines()
+            if "mpilaunch-yarn-launcher: " in line
+        ]
+        assert len(said) == 2 and said[0].startswith("mpirun started (pid ") and said[1] == "the job ended: exit 0", (
+            logs
+        )
 
 
 def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_path):
     name = "yarn-gpu8"
     (tmp_path / "hold.py").write_text(HOLD)
     release = tmp_path / "release"
-    proc = start(["--name", name, "--launcher", "local", "--gpus", "8", "--gpus-per-node", "4",
-                  "--memory", "256 MiB", "-q", "-x", f"RELEASE_FILE={release}", "-x", "USE_MPI=0",
-                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            "local",
+            "--gpus",
+            "8",
+            "--gpus-per-node",
+            "4",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "-x",
+            f"RELEASE_FILE={release}",
+            "-x",
+            "USE_MPI=0",
+            "--",
+            sys.executable,
+            str(tmp_path / "hold.py"),
+        ],
+        openmpi_env,
+    )
     try:
         ranks = read_ranks(proc, 8)
         app = app_by_name(yarn, name)
@@ -224,9 +274,33 @@ def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_pat
 def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, tmp_path):
     """Under the cluster launcher: the rank's status line comes back through the launcher container."""
     name = "yarn-fail"
-    proc = start(["--name", name, "--launcher", "cluster", "--gpus", "4", "--queue", "ml", "--node-label", "gpu", "--memory", "256 MiB", "-q",
-                  "-x", "FAIL_RANK=2", "-x", "FAIL_CODE=7", "-x", "SLEEP=60",
-                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            "cluster",
+            "--gpus",
+            "4",
+            "--queue",
+            "ml",
+            "--node-label",
+            "gpu",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "-x",
+            "FAIL_RANK=2",
+            "-x",
+            "FAIL_CODE=7",
+            "-x",
+            "SLEEP=60",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 7, out + err
     assert f"rank 2 on worker {name}-worker-0 exited with code 7" in err
@@ -236,8 +310,11 @@ def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, 
     # tf-yarn style report: the worker container, its host and state.
     # (worker and launcher containers are requested together: either may be _000002)
     prefix = f"container_{app['id'].split('_', 1)[1]}_01_00000"
-    report = {line.split()[0]: line.split()[1] for line in err.splitlines()
-              if line.startswith(f"  {name}-") and prefix in line}
+    report = {
+        line.split()[0]: line.split()[1]
+        for line in err.splitlines()
+        if line.startswith(f"  {name}-") and prefix in line
+    }
     assert set(report) == {f"{name}-worker-0", f"{name}-launcher"}, err
     assert sorted(report.values()) == [prefix + "2", prefix + "3"], err
     # The worker ran on the labelled NodeManager, with GPUs accounted by the RM.
@@ -249,12 +326,33 @@ def test_rank_failure_on_labelled_node_fails_the_application(yarn, openmpi_env, 
 
 def test_lost_worker_killed_agent_is_named_first_with_its_container(yarn, openmpi_env):
     name = "yarn-kill"
-    proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
-                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
-                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=120",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     wait_started(proc, 4, timeout=180, context=lambda: describe_app(yarn, name))
-    victim = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
-              if f"--name\0{name}-worker-1\0".encode() in proc_cmdline(int(p)) and b"mpilaunch.agent" in proc_cmdline(int(p))]
+    victim = [
+        int(p)
+        for p in filter(str.isdigit, os.listdir("/proc"))
+        if f"--name\0{name}-worker-1\0".encode() in proc_cmdline(int(p)) and b"mpilaunch.agent" in proc_cmdline(int(p))
+    ]
     assert len(victim) == 1
     container = proc_environ(victim[0]).get("CONTAINER_ID")
     t0 = time.monotonic()
@@ -272,9 +370,27 @@ def test_lost_worker_killed_agent_is_named_first_with_its_container(yarn, openmp
 
 def test_ctrl_c_kills_the_application(yarn, openmpi_env):
     name = "yarn-sigint"
-    proc = start(["--name", name, "--np", "2", "--slots-per-worker", "1", "--memory", "256 MiB", "-q",
-                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
-                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=120",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     started = 0
     deadline = time.monotonic() + 180
     while started < 2 and time.monotonic() < deadline:
@@ -297,10 +413,31 @@ def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env,
     any NodeManager or on this host, and no `mpilaunch delete`."""
     name = f"yarn-sigkill-{launcher}"
     orphan_timeout = 10
-    proc = start(["--name", name, "--launcher", launcher, "--np", "2", "--slots-per-worker", "1",
-                  "--memory", "256 MiB", "-q", "--orphan-timeout", str(orphan_timeout),
-                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            launcher,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "--orphan-timeout",
+            str(orphan_timeout),
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=300",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     try:
         wait_started(proc, 2, context=lambda: describe_app(yarn, name))
         app = app_by_name(yarn, name)
@@ -323,8 +460,10 @@ def test_sigkill_of_mpilaunch_the_driver_ends_the_application(yarn, openmpi_env,
     # the RM lists the containers until their NodeManagers report them killed
     assert wait_for(lambda: yarn.app_containers(ended["id"]) == [], 30, "the containers to be released")
     released = assert_released(yarn, name, "KILLED")
-    print(f"{name}: application {released['id']} ended {ended_s:.1f}s after SIGKILL, everything released "
-          f"{time.monotonic() - t_kill:.1f}s after (--orphan-timeout {orphan_timeout})")
+    print(
+        f"{name}: application {released['id']} ended {ended_s:.1f}s after SIGKILL, everything released "
+        f"{time.monotonic() - t_kill:.1f}s after (--orphan-timeout {orphan_timeout})"
+    )
 
 
 def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
@@ -333,10 +472,33 @@ def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
     name = "yarn-sigkill-deadline"
     start_timeout, timeout = 20, 10
     deadline_s = start_timeout + timeout + 30
-    proc = start(["--name", name, "--launcher", "local", "--np", "1", "--memory", "256 MiB", "-q",
-                  "--orphan-timeout", "600", "--start-timeout", str(start_timeout), "--timeout", str(timeout),
-                  "-x", "FAIL_RANK=-1", "-x", "SLEEP=300",
-                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            "local",
+            "--np",
+            "1",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "--orphan-timeout",
+            "600",
+            "--start-timeout",
+            str(start_timeout),
+            "--timeout",
+            str(timeout),
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=300",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     try:
         wait_started(proc, 1, context=lambda: describe_app(yarn, name))
         app = app_by_name(yarn, name)
@@ -354,15 +516,39 @@ def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
     assert ended["finishedTime"] - ended["startedTime"] >= (deadline_s - 3) * 1000  # ms; not before the deadline
     assert wait_for(lambda: yarn.app_containers(ended["id"]) == [], 30, "the containers to be released")
     assert_released(yarn, name, "FAILED")
-    print(f"{name}: ended {time.monotonic() - t_started:.1f}s after its ranks started "
-          f"(deadline {deadline_s} s after the driver's start)")
+    print(
+        f"{name}: ended {time.monotonic() - t_started:.1f}s after its ranks started "
+        f"(deadline {deadline_s} s after the driver's start)"
+    )
 
 
 def test_timeout_under_the_cluster_launcher(yarn, openmpi_env):
     name = "yarn-timeout"
-    proc = start(["--name", name, "--launcher", "cluster", "--np", "2", "--slots-per-worker", "1",
-                  "--memory", "256 MiB", "-q", "--timeout", "8", "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
-                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            "cluster",
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "--timeout",
+            "8",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=120",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 124, out + err
     assert out.count("started") == 2, out + err  # output arrived while mpirun ran
@@ -373,16 +559,40 @@ def test_timeout_under_the_cluster_launcher(yarn, openmpi_env):
 def test_status_logs_delete_by_name(yarn, openmpi_env, tmp_path):
     name = "yarn-manage"
     (tmp_path / "hold.py").write_text(HOLD)
-    proc = start(["--name", name, "--np", "2", "--slots-per-worker", "1", "--memory", "256 MiB", "-q",
-                  "-x", f"RELEASE_FILE={tmp_path / 'never'}", "-x", "USE_MPI=0",
-                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "-x",
+            f"RELEASE_FILE={tmp_path / 'never'}",
+            "-x",
+            "USE_MPI=0",
+            "--",
+            sys.executable,
+            str(tmp_path / "hold.py"),
+        ],
+        openmpi_env,
+    )
     try:
         read_ranks(proc, 2)
         app_id = app_by_name(yarn, name)["id"]
 
         def manage(*args):
-            return subprocess.run([sys.executable, "-m", "mpilaunch", *args, name, "--backend", "yarn"],
-                                  cwd=REPO, env=openmpi_env["env"], capture_output=True, text=True, timeout=120)
+            return subprocess.run(
+                [sys.executable, "-m", "mpilaunch", *args, name, "--backend", "yarn"],
+                cwd=REPO,
+                env=openmpi_env["env"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
 
         status = manage("status")
         assert status.returncode == 0, status.stderr
@@ -402,7 +612,12 @@ def test_status_logs_delete_by_name(yarn, openmpi_env, tmp_path):
     assert_released(yarn, name, "KILLED")
     missing = subprocess.run(
         [sys.executable, "-m", "mpilaunch", "status", "no-such-job", "--backend", "yarn"],
-        cwd=REPO, env=openmpi_env["env"], capture_output=True, text=True, timeout=120)
+        cwd=REPO,
+        env=openmpi_env["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 2 and "no YARN application named 'no-such-job'" in missing.stderr
 
 
@@ -418,8 +633,14 @@ with skein.Client(security=skein.Security.new_credentials()) as client:
 
 def submit_with_skein(yarn, env, name, *tags):
     """An application submitted with skein directly, not by mpilaunch: its id, once RUNNING."""
-    out = subprocess.run([sys.executable, "-c", SKEIN_SUBMIT, name, *tags], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", SKEIN_SUBMIT, name, *tags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     app_id = out.split()[-1]
     wait_for(lambda: yarn.app_info(app_id)["state"] == "RUNNING", 90, f"{app_id} to run")
     return app_id
@@ -432,9 +653,14 @@ def test_delete_refuses_an_application_mpilaunch_did_not_submit(yarn, openmpi_en
     name = "yarn-foreign"
 
     def manage(*args, **env):
-        return subprocess.run([sys.executable, "-m", "mpilaunch", *args[:1], name, *args[1:], "--backend", "yarn"],
-                              cwd=REPO, env={**openmpi_env["env"], **env}, capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "mpilaunch", *args[:1], name, *args[1:], "--backend", "yarn"],
+            cwd=REPO,
+            env={**openmpi_env["env"], **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def state(app_id):
         return yarn.app_info(app_id)["state"]
@@ -446,8 +672,9 @@ def test_delete_refuses_an_application_mpilaunch_did_not_submit(yarn, openmpi_en
         for action in (["delete"], ["status"], ["logs"], ["logs", "-f"]):
             r = manage(*action)
             assert r.returncode == 2, (action, r.stdout, r.stderr)
-            assert r.stderr.startswith(f"mpilaunch: error: YARN application {name!r} ({foreign}) "
-                                       f"is not an mpilaunch job"), (action, r.stderr)
+            assert r.stderr.startswith(
+                f"mpilaunch: error: YARN application {name!r} ({foreign}) is not an mpilaunch job"
+            ), (action, r.stderr)
             assert "\n  hint: " in r.stderr and "Traceback" not in r.stderr and r.stdout == "", r.stderr
         assert state(foreign) == "RUNNING"  # refused, nothing killed
 
@@ -457,8 +684,10 @@ def test_delete_refuses_an_application_mpilaunch_did_not_submit(yarn, openmpi_en
         user = yarn.app_info(ours)["user"]
         r = manage("delete", HADOOP_USER_NAME="someone-else")
         assert r.returncode == 2, r.stdout + r.stderr
-        assert r.stderr.startswith(f"mpilaunch: error: YARN application {name!r} is not yours to delete "
-                                   f"({ours} submitted by {user}; you are someone-else)"), r.stderr
+        assert r.stderr.startswith(
+            f"mpilaunch: error: YARN application {name!r} is not yours to delete "
+            f"({ours} submitted by {user}; you are someone-else)"
+        ), r.stderr
         assert "\n  hint: " in r.stderr and r.stdout == ""
         assert state(foreign) == state(ours) == "RUNNING"
 
@@ -471,8 +700,9 @@ def test_delete_refuses_an_application_mpilaunch_did_not_submit(yarn, openmpi_en
         status = manage("status")
         assert status.returncode == 0, status.stderr
         assert f"{ours}  {name}  KILLED" in status.stdout, status.stdout
-        assert f"not listed: {foreign} (RUNNING, user={user}), of the same name but not an mpilaunch job" \
-            in status.stdout, status.stdout
+        assert (
+            f"not listed: {foreign} (RUNNING, user={user}), of the same name but not an mpilaunch job" in status.stdout
+        ), status.stdout
     finally:
         for app_id in apps:  # the test's own applications: killed by the test
             if state(app_id) not in ("FINISHED", "FAILED", "KILLED"):
@@ -483,9 +713,30 @@ def test_delete_refuses_an_application_mpilaunch_did_not_submit(yarn, openmpi_en
 
 def test_allocation_timeout_reports_pending_requests_and_kills(yarn, openmpi_env):
     name = "yarn-toobig"
-    proc = start(["--name", name, "--gpus", "8", "--gpus-per-node", "4", "--queue", "ml", "--node-label", "gpu",
-                  "--memory", "256 MiB", "--start-timeout", "25", "-q",
-                  "--", sys.executable, "-c", "pass"], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--gpus",
+            "8",
+            "--gpus-per-node",
+            "4",
+            "--queue",
+            "ml",
+            "--node-label",
+            "gpu",
+            "--memory",
+            "256 MiB",
+            "--start-timeout",
+            "25",
+            "-q",
+            "--",
+            sys.executable,
+            "-c",
+            "pass",
+        ],
+        openmpi_env,
+    )
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, out + err
     app_id = app_by_name(yarn, name)["id"]
@@ -502,16 +753,34 @@ def test_env_archive_python_runs_agents_and_ranks(yarn, openmpi_env, tmp_path):
     env_dir = tmp_path / "env"
     (env_dir / "bin").mkdir(parents=True)
     wrapper = env_dir / "bin" / "python"
-    wrapper.write_text(f"#!/bin/sh\nexport ENV_ARCHIVE_MARKER=packed-env\nexec {sys.executable} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexport ENV_ARCHIVE_MARKER=packed-env\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     archive = tmp_path / "env.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(env_dir, arcname=".")
     (tmp_path / "hold.py").write_text(HOLD)
     name = "yarn-envarch"
-    proc = start(["--name", name, "--np", "2", "--slots-per-worker", "1", "--memory", "256 MiB", "-q",
-                  "--env-archive", str(archive), "-x", "USE_MPI=0",
-                  "--", sys.executable, str(tmp_path / "hold.py")], openmpi_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "--env-archive",
+            str(archive),
+            "-x",
+            "USE_MPI=0",
+            "--",
+            sys.executable,
+            str(tmp_path / "hold.py"),
+        ],
+        openmpi_env,
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, out + err
     ranks = [json.loads(line.split("RANKINFO ", 1)[1]) for line in out.splitlines() if "RANKINFO " in line]
@@ -523,9 +792,33 @@ def test_env_archive_python_runs_agents_and_ranks(yarn, openmpi_env, tmp_path):
 def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
     pytest.importorskip("skein")
     env = mpilaunch_env(openmpi5)
-    dry = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--name", "dry", "--gpus", "8",
-                          "--gpus-per-node", "4", "--queue", "ml", "--node-label", "gpu", "--dry-run",
-                          "--", "true"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    dry = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "yarn",
+            "--name",
+            "dry",
+            "--gpus",
+            "8",
+            "--gpus-per-node",
+            "4",
+            "--queue",
+            "ml",
+            "--node-label",
+            "gpu",
+            "--dry-run",
+            "--",
+            "true",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "instances: 2" in dry.stdout and "gpus: 4" in dry.stdout and "node_label: gpu" in dry.stdout
     assert "queue: ml" in dry.stdout
@@ -534,9 +827,27 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
     launcher = services.split("  launcher:", 1)[1].split("\n  worker:", 1)[0]
     assert "instances: 1" in launcher and "gpus: 0" in launcher, launcher
     assert "mpilaunch.backends.yarn.launcher" in services
-    local = subprocess.run([sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--launcher", "local",
-                            "--np", "2", "--dry-run", "--", "true"], cwd=REPO, env=env, capture_output=True,
-                           text=True, timeout=60)
+    local = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "yarn",
+            "--launcher",
+            "local",
+            "--np",
+            "2",
+            "--dry-run",
+            "--",
+            "true",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert local.returncode == 0, local.stderr
     assert "yarn.launcher\n" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
     # either way the ApplicationMaster's driver is the reaper (--orphan-timeout, default 60)
@@ -550,9 +861,29 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
 def test_intel_allreduce_in_yarn_containers(yarn, intel_env, tmp_path, launcher):
     """Intel MPI's hydra proxies reach the containers through the shim, from this machine or the launcher container."""
     name = f"yarn-intel-{launcher}"
-    proc = start(["--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
-                  "--memory", "512 MiB", "--vcores", "2", "--output-dir", str(tmp_path), "-q",
-                  "--", sys.executable, str(REPO / "tests/programs/placement.py")], intel_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            launcher,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--memory",
+            "512 MiB",
+            "--vcores",
+            "2",
+            "--output-dir",
+            str(tmp_path),
+            "-q",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/placement.py"),
+        ],
+        intel_env,
+    )
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, out + err
     assert_intel_allreduce_placed(name, out)
@@ -564,9 +895,29 @@ def test_intel_allreduce_in_yarn_containers(yarn, intel_env, tmp_path, launcher)
 @pytest.mark.mpi
 def test_intel_rank_failure_in_yarn_names_the_rank(yarn, intel_env):
     name = "yarn-intel-fail"
-    proc = start(["--name", name, "--np", "4", "--slots-per-worker", "2", "--memory", "256 MiB", "-q",
-                  "-x", "FAIL_RANK=3", "-x", "FAIL_CODE=5", "-x", "SLEEP=60",
-                  "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], intel_env)
+    proc = start(
+        [
+            "--name",
+            name,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--memory",
+            "256 MiB",
+            "-q",
+            "-x",
+            "FAIL_RANK=3",
+            "-x",
+            "FAIL_CODE=5",
+            "-x",
+            "SLEEP=60",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        intel_env,
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 5, out + err
     assert f"rank 3 on worker {name}-worker-1 exited with code 5" in err
@@ -582,8 +933,9 @@ def test_only_an_attached_application_has_the_reaper_driver(tmp_path, detach):
     from mpilaunch.backends.yarn.backend import YarnBackend as Backend
     from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 
-    spec = JobSpec(command=("true",), backend="yarn", name="yarn-drv", np=1, timeout=100, orphan_timeout=20,
-                   detach=detach)
+    spec = JobSpec(
+        command=("true",), backend="yarn", name="yarn-drv", np=1, timeout=100, orphan_timeout=20, detach=detach
+    )
     plan = Plan(job_name="yarn-drv", workers=(WorkerPlan(name="yarn-drv-worker-0", slots=1, gpus=0),))
     master = Backend(spec, plan, tmp_path).application_spec().master
     if detach:

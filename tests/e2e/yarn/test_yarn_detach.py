@@ -37,11 +37,26 @@ print(f"rank {rank} done", flush=True)
 
 def submit(name, args, ctx):
     """mpilaunch --detach, leading its own session: (result, seconds it took, processes it left behind)."""
-    cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"], "--name", name,
-           "--detach", "--memory", "256 MiB", "-q", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "yarn",
+        "--mpirun",
+        ctx["mpirun"],
+        "--name",
+        name,
+        "--detach",
+        "--memory",
+        "256 MiB",
+        "-q",
+        *args,
+    ]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=ctx["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=ctx["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     out, err = proc.communicate(timeout=240)
     took = time.monotonic() - t0
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), took, session_members(proc.pid)
@@ -60,16 +75,35 @@ def session_members(sid: int) -> list[str]:
 
 
 def manage(ctx, *args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "mpilaunch", *args, "--backend", "yarn"],
-                          cwd=REPO, env=ctx["env"], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mpilaunch", *args, "--backend", "yarn"],
+        cwd=REPO,
+        env=ctx["env"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_detach_succeeds_exits_0_then_wait_logs_and_nothing_stays(yarn, openmpi_env, tmp_path):
     name = "yarn-detach-ok"
     (tmp_path / "ticks.py").write_text(TICKS)
     release = tmp_path / "release"
-    proc, took, left = submit(name, ["--np", "2", "--slots-per-worker", "1", "-x", f"RELEASE_FILE={release}",
-                                     "--", sys.executable, str(tmp_path / "ticks.py")], openmpi_env)
+    proc, took, left = submit(
+        name,
+        [
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "-x",
+            f"RELEASE_FILE={release}",
+            "--",
+            sys.executable,
+            str(tmp_path / "ticks.py"),
+        ],
+        openmpi_env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert took < 120, took  # it waited for the containers, not for the job (which holds until released)
     assert f"mpilaunch: submitted job {name} (2 workers, 2 ranks)" in proc.stdout, proc.stdout
@@ -102,9 +136,25 @@ def test_detach_succeeds_exits_0_then_wait_logs_and_nothing_stays(yarn, openmpi_
 
 def test_detach_rank_failure_wait_exits_with_its_code_naming_rank_and_worker(yarn, openmpi_env):
     name = "yarn-detach-fail"
-    proc, _, _ = submit(name, ["--np", "4", "--slots-per-worker", "2",
-                               "-x", "FAIL_RANK=2", "-x", "FAIL_CODE=7", "-x", "SLEEP=120",
-                               "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc, _, _ = submit(
+        name,
+        [
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "-x",
+            "FAIL_RANK=2",
+            "-x",
+            "FAIL_CODE=7",
+            "-x",
+            "SLEEP=120",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     waited = manage(openmpi_env, "wait", name)
     assert waited.returncode == 7, waited.stdout + waited.stderr
@@ -120,12 +170,32 @@ def test_detach_logs_follow_prints_while_ranks_print(yarn, openmpi_env, tmp_path
     name = "yarn-detach-follow"
     (tmp_path / "ticks.py").write_text(TICKS)
     release = tmp_path / "release"
-    proc, _, _ = submit(name, ["--np", "2", "--slots-per-worker", "1", "-x", f"RELEASE_FILE={release}",
-                               "-x", "TICKS=2", "--", sys.executable, str(tmp_path / "ticks.py")], openmpi_env)
+    proc, _, _ = submit(
+        name,
+        [
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "-x",
+            f"RELEASE_FILE={release}",
+            "-x",
+            "TICKS=2",
+            "--",
+            sys.executable,
+            str(tmp_path / "ticks.py"),
+        ],
+        openmpi_env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    follow = subprocess.Popen([sys.executable, "-m", "mpilaunch", "logs", "-f", name, "--backend", "yarn"],
-                              cwd=REPO, env=openmpi_env["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "mpilaunch", "logs", "-f", name, "--backend", "yarn"],
+        cwd=REPO,
+        env=openmpi_env["env"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         seen = []
         deadline = time.monotonic() + 120
@@ -151,12 +221,34 @@ def test_detach_logs_follow_prints_while_ranks_print(yarn, openmpi_env, tmp_path
 def test_detach_lost_worker_killed_agent_is_named_by_wait(yarn, openmpi_env):
     """Nobody on the submitting side watches a detached job's containers: the launcher does, and says which was lost."""
     name = "yarn-detach-lost"
-    proc, _, _ = submit(name, ["--np", "4", "--slots-per-worker", "2", "-x", "FAIL_RANK=-1", "-x", "SLEEP=120",
-                               "--", sys.executable, str(REPO / "tests/programs/fail_rank.py")], openmpi_env)
+    proc, _, _ = submit(
+        name,
+        [
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "-x",
+            "FAIL_RANK=-1",
+            "-x",
+            "SLEEP=120",
+            "--",
+            sys.executable,
+            str(REPO / "tests/programs/fail_rank.py"),
+        ],
+        openmpi_env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    victim = wait_for(lambda: [p for p in psutil.process_iter(["pid", "cmdline"])
-                               if f"{name}-worker-1" in (p.info["cmdline"] or [])
-                               and "mpilaunch.agent" in " ".join(p.info["cmdline"] or [])], 60, "worker-1's agent")
+    victim = wait_for(
+        lambda: [
+            p
+            for p in psutil.process_iter(["pid", "cmdline"])
+            if f"{name}-worker-1" in (p.info["cmdline"] or [])
+            and "mpilaunch.agent" in " ".join(p.info["cmdline"] or [])
+        ],
+        60,
+        "worker-1's agent",
+    )
     assert len(victim) == 1
     container = victim[0].environ().get("CONTAINER_ID")
     wait_for(lambda: "rank 3 started" in manage(openmpi_env, "logs", name).stdout, 120, "rank 3 to start")

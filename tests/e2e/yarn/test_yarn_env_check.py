@@ -29,8 +29,9 @@ if os.environ.get("MPILAUNCH_WORKER", "").endswith("-worker-1") and "MPILAUNCH_S
 """
 
 # What each rank's program saw of LD_LIBRARY_PATH.
-PRINT_LD_LIBRARY_PATH = ("import os; print('LDLP', os.environ['OMPI_COMM_WORLD_RANK'], "
-                         "os.environ.get('LD_LIBRARY_PATH'), flush=True)")
+PRINT_LD_LIBRARY_PATH = (
+    "import os; print('LDLP', os.environ['OMPI_COMM_WORLD_RANK'], os.environ.get('LD_LIBRARY_PATH'), flush=True)"
+)
 
 
 def test_yarn_env_check_names_what_a_workers_startup_file_changed(yarn, openmpi_env, tmp_path):
@@ -42,14 +43,39 @@ def test_yarn_env_check_names_what_a_workers_startup_file_changed(yarn, openmpi_
     (site / "sitecustomize.py").write_text(STARTUP_FILE)
     out = tmp_path / "out"
     secret = "hf_job_secret_0123456789"
-    proc = start(["--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
-                  "--memory", "512 MiB", "--vcores", "2", "--output-dir", str(out),
-                  "-x", "LD_LIBRARY_PATH=/opt/job/lib", "-x", "HF_TOKEN",
-                  "--", sys.executable, "-c", PRINT_LD_LIBRARY_PATH],
-                 openmpi_env, {"HF_TOKEN": secret, "PYTHONPATH": str(site)})
+    proc = start(
+        [
+            "--name",
+            name,
+            "--launcher",
+            launcher,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--memory",
+            "512 MiB",
+            "--vcores",
+            "2",
+            "--output-dir",
+            str(out),
+            "-x",
+            "LD_LIBRARY_PATH=/opt/job/lib",
+            "-x",
+            "HF_TOKEN",
+            "--",
+            sys.executable,
+            "-c",
+            PRINT_LD_LIBRARY_PATH,
+        ],
+        openmpi_env,
+        {"HF_TOKEN": secret, "PYTHONPATH": str(site)},
+    )
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stdout + stderr + describe_app(yarn, name)
-    seen = {int(r): v for r, v in (line.split("LDLP ", 1)[1].split() for line in stdout.splitlines() if "LDLP " in line)}
+    seen = {
+        int(r): v for r, v in (line.split("LDLP ", 1)[1].split() for line in stdout.splitlines() if "LDLP " in line)
+    }
     launcher_rewrite = seen[0]  # worker 0: what was sent, behind Open MPI's <prefix>/lib where it put one
     assert launcher_rewrite.split(":")[-1] == "/opt/job/lib" and seen[1] == launcher_rewrite, seen
     assert seen[2] == seen[3] == "/opt/site/lib:" + launcher_rewrite, seen
@@ -59,7 +85,7 @@ def test_yarn_env_check_names_what_a_workers_startup_file_changed(yarn, openmpi_
         {"variable": "HF_TOKEN", "sent": mpi.mask(secret), "seen": mpi.mask("hf_set_by_the_worker"), "ranks": [2, 3]},
         {"variable": "LD_LIBRARY_PATH", "sent": "/opt/job/lib", "seen": seen[2], "ranks": [2, 3]},
     ]
-    warning = stderr[stderr.index("mpilaunch: warning: 2 rank(s) (2-3) saw other values"):].splitlines()
+    warning = stderr[stderr.index("mpilaunch: warning: 2 rank(s) (2-3) saw other values") :].splitlines()
     assert warning[1:3] == [
         f"  HF_TOKEN: ranks 2-3 saw '{mpi.mask('hf_set_by_the_worker')}'; mpilaunch sent '{mpi.mask(secret)}'",
         f"  LD_LIBRARY_PATH: ranks 2-3 saw '{seen[2]}'; mpilaunch sent '/opt/job/lib'",

@@ -31,18 +31,39 @@ NP, SLOTS = 4, 2
 
 
 def job_args(name, launcher, mode, odd, out, *extra):
-    return ["--name", name, "--launcher", launcher, "--np", str(NP), "--slots-per-worker", str(SLOTS),
-            "--memory", "512 MiB", "--output-dir", str(out), *extra, "--", sys.executable, str(HANG), mode, str(odd)]
+    return [
+        "--name",
+        name,
+        "--launcher",
+        launcher,
+        "--np",
+        str(NP),
+        "--slots-per-worker",
+        str(SLOTS),
+        "--memory",
+        "512 MiB",
+        "--output-dir",
+        str(out),
+        *extra,
+        "--",
+        sys.executable,
+        str(HANG),
+        mode,
+        str(odd),
+    ]
 
 
 def verdict_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("mpilaunch: hang:")]
 
 
-@pytest.mark.parametrize("launcher,mode,odd,py_spy", [
-    ("local", "sleep", 2, "py-spy"), ("cluster", "sleep", 1, "py-spy"), ("cluster", "recv", 3, "none")])
-def test_yarn_hang_at_timeout_the_verdict_names_the_injected_rank(yarn, openmpi_env, tmp_path, launcher, mode, odd,
-                                                                  py_spy):
+@pytest.mark.parametrize(
+    "launcher,mode,odd,py_spy",
+    [("local", "sleep", 2, "py-spy"), ("cluster", "sleep", 1, "py-spy"), ("cluster", "recv", 3, "none")],
+)
+def test_yarn_hang_at_timeout_the_verdict_names_the_injected_rank(
+    yarn, openmpi_env, tmp_path, launcher, mode, odd, py_spy
+):
     name = f"yarn-hang-{launcher}-{mode}"
     extra_env = {"MPILAUNCH_PY_SPY": "none"} if py_spy == "none" else {}
     proc = start(job_args(name, launcher, mode, odd, tmp_path, "--timeout", "15"), openmpi_env, extra_env)
@@ -55,7 +76,9 @@ def test_yarn_hang_at_timeout_the_verdict_names_the_injected_rank(yarn, openmpi_
         mine = f"in time.sleep at hang.py:{STUCK['sleep']}"
         others = f"in MPI_Allreduce at hang.py:{STUCK['others']}"
     # on the submitting user's stderr, once
-    assert verdict_lines(err) == [f"mpilaunch: hang: rank {odd} ({worker}) is {mine}; the 3 other ranks are {others}"], err
+    assert verdict_lines(err) == [
+        f"mpilaunch: hang: rank {odd} ({worker}) is {mine}; the 3 other ranks are {others}"
+    ], err
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == EXIT_TIMEOUT
     assert report["hang"]["odd_ranks"] == [odd] and report["hang"]["collection_s"] < 15
@@ -71,8 +94,14 @@ def test_yarn_hang_stacks_command_on_a_running_job(yarn, openmpi_env, tmp_path, 
     proc = start(job_args(name, launcher, "sleep", 3, tmp_path, "--timeout", "120"), openmpi_env)
     try:
         wait_started(proc, NP, text="ready", timeout=180, context=lambda: describe_app(yarn, name))
-        shown = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "yarn"],
-                               capture_output=True, text=True, cwd=REPO, env=openmpi_env["env"], timeout=60)
+        shown = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "yarn"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=openmpi_env["env"],
+            timeout=60,
+        )
         assert shown.returncode == 0, shown.stderr
         lines = shown.stdout.splitlines()
         assert lines[0] == f"ranks 0-2: MPI_Allreduce <- <module> (hang.py:{STUCK['others']})", shown.stdout
@@ -80,8 +109,14 @@ def test_yarn_hang_stacks_command_on_a_running_job(yarn, openmpi_env, tmp_path, 
         assert lines[2].startswith(f"mpilaunch: hang: rank 3 ({name}-worker-1) is in time.sleep"), shown.stdout
         assert proc.poll() is None  # the job runs on
         # the same job by another backend's name: not found
-        wrong = subprocess.run([sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "local"],
-                               capture_output=True, text=True, cwd=REPO, env=mpilaunch_env(), timeout=60)
+        wrong = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "local"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=mpilaunch_env(),
+            timeout=60,
+        )
         assert wrong.returncode == 2
         assert wrong.stderr.startswith(f"mpilaunch: error: no running local job named {name!r}"), wrong.stderr
     finally:

@@ -54,8 +54,13 @@ def packed_env(tmp_path, name: str, python_script: str | None = None):
         (env_dir / "bin" / "python").unlink()
         (env_dir / "bin" / "python").write_text(python_script)
         (env_dir / "bin" / "python").chmod(0o755)
-    check = subprocess.run([str(env_dir / "bin" / "python"), "-c", "import mpilaunch"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", "import mpilaunch"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode != 0 and "No module named 'mpilaunch'" in check.stderr, check
     archive = tmp_path / f"{name}.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -67,8 +72,18 @@ def run_job(args, ctx, cwd, timeout=240, context=None) -> subprocess.CompletedPr
     """The job's run. --start-timeout below the test's own: a stalled allocation is reported by
     mpilaunch (what it waited for), and a job past the test's time gets SIGTERM (``finish``), so
     the failure shows what it printed (one run hung silently for 240 s in an empty-cache run)."""
-    cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", ctx["mpirun"],
-           "--start-timeout", str(timeout // 2), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpilaunch",
+        "--backend",
+        "yarn",
+        "--mpirun",
+        ctx["mpirun"],
+        "--start-timeout",
+        str(timeout // 2),
+        *args,
+    ]
     return run_to_end(cmd, timeout, context, cwd=cwd, env=ctx["env"])
 
 
@@ -76,21 +91,51 @@ def run_job(args, ctx, cwd, timeout=240, context=None) -> subprocess.CompletedPr
 @pytest.mark.parametrize("launcher", ["local", "cluster"])
 def test_env_archive_without_mpilaunch_runs_an_mpi_job(yarn, openmpi_env, tmp_path, launcher):
     archive = packed_env(tmp_path, "env")
-    ok = subprocess.run([str(tmp_path / "env" / "bin" / "python"), "-c", "import skein, mpi4py"], cwd=tmp_path,
-                        capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [str(tmp_path / "env" / "bin" / "python"), "-c", "import skein, mpi4py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
     (tmp_path / "rank.py").write_text(RANK_PROGRAM)
     userlib = tmp_path / "userlib"
     userlib.mkdir()
     (userlib / "usermod.py").write_text("")
     name = f"yarn-tools-{launcher}"
-    proc = run_job(["--name", name, "--launcher", launcher, "--np", "4", "--slots-per-worker", "2",
-                    "--memory", "256 MiB", "--env-archive", str(archive), "--output-dir", str(tmp_path / "out"),
-                    "-x", f"PYTHONPATH={userlib}", "-q", "--", "python", str(tmp_path / "rank.py")],
-                   openmpi_env, cwd=tmp_path, context=lambda: describe_app(yarn, name))
+    proc = run_job(
+        [
+            "--name",
+            name,
+            "--launcher",
+            launcher,
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--memory",
+            "256 MiB",
+            "--env-archive",
+            str(archive),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "-x",
+            f"PYTHONPATH={userlib}",
+            "-q",
+            "--",
+            "python",
+            str(tmp_path / "rank.py"),
+        ],
+        openmpi_env,
+        cwd=tmp_path,
+        context=lambda: describe_app(yarn, name),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr + describe_app(yarn, name)
-    ranks = sorted((json.loads(line.split("RANKINFO ", 1)[1]) for line in proc.stdout.splitlines()
-                    if "RANKINFO " in line), key=lambda r: r["rank"])
+    ranks = sorted(
+        (json.loads(line.split("RANKINFO ", 1)[1]) for line in proc.stdout.splitlines() if "RANKINFO " in line),
+        key=lambda r: r["rank"],
+    )
     assert [r["sum"] for r in ranks] == [10] * 4, proc.stdout
     assert [r["worker"] for r in ranks] == [f"{name}-worker-0"] * 2 + [f"{name}-worker-1"] * 2
     for r in ranks:
@@ -128,14 +173,36 @@ def test_env_archive_without_mpilaunch_or_skein_fails_in_one_line(yarn, openmpi_
     """
     archive = packed_env(tmp_path, "env", python_script=NO_SKEIN_IN_WORKERS if where == "workers" else NO_SKEIN)
     name = f"yarn-noskein-{where}"
-    proc = run_job(["--name", name, "--np", "2", "--slots-per-worker", "1", "--memory", "256 MiB",
-                    "--env-archive", str(archive), "--start-timeout", "60", "-q",
-                    *(["--detach"] if where == "detached" else []), "--", "python", "-c", "pass"],
-                   openmpi_env, cwd=tmp_path)
+    proc = run_job(
+        [
+            "--name",
+            name,
+            "--np",
+            "2",
+            "--slots-per-worker",
+            "1",
+            "--memory",
+            "256 MiB",
+            "--env-archive",
+            str(archive),
+            "--start-timeout",
+            "60",
+            "-q",
+            *(["--detach"] if where == "detached" else []),
+            "--",
+            "python",
+            "-c",
+            "pass",
+        ],
+        openmpi_env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: error:")]
-    assert errors == [f"mpilaunch: error: --env-archive: its bin/python (Python {sys.version.split()[0]}) "
-                      "cannot import skein: ModuleNotFoundError: No module named 'skein'"], proc.stderr
+    assert errors == [
+        f"mpilaunch: error: --env-archive: its bin/python (Python {sys.version.split()[0]}) "
+        "cannot import skein: ModuleNotFoundError: No module named 'skein'"
+    ], proc.stderr
     assert "hint: pack skein into the environment" in proc.stderr and "Traceback" not in proc.stderr
     # the driver's exit ends the application (FAILED); an allocation failure is killed
     assert_released(yarn, name, "KILLED" if where == "workers" else "FAILED")
@@ -155,27 +222,43 @@ def test_env_archive_tools_run_without_mpilaunch_installed(tmp_path):
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     base = sys._base_executable  # this interpreter without the venv: no mpilaunch on it
     runner = str(tmp_path / "tools" / "run.py")
-    rank = subprocess.run([base, "-IS", runner, "-m", "mpilaunch.rank", "--", "true"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    rank = subprocess.run(
+        [base, "-IS", runner, "-m", "mpilaunch.rank", "--", "true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert rank.returncode == 0 and "mpilaunch-rank-status:" in rank.stderr, rank.stderr
     # anything but mpilaunch's modules: the python itself, not isolated, nothing of the tools on its path
-    other = subprocess.run([base, "-IS", runner, "-c", "import sys; print(sys.flags.isolated, sys.path)"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    other = subprocess.run(
+        [base, "-IS", runner, "-c", "import sys; print(sys.flags.isolated, sys.path)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert other.returncode == 0 and other.stdout.startswith("0 ") and "tools" not in other.stdout, other
-    missing = subprocess.run([base, "-IS", runner, "--require", "no_such_module_here", "-m", "mpilaunch.rank"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        [base, "-IS", runner, "--require", "no_such_module_here", "-m", "mpilaunch.rank"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode == 3, missing
     assert yarn_tools.check_line(missing.stderr) == (
         f"--env-archive: its bin/python (Python {sys.version.split()[0]}) cannot import no_such_module_here: "
-        "ModuleNotFoundError: No module named 'no_such_module_here'")
+        "ModuleNotFoundError: No module named 'no_such_module_here'"
+    )
 
 
 def test_env_archive_program_reads_the_same_in_every_container():
     from mpilaunch.core.rank_env import reported_program
 
     env = {"MPILAUNCH_ENV_DIR": "/nm/appcache/container_1/mpilaunch-env"}
-    assert reported_program("/nm/appcache/container_1/mpilaunch-env/bin/python", env) == \
-        "$MPILAUNCH_ENV_DIR/bin/python"
+    assert reported_program("/nm/appcache/container_1/mpilaunch-env/bin/python", env) == "$MPILAUNCH_ENV_DIR/bin/python"
     assert reported_program("/usr/bin/python3", env) == "/usr/bin/python3"  # outside it: as it is
     assert reported_program("/nm/appcache/container_1/mpilaunch-env2/bin/python", env).startswith("/nm/")
     assert reported_program("/opt/venv/bin/python", {}) == "/opt/venv/bin/python"
