@@ -296,15 +296,21 @@ def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
     return spec_from_args(args, command), args
 
 
-def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
-    # --backend first: the rest of the options are that backend's (add_manage_arguments)
-    first = _Parser(prog=f"mpilaunch {action}", add_help=False)
+def _job_parser(command: str, argv: list[str], **kwargs):
+    """The parser of a command on a job found by name, and its backend's options class: the backend's
+    options that find the job (add_manage_arguments: --namespace, ...) come with --backend."""
+    first = _Parser(prog=f"mpilaunch {command}", add_help=False)
     first.add_argument("--backend", default=default_backend())
     options = backends.options_class(first.parse_known_args(argv)[0].backend)
-    p = _Parser(prog=f"mpilaunch {action}")
-    p.add_argument("name")
+    p = _Parser(prog=f"mpilaunch {command}", **kwargs)
+    p.add_argument("name", help="the job's --name")
     p.add_argument("--backend", default=default_backend())
     options.add_manage_arguments(p)
+    return p, options
+
+
+def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
+    p, options = _job_parser(action, argv)
     if action == "logs":
         p.add_argument("-f", "--follow", action="store_true", help="keep printing while the launcher runs")
     if action == "wait":
@@ -323,13 +329,12 @@ def parse_job_action(action: str, argv: list[str]) -> argparse.Namespace:
 def parse_stacks(argv: list[str]) -> argparse.Namespace:
     from .hang.collect import DEFAULT_DEADLINE_S
 
-    p = _Parser(
-        prog="mpilaunch stacks",
+    p, options = _job_parser(
+        "stacks",
+        argv,
         description="Show where every rank of a running job is: its stacks, grouped by identity, and "
         "one 'mpilaunch: hang:' line naming the rank(s) that stand out.",
     )
-    p.add_argument("name", help="the job's --name")
-    p.add_argument("--backend", default=default_backend())
     p.add_argument("--json", action="store_true", help="print the groups, the verdict and every rank's frames as JSON")
     p.add_argument(
         "--deadline",
@@ -339,6 +344,7 @@ def parse_stacks(argv: list[str]) -> argparse.Namespace:
         help=f"give up on workers that have not answered after this long (default {DEFAULT_DEADLINE_S:g})",
     )
     args = p.parse_args(argv)
+    options.check_manage_arguments(args)
     check_duration("--deadline", args.deadline, "give the seconds to wait for the workers, e.g. --deadline 15")
     return args
 

@@ -85,6 +85,13 @@ class ManagesJobs(ABC):
     @abstractmethod
     def manage_wait(cls, args, stream) -> int: ...
 
+    @classmethod
+    @abstractmethod
+    def manage_stacks_channel(cls, args) -> tuple[dict, str]:
+        """`mpilaunch stacks NAME` for a job no mpilaunch on this machine runs (detached): the exec
+        channel to its workers (a transport context, as ``exec_context``) and how they run Python.
+        A UsageError with a hint where the cluster gives no such channel to the user."""
+
 
 class ReplacesWorkers(ABC):
     """--retries: lost workers come back under their names (capability ``replace_workers``).
@@ -170,6 +177,11 @@ def report_hang(backend, verdict: str) -> bool:
 def remote_mpi_info(backend_cls, spec):
     """``ClusterLauncher.remote_mpi_info``; None (mpirun runs here) for every other backend."""
     return backend_cls.remote_mpi_info(spec) if issubclass(backend_cls, ClusterLauncher) else None
+
+
+def stacks_channel(backend_cls, args) -> tuple[dict, str] | None:
+    """``ManagesJobs.manage_stacks_channel``; None where jobs live only with their mpilaunch."""
+    return backend_cls.manage_stacks_channel(args) if issubclass(backend_cls, ManagesJobs) else None
 
 
 def manage_action(backend_cls, action: str, args, stream) -> int:

@@ -76,8 +76,10 @@ def stacks(args) -> int:
 
     Through the mpilaunch that runs the job on this machine (attached, any
     backend; a YARN job's either launcher): its run directory's context file
-    says where the workers' agents listen, and with which secret. Exit 0 once
-    the stacks are shown (whatever they say).
+    says where the workers' agents listen, and with which secret. Without one,
+    a cluster backend's own channel to the job found by name (Kubernetes: the
+    exec API into its worker pods, with the user's credentials: a detached
+    job). Exit 0 once the stacks are shown (whatever they say).
     """
     import json
 
@@ -86,18 +88,20 @@ def stacks(args) -> int:
     contexts = local_job.one_per_job(
         c for c in local_job.running_contexts(args.name) if c.get("backend", args.backend) == args.backend
     )
-    if not contexts:
-        raise UsageError(
-            f"no running {args.backend} job named {args.name!r} started from this machine",
-            "give the job's --name and --backend, and run this where its mpilaunch runs (a detached "
-            "job's --timeout or --stall-timeout diagnosis is in its launcher's log: mpilaunch logs NAME)",
-        )
     if len(contexts) > 1:
         raise UsageError(f"{len(contexts)} running jobs are named {args.name!r}", "give each job its own --name")
-    context = contexts[0]
-    collection = collect.collect_from_context(
-        context, context.get("probe_python") or sys.executable, deadline_s=args.deadline
-    )
+    if contexts:
+        context, python = contexts[0], contexts[0].get("probe_python") or sys.executable
+    else:
+        # no mpilaunch here runs it: a cluster backend may reach a detached job's workers itself
+        channel = protocols.stacks_channel(backends.load(args.backend), args)
+        if channel is None:
+            raise UsageError(
+                f"no running {args.backend} job named {args.name!r} started from this machine",
+                "give the job's --name and --backend, and run this where its mpilaunch runs",
+            )
+        context, python = channel
+    collection = collect.collect_from_context(context, python, deadline_s=args.deadline)
     diagnosis = verdict.diagnose(collection.stacks)
     if args.json:
         print(json.dumps(verdict.report(diagnosis, collection.seconds), indent=2))

@@ -700,3 +700,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, Rem
     @classmethod
     def manage_wait(cls, args, stream) -> int:
         return manage.wait(args, stream)
+
+    @classmethod
+    def manage_stacks_channel(cls, args) -> tuple[dict, str]:
+        return manage.stacks_channel(args)

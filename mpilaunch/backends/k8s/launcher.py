@@ -39,6 +39,7 @@ from ...workloads.mpirun import MpirunWorkload, RelayedOutput
 from .. import rendezvous
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
+from ..protocols import ReportsHangs
 from . import dns, relay
 from .api import Api, ApiError, sa_dir
 from .detached import outcome, record_outcome
@@ -217,6 +218,17 @@ class ReadyPods(BaseBackend):
             self.relay = None
 
 
+class DetachedReadyPods(ReadyPods, ReportsHangs):
+    """A detached job's pods: nobody on the submitting side posts the hang verdict, so this launcher
+    posts it as an Event on its own pod (attached, the submitting mpilaunch does: one Event per hang)."""
+
+    def report_hang(self, verdict: str) -> None:
+        from . import hang_event
+
+        # POD_NAME: the downward API's (k8s-launcher.yaml.j2); the pod's hostname is set for DNS instead
+        hang_event.post(Api(self.creds), self.launch.cluster["namespace"], os.environ["POD_NAME"], verdict)
+
+
 def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
     """A detached job has no one on the submitting side: record its outcome, release its workers.
 
@@ -285,7 +297,7 @@ def main(argv=None) -> int:
         spec, plan = launch.job_spec(), launch.plan()
         info = mpi.find_mpirun(launch.mpi, launch.mpirun, os.environ.get("PATH"))
         rundir = make_rundir(launch.job)
-        backend = ReadyPods(spec, plan, rundir, launch, info)
+        backend = (DetachedReadyPods if launch.detach else ReadyPods)(spec, plan, rundir, launch, info)
         workload = MpirunWorkload(spec, launch.job, plan, info)
         workload.use_output(RelayedOutput(pass_through))
         workload.token = launch.status_token or workload.token  # the submitting side's

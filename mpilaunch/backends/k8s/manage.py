@@ -9,10 +9,22 @@ import time
 
 from ...core.errors import UsageError
 from ...core.exit_codes import EXIT_TIMEOUT
+from ..launch_description import LaunchDescription
+from ..rendezvous import rank_python
 from . import admission
 from .api import Api, ApiError, client
+from .launch import TRANSPORT
 from .pod_events import waiter
-from .pods import JOB_LABEL, LAUNCHER_CONTAINER, RESULT_KEY, ROLE_LABEL, launcher_exit, pod_ready, ready_poll_s
+from .pods import (
+    JOB_LABEL,
+    LAUNCHER_CONTAINER,
+    RESULT_KEY,
+    ROLE_LABEL,
+    WORKER_CONTAINER,
+    launcher_exit,
+    pod_ready,
+    ready_poll_s,
+)
 
 
 def _manage_api(args) -> Api:
@@ -174,6 +186,35 @@ def logs(args, stream) -> int:
     finally:
         conn.close()
     return 0
+
+
+def stacks_channel(args) -> tuple[dict, str]:
+    """How ``mpilaunch stacks NAME`` reaches the worker pods of a job with a cluster launcher
+    (detached, or attached from another machine): the exec API with the user's own credentials (the
+    ``edit`` role may exec), every pod the launch description names, and the Python the ranks' wrapper
+    runs with there (as the attached job's probe: ``hang_watch.probe_python``)."""
+    api = _manage_api(args)
+    root = _root(api, args.name)
+    data = root.get("data") or {}
+    if data.get(RESULT_KEY):
+        code = json.loads(data[RESULT_KEY]).get("exit_code")
+        raise UsageError(
+            f"job {args.name} has ended (exit {code}): it has no ranks to take stacks of",
+            f"its diagnosis, if it hung: mpilaunch logs {args.name}",
+        )
+    if not data.get("launch.json"):
+        raise UsageError(
+            f"job {args.name} runs its mpirun in the mpilaunch that started it (--launcher local)",
+            "run mpilaunch stacks on that machine",
+        )
+    description = LaunchDescription.from_dict(json.loads(data["launch.json"]))
+    context = {
+        "transport": TRANSPORT,
+        **api.creds,
+        "container": WORKER_CONTAINER,
+        "workers": {name: {"pod": name} for name in description.addresses()},
+    }
+    return context, rank_python(list(description.rank_prefix))
 
 
 def delete(args, stream) -> int:

@@ -16,10 +16,11 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
-from mpilaunch.core.exit_codes import EXIT_TIMEOUT
+from mpilaunch.core.exit_codes import EXIT_TIMEOUT, EXIT_USAGE
 from support.helpers import PROGRAMS, REPO, finish, wait_started
 
 pytestmark = pytest.mark.real_pods
@@ -161,6 +162,65 @@ def test_hang_pods_in_a_restricted_namespace_an_edit_only_user_gets_the_verdict(
         "items"
     ]
     assert [e["message"] for e in events] == [expected_verdict(job, 2)], err[-2000:]
+    assert tenant.leftovers(job) == []
+
+
+def test_hang_pods_stacks_of_a_detached_job_for_an_edit_only_tenant(tenant):
+    """``mpilaunch stacks`` on a detached job: no mpilaunch on this machine runs it any more, so the
+    stacks come through the exec API into its worker pods, with the tenant's own credentials (the
+    'edit' role may exec), in a restricted namespace behind default-deny policies."""
+    job = "rp-hang-detached"
+    handed = tenant.run(
+        job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "300", "--detach", "--",
+        "python3", HANG, "sleep", "1", timeout=300,
+    )  # fmt: skip
+    assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr[-3000:]
+    try:
+        # the ranks print "ready" into the launcher's log only: ask until they all stand where they hang
+        deadline, shown = time.monotonic() + 180, None
+        while time.monotonic() < deadline:
+            shown = tenant.manage("stacks", job, timeout=120)
+            assert shown.returncode == 0, shown.stderr
+            if expected_verdict(job, 1) in shown.stdout.splitlines():
+                break
+            time.sleep(3)
+        lines = shown.stdout.splitlines()
+        assert lines[:3] == [
+            f"ranks 0,2-3: comm.Allreduce <- <module> (hang.py:{STUCK['others']})",
+            f"rank 1: time.sleep <- <module> (hang.py:{STUCK['sleep']})",
+            expected_verdict(job, 1),
+        ], shown.stdout
+        as_json = json.loads(tenant.manage("stacks", job, "--json", timeout=120).stdout)
+        assert as_json["hang"]["odd_ranks"] == [1] and len(as_json["stacks"]) == NP, as_json["hang"]
+    finally:
+        deleted = tenant.manage("delete", job)
+    assert deleted.returncode == 0, deleted.stderr
+    assert tenant.leftovers(job) == []
+    gone = tenant.manage("stacks", job)
+    assert gone.returncode == EXIT_USAGE and f"no job {job} in namespace" in gone.stderr, gone.stderr
+
+
+def test_hang_pods_detached_at_timeout_the_launcher_posts_the_verdict_as_an_event(tenant):
+    """Detached, the launcher pod diagnoses the hang at --timeout itself: the verdict is in its log
+    (``mpilaunch logs``) and, with nobody on the submitting side, it posts the Event on its own pod."""
+    job = "rp-hang-detached-timeout"
+    handed = tenant.run(
+        job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "30", "--detach", "--",
+        "python3", HANG, "sleep", "3", timeout=300,
+    )  # fmt: skip
+    assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr[-3000:]
+    try:
+        waited = tenant.manage("wait", job, "--timeout", "240")
+        assert waited.returncode == EXIT_TIMEOUT and "124" in waited.stdout + waited.stderr, waited
+        logs = tenant.manage("logs", job)
+        verdict = expected_verdict(job, 3)
+        assert verdict in (logs.stdout + logs.stderr).splitlines(), logs.stdout[-3000:]
+        events = json.loads(tenant.kubectl("get", "events", "--field-selector", "reason=Hang", "-o", "json").stdout)
+        mine = [e for e in events["items"] if e["involvedObject"]["name"].startswith(f"{job}-launcher")]
+        assert [(e["type"], e["message"]) for e in mine] == [("Warning", verdict)], events["items"]
+    finally:
+        deleted = tenant.manage("delete", job)
+    assert deleted.returncode == 0, deleted.stderr
     assert tenant.leftovers(job) == []
 
 
