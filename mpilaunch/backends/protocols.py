@@ -85,13 +85,6 @@ class ManagesJobs(ABC):
     @abstractmethod
     def manage_wait(cls, args, stream) -> int: ...
 
-    @classmethod
-    @abstractmethod
-    def manage_stacks_channel(cls, args) -> tuple[dict, str]:
-        """`mpilaunch stacks NAME` for a job no mpilaunch on this machine runs (detached): the exec
-        channel to its workers (a transport context, as ``exec_context``) and how they run Python.
-        A UsageError with a hint where the cluster gives no such channel to the user."""
-
 
 class ReplacesWorkers(ABC):
     """--retries: lost workers come back under their names (capability ``replace_workers``).
@@ -129,6 +122,19 @@ class ReportsHangs(ABC):
         """Put the ``mpilaunch: hang:`` line where the cluster's users look; raise on failure."""
 
 
+class ReachesJobsByName(ABC):
+    """The user's own exec channel into a job's workers, found by the job's name: `mpilaunch stacks
+    NAME` for a job no mpilaunch on this machine runs (detached, or started elsewhere). No
+    capability: `mpilaunch stacks` asks. Example: ``backends/k8s/backend.py`` (the exec API)."""
+
+    @classmethod
+    @abstractmethod
+    def manage_stacks_channel(cls, args) -> tuple[dict, str]:
+        """The exec channel to the job's workers (a transport context, as ``exec_context``) and how
+        they run Python, from the manage arguments; a UsageError with a hint for a job that has none
+        (ended, or its mpirun runs in the mpilaunch that started it)."""
+
+
 #: capability (a ``Capabilities`` field) -> the protocol a backend claiming it implements
 SERVED_BY = {
     "detach": ClusterLauncher,
@@ -139,7 +145,7 @@ SERVED_BY = {
 }
 
 #: every optional protocol
-PROTOCOLS = (ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs)
+PROTOCOLS = (ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs, ReachesJobsByName)
 
 
 def members(protocol: type) -> tuple[str, ...]:
@@ -180,8 +186,10 @@ def remote_mpi_info(backend_cls, spec):
 
 
 def stacks_channel(backend_cls, args) -> tuple[dict, str] | None:
-    """``ManagesJobs.manage_stacks_channel``; None where jobs live only with their mpilaunch."""
-    return backend_cls.manage_stacks_channel(args) if issubclass(backend_cls, ManagesJobs) else None
+    """``ReachesJobsByName.manage_stacks_channel``; None where a job's workers are reached only
+    through its mpilaunch (local, ssh; YARN: the agents take only the job's secret, which leaves
+    skein's key-value store once the launcher has it, and YARN has no exec channel of its own)."""
+    return backend_cls.manage_stacks_channel(args) if issubclass(backend_cls, ReachesJobsByName) else None
 
 
 def manage_action(backend_cls, action: str, args, stream) -> int:

@@ -66,7 +66,7 @@ from .. import rendezvous
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..credential import new_credential
-from ..protocols import ClusterLauncher, ManagesJobs, RemoteHosts, ReplacesWorkers, ReportsHangs
+from ..protocols import ClusterLauncher, ManagesJobs, ReachesJobsByName, RemoteHosts, ReplacesWorkers, ReportsHangs
 from . import launch, manage, manifests, orphan, pod_template, replace, tools
 from .admission import WORKLOADS, AdmissionReader
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve_with_tokens
@@ -129,7 +129,9 @@ def refusal_line(e: ApiError) -> str:
     return policy[0] if policy is not None else e.message
 
 
-class K8sBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs):
+class K8sBackend(
+    BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs, ReachesJobsByName
+):
     name = "k8s"
     options_class = K8sOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)

@@ -605,13 +605,3 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
     @classmethod
     def manage_wait(cls, args, stream) -> int:
         return handoff.wait(args, stream)
-
-    @classmethod
-    def manage_stacks_channel(cls, args) -> tuple[dict, str]:
-        # The workers' agents take only the job's secret, which leaves skein's key-value store once
-        # the launcher container has it; the ResourceManager has no exec channel of its own.
-        raise UsageError(
-            f"the workers of YARN job {args.name} are reached only through the mpilaunch that runs it",
-            "run mpilaunch stacks on that machine (a detached job's: the NodeManager host of "
-            f"{args.name}-launcher); its --timeout/--stall-timeout diagnosis is in: mpilaunch logs {args.name}",
-        )

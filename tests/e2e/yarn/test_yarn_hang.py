@@ -66,7 +66,10 @@ def test_yarn_hang_at_timeout_the_verdict_names_the_injected_rank(
 ):
     name = f"yarn-hang-{launcher}-{mode}"
     extra_env = {"MPILAUNCH_PY_SPY": "none"} if py_spy == "none" else {}
-    proc = start(job_args(name, launcher, mode, odd, tmp_path, "--timeout", "15"), openmpi_env, extra_env)
+    # 30 s: time for every rank to reach its stuck spot first. At 15 s, in a run from nothing (load
+    # 20+), the cluster launcher's ranks had not started at the deadline: "every rank (0-3) is not
+    # found on its worker", a true verdict about a job that had not begun (2026-11-28)
+    proc = start(job_args(name, launcher, mode, odd, tmp_path, "--timeout", "30"), openmpi_env, extra_env)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == EXIT_TIMEOUT, out + err + describe_app(yarn, name)
     worker = f"{name}-worker-{odd // SLOTS}"
