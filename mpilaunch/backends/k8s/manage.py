@@ -294,8 +294,11 @@ def delete_job(
                 for item in items:
                     api.delete(api_version, plural, item["metadata"]["name"], **background)
         except ApiError as e:
-            # may not list Secrets (``mpilaunch delete`` by someone else): the garbage collector takes it
-            if e.status not in (404, 405) and not (e.status == 403 and plural == "secrets"):
+            # A kind the user may not list (a tenant with the built-in "edit" role and Roles,
+            # RoleBindings or a gang scheduler's PodGroups; someone else's Secrets): the root owns
+            # every object of the job, so the garbage collector takes them. Pods and Jobs the user
+            # must be able to delete: a refusal there is an error.
+            if e.status not in (404, 405) and not (e.status == 403 and plural not in ("pods", "jobs")):
                 errors.append(f"{plural}: {e.message}")
     wait_pods_gone(api, selector, wait)
     if errors:
