@@ -98,8 +98,8 @@ def stacks(args) -> int:
         if channel is None:
             raise UsageError(
                 f"no running {args.backend} job named {args.name!r} started from this machine",
-                "give the job's --name and --backend, and run this where its mpilaunch runs (a detached "
-                f"job's: its launcher's host); a --timeout or --stall-timeout diagnosis is in: mpilaunch logs {args.name}",
+                "give the job's --name and --backend, and run this where its mpilaunch runs; a detached "
+                f"job's --timeout or --stall-timeout diagnosis is in: mpilaunch logs {args.name}",
             )
         context, python = channel
     collection = collect.collect_from_context(context, python, deadline_s=args.deadline)

@@ -271,4 +271,4 @@ def test_hang_stacks_command_for_a_yarn_job_says_where_to_run_it():
     assert shown.returncode == 2, shown.stderr
     first, hint = shown.stderr.splitlines()[:2]
     assert first == "mpilaunch: error: no running yarn job named 'hang-yarn-job' started from this machine"
-    assert "its launcher's host" in hint and "mpilaunch logs hang-yarn-job" in hint, hint
+    assert "where its mpilaunch runs" in hint and "mpilaunch logs hang-yarn-job" in hint, hint
