@@ -32,6 +32,7 @@ STUCK = {
 }
 HANG = "/opt/mpilaunch/tests/programs/hang.py"  # where the image has it
 NP, SLOTS = 4, 2
+SIZE = ["--np", str(NP), "--slots-per-worker", str(SLOTS)]  # every job here: 4 ranks in 2 pods
 OMPI4 = "/usr/bin/mpirun.openmpi"  # --launcher local: this machine's Open MPI 4.1, like the image's
 
 
@@ -63,10 +64,7 @@ def test_hang_pods_at_timeout_the_verdict_names_the_rank_and_is_an_event(real, t
     proc = real.start(
         job,
         *args,
-        "--np",
-        str(NP),
-        "--slots-per-worker",
-        str(SLOTS),
+        *SIZE,
         "--timeout",
         "20",
         "--output-dir",
@@ -95,10 +93,7 @@ def test_hang_pods_stacks_command_on_a_running_job(real, tmp_path):
     job = "rp-hang-stacks"
     proc = real.start(
         job,
-        "--np",
-        str(NP),
-        "--slots-per-worker",
-        str(SLOTS),
+        *SIZE,
         "--timeout",
         "150",
         "--output-dir",
@@ -137,10 +132,7 @@ def test_hang_pods_in_a_restricted_namespace_an_edit_only_user_gets_the_verdict(
     job = "rp-hang-tenant"
     proc = tenant.start(
         job,
-        "--np",
-        str(NP),
-        "--slots-per-worker",
-        str(SLOTS),
+        *SIZE,
         "--timeout",
         "20",
         "--output-dir",
@@ -171,7 +163,7 @@ def test_hang_pods_stacks_of_a_detached_job_for_an_edit_only_tenant(tenant):
     'edit' role may exec), in a restricted namespace behind default-deny policies."""
     job = "rp-hang-detached"
     handed = tenant.run(
-        job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "300", "--detach", "--",
+        job, *SIZE, "--timeout", "300", "--detach", "--",
         "python3", HANG, "sleep", "1", timeout=300,
     )  # fmt: skip
     assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr[-3000:]
@@ -205,7 +197,7 @@ def test_hang_pods_detached_at_timeout_the_launcher_posts_the_verdict_as_an_even
     (``mpilaunch logs``) and, with nobody on the submitting side, it posts the Event on its own pod."""
     job = "rp-hang-detached-timeout"
     handed = tenant.run(
-        job, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--timeout", "30", "--detach", "--",
+        job, *SIZE, "--timeout", "30", "--detach", "--",
         "python3", HANG, "sleep", "3", timeout=300,
     )  # fmt: skip
     assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr[-3000:]
@@ -230,10 +222,7 @@ def test_hang_pods_foreign_image_names_the_rank(real, foreign, tmp_path):
     job = "fi-hang"
     proc = real.start(
         job,
-        "--np",
-        str(NP),
-        "--slots-per-worker",
-        str(SLOTS),
+        *SIZE,
         "--timeout",
         "20",
         "--output-dir",
