@@ -72,13 +72,12 @@ from .admission import WORKLOADS, AdmissionReader
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve_with_tokens
 from .credentials import refused
 from .follow import follow_log
-from .launch import PYTHON_ENV, TRANSPORT
+from .launch import PYTHON_ENV
 from .options import K8sOptions
 from .pod_events import waiter
 from .pods import (
     JOB_LABEL,
     ROLE_LABEL,
-    WORKER_CONTAINER,
     launcher_exit,
     launcher_placement_hint,
     launcher_started,
@@ -468,12 +467,7 @@ class K8sBackend(
         # probe's channel (hang.collect), whatever the transport.
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
-        context = {
-            "transport": TRANSPORT,
-            **creds,
-            "container": WORKER_CONTAINER,
-            "workers": {w.name: {"pod": w.name} for w in self.plan.workers},
-        }
+        context = launch.exec_api_context(creds, [w.name for w in self.plan.workers])
         if self.launcher == "local" and use_relay():
             from . import relay
 

@@ -68,6 +68,12 @@ def agent_address(pod_ip: str, port: int = AGENT_PORT) -> str:
     return f"[{pod_ip}]:{port}" if ":" in pod_ip else f"{pod_ip}:{port}"
 
 
+def exec_api_context(creds: dict, workers, container: str = WORKER_CONTAINER) -> dict:
+    """The shims' (and the hang probe's) context for the exec API: these credentials, each worker
+    (a name) reached as the pod of its name."""
+    return {"transport": TRANSPORT, **creds, "container": container, "workers": {w: {"pod": w} for w in workers}}
+
+
 def agent_context(secret_file: str, pods: dict[str, dict | None], *, in_pod: bool) -> dict:
     """The shims' context for the agent transport: each worker pod's agent by its pod IP
     (``pods``: worker name -> its pod object as the API returned it).

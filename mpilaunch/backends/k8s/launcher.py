@@ -43,7 +43,7 @@ from ..protocols import ReportsHangs
 from . import dns, relay
 from .api import Api, ApiError, sa_dir
 from .detached import outcome, record_outcome
-from .launch import CLUSTER_DOMAIN, TRANSPORT, agent_context
+from .launch import CLUSTER_DOMAIN, agent_context, exec_api_context
 from .pod_events import FirstPendingWatch
 from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 
@@ -176,12 +176,9 @@ class ReadyPods(BaseBackend):
     def exec_context(self) -> dict:
         if self.launch.cluster.get("transport") == "agent":
             return agent_context(self.launch.cluster["agent_secret_file"], self.pods, in_pod=True)
-        context = {
-            "transport": TRANSPORT,
-            **self.creds,
-            "container": self.launch.cluster.get("container", WORKER_CONTAINER),
-            "workers": {w.name: {"pod": w.name} for w in self.plan.workers},
-        }
+        context = exec_api_context(
+            self.creds, [w.name for w in self.plan.workers], self.launch.cluster.get("container", WORKER_CONTAINER)
+        )
         if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
             self.relay, context["relay"] = relay.start(dict(context), self.rundir)
         return context

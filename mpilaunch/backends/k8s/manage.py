@@ -13,7 +13,7 @@ from ..launch_description import LaunchDescription
 from ..rendezvous import rank_python
 from . import admission
 from .api import Api, ApiError, client
-from .launch import TRANSPORT
+from .launch import exec_api_context
 from .pod_events import waiter
 from .pods import (
     JOB_LABEL,
@@ -208,12 +208,9 @@ def stacks_channel(args) -> tuple[dict, str]:
             "run mpilaunch stacks on that machine",
         )
     description = LaunchDescription.from_dict(json.loads(data["launch.json"]))
-    context = {
-        "transport": TRANSPORT,
-        **api.creds,
-        "container": WORKER_CONTAINER,
-        "workers": {name: {"pod": name} for name in description.addresses()},
-    }
+    # the container the launcher pod reaches too (ReadyPods.exec_context)
+    container = description.cluster.get("container", WORKER_CONTAINER)
+    context = exec_api_context(api.creds, description.addresses(), container)
     return context, rank_python(list(description.rank_prefix))
 
 
