@@ -4,9 +4,12 @@
 # $MPILAUNCH_K8S_CACHE (default $MPILAUNCH_CACHE/mpilaunch-k8s):
 #
 #   apt: containerd, runc, containernetworking-plugins, iptables, ipset, buildah, mmdebstrap
-#   bin/coredns-<version>        build-coredns.sh (Go modules)
-#   bin/kube-router-<version>    build-netpol.sh (Go modules): the node's NetworkPolicy
-#                                enforcer (netpol.py), which starts with the kubelet
+#   bin/coredns-<version>        build.sh coredns, in Kubernetes' module graph
+#   bin/kube-router-<version>    build.sh kube-router, likewise: the node's NetworkPolicy
+#                                enforcer (netpol.py), which starts with the kubelet.
+#                                MPILAUNCH_NODE_GO_BUILT=1 (scripts/test) leaves both to
+#                                the caller's build.sh, so the graph is not compiled twice
+#                                at once
 #   images/pause.tar             the pod sandbox image, from pause/main.go
 #   buildah/                     buildah's storage: the Debian base built with
 #                                mmdebstrap and the project image's layers
@@ -25,8 +28,7 @@ export MPILAUNCH_BUILDAH_ROOT="${MPILAUNCH_BUILDAH_ROOT:-$CACHE/buildah}"
 T0=$SECONDS
 
 apt_ensure containerd runc containernetworking-plugins iptables ipset buildah mmdebstrap
-"$HERE/build-coredns.sh"
-"$HERE/build-netpol.sh"
+[ "${MPILAUNCH_NODE_GO_BUILT:-0}" = 1 ] || "$HERE/build.sh" coredns kube-router
 
 b=(buildah --root "$MPILAUNCH_BUILDAH_ROOT/storage" --runroot "$MPILAUNCH_BUILDAH_ROOT/run" --storage-driver overlay)
 mkdir -p "$CACHE/images"

@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
-# Build the binaries of a local Kubernetes test control plane from Go modules.
+# Build the binaries of a local Kubernetes test control plane and its real
+# node from Go modules.
 #
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet,
-#   kube-proxy
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet
+#       (no kube-proxy: the real node DNATs the one Service it needs itself, node.py)
 #       from k8s.io/kubernetes (wrapper go.mod replacing every staging module
-#       with its published v0.X.Y version), all in ONE `go build` so the
-#       shared packages compile once and the links run in parallel
-#   etcd  from go.etcd.io/etcd/server/v3/etcdmain (tiny wrapper main)
-#   kwok  via `go install sigs.k8s.io/kwok/cmd/kwok@VERSION`
+#       with its published v0.X.Y version)
+#   etcd         go.etcd.io/etcd/server/v3 (cmd/etcd/main.go), a module
+#                Kubernetes' own graph already holds at the same version
+#   kube-router  the real node's NetworkPolicy enforcer (netpol.py)
+#       all of them in ONE module graph and ONE `go build`: the packages they
+#       share (client-go, the API types, gRPC, protobuf, the standard library
+#       with these flags) compile once, and the links run in parallel. Built
+#       alone, each compiled its own copy of client-go at its own version: on
+#       this 2-core machine the Go builds are the setup's largest use of CPU.
+#       (kube-router v2.1.0 asks for client-go 0.29; it builds and runs with
+#       0.33, the graph's.)
+#   coredns      the real node's DNS, only the plugins it uses (cmd/coredns/main.go),
+#       in a graph of its own: v1.12.1 does not build with client-go 0.33
+#       (cache.Config.RetryOnError), and v1.12.3, which does, needs gRPC 1.73
+#       where Kubernetes 1.33 has 1.68
+#   kwok  from its published module source with a patch (below); its own
+#       graph, at client-go 0.36, which Kubernetes 1.33 does not build with
 #
 # Output: $MPILAUNCH_K8S_CACHE/bin/<name>-<version>  (default cache:
 # $MPILAUNCH_CACHE/mpilaunch-k8s, MPILAUNCH_CACHE defaulting to ~/.cache).
@@ -22,6 +36,9 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-v1.33.13}"
 ETCD_VERSION="${ETCD_VERSION:-v3.5.21}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.12.1}"
+KUBE_ROUTER_PKG=github.com/cloudnativelabs/kube-router/v2
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KWOK_PATCH="$HERE/kwok-$KWOK_VERSION-exec.patch"
@@ -42,8 +59,10 @@ fi
 # staging version: v1.33.13 -> v0.33.13
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 
-K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-ALL=("${K8S_CMDS[@]}" etcd kwok)
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+# what the one go build makes: Kubernetes' commands and the tools that join its graph
+GRAPH_CMDS=("${K8S_CMDS[@]}" etcd kube-router)
+ALL=("${GRAPH_CMDS[@]}" coredns kwok)
 WANT=("$@")
 if [[ ${#WANT[@]} -eq 0 ]]; then WANT=("${ALL[@]}"); fi
 
@@ -58,6 +77,8 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 # linker then drops: the same binary, ~10% less compile time (etcd from an empty
 # GOCACHE: 37.8 -> 34.1 s here).
 LDFLAGS="-s -w"
+# what kube-router's Makefile passes, so its --version names the version
+GRAPH_LDFLAGS="$LDFLAGS -X $KUBE_ROUTER_PKG/pkg/version.Version=$KUBE_ROUTER_VERSION -X $KUBE_ROUTER_PKG/pkg/version.BuildDate=mpilaunch"
 
 mkdir -p "$BIN" "$SRC"
 
@@ -67,6 +88,8 @@ version_of() {
     case "$1" in
         etcd) echo "$ETCD_VERSION" ;;
         kwok) echo "$KWOK_VERSION-p$KWOK_PATCH_ID" ;;
+        kube-router) echo "$KUBE_ROUTER_VERSION" ;;
+        coredns) echo "$COREDNS_VERSION" ;;
         *) echo "$K8S_VERSION" ;;
     esac
 }
@@ -84,6 +107,7 @@ need() {  # need NAME -> true if the binary is missing or fails its smoke check
     case "$1" in
         kwok) probe=(--help) ;;
         kubectl) probe=(version --client) ;;
+        coredns) probe=(-version) ;;
     esac
     if ! "$bin" "${probe[@]}" >/dev/null 2>&1; then
         log "$bin fails its smoke check (${probe[*]}): rebuilding"
@@ -101,51 +125,69 @@ install_bin() {  # install_bin NAME BUILT_FILE
     log "installed $dst"
 }
 
-# ---------------------------------------------------------------- kubernetes
-K8S_DIR=""
-k8s_wrapper() {  # sets K8S_DIR
-    local dir="$SRC/kubernetes-$K8S_VERSION"
-    K8S_DIR="$dir"
-    local mod="$CACHE/tmp-gomod-kubernetes-$K8S_VERSION"
-    mkdir -p "$dir"
-    if [[ ! -f "$dir/go.mod" ]]; then
-        log "writing wrapper go.mod for k8s.io/kubernetes $K8S_VERSION (staging $STAGING_VERSION)"
-        # the upstream go.mod lists every staging module in its replace block
-        (cd "$dir" && GOFLAGS=-modcacherw go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null)
-        local upstream
-        upstream="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
-        local staging
-        staging="$(sed -n '/^replace (/,/^)/p' "$upstream" | awk '$2=="=>" && $3 ~ /^\.\/staging\// {print $1}')"
-        [[ -n "$staging" ]] || { echo "no staging modules found in $upstream" >&2; exit 1; }
-        {
-            echo "module mpilaunch.local/k8swrapper"
-            echo
-            echo "go 1.23.0"
-            echo
-            echo "require k8s.io/kubernetes $K8S_VERSION"
-            echo
-            echo "replace ("
-            for m in $staging; do echo "	$m => $m $STAGING_VERSION"; done
-            echo ")"
-        } >"$mod"
-        mv "$mod" "$dir/go.mod"
-    fi
+# ------------------------------------------------ kubernetes and its graph's tools
+GRAPH_DIR="$SRC/graph-$K8S_VERSION"
+# the staging modules in kube-router's own go.mod (go list -m all)
+TOOL_STAGING="k8s.io/api k8s.io/apimachinery k8s.io/client-go k8s.io/cri-api"
+# write_graph_module: the wrapper module, written anew before each build (the
+# versions above decide it; go build fills in go.sum).
+write_graph_module() {
+    local dir="$GRAPH_DIR" mod="$CACHE/tmp-gomod-graph-$K8S_VERSION.$$"
+    mkdir -p "$dir/cmd"
+    # the upstream go.mod lists every staging module in its replace block
+    (cd "$dir" && GOFLAGS=-modcacherw go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null)
+    local upstream staging m
+    upstream="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
+    staging="$(sed -n '/^replace (/,/^)/p' "$upstream" | awk '$2=="=>" && $3 ~ /^\.\/staging\// {print $1}')"
+    [[ -n "$staging" ]] || { echo "no staging modules found in $upstream" >&2; exit 1; }
+    {
+        echo "module mpilaunch.local/k8sgraph"
+        echo
+        echo "go 1.24.0"
+        echo
+        echo "require ("
+        echo "	k8s.io/kubernetes $K8S_VERSION"
+        echo "	go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+        echo "	$KUBE_ROUTER_PKG $KUBE_ROUTER_VERSION"
+        # The staging modules the tools ask for at an older version, required at the published
+        # one, not only replaced: then every package sees the same module version (-trimpath
+        # names a package's files by module@version, and the build cache keys on that; a
+        # replaced-only module is v0.0.0 to Kubernetes and v0.29.2 to kube-router, so its
+        # packages compiled twice). Not all of them: some are not published at every version.
+        for m in $TOOL_STAGING; do echo "	$m $STAGING_VERSION"; done
+        echo ")"
+        echo
+        echo "replace ("
+        for m in $staging; do echo "	$m => $m $STAGING_VERSION"; done
+        echo ")"
+    } >"$mod"
+    mv "$mod" "$dir/go.mod"
+    cp -r "$HERE/cmd/etcd" "$dir/cmd/"
 }
 
-build_k8s() {
+# pkg_of NAME: the package the one go build makes NAME from (run in GRAPH_DIR)
+pkg_of() {
+    case "$1" in
+        etcd) echo "./cmd/$1" ;;
+        kube-router) echo "$KUBE_ROUTER_PKG/cmd/kube-router" ;;
+        *) echo "k8s.io/kubernetes/cmd/$1" ;;
+    esac
+}
+
+build_graph() {
     local c todo=()
-    for c in "${K8S_CMDS[@]}"; do
+    for c in "${GRAPH_CMDS[@]}"; do
         wants "$c" || continue
-        if need "$c"; then todo+=("$c"); else log "$c $K8S_VERSION: cached"; fi
+        if need "$c"; then todo+=("$c"); else log "$c $(version_of "$c"): cached"; fi
     done
     ((${#todo[@]})) || return 0
-    k8s_wrapper
-    local dir="$K8S_DIR" out="$K8S_DIR/out" pkgs=()
-    for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-    log "building ${todo[*]} $K8S_VERSION in one go build (minutes the first time)"
+    write_graph_module
+    local dir="$GRAPH_DIR" out="$GRAPH_DIR/out" pkgs=()
+    for c in "${todo[@]}"; do pkgs+=("$(pkg_of "$c")"); done
+    log "building ${todo[*]} in one go build (kubernetes $K8S_VERSION; minutes the first time)"
     local t0=$SECONDS
     rm -rf "$out" && mkdir -p "$out"
-    (cd "$dir" && go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$out/" "${pkgs[@]}") || {
+    (cd "$dir" && go build -trimpath -gcflags=all=-dwarf=false -ldflags="$GRAPH_LDFLAGS" -o "$out/" "${pkgs[@]}") || {
         log "building ${todo[*]} failed. If the errors say a k8s.io/<staging>@$STAGING_VERSION zip is" \
             "'not available' (403), the module proxy lacks that version: choose another" \
             "K8S_VERSION whose staging modules are all published."
@@ -155,33 +197,19 @@ build_k8s() {
     log "${todo[*]} built in $((SECONDS - t0))s"
 }
 
-# ---------------------------------------------------------------------- etcd
-build_etcd() {
-    wants etcd || return 0
-    need etcd || { log "etcd $ETCD_VERSION: cached"; return 0; }
-    local dir="$SRC/etcd-$ETCD_VERSION"
+# ------------------------------------------------------------------- coredns
+build_coredns() {
+    wants coredns || return 0
+    need coredns || { log "coredns $COREDNS_VERSION: cached"; return 0; }
+    local dir="$SRC/coredns-$COREDNS_VERSION" t0=$SECONDS
     mkdir -p "$dir"
-    if [[ ! -f "$dir/go.mod" ]]; then
-        cat >"$dir/main.go" <<'EOF'
-// Command etcd: a wrapper around the etcd server's main package.
-package main
-
-import (
-	"os"
-
-	"go.etcd.io/etcd/server/v3/etcdmain"
-)
-
-func main() { etcdmain.Main(os.Args) }
-EOF
-        printf 'module mpilaunch.local/etcdwrapper\n\ngo 1.23.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >"$dir/go.mod.tmp"
-        mv "$dir/go.mod.tmp" "$dir/go.mod"
-    fi
-    log "building etcd $ETCD_VERSION"
-    local t0=$SECONDS
-    (cd "$dir" && go mod tidy >/dev/null 2>&1 || true; go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$dir/etcd.out" .)
-    install_bin etcd "$dir/etcd.out"
-    log "etcd built in $((SECONDS - t0))s"
+    cp "$HERE/cmd/coredns/main.go" "$dir/main.go"
+    printf 'module mpilaunch.local/corednswrapper\n\ngo 1.23.0\n\nrequire github.com/coredns/coredns %s\n' \
+        "$COREDNS_VERSION" >"$dir/go.mod"
+    log "building coredns $COREDNS_VERSION (bind, kubernetes, hosts, errors, log, health, ready)"
+    (cd "$dir" && go mod tidy && go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$dir/coredns.out" .)
+    install_bin coredns "$dir/coredns.out"
+    log "coredns built in $((SECONDS - t0))s"
 }
 
 # ---------------------------------------------------------------------- kwok
@@ -226,18 +254,15 @@ build_kwok() {
 }
 
 T0=$SECONDS
-log "cache: $CACHE; kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION; $(go version)"
-# etcd and kwok are separate modules: their downloads and compiles overlap the
-# big Kubernetes build (on 2 cores that hides the module downloads).
-build_etcd > >(sed 's/^/[etcd] /') 2>&1 &
-etcd_pid=$!
-build_kwok > >(sed 's/^/[kwok] /') 2>&1 &
-kwok_pid=$!
-k8s_rc=0; build_k8s || k8s_rc=$?
-etcd_rc=0; wait "$etcd_pid" || etcd_rc=$?
-kwok_rc=0; wait "$kwok_pid" || kwok_rc=$?
-if ((k8s_rc || etcd_rc || kwok_rc)); then
-    log "FAILED (kubernetes rc=$k8s_rc, etcd rc=$etcd_rc, kwok rc=$kwok_rc)"
+log "cache: $CACHE; kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kube-router $KUBE_ROUTER_VERSION, coredns $COREDNS_VERSION, kwok $KWOK_VERSION; $(go version)"
+# kwok and CoreDNS are module graphs of their own: their downloads and compiles
+# overlap the big build (on 2 cores that hides the module downloads).
+{ build_kwok && build_coredns; } > >(sed 's/^/[kwok, coredns] /') 2>&1 &
+small_pid=$!
+graph_rc=0; build_graph || graph_rc=$?
+small_rc=0; wait "$small_pid" || small_rc=$?
+if ((graph_rc || small_rc)); then
+    log "FAILED (the one go build rc=$graph_rc, kwok and coredns rc=$small_rc)"
     exit 1
 fi
 log "done in $((SECONDS - T0))s; binaries in $BIN"

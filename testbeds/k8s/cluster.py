@@ -79,7 +79,7 @@ def _kwok_binary_name() -> str:
 def _binary_names() -> dict[str, str]:
     names = {
         c: f"{c}-{K8S_VERSION}"
-        for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
+        for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet")
     }
     names["etcd"] = f"etcd-{ETCD_VERSION}"
     names["kwok"] = _kwok_binary_name()

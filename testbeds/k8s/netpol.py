@@ -1,5 +1,6 @@
 """A real NetworkPolicy enforcer for the testbed's real node: kube-router's
-policy controller (``build-netpol.sh``), started with the node like the kubelet.
+policy controller (built by ``build.sh`` in the testbed's one Go build), started with the node
+like the kubelet.
 
 Why kube-router (testbeds/k8s/README.md, "NetworkPolicy", has the numbers):
 ``sigs.k8s.io/kube-network-policies`` v0.8.0 (the newest the Go proxy serves
@@ -69,7 +70,7 @@ import subprocess
 import time
 from pathlib import Path
 
-BUILD_SH = Path(__file__).resolve().parent / "build-netpol.sh"
+BUILD_SH = Path(__file__).resolve().parent / "build.sh"
 KUBE_ROUTER_VERSION = os.environ.get("KUBE_ROUTER_VERSION", "v2.1.0")
 COMPONENT = "kube-router"
 #: the identity of its client certificate, and its ClusterRole(Binding)
@@ -121,18 +122,20 @@ def binary() -> Path:
 
 
 def ensure_built(quiet: bool = False) -> Path:
-    """Build (or find cached) kube-router; its path. ~3 min cold on 2 cores."""
+    """Build (or find cached) kube-router; its path (with Kubernetes' packages compiled: ~1.5 min)."""
     b = binary()
     if not os.access(b, os.X_OK):
         env = {**os.environ, "KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
-        subprocess.run(["bash", str(BUILD_SH)], check=True, env=env, stdout=subprocess.DEVNULL if quiet else None)
+        subprocess.run(
+            ["bash", str(BUILD_SH), COMPONENT], check=True, env=env, stdout=subprocess.DEVNULL if quiet else None
+        )
     return b
 
 
 def missing_prerequisites() -> list[str]:
     out = [t for t in ("iptables", "iptables-save", "iptables-restore", "ipset") if shutil.which(t) is None]
     if not os.access(binary(), os.X_OK):
-        out.append(f"{binary()} (run testbeds/k8s/build-netpol.sh)")
+        out.append(f"{binary()} (run testbeds/k8s/build.sh kube-router)")
     return out
 
 

@@ -310,7 +310,7 @@ class RealNode:
             raise NodeError("real node needs: " + ", ".join(missing) + " (run testbeds/k8s/build-node.sh)")
         coredns = self.c.bindir / "coredns"
         if not os.access(coredns, os.X_OK):
-            raise NodeError(f"{coredns} missing (run testbeds/k8s/build-node.sh)")
+            raise NodeError(f"{coredns} missing (run testbeds/k8s/build.sh coredns)")
         self._take_lock()
         t0 = time.monotonic()
         try:
