@@ -40,14 +40,38 @@ apt_ensure() {
   ) 9>"${TMPDIR:-/tmp}/mpilaunch-apt.lock"
 }
 
-# ---- phase timing: every setup phase prints its duration, and phase_table
-# prints all of them, so a slow phase is visible in every CI log.
-declare -A PHASE_T0=() PHASE_SECS=()
+# ---- phase timing: every setup phase prints its duration and the CPU it used
+# (user + system, its processes and theirs), and phase_table prints all of them,
+# so a slow phase is visible in every CI log, and so is whether it was slow
+# itself or only waited for a busy machine.
+declare -A PHASE_T0=() PHASE_SECS=() PHASE_CPU=()
 PHASE_ORDER=()
-phase_start() { PHASE_T0[$1]=$(date +%s); PHASE_ORDER+=("$1"); log "phase $1: start"; }
+PHASE_CPU_DIR="${PHASE_CPU_DIR:-${TMPDIR:-/tmp}/mpilaunch-phases-$$}"
+# The machine's busy and total CPU ticks since boot (/proc/stat's first line).
+machine_ticks() { awk '/^cpu /{ print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8 }' /proc/stat; }
+MACHINE_TICKS0="$(machine_ticks)"
+# write_cpu_secs FILE: the seconds of CPU this shell and its finished children used (bash's
+# `times`; written to a file first: in a pipe it would run in a fresh subshell, which has used none).
+write_cpu_secs() {
+  times >"$1.times"
+  awk '{ for (i = 1; i <= NF; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } } END { printf "%d\n", n }' \
+    "$1.times" >"$1" && rm -f "$1.times"
+}
+phase_start() {
+  mkdir -p "$PHASE_CPU_DIR" && rm -f "$PHASE_CPU_DIR/$1.cpu"
+  PHASE_T0[$1]=$(date +%s); PHASE_ORDER+=("$1"); log "phase $1: start"
+}
 phase_end() {
   PHASE_SECS[$1]=$(( $(date +%s) - PHASE_T0[$1] ))
-  log "phase $1: ${PHASE_SECS[$1]} s"
+  PHASE_CPU[$1]=$(cat "$PHASE_CPU_DIR/$1.cpu" 2>/dev/null || echo "-")
+  log "phase $1: ${PHASE_SECS[$1]} s (CPU ${PHASE_CPU[$1]} s)"
+}
+# run_phase NAME CMD...: CMD in a subshell in front (its output where ours goes), timed.
+run_phase() {
+  local name="$1"; shift
+  phase_start "$name"
+  ( "$@"; write_cpu_secs "$PHASE_CPU_DIR/$name.cpu" )
+  phase_end "$name"
 }
 # run_phase_bg NAME LOG CMD...: run CMD in the background, its own end time
 # recorded (not the time somebody waited for it) in LOG.end, which exists only
@@ -57,7 +81,7 @@ run_phase_bg() {
   local name="$1" logfile="$2"; shift 2
   rm -f "$logfile.end"
   phase_start "$name"
-  ( "$@" >"$logfile" 2>&1; rc=$?; date +%s >"$logfile.end"; exit $rc ) &
+  ( "$@" >"$logfile" 2>&1; rc=$?; date +%s >"$logfile.end"; write_cpu_secs "$PHASE_CPU_DIR/$name.cpu"; exit $rc ) &
   PHASE_PID[$name]=$!
 }
 # wait_phase NAME LOG: wait for a background phase; on failure show its log and stop.
@@ -69,19 +93,32 @@ wait_phase() {
   else
     PHASE_SECS[$name]=$(( $(date +%s) - PHASE_T0[$name] ))
   fi
+  PHASE_CPU[$name]=$(cat "$PHASE_CPU_DIR/$name.cpu" 2>/dev/null || echo "-")
   if [ "$rc" != 0 ]; then
     log "phase $name FAILED (rc=$rc) after ${PHASE_SECS[$name]} s; last lines of $logfile:"
     tail -40 "$logfile" >&2
     exit 1
   fi
-  log "phase $name: ${PHASE_SECS[$name]} s (background; log $logfile)"
+  log "phase $name: ${PHASE_SECS[$name]} s, CPU ${PHASE_CPU[$name]} s (background; log $logfile)"
 }
+# machine_usage_since "BUSY TOTAL" (a machine_ticks line): the machine's CPU seconds since then,
+# and how busy it was, in percent of all its cores
+machine_usage_since() {
+  local busy0 total0 busy1 total1
+  read -r busy0 total0 <<<"$1"
+  read -r busy1 total1 <<<"$(machine_ticks)"
+  echo "$(( (busy1 - busy0) / $(getconf CLK_TCK) )) $(( 100 * (busy1 - busy0) / (total1 - total0 + 1) ))"
+}
+# The table, and how busy the whole machine was since the script started: near 100%,
+# the setup is as short as its CPU allows, and only less work shortens it.
 phase_table() {
-  local name
-  printf '%-14s %8s\n' "setup phase" "seconds" >&2
+  local name cpu busy
+  printf '%-14s %8s %8s\n' "setup phase" "seconds" "CPU s" >&2
   for name in "${PHASE_ORDER[@]}"; do
-    printf '%-14s %8s\n' "$name" "${PHASE_SECS[$name]:-running}" >&2
+    printf '%-14s %8s %8s\n' "$name" "${PHASE_SECS[$name]:-running}" "${PHASE_CPU[$name]:-}" >&2
   done
+  read -r cpu busy <<<"$(machine_usage_since "$MACHINE_TICKS0")"
+  printf 'the machine (%s cores) was busy %d%% of the time since the start (%d CPU s)\n' "$(nproc)" "$busy" "$cpu" >&2
 }
 
 # ensure_venv DIR: a venv whose interpreter runs and matches this machine's

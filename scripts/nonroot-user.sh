@@ -84,8 +84,9 @@ build() {
   mapfile -t reqs < <(extras)
   # --ignore-installed: the extras and all they need go into the venv, none resolved to
   # Debian's copies in the system site-packages (Debian's requests next to PyPI's urllib3
-  # warned on every import); psutil, needed by no extra, stays Debian's.
-  as_user "$venv/bin/python" -m pip install -q --ignore-installed "${reqs[@]}"
+  # warned on every import); psutil, needed by no extra, stays Debian's. --no-compile: the
+  # modules a job imports are compiled (and their .pyc written) on first use, not all of them.
+  as_user "$venv/bin/python" -m pip install -q --no-compile --ignore-installed "${reqs[@]}"
   # mpilaunch from this checkout, and the console scripts `pip install` would write
   local site
   site="$(as_user "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
