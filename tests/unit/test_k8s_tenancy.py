@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mpilaunch.backends.k8s import network_policy, rbac, refusals, resources, security
+from mpilaunch.backends.k8s import mesh, network_policy, rbac, refusals, resources, security
 from mpilaunch.core.errors import UsageError
 from support.helpers import REPO
 
@@ -273,10 +273,21 @@ def test_tenant_pods_opt_out_of_mesh_sidecars_unless_kept(tmp_path):
                 meta = obj["metadata"] if obj["kind"] == "Pod" else obj["spec"]["template"]["metadata"]
                 yield meta.get("annotations") or {}
 
-    for a in annotations(render_objects(tmp_path)):
+    def mesh_env(objs) -> dict[str, bool]:
+        return {
+            role: any(e["name"] == mesh.ENV and e.get("value") == "1" for c in spec["containers"] for e in c["env"])
+            for role, spec in pods_of(objs)
+        }
+
+    opted_out = render_objects(tmp_path)
+    for a in annotations(opted_out):
         assert a["sidecar.istio.io/inject"] == "false" and a["linkerd.io/inject"] == "disabled"
-    for a in annotations(render_objects(tmp_path, "--mesh-injection")):
-        assert "sidecar.istio.io/inject" not in a
+    assert not any(mesh_env(opted_out).values())
+    # kept: injected where the mesh wants, linkerd's proxy lets the Job pods end it, and those pods ask it to
+    kept = render_objects(tmp_path, "--mesh-injection")
+    for a in annotations(kept):
+        assert "sidecar.istio.io/inject" not in a and a["config.linkerd.io/proxy-admin-shutdown"] == "enabled"
+    assert mesh_env(kept) == {"worker": False, "launcher": True, "reaper": True}
 
 
 def test_tenant_launcher_and_reaper_are_not_pinned_to_the_workers_gpu_nodes(tmp_path):

@@ -40,7 +40,7 @@ from .. import rendezvous
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
 from ..protocols import ReportsHangs
-from . import dns, relay
+from . import dns, mesh, relay
 from .api import Api, ApiError, sa_dir
 from .detached import outcome, record_outcome
 from .launch import CLUSTER_DOMAIN, agent_context, exec_api_context
@@ -312,6 +312,8 @@ def main(argv=None) -> int:
     finally:
         if launch.detach:  # every exit path: nobody else will release a detached job's workers
             finish_detached(in_cluster_credentials(launch), launch, result)
+        # last: a kept mesh's sidecar ends, so that this Job can complete
+        mesh.quit_if_injected(lambda message: print(f"mpilaunch: {message}", file=sys.stderr, flush=True))
     return result.exit_code
 
 

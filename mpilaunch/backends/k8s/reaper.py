@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from ...core.exit_codes import EXIT_FAILED
+from . import mesh
 from .api import Api, ApiError, sa_dir
 from .credentials import CredentialError
 from .orphan import reap
@@ -39,6 +40,13 @@ def log(message: str) -> None:
 
 
 def main(argv=None) -> int:
+    try:
+        return reaper_main(argv)
+    finally:  # every exit, SIGTERM's included: a kept mesh's sidecar ends, so that this Job can complete
+        mesh.quit_if_injected(log)
+
+
+def reaper_main(argv) -> int:
     p = argparse.ArgumentParser(prog="python3 -m mpilaunch.backends.k8s.reaper")
     p.add_argument("job")
     p.add_argument("--orphan-timeout", type=float, required=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.errors import UsageError
+from . import mesh
 
 DEFAULT_RUN_AS = "1000:1000"
 # the pod's writable scratch: the launcher's run directory, MPI's session directories, the exec
@@ -96,9 +97,11 @@ def pod_env() -> list[dict]:
 
 def mesh_annotations(keep_injection: bool) -> dict:
     """Service-mesh sidecars (Istio, linkerd) opted out: a sidecar keeps a launcher Job from ever
-    completing, and its proxy would sit between mpirun's daemons, which need raw TCP both ways."""
+    completing, and its proxy would sit between mpirun's daemons, which need raw TCP both ways.
+    Kept (a mesh that is mandatory), linkerd's proxy is let take the quit the Job pods send it
+    at their end (mesh.py)."""
     if keep_injection:
-        return {}
+        return dict(mesh.LINKERD_SHUTDOWN)
     return {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 
 
@@ -109,4 +112,5 @@ def template_values(run_as: RunAs, read_only_root: bool, keep_mesh_injection: bo
         "scratch_dir": SCRATCH_DIR,
         "pod_env": pod_env(),
         "mesh_annotations": mesh_annotations(keep_mesh_injection),
+        "job_pod_env": mesh.job_pod_env(keep_mesh_injection),
     }

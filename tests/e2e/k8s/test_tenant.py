@@ -126,11 +126,10 @@ def test_tenant_read_only_root_and_an_openshift_uid(tenant, tmp_path, flavour):
     assert tenant.leftovers(job) == []
 
 
-def test_tenant_detached_job_completes_and_is_reaped(tenant, tmp_path):
-    """--detach with the admin's ServiceAccount: the launcher Job completes (no mesh sidecar: the
-    pods opt out), `mpilaunch wait` gives its exit status, the reaper releases the workers."""
-    job = "tn-detach"
-    submitted = tenant.run(job, "--detach", *PLACEMENT, "--", "python3", f"{PROGRAMS}/placement.py")
+def detached_job_completes(tenant, job: str, *args: str) -> dict:
+    """Submit a detached job; `mpilaunch wait` gives its exit status 0, its launcher Job completes
+    and the reaper releases the workers. The launcher Job as it completed ({} once gone)."""
+    submitted = tenant.run(job, "--detach", *args, *PLACEMENT, "--", "python3", f"{PROGRAMS}/placement.py")
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     waited = tenant.manage("wait", job, "--timeout", "240")
     assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
@@ -143,15 +142,77 @@ def test_tenant_detached_job_completes_and_is_reaped(tenant, tmp_path):
         lambda: not launcher_job() or launcher_job()["status"].get("succeeded") == 1, 60, "the launcher Job to complete"
     )
     launcher = launcher_job()
-    if launcher:
-        annotations = launcher["spec"]["template"]["metadata"]["annotations"]
-        assert annotations["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled"
     wait_for(
         lambda: not tenant_pods(tenant, job) or all("-launcher" in n for n in tenant_pods(tenant, job)),
         120,
         "the workers released",
     )
+    return launcher
+
+
+def test_tenant_detached_job_completes_and_is_reaped(tenant, tmp_path):
+    """--detach with the admin's ServiceAccount: the launcher Job completes (no mesh sidecar: the
+    pods opt out), `mpilaunch wait` gives its exit status, the reaper releases the workers."""
+    job = "tn-detach"
+    launcher = detached_job_completes(tenant, job)
+    if launcher:
+        annotations = launcher["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled"
     assert_no_identities_made(tenant, job)
+    tenant.manage("delete", job)
+    assert tenant.leftovers(job) == []
+
+
+# Istio's pilot-agent as far as a Job's pod sees it: a proxy container beside the main one that runs
+# until POST 127.0.0.1:15020/quitquitquit. A stand-in, in the project image: no mesh's images can be
+# fetched here. It exits 0 on that request and never otherwise, so the pod, and the Job, complete
+# only if mpilaunch asks.
+STAND_IN_PROXY = """\
+import http.server, os
+class Quit(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.send_response(200 if self.path == "/quitquitquit" else 404)
+        self.end_headers()
+        self.wfile.flush()
+        if self.path == "/quitquitquit":
+            os._exit(0)
+http.server.HTTPServer(("127.0.0.1", 15020), Quit).serve_forever()
+"""
+
+
+def test_tenant_mesh_injection_detached_job_with_a_sidecar_completes_and_is_reaped(tenant, tmp_path):
+    """--mesh-injection (a mandatory mesh) with --detach: the launcher Job's pod carries a mesh
+    proxy that outlives its main container; the launcher asks it to quit at the end, so the Job
+    completes, `mpilaunch wait` gives the exit status and the workers are released."""
+    import yaml
+
+    template = tmp_path / "mesh.yaml"
+    proxy = {
+        "name": "istio-proxy",
+        "image": tenant.real.image,
+        "command": ["python3", "-c", STAND_IN_PROXY],
+        "resources": {"limits": {"cpu": "50m", "memory": "48Mi"}, "requests": {"cpu": "50m", "memory": "48Mi"}},
+    }
+    template.write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"labels": {"mpilaunch/role": "launcher"}},
+                "spec": {"containers": [{"name": "launcher"}, proxy]},
+            }
+        )
+    )
+    job = "tn-mesh"
+    launcher = detached_job_completes(tenant, job, "--mesh-injection", "--pod-template", str(template))
+    assert launcher.get("status", {}).get("succeeded") == 1, json.dumps(launcher.get("status"))
+    annotations = launcher["spec"]["template"]["metadata"]["annotations"]
+    assert "sidecar.istio.io/inject" not in annotations, annotations  # injection kept
+    pods = json.loads(tenant.kubectl("get", "pods", "-l", f"job-name={job}-launcher", "-o", "json").stdout)["items"]
+    ended = {
+        c["name"]: c["state"].get("terminated", {}).get("exitCode")
+        for p in pods
+        for c in p["status"]["containerStatuses"]
+    }
+    assert ended.get("istio-proxy") == 0 and ended.get("launcher") == 0, ended
     tenant.manage("delete", job)
     assert tenant.leftovers(job) == []
 
