@@ -1,4 +1,4 @@
-"""What a backend may do beyond the required surface (``base.py``): four small opt-in protocols.
+"""What a backend may do beyond the required surface (``base.py``): small opt-in protocols.
 
 A backend opts into one by naming it among its bases, next to ``BaseBackend``,
 and claiming the capability it serves (``SERVED_BY``); each is an ABC, so a
@@ -17,6 +17,10 @@ they use the plain-function defaults at the end of this file.
 - ``RemoteHosts``: workers on hosts of their own, which may not resolve this
   machine's name and start mpilaunch's pieces with their own Python. Shown by
   ssh (``ssh/backend.py``).
+- ``ReportsHangs``, ``ReachesJobsByName``, ``AsksLauncherForStacks``: a hung
+  job's verdict kept in the cluster, and `mpilaunch stacks NAME` for a job no
+  mpilaunch on this machine runs (k8s: the user's exec channel; yarn: the
+  job's launcher container takes them).
 """
 
 from __future__ import annotations
@@ -135,6 +139,20 @@ class ReachesJobsByName(ABC):
         (ended, or its mpirun runs in the mpilaunch that started it)."""
 
 
+class AsksLauncherForStacks(ABC):
+    """The job's own launcher in the cluster, found by the job's name, takes every rank's stacks and
+    hands them over: `mpilaunch stacks NAME` where the user has no exec channel into the workers
+    (detached, or started elsewhere). No capability: `mpilaunch stacks` asks. Example:
+    ``backends/yarn/backend.py`` (a request and a reply in the application's key-value store)."""
+
+    @classmethod
+    @abstractmethod
+    def manage_stacks(cls, args):
+        """Every rank's stacks (a ``hang.collect.Collection``), taken within ``args.deadline`` by the
+        launcher of the job the manage arguments name; a UsageError with a hint for a job that has
+        ended, has no launcher in the cluster, or whose launcher did not answer in time."""
+
+
 #: capability (a ``Capabilities`` field) -> the protocol a backend claiming it implements
 SERVED_BY = {
     "detach": ClusterLauncher,
@@ -145,7 +163,15 @@ SERVED_BY = {
 }
 
 #: every optional protocol
-PROTOCOLS = (ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs, ReachesJobsByName)
+PROTOCOLS = (
+    ClusterLauncher,
+    ManagesJobs,
+    ReplacesWorkers,
+    RemoteHosts,
+    ReportsHangs,
+    ReachesJobsByName,
+    AsksLauncherForStacks,
+)
 
 
 def members(protocol: type) -> tuple[str, ...]:
@@ -186,10 +212,28 @@ def remote_mpi_info(backend_cls, spec):
 
 
 def stacks_channel(backend_cls, args) -> tuple[dict, str] | None:
-    """``ReachesJobsByName.manage_stacks_channel``; None where a job's workers are reached only
-    through its mpilaunch (local, ssh; YARN: the agents take only the job's secret, which leaves
-    skein's key-value store once the launcher has it, and YARN has no exec channel of its own)."""
+    """``ReachesJobsByName.manage_stacks_channel``; None where the user has no exec channel of
+    their own into a job's workers: local and ssh (the job's mpilaunch alone reaches them: run
+    `mpilaunch stacks` where it runs) and YARN (the agents take only the job's secret, which leaves
+    skein's key-value store once the launcher has it, and YARN has no exec channel: the job's
+    launcher container takes the stacks instead, ``AsksLauncherForStacks``; a job run with
+    ``--launcher local`` has none, and is asked where its mpilaunch runs)."""
     return backend_cls.manage_stacks_channel(args) if issubclass(backend_cls, ReachesJobsByName) else None
+
+
+def stacks_by_name(backend_cls, args):
+    """Every rank's stacks (a ``hang.collect.Collection``) of a job no mpilaunch on this machine
+    runs, found by its name: taken by its launcher (``AsksLauncherForStacks``) or through the user's
+    own exec channel (``stacks_channel``); None where the backend has neither."""
+    if issubclass(backend_cls, AsksLauncherForStacks):
+        return backend_cls.manage_stacks(args)
+    channel = stacks_channel(backend_cls, args)
+    if channel is None:
+        return None
+    from ..hang import collect
+
+    context, python = channel
+    return collect.collect_from_context(context, python, deadline_s=args.deadline)
 
 
 def manage_action(backend_cls, action: str, args, stream) -> int:

@@ -77,9 +77,10 @@ def stacks(args) -> int:
     Through the mpilaunch that runs the job on this machine (attached, any
     backend; a YARN job's either launcher): its run directory's context file
     says where the workers' agents listen, and with which secret. Without one,
-    a cluster backend's own channel to the job found by name (Kubernetes: the
-    exec API into its worker pods, with the user's credentials: a detached
-    job). Exit 0 once the stacks are shown (whatever they say).
+    the job found by name on a cluster backend (``protocols.stacks_by_name``:
+    Kubernetes, the exec API into its worker pods with the user's credentials;
+    YARN, its launcher container asked through the application's key-value
+    store). Exit 0 once the stacks are shown (whatever they say).
     """
     import json
 
@@ -91,18 +92,17 @@ def stacks(args) -> int:
     if len(contexts) > 1:
         raise UsageError(f"{len(contexts)} running jobs are named {args.name!r}", "give each job its own --name")
     if contexts:
-        context, python = contexts[0], contexts[0].get("probe_python") or sys.executable
+        python = contexts[0].get("probe_python") or sys.executable
+        collection = collect.collect_from_context(contexts[0], python, deadline_s=args.deadline)
     else:
-        # no mpilaunch here runs it: a cluster backend may reach a detached job's workers itself
-        channel = protocols.stacks_channel(backends.load(args.backend), args)
-        if channel is None:
+        # no mpilaunch here runs it: a cluster backend may reach a detached job itself
+        collection = protocols.stacks_by_name(backends.load(args.backend), args)
+        if collection is None:
             raise UsageError(
                 f"no running {args.backend} job named {args.name!r} started from this machine",
-                "give the job's --name and --backend, and run this where its mpilaunch runs; a detached "
-                f"job's --timeout or --stall-timeout diagnosis is in: mpilaunch logs {args.name}",
+                f"give the job's --name and --backend, and run this where its mpilaunch runs "
+                f"(a {args.backend} job's workers are reached only through it)",
             )
-        context, python = channel
-    collection = collect.collect_from_context(context, python, deadline_s=args.deadline)
     diagnosis = verdict.diagnose(collection.stacks)
     if args.json:
         print(json.dumps(verdict.report(diagnosis, collection.seconds), indent=2))

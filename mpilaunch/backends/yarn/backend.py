@@ -46,7 +46,7 @@ from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from ..protocols import ClusterLauncher, ManagesJobs, ReplacesWorkers
+from ..protocols import AsksLauncherForStacks, ClusterLauncher, ManagesJobs, ReplacesWorkers
 from . import handoff, launch, manage, orphan, outcome, replace, report, tools
 from . import keys as launcher_keys
 from .client import TERMINAL_STATES, shorten, skein_client, state_name
@@ -68,7 +68,7 @@ MASTER_MEMORY = "256 MiB"
 POLL = 0.25
 
 
-class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
+class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, AsksLauncherForStacks):
     name = "yarn"
     options_class = YarnOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
@@ -605,3 +605,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers):
     @classmethod
     def manage_wait(cls, args, stream) -> int:
         return handoff.wait(args, stream)
+
+    @classmethod
+    def manage_stacks(cls, args):
+        return manage.stacks(args)

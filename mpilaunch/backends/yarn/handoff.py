@@ -10,10 +10,12 @@ ends it when the job is over (``detached.py``).
 
 Coming back needs nothing but the ResourceManager and the NodeManagers: the
 per-application credentials made at submission are gone with the process
-that made them, so the key-value store is not read again. ``wait`` and
-``status`` read the application report (the outcome is in its final
-diagnostics, ``outcome``), ``logs -f`` follows the launcher container's
-log through the NodeManager's REST API.
+that made them. ``wait`` and ``status`` read the application report (the
+outcome is in its final diagnostics, ``outcome``), ``logs -f`` follows the
+launcher container's log through the NodeManager's REST API. Only ``stacks``
+reads the key-value store again, with skein's copy of those credentials in
+the owner's home directory on the cluster's file system
+(``client.application_security``, ``stacks_kv``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ INFO_KEY = "launcher/info"
 OUT_KEY = "launcher/out/"
 EXIT_KEY = "launcher/exit"
 STOP_KEY = "launcher/stop"
+# `mpilaunch stacks NAME` asks the launcher container for every rank's stacks (stacks_kv.py)
+STACKS_REQUEST_KEY = "launcher/stacks/request/"  # + request id: what is asked (JSON)
+STACKS_REPLY_KEY = "launcher/stacks/reply/"  # + request id: the launcher's answer (JSON)
 
 # What the shim passes to the agents with each daemon command. mpirun runs on
 # the submitting machine with its MPI, so its daemons need the same one in the

@@ -21,6 +21,9 @@ workers. This module runs in it and
    submitting side feeds to its rank-output parser and deletes, stops mpirun
    when ``<kv>launcher/stop`` appears (fail fast after a rank failed), and
    finally puts the job's exit code in ``<kv>launcher/exit``.
+4. answers ``mpilaunch stacks NAME`` (``<kv>launcher/stacks/request/<id>``)
+   with every rank's stacks, taken through its own agents' channel
+   (``stacks_kv.py``): the secret stays in this container.
 
 A detached job's launcher (``"detach": true`` in the launch description)
 writes mpirun's output to its own container log instead, enforces
@@ -46,6 +49,7 @@ from ...workloads.mpirun import MpirunWorkload, RelayedOutput
 from .. import rendezvous
 from ..base import BaseBackend
 from ..launch_description import LaunchDescription
+from . import stacks_kv
 from .detached import WorkerContainers, finish, to_container_log
 from .keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 
@@ -247,6 +251,11 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
         spec, plan = launch.job_spec(), launch.plan()
         watch = WorkerContainers(app, plan, launch.addresses(), secret_file) if detached else None
         backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
+        # `mpilaunch stacks NAME --backend yarn` from wherever its owner is: this container takes the stacks
+        take = stacks_kv.stacks_taker(rundir / "context.json", dict(enumerate(plan.rank_to_worker())))
+        threading.Thread(
+            target=stacks_kv.serve, args=(app.kv, prefix, take, note), daemon=True, name="stacks-requests"
+        ).start()
         workload = MpirunWorkload(spec, launch.job, plan, info)
         workload.use_output(RelayedOutput(relay))
         workload.token = launch.status_token or workload.token  # the submitting side's

@@ -1,4 +1,4 @@
-"""``mpilaunch status|logs|delete NAME --backend yarn``: find the job's applications and read them."""
+"""``mpilaunch status|logs|delete|stacks NAME --backend yarn``: find the job's applications and read them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import os
 import skein
 
 from ...core.errors import UsageError
-from . import handoff, outcome
-from .client import TAG, TERMINAL_STATES, is_mpilaunch, shorten, skein_client, state_name
+from . import handoff, outcome, stacks_kv
+from .client import TAG, TERMINAL_STATES, application_security, is_mpilaunch, shorten, skein_client, state_name
+from .keys import KV_PREFIX, SPEC_KEY
 
 
 def current_user() -> str:
@@ -177,6 +178,57 @@ def delete(args, stream) -> int:
     finally:
         client.close()
     return 0
+
+
+def stacks(args):
+    """Every rank's stacks of a running job, taken by its launcher container (``stacks_kv``): a
+    ``hang.collect.Collection``. A UsageError, with a hint, for a job that ended, is not running yet,
+    is someone else's, has no launcher container, or whose launcher did not answer in time."""
+    from ...hang.collect import Collection
+
+    name = args.name
+    logs_hint = f"a hang diagnosed at --timeout or --stall-timeout is in its launcher's log: mpilaunch logs {name}"
+    client = skein_client()
+    try:
+        report = handoff.find_app(client, name)
+        state = state_name(report.state)
+        if state in TERMINAL_STATES:
+            raise UsageError(f"job {name} ({report.id}) has ended ({handoff.phase_of(report)[0]})", logs_hint)
+        if state != "RUNNING":
+            raise UsageError(
+                f"job {name} ({report.id}) is not running yet ({state})",
+                f"ask again once `mpilaunch status {name} --backend yarn` says RUNNING",
+            )
+        if report.user != current_user():
+            raise UsageError(
+                f"job {name} ({report.id}) was submitted by {report.user}; you are {current_user()}",
+                "only a job's owner reaches its launcher (through the application's own credentials)",
+            )
+        app = client.connect(report.id, wait=False, security=application_security(report.id))
+        try:
+            if not app.kv.exists(KV_PREFIX + SPEC_KEY):
+                raise UsageError(
+                    f"job {name} ({report.id}) has no launcher container running it in the cluster",
+                    "a job run with --launcher local is reached only where its mpilaunch runs: run "
+                    f"`mpilaunch stacks {name} --backend yarn` there",
+                )
+            found, seconds = stacks_kv.ask(app.kv, KV_PREFIX, args.deadline)
+        except (stacks_kv.ReplyError, ValueError) as e:
+            raise UsageError(f"job {name}: its launcher took no stacks: {e}", logs_hint) from None
+        except (stacks_kv.NoReply, ConnectionError, skein.exceptions.SkeinError) as e:
+            if state_name(handoff.find_app(client, name).state) in TERMINAL_STATES:
+                raise UsageError(f"job {name} ({report.id}) ended while its stacks were asked for", logs_hint) from None
+            raise UsageError(
+                f"job {name} ({report.id}): its launcher did not answer ({shorten(str(e), 200)})",
+                f"is the job still starting? `mpilaunch status {name} --backend yarn`; {logs_hint}",
+            ) from None
+        finally:
+            app.close()
+    except skein.exceptions.ApplicationNotRunningError:
+        raise UsageError(f"job {name} is no longer running", logs_hint) from None
+    finally:
+        client.close()
+    return Collection(found, {}, seconds)
 
 
 def _role(container: dict) -> str:

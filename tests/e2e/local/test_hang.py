@@ -255,20 +255,3 @@ def test_hang_stacks_command_names_a_job_that_does_not_run():
         shown.stderr.splitlines()[0]
         == "mpilaunch: error: no running local job named 'hang-no-such-job' started from this machine"
     )
-
-
-def test_hang_stacks_command_for_a_yarn_job_says_where_to_run_it():
-    # YARN gives the user no exec channel into a job's containers: the stacks are taken where its
-    # mpilaunch (or a detached job's launcher container) runs, and the error says so
-    shown = subprocess.run(
-        [sys.executable, "-m", "mpilaunch", "stacks", "hang-yarn-job", "--backend", "yarn"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=mpilaunch_env(),
-        timeout=60,
-    )
-    assert shown.returncode == 2, shown.stderr
-    first, hint = shown.stderr.splitlines()[:2]
-    assert first == "mpilaunch: error: no running yarn job named 'hang-yarn-job' started from this machine"
-    assert "where its mpilaunch runs" in hint and "mpilaunch logs hang-yarn-job" in hint, hint

@@ -7,7 +7,9 @@ launcher it runs in the launcher container. Either way the submitting
 mpilaunch reaches the workers' agents (their addresses and the job's secret
 are its own), so the --timeout diagnosis is taken from here, before the stop,
 and ``mpilaunch stacks NAME --backend yarn`` works through that mpilaunch's
-run directory. Open MPI 5 (the YARN fixtures' MPI).
+run directory. A detached job has no such mpilaunch: ``stacks`` asks its
+launcher container through the application's key-value store. Open MPI 5
+(the YARN fixtures' MPI).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from mpilaunch.core.exit_codes import EXIT_TIMEOUT
-from support.helpers import PROGRAMS, REPO, finish, mpilaunch_env, wait_started
-from support.yarn import assert_released, describe_app, start
+from support.helpers import PROGRAMS, REPO, finish, mpilaunch_env, wait_for, wait_started
+from support.yarn import app_by_name, assert_released, describe_app, start
 
 pytestmark = pytest.mark.yarn
 
@@ -126,3 +129,100 @@ def test_yarn_hang_stacks_command_on_a_running_job(yarn, openmpi_env, tmp_path, 
         proc.terminate()
         finish(proc, 90)
     assert_released(yarn, name, "KILLED")
+
+
+def stacks_command(name, ctx, tmp_path, *extra):
+    """``mpilaunch stacks NAME --backend yarn`` as from another machine: its own TMPDIR, so the run
+    directory of the launcher container (on this one-machine testbed, in this machine's /tmp) is not
+    found and the launcher is asked through the key-value store. (stdout, stderr, rc, seconds)"""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    t0 = time.monotonic()
+    shown = subprocess.run(
+        [sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "yarn", *extra],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**ctx["env"], "TMPDIR": str(elsewhere)},
+        timeout=120,
+    )
+    return shown, time.monotonic() - t0
+
+
+def stacks_keys_left(app_id, ctx) -> list[str]:
+    """The stacks requests and replies in the application's key-value store, read as its owner."""
+    code = (
+        "import sys\n"
+        "from mpilaunch.backends.yarn import client\n"
+        "c = client.skein_client()\n"
+        "app = c.connect(sys.argv[1], wait=False, security=client.application_security(sys.argv[1]))\n"
+        "print('\\n'.join(app.kv.list_keys(prefix='mpilaunch/launcher/stacks/')))\n"
+        "app.close(); c.close()\n"
+    )
+    left = subprocess.run(
+        [sys.executable, "-c", code, app_id], capture_output=True, text=True, cwd=REPO, env=ctx["env"], timeout=120
+    )
+    assert left.returncode == 0, left.stderr
+    return left.stdout.split()
+
+
+def test_yarn_hang_stacks_command_on_a_detached_job_asks_its_launcher(yarn, openmpi_env, tmp_path):
+    """No mpilaunch runs the job anywhere: its launcher container takes the stacks (it alone holds
+    the job's secret) and hands them over through the application's key-value store."""
+    name, odd = "yarn-hang-detached", 1
+    args = ["--name", name, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--memory", "512 MiB"]
+    proc = start(
+        [*args, "--detach", "--timeout", "600", "--", sys.executable, str(HANG), "sleep", str(odd)], openmpi_env
+    )
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err + describe_app(yarn, name)
+    app_id = app_by_name(yarn, name)["id"]
+    try:
+        logs = [sys.executable, "-m", "mpilaunch", "logs", name, "--backend", "yarn"]
+
+        def all_ready():
+            text = subprocess.run(logs, capture_output=True, text=True, cwd=REPO, env=openmpi_env["env"]).stdout
+            return all(f"rank {r} ready" in text for r in range(NP))
+
+        wait_for(all_ready, 180, "every rank to be ready")
+        shown, took = stacks_command(name, openmpi_env, tmp_path)
+        print(f"mpilaunch stacks on the detached job took {took:.1f} s")
+        assert shown.returncode == 0, shown.stderr + describe_app(yarn, name)
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"ranks 0,2-3: MPI_Allreduce <- <module> (hang.py:{STUCK['others']})", shown.stdout
+        assert lines[1] == f"rank {odd}: time.sleep <- <module> (hang.py:{STUCK['sleep']})", shown.stdout
+        assert lines[2] == (
+            f"mpilaunch: hang: rank {odd} ({name}-worker-0) is in time.sleep at hang.py:{STUCK['sleep']}; "
+            f"the 3 other ranks are in MPI_Allreduce at hang.py:{STUCK['others']}"
+        ), shown.stdout
+        assert took < 15 + 10 + 30, took  # the deadline, the reply's margin, and the credentials (two JVMs)
+        shown, took = stacks_command(name, openmpi_env, tmp_path, "--json", "--deadline", "10")
+        print(f"mpilaunch stacks --json on the detached job took {took:.1f} s")
+        assert shown.returncode == 0, shown.stderr
+        report = json.loads(shown.stdout)
+        assert report["hang"]["odd_ranks"] == [odd] and report["hang"]["collection_s"] < 10, report["hang"]
+        assert [s["rank"] for s in report["stacks"]] == list(range(NP))
+        assert {s["worker"] for s in report["stacks"]} == {f"{name}-worker-0", f"{name}-worker-1"}
+        assert stacks_keys_left(app_id, openmpi_env) == []  # the launcher took the requests, the asker the replies
+        assert app_by_name(yarn, name)["state"] == "RUNNING"  # the job runs on
+    finally:
+        deleted = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "delete", name, "--backend", "yarn"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=openmpi_env["env"],
+            timeout=120,
+        )
+    assert deleted.returncode == 0, deleted.stderr
+    assert f"killed {app_id} ({name})" in deleted.stdout, deleted.stdout
+    assert_released(yarn, name, "KILLED")
+    # once the job is gone: one error line and a hint, exit 2
+    gone, _ = stacks_command(name, openmpi_env, tmp_path)
+    assert gone.returncode == 2, gone.stdout + gone.stderr
+    first, hint = gone.stderr.splitlines()
+    assert first == f"mpilaunch: error: job {name} ({app_id}) has ended (KILLED)", gone.stderr
+    assert hint.startswith("  hint: ") and f"mpilaunch logs {name}" in hint, hint
+    unknown, _ = stacks_command("yarn-hang-no-such-job", openmpi_env, tmp_path)
+    assert unknown.returncode == 2, unknown.stderr
+    assert unknown.stderr.startswith("mpilaunch: error: no mpilaunch job named 'yarn-hang-no-such-job' on YARN")
