@@ -56,6 +56,13 @@ def job_args(name, launcher, mode, odd, out, *extra):
     ]
 
 
+def cli(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``mpilaunch ARGS`` (a manage command) with ``env``, as the user types it."""
+    return subprocess.run(
+        [sys.executable, "-m", "mpilaunch", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout
+    )
+
+
 def verdict_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("mpilaunch: hang:")]
 
@@ -100,14 +107,7 @@ def test_yarn_hang_stacks_command_on_a_running_job(yarn, openmpi_env, tmp_path, 
     proc = start(job_args(name, launcher, "sleep", 3, tmp_path, "--timeout", "120"), openmpi_env)
     try:
         wait_started(proc, NP, text="ready", timeout=180, context=lambda: describe_app(yarn, name))
-        shown = subprocess.run(
-            [sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "yarn"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=openmpi_env["env"],
-            timeout=60,
-        )
+        shown = cli(openmpi_env["env"], "stacks", name, "--backend", "yarn", timeout=60)
         assert shown.returncode == 0, shown.stderr
         lines = shown.stdout.splitlines()
         assert lines[0] == f"ranks 0-2: MPI_Allreduce <- <module> (hang.py:{STUCK['others']})", shown.stdout
@@ -115,14 +115,7 @@ def test_yarn_hang_stacks_command_on_a_running_job(yarn, openmpi_env, tmp_path, 
         assert lines[2].startswith(f"mpilaunch: hang: rank 3 ({name}-worker-1) is in time.sleep"), shown.stdout
         assert proc.poll() is None  # the job runs on
         # the same job by another backend's name: not found
-        wrong = subprocess.run(
-            [sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "local"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=mpilaunch_env(),
-            timeout=60,
-        )
+        wrong = cli(mpilaunch_env(), "stacks", name, "--backend", "local", timeout=60)
         assert wrong.returncode == 2
         assert wrong.stderr.startswith(f"mpilaunch: error: no running local job named {name!r}"), wrong.stderr
     finally:
@@ -138,14 +131,7 @@ def stacks_command(name, ctx, tmp_path, *extra):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    shown = subprocess.run(
-        [sys.executable, "-m", "mpilaunch", "stacks", name, "--backend", "yarn", *extra],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**ctx["env"], "TMPDIR": str(elsewhere)},
-        timeout=120,
-    )
+    shown = cli({**ctx["env"], "TMPDIR": str(elsewhere)}, "stacks", name, "--backend", "yarn", *extra)
     return shown, time.monotonic() - t0
 
 
@@ -178,10 +164,9 @@ def test_yarn_hang_stacks_command_on_a_detached_job_asks_its_launcher(yarn, open
     assert proc.returncode == 0, out + err + describe_app(yarn, name)
     app_id = app_by_name(yarn, name)["id"]
     try:
-        logs = [sys.executable, "-m", "mpilaunch", "logs", name, "--backend", "yarn"]
 
         def all_ready():
-            text = subprocess.run(logs, capture_output=True, text=True, cwd=REPO, env=openmpi_env["env"]).stdout
+            text = cli(openmpi_env["env"], "logs", name, "--backend", "yarn").stdout
             return all(f"rank {r} ready" in text for r in range(NP))
 
         wait_for(all_ready, 180, "every rank to be ready")
@@ -206,14 +191,7 @@ def test_yarn_hang_stacks_command_on_a_detached_job_asks_its_launcher(yarn, open
         assert stacks_keys_left(app_id, openmpi_env) == []  # the launcher took the requests, the asker the replies
         assert app_by_name(yarn, name)["state"] == "RUNNING"  # the job runs on
     finally:
-        deleted = subprocess.run(
-            [sys.executable, "-m", "mpilaunch", "delete", name, "--backend", "yarn"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=openmpi_env["env"],
-            timeout=120,
-        )
+        deleted = cli(openmpi_env["env"], "delete", name, "--backend", "yarn")
     assert deleted.returncode == 0, deleted.stderr
     assert f"killed {app_id} ({name})" in deleted.stdout, deleted.stdout
     assert_released(yarn, name, "KILLED")
