@@ -67,7 +67,7 @@ def split_pem(data: bytes) -> tuple[bytes, bytes]:
     """(certificate, private key) from the two PEM files' text one after the other; ValueError when
     either is missing."""
     blocks = {m[1]: m[0].strip() + b"\n" for m in _PEM.finditer(data)}
-    cert = next((v for k, v in blocks.items() if k == b"CERTIFICATE"), None)
+    cert = blocks.get(b"CERTIFICATE")
     key = next((v for k, v in blocks.items() if k.endswith(b"PRIVATE KEY")), None)
     if cert is None or key is None:
         raise ValueError("no certificate and private key in what was read")

@@ -27,6 +27,7 @@ The encode/decode functions are pure.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
@@ -97,9 +98,9 @@ def decode_request(raw: bytes, request_id: str) -> float:
         raise ValueError(f"not a stacks request for {request_id}")
     try:
         deadline_s = float(data.get("deadline_s") or 0.0)
-    except TypeError:
-        deadline_s = float("nan")
-    if deadline_s != deadline_s:  # NaN
+    except (TypeError, ValueError):
+        deadline_s = math.nan
+    if math.isnan(deadline_s):
         raise ValueError("the request's deadline is no number")
     return min(MAX_DEADLINE_S, max(MIN_DEADLINE_S, deadline_s))
 
