@@ -258,7 +258,10 @@ def test_tenant_root_is_refused_by_pod_security_naming_what_to_pass(tenant):
 @pytest.mark.ps
 def test_tenant_ps_mode_trains_across_pods(tenant, tf_image, tmp_path):
     """PS mode as the tenant: chief, worker and ps pods with TF_CONFIG reach each other and the
-    registry on this machine through the job's NetworkPolicy; sized under the LimitRange and quota."""
+    registry on this machine through the job's NetworkPolicy; sized under the LimitRange and quota.
+    Each task in its own pod (no launcher Job): the chief's ClusterCoordinator runs real training
+    steps on the worker pod with the variables on the ps pod, over the pods' IPs. (It was also a
+    separate cluster-admin test, test_real_pods.py's; this one covers it, in half the time.)"""
     job = "tn-ps"
     code, out, err, seen = run_watching(
         tenant,
@@ -283,14 +286,27 @@ def test_tenant_ps_mode_trains_across_pods(tenant, tf_image, tmp_path):
         "python3",
         "/opt/mpilaunch/examples/ps_keras.py",
         "--steps",
-        "4",
+        "12",
         image=tf_image,
         timeout=480,
     )
     assert code == 0, out[-3000:] + err[-3000:]
     assert sorted(seen) == sorted(f"{job}-{t}" for t in ("chief-0", "worker-0", "ps-0"))
     summary = json.loads(next(line.split("PS-KERAS ", 1)[1] for line in out.splitlines() if "PS-KERAS {" in line))
-    assert summary["steps"] == 4, summary
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert summary["cluster"] == report["cluster"]
+    # every task's address is its own pod's IP: the steps really crossed pods
+    for kind, addresses in report["cluster"].items():
+        for index, address in enumerate(addresses):
+            assert address.rsplit(":", 1)[0] == seen[f"{job}-{kind}-{index}"]["status"]["podIP"], (kind, address)
+    assert len({pod["status"]["podIP"] for pod in seen.values()}) == 3
+    assert summary["steps"] == 12 and summary["last_loss"] < summary["first_loss"], summary
+    assert summary["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
+    status = {t["task"]: t["status"] for t in report["tasks"]}
+    assert status["chief:0"] == "succeeded"
+    assert {status["worker:0"], status["ps:0"]} == {"terminated"}
+    for task in ("worker:0", "ps:0"):
+        assert f"[{task}] {task} serving at grpc://{report['cluster'][task.split(':')[0]][int(task[-1])]}" in out
     for pod in seen.values():
         assert_restricted(pod)
     assert_no_identities_made(tenant, job)
