@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Build Kueue's controller manager (cmd/kueue) for the Kubernetes testbed.
+# Kueue's controller manager (cmd/kueue) for the Kubernetes testbed: its source and manifests.
 #
 # The source is the Go module sigs.k8s.io/kueue@$KUEUE_VERSION (fetched through
 # the module proxy into the shared GOMODCACHE), copied writable to
-# $CACHE/src/kueue-$KUEUE_VERSION and built there with its own go.mod/go.sum,
-# after a small testbed patch (two fixed cert paths made relocatable, and a
-# fallback for an unparseable server gitVersion; see below).
+# $CACHE/src/kueue-$KUEUE_VERSION, after a small testbed patch (two fixed cert
+# paths made relocatable, a fallback for an unparseable server gitVersion, and
+# no Kubeflow Trainer integration; see below).
 # The CRDs, their conversion-webhook patches and the admission-webhook
 # configurations are copied to $CACHE/share/kueue-$KUEUE_VERSION, so that
 # kueue.py starts Kueue without any network.
+# The binary is compiled by build.sh, in one go build with kwok: both stand on
+# the same Kubernetes libraries (client-go, apiserver, API types, gRPC; 572 of
+# kwok's 758 non-standard packages), which built apart compiled twice. So
+# build.sh runs this script with --source-only first, and this script, run
+# alone, runs `build.sh kueue` for the binary.
 # The Go caches are shared with build.sh ($MPILAUNCH_CACHE/mpilaunch-go).
 #
 # Output: $MPILAUNCH_K8S_CACHE/bin/kueue-<version> (+ symlink kueue),
 #         $MPILAUNCH_K8S_CACHE/share/kueue-<version>/{crds,crd-patches,webhook}/
 # Idempotent: a binary and manifests already there are not rebuilt.
+#
+# Usage: build-kueue.sh [--source-only] [--print-srcdir]
 set -euo pipefail
 
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
@@ -23,9 +30,16 @@ BIN="$CACHE/bin"
 SRC="$CACHE/src/kueue-$KUEUE_VERSION"
 SHARE="$CACHE/share/kueue-$KUEUE_VERSION"
 OUT="$BIN/kueue-$KUEUE_VERSION"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ "${1:-}" == "--print-srcdir" ]]; then echo "$SRC"; exit 0; fi
+SOURCE_ONLY=0
+[[ "${1:-}" == "--source-only" ]] && SOURCE_ONLY=1
 
 log() { echo "[kueue-build $(date +%H:%M:%S)] $*"; }
-if [[ -x "$OUT" && -e "$SHARE/.complete" && -e "$SRC/.testbed-patch-v2" ]]; then log "kueue $KUEUE_VERSION: cached"; exit 0; fi
+PATCH_MARK="$SRC/.testbed-patch-v3"
+if [[ -e "$SHARE/.complete" && -e "$PATCH_MARK" ]] && { ((SOURCE_ONLY)) || [[ -x "$OUT" ]]; }; then
+    log "kueue $KUEUE_VERSION: cached"; exit 0
+fi
 command -v go >/dev/null || { echo "build-kueue.sh: go not found in PATH" >&2; exit 1; }
 
 export GOCACHE="${MPILAUNCH_GOCACHE:-$ROOT_CACHE/mpilaunch-go/build}"
@@ -35,7 +49,6 @@ mkdir -p "$BIN" "$CACHE/src"
 
 # ---- source: the module, copied writable, then patched (below). A source
 # dir without the current patch marker is copied afresh from the module.
-PATCH_MARK="$SRC/.testbed-patch-v2"
 if [[ ! -e "$PATCH_MARK" ]]; then
     log "fetching sigs.k8s.io/kueue@$KUEUE_VERSION"
     mod_dir="$(cd /tmp && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" \
@@ -102,6 +115,20 @@ func testbedParseServerVersion(info *version.Info) (*versionutil.Version, error)
 	return versionutil.ParseSemantic(info.Major + "." + strings.TrimSuffix(info.Minor, "+") + ".0")
 }
 GO
+    # No Kubeflow Trainer integration: its generated API code names a core/v1 type that client-go
+    # 0.36 (kwok's, which Kueue is built with) no longer has, and the testbed enables only the pod
+    # integration. The prebuilt-workload kind list keeps TrainJob's name as a string.
+    jobs="$SRC/pkg/controller/jobs/jobs.go" validation="$SRC/pkg/controller/jobframework/validation.go"
+    grep -q '_ "sigs.k8s.io/kueue/pkg/controller/jobs/trainjob"' "$jobs" \
+        && grep -q 'kftrainer.SchemeGroupVersion.WithKind(kftrainer.TrainJobKind).String(),' "$validation" \
+        || { echo "build-kueue.sh: the trainjob integration's imports not found" >&2; exit 1; }
+    sed -i '/_ "sigs.k8s.io\/kueue\/pkg\/controller\/jobs\/trainjob"/d' "$jobs"
+    sed -i -e '/kftrainer "github.com\/kubeflow\/trainer\/v2\/pkg\/apis\/trainer\/v1alpha1"/d' \
+        -e 's|kftrainer.SchemeGroupVersion.WithKind(kftrainer.TrainJobKind).String(),|"trainer.kubeflow.org/v1alpha1, Kind=TrainJob",|' \
+        "$validation"
+    if grep -q kftrainer "$validation" "$jobs"; then
+        echo "build-kueue.sh: the trainjob integration is still referenced" >&2; exit 1
+    fi
     touch "$PATCH_MARK"
 fi
 
@@ -119,21 +146,12 @@ if [[ ! -e "$SHARE/.complete" ]]; then
     touch "$SHARE/.complete"
 fi
 
-# ---- the binary
+# ---- the binary: build.sh's kwok graph (above)
+if ((SOURCE_ONLY)); then
+    log "kueue $KUEUE_VERSION source ready: $SRC, manifests in $SHARE"
+    exit 0
+fi
 if [[ ! -x "$OUT" ]]; then
-    log "building kueue $KUEUE_VERSION (cmd/kueue)"
-    t0=$SECONDS
-    commit="$(sed -n 's/.*"Hash": *"\([0-9a-f]*\)".*/\1/p' "$GOMODCACHE/cache/download/sigs.k8s.io/kueue/@v/$KUEUE_VERSION.info" 2>/dev/null || true)"
-    vpkg=sigs.k8s.io/kueue/pkg/version
-    (cd "$SRC" && go build -trimpath -gcflags=all=-dwarf=false \
-        -ldflags="-s -w -X $vpkg.GitVersion=$KUEUE_VERSION -X $vpkg.GitCommit=${commit:-unknown}" \
-        -o "$SRC/kueue.out" ./cmd/kueue)
-    # smoke check: the binary runs and knows its flags (Go's flag package prints "-config")
-    help="$("$SRC/kueue.out" --help 2>&1 || true)"
-    grep -q -- '-config' <<<"$help" && grep -q -- '-visibility-server-port' <<<"$help" \
-        || { echo "build-kueue.sh: smoke check failed ($SRC/kueue.out --help)" >&2; exit 1; }
-    mv -f "$SRC/kueue.out" "$OUT.tmp.$$" && mv -f "$OUT.tmp.$$" "$OUT"
-    ln -sfn "kueue-$KUEUE_VERSION" "$BIN/kueue"
-    log "installed $OUT in $((SECONDS - t0))s"
+    "$HERE/build.sh" kueue
 fi
 log "kueue $KUEUE_VERSION ready: $OUT, manifests in $SHARE"

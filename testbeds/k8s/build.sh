@@ -20,8 +20,12 @@
 #       in a graph of its own: v1.12.1 does not build with client-go 0.33
 #       (cache.Config.RetryOnError), and v1.12.3, which does, needs gRPC 1.73
 #       where Kubernetes 1.33 has 1.68
-#   kwok  from its published module source with a patch (below); its own
-#       graph, at client-go 0.36, which Kubernetes 1.33 does not build with
+#   kwok, kueue  kwok from its published module source with a patch (below), and Kueue's
+#       controller manager from the source build-kueue.sh --source-only patches: a
+#       second graph, at client-go 0.36 (kwok's; Kubernetes 1.33 does not build with it),
+#       in one go build, where the two share client-go, the apiserver library and
+#       the API types (572 of kwok's 758 non-standard packages: built apart, each
+#       compiled its own)
 #
 # Output: $MPILAUNCH_K8S_CACHE/bin/<name>-<version>  (default cache:
 # $MPILAUNCH_CACHE/mpilaunch-k8s, MPILAUNCH_CACHE defaulting to ~/.cache).
@@ -38,6 +42,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.5.21}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.12.1}"
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 KUBE_ROUTER_PKG=github.com/cloudnativelabs/kube-router/v2
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -62,7 +67,9 @@ STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 # what the one go build makes: Kubernetes' commands and the tools that join its graph
 GRAPH_CMDS=("${K8S_CMDS[@]}" etcd kube-router)
-ALL=("${GRAPH_CMDS[@]}" coredns kwok)
+# what the second go build makes (kwok's graph)
+KWOK_GRAPH_CMDS=(kwok kueue)
+ALL=("${GRAPH_CMDS[@]}" coredns "${KWOK_GRAPH_CMDS[@]}")
 WANT=("$@")
 if [[ ${#WANT[@]} -eq 0 ]]; then WANT=("${ALL[@]}"); fi
 
@@ -90,6 +97,7 @@ version_of() {
         kwok) echo "$KWOK_VERSION-p$KWOK_PATCH_ID" ;;
         kube-router) echo "$KUBE_ROUTER_VERSION" ;;
         coredns) echo "$COREDNS_VERSION" ;;
+        kueue) echo "$KUEUE_VERSION" ;;
         *) echo "$K8S_VERSION" ;;
     esac
 }
@@ -105,7 +113,7 @@ need() {  # need NAME -> true if the binary is missing or fails its smoke check
     [[ -x "$bin" ]] || return 0
     local probe=(--version)
     case "$1" in
-        kwok) probe=(--help) ;;
+        kwok|kueue) probe=(--help) ;;
         kubectl) probe=(version --client) ;;
         coredns) probe=(-version) ;;
     esac
@@ -174,12 +182,18 @@ pkg_of() {
     esac
 }
 
-build_graph() {
-    local c todo=()
-    for c in "${GRAPH_CMDS[@]}"; do
+# to_build NAME...: the NAMEs wanted and missing or broken, one a line (the others are said cached)
+to_build() {
+    local c
+    for c in "$@"; do
         wants "$c" || continue
-        if need "$c"; then todo+=("$c"); else log "$c $(version_of "$c"): cached"; fi
+        if need "$c" >&2; then echo "$c"; else log "$c $(version_of "$c"): cached" >&2; fi
     done
+}
+
+build_graph() {
+    local todo=()
+    mapfile -t todo < <(to_build "${GRAPH_CMDS[@]}")
     ((${#todo[@]})) || return 0
     write_graph_module
     local dir="$GRAPH_DIR" out="$GRAPH_DIR/out" pkgs=()
@@ -212,19 +226,22 @@ build_coredns() {
     log "coredns built in $((SECONDS - t0))s"
 }
 
-# ---------------------------------------------------------------------- kwok
+# ------------------------------------------------------------- kwok and kueue
 # kwok is built from its published module source with a small patch
 # (kwok-$KWOK_VERSION-exec.patch next to this script): upstream kwok loses the
 # exit code of an exec'd command (the client always sees an internal error,
 # exit 1) and never closes the command's stdin when the client's stdin ends.
 # The binary name carries a hash of the patch, so changing it rebuilds.
-build_kwok() {
-    wants kwok || return 0
-    local share="$CACHE/share/kwok-$KWOK_VERSION"
-    local moddir=""
-    if need kwok || [[ ! -f "$share/.complete" ]]; then
+# Kueue's source comes patched from build-kueue.sh --source-only (it also stages
+# Kueue's manifests). The two build in one module, $SRC/kwok-graph-$KWOK_VERSION,
+# whose go.mod requires both, each replaced by its patched copy.
+kwok_source() {  # the patched kwok source dir, and kwok's stage definitions and CRDs
+    local share="$CACHE/share/kwok-$KWOK_VERSION" src="$SRC/kwok-$(version_of kwok)" moddir=""
+    if [[ ! -f "$share/.complete" || ! -f "$src/.patched" ]]; then
         moddir="$(cd "$SRC" && GOFLAGS=-modcacherw go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
         [[ -d "$moddir" ]] || { echo "could not download sigs.k8s.io/kwok@$KWOK_VERSION" >&2; exit 1; }
+    fi
+    if [[ ! -f "$share/.complete" ]]; then
         # stage definitions and CRDs that kwokctl would write/apply
         rm -rf "$share.tmp" && mkdir -p "$share.tmp/stages" "$share.tmp/crds"
         cp "$moddir"/kustomize/stage/node/fast/node-initialize.yaml \
@@ -237,10 +254,6 @@ build_kwok() {
         rm -rf "$share" && mv "$share.tmp" "$share"
         chmod -R u+w "$share"
     fi
-    need kwok || { log "kwok $(version_of kwok): cached"; return 0; }
-    log "building kwok $KWOK_VERSION (patched: $(basename "$KWOK_PATCH"))"
-    local t0=$SECONDS
-    local src="$SRC/kwok-$(version_of kwok)"
     if [[ ! -f "$src/.patched" ]]; then
         rm -rf "$src"
         cp -r "$moddir" "$src"
@@ -248,21 +261,53 @@ build_kwok() {
         patch -s -p1 -d "$src" <"$KWOK_PATCH"
         touch "$src/.patched"
     fi
-    (cd "$src" && go build -trimpath -gcflags=all=-dwarf=false -ldflags="$LDFLAGS" -o "$src/kwok.out" ./cmd/kwok)
-    install_bin kwok "$src/kwok.out"
-    log "kwok built in $((SECONDS - t0))s"
+}
+
+build_kwok_graph() {
+    local c todo=()
+    mapfile -t todo < <(to_build "${KWOK_GRAPH_CMDS[@]}")
+    # kwok's data files come with kwok even when its binary is cached; the graph needs its source
+    if wants kwok || ((${#todo[@]})); then kwok_source; fi
+    ((${#todo[@]})) || return 0
+    KUEUE_VERSION="$KUEUE_VERSION" "$HERE/build-kueue.sh" --source-only
+    local kueue_src dir="$SRC/kwok-graph-$KWOK_VERSION" t0=$SECONDS pkgs=()
+    kueue_src="$(KUEUE_VERSION="$KUEUE_VERSION" "$HERE/build-kueue.sh" --print-srcdir)"
+    mkdir -p "$dir"
+    # go 1.26: kwok's go.mod asks for it (Kueue's, 1.25). The gRPC middleware's Prometheus
+    # provider: a package that no go.mod of the graph names a module for, which go build would
+    # otherwise look up as "latest" (v1.1.1 on 2026-11-28).
+    printf '%s\n' "module mpilaunch.local/kwokgraph" "" "go 1.26.0" "" "require (" \
+        "	sigs.k8s.io/kwok $KWOK_VERSION" "	sigs.k8s.io/kueue $KUEUE_VERSION" \
+        "	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.1" ")" "" "replace (" \
+        "	sigs.k8s.io/kwok => $SRC/kwok-$(version_of kwok)" "	sigs.k8s.io/kueue => $kueue_src" ")" >"$dir/go.mod"
+    for c in "${todo[@]}"; do pkgs+=("sigs.k8s.io/$c/cmd/$c"); done
+    log "building ${todo[*]} in one go build (kwok $KWOK_VERSION, patched: $(basename "$KWOK_PATCH"); kueue $KUEUE_VERSION)"
+    # what Kueue's Makefile passes, so its version is known
+    local commit vpkg=sigs.k8s.io/kueue/pkg/version
+    commit="$(sed -n 's/.*"Hash": *"\([0-9a-f]*\)".*/\1/p' "$GOMODCACHE/cache/download/sigs.k8s.io/kueue/@v/$KUEUE_VERSION.info" 2>/dev/null || true)"
+    rm -rf "$dir/out" && mkdir -p "$dir/out"
+    (cd "$dir" && go build -trimpath -gcflags=all=-dwarf=false \
+        -ldflags="$LDFLAGS -X $vpkg.GitVersion=$KUEUE_VERSION -X $vpkg.GitCommit=${commit:-unknown}" \
+        -o "$dir/out/" "${pkgs[@]}")
+    if [[ -f "$dir/out/kueue" ]]; then
+        # Kueue knows its flags (Go's flag package prints "-config")
+        grep -q -- '-visibility-server-port' <<<"$("$dir/out/kueue" --help 2>&1 || true)" \
+            || { echo "build.sh: kueue's smoke check failed ($dir/out/kueue --help)" >&2; exit 1; }
+    fi
+    for c in "${todo[@]}"; do install_bin "$c" "$dir/out/$c"; done
+    log "${todo[*]} built in $((SECONDS - t0))s"
 }
 
 T0=$SECONDS
-log "cache: $CACHE; kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kube-router $KUBE_ROUTER_VERSION, coredns $COREDNS_VERSION, kwok $KWOK_VERSION; $(go version)"
-# kwok and CoreDNS are module graphs of their own: their downloads and compiles
+log "cache: $CACHE; kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kube-router $KUBE_ROUTER_VERSION, coredns $COREDNS_VERSION, kwok $KWOK_VERSION, kueue $KUEUE_VERSION; $(go version)"
+# kwok's graph and CoreDNS's are module graphs of their own: their downloads and compiles
 # overlap the big build (on 2 cores that hides the module downloads).
-{ build_kwok && build_coredns; } > >(sed 's/^/[kwok, coredns] /') 2>&1 &
+{ build_kwok_graph && build_coredns; } > >(sed 's/^/[kwok, kueue, coredns] /') 2>&1 &
 small_pid=$!
 graph_rc=0; build_graph || graph_rc=$?
 small_rc=0; wait "$small_pid" || small_rc=$?
 if ((graph_rc || small_rc)); then
-    log "FAILED (the one go build rc=$graph_rc, kwok and coredns rc=$small_rc)"
+    log "FAILED (the one go build rc=$graph_rc, kwok, kueue and coredns rc=$small_rc)"
     exit 1
 fi
 log "done in $((SECONDS - T0))s; binaries in $BIN"

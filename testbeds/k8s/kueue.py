@@ -14,7 +14,7 @@ certificates come from the testbed's PKI (``internalCertManagement`` off).
 Kueue talks to the API server with an admin (system:masters) client
 certificate, instead of its RBAC roles.
 
-The binary and manifests come from ``build-kueue.sh`` (cached in
+The binary and manifests come from ``build-kueue.sh`` (the binary through ``build.sh kueue``, cached in
 ``$MPILAUNCH_CACHE/mpilaunch-k8s``). Stdlib only.
 
 Python use::
