@@ -11,7 +11,7 @@
 #   - only its ABI's extension, whose RUNPATH names its MPI's lib dir, and whose libmpi
 #     entry names that MPI's soname (Debian's MPICH ships libmpich.so.12, not the
 #     libmpi.so.12 the wheel was linked against);
-#   - _mpiabi.py's MPIABI and LIBMPI, the module's own settings, set to that ABI and
+#   - mpi4py._mpiabi's MPIABI and LIBMPI, the module's own settings, set to that ABI and
 #     library, so nothing else on the search path is loaded first.
 # This replaced three source builds of mpi4py (7.3 CPU-minutes of a run from nothing on
 # 2 cores, 2026-11-27): copying takes seconds.
