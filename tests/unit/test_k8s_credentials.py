@@ -25,7 +25,7 @@ def test_token_refresh_at_half_life_and_give_up_with_a_quarter_left():
     assert give_up_at(eks) == 1900.0 - 225.0
     short = Token("t", issued=0.0, expires=20.0)
     assert refresh_at(short) == 10.0
-    assert give_up_at(short) == 15.0  # never less than 5 s left for the teardown
+    assert give_up_at(short) == 10.0  # never less than 10 s left for the teardown
     static = Token("t", issued=0.0, expires=None)
     assert refresh_at(static) is None and give_up_at(static) is None
 
