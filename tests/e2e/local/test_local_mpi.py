@@ -6,6 +6,7 @@ assigned it, which only an exec agent sets.
 """
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -329,7 +330,6 @@ def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmp
     of exactly that directory. Here the pid is made to collide: sh copies the stale directory to
     ompi.$$ and execs (same pid) the command mpilaunch would run."""
     from mpilaunch.core import mpi
-    from mpilaunch.job.procs import kill_tree
     from mpilaunch.workloads.mpirun import without_stale_session
 
     info = mpi.detect(openmpi5.mpirun)
@@ -353,7 +353,9 @@ def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmp
         return bool(ranks) and bool(list(session.glob("pmix.*")))
 
     wait_for(job_runs, 30, "mpirun's rank to start")
-    kill_tree(victim.pid)  # mpirun and the rank it forked (in a process group of its own)
+    # mpirun and the rank it forked, in one signal to the process group of their own: killing the
+    # rank first gave a loaded mpirun the moment to notice and sweep its session directory itself
+    os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     assert list(session.glob("pmix.*")), "mpirun left no session directory to test with"
     session.rename(tmp_path / "stale")
