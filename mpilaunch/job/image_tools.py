@@ -45,6 +45,10 @@ ENTRY_POINTS = {
     "mpilaunch-reaper": "mpilaunch.backends.k8s.reaper",
     "mpilaunch-task": "mpilaunch.task_starter",
 }
+#: entry points that are a container's PID 1, which ignores SIGTERM until it has a handler: until
+#: their module sets its own, SIGTERM ends them. A reaper still importing when a short job was
+#: released held the release for its pod's 2 s grace period (the job's pods are deleted together).
+ENDS_ON_SIGTERM_FROM_START = ("mpilaunch-reaper", "mpilaunch-agent")
 
 
 def entry_point(name: str, tools_dir: str = TOOLS_DIR) -> str:
@@ -54,12 +58,14 @@ def entry_point(name: str, tools_dir: str = TOOLS_DIR) -> str:
     return f"{tools_dir}/{name}"
 
 
-def entry_script(module: str, package_path: str) -> str:
+def entry_script(module: str, package_path: str, ends_on_sigterm: bool = False) -> str:
     """``/bin/sh`` running ``module.main()`` under the image's python3 (found on PATH when run),
-    the package imported from ``package_path`` (the zip, or a directory holding ``mpilaunch/``)."""
+    the package imported from ``package_path`` (the zip, or a directory holding ``mpilaunch/``).
+    ``ends_on_sigterm``: SIGTERM ends it (exit 0) from its first line, before the imports."""
     from shlex import quote
 
-    body = f"import sys\nsys.path.insert(0, {package_path!r})\nfrom {module} import main\nsys.exit(main())\n"
+    early = "import signal\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n" if ends_on_sigterm else ""
+    body = f"import sys\n{early}sys.path.insert(0, {package_path!r})\nfrom {module} import main\nsys.exit(main())\n"
     return f'#!/bin/sh\nexec python3 -IS -c {quote(body)} "$@"\n'
 
 
@@ -98,7 +104,9 @@ def tools_files(tools_dir: str = TOOLS_DIR) -> dict[str, bytes]:
     """Every file a job's container sees in ``tools_dir``: the zip, the entry points, the check."""
     files = {ZIP_NAME: package_zip()}
     for name, module in ENTRY_POINTS.items():
-        files[name] = entry_script(module, f"{tools_dir}/{ZIP_NAME}").encode()
+        files[name] = entry_script(
+            module, f"{tools_dir}/{ZIP_NAME}", ends_on_sigterm=name in ENDS_ON_SIGTERM_FROM_START
+        ).encode()
     files["check-image"] = check_script(tools_dir).encode()
     return files
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import tomllib
 
@@ -65,6 +68,49 @@ def test_the_rank_wrapper_runs_from_the_copy_and_the_program_does_not_see_it(too
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["/user/lib", "False", "False"]  # the user's PYTHONPATH, no mpilaunch
     assert "mpilaunch-rank-status: rank=" in ran.stderr and "exit=0" in ran.stderr
+
+
+def start_as_pid_1(script: Path, started: Path) -> tuple[subprocess.Popen, int]:
+    """``script`` as PID 1 of a new PID namespace (as a container's main process is); the
+    ``unshare`` process and, once ``started`` exists, the host's pid of that PID 1."""
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", str(script)], env={"PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the entry point did not start its import"
+        time.sleep(0.05)
+    return proc, psutil.Process(proc.pid).children()[0].pid
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a PID namespace needs root")
+def test_a_pid_1_entry_point_ends_on_sigterm_while_its_module_is_still_importing(tmp_path):
+    """A container's PID 1 ignores a signal it has no handler for. The reaper, started with a short
+    job's pods, was still importing when the job was released: it ignored SIGTERM and held the
+    release until the kubelet's SIGKILL, 2 s later. Its entry point (and the agent's) now ends on
+    SIGTERM from its first line. Here the module's import is made slow on purpose."""
+    started = tmp_path / "started"
+    (tmp_path / "slow_module.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(60)\ndef main():\n    return 3\n"
+    )
+    for ends_on_sigterm in (True, False):
+        script = tmp_path / f"entry-{ends_on_sigterm}"
+        script.write_text(image_tools.entry_script("slow_module", str(tmp_path), ends_on_sigterm=ends_on_sigterm))
+        script.chmod(0o755)
+        started.unlink(missing_ok=True)
+        proc, pid_1 = start_as_pid_1(script, started)
+        try:
+            os.kill(pid_1, signal.SIGTERM)
+            if ends_on_sigterm:
+                assert proc.wait(timeout=10) == 0  # at once, and as the module's own handler would: exit 0
+            else:  # what it guards against: SIGTERM ignored, the import goes on
+                with pytest.raises(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.5)
+        finally:
+            proc.kill()  # --kill-child: the PID 1 goes with it
+            proc.wait()
+    files = image_tools.tools_files("/opt/t")
+    for name, module in image_tools.ENTRY_POINTS.items():
+        early = name in ("mpilaunch-reaper", "mpilaunch-agent")
+        assert files[name].decode() == image_tools.entry_script(module, "/opt/t/mpilaunch.zip", ends_on_sigterm=early)
 
 
 def check(tools: Path, path: str, role: str = "worker", mpirun: str = "") -> subprocess.CompletedProcess:
