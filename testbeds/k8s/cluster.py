@@ -43,9 +43,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from ..ports import free_port
 from ..procs import pid_alive
 from .common import ClusterError, cache_dir
-from .network import POD_CIDR, SERVICE_CIDR, SERVICE_IP, free_port
+from .network import POD_CIDR, SERVICE_CIDR, SERVICE_IP
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"

@@ -43,8 +43,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from ..ports import free_port
 from .common import cache_dir
-from .network import free_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build-kueue.sh"

@@ -226,7 +226,7 @@ class NetworkPolicyEnforcer:
         self.start_seconds: float | None = None
 
     def start(self, timeout: float = 60.0) -> "NetworkPolicyEnforcer":
-        from .network import free_port
+        from ..ports import free_port
 
         missing = missing_prerequisites()
         if missing:

@@ -3,16 +3,8 @@ neither imports the other)."""
 
 from __future__ import annotations
 
-import socket
-
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 #: pod IPs are handed out by kwok from a loopback range, so a process that
 #: connects to a pod IP reaches this machine and nothing else
 POD_CIDR = "127.64.0.1/16"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -553,7 +553,7 @@ class RealNode:
             _sh("iptables", "-t", "nat", *line.replace("-A ", "-D ", 1).split(), check=False)
 
     def _start_coredns(self, binary: Path) -> None:
-        from .network import free_port
+        from ..ports import free_port
 
         kc = self.c.client_kubeconfig(self.dir / "coredns.kubeconfig", "coredns", orgs=("system:masters",))
         health, ready = free_port(), free_port()
@@ -564,7 +564,7 @@ class RealNode:
         self.c.wait(lambda: self.c.http_ok(f"http://127.0.0.1:{ready}/ready"), 60, "CoreDNS ready")
 
     def _start_kubelet(self) -> None:
-        from .network import free_port
+        from ..ports import free_port
 
         d = self.dir / "kubelet"
         for sub in ("root", "pod-logs", "plugins", "certs"):

@@ -39,7 +39,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ import urllib.request
 import uuid
 from xml.sax.saxutils import escape
 
+from ..ports import free_ports
 from ..procs import pid_alive
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -138,46 +138,6 @@ def ensure_installed(quiet=True):
 
 # --------------------------------------------------------------------------
 # helpers
-
-
-def _free_ports(n):
-    """n free ports *below* the ephemeral range.
-
-    Ports from bind(0) are ephemeral ones: between picking them here and the
-    JVMs binding them, the daemons' own outgoing connections (NMs retry the
-    RM every 200 ms) can take them as source ports ("Address already in
-    use", seen under load). Ports under the ephemeral range are never handed
-    out that way.
-    """
-    import random
-
-    low = 32768
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    socks = []
-    try:
-        candidates = random.sample(range(10000, max(10001 + n, low)), min(4000, max(1, low - 10000)))
-        for port in candidates:
-            if len(socks) == n:
-                break
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-        while len(socks) < n:  # fall back to ephemeral ports
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _write_xml(path, props):
@@ -345,7 +305,7 @@ class YarnCluster:
     def _configure(self):
         w = self.workdir
         n = self.num_nodemanagers
-        ports = _free_ports(5 + 3 * n)
+        ports = free_ports(5 + 3 * n)
         rm_ports = dict(zip(("address", "scheduler", "tracker", "admin", "webapp"), ports[:5]))
         self.rm_address = "127.0.0.1:%d" % rm_ports["address"]
         self.rm_webapp_url = "http://127.0.0.1:%d" % rm_ports["webapp"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 
@@ -28,6 +27,7 @@ from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
 from support.k8s import forget_pod_env, give_pods_their_env, leftover_objects
 from support.mpi_installs import checked, installs, require
 from support.yarn import describe_app
+from testbeds.ports import free_port
 
 # Debian's python3 with python3-torch here; another machine names its own (the GPU machine's venv).
 TORCH_PYTHON = os.environ.get("MPILAUNCH_TEST_TORCH_PYTHON", "/usr/bin/python3")
@@ -55,12 +55,6 @@ def torch_python() -> str:
 def openmpi4():
     """Debian's Open MPI 4.1: the rank program uses no MPI, so the simplest mpirun will do."""
     return checked(installs()["openmpi4"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torch_ranks(stdout: str) -> list[dict]:

@@ -1,0 +1,55 @@
+"""Ports for the testbeds' servers (stdlib only).
+
+A port from ``bind(0)`` is an ephemeral one: between picking it and the
+server binding it, any process's outgoing connection may take it as its
+source port ("Address already in use"). Seen under load: YARN's daemons
+(the NodeManagers retry the ResourceManager every 200 ms), and Kueue's
+manager in CI with the suite's four parts side by side. Ports under the
+kernel's ephemeral range are never handed out that way.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+
+
+def ephemeral_low(default: int = 32768) -> int:
+    """The first port of the kernel's ephemeral range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports on 127.0.0.1 that nothing had bound, below the ephemeral range
+    (chosen at random, so that testbeds starting side by side rarely pick the same);
+    ephemeral ones only when too few are free there."""
+    low = ephemeral_low()
+    socks = []
+    try:
+        candidates = random.sample(range(10000, max(10001 + n, low)), min(4000, max(1, low - 10000)))
+        for port in candidates:
+            if len(socks) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        while len(socks) < n:  # fall back to ephemeral ports
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
