@@ -592,8 +592,9 @@ def test_launcher_pod_may_not_exec_into_another_jobs_pod(real, transport):
 
 def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real, tmp_path):
     job = "rp-logs"
-    # ticks for 24 s: after the follower's tick 9 the job must outlive a second `logs -f` starting
-    # on a loaded machine (with 10 ticks it had ended, and its pods were gone, under CI's load)
+    # ticks for 24 s: after the follower has followed for 2 s the job must outlive a second
+    # `logs -f` starting on a loaded machine (with 10 ticks it had ended, and its pods were gone,
+    # under CI's load)
     script = "import time\nfor i in range(24):\n    print(f'tick {i}', flush=True); time.sleep(1)\n"
     proc = real.start(job, "--np", "2", "--slots-per-worker", "1", "-q", "--", "python3", "-c", script)
     follower = None
@@ -607,15 +608,15 @@ def test_logs_follow_streams_the_launcher_pod_while_ranks_print(real, tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        # following, not a one-shot dump: later ticks arrive over seconds, however late the follower
+        # connected (what was printed before comes at once; under CI's load it was up to tick 7)
         stamps = []
         for line in follower.stdout:
             if "tick" in line:
                 stamps.append((time.monotonic(), line.strip()))
-            if "tick 9" in line:
-                break
-        assert any("tick 9" in s for _, s in stamps), follower.stderr.read()
-        # following, not a one-shot dump: later ticks arrived over seconds
-        assert stamps[-1][0] - stamps[0][0] > 2, stamps
+                if stamps[-1][0] - stamps[0][0] > 2:
+                    break
+        assert stamps and stamps[-1][0] - stamps[0][0] > 2, (stamps, follower.stderr.read())
         # `mpilaunch logs -f JOB | head -1`: once head has its line and leaves,
         # the follower stops quietly at its next write (a tick a second)
         err = tmp_path / "follow.err"
