@@ -6,12 +6,22 @@ source port ("Address already in use"). Seen under load: YARN's daemons
 (the NodeManagers retry the ResourceManager every 200 ms), and Kueue's
 manager in CI with the suite's four parts side by side. Ports under the
 kernel's ephemeral range are never handed out that way.
+
+Nor Kubernetes' NodePort range (30000-32767, the API server's default):
+a NetworkPolicy enforcer lets any traffic to a local address on those
+ports through ("allow LOCAL TCP traffic to node ports", kube-router), so an
+API server listening there stays open to a pod behind default-deny egress
+(the testbed's egress test failed so in CI with port 3xxxx).
 """
 
 from __future__ import annotations
 
 import random
 import socket
+
+#: Kubernetes' default --service-node-port-range, kept free of testbed servers
+NODE_PORTS = range(30000, 32768)
+LOWEST = 10000
 
 
 def ephemeral_low(default: int = 32768) -> int:
@@ -25,12 +35,12 @@ def ephemeral_low(default: int = 32768) -> int:
 
 def free_ports(n: int) -> list[int]:
     """``n`` distinct ports on 127.0.0.1 that nothing had bound, below the ephemeral range
-    (chosen at random, so that testbeds starting side by side rarely pick the same);
+    and the NodePort range (chosen at random, so that testbeds starting side by side rarely pick the same);
     ephemeral ones only when too few are free there."""
-    low = ephemeral_low()
+    high = max(LOWEST + 1 + n, min(ephemeral_low(), NODE_PORTS.start))
     socks = []
     try:
-        candidates = random.sample(range(10000, max(10001 + n, low)), min(4000, max(1, low - 10000)))
+        candidates = random.sample(range(LOWEST, high), min(4000, high - LOWEST))
         for port in candidates:
             if len(socks) == n:
                 break

@@ -44,7 +44,10 @@ What a policy must allow on this testbed (measured, kube-router v2.1.0):
   endpoint (``kubectl get endpointslices -n default -l
   kubernetes.io/service-name=kubernetes``; on this testbed, which publishes
   no endpoint for a loopback API server, 127.0.0.1:<port>).
-  ``api_server_peer()`` gives both.
+  ``api_server_peer()`` gives both. The API server's port must lie outside
+  the NodePort range (30000-32767): kube-router RETURNs any TCP to a local
+  address on those ports before the pod chains ("allow LOCAL TCP traffic
+  to node ports"), so no egress policy could cut it (``testbeds/ports.py``).
 * **The node itself** (``--launcher local`` runs on the host and connects to
   the pods from the node IP): kube-router's pod chains let in traffic whose
   source is a local address ("permit traffic to pods when source is the
