@@ -734,7 +734,7 @@ class KubeCluster:
     def _apply_kwok_crds(self) -> None:
         share = cache_dir() / "share" / f"kwok-{KWOK_VERSION}" / "crds"
         self.kubectl("apply", "-f", share / "kwok.x-k8s.io_execs.yaml")
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/execs.kwok.x-k8s.io")
+        self.wait_crds_established(["execs.kwok.x-k8s.io"])
 
     def _start_kwok(self) -> None:
         port = free_port()
@@ -845,6 +845,26 @@ class KubeCluster:
             return True
 
         self._wait(ready, timeout, "nodes Ready", interval=0.5)
+
+    def wait_crds_established(self, names, timeout: float = 60.0) -> None:
+        """Wait until every named CustomResourceDefinition is Established.
+
+        Not ``kubectl wait --for=condition=Established``: a CRD the API server has not
+        yet given a status makes that kubectl fail at once ("status.conditions accessor
+        error: <nil>") instead of waiting, which a loaded machine hits (CI did).
+        """
+        names = list(names)
+
+        def established():
+            crds = self.get_json("crd", *names)
+            items = crds["items"] if "items" in crds else [crds]
+            for crd in items:
+                conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
+                if conds.get("Established") != "True":
+                    return False
+            return len(items) == len(names)
+
+        self._wait(established, timeout, f"CRDs Established ({', '.join(names)})", interval=0.5)
 
     def wait_pods(
         self,

@@ -292,8 +292,7 @@ class Kueue:
             "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}),
         )
-        names = [f"crd/{crd['metadata']['name']}" for crd in crds]
-        self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        self.cluster.wait_crds_established([crd["metadata"]["name"] for crd in crds])
 
     def _write_config(self) -> None:
         cfg = {

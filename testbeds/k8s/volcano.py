@@ -202,13 +202,7 @@ class Volcano:
         # server-side: no last-applied annotation (the size limit bites big CRDs)
         c.kubectl("apply", "--server-side", "--force-conflicts", *sum((["-f", f] for f in files), []))
         names = [f"{n.split('_', 1)[1].removesuffix('.yaml')}.{n.split('_', 1)[0]}" for n in CRDS]
-        c.kubectl(
-            "wait",
-            "--for=condition=Established",
-            f"--timeout={int(timeout)}s",
-            *[f"crd/{n}" for n in names],
-            timeout=timeout + 10,
-        )
+        c.wait_crds_established(names, timeout)
 
     def queue_state(self, name: str = DEFAULT_QUEUE) -> str | None:
         p = self.cluster.kubectl(
