@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,16 +66,26 @@ def run_mpilaunch(args, install=None, env_extra=None, timeout=240, **popen):
     )
 
 
+def names_job(job_name: str):
+    """A predicate: does a command line name this job, not merely another job whose name ends
+    with this one? Tests in the suite's parts run side by side: "sigkill-local" must not find
+    "k8s-sigkill-local"'s processes (CI failed so). The name is preceded by no word character
+    or "-", except in mpilaunch's run directories (``mpilaunch-NAME-xxxx``)."""
+    pattern = re.compile(r"(?:(?<![\w-])|(?<=/mpilaunch-))" + re.escape(job_name) + r"(?!\w)")
+    return lambda cmdline: pattern.search(cmdline) is not None
+
+
 def leftover_processes(job_name: str) -> list[str]:
     """Processes of a job still alive: anything whose command line or environment names it."""
     found = []
     me = os.getpid()
+    named = names_job(job_name)
     for p in psutil.process_iter(["pid", "cmdline", "environ"]):
         if p.info["pid"] == me:
             continue
         cmd = " ".join(p.info["cmdline"] or [])
         env = p.info["environ"] or {}
-        if job_name in cmd or env.get("MPILAUNCH_WORKER", "").startswith(job_name + "-"):
+        if named(cmd) or env.get("MPILAUNCH_WORKER", "").startswith(job_name + "-"):
             found.append(f"{p.info['pid']}: {cmd[:120]}")
     return found
 
