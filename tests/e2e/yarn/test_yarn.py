@@ -470,8 +470,9 @@ def test_timeout_is_enforced_by_the_driver_after_sigkill(yarn, openmpi_env):
     """--timeout outlives mpilaunch: with an orphan timeout far away, the application's driver
     ends it at --start-timeout + --timeout + 30 s, final status FAILED, saying why."""
     name = "yarn-sigkill-deadline"
-    # the start bound leaves a loaded machine's ApplicationMaster time to register (20 s did not, in CI)
-    start_timeout, timeout = 45, 5
+    # the start bound leaves a loaded machine's ApplicationMaster time to register: CI's four parts
+    # side by side on 2 cores had it unregistered after 20 s and after 45 s
+    start_timeout, timeout = 90, 5
     deadline_s = start_timeout + timeout + 30
     proc = start(
         [
