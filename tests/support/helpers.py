@@ -191,15 +191,16 @@ def process_tree(pid: int) -> str:
     return "\n".join(lines)
 
 
-def wait_for(pred, timeout: float, what: str, interval: float = 0.3):
-    """Poll ``pred`` until it returns something true (returned), or fail naming ``what``."""
+def wait_for(pred, timeout: float, what: str, interval: float = 0.3, detail=None):
+    """Poll ``pred`` until it returns something true (returned), or fail naming ``what``
+    and, when given, what ``detail()`` says then (the processes still left, say)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}" + (f":\n{detail()}" if detail else ""))
 
 
 def assert_intel_allreduce_placed(name: str, stdout: str) -> None:

@@ -260,11 +260,12 @@ def test_sigkill_of_mpilaunch_leaves_no_process_behind(openmpi5):
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     t0 = time.monotonic()
-    left = leftover_processes(name)
-    while left and time.monotonic() - t0 < 10:
-        time.sleep(0.3)
-        left = leftover_processes(name)
-    assert not left, f"{time.monotonic() - t0:.1f} s after SIGKILL, the job still has processes:\n" + "\n".join(left)
+    wait_for(
+        lambda: leftover_processes(name) == [],
+        10,
+        "every process of the job to end after SIGKILL",
+        detail=lambda: "\n".join(leftover_processes(name)),
+    )
     print(f"sigkill-local: all processes gone {time.monotonic() - t0:.1f}s after SIGKILL")
 
 
