@@ -129,7 +129,10 @@ describe() {
 # quick_check DIR: the build's own report, one import, and the MPI it loads (before every use).
 quick_check() {
   local dir="$1" out
-  out=$(cd / && timeout 120 "$dir/venv/bin/horovodrun" --check-build 2>&1) || {
+  # Generous limits: each step imports TensorFlow and torch (horovodrun --check-build in a process
+  # per framework), which took over 120 s beside the suite's parallel setup, and a cached build that
+  # fails its check is deleted and rebuilt (seen 2026-12-06: a working build thrown away that way).
+  out=$(cd / && TF_CPP_MIN_LOG_LEVEL=2 timeout 600 "$dir/venv/bin/horovodrun" --check-build 2>&1) || {
     log "horovodrun --check-build fails in $dir: $(tail -3 <<<"$out")"; return 1; }
   # the controllers' section must tick both; the frameworks' must tick TensorFlow and PyTorch
   if ! awk '/Available Controllers/{c=1;next} /Available/{c=0} c&&/\[X\] MPI/{m=1} c&&/\[X\] Gloo/{g=1}
@@ -139,7 +142,7 @@ quick_check() {
   fi
   # every framework module a user imports (horovod.keras and horovod.tensorflow.keras need
   # Keras 2, which the pinned TensorFlow brings), and the TensorFlow the build was made for
-  out=$(cd / && env "${quiet_mpi[@]}" timeout 180 "$dir/venv/bin/python" -c '
+  out=$(cd / && env "${quiet_mpi[@]}" TF_CPP_MIN_LOG_LEVEL=2 timeout 600 "$dir/venv/bin/python" -c '
 import sys
 import horovod, horovod.torch as hvd, horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras, horovod.keras, tensorflow as tf
@@ -204,7 +207,7 @@ if hvd.rank() == 0:
     prog_var="${framework}_prog" && prog="${!prog_var}"
     for launch in "$mpirun -np 2" "$dir/venv/bin/horovodrun --gloo -np 2 -H localhost:2"; do
       local what="2-rank $framework run"
-      out=$(cd / && env "${quiet_mpi[@]}" TF_CPP_MIN_LOG_LEVEL=2 timeout 180 $launch "$dir/venv/bin/python" -c "$prog" 2>&1) || {
+      out=$(cd / && env "${quiet_mpi[@]}" TF_CPP_MIN_LOG_LEVEL=2 timeout 600 $launch "$dir/venv/bin/python" -c "$prog" 2>&1) || {
         log "$what under ${launch%% *} fails: $(tail -5 <<<"$out")"; return 1; }
       case "$launch" in *--gloo*) want=gloo ;; *) want=mpi ;; esac
       grep -Eq "ok 2 $want\$" <<<"$out" || {
