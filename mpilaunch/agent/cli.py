@@ -51,6 +51,13 @@ def build_parser():
         "directories, no shared-host MPI defaults, and the secret may be a Secret volume's "
         "world-readable file (the pod is the job's alone)",
     )
+    parser.add_argument(
+        "--hostname",
+        metavar="NAME",
+        help="run in UTS and mount namespaces of its own, with the host name NAME, which resolves there "
+        "(a worker that shares its machine with other workers: Open MPI 5 tells nodes apart by their "
+        "daemons' host names)",
+    )
     parser.add_argument("--exit-with-pid", type=int, help="stop (killing all sessions) when this process is gone")
     parser.add_argument(
         "--orphan-cleanup",
@@ -175,6 +182,15 @@ def private_dir_env(directory: str, given: dict) -> dict:
 def main(argv=None) -> int:
     """Run the agent until SIGTERM/SIGINT or --exit-with-pid; returns the exit code."""
     args = build_parser().parse_args(argv)
+    if args.hostname:
+        # first: a user namespace (the way for a user who is not root) needs a single thread
+        from .hostname import take_hostname
+
+        try:
+            take_hostname(args.hostname)
+        except OSError as exc:
+            print(f"mpilaunch: error: agent cannot take the host name {args.hostname}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         secret, tls_context = _credential(_load_secret(args))
     except (OSError, ValueError) as exc:

@@ -131,6 +131,11 @@ class BaseBackend(ABC):
     # The launch's token for the rank wrappers' lines (rank_lines.TOKEN_ENV), set by the mpirun workload
     # before ``allocate``: a launcher in the cluster gets it in its launch description.
     status_token: str | None = None
+    # Whether each worker must be a host of its own name, set by the mpirun workload before
+    # ``allocate`` where the MPI tells workers apart only by host name (``needs_own_hostnames``:
+    # Open MPI 5) and the job has several workers. Honoured where workers share this machine
+    # (local: each agent in namespaces of its own, named after its worker); elsewhere each already is.
+    own_hostnames: bool = False
 
     def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, *, cluster_launcher_allowed: bool = True):
         self.spec = spec

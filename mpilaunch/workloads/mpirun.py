@@ -369,6 +369,9 @@ class MpirunWorkload(Workload):
             self.overrides = overrides
         backend.launch_environ = environ
         backend.status_token = self.token  # for the launch description of a launcher in the cluster
+        backend.own_hostnames = len(self.plan.workers) > 1 and mpi.for_name(self.info.flavour).needs_own_hostnames(
+            self.info
+        )
         self.bound = (backend, rundir, environ)
         self.attempt = attempt
         self.hostfile_text, self.command = build_launch(

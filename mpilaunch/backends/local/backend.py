@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from ...agent.hostname import can_take_hostname
 from ...core import gpu_slots
 from ...core.errors import AllocationError
 from ...core.pylauncher import write_launcher
@@ -59,6 +60,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         self.addresses: dict[str, str] = {}
         self.devices: dict[str, list[str]] = {}
         self.job_marker = f"{plan.job_name}-{os.getpid()}-{os.urandom(4).hex()}"
+        self.take_hostnames = False  # each agent a host of its worker's name (allocate, agent/hostname.py)
 
     def _launcher(self, name: str, module: str) -> str:
         """A per-job ``python -IS`` executable for a module that starts many times (``pylauncher``)."""
@@ -95,14 +97,40 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         ]
         if worker.name in self.devices:
             argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(self.devices[worker.name])]
+        if self.take_hostnames:
+            argv += ["--hostname", worker.name]
         return argv
 
     def allocate(self) -> None:
         if self.plan.gpus:
             self.devices = gpu_slots.partition_devices(gpu_slots.discover_local_gpus(), self.plan)
         write_secret(self.secret_file)
+        self.take_hostnames = self._can_take_hostnames()
         for worker in self.plan.workers:
             self._start_agent(worker)
+
+    def _can_take_hostnames(self) -> bool:
+        """Whether each agent takes its worker's name for host name (``own_hostnames``: the MPI
+        tells workers apart by host name, and here they all share this machine's). Tried once
+        first; where this machine does not let a process name its host, a warning says what
+        goes wrong and the job runs as before."""
+        if not self.own_hostnames:
+            return False
+        why = can_take_hostname(max((w.name for w in self.plan.workers), key=len))
+        if why is None:
+            return True
+        print(
+            f"mpilaunch: warning: this MPI takes the {len(self.plan.workers)} local workers, which share this "
+            f"machine's host name, for one node: their ranks disagree about who shares memory with whom "
+            f"(MPI_COMM_TYPE_SHARED; Horovod's MPI controller hangs in hvd.init()); mpilaunch could not give "
+            f"each worker a host name of its own: {why}\n"
+            f"  hint: run mpilaunch as root or where users may make user namespaces (sysctl "
+            f"kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0), or "
+            f"put every rank on one worker (--slots-per-worker), or use Open MPI 4.1, MPICH or Horovod's Gloo controller",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
 
     def _start_agent(self, worker) -> None:
         log = open(self.rundir / f"{worker.name}.agent.log", "ab")

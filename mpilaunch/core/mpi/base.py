@@ -141,6 +141,12 @@ class MpiFlavour(ABC):
         mismatch (``envcheck.rewritten_by_launcher``)."""
         return ()
 
+    def needs_own_hostnames(self, info: MpiInfo) -> bool:
+        """Whether this MPI tells workers apart only by their host names, so that workers sharing
+        one machine must each have a host name of their own (the local backend then gives each
+        worker's agent one: ``agent/hostname.py``)."""
+        return False
+
     def rank_wrapper_options(self, info: MpiInfo) -> list[str]:
         """Options for the rank wrapper (``python -m mpilaunch.rank``) under this flavour."""
         return []

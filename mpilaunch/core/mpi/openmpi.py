@@ -251,6 +251,18 @@ class OpenMpi(MpiFlavour):
     def rank_wrapper_options(self, info: MpiInfo) -> list[str]:
         return ["--linger-ms", str(LINGER_MS)]
 
+    def needs_own_hostnames(self, info: MpiInfo) -> bool:
+        # Open MPI 5's PRRTE (3.0.11 in 5.0.11) renames each hostfile node to the host name its
+        # daemon reports (prte_plm_base_daemon_callback), which is gethostname() and nothing else
+        # (prte_setup_hostname). Two workers' daemons on one machine make two nodes of one name;
+        # PMIx 5.0's client merges nodes by name (gds/hash: pmix_gds_hash_check_nodename), so
+        # every rank's PMIX_LOCAL_PEERS is the last node's: "2,3" for all four ranks of --np 4 on
+        # two local workers. Open MPI then takes ranks 2 and 3 for its node-mates and its own
+        # neighbour for a stranger: MPI_COMM_TYPE_SHARED gives [0,2,3], [1,2,3], [2,3], [2,3], and
+        # Horovod's MPI controller waits for ever in hvd.init(). Open MPI 4.1 splits the same
+        # workers right.
+        return info.major >= 5
+
     def prepended_dirs(self, info: MpiInfo) -> tuple[str, ...]:
         # mpirun run by its absolute path acts as --prefix <its prefix> and puts <prefix>/lib
         # ahead of every rank's LD_LIBRARY_PATH, even a forwarded one that has it already

@@ -8,6 +8,7 @@ assigned it, which only an exec agent sets.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -327,6 +328,42 @@ def test_large_allreduce_between_workers(mpi_install):
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.count("BIG OK") == 4
+
+
+def test_shared_memory_split_groups_the_ranks_of_each_worker(mpi_install):
+    """MPI_COMM_TYPE_SHARED groups exactly the ranks of one worker, the same on every rank.
+
+    Regression (issue 48): Open MPI 5 knows a node by its daemon's host name, and two local
+    workers' daemons had this machine's; every rank was told that ranks 2 and 3 shared its node
+    (groups [0, 2, 3], [1, 2, 3], [2, 3], [2, 3]) and Horovod's MPI controller hung in hvd.init().
+    Under Open MPI 5 each worker's agent now runs under its worker's name, which resolves there
+    (agent/hostname.py); the other MPIs keep this machine's host name."""
+    proc = run_mpilaunch(
+        [
+            "-q",
+            "--timeout",
+            "60",
+            "--np",
+            "4",
+            "--slots-per-worker",
+            "2",
+            "--",
+            sys.executable,
+            "tests/programs/shared_split.py",
+        ],
+        mpi_install,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    ranks = sorted(
+        (json.loads(line.split("SHARED ", 1)[1]) for line in proc.stdout.splitlines() if "SHARED {" in line),
+        key=lambda r: r["rank"],
+    )
+    assert [(r["rank"], r["group"]) for r in ranks] == [(0, [0, 1]), (1, [0, 1]), (2, [2, 3]), (3, [2, 3])], ranks
+    if mpi_install.id == "openmpi5":
+        # the worker's name, which resolves in the worker (Horovod's Gloo controller binds to it)
+        assert [(r["hostname"], r["address"]) for r in ranks] == [(r["worker"], "127.0.1.1") for r in ranks]
+    else:
+        assert {r["hostname"] for r in ranks} == {socket.gethostname()}
 
 
 def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmpi5, tmp_path):
