@@ -400,21 +400,30 @@ class RealNode:
             )
         return time.monotonic() - t0
 
-    def project_image(self, with_tf: bool = False) -> str:
+    def project_image(self, with_tf: bool = False, with_horovod: bool = False) -> str:
         """The project's image (docker/Dockerfile) for the current sources,
         in containerd: built with scripts/build-image.sh (only the code layer
         when just the code changed) and imported when missing. Its tag.
-        ``with_tf``: the variant with TensorFlow (PS mode), a tag of its own."""
+        ``with_horovod``: the variant with TensorFlow, PyTorch and Horovod
+        (``--with-horovod``, which needs scripts/build-horovod.sh's wheel: built
+        there when missing), a tag of its own. ``with_tf`` (PS mode) asks for
+        that same variant, a superset of ``--with-tf``: one image for PS mode and
+        Horovod, not two."""
         script = REPO / "scripts" / "build-image.sh"
         env = {**os.environ, "MPILAUNCH_BUILDAH_ROOT": str(self.cache / "buildah")}
-        flags = ["--local-base", *(["--with-tf"] if with_tf else [])]
-        tag = _sh("bash", script, *flags, "--print-tag", env=env).stdout.strip()
-        if self.has_image(tag):
+        variant = with_tf or with_horovod
+        flags = ["--local-base", *(["--with-horovod"] if variant else [])]
+        # --with-horovod: the tag of the wheel built last; none before the first build
+        printed = _sh("bash", script, *flags, "--print-tag", env=env, check=False)
+        tag = printed.stdout.strip() if printed.returncode == 0 else ""
+        if tag and self.has_image(tag):
             return tag
-        name = "mpilaunch-tf" if with_tf else "mpilaunch"
+        name = "mpilaunch-horovod" if variant else "mpilaunch"
         archive, tagfile = self.cache / "images" / f"{name}.tar", self.cache / "images" / f"{name}.tag"
-        if not (archive.exists() and tagfile.exists() and tagfile.read_text().strip() == tag):
-            _sh("bash", script, *flags, "--archive", archive, env=env, timeout=1800)
+        if not (tag and archive.exists() and tagfile.exists() and tagfile.read_text().strip() == tag):
+            # the tag built is the script's last line (--with-horovod: of the wheel it built or checked)
+            built = _sh("bash", script, *flags, "--archive", archive, env=env, timeout=3600)
+            tag = built.stdout.strip().splitlines()[-1]
             tagfile.write_text(tag + "\n")
         self.ensure_image(archive, tag)
         return tag

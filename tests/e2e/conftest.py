@@ -174,9 +174,20 @@ def real_node_alive(request):
 
 @pytest.fixture(scope="session")
 def tf_image(real):
-    """The image's TensorFlow variant (``build-image.sh --with-tf``): the `ps`
-    extra in a cached layer of its own, so a code change rebuilds only the code."""
+    """The image with TensorFlow for PS mode: the testbed's one TensorFlow variant,
+    ``build-image.sh --with-horovod`` (the `ps` extra, Debian's torch and Horovod, each
+    in a cached layer of its own, so a code change rebuilds only the code)."""
     try:
         return real.cluster.node.project_image(with_tf=True)
     except Exception as e:  # the build's own error names the cause
         require(f"the TensorFlow image did not build: {e}")
+
+
+@pytest.fixture(scope="session")
+def horovod_image(real):
+    """The project's image with TensorFlow, PyTorch and Horovod (``build-image.sh
+    --with-horovod``, the same image as ``tf_image``): mpilaunch and Horovod both in it."""
+    try:
+        return real.cluster.node.project_image(with_horovod=True)
+    except Exception as e:  # the build's own error names the cause
+        require(f"the Horovod image did not build: {e}")

@@ -242,15 +242,7 @@ def test_tf_horovod_yarn_4_ranks_in_2_containers(openmpi4_build, yarn, tmp_path,
 
 
 # ------------------------------------------------------------------ Kubernetes (real pods)
-
-
-@pytest.fixture(scope="session")
-def horovod_image(real) -> str:
-    """The project image with TensorFlow, torch and Horovod (``build-image.sh --with-horovod``)."""
-    try:
-        return real.cluster.node.project_image(with_horovod=True)
-    except Exception as e:  # the build's own error names the cause
-        require(f"the Horovod image did not build: {e}")
+# horovod_image: tests/e2e/conftest.py's (build-image.sh --with-horovod)
 
 
 # Each pod holds two ranks of TensorFlow: more than the testbed's default container memory.
