@@ -11,6 +11,14 @@ its network is gone), or when the job ran past its cluster-side deadline
 The reaper judges staleness by when *it* saw the heartbeat change, on its
 own monotonic clock, never by comparing the timestamp written on another
 machine with its own clock: skew between the two cannot reap a live job.
+
+Only silence the reaper saw counts: the time between the end of one
+successful read and the start of the next. An outage of the API server (a
+failed read, or one that hung) is no silence of mpilaunch's, whose renewals
+could not land either: the time from the last good read before it to the
+first good one after it is not counted, so a live job survives an outage of
+any length, and a job whose mpilaunch really died is ended once the silence
+seen around the outage adds up to the timeout.
 """
 
 from __future__ import annotations
@@ -30,8 +38,13 @@ DEADLINE_MARGIN_S = 30.0
 Verdict = namedtuple("Verdict", "end reason", defaults=(None,))
 
 
-Seen = namedtuple("Seen", "value at")
-Seen.__doc__ = "The last heartbeat value the reaper saw, and when (its monotonic clock) it first saw it."
+Seen = namedtuple("Seen", "value at silent blind", defaults=(0.0, False))
+Seen.__doc__ = """What the reaper saw of the heartbeat, on its monotonic clock.
+
+``value``: the last value read; ``at``: when the last successful read of it
+ended; ``silent``: seconds, up to ``at``, during which reads saw ``value``
+unchanged; ``blind``: a read failed since ``at``, so the time after ``at``
+was not seen."""
 
 
 def renew_interval(orphan_timeout: float) -> float:
@@ -51,15 +64,36 @@ def cluster_deadline_s(start_timeout: float, timeout: float | None) -> int | Non
     return int(math.ceil(start_timeout + timeout + DEADLINE_MARGIN_S))
 
 
-def observe(previous: Seen | None, value: str | None, now: float) -> Seen:
-    """Fold one reading of the heartbeat into what was seen: a new value is a renewal seen ``now``.
+def observe(previous: Seen | None, value: str | None, now: float, asked: float | None = None) -> Seen:
+    """Fold one successful read of the heartbeat into what was seen: a new value is a renewal seen ``now``.
+
+    ``now``: when the read returned; ``asked``: when it was sent (default
+    ``now``). An unchanged value adds the time from the previous good read's
+    end to this one's start, and nothing when a read failed in between
+    (``unread``): the API server being down, or hanging on this very read,
+    is not mpilaunch being silent.
 
     The first reading counts as fresh: the reaper may start long after the
     last renewal was written, and must give the host a full timeout.
     """
     if previous is None or value != previous.value:
         return Seen(value, now)
-    return previous
+    if previous.blind:
+        return Seen(value, now, previous.silent)
+    asked = now if asked is None else asked
+    return Seen(value, now, previous.silent + max(0.0, asked - previous.at))
+
+
+def unread(previous: Seen | None) -> Seen | None:
+    """Fold one failed read (API server unreachable, an error, a timeout): the time until the next
+    successful read is not seen, so it is no silence."""
+    return None if previous is None else previous._replace(blind=True)
+
+
+def silence(seen: Seen, now: float) -> float:
+    """Seconds of silence seen by ``now``: what was counted, and the time since the last good read
+    unless a read failed since."""
+    return seen.silent + (0.0 if seen.blind else max(0.0, now - seen.at))
 
 
 def judge(seen: Seen, now: float, orphan_timeout: float, deadline: float | None = None) -> Verdict:
@@ -68,7 +102,7 @@ def judge(seen: Seen, now: float, orphan_timeout: float, deadline: float | None 
         return Verdict(
             True, f"the job ran past its cluster-side deadline (--start-timeout + --timeout + {DEADLINE_MARGIN_S:g}s)"
         )
-    silent = now - seen.at
+    silent = silence(seen, now)
     if silent >= orphan_timeout:
         return Verdict(
             True,

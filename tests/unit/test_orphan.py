@@ -26,7 +26,7 @@ from support.helpers import REPO
 def test_the_first_reading_is_fresh_whatever_it_says():
     """A reaper that starts (or restarts) late gives the host a full timeout before judging."""
     seen = observe(None, "2020-01-01T00:00:00.000000Z", now=1000.0)
-    assert seen == Seen("2020-01-01T00:00:00.000000Z", 1000.0)
+    assert seen == Seen("2020-01-01T00:00:00.000000Z", 1000.0, silent=0.0, blind=False)
     assert not judge(seen, now=1009.0, orphan_timeout=10).end
 
 
@@ -55,7 +55,8 @@ def test_a_heartbeat_that_stops_changing_ends_the_job_after_the_timeout():
 def test_a_missing_heartbeat_counts_as_a_value_that_does_not_change():
     """The key not written yet (None) is judged like any stale value: from when it was first seen."""
     seen = observe(None, None, now=0.0)
-    assert observe(seen, None, now=8.0) == seen
+    assert observe(seen, None, now=8.0).silent == 8.0  # counted from the first reading
+    assert judge(observe(seen, None, now=8.0), 12.0, orphan_timeout=12).end
     assert judge(seen, 12.0, orphan_timeout=12).end
     assert not judge(observe(seen, "t", now=11.0), 12.0, orphan_timeout=12).end
 

@@ -109,6 +109,7 @@ def reap(
     seen = None
     interval = orphan.poll_interval(orphan_timeout)
     while True:
+        asked = clock()
         try:
             lease = api.get(LEASE_API, "leases", job)
         except ApiError as e:
@@ -122,10 +123,15 @@ def reap(
         except CredentialError as e:  # a token being rotated, or the job's ServiceAccount going with the job
             log(f"{e.message}; retrying")
             lease = None
-        if lease is not None:
-            # Judged only after a successful read: an unreachable API server is not a dead mpilaunch.
-            seen = orphan.observe(seen, (lease.get("spec") or {}).get("renewTime"), clock())
-            verdict = orphan.judge(seen, clock(), orphan_timeout, deadline)
+        if lease is None:
+            # No verdict, and no silence: the time until the next good read is not counted (an
+            # API server that is down or being upgraded is not a dead mpilaunch; its renewals
+            # could not land either).
+            seen = orphan.unread(seen)
+        else:
+            now = clock()
+            seen = orphan.observe(seen, (lease.get("spec") or {}).get("renewTime"), now, asked)
+            verdict = orphan.judge(seen, now, orphan_timeout, deadline)
             if verdict.end:
                 delete_root(api, job, lease)
                 return verdict.reason

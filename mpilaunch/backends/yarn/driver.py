@@ -29,34 +29,53 @@ def main() -> int:
     orphan_timeout = float(os.environ["MPILAUNCH_ORPHAN_TIMEOUT"])
     deadline_s = os.environ.get("MPILAUNCH_DEADLINE_S")
     key = os.environ.get("MPILAUNCH_YARN_KV", "mpilaunch/") + HEARTBEAT_KEY
-    started = time.monotonic()
-    deadline = started + float(deadline_s) if deadline_s else None
-    interval = orphan.poll_interval(orphan_timeout)
     log(f"watching {key}: orphan timeout {orphan_timeout:g}s" + (f", deadline {deadline_s}s" if deadline_s else ""))
-    app, seen = None, None
+    app = None
+
+    def read():
+        nonlocal app
+        if app is None:
+            app = skein.ApplicationClient.from_current()
+        return app.kv.get(key)
+
+    def shutdown(status: str, reason: str) -> None:
+        app.shutdown(status, diagnostics=f"mpilaunch: {reason}")
+
+    watch(read, shutdown, key, orphan_timeout, float(deadline_s) if deadline_s else None, time.monotonic, time.sleep)
+    time.sleep(60)  # skein stops the driver as the application ends
+    return 0
+
+
+def watch(read, shutdown, key: str, orphan_timeout: float, deadline_s: float | None, clock, sleep) -> str:
+    """Read the heartbeat every poll interval until ``orphan.judge`` ends the application; returns
+    the final status that ``shutdown`` was given. A failed read is no verdict, and the time until
+    the next good one no silence (``orphan.unread``)."""
+    deadline = None if deadline_s is None else clock() + deadline_s
+    interval = orphan.poll_interval(orphan_timeout)
+    seen = None
     while True:
+        asked = clock()
         try:
-            if app is None:
-                app = skein.ApplicationClient.from_current()
-            value = app.kv.get(key)
+            value = read()
         except Exception as e:  # the AM not answering yet, or going down: not a verdict
             log(f"cannot read {key}: {str(e)[:200]}")
-            time.sleep(interval)
+            seen = orphan.unread(seen)
+            sleep(interval)
             continue
-        seen = orphan.observe(seen, value, time.monotonic())
-        verdict = orphan.judge(seen, time.monotonic(), orphan_timeout, deadline)
+        now = clock()
+        seen = orphan.observe(seen, value, now, asked)
+        verdict = orphan.judge(seen, now, orphan_timeout, deadline)
         if verdict.end:
-            status = "FAILED" if deadline is not None and time.monotonic() >= deadline else "KILLED"
+            status = "FAILED" if deadline is not None and now >= deadline else "KILLED"
             log(f"ending the application ({status}): {verdict.reason}")
             try:
-                app.shutdown(status, diagnostics=f"mpilaunch: {verdict.reason}")
+                shutdown(status, verdict.reason)
             except Exception as e:
                 log(f"shutdown failed ({str(e)[:200]}); retrying")
-                time.sleep(interval)
+                sleep(interval)
                 continue
-            time.sleep(60)  # skein stops the driver as the application ends
-            return 0
-        time.sleep(interval)
+            return status
+        sleep(interval)
 
 
 if __name__ == "__main__":
