@@ -138,6 +138,14 @@ class ReachesJobsByName(ABC):
         they run Python, from the manage arguments; a UsageError with a hint for a job that has none
         (ended, or its mpirun runs in the mpilaunch that started it)."""
 
+    @classmethod
+    @abstractmethod
+    def manage_exec_credentials(cls, args, namespace: str | None) -> dict:
+        """The user's own credentials for that exec channel (a transport context's server, TLS
+        settings, token), from the manage arguments, ``namespace`` where they name none: what
+        `mpilaunch stacks` reaches the workers of a job found in a run directory on this machine
+        with, never the credentials its context names (issue 49)."""
+
 
 class AsksLauncherForStacks(ABC):
     """The job's own launcher in the cluster, found by the job's name, takes every rank's stacks and
@@ -219,6 +227,14 @@ def stacks_channel(backend_cls, args) -> tuple[dict, str] | None:
     launcher container takes the stacks instead, ``AsksLauncherForStacks``; a job run with
     ``--launcher local`` has none, and is asked where its mpilaunch runs)."""
     return backend_cls.manage_stacks_channel(args) if issubclass(backend_cls, ReachesJobsByName) else None
+
+
+def exec_credentials(backend_cls, args, namespace: str | None = None) -> dict | None:
+    """``ReachesJobsByName.manage_exec_credentials``; None where the user has no exec channel of
+    their own (``stacks_channel``)."""
+    if not issubclass(backend_cls, ReachesJobsByName):
+        return None
+    return backend_cls.manage_exec_credentials(args, namespace)
 
 
 def stacks_by_name(backend_cls, args):

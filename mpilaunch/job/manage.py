@@ -76,7 +76,10 @@ def stacks(args) -> int:
 
     Through the mpilaunch that runs the job on this machine (attached, any
     backend; a YARN job's either launcher): its run directory's context file
-    says where the workers' agents listen, and with which secret. Without one,
+    says where the workers' agents listen, and with which secret. Only a run
+    directory of the user's own counts, and no credential of its context
+    (``hang.local_job``; the exec API's are the user's own configuration's:
+    ``with_own_credentials``). Without one,
     the job found by name on a cluster backend (``protocols.stacks_by_name``:
     Kubernetes, the exec API into its worker pods with the user's credentials;
     YARN, its launcher container asked through the application's key-value
@@ -86,14 +89,16 @@ def stacks(args) -> int:
 
     from ..hang import collect, local_job, verdict
 
-    contexts = local_job.one_per_job(
-        c for c in local_job.running_contexts(args.name) if c.get("backend", args.backend) == args.backend
-    )
+    # only this user's own run directories, and of their contexts no credential (local_job)
+    contexts = local_job.one_per_job(local_job.running_contexts(args.name, args.backend))
     if len(contexts) > 1:
         raise UsageError(f"{len(contexts)} running jobs are named {args.name!r}", "give each job its own --name")
     if contexts:
-        python = contexts[0].get("probe_python") or sys.executable
-        collection = collect.collect_from_context(contexts[0], python, deadline_s=args.deadline)
+        context = contexts[0]
+        if local_job.needs_credentials(context):
+            context = with_own_credentials(context, args)
+        python = context.get("probe_python") or sys.executable
+        collection = collect.collect_from_context(context, python, deadline_s=args.deadline)
     else:
         # no mpilaunch here runs it: a cluster backend may reach a detached job itself
         collection = protocols.stacks_by_name(backends.load(args.backend), args)
@@ -109,3 +114,18 @@ def stacks(args) -> int:
     else:
         print("\n".join(diagnosis.lines()))
     return 0
+
+
+def with_own_credentials(context: dict, args) -> dict:
+    """A context found in a run directory on this machine (``local_job.stacks_context``: no
+    credential in it), with the exec channel's credentials of the user's own configuration
+    (``protocols.exec_credentials``: server, TLS settings, token; --kubeconfig and --context as for
+    ``status``, the job's namespace where --namespace names none)."""
+    found = dict(context)
+    creds = protocols.exec_credentials(backends.load(args.backend), args, found.pop("namespace", None))
+    if creds is None:
+        raise UsageError(
+            f"job {args.name!r} is reached with credentials the {args.backend} backend has none of",
+            "give the job's --backend",
+        )
+    return {**found, **creds}

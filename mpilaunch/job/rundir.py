@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -74,14 +75,24 @@ def write_owner(rundir: Path) -> None:
     os.replace(tmp, rundir / OWNER_FILE)
 
 
+def parse_owner(record: str | None) -> dict[str, str] | None:
+    """An owner file's fields (``owner_record``: pid, start, boot, pidns); None for anything else
+    (empty, partly written, not an owner file, unreadable: ``record`` None)."""
+    lines = (record or "").splitlines()
+    if not lines or lines[0] != _OWNER_MAGIC:
+        return None
+    return dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+
+
 def owner_gone(record: str, identity: tuple[str, str] | None = None) -> bool:
     """True only when the owner file says for sure that its process is dead: same boot and pid
-    namespace as ours, and no process with its pid, or one that started at another time (reused)."""
-    lines = record.splitlines()
-    if not lines or lines[0] != _OWNER_MAGIC:
+    namespace as ours, and no process with its pid, or one that started at another time (reused).
+    The sweep's question (it removes only what is surely dead); whether a run directory's job runs
+    is ``owner_alive``'s, not the opposite of this."""
+    fields = parse_owner(record)
+    if fields is None:
         return False
     identity = identity or _identity()
-    fields = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
     pid, start = fields.get("pid", ""), fields.get("start", "?")
     if not pid.isdigit() or "?" in identity or (fields.get("boot"), fields.get("pidns")) != identity:
         return False  # another machine's or container's process (a shared /tmp), or nothing to compare
@@ -91,6 +102,71 @@ def owner_gone(record: str, identity: tuple[str, str] | None = None) -> bool:
     if now is None:
         return not os.path.exists(f"/proc/{pid}")  # unreadable but there: alive, as far as we know
     return start != "?" and now != start
+
+
+def owner_alive(record: str | None, identity: tuple[str, str] | None = None, start_of=None) -> bool:
+    """True only when the owner file says for sure that its process runs: a whole record of this
+    boot and pid namespace whose pid's process started when the record says (not a pid reused).
+    An empty, partly written or unreadable record (None), another machine's or container's, or one
+    without a start time is not alive: ``mpilaunch stacks`` acts only on a job that surely runs.
+    ``start_of``: pid -> its start time (``process_start_time``)."""
+    fields = parse_owner(record)
+    if fields is None:
+        return False
+    identity = identity or _identity()
+    pid, start = fields.get("pid", ""), fields.get("start", "?")
+    if not pid.isdigit() or start == "?" or "?" in identity:
+        return False
+    if (fields.get("boot"), fields.get("pidns")) != identity:
+        return False
+    return (start_of or process_start_time)(int(pid)) == start
+
+
+# ------------------------------------------------- run directories found by name (`mpilaunch stacks`)
+#
+# $TMPDIR is usually /tmp, where every local user may create ``mpilaunch-<job>-*``: a run
+# directory found by name counts only when it is surely this user's own, made by make_rundir
+# (mode 700, owned by us), looked at without following a link, and read through a descriptor of
+# the very directory checked (no other user can then put anything in it).
+
+
+def is_own_rundir(st: os.stat_result, uid: int) -> bool:
+    """Whether ``st`` (an ``lstat``, or an ``fstat`` of an O_NOFOLLOW descriptor) is a run directory
+    of user ``uid``'s own: a directory, not a link to one, owned by ``uid``, mode 700 exactly."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def is_own_file(st: os.stat_result, uid: int) -> bool:
+    """Whether ``st`` (``fstat`` of an O_NOFOLLOW descriptor) is a regular file owned by ``uid``."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == uid
+
+
+def open_own_rundir(path: str, uid: int | None = None) -> int:
+    """A descriptor of the run directory ``path`` when it is this user's own (``is_own_rundir``),
+    checked before it is opened (``lstat``) and once opened (O_NOFOLLOW, ``fstat``: the same
+    directory); PermissionError when it is not, OSError when it cannot be looked at."""
+    uid = os.geteuid() if uid is None else uid
+    if not is_own_rundir(os.lstat(path), uid):
+        raise PermissionError(f"{path} is not a run directory of uid {uid}'s own (mode 700)")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not is_own_rundir(os.fstat(fd), uid):
+            raise PermissionError(f"{path} changed while it was opened")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_own_file(dir_fd: int, name: str, uid: int | None = None, limit: int = 1 << 20) -> str:
+    """The text of file ``name`` in the directory ``dir_fd`` (``open_own_rundir``), not through a
+    link and only a regular file of this user's own; at most ``limit`` bytes."""
+    uid = os.geteuid() if uid is None else uid
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        if not is_own_file(os.fstat(fd), uid):
+            raise PermissionError(f"{name} is not a regular file of uid {uid}'s own")
+        return f.read(limit).decode()
 
 
 def sweep_stale_rundirs(tmpdir: str | None = None) -> list[str]:

@@ -700,3 +700,7 @@ class K8sBackend(
     @classmethod
     def manage_stacks_channel(cls, args) -> tuple[dict, str]:
         return manage.stacks_channel(args)
+
+    @classmethod
+    def manage_exec_credentials(cls, args, namespace: str | None) -> dict:
+        return manage.exec_credentials(args, namespace)

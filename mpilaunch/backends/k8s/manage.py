@@ -12,7 +12,7 @@ from ...core.exit_codes import EXIT_TIMEOUT
 from ..launch_description import LaunchDescription
 from ..rendezvous import rank_python
 from . import admission
-from .api import Api, ApiError, client
+from .api import Api, ApiError, client, resolve
 from .launch import exec_api_context
 from .pod_events import waiter
 from .pods import (
@@ -212,6 +212,14 @@ def stacks_channel(args) -> tuple[dict, str]:
     container = description.cluster.get("container", WORKER_CONTAINER)
     context = exec_api_context(api.creds, description.addresses(), container)
     return context, rank_python(list(description.rank_prefix))
+
+
+def exec_credentials(args, namespace: str | None = None) -> dict:
+    """The user's own credentials for the exec API (server, TLS settings, CA, client certificate or
+    token), from --kubeconfig and --context, in --namespace or else ``namespace``: what `mpilaunch
+    stacks` reaches the pods of a job found in a run directory on this machine with (its context
+    names none it would take: ``hang.local_job``). Nothing written: the token stays in memory."""
+    return resolve(args.kubeconfig, args.context, args.namespace or namespace, None)
 
 
 def delete(args, stream) -> int:

@@ -123,7 +123,11 @@ def ssl_context(context: dict):
 
 
 def bearer_token(context: dict):
-    """Read at every start: projected ServiceAccount tokens are rotated in place."""
+    """Read at every start: projected ServiceAccount tokens are rotated in place. ``token``: one held
+    in memory (the user's own, resolved without a run directory: `mpilaunch stacks`); never in a
+    context file."""
+    if context.get("token"):
+        return context["token"]
     path = context.get("token_file") or (os.path.join(_sa_dir(context), "token") if context.get("in_cluster") else None)
     return _read_file(path) if path else None
 
