@@ -36,7 +36,7 @@ import pytest
 
 from mpilaunch.core.exit_codes import EXIT_HUNG
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
-from support.horovod_builds import HOROVOD, HorovodBuild, checked_build
+from support.horovod_builds import HOROVOD, HorovodBuild, assert_horovod_view, checked_build
 from support.horovod_builds import horovod_build as build_of
 from support.horovod_builds import openmpi4_mpirun as openmpi4_mpirun_path
 from support.mpi_installs import require
@@ -82,13 +82,7 @@ def assert_planned(
             assert Path(r["libmpi"]).resolve().parent == libdir, (r["libmpi"], libdir)
         i = r["rank"]
         node, local = divmod(i, slots)
-        assert (r["size"], r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]) == (
-            size,
-            local,
-            slots,
-            node,
-            workers,
-        ), r
+        assert_horovod_view(r, workers, slots)
         assert r["worker"] == f"{name}-worker-{node}", r
         assert {k: r["env"][k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK")} == {
             "RANK": str(i),

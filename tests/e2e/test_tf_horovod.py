@@ -26,8 +26,8 @@ import sys
 import pytest
 
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_to_end
-from support.horovod_builds import MPIRUN, HorovodBuild, horovod_build
-from support.mpi_installs import require
+from support.horovod_builds import MPIRUN, HorovodBuild, assert_horovod_view, horovod_build
+from support.ssh_bed import started_ssh_bed
 from support.yarn import describe_app
 
 PROGRAM = str(REPO / "examples" / "tf_cnn_benchmark.py")
@@ -66,14 +66,7 @@ def assert_trained(stdout: str, controller: str = "mpi", workers: int = 2, slots
     size = workers * slots
     assert [r["rank"] for r in ranks] == list(range(size)), stdout[-3000:]
     for r in ranks:
-        node, local = divmod(r["rank"], slots)
-        assert (r["size"], r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]) == (
-            size,
-            local,
-            slots,
-            node,
-            workers,
-        ), r
+        assert_horovod_view(r, workers, slots)
         assert r["controller"] == controller, r
         # the weights are the same on every rank after the steps (broadcast, then averaged gradients),
         # and the steps changed them
@@ -166,19 +159,7 @@ def test_tf_horovod_rank_failing_after_init_is_named(openmpi4_build, tmp_path):
 def root_bed():
     """Two real sshd hosts (testbeds/ssh) logged into as root, whose Horovod build the ranks run
     (the non-root user the ssh tests log in as cannot reach root's cache)."""
-    try:
-        from testbeds.ssh.cluster import SshCluster, missing_prerequisites
-    except ImportError as e:
-        require(f"ssh testbed not importable: {e}")
-    missing = missing_prerequisites()
-    if missing:
-        require("the ssh testbed needs " + ", ".join(missing))
-    bed = SshCluster(["tfh-1", "tfh-2"], user="root")
-    try:
-        bed.start()
-    except Exception as e:  # the testbed's own error names the cause
-        bed.stop()
-        require(f"ssh testbed did not start: {e}")
+    bed = started_ssh_bed(["tfh-1", "tfh-2"], user="root")
     yield bed
     bed.stop()
 

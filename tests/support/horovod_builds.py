@@ -45,3 +45,11 @@ def horovod_build(flavour: str) -> HorovodBuild:
         return HorovodBuild("openmpi4", checked_build(HOROVOD), openmpi4_mpirun(), Path("/usr/lib/x86_64-linux-gnu"))
     build = checked_build(HOROVOD5)
     return HorovodBuild("openmpi5", build, str(build / "venv" / "bin" / "mpirun"), (build / "venv" / "lib").resolve())
+
+
+def assert_horovod_view(rank: dict, workers: int, slots: int) -> None:
+    """Horovod's own view of a rank (size, local and cross rank and size) is the plan's: rank r is
+    local rank r % slots on worker r // slots."""
+    node, local = divmod(rank["rank"], slots)
+    seen = tuple(rank[k] for k in ("size", "local_rank", "local_size", "cross_rank", "cross_size"))
+    assert seen == (workers * slots, local, slots, node, workers), rank

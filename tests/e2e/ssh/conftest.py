@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import login_user_alone
-from support.mpi_installs import require
+from support.ssh_bed import started_ssh_bed
 
 
 @pytest.fixture(autouse=True)
@@ -17,18 +17,6 @@ def _login_user_alone():
 
 @pytest.fixture(scope="session")
 def bed():
-    try:
-        from testbeds.ssh.cluster import SshCluster, missing_prerequisites
-    except ImportError as e:
-        require(f"ssh testbed not importable: {e}")
-    missing = missing_prerequisites()
-    if missing:
-        require("the ssh testbed needs " + ", ".join(missing) + " (apt-get install openssh-server openssh-client)")
-    cluster = SshCluster(["node-1", "node-2", "node-3"])
-    try:
-        cluster.start()
-    except Exception as e:  # the testbed's own error names the cause
-        cluster.stop()
-        require(f"ssh testbed did not start: {e}")
+    cluster = started_ssh_bed(["node-1", "node-2", "node-3"])
     yield cluster
     cluster.stop()
