@@ -37,7 +37,7 @@ BENCH_ARGS = (
     "--variable_update",
     "horovod",
     "--model",
-    "resnet20",
+    "resnet8",
     "--batch_size",
     "8",
     "--num_batches",
@@ -232,6 +232,9 @@ def test_tf_horovod_yarn_4_ranks_in_2_containers(openmpi4_build, yarn, tmp_path,
 TENANT_POD_SIZE = ("--pod-cpu", "500m", "--pod-memory", "2Gi")
 
 
+# Four TensorFlow ranks on the real node's 2 cores, after its pods start: past the suite's 300 s
+# default under the load of a run from nothing (both cases were stopped at 300 s there)
+@pytest.mark.timeout(600)
 @pytest.mark.real_pods
 @pytest.mark.parametrize("launcher", ["cluster", "local"])
 def test_tf_horovod_on_real_pods(real, horovod_image, tmp_path, launcher):
@@ -249,6 +252,7 @@ def test_tf_horovod_on_real_pods(real, horovod_image, tmp_path, launcher):
     assert real.leftovers(name) == []
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.real_pods
 def test_tf_horovod_as_an_edit_only_tenant_in_a_restricted_namespace(tenant, horovod_image, tmp_path):
     """The headline as a tenant: bound only to `edit`, PodSecurity `restricted`, default-deny
