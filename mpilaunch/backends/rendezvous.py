@@ -9,24 +9,39 @@ that host, through the worker's exec agent, once per launch.
 
 from __future__ import annotations
 
+import inspect
 import shlex
 
 from ..rsh_agent import agent_client
 
 POD_PORT = 29500  # torchrun's default: free in a pod of the job's own
-# A port below the host's ephemeral range, free now: rank 0 binds it seconds later, and the kernel
-# never hands such a port to another process's connect() or bind(0) in between (an ephemeral one
-# it does, under load: "Address already in use" in rank 0). The ephemeral range as a last resort.
-_FREE_PORT = (
-    "import random, socket\n"
-    "try: low = int(open('/proc/sys/net/ipv4/ip_local_port_range').read().split()[0])\n"
-    "except (OSError, ValueError): low = 32768\n"
-    "for port in random.sample(range(10000, low), min(200, max(low - 10000, 0))) + [0]:\n"
-    "    s = socket.socket()\n"
-    "    try: s.bind(('', port))\n"
-    "    except OSError: continue\n"
-    "    print(s.getsockname()[1]); break\n"
-)
+
+
+def free_port_below_ephemeral(host: str = "") -> int:
+    """A port below the host's ephemeral range, free now: rank 0 binds it seconds later, and the
+    kernel never hands such a port to another process's connect() or bind(0) in between (an
+    ephemeral one it does, under load: "Address already in use" in rank 0). The ephemeral range
+    only as a last resort. Self-contained: its source also runs on remote workers."""
+    import random
+    import socket
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            low = int(ports.read().split()[0])
+    except (OSError, ValueError):
+        low = 32768
+    for port in random.sample(range(10000, low), min(200, max(low - 10000, 0))) + [0]:
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise OSError("no free port")
+
+
+# what a worker's own python runs (it may not have mpilaunch installed)
+_FREE_PORT = inspect.getsource(free_port_below_ephemeral) + "\nprint(free_port_below_ephemeral())\n"
 
 
 def pod_rendezvous(worker: str, job: str) -> tuple[str, int]:

@@ -24,6 +24,7 @@ from ...job.procs import kill_tree, processes_with_env, wait_exit
 from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers
+from ..rendezvous import free_port_below_ephemeral
 from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
 
@@ -211,10 +212,9 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         return how, (lines[-1] if lines and code > 0 else "")
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
-        # every worker is on this machine: loopback, and a port free here
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            return "127.0.0.1", sock.getsockname()[1]
+        # every worker is on this machine: loopback, and a port free here (rank 0 binds all
+        # addresses, so test the same; an ephemeral port was taken under load in CI)
+        return "127.0.0.1", free_port_below_ephemeral()
 
     def exec_context(self) -> dict:
         return {
