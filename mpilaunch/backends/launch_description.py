@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from ..core.errors import UsageError
-from ..core.spec import JobSpec, Plan, WorkerPlan
+from ..core.spec import CARRIED, JobSpec, Plan, WorkerPlan, detached_kind
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,11 @@ class LaunchWorker:
     name: str
     slots: int
     address: str | None = None  # where its agent listens (agent transports); None: reached by name
+
+
+def _from_json(value):
+    """JSON has lists where the spec has tuples."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def worker_name(job: str, index: int) -> str:
@@ -38,22 +43,27 @@ def slot_runs(job: str, workers) -> list[list[int]] | None:
     return [[slots, len(list(same))] for slots, same in groupby(w.slots for w in workers)]
 
 
+def carried_spec(spec: JobSpec) -> dict:
+    """The JobSpec fields a launcher in the cluster runs the job with (``spec.CARRIED``), unchanged.
+    Attached, the submitting side enforces --timeout and --stall-timeout itself: the launcher must
+    not race it to the verdict."""
+    out = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if detached_kind(f) == CARRIED}
+    if not spec.detach:
+        out.update(timeout=None, stall_timeout=None)
+    return out
+
+
+_CARRIED = tuple(f.name for f in dataclasses.fields(JobSpec) if detached_kind(f) == CARRIED)
+
+
 @dataclass(frozen=True)
 class LaunchDescription:
     job: str
     workers: tuple[LaunchWorker, ...]
-    command: tuple[str, ...]
     rank_prefix: tuple[str, ...]  # how a worker starts the rank wrapper (its Python may differ)
-    mpi: str = "auto"
+    spec: dict  # the job's options, as carried_spec gives them (command, mpi, timeouts, ...)
     mpirun: str | None = None  # the launcher's mpirun (the image's, the container's); None: found on PATH
     env: tuple[str, ...] = ()  # -x NAME=VALUE for every rank, values taken on the submitting side
-    mpi_args: tuple[str, ...] = ()
-    bind_gpus: bool = False
-    verify: bool = True
-    start_timeout: float = 300.0
-    # detached, the launcher enforces --timeout itself; attached, the submitting side does (None here)
-    timeout: float | None = None
-    detach: bool = False
     attempt: int = 1  # --retries: the ranks see it as MPILAUNCH_ATTEMPT
     # the rank wrappers' lines count only with the submitting side's token (rank.py)
     status_token: str | None = None
@@ -63,8 +73,23 @@ class LaunchDescription:
     # the parts kept from readers of the job's objects (Kubernetes: in a Secret, not the ConfigMap)
     SECRET_FIELDS = ("env", "status_token")
 
+    @property
+    def command(self) -> tuple[str, ...]:
+        return tuple(self.spec["command"])
+
+    @property
+    def mpi(self) -> str:
+        return self.spec.get("mpi") or "auto"
+
+    @property
+    def detach(self) -> bool:
+        return bool(self.spec.get("detach"))
+
     def to_dict(self) -> dict:
-        out = dataclasses.asdict(self)
+        """Flat JSON: the carried options beside the description's own fields."""
+        out = {name: getattr(self, name) for name in self._own_fields()} | dict(self.spec)
+        out["rank_prefix"] = list(self.rank_prefix)
+        out["env"] = list(self.env)
         runs = slot_runs(self.job, self.workers)
         if runs is not None:
             del out["workers"]
@@ -72,6 +97,10 @@ class LaunchDescription:
         else:
             out["workers"] = [dataclasses.asdict(w) for w in self.workers]
         return out
+
+    @classmethod
+    def _own_fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "spec")
 
     @classmethod
     def from_dict(cls, data: dict) -> "LaunchDescription":
@@ -85,20 +114,16 @@ class LaunchDescription:
                     LaunchWorker(name=str(w["name"]), slots=int(w["slots"]), address=w.get("address"))
                     for w in data["workers"]
                 )
+            spec = {name: _from_json(data[name]) for name in _CARRIED if name in data}
+            if "command" not in spec:
+                raise KeyError("command")
             return cls(
                 job=str(data["job"]),
                 workers=workers,
-                command=tuple(data["command"]),
                 rank_prefix=tuple(data.get("rank_prefix") or ("python3", "-m", "mpilaunch.rank")),
-                mpi=data.get("mpi") or "auto",
+                spec=spec,
                 mpirun=data.get("mpirun"),
                 env=tuple(data.get("env") or ()),
-                mpi_args=tuple(data.get("mpi_args") or ()),
-                bind_gpus=bool(data.get("bind_gpus")),
-                verify=bool(data.get("verify", True)),
-                start_timeout=float(data.get("start_timeout") or 300.0),
-                timeout=data.get("timeout"),
-                detach=bool(data.get("detach")),
                 attempt=int(data.get("attempt") or 1),
                 status_token=data.get("status_token"),
                 cwd=data.get("cwd"),
@@ -122,16 +147,9 @@ class LaunchDescription:
 
     def job_spec(self) -> JobSpec:
         """The spec the launcher's lifecycle runs: what the submitting side's would have been."""
-        return JobSpec(
-            command=self.command,
-            bind_gpus=self.bind_gpus,
-            name=self.job,
-            env=self.env,
-            mpi_args=self.mpi_args,
-            start_timeout=self.start_timeout,
-            verify=self.verify,
-            timeout=self.timeout,
-        )
+        # detach=False: the launcher runs the job to its end (a detached spec would submit it again);
+        # its mpirun is found from ``mpirun`` (find_mpirun), as before
+        return JobSpec(**(self.spec | {"detach": False}), name=self.job, env=self.env)
 
     def plan(self) -> Plan:
         return Plan(

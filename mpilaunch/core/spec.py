@@ -83,39 +83,65 @@ class PsOptions:
     requirement: str | None = None  # YARN-DTF -r "ps:2,worker:4"
 
 
+# Where each JobSpec field goes when the job is detached (``--detach``): the in-cluster launcher
+# runs the job from a LaunchDescription, and a field it never sees is an option silently dropped
+# (--stall-timeout once was). Every field says which of these it is; test_detach_option holds
+# every field to it.
+CARRIED = "carried"  # reaches the detached launcher unchanged (launch_description.carried_spec)
+RESOLVED = "resolved"  # the submitting side resolves it into its own description field (-x values, the name)
+SUBMITTING = "submitting"  # spent on the submitting side before the hand-off (the plan, the objects made)
+REFUSED = "refused"  # needs this mpilaunch to stay: refused with --detach (its flag named)
+
+
+def option(default=None, *, detached: str, flag: str | None = None, default_factory=dataclasses.MISSING):
+    """A JobSpec field with where it goes when detached (above) and, for a refused one, its flag."""
+    metadata = {"detached": detached, "flag": flag}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """Everything the command line asked for, checked, before anything is planned."""
 
-    command: tuple[str, ...]
-    gpus: int | None = None
-    gpus_per_node: int | None = None
-    np: int | None = None
-    slots_per_worker: int | None = None
-    backend: str = "local"
-    mpi: str = "auto"
-    mpirun: str | None = None
-    env: tuple[str, ...] = ()  # -x NAME[=VALUE]
-    mpi_args: tuple[str, ...] = ()
-    launcher: str = "auto"
-    name: str | None = None
-    start_timeout: float = 300.0
-    timeout: float | None = None
-    stall_timeout: float | None = None  # declared hung after this long silent with unchanged stacks
-    on_stall: str = "stop"  # ON_STALL: stop the hung job (EXIT_HUNG), or report it and run on
-    orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT  # cluster backends: reap the job this long after mpilaunch vanished
-    output_dir: str | None = None
-    dry_run: bool = False
-    bind_gpus: bool = False
-    hostfile: str | None = None
-    verify: bool = True  # check every rank's placement against the plan
-    detach: bool = False  # submit and exit; the launcher in the cluster runs the job to its end
-    retries: int = 0  # relaunch mpirun on the same allocation after a lost worker, this many times
-    retry_rank_failures: bool = False  # ... and after a rank failure too
-    mode: str = "allreduce"
-    # the backend's own options (its BackendOptions subclass, backends/<name>/options.py); None: its defaults
-    backend_options: object = None
-    ps: PsOptions = field(default_factory=PsOptions)
+    command: tuple[str, ...] = option(dataclasses.MISSING, detached=CARRIED)
+    gpus: int | None = option(detached=SUBMITTING)
+    gpus_per_node: int | None = option(detached=SUBMITTING)
+    np: int | None = option(detached=SUBMITTING)
+    slots_per_worker: int | None = option(detached=SUBMITTING)
+    backend: str = option("local", detached=SUBMITTING)
+    mpi: str = option("auto", detached=CARRIED)
+    mpirun: str | None = option(detached=RESOLVED)  # YARN: this machine's, found here
+    env: tuple[str, ...] = option((), detached=RESOLVED)  # -x NAME[=VALUE]; values taken here
+    mpi_args: tuple[str, ...] = option((), detached=CARRIED)
+    launcher: str = option("auto", detached=SUBMITTING)
+    name: str | None = option(detached=RESOLVED)  # the description's job (a generated one if None)
+    start_timeout: float = option(300.0, detached=CARRIED)
+    timeout: float | None = option(detached=CARRIED)
+    # declared hung after this long silent with unchanged stacks
+    stall_timeout: float | None = option(detached=CARRIED)
+    on_stall: str = option("stop", detached=CARRIED)  # ON_STALL: stop the hung job (EXIT_HUNG), or report it
+    # cluster backends: reap the job this long after mpilaunch vanished (the reaper's, made before the hand-off)
+    orphan_timeout: float = option(DEFAULT_ORPHAN_TIMEOUT, detached=SUBMITTING)
+    # report.json and the ranks' logs are written by the mpilaunch that stays to the end
+    output_dir: str | None = option(detached=REFUSED, flag="--output-dir")
+    dry_run: bool = option(False, detached=REFUSED, flag="--dry-run")
+    bind_gpus: bool = option(False, detached=CARRIED)
+    hostfile: str | None = option(detached=SUBMITTING)
+    verify: bool = option(True, detached=CARRIED)  # check every rank's placement against the plan
+    detach: bool = option(False, detached=CARRIED)  # submit and exit; the cluster's launcher runs the job
+    # relaunch mpirun on the same allocation after a lost worker, this many times: the submitting
+    # side replaces the workers
+    retries: int = option(0, detached=REFUSED, flag="--retries")
+    retry_rank_failures: bool = option(
+        False, detached=REFUSED, flag="--retry-rank-failures"
+    )  # ... and after a rank failure
+    mode: str = option("allreduce", detached=CARRIED)
+    # the backend's own options (its BackendOptions subclass, backends/<name>/options.py); None: its
+    # defaults. They shape the objects made before the hand-off.
+    backend_options: object = option(detached=SUBMITTING)
+    ps: PsOptions = option(detached=REFUSED, flag="--ps", default_factory=PsOptions)
 
     def __post_init__(self):
         if not self.command:
@@ -189,6 +215,12 @@ class JobSpec:
             )
         if self.dry_run:
             raise UsageError("--detach and --dry-run exclude each other", "drop one of them")
+        refused = [flag for _, flag, _ in refused_with_detach(self)]
+        if refused:
+            raise UsageError(
+                f"{refused[0]} needs this mpilaunch to stay until the job ends; --detach leaves at once",
+                f"drop --detach, or drop {' and '.join(refused)}",
+            )
 
     def _check_retries(self) -> None:
         if self.retries < 0:
@@ -205,14 +237,30 @@ class JobSpec:
                 "--retries relaunches mpirun jobs, not PS jobs",
                 "PS jobs recover through TensorFlow's own fault tolerance; drop --retries",
             )
-        if self.detach:
-            raise UsageError(
-                "--retries needs this mpilaunch to stay: it replaces the lost workers",
-                "drop --detach, or drop --retries",
-            )
 
     def to_dict(self) -> dict:
         return _as_dict(self)
+
+
+def detached_kind(spec_field: dataclasses.Field) -> str:
+    return spec_field.metadata["detached"]
+
+
+def refused_with_detach(spec: JobSpec) -> list[tuple[str, str, object]]:
+    """(field, flag, value) of each option given that a detached job cannot honour."""
+    out = []
+    for spec_field in dataclasses.fields(spec):
+        if detached_kind(spec_field) != REFUSED:
+            continue
+        default = (
+            spec_field.default_factory()
+            if spec_field.default_factory is not dataclasses.MISSING
+            else spec_field.default
+        )
+        value = getattr(spec, spec_field.name)
+        if value != default:
+            out.append((spec_field.name, spec_field.metadata["flag"], value))
+    return out
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,8 @@ def test_launch_description_round_trips_runs_and_irregular_workers():
     regular = LaunchDescription(
         job="j",
         workers=(LaunchWorker("j-worker-0", 8), LaunchWorker("j-worker-1", 8), LaunchWorker("j-worker-2", 3)),
-        command=("true",),
         rank_prefix=("r",),
+        spec={"command": ("true",)},
     )
     data = regular.to_dict()
     assert "workers" not in data and data["worker_slots"] == [[8, 2], [3, 1]]
@@ -92,7 +92,7 @@ def test_launch_description_round_trips_runs_and_irregular_workers():
         (LaunchWorker("j-worker-1", 1), LaunchWorker("j-worker-0", 1)),
         (LaunchWorker("j-worker-0", 1, "10.0.0.1:4000"),),
     ):
-        odd = LaunchDescription(job="j", workers=workers, command=("true",), rank_prefix=("r",))
+        odd = LaunchDescription(job="j", workers=workers, rank_prefix=("r",), spec={"command": ("true",)})
         data = odd.to_dict()
         assert "worker_slots" not in data and len(data["workers"]) == len(workers)
         assert LaunchDescription.from_dict(json.loads(json.dumps(data))) == odd

@@ -15,7 +15,7 @@ import os
 from ...core import mpi
 from ...core.errors import AllocationError, UsageError
 from ...core.mpi import versions as mpi_versions
-from ..launch_description import LaunchDescription, LaunchWorker
+from ..launch_description import LaunchDescription, LaunchWorker, carried_spec
 from .pods import WORKER_CONTAINER
 
 # What --mpi auto is taken to be before the launcher pod detects the image's MPI itself.
@@ -152,20 +152,12 @@ def launch_description(
     return LaunchDescription(
         job=job,
         workers=tuple(LaunchWorker(w.name, w.slots) for w in plan.workers),
-        command=tuple(spec.command),
         rank_prefix=tuple(rank_prefix),
-        mpi=spec.mpi,
-        mpirun=spec.mpirun,  # with the cluster launcher, --mpirun names the image's mpirun
-        env=forwarded_env(spec.env, environ),
-        mpi_args=tuple(spec.mpi_args),
-        bind_gpus=spec.bind_gpus,
-        verify=spec.verify,
-        start_timeout=spec.start_timeout,
         # detached, the launcher enforces --timeout itself (exit 124, as attached); the Job's
         # activeDeadlineSeconds, later by the start timeout and a margin, only backs it up.
-        # Attached, the submitting side enforces it.
-        timeout=spec.timeout if spec.detach else None,
-        detach=spec.detach,
+        spec=carried_spec(spec),
+        mpirun=spec.mpirun,  # with the cluster launcher, --mpirun names the image's mpirun
+        env=forwarded_env(spec.env, environ),
         status_token=status_token,
         cluster={
             "namespace": namespace,

@@ -23,7 +23,7 @@ import time
 
 import skein
 
-from ..launch_description import LaunchDescription, LaunchWorker
+from ..launch_description import LaunchDescription, LaunchWorker, carried_spec
 from .client import state_name
 from .keys import (
     EXIT_KEY,
@@ -61,17 +61,11 @@ def launch_description(backend) -> LaunchDescription:
     return LaunchDescription(
         job=backend.plan.job_name,
         workers=tuple(LaunchWorker(w.name, w.slots, backend.addresses[w.name]) for w in backend.plan.workers),
-        command=tuple(spec.command),
         rank_prefix=tuple(backend.rank_prefix()),
-        mpi=spec.mpi,
+        # detached: the launcher enforces --timeout and ends the application itself; attached, this side does
+        spec=carried_spec(spec),
         mpirun=mpirun,
         env=tuple(f"{n}={values[n]}" for n in names if n in values),
-        mpi_args=tuple(spec.mpi_args),
-        bind_gpus=spec.bind_gpus,
-        verify=spec.verify,
-        # detached: the launcher enforces --timeout and ends the application itself; attached, this side does
-        timeout=spec.timeout if spec.detach else None,
-        detach=spec.detach,
         attempt=backend.attempt,
         status_token=backend.status_token,
         # mpirun's working directory (ranks start there where it exists),

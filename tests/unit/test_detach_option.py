@@ -1,0 +1,156 @@
+"""Every run option either reaches a detached launcher unchanged or is refused with --detach.
+
+A detached job is run by the launcher in the cluster from its launch description; an option the
+description lacks is silently dropped (--stall-timeout and --on-stall were, on Kubernetes and YARN;
+--start-timeout was, on YARN). Each JobSpec field declares where it goes (core/spec.py, ``option``);
+these tests hold every field to its declaration, so a new option cannot be dropped unnoticed.
+"""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from mpilaunch.backends.k8s.launch import launch_description as k8s_description
+from mpilaunch.backends.launch_description import LaunchDescription
+from mpilaunch.backends.yarn.launch import launch_description as yarn_description
+from mpilaunch.core.errors import UsageError
+from mpilaunch.core.spec import CARRIED, REFUSED, RESOLVED, SUBMITTING, JobSpec, Plan, PsOptions, WorkerPlan
+
+FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
+
+# a value other than the default for every carried field, as a user would give it with --detach
+CARRIED_VALUES = {
+    "command": ("python3", "train.py", "--epochs", "3"),
+    "mpi": "mpich",
+    "mpi_args": ("--mca", "btl", "tcp,self"),
+    "start_timeout": 77.0,
+    "timeout": 3600.0,
+    "stall_timeout": 15.0,
+    "on_stall": "report",
+    "bind_gpus": True,
+    "verify": False,
+    "detach": True,
+    "mode": "allreduce",  # the only mode a detached job has (ps is refused)
+}
+
+# a value other than the default for every refused field
+REFUSED_VALUES = {
+    "output_dir": "/tmp/out",
+    "dry_run": True,
+    "retries": 2,
+    "retry_rank_failures": True,
+    "ps": PsOptions(ps=1, workers=2),
+}
+
+
+def kinds(kind: str) -> set[str]:
+    return {name for name, f in FIELDS.items() if f.metadata.get("detached") == kind}
+
+
+def test_detach_option_every_field_declares_where_it_goes():
+    undeclared = [
+        name for name, f in FIELDS.items() if f.metadata.get("detached") not in (CARRIED, RESOLVED, SUBMITTING, REFUSED)
+    ]
+    assert undeclared == []
+    assert kinds(CARRIED) == set(CARRIED_VALUES), "give a sample value for each carried field"
+    assert kinds(REFUSED) == set(REFUSED_VALUES), "give a sample value for each refused field"
+    assert all(FIELDS[name].metadata["flag"].startswith("--") for name in kinds(REFUSED))
+
+
+def detached_spec() -> JobSpec:
+    return JobSpec(backend="k8s", name="dj", env=("HF_TOKEN=secret",), mpirun="/opt/mpi/bin/mpirun", **CARRIED_VALUES)
+
+
+def plan() -> Plan:
+    return Plan("dj", (WorkerPlan("dj-worker-0", 2, 0), WorkerPlan("dj-worker-1", 2, 0)))
+
+
+def through_json(launch: LaunchDescription) -> LaunchDescription:
+    return LaunchDescription.from_dict(json.loads(json.dumps(launch.to_dict())))
+
+
+def yarn_backend(spec: JobSpec) -> SimpleNamespace:
+    """What YARN's launch_description reads of its backend (the description is a pure function of it)."""
+    return SimpleNamespace(
+        spec=spec,
+        plan=plan(),
+        opts=SimpleNamespace(env_archive=None),
+        addresses={"dj-worker-0": "10.0.0.1:4000", "dj-worker-1": "10.0.0.2:4000"},
+        rank_prefix=lambda: ["python3", "-m", "mpilaunch.rank"],
+        attempt=1,
+        status_token="tok",
+        exec_context=lambda: {"forward_env": []},
+    )
+
+
+@pytest.mark.parametrize("backend", ["k8s", "yarn"])
+def test_detach_option_each_carried_field_reaches_the_launcher_unchanged(backend):
+    spec = detached_spec()
+    if backend == "k8s":
+        made = k8s_description(spec, plan(), "dj", "ns", ["python3", "-m", "mpilaunch.rank"], "tok", {})
+    else:
+        made = yarn_description(yarn_backend(spec))
+    launch = through_json(made)
+    launched = launch.job_spec()
+    for name in kinds(CARRIED) - {"detach"}:
+        assert getattr(launched, name) == getattr(spec, name), name
+    assert launch.detach  # the launcher knows it is detached; its own run does not submit again
+    assert not launched.detach
+    # the resolved ones arrive in the description's own fields
+    assert launched.name == launch.job == "dj"
+    assert launch.mpirun == "/opt/mpi/bin/mpirun"
+    assert launched.env == ("HF_TOKEN=secret",)
+
+
+def test_detach_option_attached_launcher_leaves_the_timeouts_to_the_submitting_side():
+    """Attached, mpilaunch on the submitting side enforces --timeout and --stall-timeout; a launcher
+    enforcing them too would race it to the verdict."""
+    spec = dataclasses.replace(detached_spec(), detach=False)
+    launched = through_json(k8s_description(spec, plan(), "dj", "ns", ["r"], None, {})).job_spec()
+    assert (launched.timeout, launched.stall_timeout) == (None, None)
+    assert launched.start_timeout == 77.0
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_VALUES))
+def test_detach_option_each_refused_field_is_refused_with_its_flag(name):
+    values = {"command": ("true",), "backend": "k8s", "detach": True, name: REFUSED_VALUES[name]}
+    if name == "retry_rank_failures":
+        values["retries"] = 1
+    if name == "ps":
+        values["mode"] = "ps"
+    with pytest.raises(UsageError) as caught:
+        JobSpec(**values)
+    flag = FIELDS[name].metadata["flag"]
+    assert "--detach" in caught.value.message + caught.value.hint
+    assert flag.split()[0] in caught.value.message + caught.value.hint or name == "ps"
+
+
+def test_detach_option_refused_on_the_command_line_in_one_line_exit_2():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "k8s",
+            "--detach",
+            "--output-dir",
+            "/tmp/x",
+            "--np",
+            "2",
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first == (
+        "mpilaunch: error: --output-dir needs this mpilaunch to stay until the job ends; --detach leaves at once"
+    ), proc.stderr
