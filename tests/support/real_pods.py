@@ -69,6 +69,17 @@ class Real:
             stderr=subprocess.PIPE,
         )
 
+    def manage(self, action: str, job: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+        """``mpilaunch status|logs|delete|wait JOB`` in the testbed's default namespace."""
+        return subprocess.run(
+            [sys.executable, "-m", "mpilaunch", action, job, "--backend", "k8s", *args],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
         """Objects of the job still in the API after ``timeout`` (pods of a real
         kubelet take their grace period; garbage collection is asynchronous)."""

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from mpilaunch.core.exit_codes import EXIT_TIMEOUT, EXIT_USAGE
+from mpilaunch.core.exit_codes import EXIT_HUNG, EXIT_TIMEOUT, EXIT_USAGE
 from support.helpers import PROGRAMS, REPO, finish, wait_started
 
 pytestmark = pytest.mark.real_pods
@@ -242,4 +242,28 @@ def test_hang_pods_foreign_image_names_the_rank(real, foreign, tmp_path):
         f"mpilaunch: hang: rank 1 ({job}-worker-0) is in <module> at <string>:{STUCK['sleep']}; "
         f"the 3 other ranks are in <module> at <string>:{STUCK['others']}"
     ], err[-3000:]
+    assert real.leftovers(job) == []
+
+
+def test_hang_pods_detached_stall_timeout_names_the_rank_and_wait_returns_hung(real):
+    """--stall-timeout reaches a detached launcher (it was silently dropped: the job then ran to its
+    --timeout). The launcher finds the hang after 15 s of silence with unchanged stacks, names the
+    rank in its log, stops the job, and `mpilaunch wait` returns 86 well before --timeout."""
+    job = "rp-hang-detached-stall"
+    handed = real.run(
+        job, *SIZE, "--stall-timeout", "15", "--timeout", "240", "--detach", "--",
+        "python3", HANG, "sleep", "2", timeout=300,
+    )  # fmt: skip
+    assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr[-3000:]
+    try:
+        started = time.monotonic()
+        waited = real.manage("wait", job, "--timeout", "200")
+        took = time.monotonic() - started
+        assert waited.returncode == EXIT_HUNG, waited.stdout[-2000:] + waited.stderr[-2000:]
+        assert took < 150, f"wait took {took:.0f} s: the stall was not found before --timeout"
+        logs = real.manage("logs", job)
+        assert expected_verdict(job, 2) in (logs.stdout + logs.stderr).splitlines(), logs.stdout[-3000:]
+    finally:
+        deleted = real.manage("delete", job)
+    assert deleted.returncode == 0, deleted.stderr
     assert real.leftovers(job) == []

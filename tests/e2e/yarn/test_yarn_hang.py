@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from mpilaunch.core.exit_codes import EXIT_TIMEOUT
+from mpilaunch.core.exit_codes import EXIT_HUNG, EXIT_TIMEOUT
 from support.helpers import PROGRAMS, REPO, finish, mpilaunch_env, wait_for, wait_started
 from support.yarn import app_by_name, assert_released, describe_app, start
 
@@ -204,3 +204,30 @@ def test_yarn_hang_stacks_command_on_a_detached_job_asks_its_launcher(yarn, open
     unknown, _ = stacks_command("yarn-hang-no-such-job", openmpi_env, tmp_path)
     assert unknown.returncode == 2, unknown.stderr
     assert unknown.stderr.startswith("mpilaunch: error: no mpilaunch job named 'yarn-hang-no-such-job' on YARN")
+
+
+def test_yarn_hang_detached_stall_timeout_names_the_rank_and_wait_returns_hung(yarn, openmpi_env):
+    """--stall-timeout reaches a detached launcher container (the launch description dropped it: the
+    job ran to its --timeout). It names the rank in its log, stops the job, and `mpilaunch wait`
+    returns 86 long before --timeout."""
+    name, odd = "yarn-hang-detached-stall", 2
+    args = ["--name", name, "--np", str(NP), "--slots-per-worker", str(SLOTS), "--memory", "512 MiB"]
+    proc = start(
+        [*args, "--detach", "--stall-timeout", "15", "--timeout", "600", "--",
+         sys.executable, str(HANG), "sleep", str(odd)],
+        openmpi_env,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err + describe_app(yarn, name)
+    started = time.monotonic()
+    waited = cli(openmpi_env["env"], "wait", name, "--backend", "yarn", timeout=400)
+    took = time.monotonic() - started
+    assert waited.returncode == EXIT_HUNG, waited.stdout + waited.stderr + describe_app(yarn, name)
+    assert took < 300, f"wait took {took:.0f} s: the stall was not found before --timeout"
+    logs = cli(openmpi_env["env"], "logs", name, "--backend", "yarn").stdout
+    verdict = (
+        f"mpilaunch: hang: rank {odd} ({name}-worker-1) is in time.sleep at hang.py:{STUCK['sleep']}; "
+        f"the 3 other ranks are in MPI_Allreduce at hang.py:{STUCK['others']}"
+    )
+    assert verdict in logs.splitlines(), logs[-3000:]
+    assert_released(yarn, name, "FAILED")
