@@ -7,7 +7,10 @@ a ``Real``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -79,6 +82,28 @@ class Real:
             text=True,
             timeout=timeout,
         )
+
+    @contextlib.contextmanager
+    def api_outage(self, how: str):
+        """The API server out for the block's duration, for everyone (this machine and the pods):
+        ``unresponsive``: stopped (SIGSTOP), requests hang; ``refusing``: every packet to its port
+        is answered with a TCP reset (the pods' DNAT to it goes through the same INPUT chain)."""
+        if how == "unresponsive":
+            pid = int(self.cluster.pids["kube-apiserver"])
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                yield
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            return
+        assert how == "refusing", how
+        port = str(self.cluster.ports["kube-apiserver"])
+        rule = ["INPUT", "-p", "tcp", "--dport", port, "-j", "REJECT", "--reject-with", "tcp-reset"]
+        subprocess.run(["iptables", "-w", "-I", *rule], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["iptables", "-w", "-D", *rule], check=True)
 
     def leftovers(self, job: str, timeout: float = 60.0) -> list[str]:
         """Objects of the job still in the API after ``timeout`` (pods of a real

@@ -430,6 +430,52 @@ def test_rank_past_the_pods_memory_limit_is_named_as_killed_by_the_oom_killer(re
 # ------------------------------------------------------------------ every exit path cleans up
 
 
+OUTAGE_PROGRAM = (
+    "import time\n"
+    "print('started', flush=True)\n"
+    "for i in range(14):\n"
+    "    time.sleep(5); print(f'tick {i}', flush=True)\n"
+)
+
+
+@pytest.mark.parametrize("how", ["unresponsive", "refusing"])
+def test_reaper_outage_of_the_api_server_longer_than_the_orphan_timeout_loses_no_job(real, how):
+    """The API server out for 25 s, past --orphan-timeout 10, while an attached job runs: renewals
+    fail during it, and the reaper's first good read afterwards must not count the outage as the
+    submitter's silence (it deleted the live job: issue 49, item 3). The job runs to its end, exit 0,
+    nothing left. (The reaper still ends a job whose mpilaunch died: test_every_exit_leaves_nothing_behind.)"""
+    job = f"rp-outage-{how}"
+    proc = real.start(
+        job, "--np", "2", "--slots-per-worker", "1", "--orphan-timeout", "10", "--",
+        "python3", "-c", OUTAGE_PROGRAM,
+    )  # fmt: skip
+    try:
+        wait_started(proc, 2)
+        wait_for(
+            lambda: real.kubectl(
+                "get", "pods", "-l", f"mpilaunch/job={job},mpilaunch/role=reaper",
+                "-o", "jsonpath={.items[*].status.phase}",
+            ).stdout == "Running",
+            60,
+            "the reaper pod to run",
+        )  # fmt: skip
+        root_uid = real.kubectl("get", "configmap", job, "-o", "jsonpath={.metadata.uid}").stdout
+        with real.api_outage(how):
+            time.sleep(25)
+        # the reaper polls every few seconds: give it time to act on its first good reads
+        time.sleep(8)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert real.kubectl("get", "configmap", job, "-o", "jsonpath={.metadata.uid}").stdout == root_uid
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert out.count("tick 13") == 2, out[-2000:]
+    assert real.leftovers(job) == []
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "timeout", "sigkill", "sigkill-local"])
 def test_every_exit_leaves_nothing_behind(real, how):
     """Ctrl-C, SIGTERM and --timeout delete the job's objects themselves; after SIGKILL of
