@@ -329,7 +329,7 @@ def check_default_backend(args: argparse.Namespace, options: list[str]) -> None:
 
 def unrecognized(unknown: list[str], argv: list[str], prog: str = "mpilaunch") -> UsageError:
     """Words the parser does not know. Without '--', a word that is no option is most likely the
-    start of the program (``mpilaunch --np 4 python x.py``): the hint shows the command line with
+    start of the program (``mpilaunch --np 4 python train.py``): the hint shows the command line with
     '--' put in before it."""
     import shlex  # an error path: not paid by every launch
 
@@ -341,7 +341,7 @@ def unrecognized(unknown: list[str], argv: list[str], prog: str = "mpilaunch") -
             + ("" if "--" in argv else f"; the program goes after '--', e.g. {prog} --np 4 -- python train.py"),
         )
     # where the program starts: the last place from which every unknown word follows in order
-    # (in --name python --np 4 python x.py, the first "python" is the option's value)
+    # (in --name python --np 4 python train.py, the first "python" is the option's value)
     start = max(i for i, word in enumerate(argv) if word == unknown[0] and _in_order(unknown, argv[i:]))
     options, program = argv[:start], argv[start:]
     return UsageError(
