@@ -50,7 +50,7 @@ def test_silent_trap_a_forbidden_node_list_is_stated_in_one_warning(kube, k8s_en
 def test_silent_trap_e_more_gpus_than_the_listed_nodes_is_refused_at_once(kube, k8s_env):
     job = "st-toomany"
     t0 = time.monotonic()
-    proc = start(["--name", job, "--gpus", "256", "--start-timeout", "60", "--", "true"], k8s_env)
+    proc = start(["--name", job, "--gpus", "256", "--start-timeout", "15", "--", "true"], k8s_env)
     out, err = proc.communicate(timeout=120)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 2, err
