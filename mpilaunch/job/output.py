@@ -67,26 +67,29 @@ def echo_line(echo: dict, stream: str, line: str) -> None:
 # The rank wrapper's line for a program that could not start (rank.py). A program missing on
 # the workers makes every rank say it: 128 ranks, 128 lines. They are held back and shown as one
 # line per cause naming the ranks (local and ssh jobs are checked before allocating,
-# core/program_check.py; on cluster backends the workers are the first to know).
+# core/program_check.py; on cluster backends the workers are the first to know). The line
+# names its rank itself: Open MPI 5 passed on some of them untagged, after it began to abort
+# the job (1 of 4 ranks on kwok pods, 1 of 8 locally).
 _CANNOT_START = re.compile(r"^mpilaunch: error: rank (\d+): (cannot start .*)$")
 
 
-def cannot_start_cause(text: str) -> str | None:
-    """The cause in a rank wrapper's "cannot start" line, without its rank; None for any other line."""
+def cannot_start(text: str) -> tuple[int, str] | None:
+    """(rank, cause) of a rank wrapper's "cannot start" line; None for any other line."""
     if not text.startswith("mpilaunch: error: rank "):  # most lines: no regex
         return None
     match = _CANNOT_START.match(text)
-    return None if match is None else match[2]
+    return None if match is None else (int(match[1]), match[2])
 
 
-def unstarted_lines(held: dict[tuple[str, str], list[int]]) -> list[tuple[str, str]]:
-    """(line, stream) for each cause the ranks gave for not starting: one line each, naming the ranks."""
+def unstarted_lines(held: dict[str, set[int]]) -> list[str]:
+    """One line for each cause the ranks gave for not starting, naming the ranks."""
     out = []
-    for (stream, cause), ranks in held.items():
+    for cause, ranks in held.items():
         if len(ranks) == 1:
-            out.append((f"[{ranks[0]}] mpilaunch: error: rank {ranks[0]}: {cause}", stream))
+            (rank,) = ranks
+            out.append(f"[{rank}] mpilaunch: error: rank {rank}: {cause}")
         else:
-            out.append((f"mpilaunch: error: {len(ranks)} ranks ({number_ranges(ranks)}): {cause}", stream))
+            out.append(f"mpilaunch: error: {len(ranks)} ranks ({number_ranges(ranks)}): {cause}")
     return out
 
 
@@ -108,7 +111,7 @@ class RankOutput:
         self.output_dir = output_dir
         self.shown_ranks = None if shown_ranks is None else frozenset(shown_ranks)
         # the rank wrapper's "cannot start" lines, held back and shown once per cause (unstarted_lines)
-        self.unstarted: dict[tuple[str, str], list[int]] = {}
+        self.unstarted: dict[str, set[int]] = {}  # cause -> the ranks that gave it
         self.tails: dict[int, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         self.launcher_tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
         self.launcher_head: list[str] = []
@@ -222,9 +225,11 @@ class RankOutput:
                 return
         if rank is None and is_benign_launcher_line(text):
             return
-        unstarted = cannot_start_cause(text) if rank is not None else None
+        unstarted = cannot_start(text)
         if unstarted is not None:  # shown once for all the ranks that say it (unstarted_lines)
-            self.unstarted.setdefault((stream, unstarted), []).append(rank)
+            self.unstarted.setdefault(unstarted[1], set()).add(unstarted[0])
+            if rank is None:  # a rank's line mpirun passed on untagged: not mpirun's own
+                return
         elif rank is None or self.shown_ranks is None or rank in self.shown_ranks:
             echo_line(self.echo, stream, text + "\n" if rank is None else f"[{rank}] {text}\n")
         if rank is None:
@@ -274,8 +279,8 @@ class RankOutput:
         ended, and at close."""
         with self._lock:
             held, self.unstarted = self.unstarted, {}
-        for line, stream in unstarted_lines(held):
-            echo_line(self.echo, stream, line + "\n")
+        for line in unstarted_lines(held):
+            echo_line(self.echo, "stderr", line + "\n")  # where the rank wrapper writes them
 
     def close(self) -> None:
         self.show_unstarted()
