@@ -10,6 +10,7 @@ from . import __version__, backends
 from .core.errors import MpilaunchError, UsageError
 from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
 from .core.orphan import DEFAULT_ORPHAN_TIMEOUT
+from .core.rank_filter import parse_rank_list
 from .core.spec import LAUNCHERS, ON_STALL, JobSpec, PsOptions, check_duration, mpi_choices
 
 
@@ -107,6 +108,12 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         "--retry-rank-failures", action="store_true", help="with --retries: relaunch after a rank failure too"
     )
     ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
+    ctl.add_argument(
+        "--output-ranks",
+        metavar="LIST",
+        help="show only these ranks' lines on the terminal, e.g. 0 or 0-3,8 (every rank still goes to "
+        "its --output-dir log; mpilaunch's own lines always show)",
+    )
     ctl.add_argument(
         "--dry-run",
         action="store_true",
@@ -216,6 +223,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         on_stall=args.on_stall,
         orphan_timeout=args.orphan_timeout,
         output_dir=args.output_dir,
+        output_ranks=None if args.output_ranks is None else parse_rank_list(args.output_ranks),
         dry_run=args.dry_run,
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,
@@ -279,7 +287,7 @@ def chosen_backend(options: list[str]) -> str | None:
     return first.parse_known_args(options)[0].backend
 
 
-def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
+def parse_run(argv: list[str], prog: str = "mpilaunch") -> tuple[JobSpec, argparse.Namespace]:
     """A run's spec. The parser first holds the chosen backend's options alone: each backend's
     options class costs its import (~0.5-2 ms), paid by every launch. Anything it does not know
     (another backend's option, a typo) is parsed again by the whole parser, so what is accepted,
@@ -290,10 +298,61 @@ def parse_run(argv: list[str]) -> tuple[JobSpec, argparse.Namespace]:
     if chosen is not None:
         args, unknown = build_parser(backend_names=(chosen,)).parse_known_args(options)
         if not unknown:
+            check_default_backend(args, options)
             return spec_from_args(args, command), args
     names = None if chosen is None else tuple(backends.BUILTIN) + (() if chosen in backends.BUILTIN else (chosen,))
-    args = build_parser(backend_names=names).parse_args(options)
+    args, unknown = build_parser(backend_names=names).parse_known_args(options)
+    if unknown:
+        raise unrecognized(unknown, argv, prog)
+    check_default_backend(args, options)
     return spec_from_args(args, command), args
+
+
+def check_default_backend(args: argparse.Namespace, options: list[str]) -> None:
+    """--hostfile on the local backend nobody chose: refused. A hostfile names hosts, and whoever
+    gives one without --backend means to run there (as mpirun --hostfile does); the local backend
+    would instead run every "host" as a worker process on this machine, all 128 ranks of a
+    cluster's hostfile on one laptop, without a word. Naming --backend local (or setting
+    $MPILAUNCH_BACKEND) keeps local workers named and sized after a hostfile."""
+    if not args.hostfile or args.backend != "local" or os.environ.get("MPILAUNCH_BACKEND"):
+        return
+    given = _Parser(add_help=False)
+    given.add_argument("--backend")
+    if given.parse_known_args(options)[0].backend is None:
+        raise UsageError(
+            f"--hostfile {args.hostfile} names hosts, but the default backend (local) runs every worker "
+            "on this machine",
+            "to run on those hosts add --backend ssh; for local workers named and sized after the "
+            "hostfile, add --backend local",
+        )
+
+
+def unrecognized(unknown: list[str], argv: list[str], prog: str = "mpilaunch") -> UsageError:
+    """Words the parser does not know. Without '--', a word that is no option is most likely the
+    start of the program (``mpilaunch --np 4 python train.py``): the hint shows the command line with
+    '--' put in before it."""
+    import shlex  # an error path: not paid by every launch
+
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    if "--" in argv or unknown[0].startswith("-"):
+        return UsageError(
+            message,
+            f"see '{prog} --help'"
+            + ("" if "--" in argv else f"; the program goes after '--', e.g. {prog} --np 4 -- python train.py"),
+        )
+    # where the program starts: the last place from which every unknown word follows in order
+    # (in --name python --np 4 python train.py, the first "python" is the option's value)
+    start = max(i for i, word in enumerate(argv) if word == unknown[0] and _in_order(unknown, argv[i:]))
+    options, program = argv[:start], argv[start:]
+    return UsageError(
+        message,
+        f"put the program after '--', which ends mpilaunch's options: {prog} {shlex.join(options + ['--'] + program)}",
+    )
+
+
+def _in_order(words: list[str], seq: list[str]) -> bool:
+    it = iter(seq)
+    return all(any(w == s for s in it) for w in words)
 
 
 def _job_parser(command: str, argv: list[str], **kwargs):
@@ -397,7 +456,7 @@ def cmd_agent(argv: list[str]) -> int:
 def cmd_render(argv: list[str]) -> int:
     from .job import manage
 
-    return manage.render(parse_run(argv)[0])
+    return manage.render(parse_run(argv, "mpilaunch render")[0])
 
 
 def cmd_stacks(argv: list[str]) -> int:

@@ -102,6 +102,15 @@ class BackendOptions:
         before any backend exists, when --gpus is given without --gpus-per-node); None: unknown."""
         return None
 
+    @classmethod
+    def discover_gpus(cls, spec: JobSpec):
+        """``discover_gpus_per_node`` with what else the cluster told (``gpu_slots.GpuDiscovery``):
+        its total, checked against --gpus, and why it could not tell, stated in a warning. A
+        backend that lists its nodes overrides this one (k8s)."""
+        from ..core.gpu_slots import GpuDiscovery
+
+        return GpuDiscovery(per_node=cls.discover_gpus_per_node(spec))
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -121,6 +130,10 @@ class BaseBackend(ABC):
     # here as it will there (the environment check compares with it); set in __init__ where it
     # depends on the options (YARN: not with --env-archive)
     forwards_path: bool = False
+    # True where the ranks start this machine's programs, or the same paths on hosts taken to share
+    # them (local, ssh): the program is checked here before anything is allocated
+    # (core/program_check.py). Elsewhere (pods, containers) only the workers can tell.
+    checks_program_here: bool = False
     # True where mpirun runs in a launcher inside the cluster (a k8s Job, a
     # YARN container) rather than in this process; decided per job in __init__.
     launcher_in_cluster = False

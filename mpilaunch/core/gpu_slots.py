@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 
 from .errors import UsageError
 from .spec import Plan, WorkerPlan, check_plan_size
@@ -104,6 +105,45 @@ def plan_job(
 
 
 # ---------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True)
+class GpuDiscovery:
+    """What a backend learnt of the GPUs a job may use, while planning (``--gpus`` without
+    ``--gpus-per-node``)."""
+
+    per_node: int | None = None  # the most GPUs of one node; None: unknown (DEFAULT_GPUS_PER_NODE is assumed)
+    total: int | None = None  # allocatable GPUs over every node listed; None: no list
+    nodes: int | None = None  # how many nodes were listed
+    resource: str = "GPUs"  # what was counted (k8s: --gpu-resource)
+    where: str = ""  # which nodes count, as the user chose them (" with --node-selector type=gpu")
+    unknown_why: str | None = None  # why the cluster could not tell: the fallback is stated (fallback_warning)
+
+
+def fallback_warning(discovery: GpuDiscovery) -> str | None:
+    """The one line that says the default was assumed because the cluster would not say."""
+    if discovery.per_node is not None or discovery.unknown_why is None:
+        return None
+    return (
+        f"mpilaunch: warning: {discovery.unknown_why}: assuming {DEFAULT_GPUS_PER_NODE} GPUs per node; "
+        f"give --gpus-per-node G if the nodes have another number"
+    )
+
+
+def check_capacity(gpus: int, discovery: GpuDiscovery) -> None:
+    """Refuse, before anything is allocated, a job asking for more GPUs than the nodes discovery
+    listed have in all: it would only wait out --start-timeout. (A cluster that adds nodes on
+    demand can hold more than it lists: --gpus-per-node skips discovery and this check.)"""
+    if discovery.total is None or gpus <= discovery.total:
+        return
+    nodes = f"{discovery.nodes} node{'s' if discovery.nodes != 1 else ''}"
+    fewer = f"ask for at most {discovery.total} (--gpus)" if discovery.total else "check --gpu-resource"
+    raise UsageError(
+        f"--gpus {gpus} asks for more {discovery.resource} than the cluster has: its {nodes}"
+        f"{discovery.where} have {discovery.total} allocatable in all",
+        f"{fewer}; where nodes are added on demand (a cluster autoscaler), give --gpus-per-node G, "
+        "which skips this check",
+    )
 
 
 def parse_visible_devices(value: str | None) -> list[str] | None:

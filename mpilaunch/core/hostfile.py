@@ -35,6 +35,7 @@ def parse(text: str) -> list[tuple[str, int]]:
             hosts.append((hydra["host"], int(hydra["slots"] or 1)))
             continue
         match = _OPENMPI_LINE.match(line)
+        check_keys(match["opts"], number, raw)
         slots = 1
         for opt in (match["opts"] or "").split():
             key, _, value = opt.partition("=")
@@ -49,6 +50,32 @@ def parse(text: str) -> list[tuple[str, int]]:
     if not hosts:
         raise UsageError("the hostfile lists no hosts", "write one 'host slots=N' line per worker")
     return hosts
+
+
+# The keys of an Open MPI hostfile line mpilaunch reads: slots= sizes the worker; max_slots= (or
+# max-slots=) caps oversubscription, which mpilaunch never does (a worker gets exactly its slots),
+# so it is checked and otherwise left alone. Any other word was once skipped without a word:
+# "n1 slot=8" became a worker of 1 slot.
+KNOWN_KEYS = ("slots", "max_slots", "max-slots")
+
+
+def check_keys(opts: str | None, number: int, raw: str) -> None:
+    """Every ``key=value`` after an Open MPI line's host is one mpilaunch reads, with a count >= 1."""
+    for opt in (opts or "").split():
+        key, eq, value = opt.partition("=")
+        if key not in KNOWN_KEYS or not eq:
+            near = " (did you mean slots=?)" if key in ("slot", "cpu", "cpus", "count") else ""
+            raise UsageError(
+                f"hostfile line {number}: unknown {'key ' + repr(key) if eq else 'word ' + repr(opt)} in "
+                f"{raw.strip()!r}{near}",
+                "a line is 'HOST', 'HOST slots=N' (max_slots=N may follow) or 'HOST:N'; "
+                f"the keys mpilaunch reads are {', '.join(k + '=' for k in KNOWN_KEYS)}",
+            )
+        if not value.isdigit() or int(value) < 1:
+            raise UsageError(
+                f"hostfile line {number}: bad {key} in {raw.strip()!r}",
+                f"write {key}=N with N >= 1",
+            )
 
 
 def read(path: str) -> list[tuple[str, int]]:

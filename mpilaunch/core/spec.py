@@ -126,6 +126,9 @@ class JobSpec:
     orphan_timeout: float = option(DEFAULT_ORPHAN_TIMEOUT, detached=SUBMITTING)
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
     output_dir: str | None = option(detached=REFUSED, flag="--output-dir")
+    # --output-ranks: the ranks whose lines this terminal shows (rank_filter.py; None: every rank);
+    # a detached job has no terminal of this mpilaunch to filter
+    output_ranks: tuple[int, ...] | None = option(detached=REFUSED, flag="--output-ranks")
     dry_run: bool = option(False, detached=REFUSED, flag="--dry-run")
     bind_gpus: bool = option(False, detached=CARRIED)
     hostfile: str | None = option(detached=SUBMITTING)
@@ -178,6 +181,7 @@ class JobSpec:
                 f"{DEFAULT_ORPHAN_TIMEOUT:g}",
             )
         self._check_sizes()
+        self._check_output_ranks()
         self._check_detach()
         self._check_retries()
         if self.name is not None and not _NAME_RE.fullmatch(self.name):
@@ -200,6 +204,20 @@ class JobSpec:
         for option, value in (("--np", self.np), ("--gpus", self.gpus)):
             if value is not None and value > MAX_RANKS:
                 check_plan_size(value, 1, f"{option} {value}")
+
+    def _check_output_ranks(self) -> None:
+        if self.output_ranks is None:
+            return
+        if not self.output_ranks or not all(isinstance(r, int) and r >= 0 for r in self.output_ranks):
+            raise UsageError(
+                f"output_ranks must be rank numbers (0 or more), got {self.output_ranks!r}",
+                "give the ranks to show, e.g. --output-ranks 0 or --output-ranks 0-3,8",
+            )
+        if self.mode == "ps":
+            raise UsageError(
+                "--output-ranks filters the ranks of mpirun jobs; PS tasks are not ranks",
+                "drop --output-ranks (each PS task's lines carry its task name)",
+            )
 
     def _check_detach(self) -> None:
         if not self.detach:

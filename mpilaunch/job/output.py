@@ -20,6 +20,7 @@ from ..core.rank_lines import (
     parse_start_line,
     parse_status,
 )
+from ..core.result import number_ranges
 
 TAIL_LINES = 20
 #: a rank log (--output-dir) is at most this late on disk: ``tail -f`` follows
@@ -63,17 +64,54 @@ def echo_line(echo: dict, stream: str, line: str) -> None:
         echo[stream] = None
 
 
+# The rank wrapper's line for a program that could not start (rank.py). A program missing on
+# the workers makes every rank say it: 128 ranks, 128 lines. They are held back and shown as one
+# line per cause naming the ranks (local and ssh jobs are checked before allocating,
+# core/program_check.py; on cluster backends the workers are the first to know). The line
+# names its rank itself: Open MPI 5 passed on some of them untagged, after it began to abort
+# the job (1 of 4 ranks on kwok pods, 1 of 8 locally).
+_CANNOT_START = re.compile(r"^mpilaunch: error: rank (\d+): (cannot start .*)$")
+
+
+def cannot_start(text: str) -> tuple[int, str] | None:
+    """(rank, cause) of a rank wrapper's "cannot start" line; None for any other line."""
+    if not text.startswith("mpilaunch: error: rank "):  # most lines: no regex
+        return None
+    match = _CANNOT_START.match(text)
+    return None if match is None else (int(match[1]), match[2])
+
+
+def unstarted_lines(held: dict[str, set[int]]) -> list[str]:
+    """One line for each cause the ranks gave for not starting, naming the ranks."""
+    out = []
+    for cause, ranks in held.items():
+        if len(ranks) == 1:
+            (rank,) = ranks
+            out.append(f"[{rank}] mpilaunch: error: rank {rank}: {cause}")
+        else:
+            out.append(f"mpilaunch: error: {len(ranks)} ranks ({number_ranges(ranks)}): {cause}")
+    return out
+
+
 def is_benign_launcher_line(text: str) -> bool:
     """A line of mpirun's own that says nothing is wrong (see _BENIGN_SETPGID)."""
     return _BENIGN_SETPGID.match(text) is not None
 
 
 class RankOutput:
-    """Thread-safe sink for the lines of mpirun's stdout and stderr."""
+    """Thread-safe sink for the lines of mpirun's stdout and stderr.
 
-    def __init__(self, echo_out, echo_err, output_dir: Path | None = None):
+    ``shown_ranks`` (``--output-ranks``): the ranks whose lines reach the
+    terminal; None: every rank. The others' lines still go to their logs and
+    tails, and mpirun's own lines always show.
+    """
+
+    def __init__(self, echo_out, echo_err, output_dir: Path | None = None, shown_ranks=None):
         self.echo = {"stdout": echo_out, "stderr": echo_err}
         self.output_dir = output_dir
+        self.shown_ranks = None if shown_ranks is None else frozenset(shown_ranks)
+        # the rank wrapper's "cannot start" lines, held back and shown once per cause (unstarted_lines)
+        self.unstarted: dict[str, set[int]] = {}  # cause -> the ranks that gave it
         self.tails: dict[int, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
         self.launcher_tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
         self.launcher_head: list[str] = []
@@ -187,7 +225,13 @@ class RankOutput:
                 return
         if rank is None and is_benign_launcher_line(text):
             return
-        echo_line(self.echo, stream, text + "\n" if rank is None else f"[{rank}] {text}\n")
+        unstarted = cannot_start(text)
+        if unstarted is not None:  # shown once for all the ranks that say it (unstarted_lines)
+            self.unstarted.setdefault(unstarted[1], set()).add(unstarted[0])
+            if rank is None:  # a rank's line mpirun passed on untagged: not mpirun's own
+                return
+        elif rank is None or self.shown_ranks is None or rank in self.shown_ranks:
+            echo_line(self.echo, stream, text + "\n" if rank is None else f"[{rank}] {text}\n")
         if rank is None:
             self.launcher_tail.append(text)
             if len(self.launcher_head) < HEAD_LINES:
@@ -230,7 +274,16 @@ class RankOutput:
         thread.start()
         return thread
 
+    def show_unstarted(self) -> None:
+        """Show the held-back "cannot start" lines, one per cause (idempotent): called once mpirun
+        ended, and at close."""
+        with self._lock:
+            held, self.unstarted = self.unstarted, {}
+        for line in unstarted_lines(held):
+            echo_line(self.echo, "stderr", line + "\n")  # where the rank wrapper writes them
+
     def close(self) -> None:
+        self.show_unstarted()
         self._closing.set()
         if self._flusher is not None:
             self._flusher.join(timeout=5)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..backends import protocols
 from ..backends.base import hostnames
-from ..core import envcheck, gpu_slots, hostfile, inherited, mpi, placement, rank_env
+from ..core import envcheck, gpu_slots, hostfile, inherited, mpi, placement, program_check, rank_env, rank_filter
 from ..core.errors import UsageError
 from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
 from ..core.rank_lines import TOKEN_ENV, new_token
@@ -76,7 +76,13 @@ def make_plan(spec: JobSpec, backend_cls, job_name: str) -> Plan:
         return plan_from_hostfile(job_name, spec.hostfile, spec.np)
     discovered = None
     if spec.gpus is not None and spec.gpus_per_node is None:
-        discovered = backend_cls.options_class.discover_gpus_per_node(spec)
+        discovery = backend_cls.options_class.discover_gpus(spec)
+        warning = gpu_slots.fallback_warning(discovery)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        if spec.gpus >= 1:  # below 1: plan_job's own error
+            gpu_slots.check_capacity(spec.gpus, discovery)
+        discovered = discovery.per_node
     return gpu_slots.plan_job(
         job_name,
         gpus=spec.gpus,
@@ -348,6 +354,8 @@ class MpirunWorkload(Workload):
     @classmethod
     def prepare(cls, spec: JobSpec, backend_cls, job_name: str, environ: dict) -> "MpirunWorkload":
         plan = make_plan(spec, backend_cls, job_name)
+        if spec.output_ranks is not None:
+            rank_filter.check_against_plan(spec.output_ranks, plan.ranks)
         try:
             info = mpi.find_mpirun(spec.mpi, spec.mpirun, environ.get("PATH"))
         except UsageError:
@@ -377,6 +385,10 @@ class MpirunWorkload(Workload):
         self.hostfile_text, self.command = build_launch(
             self.spec, self.plan, self.info, rundir, backend, environ, attempt, token=self.token
         )
+        if attempt == 1 and backend.checks_program_here and not self.spec.dry_run:
+            # with the PATH the ranks get (-x PATH=... included), in the directory they start in
+            path = self.command.forwarded.get("PATH", environ.get("PATH", ""))
+            program_check.check_program(list(self.spec.command), path, self.cwd or os.getcwd())
         # a launcher in the cluster checks the ranks against its own mpirun (the image's, not this machine's)
         self.expected = (
             None
@@ -409,7 +421,7 @@ class MpirunWorkload(Workload):
     def start(self, run: RunContext) -> None:
         self.warn_overrides(run.stderr)
         if self.output is None:
-            self.output = RankOutput(run.stdout, run.stderr, run.output_dir)
+            self.output = RankOutput(run.stdout, run.stderr, run.output_dir, shown_ranks=self.spec.output_ranks)
         self.output.ompi_tag_space = mpi.tag_has_space(self.info)
         self.output.token = self.token
         if self.spec.verify:
@@ -444,6 +456,7 @@ class MpirunWorkload(Workload):
         if self.proc is None:
             # the backend streams the launcher's output into ``self.output``
             self.mpirun_code = run.backend.run_launcher(self.output, deadline)
+            self.output.show_unstarted()  # before the outcome's lines: what the ranks said comes first
         else:
             self.mpirun_code, daemon, stopped = _wait(
                 self.proc, deadline, self.output, self.plan.ranks, lambda: failed_agents(str(run.rundir))
@@ -453,6 +466,7 @@ class MpirunWorkload(Workload):
                 self._drain_pumps()
             # else --timeout passed with mpirun running: its pipes stay open until stop() ends it,
             # so waiting for them here held the stop back PUMP_DRAIN_S per pipe (20 s in all)
+            self.output.show_unstarted()
             if daemon is not None:
                 worker, code = daemon
                 self.placement = placement.summary(self.plan, self.starts(), None, False)

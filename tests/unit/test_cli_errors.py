@@ -32,7 +32,10 @@ CASES = {
         ["--np", "2", "--mpirun", "/bin/echo", "--", "true"],
         "cannot tell which MPI /bin/echo is: its --version printed 'echo (GNU coreutils)",
     ),
-    "unreadable-hostfile": (["--hostfile", "/nonexistent/hosts", "--", "true"], "cannot read hostfile"),
+    "unreadable-hostfile": (
+        ["--backend", "local", "--hostfile", "/nonexistent/hosts", "--", "true"],
+        "cannot read hostfile",
+    ),
     "bad-option": (["--np", "two", "--", "true"], "invalid int value"),
     "unknown-mpi": (["--np", "2", "--mpi", "lam", "--", "true"], "unknown MPI flavour"),
     "cluster-launcher-local": (

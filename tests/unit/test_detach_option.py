@@ -40,6 +40,7 @@ CARRIED_VALUES = {
 # a value other than the default for every refused field
 REFUSED_VALUES = {
     "output_dir": "/tmp/out",
+    "output_ranks": (0,),
     "dry_run": True,
     "retries": 2,
     "retry_rank_failures": True,

@@ -88,6 +88,7 @@ from .pods import (
     ready_poll_s,
     startup_phases,
     summarize,
+    unschedulable_note,
 )
 
 # How often the wait for Ready retries a failed list of the pods, and how often the run
@@ -361,8 +362,10 @@ class K8sBackend(
                 phases.mark(self.phase_times, phase)
             ready = [n for n in names if n in by_name and pod_ready(by_name[n])]
             waits_for = self.admission.note() if len(ready) < total else None
-            if waits_for:  # (ready, total) alone otherwise: the progress contract's old form
-                progress(len(ready), total, waits_for)
+            # the gang's or queue's word first (it holds the pods back), else the scheduler's own
+            note = waits_for or (unschedulable_note(list(by_name.values())) if len(ready) < total else None)
+            if note:  # (ready, total) alone otherwise: the progress contract's old form
+                progress(len(ready), total, note)
             else:
                 progress(len(ready), total)
             problems, fatal = {}, {}

@@ -288,20 +288,43 @@ class K8sOptions(BackendOptions):
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:
         """Largest ``--gpu-resource`` (``nvidia.com/gpu``) allocatable among the nodes the job may use."""
+        return cls.discover_gpus(spec).per_node
+
+    @classmethod
+    def discover_gpus(cls, spec):
+        """The nodes the job may use (--node-selector), listed once: the most ``--gpu-resource`` of
+        one and their total. A list refused (403: a tenant's role rarely reads nodes) or failed is
+        said in one warning line with the default it leads to; it was once silent."""
+        from ...core.gpu_slots import GpuDiscovery
         from .api import Api, ApiError, resolve
 
+        opts = spec.backend_options or cls()
         try:
-            opts = spec.backend_options or cls()
             creds = resolve(opts.kubeconfig, opts.context, opts.namespace, None)
-            selector = ",".join(f"{k}={v}" for k, v in opts.node_selector) or None
+        except (UsageError, OSError, ValueError):  # no usable credentials: the backend says so itself, with its hint
+            return GpuDiscovery()
+        selector = ",".join(f"{k}={v}" for k, v in opts.node_selector) or None
+        try:
             nodes = Api(creds, timeout=15).get("v1", "nodes", namespace=None, labelSelector=selector)["items"]
-        except (UsageError, ApiError, OSError, ValueError):
-            return None
-        counts = []
-        for node in nodes:
-            value = ((node.get("status") or {}).get("allocatable") or {}).get(opts.gpu_resource)
-            try:
-                counts.append(int(value))
-            except (TypeError, ValueError):
-                continue
-        return max(counts) if counts and max(counts) > 0 else None
+        except ApiError as e:
+            why = f"cannot list the cluster's nodes to count their {opts.gpu_resource} ({e.status} {e.reason}"
+            return GpuDiscovery(unknown_why=why + (": your role may not read nodes)" if e.status == 403 else ")"))
+        except (OSError, ValueError) as e:
+            return GpuDiscovery(unknown_why=f"cannot list the cluster's nodes to count their {opts.gpu_resource} ({e})")
+        counts = [node_gpus(node, opts.gpu_resource) for node in nodes]
+        return GpuDiscovery(
+            per_node=max(counts, default=0) or None,
+            total=sum(counts),
+            nodes=len(nodes),
+            resource=opts.gpu_resource,
+            where=f" with --node-selector {selector}" if selector else "",
+        )
+
+
+def node_gpus(node: dict, resource: str) -> int:
+    """A node's allocatable ``resource`` (0 where it has none or an unreadable count)."""
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return 0

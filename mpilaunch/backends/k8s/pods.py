@@ -73,6 +73,24 @@ def pod_problem(pod: dict) -> tuple[str | None, bool]:
     return f"{phase or 'Pending'}, not Ready", False
 
 
+def unschedulable_note(pods: list[dict]) -> str | None:
+    """The scheduler's reason for the pods it cannot place, for the progress line as soon as it
+    says it (it was shown only in the error at --start-timeout): "16 Unschedulable: 0/16 nodes
+    are available: 16 Insufficient nvidia.com/gpu." (the first such pod's message)."""
+    said = [
+        (cond.get("message") or "no node fits").strip()
+        for pod in pods
+        for cond in (pod.get("status") or {}).get("conditions") or ()
+        if cond.get("type") == "PodScheduled"
+        and cond.get("status") == "False"
+        and cond.get("reason") == "Unschedulable"
+    ]
+    if not said:
+        return None
+    message = said[0] if len(said[0]) <= 200 else said[0][:199] + "…"
+    return f"{len(said)} Unschedulable: {message}"
+
+
 def launcher_placement_hint(problem: str | None) -> str:
     """The start of a hint for a launcher pod the scheduler placed nowhere: it does not take the
     workers' node selector and tolerations, so where every node is tainted it needs its own."""

@@ -52,6 +52,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
     capabilities = Capabilities(replace_workers=True)
     workers_on_this_host = True
     forwards_path = True
+    checks_program_here = True
 
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
         self.check_spec(spec)  # also where no lifecycle checked it (tests, benchmarks)

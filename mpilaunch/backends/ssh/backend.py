@@ -75,6 +75,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
     options_class = SshOptions
     capabilities = Capabilities(replace_workers=True)
     forwards_path = True
+    checks_program_here = True
 
     @classmethod
     def check_spec(cls, spec) -> None:

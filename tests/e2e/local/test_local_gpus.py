@@ -107,6 +107,8 @@ def test_hostfile_names_the_workers(openmpi5, tmp_path):
     proc = run_mpilaunch(
         [
             "-q",
+            "--backend",
+            "local",
             "--hostfile",
             str(hosts),
             "--",

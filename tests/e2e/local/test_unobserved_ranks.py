@@ -169,7 +169,20 @@ def test_misplaced_rank_stop_records_the_ranks_as_unobserved(mpi_install, tmp_pa
     hostfile.write_text("localhost:2\nunobs-elsewhere:2\n")
     out = tmp_path / "out"
     proc = run_mpilaunch(
-        ["--name", name, "--hostfile", str(hostfile), "--timeout", "90", "-q", "--output-dir", str(out), *FAIL_RANK],
+        [
+            "--name",
+            name,
+            "--backend",
+            "local",
+            "--hostfile",
+            str(hostfile),
+            "--timeout",
+            "90",
+            "-q",
+            "--output-dir",
+            str(out),
+            *FAIL_RANK,
+        ],
         mpi_install,
         env_extra={"FAIL_RANK": "-1", "VANISH_ON_TERM": "1"},
         timeout=150,

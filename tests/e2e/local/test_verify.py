@@ -62,6 +62,8 @@ def test_verify_fails_fast_when_ranks_land_on_the_launcher(mpi_install, tmp_path
         [
             "--name",
             name,
+            "--backend",
+            "local",
             "--hostfile",
             hostfile,
             "--output-dir",
@@ -95,7 +97,20 @@ def test_no_verify_skips_the_placement_check(mpi_install, tmp_path):
     hostfile = launcher_hostfile(tmp_path, mpi_install.id)
     out = tmp_path / "out"
     proc = run_mpilaunch(
-        ["--name", name, "--hostfile", hostfile, "--no-verify", "--output-dir", str(out), "-q", *PROGRAM], mpi_install
+        [
+            "--name",
+            name,
+            "--backend",
+            "local",
+            "--hostfile",
+            hostfile,
+            "--no-verify",
+            "--output-dir",
+            str(out),
+            "-q",
+            *PROGRAM,
+        ],
+        mpi_install,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr  # the misplacement goes unnoticed, as asked
     assert proc.stdout.count("ran") == 4
