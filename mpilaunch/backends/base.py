@@ -130,9 +130,9 @@ class BaseBackend(ABC):
     # here as it will there (the environment check compares with it); set in __init__ where it
     # depends on the options (YARN: not with --env-archive)
     forwards_path: bool = False
-    # True where the ranks start this machine's programs, or the same paths on hosts taken to share
-    # them (local, ssh): the program is checked here before anything is allocated
-    # (core/program_check.py). Elsewhere (pods, containers) only the workers can tell.
+    # True where the ranks start this machine's programs (local): the program is checked here
+    # before anything is allocated (core/program_check.py). Elsewhere (ssh hosts, pods,
+    # containers) only the workers can tell.
     checks_program_here: bool = False
     # True where mpirun runs in a launcher inside the cluster (a k8s Job, a
     # YARN container) rather than in this process; decided per job in __init__.

@@ -3,10 +3,9 @@ the file system it looks at)
 
 Without it a mistyped program was found only once every worker was up, and
 then each rank said so: 128 ranks, 128 lines. Checked on this machine for the
-backends whose ranks run this machine's programs with its PATH (local; ssh,
-whose hosts are taken to share the paths, as mpirun's own hosts do): the first
-word of the command as execvp finds it, and for a Python interpreter its
-script file.
+backend whose ranks run this machine's programs with its PATH (local; not
+ssh, whose hosts need not share this machine's paths): the first word of the
+command as execvp finds it, and for a Python interpreter its script file.
 """
 
 from __future__ import annotations

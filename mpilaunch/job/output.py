@@ -66,8 +66,8 @@ def echo_line(echo: dict, stream: str, line: str) -> None:
 
 # The rank wrapper's line for a program that could not start (rank.py). A program missing on
 # the workers makes every rank say it: 128 ranks, 128 lines. They are held back and shown as one
-# line per cause naming the ranks (local and ssh jobs are checked before allocating,
-# core/program_check.py; on cluster backends the workers are the first to know). The line
+# line per cause naming the ranks (local jobs are checked before allocating,
+# core/program_check.py; on ssh hosts and cluster workers the workers are the first to know). The line
 # names its rank itself: Open MPI 5 passed on some of them untagged, after it began to abort
 # the job (1 of 4 ranks on kwok pods, 1 of 8 locally).
 _CANNOT_START = re.compile(r"^mpilaunch: error: rank (\d+): (cannot start .*)$")

@@ -3,7 +3,7 @@
 a. Kubernetes GPU discovery that cannot list the nodes states its fallback (pure part here; the
    403 itself on the kwok testbed: e2e/k8s/test_silent_traps_k8s.py).
 b. --hostfile on the local backend nobody chose is refused (--backend ssh runs on the hosts).
-c. A missing program is found before allocating (local, ssh); on cluster backends the ranks'
+c. A missing program is found before allocating (local); on ssh hosts and cluster backends the ranks'
    identical "cannot start" lines collapse into one.
 d. A program given without '--' gets a hint that shows where '--' goes.
 e. More GPUs than the listed nodes have is refused before allocating; the scheduler's

@@ -75,7 +75,8 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
     options_class = SshOptions
     capabilities = Capabilities(replace_workers=True)
     forwards_path = True
-    checks_program_here = True
+    # not checks_program_here: a host need not have this machine's paths (a program installed
+    # only on the hosts is common); the ranks' collapsed 'cannot start' line says it there
 
     @classmethod
     def check_spec(cls, spec) -> None:
