@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 SA_DIR_ENV = "MPILAUNCH_K8S_SA_DIR"
 
 
+def broken_off(error: http.client.HTTPException) -> ConnectionError:
+    """An answer from the API server that broke off, as the OSError callers already handle (an
+    outage, not a verdict: http.client raises IncompleteRead, BadStatusLine, which are not OSErrors)."""
+    return ConnectionError(f"the API server's answer broke off ({type(error).__name__})")
+
+
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, message: str, body: dict | None = None):
         super().__init__(f"{status} {reason}: {message}")
@@ -356,8 +362,12 @@ class Api:
             headers["Content-Type"] = content_type
         if stream:
             conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout or self.timeout, context=self._ssl)
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+            except http.client.HTTPException as e:
+                conn.close()
+                raise broken_off(e) from e
             if resp.status >= 400:
                 raw = resp.read()
                 conn.close()
@@ -383,6 +393,10 @@ class Api:
                 if attempt == 2:
                     raise
                 time.sleep(0.1)
+            except http.client.HTTPException as e:
+                # the answer broke off (IncompleteRead: the server went away mid-response, as in an
+                # outage): an OSError like every other failure to reach it, which callers ride out
+                raise broken_off(e) from e
         if resp.status >= 400:
             raise self._error(resp.status, resp.reason, raw)
         return json.loads(raw) if raw else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import http.client
 import re
 import threading
 
@@ -99,7 +100,10 @@ def follow_log(
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
                     on_launcher_ready(text[len(LAUNCHER_READY) :])
                 output.feed("stdout", text)
-        except OSError:  # a dropped stream, or AFTER_DONE_S passed
+        except (
+            OSError,
+            http.client.HTTPException,
+        ):  # a dropped stream (cut mid-chunk: IncompleteRead), or AFTER_DONE_S passed
             pass
         finally:
             conn.close()
