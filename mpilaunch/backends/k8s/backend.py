@@ -11,9 +11,11 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   reads ConfigMaps, not Secrets): the forwarded variables' values (``-x``,
   ``NCCL_*``, ``HOROVOD_*``) and the launch's status token, mounted into the
   launcher pod only;
-* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` on this
-  job's worker pods by name, and ``create/get pods/exec`` on them with
-  ``--transport exec`` only, nothing else;
+* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get``/``watch pods``
+  on this job's worker pods by name, and ``create/get pods/exec`` on them with
+  ``--transport exec`` only; detached, also what ending the job takes (the
+  workers', the root's and the Secrets' by name, and ``create events`` for
+  the hang verdict), nothing else (``rbac.py``);
 * with ``--transport agent``, a Secret ``<job>-agent``: the secret the
   workers' agents and the shims share, mounted into the job's pods;
 * a reaper Job ``<job>-reaper``: attached, with a Lease ``<job>`` this process
