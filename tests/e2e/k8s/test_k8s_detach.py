@@ -191,6 +191,7 @@ def test_detach_renders_a_reaper_that_watches_the_launcher_with_a_by_name_role(t
         ("batch", "jobs"): (["get", "delete"], ["dj-launcher"]),
         ("", "configmaps"): (["get", "patch"], ["dj"]),
         ("", "pods"): (["delete"], ["dj-worker-0", "dj-worker-1"]),
+        ("", "secrets"): (["delete"], ["dj-env", "dj-agent"]),  # once the outcome is recorded
     }
     launcher = objects[("Job", "dj-launcher")]["spec"]
     assert launcher["backoffLimit"] == 0 and launcher["activeDeadlineSeconds"] == 300 + 100 + 30
