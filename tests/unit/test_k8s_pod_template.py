@@ -394,8 +394,15 @@ def test_pod_template_launcher_job_gets_its_pod_merged_and_its_first_container_i
 
 
 def test_pod_template_scheduler_priority_and_service_account_must_agree_with_the_flags():
+    launchers = {"labels": {"mpilaunch/role": "launcher"}}
     with pytest.raises(UsageError, match=r"spec.serviceAccountName 'ml-runner' in the launcher pod clashes"):
-        apply(launcher_job(), "launcher", templates(pod({"serviceAccountName": "ml-runner"})))
+        apply(launcher_job(), "launcher", templates(pod({"serviceAccountName": "ml-runner"}, launchers)))
+    # the document for every role's account is the workers' alone (issue 49, item 10)
+    shared = templates(pod({"serviceAccountName": "s3-reader"}))
+    assert pod_template.launcher_service_account(shared, None) is None
+    assert apply(launcher_job(), "launcher", shared)["spec"]["template"]["spec"]["serviceAccountName"] == "j-launcher"
+    assert "is the workers' only" in pod_template.shared_account_warning(shared, None)
+    assert pod_template.shared_account_warning(shared, "s3-reader") is None
     ours = worker_pod()
     ours["spec"]["schedulerName"] = "volcano"
     with pytest.raises(UsageError, match="spec.schedulerName 'default-scheduler' in the worker pod clashes") as e:

@@ -185,7 +185,7 @@ def test_tenant_rbac_objects_are_namespaced_and_apply_as_yaml():
     verbs = {
         (g, r): set(rule["verbs"]) for rule in docs[1]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
     }
-    assert {"create"} <= verbs[("", "pods/exec")] and {"get", "watch"} <= verbs[("coordination.k8s.io", "leases")]
+    assert {"create"} <= verbs[("", "pods/exec")] and verbs[("coordination.k8s.io", "leases")] == {"get"}
 
 
 def test_tenant_missing_identity_permissions_are_named():

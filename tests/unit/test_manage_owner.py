@@ -70,20 +70,29 @@ def test_k8s_a_configmap_without_the_job_label_is_no_job(monkeypatch, action, la
     assert api.deleted == []
 
 
+def owned_pod(name: str, root_uid: str) -> dict:
+    return {"metadata": {"name": name, "ownerReferences": [{"kind": "ConfigMap", "name": "job1", "uid": root_uid}]}}
+
+
 def test_k8s_delete_removes_exactly_the_root_it_checked(monkeypatch):
-    api = FakeApi({"job1": configmap({"mpilaunch/job": "job1"}, uid="uid-7")})
+    api = FakeApi(
+        {"job1": configmap({"mpilaunch/job": "job1"}, uid="uid-7")}, pods=[owned_pod("job1-worker-0", "uid-7")]
+    )
     assert k8s(monkeypatch, "delete", api) == (0, "deleted job job1 in namespace default\n")
     assert api.deleted[0] == ("configmaps", "job1", {"uid": "uid-7"})
     assert ("pods", "mpilaunch/job=job1", None) in api.deleted
 
 
 def test_k8s_delete_with_the_root_gone_leaves_any_configmap_of_that_name_alone(monkeypatch):
-    api = FakeApi({}, pods=[{"metadata": {"name": "job1-worker-0"}}])
+    api = FakeApi({}, pods=[owned_pod("job1-worker-0", "uid-gone")])
     assert k8s(monkeypatch, "delete", api)[0] == 0
     assert [d for d in api.deleted if d[0] == "configmaps"] == []
     assert ("pods", "mpilaunch/job=job1", None) in api.deleted
     with pytest.raises(UsageError, match="no job job1 in namespace default"):
         k8s(monkeypatch, "delete", FakeApi({}))
+    # a pod that only carries the label is no job's (issue 49)
+    with pytest.raises(UsageError, match="no job job1 in namespace default"):
+        k8s(monkeypatch, "delete", FakeApi({}, pods=[{"metadata": {"name": "job1-worker-0"}}]))
 
 
 class FakeClient:

@@ -11,9 +11,11 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   reads ConfigMaps, not Secrets): the forwarded variables' values (``-x``,
   ``NCCL_*``, ``HOROVOD_*``) and the launch's status token, mounted into the
   launcher pod only;
-* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get pods`` on this
-  job's worker pods by name, and ``create/get pods/exec`` on them with
-  ``--transport exec`` only, nothing else;
+* ServiceAccount + Role + RoleBinding ``<job>-launcher``: ``get``/``watch pods``
+  on this job's worker pods by name, and ``create/get pods/exec`` on them with
+  ``--transport exec`` only; detached, also what ending the job takes (the
+  workers', the root's and the Secrets' by name, and ``create events`` for
+  the hang verdict), nothing else (``rbac.py``);
 * with ``--transport agent``, a Secret ``<job>-agent``: the secret the
   workers' agents and the shims share, mounted into the job's pods;
 * a reaper Job ``<job>-reaper``: attached, with a Lease ``<job>`` this process
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import sys
 import threading
 import time
@@ -111,6 +114,9 @@ def use_relay() -> bool:
 # pod on, a job is reaped if this process dies (the Lease is in the first stage). Three round
 # trips instead of one per kind put the workers on the way 0.2-0.3 s sooner on a loaded API server.
 CREATION_STAGES = (("tools", "lease", "reaper-rbac", "setup"), ("reaper",), ("workers", "launcher"))
+# On the root ConfigMap: which mpilaunch process created it (a random value, not a secret), so that
+# a root whose create raised on this side but succeeded on the server is found and deleted.
+CREATOR_ANNOTATION = "mpilaunch/creator"
 
 
 def fail_on_image_check(messages) -> None:
@@ -146,6 +152,10 @@ class K8sBackend(
         self._api: Api | None = None
         self._namespace: str | None = None
         self.root_uid: str | None = None
+        # the root's create was sent: it may exist even where the answer was an error (a timeout, a
+        # connection reset after the API server stored it); CREATOR_ANNOTATION tells it apart
+        self.root_sent = False
+        self.creator = secrets.token_hex(8)
         self.created: list[tuple[str, str, str]] = []  # (apiVersion, plural, name)
         self.launcher_pod: str | None = None
         self.ready_at: float | None = (
@@ -171,10 +181,14 @@ class K8sBackend(
         self.agent_secret_file = rundir / "agent-secret"
         # --pod-template: read once, here, so that a bad file is exit 2 before anything is created
         self.pod_templates = pod_template.load(self.opts.pod_template) if self.opts.pod_template else None
-        # the launcher template's serviceAccountName acts as --service-account (no per-job RBAC is made)
+        # the launcher's own template's serviceAccountName acts as --service-account (no per-job RBAC
+        # is made); the one of the document for every role is the workers' alone, and said so once
         account = pod_template.launcher_service_account(self.pod_templates, self.opts.service_account)
         if account != self.opts.service_account:
             self.opts = dataclasses.replace(self.opts, service_account=account)
+        warning = pod_template.shared_account_warning(self.pod_templates, account)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------ cluster access
 
@@ -266,15 +280,31 @@ class K8sBackend(
         if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
             write_secret(self.agent_secret_file, self.agent_secret)
         root = objects[0][1]
+        # which root is this process's, should the create's answer be lost (root_sent)
+        root["metadata"].setdefault("annotations", {})[CREATOR_ANNOTATION] = self.creator
+        self.root_sent = True
         try:
             made = api.create(root)
         except ApiError as e:
+            # 409: another job's, or this one's (the client sent the create again on a new connection
+            # after the first one's answer was lost); 4xx: refused, nothing stored; 5xx: it may be
+            made = None
             if e.status == 409:
+                try:
+                    made = self._own_root()
+                except (ApiError, OSError):
+                    pass  # release() looks again
+            self.root_sent = made is None and (e.status >= 500 or e.status == 409)
+            if made is None and e.status == 409:
                 raise UsageError(
                     f"a job named {self.job} already exists in namespace {self.namespace}",
                     f"choose another --name, or, if it is an mpilaunch job of yours, remove it with: mpilaunch delete {self.job} --backend k8s",
                 ) from None
-            raise AllocationError(f"cannot create ConfigMap {self.job}: {refusal_line(e)}", creation_hint(e)) from None
+            if made is None:
+                raise AllocationError(
+                    f"cannot create ConfigMap {self.job}: {refusal_line(e)}", creation_hint(e)
+                ) from None
+        self.root_sent = False
         self.root_uid = made["metadata"]["uid"]
         self.created.append(("v1", "configmaps", self.job))
         owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
@@ -669,10 +699,12 @@ class K8sBackend(
 
             relay.stop(self.relay)
             self.relay = None
+        if self.root_uid is None and self.root_sent:
+            self.root_uid = self._root_made_unanswered()
         if self.root_uid is None:
             return
         try:
-            manage.delete_job(self.api, self.job, self.created, wait=20.0)
+            manage.delete_job(self.api, self.job, self.created, wait=20.0, root_uid=self.root_uid)
         except Exception as e:  # never raise from teardown
             print(
                 f"mpilaunch: warning: cleanup of job {self.job} incomplete ({e}); the cluster's reaper deletes it "
@@ -681,6 +713,37 @@ class K8sBackend(
                 file=sys.stderr,
             )
         self.root_uid = None
+
+    def _own_root(self) -> dict | None:
+        """The job's root as the API server has it if this process created it (CREATOR_ANNOTATION), else
+        None; an error reading it is raised."""
+        try:
+            root = self.api.get("v1", "configmaps", self.job)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+        mine = (root["metadata"].get("annotations") or {}).get(CREATOR_ANNOTATION) == self.creator
+        return root if mine else None
+
+    def _root_made_unanswered(self) -> str | None:
+        """The uid of the root this process created though its create raised, None when there is none.
+
+        Nothing else of the job exists then (no Lease, no reaper), so nothing else would ever delete it."""
+        self.root_sent = False
+        try:
+            root = self._own_root()
+            return root["metadata"]["uid"] if root else None
+        except ApiError as e:
+            error = e.message
+        except OSError as e:
+            error = str(e)
+        print(
+            f"mpilaunch: warning: cannot tell whether ConfigMap {self.job} was created ({error}); "
+            f"if it was, remove it with: mpilaunch delete {self.job} --backend k8s",
+            file=sys.stderr,
+        )
+        return None
 
     # ------------------------------------------------------------ manage (manage.py)
 

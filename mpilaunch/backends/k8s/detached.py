@@ -25,6 +25,7 @@ from typing import Callable
 from ..launch_description import LaunchDescription
 from . import outcome as launcher_outcome
 from .api import Api, ApiError
+from .launch import job_secret_names
 from .pods import RESULT_KEY
 
 # After the launcher is seen to have ended without a record: a force-deleted
@@ -67,10 +68,34 @@ def record_outcome(api: Api, job: str, record: dict) -> bool:
     return False
 
 
+def _description(root: dict) -> LaunchDescription | None:
+    text = (root.get("data") or {}).get("launch.json")
+    return LaunchDescription.from_dict(json.loads(text)) if text else None
+
+
 def worker_names(root: dict) -> list[str]:
     """The worker pods of a job with a cluster launcher, from its launch description (none without one)."""
-    text = (root.get("data") or {}).get("launch.json")
-    return list(LaunchDescription.from_dict(json.loads(text)).addresses()) if text else []
+    description = _description(root)
+    return list(description.addresses()) if description else []
+
+
+def secret_names(root: dict) -> list[str]:
+    """The Secrets of a job with a cluster launcher (none without one)."""
+    description = _description(root)
+    return job_secret_names(description.job, description.cluster.get("transport")) if description else []
+
+
+def delete_secrets(api: Api, names: list[str], log: Callable[[str], None]) -> None:
+    """Delete the job's Secrets once its outcome is recorded: nothing of the job reads them any more,
+    and the root, which stays until ``mpilaunch delete``, would otherwise keep them too."""
+    for name in names:
+        try:
+            api.delete("v1", "secrets", name)
+        except ApiError as e:
+            if e.status != 404:  # gone already: the other of launcher and reaper deleted it
+                log(f"cannot delete Secret {name}: {e}")
+        except OSError as e:
+            log(f"cannot delete Secret {name}: {e}")
 
 
 def release(api: Api, workers: list[str], launcher_job: str | None, log: Callable[[str], None]) -> None:
@@ -134,8 +159,9 @@ def reap_detached(
             ended_at = None
         elif RESULT_KEY in (root.get("data") or {}):
             # the launcher spoke (and ended, or is ending: its Job is left for its log);
-            # its workers go again in case one of its deletes failed
+            # its workers and Secrets go again in case one of its deletes failed
             release(api, worker_names(root), None, log)
+            delete_secrets(api, secret_names(root), log)
             return ""
         elif ended_at is None:
             ended_at = clock()
@@ -148,6 +174,7 @@ def reap_detached(
                 sleep(POLL_S)
                 continue
             release(api, worker_names(root), launcher_job if ending.release_launcher else None, log)
+            delete_secrets(api, secret_names(root), log)
             if not recorded:
                 return ""  # the launcher's own record came first
             return f"exit {ending.exit_code}: " + (failure or "the launcher succeeded but recorded no outcome")

@@ -1,8 +1,12 @@
 """The hang verdict as a Kubernetes Event on the job's launcher pod (worker 0's with --launcher local).
 
 ``kubectl describe pod`` and ``kubectl get events`` then show where the job
-hung next to the pod's own events (issue 42). Type Warning, reason ``Hang``;
-the Role every job's launcher has allows ``create`` on events (``rbac.RULES``).
+hung next to the pod's own events (issue 42). Type Warning, reason ``Hang``.
+The submitting mpilaunch posts it for an attached job, with the user's
+credentials; a detached job's launcher posts it on its own pod, whose name and
+uid it has from the downward API (``POD_NAME``, ``POD_UID``): its Role grants
+``create`` on events but no read of its own pod, whose name the Job controller
+makes up (``k8s-rbac.yaml.j2``, ``rbac.RULES``).
 """
 
 from __future__ import annotations
@@ -42,4 +46,10 @@ def hang_event(namespace: str, pod: dict, verdict: str, now: float | None = None
 def post(api, namespace: str, pod_name: str, verdict: str) -> None:
     """Create the Event (its pod read first for its uid: ``describe`` matches events by uid)."""
     pod = api.get("v1", "pods", pod_name, namespace=namespace)
+    api.create(hang_event(namespace, pod, verdict))
+
+
+def post_on_own_pod(api, namespace: str, environ, verdict: str) -> None:
+    """Create the Event on the pod this runs in, named by the downward API (no read of the pod)."""
+    pod = {"metadata": {"name": environ["POD_NAME"], "uid": environ["POD_UID"]}}
     api.create(hang_event(namespace, pod, verdict))

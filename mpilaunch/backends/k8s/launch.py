@@ -57,6 +57,12 @@ def agent_secret_name(job: str) -> str:
     return f"{job}-agent"
 
 
+def job_secret_names(job: str, transport: str) -> list[str]:
+    """The Secrets of a job with a cluster launcher: what a detached job's launcher or reaper deletes
+    once the outcome is recorded (the forwarded values, the agents' private key)."""
+    return [secret_name(job)] + ([agent_secret_name(job)] if transport == "agent" else [])
+
+
 def resolve_transport(choice: str, launcher: str) -> str:
     """--transport auto|agent|exec and where mpirun runs -> agent or exec."""
     if choice != "auto":

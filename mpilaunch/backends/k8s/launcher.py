@@ -42,8 +42,8 @@ from ..launch_description import LaunchDescription
 from ..protocols import ReportsHangs
 from . import dns, mesh, relay
 from .api import Api, ApiError, sa_dir
-from .detached import outcome, record_outcome
-from .launch import CLUSTER_DOMAIN, agent_context, exec_api_context
+from .detached import delete_secrets, outcome, record_outcome
+from .launch import CLUSTER_DOMAIN, agent_context, exec_api_context, job_secret_names
 from .pod_events import FirstPendingWatch
 from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 
@@ -222,8 +222,9 @@ class DetachedReadyPods(ReadyPods, ReportsHangs):
     def report_hang(self, verdict: str) -> None:
         from . import hang_event
 
-        # POD_NAME: the downward API's (k8s-launcher.yaml.j2); the pod's hostname is set for DNS instead
-        hang_event.post(Api(self.creds), self.launch.cluster["namespace"], os.environ["POD_NAME"], verdict)
+        # POD_NAME, POD_UID: the downward API's (k8s-launcher.yaml.j2); the pod's hostname is set for
+        # DNS instead, and the job's Role may not read this pod (the Job controller names it)
+        hang_event.post_on_own_pod(Api(self.creds), self.launch.cluster["namespace"], os.environ, verdict)
 
 
 def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
@@ -231,8 +232,10 @@ def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
 
     The outcome goes into the job's root ConfigMap (``result.json``, read by
     ``mpilaunch wait`` and ``status``); the worker pods are deleted so their
-    GPUs go back at once. The root, the launcher's Job and its log stay until
-    ``mpilaunch delete NAME``.
+    GPUs go back at once, and once the outcome is recorded the job's Secrets
+    (the forwarded values, the agents' private key), which nothing reads any
+    more. The root, the launcher's Job and its log stay until ``mpilaunch
+    delete NAME``.
     """
     api = Api(creds)
     failure = result.failure
@@ -242,10 +245,12 @@ def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
         )
     if result.exit_code != 0 and failure:
         print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
+    recorded = False  # by this launcher or, first, by the reaper
     try:
         record = outcome(result.exit_code, failure, [r.__dict__ for r in result.ranks])
         if not record_outcome(api, launch.job, record):  # the first record wins
             print("mpilaunch: launcher: the job's reaper recorded the outcome first", file=sys.stderr)
+        recorded = True
     except (ApiError, OSError) as e:
         print(f"mpilaunch: launcher: cannot record the outcome in ConfigMap {launch.job}: {e}", file=sys.stderr)
     for name in launch.addresses():
@@ -253,6 +258,12 @@ def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
             api.delete("v1", "pods", name, gracePeriodSeconds=0)
         except (ApiError, OSError) as e:
             print(f"mpilaunch: launcher: cannot delete worker pod {name}: {e}", file=sys.stderr)
+    if recorded:  # else the reaper records the outcome, and then deletes them
+        delete_secrets(
+            api,
+            job_secret_names(launch.job, launch.cluster.get("transport")),
+            lambda message: print(f"mpilaunch: launcher: {message}", file=sys.stderr),
+        )
     print(
         f"mpilaunch: launcher: job {launch.job} ended with exit code {result.exit_code}; workers released",
         file=sys.stderr,

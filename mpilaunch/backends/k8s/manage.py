@@ -224,7 +224,7 @@ def exec_credentials(args, namespace: str | None = None) -> dict:
 
 def delete(args, stream) -> int:
     """Delete job NAME: its root ConfigMap (only if mpilaunch's, and only the
-    very object checked: a uid precondition) and whatever carries its label."""
+    very object checked: a uid precondition) and what that root owns."""
     api = _manage_api(args)
     root_uid = ""  # no root: leave alone a ConfigMap of that name made meanwhile
     try:
@@ -233,8 +233,10 @@ def delete(args, stream) -> int:
         if e.status != 404:
             raise
         # the root is gone but objects of the job may be left (a delete that was cut short)
-        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
-        if not pods:
+        selector = f"{JOB_LABEL}={args.name}"
+        left = api.get("v1", "pods", labelSelector=selector)["items"]
+        left += api.get("batch/v1", "jobs", labelSelector=selector)["items"]
+        if not any(owned_by_root(args.name, "", obj, set()) for obj in left):
             raise UsageError(f"no job {args.name} in namespace {api.namespace}", _LIST_HINT) from None
     else:
         _check_ours(api, root, args.name)  # someone else's ConfigMap: refuse, delete nothing
@@ -254,7 +256,7 @@ def delete(args, stream) -> int:
 
 
 _KINDS = [
-    ("batch/v1", "jobs"),
+    ("batch/v1", "jobs"),  # before the pods: a Job's pods are the job's when the Job is
     ("v1", "pods"),
     ("v1", "services"),
     ("rbac.authorization.k8s.io/v1", "rolebindings"),
@@ -268,56 +270,94 @@ _KINDS = [
 ]
 
 
+def owner_uids(obj: dict, kind: str, name: str | None = None) -> set[str]:
+    """The uids of ``obj``'s owners of that kind (and name)."""
+    return {
+        o.get("uid")
+        for o in (obj.get("metadata") or {}).get("ownerReferences") or ()
+        if o.get("kind") == kind and (name is None or o.get("name") == name)
+    }
+
+
+def owned_by_root(job: str, root_uid: str, obj: dict, job_uids: set[str]) -> bool:
+    """Is ``obj`` one of job ``job``'s objects: owned by its root ConfigMap (the one of ``root_uid``;
+    ``""``: the root is gone, any ConfigMap named ``job`` was it), or, for a pod, by one of the job's
+    Jobs (``job_uids``: its launcher's, its reaper's)? A label alone says nothing: anyone may put
+    ``mpilaunch/job=NAME`` on anything, and another job's leftovers under that name carry it too."""
+    roots = owner_uids(obj, "ConfigMap", job)
+    if roots and (root_uid == "" or root_uid in roots):
+        return True
+    return bool(owner_uids(obj, "Job") & job_uids)
+
+
 def delete_job(
     api: Api, job: str, created: list[tuple[str, str, str]], wait: float, root_uid: str | None = None
 ) -> None:
     """Delete the root (garbage collection) and, not to depend on the GC's
-    pace, everything labelled with the job; wait until its pods are gone.
+    pace, every object labelled with the job that the root owns (or one of
+    the job's Jobs, for their pods); wait until those pods are gone.
 
     ``root_uid``: delete the root only if it is still that object (an
     ApiError 409 otherwise, before anything else is deleted); ``""``: the
     root is known to be gone, so a ConfigMap of that name made since is not
-    touched."""
+    touched, and what a ConfigMap of that name owned is the job's.
+    ``None``: the root, whatever it is now, and only the objects it owns."""
     selector = f"{JOB_LABEL}={job}"
     background = {"propagationPolicy": "Background"}
+    if root_uid is None:
+        try:
+            root_uid = api.get("v1", "configmaps", job)["metadata"]["uid"]
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            root_uid = ""
     if root_uid:
         api.delete("v1", "configmaps", job, **background, preconditions={"uid": root_uid})
-    elif root_uid is None:
-        api.delete("v1", "configmaps", job, **background)
     errors = []
     names = {(v, p) for v, p, _ in created}
     if not created or admission.WORKLOADS in names:  # --queue: Kueue holds the pods until its Workload goes
         admission.release_workload(api, job)
+    job_uids: set[str] = set()
+
+    def ours(obj: dict) -> bool:
+        return owned_by_root(job, root_uid, obj, job_uids)
+
     for api_version, plural in _KINDS:
         if created and (api_version, plural) not in names:
             continue
         try:
-            if plural in ("pods", "jobs"):
+            items = api.get(api_version, plural, labelSelector=selector)["items"]
+            mine = [item for item in items if ours(item)]
+            if plural == "jobs":
+                job_uids |= {item["metadata"]["uid"] for item in mine}
+            if plural in ("pods", "jobs") and mine and len(mine) == len(items):
+                # all of them the job's (the usual case): one call, however many pods
                 api.delete_collection(api_version, plural, selector, **background)
             else:
-                items = api.get(api_version, plural, labelSelector=selector)["items"]
-                for item in items:
-                    api.delete(api_version, plural, item["metadata"]["name"], **background)
+                for item in mine:
+                    meta = item["metadata"]
+                    api.delete(api_version, plural, meta["name"], **background, preconditions={"uid": meta["uid"]})
         except ApiError as e:
             # A kind the user may not list (a tenant with the built-in "edit" role and Roles,
             # RoleBindings or a gang scheduler's PodGroups; someone else's Secrets): the root owns
             # every object of the job, so the garbage collector takes them. Pods and Jobs the user
-            # must be able to delete: a refusal there is an error.
-            if e.status not in (404, 405) and not (e.status == 403 and plural not in ("pods", "jobs")):
+            # must be able to delete: a refusal there is an error. 409: a uid precondition failed,
+            # the object is gone and its name taken since.
+            if e.status not in (404, 405, 409) and not (e.status == 403 and plural not in ("pods", "jobs")):
                 errors.append(f"{plural}: {e.message}")
-    wait_pods_gone(api, selector, wait)
+    wait_pods_gone(api, selector, wait, ours)
     if errors:
         raise RuntimeError("; ".join(errors))
 
 
-def wait_pods_gone(api: Api, selector: str, wait: float) -> None:
-    """Until no pod matches ``selector``, at most ``wait`` seconds. The kubelet removes pods at its
-    once-a-second relist: a few pods are watched, so that the job ends when they are gone and not
-    up to a poll later (many are looked at every 0.5 s)."""
+def wait_pods_gone(api: Api, selector: str, wait: float, ours=lambda pod: True) -> None:
+    """Until no pod matches ``selector`` (and ``ours``), at most ``wait`` seconds. The kubelet
+    removes pods at its once-a-second relist: a few pods are watched, so that the job ends when they
+    are gone and not up to a poll later (many are looked at every 0.5 s)."""
 
     def left() -> int:  # 0 also when the pods cannot be listed: nothing more to wait for
         try:
-            return len(api.get("v1", "pods", labelSelector=selector)["items"])
+            return sum(1 for pod in api.get("v1", "pods", labelSelector=selector)["items"] if ours(pod))
         except (ApiError, OSError):
             return 0
 

@@ -108,6 +108,7 @@ def values(backend, reveal: bool = False) -> dict:
             else ""
         ),
         "secret_name": launch.secret_name(job),
+        "job_secret_names": launch.job_secret_names(job, backend.transport),
         "secret_dir": SECRET_DIR,
         "secret_json": (
             json.dumps(launch.secret_values(backend.launch_description(), reveal), indent=1)

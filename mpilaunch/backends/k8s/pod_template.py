@@ -33,7 +33,10 @@ How a role's template meets mpilaunch's pod (``apply``):
 - affinity: required node terms are ANDed with mpilaunch's, everything else
   appended;
 - schedulerName, priorityClassName and serviceAccountName must agree with
-  what --gang, --priority-class and --service-account set;
+  what --gang, --priority-class and --service-account set; the launcher (and
+  the reaper, which follows it) takes a serviceAccountName only from its own
+  document, not from the one for every role (that one is the workers': a
+  warning says so);
 - refused unless equal to mpilaunch's: the pod's name, generateName and
   namespace, restartPolicy, hostname, subdomain, the main container's
   command, args and image, and the agent's port (7355, mpilaunch-agent).
@@ -114,6 +117,8 @@ class PodTemplates:
 
     source: str
     roles: Mapping[str, dict] = field(default_factory=dict)  # role -> PodTemplateSpec {metadata, spec}
+    # the document for every role's serviceAccountName: the workers' only (shared_account_warning)
+    shared_account: str | None = None
 
     def for_role(self, role: str) -> dict | None:
         if role not in ROLES:
@@ -179,10 +184,24 @@ def parse(documents: list, source: str) -> PodTemplates:
     roles = {}
     for role in ROLES:
         shared = for_all if role != "reaper" or for_all is None else reaper_part(for_all)
+        if shared is not None and role == "launcher":
+            shared = without_account(shared)
         layers = [normalized(t, role) for t in (shared, for_role.get(role)) if t is not None]
         if layers:
             roles[role] = layers[0] if len(layers) == 1 else overlay(*layers)
-    return PodTemplates(source, roles)
+    shared_account = ((for_all or {}).get("spec") or {}).get("serviceAccountName")
+    return PodTemplates(source, roles, shared_account)
+
+
+def without_account(template: dict) -> dict:
+    """The document for every role as the launcher takes it: without a serviceAccountName. The
+    launcher's identity (and the reaper's, which follows it) may read and delete the job's pods;
+    an account meant for the workers (a bucket reader) is not to become it unnoticed, nor to
+    take away the per-job identities (and with them the reaper's rights)."""
+    if "serviceAccountName" not in (template.get("spec") or {}):
+        return template
+    spec = {k: v for k, v in template["spec"].items() if k != "serviceAccountName"}
+    return {**template, "spec": spec}
 
 
 def reaper_part(template: dict) -> dict | None:
@@ -285,8 +304,8 @@ def merged_by_key(base: list, over: list, key: str, merge_items: bool) -> list:
 
 
 def launcher_service_account(templates: PodTemplates | None, flag: str | None) -> str | None:
-    """--service-account, else the launcher template's serviceAccountName (Spark's way of naming an
-    admin-made account); the two must agree."""
+    """--service-account, else the serviceAccountName of the launcher's own document (Spark's way of
+    naming an admin-made account; never the document for every role's); the two must agree."""
     spec = ((templates.for_role("launcher") if templates else None) or {}).get("spec") or {}
     named = spec.get("serviceAccountName")
     if named and flag and named != flag:
@@ -296,6 +315,20 @@ def launcher_service_account(templates: PodTemplates | None, flag: str | None) -
             "give one of them",
         )
     return flag or named
+
+
+def shared_account_warning(templates: PodTemplates | None, account: str | None) -> str | None:
+    """The one line that says the document for every role names a serviceAccountName the launcher
+    and the reaper do not take (``account``: theirs, None for the per-job identities)."""
+    shared = templates.shared_account if templates is not None else None
+    if not shared or shared == account:
+        return None
+    theirs = f"run as {account!r}" if account else "keep their per-job identities"
+    return (
+        f"mpilaunch: warning: --pod-template {templates.source}: serviceAccountName {shared!r} in the document "
+        f"for every role is the workers' only; the launcher and reaper {theirs} (to give them one, label a "
+        f"document mpilaunch/role: launcher, or pass --service-account)"
+    )
 
 
 # ------------------------------------------------------------------ merging into a rendered pod

@@ -26,20 +26,28 @@ PER_JOB_OBJECTS = (
     ("rbac.authorization.k8s.io", "roles"),
     ("rbac.authorization.k8s.io", "rolebindings"),
 )
-# What any job's launcher and reaper do, namespace-wide (the per-job Roles grant the same by name):
+# What any job's launcher and reaper do, namespace-wide (the per-job Roles grant the same by name,
+# each piece only its own share: k8s-rbac.yaml.j2, k8s-reaper.yaml.j2). Each verb is one that a
+# call in the in-cluster pieces makes (launcher.py, reaper.py, orphan.reap, detached.py,
+# hang_event.py, transport.py); nothing lists, nothing watches but the launcher's wait for a pod
+# by name. tests/unit/test_k8s_rbac.py holds the table of those calls.
 RULES = (
-    # the launcher waits for its workers (get, watch by name) and a detached one releases them
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
-    # --transport exec: mpirun's daemons through the exec API
+    # the launcher waits for its workers (get; watch one by name), and a detached job's launcher
+    # or reaper releases them (delete)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "delete"]},
+    # --transport exec: mpirun's daemons through the exec API (a websocket upgrade, a GET, which
+    # newer API servers authorize as create)
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
     # the job's root ConfigMap: a detached job's outcome is recorded there, an orphan's is deleted
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch", "delete"]},
-    # the attached job's heartbeat, which the reaper watches
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "watch"]},
+    # the attached job's heartbeat, which the reaper reads
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]},
     # a detached job's launcher Job, which the reaper reads and, stuck, deletes
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "delete"]},
-    # what the job's pieces say about the job, for `kubectl describe`
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # a detached job's Secrets (<job>-env, <job>-agent), deleted once its outcome is recorded
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]},
+    # a detached job's hang verdict, posted by its launcher on its own pod
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 )
 
 

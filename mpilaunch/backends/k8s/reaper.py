@@ -2,7 +2,7 @@
 
 ``python3 -m mpilaunch.backends.k8s.reaper JOB --orphan-timeout SEC [--deadline SEC]``:
 an attached job's. Runs with the ServiceAccount ``<job>-reaper``, whose Role
-allows ``get``/``watch`` on the Lease ``<job>`` and ``delete`` on the
+allows ``get`` on the Lease ``<job>`` and ``delete`` on the
 ConfigMap ``<job>``, by name, and nothing else. It deletes the job's root
 when the submitting mpilaunch stopped renewing the Lease for SEC seconds or
 the job passed ``--deadline`` seconds (see ``backends/k8s/orphan.py``); the
@@ -14,7 +14,8 @@ detached job's (``--detach``). It watches the launcher Job instead; when
 the launcher ends, or can no longer run, without recording the job's
 outcome, it records one and releases the workers
 (``backends/k8s/detached.py``), then exits 0. Its Role: the root ConfigMap
-(get, patch), the launcher Job (get, delete), the worker pods (delete).
+(get, patch), the launcher Job (get, delete), the worker pods and the job's
+Secrets (delete).
 
 In-cluster credentials (``KUBERNETES_SERVICE_HOST/PORT``, the token under
 ``$MPILAUNCH_K8S_SA_DIR``); standard library only.

@@ -217,6 +217,50 @@ def test_hang_pods_detached_at_timeout_the_launcher_posts_the_verdict_as_an_even
     assert tenant.leftovers(job) == []
 
 
+def test_hang_pods_detached_default_identity_posts_the_hang_event_and_drops_its_secrets(real):
+    """Issue 49, item 6 and a low: without --service-account, a detached job's launcher runs as its
+    per-job identity, whose Role lacked events create and any read of the launcher's own pod: the
+    Hang Event never came (the 403 went to the launcher's log). The verdict is now posted on the
+    launcher pod, named from the downward API. And once the outcome is recorded, the job's Secrets
+    (the forwarded values, the agents' private key) are gone; the root and its record stay."""
+    job = "rp-hang-detached-own"
+    earlier = {e["metadata"]["uid"] for e in hang_events(real, job)}
+    started = time.monotonic()
+    handed = real.run(
+        job, *SIZE, "--timeout", "30", "--detach", "--",
+        "python3", HANG, "sleep", "3", timeout=300,
+    )  # fmt: skip
+    assert handed.returncode == 0, handed.stdout[-2000:] + handed.stderr[-3000:]
+    manage = ["--namespace", "default"]
+    try:
+        waited = subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "wait", job, "--backend", "k8s", *manage, "--timeout", "240"],
+            cwd=REPO, env=real.env(), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert waited.returncode == EXIT_TIMEOUT, waited.stdout + waited.stderr[-3000:]
+        events = hang_events(real, job, but=earlier)
+        assert [(e["type"], e["message"]) for e in events] == [("Warning", expected_verdict(job, 3))], events
+        pod = events[0]["involvedObject"]
+        assert pod["name"].startswith(f"{job}-launcher-") and pod["uid"], pod
+        # its uid is the launcher pod's (describe matches by uid)
+        launcher = json.loads(real.kubectl("get", "pod", pod["name"], "-o", "json").stdout)
+        assert launcher["metadata"]["uid"] == pod["uid"]
+        secrets = real.kubectl(
+            "get", "secrets", "-l", f"mpilaunch/job={job}", "-o", "name", "--ignore-not-found"
+        ).stdout.split()
+        assert secrets == [], secrets
+        assert real.kubectl("get", "configmap", job, "-o", "name").stdout.strip() == f"configmap/{job}"
+        print(
+            f"{job}: detached, hung, Event posted and Secrets gone {time.monotonic() - started:.0f}s after submission"
+        )
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "mpilaunch", "delete", job, "--backend", "k8s", *manage],
+            cwd=REPO, env=real.env(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert real.leftovers(job) == []
+
+
 def test_hang_pods_foreign_image_names_the_rank(real, foreign, tmp_path):
     """An image no one here prepared (Debian's Open MPI and mpi4py, no py-spy): the program comes as
     ``python3 -c`` text, so its frames are in <string>, and the verdict still names the rank."""

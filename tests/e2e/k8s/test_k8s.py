@@ -423,6 +423,36 @@ def test_delete_status_logs_wait_refuse_a_configmap_that_is_not_a_job(kube, k8s_
     assert gone.returncode == 2 and f"mpilaunch: error: no job {job} in namespace default" in gone.stderr, gone.stderr
 
 
+def test_delete_owned_only_leaves_what_the_jobs_root_does_not_own(kube, k8s_env):
+    """Issue 49: `mpilaunch delete X` deleted whatever carried the label mpilaunch/job=X, also objects
+    X's root does not own (someone's pod and Secret labelled so by hand or by a script). It deletes
+    what the root owns, and the pods of the Jobs it owns, and leaves the rest."""
+    job = "k8s-delete-owned"
+    proc = start(["--name", job, "--np", "2", "--slots-per-worker", "1", "--detach", "-q", "--", "true"], k8s_env)
+    out, err = proc.communicate(timeout=120)
+    label = {"mpilaunch/job": job}
+    foreign = [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{job}-not-its", "labels": label}},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{job}-not-its", "labels": label},
+            "spec": {"containers": [{"name": "c", "image": "img"}]},
+        },
+    ]
+    try:
+        assert proc.returncode == 0, err[-3000:]
+        kube.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in foreign))
+        deleted = manage_k8s(k8s_env, "delete", job)
+        assert deleted.returncode == 0, deleted.stderr
+        left = kube.kubectl("get", "pods,secrets", "-l", f"mpilaunch/job={job}", "-o", "name").stdout.split()
+        assert sorted(left) == [f"pod/{job}-not-its", f"secret/{job}-not-its"], left
+    finally:
+        kube.kubectl("delete", "pod,secret", f"{job}-not-its", "--ignore-not-found", "--grace-period=0", check=False)
+        kube.kubectl("delete", "configmap", job, "--ignore-not-found", "--wait=false", check=False)
+    assert leftover_objects(kube, job) == []
+
+
 # ------------------------------------------------------------------ render
 
 
@@ -790,7 +820,7 @@ def test_sigkill_local_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_pa
         sa = f"{job}-reaper"
         lease_api = "coordination.k8s.io"
         assert access(kube, sa, "get", "leases", job, group=lease_api)
-        assert access(kube, sa, "watch", "leases", job, group=lease_api)
+        assert not access(kube, sa, "watch", "leases", job, group=lease_api)  # it reads, never watches (issue 49)
         assert not access(kube, sa, "update", "leases", job, group=lease_api)
         assert not access(kube, sa, "get", "leases", "other-job", group=lease_api)
         assert access(kube, sa, "delete", "configmaps", job)

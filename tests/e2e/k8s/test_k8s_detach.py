@@ -191,6 +191,7 @@ def test_detach_renders_a_reaper_that_watches_the_launcher_with_a_by_name_role(t
         ("batch", "jobs"): (["get", "delete"], ["dj-launcher"]),
         ("", "configmaps"): (["get", "patch"], ["dj"]),
         ("", "pods"): (["delete"], ["dj-worker-0", "dj-worker-1"]),
+        ("", "secrets"): (["delete"], ["dj-env", "dj-agent"]),  # once the outcome is recorded
     }
     launcher = objects[("Job", "dj-launcher")]["spec"]
     assert launcher["backoffLimit"] == 0 and launcher["activeDeadlineSeconds"] == 300 + 100 + 30
@@ -246,6 +247,12 @@ def test_detach_launcher_pod_deleted_and_never_ending_is_reaped_on_kwok(kube, k8
         assert access(kube, sa, "patch", "configmaps", name) and not access(kube, sa, "delete", "configmaps", name)
         assert access(kube, sa, "delete", "pods", f"{name}-worker-1")
         assert not access(kube, sa, "get", "pods", f"{name}-worker-1")
+        # the job's Secrets, once the outcome is recorded: delete them by name, never read them
+        assert access(kube, sa, "delete", "secrets", f"{name}-env") and access(
+            kube, sa, "delete", "secrets", f"{name}-agent"
+        )
+        assert not access(kube, sa, "get", "secrets", f"{name}-env")
+        assert not access(kube, sa, "delete", "secrets", "other-env")
         assert not access(kube, sa, "delete", "pods", "other-worker-0")
 
         def launcher_pod():
@@ -276,6 +283,8 @@ def test_detach_launcher_pod_deleted_and_never_ending_is_reaped_on_kwok(kube, k8
         assert wait.returncode == 5 and wait.stderr.startswith("mpilaunch: error: the launcher pod of Job "), wait
         record = json.loads(kube.get_json("configmap", name)["data"]["result.json"])
         assert record["recorded_by"] == "reaper" and record["exit_code"] == 5
+        # issue 49: the forwarded values and the agents' key outlived the job; gone with the record
+        assert kube.kubectl("get", "secrets", "-l", f"mpilaunch/job={name}", "-o", "name").stdout.split() == []
         assert not kube.kubectl("get", "job", f"{name}-launcher", "--ignore-not-found", "-o", "name").stdout.strip()
         print(f"{name}: workers gone {gone_s:.1f}s after the launcher pod's deletion (--orphan-timeout 5)")
     finally:
