@@ -71,6 +71,36 @@ def as_user(user, argv, **popen):
     return subprocess.Popen(["runuser", "-u", user.pw_name, "--", *argv], cwd="/", **popen)
 
 
+# --- pure: the bucket and the addresses -----------------------------------------------------------
+
+
+def test_agent_accept_rate_bucket_burst_refill_and_peers_apart():
+    from mpilaunch.agent.handshake_limits import AcceptRate
+
+    rate = AcceptRate(per_second=10.0, burst=3)
+    assert [rate.take("a", 100.0) for _ in range(4)] == [True, True, True, False]
+    assert rate.take("b", 100.0)  # another peer has a bucket of its own
+    assert not rate.take("a", 100.05)  # half a token back: not yet
+    assert rate.take("a", 100.15) and not rate.take("a", 100.15)  # one token a tenth of a second
+    assert [rate.take("a", 200.0) for _ in range(4)] == [True, True, True, False]  # never above the burst
+    for i in range(5000):  # many peers over time: the table forgets the full buckets
+        rate.take(f"p{i}", 300.0 + i)
+    assert len(rate.buckets) < 4200
+
+
+def test_agent_accept_unix_addresses_round_trip():
+    from mpilaunch.rsh_agent import protocol as P
+
+    assert P.unix_sockaddr("unix:/run/x/agent-0.sock") == "/run/x/agent-0.sock"
+    assert P.unix_sockaddr("unix:@name") == "\0name"
+    assert P.unix_sockaddr("127.0.0.1:5") is None
+    assert P.unix_address("/run/x/agent-0.sock") == "unix:/run/x/agent-0.sock"
+    assert P.unix_address(b"\0name") == "unix:@name"
+    for bad in ("unix:", "unix:/a\0b"):
+        with pytest.raises(ValueError):
+            P.unix_sockaddr(bad)
+
+
 # --- network agents: the handshakes one peer may start -------------------------------------------
 
 
