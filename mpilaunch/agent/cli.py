@@ -31,7 +31,11 @@ def build_parser():
         description="Exec agent for mpilaunch-rsh: runs authenticated commands inside this worker.",
     )
     parser.add_argument("--name", required=True, help="worker name (exported as MPILAUNCH_WORKER)")
-    parser.add_argument("--listen", default="0.0.0.0:0", help="HOST:PORT to listen on; port 0 picks one")
+    parser.add_argument(
+        "--listen",
+        default="0.0.0.0:0",
+        help="HOST:PORT to listen on (port 0 picks one), or unix:PATH: a Unix socket only this user may use",
+    )
     parser.add_argument(
         "--listen-fd",
         type=int,
@@ -111,6 +115,9 @@ def _credential(line: bytes):
 
 
 def _listen(spec: str) -> socket.socket:
+    unix = P.unix_sockaddr(spec)
+    if unix is not None:
+        return listen_unix(unix)
     host, port = P.parse_address(spec if ":" in spec else f"{spec}:0")
     infos = socket.getaddrinfo(host or None, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
     family, stype, proto, _, addr = infos[0]
@@ -121,7 +128,30 @@ def _listen(spec: str) -> socket.socket:
     return sock
 
 
+def listen_unix(sockaddr: str, backlog: int = 1024) -> socket.socket:
+    """A Unix socket listening at ``sockaddr`` (``protocol.unix_sockaddr``), its file its owner's alone.
+
+    What a stale file of an earlier agent left (a replaced worker's) is removed first."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if not sockaddr.startswith("\0"):
+            try:
+                os.unlink(sockaddr)
+            except FileNotFoundError:
+                pass
+        sock.bind(sockaddr)
+        if not sockaddr.startswith("\0"):
+            os.chmod(sockaddr, 0o600)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _advertised_address(sock, listen_host: str, advertise: str | None) -> str:
+    if sock.family == socket.AF_UNIX:
+        return P.unix_address(sock.getsockname())
     port = sock.getsockname()[1]
     host = advertise or listen_host
     if host in ("", "0.0.0.0", "::", "[::]"):
@@ -224,9 +254,10 @@ def main(argv=None) -> int:
         exit_on_stdin_eof=args.exit_on_stdin_eof,
         tls_context=tls_context,
     )
-    address = _advertised_address(
-        listener, P.parse_address(args.listen)[0] if ":" in args.listen else args.listen, args.advertise
-    )
+    listen_host = args.listen
+    if P.unix_sockaddr(args.listen) is None and ":" in args.listen:
+        listen_host = P.parse_address(args.listen)[0]
+    address = _advertised_address(listener, listen_host, args.advertise)
     if args.address_file:
         _write_atomically(args.address_file, address)
     agent.log(f"listening on {address} (pid {os.getpid()})")

@@ -11,7 +11,7 @@ from mpilaunch.rsh_agent import protocol as P
 from mpilaunch.rsh_agent import tls
 
 from .constants import CLOSE_LINGER, OUT_LOW_WATER, STDIN_HIGH_WATER
-from .handshake_limits import peer_key
+from .handshake_limits import peer_credentials, peer_key
 
 
 class Conn:
@@ -66,11 +66,17 @@ class ConnectionsMixin:
             except OSError as exc:  # EMFILE and friends: log, keep serving
                 self.log(f"accept failed: {exc}")
                 return
-            host = addr[0] if isinstance(addr, tuple) else str(addr)
-            peer = f"{host}:{addr[1]}" if isinstance(addr, tuple) else host
-            key = peer_key(host)
             sock.setblocking(False)
-            refusal = self.pending.admit(key)
+            if self.unix_listener:
+                who = self._local_peer(sock)
+                if who is None:
+                    continue
+                peer, key = who
+            else:
+                host = addr[0] if isinstance(addr, tuple) else str(addr)
+                peer = f"{host}:{addr[1]}" if isinstance(addr, tuple) else host
+                key = peer_key(host)
+            refusal = self._admission(key)
             if refusal is not None:
                 self._quiet_note(key, refusal, f"refused connection from {peer}: {refusal}")
                 try:  # a real client backs off and retries; nothing else is read or sent
@@ -79,13 +85,45 @@ class ConnectionsMixin:
                     pass
                 sock.close()
                 continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if not self.unix_listener:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             link = tls.PLAIN if self.tls_context is None else self._tls_link()
             conn = Conn(sock, peer, key, time.monotonic() + self.handshake_timeout, link)
             self.conns[conn.fd] = conn
             self.sel.register(sock, selectors.EVENT_READ, self._on_conn)
             if conn.state == "hello":  # with TLS, once the client finished its handshake
                 self._send(conn, P.server_hello(conn.nonce))
+
+    def _admission(self, key):
+        """None when ``key`` may start a handshake now (and it is counted), else why not.
+
+        The rate applies to network peers only: a Unix socket's peer is this
+        agent's own user (``_local_peer``), who can read the job's secret anyway."""
+        if not self.unix_listener and not self.accept_rate.take(key, time.monotonic()):
+            return (
+                f"too many connections from this peer (more than {self.accept_rate.burst} at once, "
+                f"then {self.accept_rate.per_second:g} a second)"
+            )
+        return self.pending.admit(key)
+
+    def _local_peer(self, sock):
+        """``(peer, key)`` of a Unix socket's client of this agent's own user; None (and closed) for
+        anyone else. The local backend's socket sits in the job's 0700 run directory, so another
+        user should not get this far; this is the check that does not depend on that mode."""
+        try:
+            pid, uid = peer_credentials(sock)
+        except OSError as exc:
+            self.log(f"refused a local connection: its credentials cannot be read ({exc})")
+            sock.close()
+            return None
+        if uid != self.uid:
+            key = f"uid {uid}"
+            self._quiet_note(
+                key, "uid", f"refused connection from pid {pid} (uid {uid}): only uid {self.uid} may connect"
+            )
+            sock.close()
+            return None
+        return f"pid {pid}", f"uid {uid}"
 
     def _tls_link(self):
         from mpilaunch.rsh_agent.tls_session import Tls

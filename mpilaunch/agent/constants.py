@@ -45,6 +45,15 @@ STDIN_HIGH_WATER = 4 << 20  # pause reading the client above this stdin backlog
 MAX_PENDING_HANDSHAKES = 1024
 MAX_PENDING_PER_PEER = 32
 
+# Handshakes one peer may start: a burst, then a rate (a token bucket per peer key). A handshake
+# costs the agent's one thread a TLS signature and key exchange however soon the peer hangs up, so
+# the pending limit alone let one peer keep it busy by connecting and hanging up in a loop. A real
+# peer starts one or two per agent (a shim per daemon, the launcher's pings), a burst of 128 pings
+# from one host gets through in about 2 s (retried as for busy), and the cap is far below what one
+# thread handshakes in a second.
+PEER_ACCEPT_BURST = 64
+PEER_ACCEPTS_PER_SECOND = 32.0
+
 REFUSAL_NOTE_INTERVAL = 10.0  # at most one log line per peer and reason this often
 
 CMD_LOG_CHARS = 160

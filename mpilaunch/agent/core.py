@@ -16,10 +16,12 @@ from .constants import (
     MAX_PENDING_HANDSHAKES,
     MAX_PENDING_PER_PEER,
     PDEATH_SIGNAL,
+    PEER_ACCEPT_BURST,
+    PEER_ACCEPTS_PER_SECOND,
     REFUSAL_NOTE_INTERVAL,
     SCAN_INTERVAL,
 )
-from .handshake_limits import PendingLimits, QuietNotes
+from .handshake_limits import AcceptRate, PendingLimits, QuietNotes
 from .proctree import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, pid_gone, prctl, processes_by_session
 from .relay import RelayMixin
 from .supervision import SupervisionMixin
@@ -38,6 +40,8 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
         log=None,
         max_pending_per_peer=MAX_PENDING_PER_PEER,
         max_pending=MAX_PENDING_HANDSHAKES,
+        accepts_per_second=PEER_ACCEPTS_PER_SECOND,
+        accept_burst=PEER_ACCEPT_BURST,
         exit_on_stdin_eof=False,
         tls_context=None,
     ):
@@ -47,6 +51,9 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
         # None: none is (a credential without a certificate)
         self.tls_context = tls_context
         self.listener = listener
+        # the local backend's: a Unix socket, whose clients must be this agent's own user (SO_PEERCRED)
+        self.unix_listener = listener.family == socket.AF_UNIX
+        self.uid = os.geteuid()
         self.base_env = dict(os.environ)
         self.base_env.update(extra_env or {})
         self.exit_with_pid = exit_with_pid
@@ -56,6 +63,7 @@ class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
         self.orphaned = False  # stopped because the --exit-with-pid process is gone (no cleanup of its own ran)
         self.handshake_timeout = handshake_timeout
         self.pending = PendingLimits(max_pending_per_peer, max_pending)  # unauthenticated connections
+        self.accept_rate = AcceptRate(accepts_per_second, accept_burst)  # handshakes a peer may start
         self.quiet = QuietNotes(REFUSAL_NOTE_INTERVAL)
         self.kill_grace = kill_grace
         self.log_stream = log or sys.stderr

@@ -56,6 +56,45 @@ class PendingLimits:
         self.count = max(0, self.count - 1)
 
 
+class AcceptRate:
+    """A token bucket per peer: how many handshakes a peer may start, in a burst and per second.
+
+    The pending limit bounds what a peer holds at once, not how fast it
+    churns: a peer that sends a TLS hello and hangs up at once is released
+    as fast as it connects, and each connection costs the agent's one
+    thread a TLS handshake (a signature and a key exchange). Past its
+    bucket a peer is answered busy, in clear, before any TLS: a real client
+    backs off and retries, as for the pending limit.
+    """
+
+    def __init__(self, per_second: float, burst: int):
+        self.per_second = per_second
+        self.burst = burst
+        self.buckets = {}  # peer key -> (tokens, monotonic time of that count)
+
+    def take(self, key: str, now: float) -> bool:
+        """One token from ``key``'s bucket: False when it has none left."""
+        tokens, then = self.buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - then) * self.per_second)
+        if tokens < 1.0:
+            self.buckets[key] = (tokens, now)
+            return False
+        if len(self.buckets) > 4096:  # many peers over time: forget those whose bucket is full again
+            full_after = self.burst / self.per_second
+            self.buckets = {k: v for k, v in self.buckets.items() if now - v[1] < full_after}
+        self.buckets[key] = (tokens - 1.0, now)
+        return True
+
+
+def peer_credentials(sock) -> tuple[int, int]:
+    """``(pid, uid)`` of the process at the other end of a Unix socket, as it connected (SO_PEERCRED;
+    the uid as this process's user namespace sees it, as ``os.geteuid()`` does)."""
+    import struct
+
+    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
+
+
 class QuietNotes:
     """Log lines about unauthenticated peers, at most one per (peer, reason) per interval.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import shlex
 
+from ..core.interpreter import CONTAINER_PYTHON, interpreter_word
 from ..rsh_agent import agent_client
 
 POD_PORT = 29500  # torchrun's default: free in a pod of the job's own
@@ -51,8 +52,8 @@ def pod_rendezvous(worker: str, job: str) -> tuple[str, int]:
 def free_port_through_agent(address: str, secret_file: str, python: str) -> tuple[str, int] | None:
     """(the agent's host, a port free there) asked through the agent at ``address``; None if it
     cannot tell (the ranks then get no MASTER_ADDR/MASTER_PORT rather than a wrong one)."""
-    command = f"exec {python} -c {shlex.quote(_FREE_PORT)}"
     try:
+        command = f"exec {interpreter_word(python)} -c {shlex.quote(_FREE_PORT)}"
         secret = agent_client.read_secret(secret_file)
         status, out, _ = agent_client.run_capture(address, secret, command, timeout=30)
     except (OSError, TimeoutError, ValueError):
@@ -66,7 +67,7 @@ def free_port_through_agent(address: str, secret_file: str, python: str) -> tupl
 def rank_python(rank_prefix: list[str]) -> str:
     """The python the ranks' wrapper runs with: its absolute path, or the container's own."""
     first = rank_prefix[0] if rank_prefix else ""
-    return first if first.startswith("/") and "python" in first else '"${MPILAUNCH_PYTHON:-python3}"'
+    return first if first.startswith("/") and "python" in first else CONTAINER_PYTHON
 
 
 def source_address(peer_ip: str) -> str | None:

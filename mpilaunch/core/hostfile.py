@@ -23,6 +23,19 @@ def render(hosts: list[tuple[str, int]], flavour: str) -> str:
     return strategy.render_hostfile(hosts)
 
 
+def check_host_name(host: str, number: int) -> None:
+    """A hostfile's host names become file names (a worker's agent log in the run directory, its
+    private temp directory) and words of commands (a host name, an ssh target): one with ``/``
+    would write outside the run directory, ``@`` would be an ssh login name, and a leading ``-``
+    an option."""
+    if "/" in host or "@" in host or host.startswith("-"):
+        raise UsageError(
+            f"hostfile line {number}: host name {host!r} has a '/', an '@' or a leading '-'",
+            "name each host by its name or address alone (letters, digits, '.', '-', '_'); "
+            "an ssh login name goes in your ssh config (User) or --ssh-option User=NAME",
+        )
+
+
 def parse(text: str) -> list[tuple[str, int]]:
     """Parse either format; comments and blank lines are skipped, slots default to 1."""
     hosts: list[tuple[str, int]] = []
@@ -32,9 +45,11 @@ def parse(text: str) -> list[tuple[str, int]]:
             continue
         hydra = _HYDRA_LINE.match(line)
         if hydra and ":" in line:
+            check_host_name(hydra["host"], number)
             hosts.append((hydra["host"], int(hydra["slots"] or 1)))
             continue
         match = _OPENMPI_LINE.match(line)
+        check_host_name(match["host"], number)
         check_keys(match["opts"], number, raw)
         slots = 1
         for opt in (match["opts"] or "").split():

@@ -267,8 +267,70 @@ def parse_faulthandler(text):
     return blocks[-1] if blocks else None
 
 
-def faulthandler_frames(pid, state, budget):
-    signum = stacks_signal()
+def start_time(pid):
+    """When ``pid`` started (/proc/PID/stat field 22): another process that got the pid since has
+    another one. None when there is no such process."""
+    text = read(f"/proc/{pid}/stat")
+    if text is None:
+        return None
+    fields = text.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+class Target:
+    """The one process the probe means to signal, not whichever holds its pid when the signal goes.
+
+    A pidfd (Linux 5.3, Python 3.9) names the process itself: opened while
+    the pid's start time is still the one the probe saw, a signal through
+    it reaches that process or, once it is gone, nobody. Where pidfds are
+    missing the start time is checked again just before ``os.kill``, which
+    leaves only that instant's window."""
+
+    def __init__(self, pid, start):
+        self.pid, self.start, self.fd = pid, start, None
+        opener = getattr(os, "pidfd_open", None)
+        if opener is not None and getattr(signal, "pidfd_send_signal", None) is not None:
+            try:
+                self.fd = opener(pid)
+            except OSError:
+                self.fd = None  # gone already (ESRCH), or no pidfds here (ENOSYS): the check below decides
+
+    def same(self):
+        return self.start is not None and start_time(self.pid) == self.start
+
+    def send(self, signum):
+        """True when the signal reached the process the probe saw."""
+        if not self.same():  # after the pidfd's opening: it is that process's, or it is gone
+            return False
+        try:
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, signum)
+            else:
+                os.kill(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def faulthandler_frames(pid, state, budget, start=None):
+    """``start``: the program's start time when the probe found it (``start_time``); the signal goes to
+    that process only, never to another that got its pid since."""
+    target = Target(pid, start if start is not None else start_time(pid))
+    try:
+        return _faulthandler_dump(target, state, budget)
+    finally:
+        target.close()
+
+
+def _faulthandler_dump(target, state, budget):
+    pid, signum = target.pid, stacks_signal()
+    if not target.same():
+        return None, "exited (its pid is another process's now)"
     fd = stacks_fd(pid)
     if fd is None or not catches(pid, signum):
         return None, "no py-spy on the worker, and the program has no mpilaunch faulthandler armed"
@@ -280,7 +342,8 @@ def faulthandler_frames(pid, state, budget):
         return None, f"faulthandler: {e.strerror}"
     with f:
         start = os.fstat(f.fileno()).st_size
-        os.kill(pid, signum)
+        if not target.send(signum):
+            return None, "exited before its faulthandler was signalled"
         deadline = time.monotonic() + min(budget, 2.0)
         size, changed = start, time.monotonic()
         while time.monotonic() < deadline:
@@ -305,15 +368,16 @@ def one_rank(pid, rank, size, spy, budget, native=True, program=None):
     if program is None:
         out.update(state="exited", note="its wrapper has no program left")
         return out
+    started = start_time(program)  # read first: the stat below is of this process, or it is gone
     st = stat_of(program)
-    if st is None:
+    if st is None or started is None:
         out.update(state="exited", pid=program)
         return out
     state = st[0]
     out.update(pid=program, state="stopped" if state in "Tt" else "running", proc_state=state)
     frames, tool, note = py_spy_frames(spy, program, state, budget, native) if spy else (None, None, "no py-spy")
     if frames is None:
-        fallback, why = faulthandler_frames(program, state, budget)
+        fallback, why = faulthandler_frames(program, state, budget, start=started)
         if fallback is not None:
             frames, tool, note = fallback, "faulthandler", ""
         else:

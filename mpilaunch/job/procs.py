@@ -6,6 +6,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 
 
 def processes_with_env(name: str, value: str, **also: str) -> list[int]:
@@ -68,7 +69,49 @@ def terminate_group(proc: subprocess.Popen, grace: float = 5.0) -> int:
         os.killpg(proc.pid, signal.SIGKILL)  # what the group leader left behind
     except ProcessLookupError:
         pass
-    return proc.wait()
+    return wait_killed(proc, "mpirun")
+
+
+#: how long a SIGKILLed process may take to be gone: only one stuck in the kernel takes longer (state
+#: D: a hung network filesystem or device driver; a frozen cgroup), and no signal ends it then
+KILL_WAIT_S = 10.0
+
+
+def wait_killed(proc: subprocess.Popen, what: str) -> int:
+    """``proc``'s exit status once SIGKILL was sent, waited for no longer than KILL_WAIT_S.
+
+    Past that it is left behind, with a warning that says where it hangs, and
+    its status reads as killed by SIGKILL: mpilaunch still reports and cleans
+    up everything else instead of waiting for it forever.
+    """
+    try:
+        return wait_exit(proc, KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass
+    state = _proc_state(proc.pid)
+    print(
+        f"mpilaunch: warning: {what} (pid {proc.pid}) is still there {KILL_WAIT_S:g} s after SIGKILL "
+        f"(state {state}: stuck in the kernel, a hung filesystem or device, or a frozen cgroup); "
+        "mpilaunch goes on without it",
+        file=sys.stderr,
+        flush=True,
+    )
+    return -signal.SIGKILL
+
+
+def _proc_state(pid: int) -> str:
+    """The state letter and kernel wait channel of ``pid`` (``D in nfs_wait``), or ``?``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "?"
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip()
+    except OSError:
+        wchan = ""
+    return f"{state} in {wchan}" if wchan not in ("", "0") else state
 
 
 def forward_signals_to_group(pgid: int) -> None:

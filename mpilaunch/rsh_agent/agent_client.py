@@ -64,6 +64,9 @@ def _connect(address: str, timeout: float, refused_wait: float = 0.0):
                 if not isinstance(exc.__cause__, ConnectionRefusedError) or _monotonic() > deadline:
                     raise
             select.select([], [], [], 0.05)
+    unix = P.unix_sockaddr(address)
+    if unix is not None:
+        return _connect_unix(address, unix, timeout)
     host, port = P.parse_address(address)
     last = None
     try:
@@ -84,6 +87,18 @@ def _connect(address: str, timeout: float, refused_wait: float = 0.0):
             last = exc
             sock.close()
     raise AgentError(f"cannot connect to agent at {address}: {last}") from last
+
+
+def _connect_unix(address: str, sockaddr: str, timeout: float):
+    """A local backend's agent: a Unix socket in the job's private run directory."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(sockaddr)
+        return sock
+    except OSError as exc:
+        sock.close()
+        raise AgentError(f"cannot connect to agent at {address}: {exc}") from exc
 
 
 def _recv_some(sock, address: str) -> bytes:

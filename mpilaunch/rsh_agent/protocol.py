@@ -305,8 +305,29 @@ def exit_code_from_wait_status(status: int) -> int:
     return 255
 
 
+#: an agent address that is a Unix socket: ``unix:/path`` (a file), ``unix:@name`` (Linux's abstract namespace)
+UNIX_PREFIX = "unix:"
+
+
+def unix_sockaddr(address: str):
+    """What ``connect``/``bind`` take for a ``unix:`` address (abstract: a leading NUL); None for TCP."""
+    if not address.startswith(UNIX_PREFIX):
+        return None
+    path = address[len(UNIX_PREFIX) :]
+    if not path or "\0" in path:
+        raise ValueError(f"bad agent address {address!r}, expected unix:/PATH or unix:@NAME")
+    return "\0" + path[1:] if path.startswith("@") else path
+
+
+def unix_address(sockaddr) -> str:
+    """The ``unix:`` address of a bound Unix socket's name (``getsockname``: str, or bytes when abstract)."""
+    if isinstance(sockaddr, bytes):
+        sockaddr = sockaddr.decode("utf-8", "surrogateescape")
+    return UNIX_PREFIX + ("@" + sockaddr[1:] if sockaddr.startswith("\0") else sockaddr)
+
+
 def parse_address(address: str):
-    """``host:port`` or ``[v6]:port`` -> ``(host, port)``."""
+    """``host:port`` or ``[v6]:port`` -> ``(host, port)`` (a ``unix:`` address is ``unix_sockaddr``'s)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"bad agent address {address!r}, expected HOST:PORT")

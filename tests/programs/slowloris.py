@@ -1,10 +1,11 @@
 """A slowloris peer: holds as many unauthenticated connections to agents as it can.
 
-    slowloris.py --source 127.0.0.9 --per-target 1024 --ready FILE --stats FILE HOST:PORT...
+    slowloris.py --source 127.0.0.9 --per-target 1024 --ready FILE --stats FILE HOST:PORT|unix:PATH...
 
 For each target it keeps up to ``--per-target`` connections open from
 ``--source`` (any 127.x address is local on Linux, so the agent sees a
-different peer than the launcher on 127.0.0.1), never completes a
+different peer than the launcher on 127.0.0.1; a ``unix:`` target has no
+source: a connection refused at once counts as ``refused``), never completes a
 handshake, trickles one junk byte a second into each greeted connection
 (an agent with TLS greets nobody before the client's TLS hello: a
 connection it leaves silent for two polls counts as greeted, and gets the
@@ -18,6 +19,7 @@ greeted at once.  Runs until SIGTERM or ``--seconds``.
 """
 
 import argparse
+import errno
 import json
 import signal
 import socket
@@ -34,20 +36,26 @@ BUSY = getattr(P, "SERVER_BUSY", None)  # None: an agent from before the per-pee
 class Target:
     def __init__(self, address):
         self.address = address
-        self.sockaddr = P.parse_address(address)
+        # a local backend's agent listens on a Unix socket (unix:PATH) since issue 49
+        self.unix = getattr(P, "unix_sockaddr", lambda a: None)(address)
+        self.sockaddr = self.unix if self.unix is not None else P.parse_address(address)
         self.conns = {}  # socket -> {"buf": bytes, "greeted": bool}
         self.stats = {"opened": 0, "greeted": 0, "busy": 0, "dropped": 0, "refused": 0, "max_held": 0}
 
     def open(self, source, n):
         for _ in range(n):
-            sock = socket.socket()
+            sock = socket.socket(socket.AF_UNIX) if self.unix is not None else socket.socket()
             sock.setblocking(False)
             try:
-                sock.bind((source, 0))
-                sock.connect_ex(self.sockaddr)
+                if self.unix is None:
+                    sock.bind((source, 0))
+                error = sock.connect_ex(self.sockaddr)
             except OSError:
+                error = -1
+            if error not in (0, errno.EINPROGRESS):  # EACCES: a socket in a directory not ours
                 sock.close()
                 self.stats["refused"] += 1
+                self.stats["last_error"] = errno.errorcode.get(error, str(error))
                 return
             self.conns[sock] = {"buf": b"", "greeted": False, "silent": 0, "trickle": b"\x00"}
             self.stats["opened"] += 1

@@ -17,6 +17,7 @@ import time
 from mpilaunch.backends import protocols
 from mpilaunch.backends.base import hostnames
 from mpilaunch.job import lifecycle
+from mpilaunch.rsh_agent import protocol as P
 from mpilaunch.rsh_agent import shim
 
 AGENT = "mpilaunch.rsh_agent.transports.agent"
@@ -28,10 +29,16 @@ def ready(backend, timeout: float = 60) -> None:
 
 
 def refused(address: str) -> bool:
-    host, _, port = address.rpartition(":")
+    unix = P.unix_sockaddr(address)  # the local backend's agents: a Unix socket (issue 49)
     try:
-        socket.create_connection((host, int(port)), timeout=2).close()
-    except ConnectionRefusedError:
+        if unix is not None:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(2)
+                sock.connect(unix)
+        else:
+            host, _, port = address.rpartition(":")
+            socket.create_connection((host, int(port)), timeout=2).close()
+    except (ConnectionRefusedError, FileNotFoundError):
         return True
     return False
 
@@ -66,6 +73,8 @@ def assert_exec_context_serves_the_shim(backend, tmp_path) -> None:
             assert f.read().strip()
         assert all(isinstance(n, str) for n in context.get("forward_env") or ())
         for worker in context["workers"].values():
+            if P.unix_sockaddr(worker["address"]) is not None:
+                continue  # a Unix socket's path (the local backend)
             host, _, port = worker["address"].rpartition(":")
             assert host and 0 < int(port) < 65536
     path = tmp_path / "context.json"

@@ -38,3 +38,37 @@ def test_empty_hostfile_rejected():
 def test_unreadable_hostfile(tmp_path):
     with pytest.raises(UsageError, match="cannot read hostfile"):
         hostfile.read(str(tmp_path / "missing"))
+
+
+# issue 49: a hostfile's names become file names (the local backend's agent logs in the run directory)
+# and words of commands (ssh targets)
+@pytest.mark.parametrize(
+    "text",
+    ["../../etc/x slots=2\n", "a/b:2\n", "alice@node1 slots=1\n", "-oProxyCommand=x slots=1\n", "-x:1\n"],
+)
+def test_hostfile_names_with_a_slash_an_at_or_a_leading_dash_are_refused(text):
+    with pytest.raises(UsageError, match="line 1: host name .* has a '/', an '@' or a leading '-'") as err:
+        hostfile.parse(text)
+    assert err.value.hint and "--ssh-option User=NAME" in err.value.hint
+
+
+def test_hostfile_names_with_a_slash_exit_2_with_one_line_and_nothing_started(tmp_path):
+    """`mpilaunch --hostfile` with a name that would write outside the run directory: exit 2, the
+    error line and its hint, no agent started, no file written where the name points."""
+    import subprocess
+    import sys
+
+    escape = tmp_path / "escaped"
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"../../../../../../..{escape} slots=1\nnode-b slots=1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mpilaunch", "--name", "hostfile-names", "--hostfile", str(hosts), "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert lines[0].startswith("mpilaunch: error: hostfile line 1: host name"), proc.stderr
+    assert len(lines) == 2 and lines[1].startswith("  hint: "), proc.stderr
+    assert not list(tmp_path.glob("escaped*"))

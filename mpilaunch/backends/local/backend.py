@@ -1,6 +1,7 @@
 """Local backend: one exec agent process per worker on this machine.
 
-Each worker is a real ``mpilaunch agent`` listening on loopback; mpirun
+Each worker is a real ``mpilaunch agent`` listening on a Unix socket in the
+job's private run directory (``agent_socket_address``); mpirun
 reaches it through ``mpilaunch-rsh`` exactly as it reaches a YARN
 container, so the local backend exercises the whole exec path. Worker host
 names (``<job>-worker-<i>``) do not resolve, which is what makes mpirun hand
@@ -20,7 +21,7 @@ from ...agent.hostname import can_take_hostname
 from ...core import gpu_slots
 from ...core.errors import AllocationError
 from ...core.pylauncher import write_launcher
-from ...job.procs import kill_tree, processes_with_env, wait_exit
+from ...job.procs import kill_tree, processes_with_env, wait_exit, wait_killed
 from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers
@@ -32,18 +33,40 @@ from .options import LocalOptions
 LOCAL_SETTLE_S = 5.0
 
 
-def listening_socket() -> socket.socket:
-    """A loopback socket bound and listening here, handed to an agent that serves it.
+# sun_path's 108 bytes, its terminating NUL included
+UNIX_PATH_MAX = 107
+
+
+def agent_socket_address(rundir, index: int) -> str:
+    """Where worker ``index``'s agent listens: a Unix socket in the job's run directory.
+
+    The directory is the job owner's alone (0700), so no other local user
+    can even connect, and the agent admits its own user only (SO_PEERCRED).
+    On loopback TCP every local user could, and all of them shared
+    127.0.0.1's one per-peer quota of unauthenticated connections with the
+    job's own shims: another user holding those slots held up the launch.
+    A run directory too deep for a socket's path (a long ``$TMPDIR``) gets
+    a name in Linux's abstract namespace instead, which any local user can
+    connect to, and which the agent's uid check then turns away at once.
+    """
+    path = os.path.join(str(rundir), f"agent-{index}.sock")
+    if len(os.fsencode(path)) <= UNIX_PATH_MAX:
+        return "unix:" + path
+    return f"unix:@mpilaunch-agent-{os.urandom(8).hex()}"
+
+
+def listening_socket(address: str) -> socket.socket:
+    """A socket bound and listening at ``address``, handed to an agent that serves it.
 
     Its address is known before the agent's interpreter has started, so mpirun
     starts at once: connections wait in the backlog until the agent accepts
     them. Should the agent die, the socket closes with it and the shim's
     connection is refused, which the lost-worker watch then explains.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
-    return sock
+    from ...agent.cli import listen_unix
+    from ...rsh_agent.protocol import unix_sockaddr
+
+    return listen_unix(unix_sockaddr(address))
 
 
 class LocalBackend(BaseBackend, ReplacesWorkers):
@@ -136,7 +159,8 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
 
     def _start_agent(self, worker) -> None:
         log = open(self.rundir / f"{worker.name}.agent.log", "ab")
-        with listening_socket() as listener:
+        address = agent_socket_address(self.rundir, self.plan.workers.index(worker))
+        with listening_socket(address) as listener:
             # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
             # which then tears the workers down in order.
             if self._fork_agents():
@@ -158,7 +182,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                     pass_fds=(listener.fileno(),),
                     env=self.launch_environ,
                 )
-            self.addresses[worker.name] = "127.0.0.1:%d" % listener.getsockname()[1]
+            self.addresses[worker.name] = address
         log.close()
 
     def _fork_agents(self) -> bool:
@@ -178,7 +202,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
             old = self.agents.get(name)
             if old is not None and old.poll() is None:
                 kill_tree(old.pid)
-                old.wait()
+                wait_killed(old, f"the agent of worker {name}")
             # daemons and ranks of the lost worker that outlived its agent: this job's only (another
             # local job of the same --name or --hostfile has workers of the same names)
             for pid in processes_with_env("MPILAUNCH_WORKER", name, MPILAUNCH_JOB=self.job_marker):
@@ -281,7 +305,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                 wait_exit(proc, max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 kill_tree(proc.pid)
-                proc.wait()
+                wait_killed(proc, "a worker's agent")
         # The agents end their sessions' descendants themselves; this sweep is
         # the backstop for anything that escaped them (all carry the marker).
         for pid in processes_with_env("MPILAUNCH_JOB", self.job_marker):

@@ -153,12 +153,36 @@ def start_agent(name: str, secret: bytes, devices: list[str] | None, container_i
     agent = subprocess.Popen(argv, stdin=subprocess.PIPE)
     agent.stdin.write(secret + b"\n")
     agent.stdin.close()
+    return agent, wait_address(agent, addr_file)
+
+
+#: how long the agent may take to listen and write its address: its interpreter's start from a
+#: localized env archive on a loaded node takes seconds; one that takes minutes is stuck (a hung
+#: filesystem), and the launcher would otherwise wait for this worker until its --start-timeout
+#: with nothing to say why
+AGENT_ADDRESS_TIMEOUT_S = 120.0
+
+
+def wait_address(agent: subprocess.Popen, addr_file: str) -> str:
+    """The address the agent wrote to ``addr_file``; SystemExit (the container ends, its log says
+    why) when the agent exits first or writes none within AGENT_ADDRESS_TIMEOUT_S (it is killed)."""
+    deadline = time.monotonic() + AGENT_ADDRESS_TIMEOUT_S
     while not os.path.exists(addr_file):
         if agent.poll() is not None:
             raise SystemExit(f"agent exited with code {agent.returncode} before listening")
+        if time.monotonic() > deadline:
+            agent.kill()
+            try:
+                agent.wait(10)  # not forever either: one stuck in the kernel outlives SIGKILL
+            except subprocess.TimeoutExpired:
+                pass
+            raise SystemExit(
+                f"agent (pid {agent.pid}) wrote no address in {AGENT_ADDRESS_TIMEOUT_S:g} s: stopped it "
+                "(its log is above; a hung filesystem under the env archive or the container's work directory?)"
+            )
         time.sleep(0.02)
     with open(addr_file) as f:
-        return agent, f.read().strip()
+        return f.read().strip()
 
 
 def _descendants() -> list[int]:
