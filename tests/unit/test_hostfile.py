@@ -62,7 +62,19 @@ def test_hostfile_names_with_a_slash_exit_2_with_one_line_and_nothing_started(tm
     hosts = tmp_path / "hosts"
     hosts.write_text(f"../../../../../../..{escape} slots=1\nnode-b slots=1\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "mpilaunch", "--name", "hostfile-names", "--hostfile", str(hosts), "--", "true"],
+        [
+            sys.executable,
+            "-m",
+            "mpilaunch",
+            "--backend",
+            "local",
+            "--name",
+            "hostfile-names",
+            "--hostfile",
+            str(hosts),
+            "--",
+            "true",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
