@@ -18,25 +18,21 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from support.agent import SECRET, AgentProc, tls_credential, wait_until
-from support.helpers import PROGRAMS, REPO, leftover_processes, login_user_alone, run_mpilaunch
+from support.helpers import PROGRAMS, leftover_processes, run_mpilaunch
+from support.other_user import USER, other_user_alone, shared_sticky_dir
 
-USER = os.environ.get("MPILAUNCH_NONROOT_USER", "mpilaunch-user")
-SETUP = REPO / "scripts" / "nonroot-user.sh"
 SLOWLORIS = PROGRAMS / "slowloris.py"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the other user's: root's venv is out of its reach
 
@@ -48,23 +44,14 @@ def other_user():
         pytest.skip("acts as another user: run as root")
     if not os.path.exists(SYSTEM_PYTHON):
         pytest.skip(f"the other user runs {SYSTEM_PYTHON}, which is missing")
-    with login_user_alone():
-        try:
-            user = pwd.getpwnam(USER)
-        except KeyError:
-            done = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, done.stderr[-3000:]
-            user = pwd.getpwnam(USER)
+    with other_user_alone(pytest.fail) as user:
         yield user
 
 
 @pytest.fixture
 def shared_tmp():
-    """A directory both users may write to, sticky, as /tmp (pytest's tmp_path is root's, mode 700)."""
-    d = Path(tempfile.mkdtemp(prefix="agent-accept-"))
-    d.chmod(0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with shared_sticky_dir("agent-accept-") as d:
+        yield d
 
 
 def gone(pid: int) -> bool:

@@ -15,26 +15,22 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import secrets
-import shutil
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
-from support.helpers import PROGRAMS, REPO, finish, leftover_processes, login_user_alone, mpilaunch_env, wait_started
+from support.helpers import PROGRAMS, REPO, finish, leftover_processes, mpilaunch_env, wait_started
 from support.mpi_installs import checked, installs, require
+from support.other_user import other_user_alone, shared_sticky_dir
 
 pytestmark = pytest.mark.mpi
 
-USER = os.environ.get("MPILAUNCH_NONROOT_USER", "mpilaunch-user")
-SETUP = REPO / "scripts" / "nonroot-user.sh"
 HANG = PROGRAMS / "hang.py"
 NP, ODD = 3, 2  # one worker: ranks 0-1 wait in MPI_Allreduce, rank 2 sleeps
 STUCK_SLEEP = next(i for i, line in enumerate(HANG.read_text().splitlines(), 1) if "STUCK: sleep" in line)
@@ -59,24 +55,14 @@ def other_user():
     processes meanwhile)."""
     if os.geteuid() != 0:
         require("plants a file as another user: run as root")
-    with login_user_alone():
-        try:
-            user = pwd.getpwnam(USER)
-        except KeyError:  # the script makes the user (and its venv, which this test does not need)
-            done = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                require(f"{SETUP.name} failed ({done.returncode}): {done.stderr[-3000:]}")
-            user = pwd.getpwnam(USER)
+    with other_user_alone(require) as user:
         yield user
 
 
 @pytest.fixture
 def shared_tmp():
-    """A TMPDIR both users may write to, sticky, as /tmp (pytest's tmp_path is root's, mode 700)."""
-    d = Path(tempfile.mkdtemp(prefix="trust-tmp-shared-"))
-    d.chmod(0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with shared_sticky_dir("trust-tmp-shared-") as d:
+        yield d
 
 
 class PlantedServer:
