@@ -205,13 +205,15 @@ def run_job(
         if spec.retries:
             body["attempts"] = attempts
         body.update(hang)
+        body["ledger"] = summary.ledger(body)
         now, wall = time.monotonic(), time.time()
         began = record.wall_clock(t0 if started is None else started, now, wall)
         report = {**record.common_fields(body, began, wall), **body}
-        if output_dir is not None:
-            save_report(output_dir / "report.json", report, stderr)
+        text = report_text(report, stderr)
+        if output_dir is not None and text is not None:
+            save_report(output_dir / "report.json", report, stderr, text)
         if keep_records is not None:  # --output-dir's report.json is the one named, if any
-            kept = keep_record(report, environ, keep_records, began, stderr) if keep_records else None
+            kept = keep_record(report, environ, keep_records, began, stderr, text) if keep_records and text else None
             named = output_dir / "report.json" if output_dir is not None else kept
             print_summary(report, named, stderr, quiet, raised=sys.exc_info()[0] is not None)
         remove_tree(rundir)
@@ -473,11 +475,21 @@ class LostWorkerWatch:
                 return
 
 
-def keep_record(report: dict, environ: dict, keep: int, began: float, stderr) -> Path | None:
+def report_text(report: dict, stderr) -> str | None:
+    """report.json's text, made once for both places it goes; None (and one warning) when
+    something in it cannot be encoded."""
+    try:
+        return record.report_text(report)
+    except (TypeError, ValueError) as e:
+        warn(f"mpilaunch: warning: this job's report cannot be written: {e}", stderr)
+        return None
+
+
+def keep_record(report: dict, environ: dict, keep: int, began: float, stderr, text: str) -> Path | None:
     """The job's record in the user's state directory (``record.py``); a failure is one warning
     line and no record, never the job's exit code."""
     try:
-        return record.keep(report, environ, keep, began)
+        return record.keep(report, environ, keep, began, text)
     except (OSError, TypeError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         warn(
@@ -510,11 +522,11 @@ def warn(text: str, stderr) -> None:
         pass
 
 
-def save_report(path: Path, report: dict, stderr) -> None:
+def save_report(path: Path, report: dict, stderr, text: str | None = None) -> None:
     """write_report in the lifecycle's teardown: a failure (the directory removed, a full disk)
     is one warning line; the job's exit code and the rest of the teardown stand."""
     try:
-        write_report(path, report)
+        write_report(path, report, text)
     except (OSError, TypeError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         try:

@@ -187,10 +187,15 @@ def common_fields(report: dict, started_wall: float, ended_wall: float) -> dict:
 # ------------------------------------------------------------------ write
 
 
-def write_report(path: Path, report: dict) -> None:
+def report_text(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"
+
+
+def write_report(path: Path, report: dict, text: str | None = None) -> None:
     """report.json, whole or not at all: a temporary file beside it, then renamed over it
-    (a reader never sees half a report; a failed write leaves no temporary file)."""
-    text = json.dumps(report, indent=2) + "\n"
+    (a reader never sees half a report; a failed write leaves no temporary file). ``text``:
+    the report as ``report_text`` made it already (a job writing it twice encodes it once)."""
+    text = report_text(report) if text is None else text
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -204,13 +209,13 @@ def write_report(path: Path, report: dict) -> None:
         raise
 
 
-def keep(report: dict, environ, keep_count: int, started_wall: float) -> Path:
+def keep(report: dict, environ, keep_count: int, started_wall: float, text: str | None = None) -> Path:
     """The job's record in the state directory, and the oldest beyond ``keep_count`` removed:
     the path of its report.json. Raises OSError (the caller warns: the job's result stands)."""
     runs = runs_dir(environ)
     path = new_run_dir(runs, str(report.get("job") or "job"), started_wall) / REPORT
     try:
-        write_report(path, report)
+        write_report(path, report, text)
     except BaseException:
         shutil.rmtree(path.parent, ignore_errors=True)
         raise

@@ -94,6 +94,69 @@ def head(report: dict) -> str:
     return f"{line}: {reason}" if reason and report.get("exit_code") != 0 else line
 
 
+# ------------------------------------------------------------------ the ledger
+
+#: where the allocation went, in this order (``ledger``)
+LEDGER = ("queue", "start", "wire-up", "program", "hang", "failed attempts", "release")
+
+
+def ledger(report: dict) -> dict | None:
+    """Where the allocation went: worker-seconds (GPU-seconds for a GPU job) held from the moment
+    every worker was created (``allocated``) until they were released, split into queueing for
+    the scheduler (``pods_scheduled``), starting them (image pulls, containers, agents: until
+    ``workers_ready``), wire-up (mpirun and its daemons, until the first rank started), the
+    program, a hang (``--stall-timeout``'s stalled span), failed attempts (``--retries``: from
+    the first attempt's start to the last one's) and release (mpirun's teardown after the
+    ranks ended, and the release itself). The parts add up to the whole; None without phases.
+    """
+    phases = (report.get("timings") or {}).get("phases") or {}
+    start, end = phases.get("allocated"), phases.get("released")
+    if start is None or end is None:
+        return None
+    plan = report.get("plan") or {}
+    gpus = plan.get("gpus") or 0
+    count = gpus or len(plan.get("workers") or ()) or 1
+    ready = min(max(phases.get("workers_ready", end), start), end)
+    scheduled = min(max(phases.get("pods_scheduled", start), start), ready)
+    done = min(max(phases.get("workload_done", ready), ready), end)
+    spans = dict.fromkeys(LEDGER, 0.0)
+    spans["queue"] = scheduled - start
+    spans["start"] = ready - scheduled
+    spans["release"] = end - done
+    attempts = report.get("attempts") or []
+    if len(attempts) > 1:
+        spans["failed attempts"] = min(max(0.0, attempts[-1]["started_s"] - attempts[0]["started_s"]), done - ready)
+        spans["program"] = done - ready - spans["failed attempts"]  # the last attempt's wire-up included
+    else:
+        first = min(max(phases.get("first_rank_start", done), ready), done)
+        ranks_done = min(max(phases.get("ranks_done", done), first), done)
+        spans["wire-up"] = first - ready
+        spans["program"] = ranks_done - first
+        spans["release"] += done - ranks_done  # mpirun tearing its daemons down
+    stalled = ((report.get("hang") or {}).get("stall_timeout_s")) or 0.0
+    spans["hang"] = min(stalled, spans["program"])
+    spans["program"] -= spans["hang"]
+    return {
+        "unit": "gpu_seconds" if gpus else "worker_seconds",
+        "count": count,
+        "allocated": round(count * (end - start), 3),
+        **{k.replace(" ", "_").replace("-", "_"): round(count * v, 3) for k, v in spans.items()},
+    }
+
+
+def ledger_line(book: dict | None) -> str | None:
+    """``  ledger: 12.4 worker-s held: start 0.3 (2%), wire-up 1.8 (15%), program 9.6 (77%), ...``"""
+    if not book or book["allocated"] <= 0:
+        return None
+    unit = "GPU-s" if book["unit"] == "gpu_seconds" else "worker-s"
+    parts = []
+    for label in LEDGER:
+        value = book.get(label.replace(" ", "_").replace("-", "_"), 0.0)
+        if value > 0:
+            parts.append(f"{label} {value:.1f} ({100 * value / book['allocated']:.0f}%)")
+    return f"  ledger: {book['allocated']:.1f} {unit} held: " + ", ".join(parts)
+
+
 def lines(report: dict, record: str | None = None) -> list[str]:
     """The summary: the verdict, what ran where, where the time went, where the record is."""
     facts = [units_text(report), nodes_text(report.get("nodes") or []), mpi_text(report)]
@@ -106,6 +169,9 @@ def lines(report: dict, record: str | None = None) -> list[str]:
     spent = time_spent((report.get("timings") or {}).get("phases") or {})
     if spent:
         out.append("  time: " + ", ".join(f"{label} {seconds(s)}" for label, s in spent))
+    book = ledger_line(report.get("ledger"))
+    if book:
+        out.append(book)
     if record:
         out.append(f"  record: {record}")
     return out

@@ -300,6 +300,7 @@ class RelayedOutput(RankOutput):
 
 
 def mpirun_report(spec, plan, result: JobResult, workers: dict, info=None, rank_times=None) -> dict:
+    clock = rank_clock(rank_times or {})
     return {
         "job": plan.job_name,
         "backend": spec.backend,
@@ -309,23 +310,25 @@ def mpirun_report(spec, plan, result: JobResult, workers: dict, info=None, rank_
         "workers": workers,
         "exit_code": result.exit_code,
         "failure": result.failure,
-        "ranks": [{**r.__dict__, **rank_clock(rank_times or {}, r.rank)} for r in result.ranks],
+        "ranks": [{**r.__dict__, **clock(r.rank)} for r in result.ranks],
         "placement": result.placement,
         "timings": result.timings,
     }
 
 
-def rank_clock(rank_times: dict, rank: int) -> dict:
-    """A rank's ``started_at``/``ended_at`` (ISO 8601, UTC): when mpilaunch read its wrapper's start
-    and status lines (``RankOutput.rank_times``); absent where that line never came."""
+def rank_clock(rank_times: dict):
+    """rank -> its ``started_at``/``ended_at`` (ISO 8601, UTC): when mpilaunch read its wrapper's
+    start and status lines (``RankOutput.rank_times``); absent where that line never came."""
     now, wall = time.monotonic(), time.time()
-    started, ended = rank_times.get(rank, (None, None))
-    out = {}
-    if started is not None:
-        out["started_at"] = record.iso_utc(record.wall_clock(started, now, wall))
-    if ended is not None:
-        out["ended_at"] = record.iso_utc(record.wall_clock(ended, now, wall))
-    return out
+
+    def clock(rank: int) -> dict:
+        out = {}
+        for key, at in zip(("started_at", "ended_at"), rank_times.get(rank, (None, None))):
+            if at is not None:
+                out[key] = record.iso_utc(record.wall_clock(at, now, wall))
+        return out
+
+    return clock
 
 
 # ------------------------------------------------------------------ the workload

@@ -121,3 +121,43 @@ def test_run_summary_side_by_side_compares_the_key_numbers():
     assert rows["total"].split() == ["total", "3.21s", "4.21s", "(+1.00s,", "+31%)"]
     assert rows["release"].split()[1:3] == ["0.30s", "1.30s"]
     assert rows["mpi"].split() == ["mpi", "Open", "MPI", "5.0.8", "Open", "MPI", "5.0.8"]
+
+
+def test_run_summary_ledger_splits_the_worker_seconds_held():
+    book = summary.ledger(mpirun_report())
+    assert book["unit"] == "worker_seconds" and book["count"] == 2
+    assert book["allocated"] == round(2 * (3.2 - 0.31), 3)
+    assert book["start"] == round(2 * (0.45 - 0.31), 3)
+    assert book["wire_up"] == round(2 * (0.9 - 0.45), 3)
+    assert book["program"] == round(2 * (2.8 - 0.9), 3)
+    assert book["release"] == round(2 * (3.2 - 2.8), 3)  # mpirun's teardown after the ranks, and the release
+    parts = ("queue", "start", "wire_up", "program", "hang", "failed_attempts", "release")
+    assert round(sum(book[k] for k in parts), 3) == book["allocated"]
+    line = summary.ledger_line(book)
+    assert line.startswith("  ledger: 5.8 worker-s held: start 0.3 (5%), wire-up 0.9 (16%), program 3.8 (66%)")
+
+
+def test_run_summary_ledger_counts_gpu_seconds_queueing_hangs_and_failed_attempts():
+    phases = {
+        "allocated": 1.0,
+        "pods_scheduled": 11.0,  # 10 s waiting for the scheduler
+        "containers_running": 41.0,
+        "workers_ready": 42.0,
+        "first_rank_start": 43.0,
+        "workload_done": 143.0,
+        "released": 145.0,
+    }
+    report = mpirun_report(
+        plan={"ranks": 16, "gpus": 16, "workers": [{}, {}]},
+        timings={"total_s": 145.0, "phases": phases},
+        attempts=[{"started_s": 42.0, "ended_s": 80.0}, {"started_s": 90.0, "ended_s": 143.0}],
+        hang={"stall_timeout_s": 30.0},
+    )
+    book = summary.ledger(report)
+    assert book["unit"] == "gpu_seconds" and book["count"] == 16
+    assert book["queue"] == 16 * 10.0 and book["start"] == 16 * 31.0
+    assert book["failed_attempts"] == 16 * 48.0  # from the first attempt's start to the last one's
+    assert book["hang"] == 16 * 30.0 and book["program"] == 16 * (101.0 - 48.0 - 30.0)
+    assert book["release"] == 16 * 2.0
+    assert "GPU-s held: queue 160.0 (7%)" in summary.ledger_line(book)
+    assert summary.ledger({"timings": {"phases": {}}}) is None

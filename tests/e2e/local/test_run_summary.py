@@ -59,14 +59,20 @@ def test_run_summary_of_a_success_stays_on_screen(open_mpi, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = summary_after(proc.stderr, f"mpilaunch: job {name} succeeded in ")
     assert lines == proc.stderr.splitlines()[-len(lines) :]  # the last thing the job printed
-    assert len(lines) == 4, lines
+    assert len(lines) == 5, lines
     version = "5." if open_mpi.id == "openmpi5" else "4.1"
     assert lines[1].startswith(f"  4 ranks on 2 workers; 1 node: localhost; Open MPI {version}"), lines[1]
     assert lines[1].endswith("; backend local")
     spent = [part.split()[0] for part in lines[2].removeprefix("  time: ").split(", ")]
     assert spent == ["allocate", "ready", "mpirun", "wire-up", "run", "mpirun", "release"], lines[2]
-    report = recorded(lines[3])
+    assert lines[3].startswith("  ledger: ") and " worker-s held: " in lines[3], lines[3]
+    report = recorded(lines[4])
     assert report["job"] == name and report["exit_code"] == 0
+    book = report["ledger"]  # where the allocation went adds up to what was held
+    assert book["unit"] == "worker_seconds" and book["count"] == 2
+    parts = ("queue", "start", "wire_up", "program", "hang", "failed_attempts", "release")
+    assert abs(sum(book[k] for k in parts) - book["allocated"]) < 0.01, book
+    assert book["program"] > 0 and book["wire_up"] > 0 and book["start"] > 0
     assert report["mpi"]["flavour"] == "openmpi" and report["mpi"]["version"].startswith(version)
     assert leftover_processes(name) == []
 
@@ -120,6 +126,7 @@ def test_run_summary_of_a_ps_job_has_the_task_table_and_the_record(tmp_path):
     tasks = {line.split()[0]: line.split()[2] for line in lines[2:5]}
     assert tasks == {"worker:0": "succeeded", "worker:1": "succeeded", "ps:0": "terminated"}, lines
     assert lines[5].startswith("  time: allocate ") and " run " in lines[5], lines[5]
-    report = recorded(lines[6])
+    assert lines[6].startswith("  ledger: "), lines[6]
+    report = recorded(lines[7])
     assert report["mode"] == "ps" and report["schema_version"] == 1 and report["nodes"] == ["localhost"]
     assert leftover_processes(name) == []
