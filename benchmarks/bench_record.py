@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mpilaunch.job import record, summary  # noqa: E402
+from mpilaunch.job import record, summary
 
 
 def model_report(workers: int, slots: int) -> dict:
