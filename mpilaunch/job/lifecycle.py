@@ -502,9 +502,10 @@ def keep_record(report: dict, environ: dict, keep: int, began: float, stderr, te
 
 def print_summary(report: dict, where: Path | None, stderr, quiet: bool, raised: bool) -> None:
     """The closing summary (``summary.py``), after the progress bar has gone: a few lines, one
-    with ``quiet``. A job that ends in an error raised here (allocation failed) prints its error
-    and hint after this; with ``quiet`` those are its one line, and the record is not named."""
-    if quiet and raised:
+    with ``quiet``. A job that ends in an error raised through here (its allocation failed or
+    timed out, the cluster refused its credentials) prints that error alone, one line and a
+    hint as every error is; its record is kept all the same (``mpilaunch report NAME``)."""
+    if raised:
         return
     text = (
         summary.one_line(report, str(where) if where else None)

@@ -86,8 +86,15 @@ def nodes_text(nodes: list) -> str | None:
     return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}: {shown}"
 
 
+def total_seconds(report: dict) -> float | None:
+    """The job's whole time: planning to release (``released``, the phases' clock), else
+    ``total_s`` (allocation to release)."""
+    timings = report.get("timings") or {}
+    return (timings.get("phases") or {}).get("released", timings.get("total_s"))
+
+
 def head(report: dict) -> str:
-    total = (report.get("timings") or {}).get("total_s")
+    total = total_seconds(report)
     kind = "PS job" if report.get("mode") == "ps" else "job"
     line = f"mpilaunch: {kind} {report.get('job')} {verdict(report)} in {seconds(total)}"
     reason = why(report)
@@ -209,7 +216,7 @@ def key_numbers(report: dict) -> list[tuple[str, str, float | None]]:
         ("ranks/tasks", units_text(report), None),
         ("nodes", str(len(report.get("nodes") or [])), None),
         ("mpi", mpi_text(report) or "-", None),
-        ("total", seconds(timings.get("total_s")), timings.get("total_s")),
+        ("total", seconds(total_seconds(report)), total_seconds(report)),
     ]
     for label, spent in merged(time_spent(timings.get("phases") or {})):
         rows.append((label, seconds(spent), spent))
