@@ -205,7 +205,7 @@ def run_job(
         if spec.retries:
             body["attempts"] = attempts
         body.update(hang)
-        body["ledger"] = summary.ledger(body)
+        body["ledger"] = summary.ledger({"plan": workload.plan.to_dict(), "timings": timings, **body})
         now, wall = time.monotonic(), time.time()
         began = record.wall_clock(t0 if started is None else started, now, wall)
         report = {**record.common_fields(body, began, wall), **body}
