@@ -247,10 +247,12 @@ def find(what: str, environ, back: int = 0) -> tuple[dict, Path]:
     """``mpilaunch report`` argument -> its record: a path (a report.json or a directory holding
     one), else the newest record of the job of that name (``back``: that many records before it)."""
     path = Path(what).expanduser()
-    if os.sep in what or what.endswith(".json") or path.exists():
+    if os.sep in what or what.endswith(".json"):
         return load(path)
     runs = runs_dir(environ)
     names = sorted_runs(runs, what)
+    if not names and path.exists():  # a record directory named relative to here
+        return load(path)
     if len(names) <= back:
         known = sorted({_RUN_DIR.match(n)["job"] for n in sorted_runs(runs)})
         shown = ", ".join(known[-5:]) if known else "none yet"

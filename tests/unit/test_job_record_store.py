@@ -114,3 +114,15 @@ def test_job_record_report_bad_input_is_one_line_and_a_hint_exit_2(tmp_path, arg
     assert len(lines) == 2 and lines[0].startswith("mpilaunch: error: ") and expected in lines[0], proc.stderr
     assert lines[1].startswith("  hint: "), proc.stderr
     assert proc.stdout == ""
+
+
+def test_job_record_a_name_is_a_job_before_a_directory_of_that_name_here(tmp_path, monkeypatch):
+    env = {"MPILAUNCH_STATE_DIR": str(tmp_path / "state")}
+    kept = record.keep({"job": "docs", "exit_code": 0}, env, 100, 1796600100.0)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()  # `mpilaunch report docs` in a checkout: the job, not the folder
+    assert record.find("docs", env)[1] == kept
+    assert record.find(str(kept.parent), env)[1] == kept  # a path is a path
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text('{"job": "x", "exit_code": 0}')
+    assert record.find("run", env)[0]["job"] == "x"  # no job of that name: the directory here
