@@ -72,7 +72,7 @@ def test_run_summary_of_a_success_stays_on_screen(open_mpi, tmp_path):
     assert book["unit"] == "worker_seconds" and book["count"] == 2
     parts = ("queue", "start", "wire_up", "program", "hang", "failed_attempts", "release")
     assert abs(sum(book[k] for k in parts) - book["allocated"]) < 0.01, book
-    assert book["program"] > 0 and book["wire_up"] > 0 and book["start"] > 0
+    assert book["program"] > 0 and book["wire_up"] > 0  # local agents are often ready at once: start may be 0
     assert report["mpi"]["flavour"] == "openmpi" and report["mpi"]["version"].startswith(version)
     assert leftover_processes(name) == []
 
