@@ -447,6 +447,28 @@ def cmd_run(argv: list[str]) -> int:
     return result.exit_code
 
 
+def cmd_report(argv: list[str]) -> int:
+    """``mpilaunch report [NAME|PATH [NAME|PATH]]``: the records every job keeps (job/record.py)."""
+    from .job import manage, record
+
+    p = _Parser(
+        prog="mpilaunch report",
+        description="Print a job's closing summary again from its record: the newest record of all, "
+        "the newest of the job NAME, or the report.json PATH (or a directory holding one). "
+        "Two give both side by side; the same NAME twice, its last two runs. Records are kept in "
+        f"$XDG_STATE_HOME/mpilaunch/runs (${record.STATE_DIR_ENV} replaces $XDG_STATE_HOME/mpilaunch), "
+        f"the newest ${record.KEEP_ENV} (default {record.DEFAULT_KEEP}).",
+    )
+    p.add_argument("records", nargs="*", metavar="NAME|PATH", help="a job's --name, or a report.json")
+    args = p.parse_args(argv)
+    if len(args.records) > 2:
+        raise UsageError(
+            f"mpilaunch report takes at most two records, got {len(args.records)}",
+            "give one record to summarize, or two to see side by side",
+        )
+    return manage.report(args.records, os.environ, sys.stdout)
+
+
 def cmd_agent(argv: list[str]) -> int:
     from .agent import main as agent_main
 
@@ -482,6 +504,7 @@ SUBCOMMANDS = {
     "render": cmd_render,
     **{action: cmd_job_action(action) for action in ("status", "logs", "delete", "wait")},
     "stacks": cmd_stacks,
+    "report": cmd_report,
     "rbac": cmd_rbac,
     "agent": cmd_agent,
 }

@@ -31,7 +31,9 @@ from ..core.result import JobResult, LostWorker, lost_workers_failure, worker_lo
 from ..core.spec import JobSpec
 from ..workloads import hang_watch, workload_class
 from ..workloads.base import RunContext, Workload
+from . import record, summary
 from .progress import WaitProgress
+from .record import write_report  # here too: lifecycle.write_report, its old home
 from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
 
 # How often the run asks the backend whether a worker disappeared: one API
@@ -51,6 +53,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     backend_cls.check_spec(spec)
     job_name = job_name_for(spec)
     workload = workload_class(spec).prepare(spec, backend_cls, job_name, environ)
+    keep = None if spec.dry_run or spec.detach else record.keep_records(environ)  # bad input: before anything
     output_dir = prepare_output_dir(spec)
     rundir = make_rundir(job_name)
     try:
@@ -76,6 +79,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         environ=environ,
         quiet=quiet,
         started=started,
+        keep_records=keep,
     )
 
 
@@ -107,11 +111,15 @@ def run_job(
     environ: dict,
     quiet: bool,
     started: float | None = None,
+    keep_records: int | None = None,
 ) -> JobResult:
     """The lifecycle itself. Releases the backend and removes ``rundir`` on every exit path.
 
     ``timings`` gets the durations allocate_s, run_s, total_s and ``phases``:
     when each phase was reached, in seconds since ``started`` (``phases.py``).
+    ``keep_records``: the job keeps its record (``record.py``) and prints its closing summary
+    (``summary.py``), one line with ``quiet``; None (an in-cluster launcher, whose submitting
+    mpilaunch does both): only ``--output-dir``'s report.json.
     """
     result = JobResult(
         job_name=workload.job_name, exit_code=EXIT_FAILED, output_dir=str(output_dir) if output_dir else None
@@ -188,19 +196,26 @@ def run_job(
             t0 if started is None else started, seen, backend.phase_times, workload.phase_times()
         )
         workload.collect(run)
-        report = {
+        body = {
             "mode": workload.mode,
             **workload.report(run, workers),
             "lost_workers": [w.worker for w in lost],
             "lost": [w.__dict__ for w in lost],
         }
         if spec.retries:
-            report["attempts"] = attempts
-        report.update(hang)
-        if output_dir is not None:
-            save_report(output_dir / "report.json", report, stderr)
-        if not quiet:
-            workload.print_summary(report, stderr)
+            body["attempts"] = attempts
+        body.update(hang)
+        body["ledger"] = summary.ledger({"plan": workload.plan.to_dict(), "timings": timings, **body})
+        now, wall = time.monotonic(), time.time()
+        began = record.wall_clock(t0 if started is None else started, now, wall)
+        report = {**record.common_fields(body, began, wall), **body}
+        text = report_text(report, stderr)
+        if output_dir is not None and text is not None:
+            save_report(output_dir / "report.json", report, stderr, text)
+        if keep_records is not None:  # --output-dir's report.json is the one named, if any
+            kept = keep_record(report, environ, keep_records, began, stderr, text) if keep_records and text else None
+            named = output_dir / "report.json" if output_dir is not None else kept
+            print_summary(report, named, stderr, quiet, raised=sys.exc_info()[0] is not None)
         remove_tree(rundir)
         # and what this job's SIGKILLed agents (a lost worker) or an earlier killed mpilaunch left
         sweep_stale_rundirs()
@@ -460,28 +475,59 @@ class LostWorkerWatch:
                 return
 
 
-def write_report(path: Path, report: dict) -> None:
-    """report.json, whole or not at all: a temporary file beside it, then renamed over it
-    (a reader never sees half a report; a failed write leaves no temporary file)."""
-    text = json.dumps(report, indent=2) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def report_text(report: dict, stderr) -> str | None:
+    """report.json's text, made once for both places it goes; None (and one warning) when
+    something in it cannot be encoded."""
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        return record.report_text(report)
+    except (TypeError, ValueError) as e:
+        warn(f"mpilaunch: warning: this job's report cannot be written: {e}", stderr)
+        return None
 
 
-def save_report(path: Path, report: dict, stderr) -> None:
+def keep_record(report: dict, environ: dict, keep: int, began: float, stderr, text: str) -> Path | None:
+    """The job's record in the user's state directory (``record.py``); a failure is one warning
+    line and no record, never the job's exit code."""
+    try:
+        return record.keep(report, environ, keep, began, text)
+    except (OSError, TypeError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        warn(
+            f"mpilaunch: warning: this job's record was not kept in {record.runs_dir(environ)}: {why}; "
+            f"set {record.STATE_DIR_ENV} to a writable directory",
+            stderr,
+        )
+        return None
+
+
+def print_summary(report: dict, where: Path | None, stderr, quiet: bool, raised: bool) -> None:
+    """The closing summary (``summary.py``), after the progress bar has gone: a few lines, one
+    with ``quiet``. A job that ends in an error raised through here (its allocation failed or
+    timed out, the cluster refused its credentials) prints that error alone, one line and a
+    hint as every error is; its record is kept all the same (``mpilaunch report NAME``)."""
+    if raised:
+        return
+    text = (
+        summary.one_line(report, str(where) if where else None)
+        if quiet
+        else "\n".join(summary.lines(report, str(where) if where else None))
+    )
+    warn(text, stderr)
+
+
+def warn(text: str, stderr) -> None:
+    """A line of the teardown on stderr: a reader that went away costs the line, nothing else."""
+    try:
+        print(text, file=stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def save_report(path: Path, report: dict, stderr, text: str | None = None) -> None:
     """write_report in the lifecycle's teardown: a failure (the directory removed, a full disk)
     is one warning line; the job's exit code and the rest of the teardown stand."""
     try:
-        write_report(path, report)
+        write_report(path, report, text)
     except (OSError, TypeError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         try:

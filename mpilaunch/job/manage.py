@@ -29,6 +29,27 @@ def render(spec: JobSpec) -> int:
     return 0
 
 
+def report(what: list[str], environ, stream) -> int:
+    """``mpilaunch report [NAME|PATH [NAME|PATH]]``: a job's record summarized again (the newest
+    of all, the newest of a job, or a given report.json), or two records side by side. The same
+    job name twice compares its last two runs."""
+    from . import record, summary
+
+    if not what:
+        found = [record.newest(environ)]
+    elif len(what) == 2 and what[0] == what[1]:
+        found = [record.find(what[0], environ, back=1), record.find(what[1], environ)]
+    else:
+        found = [record.find(w, environ) for w in what]
+    if len(found) == 1:
+        text = summary.lines(*found[0])
+    else:
+        (a, path_a), (b, path_b) = found
+        text = [f"A: {path_a}", f"B: {path_b}", *summary.side_by_side(a, b)]
+    stream.write("\n".join(text) + "\n")
+    return 0
+
+
 def job_action(action: str, args) -> int:
     """status / logs / delete NAME on the backend named by ``args.backend``."""
     backend_cls = backends.load(args.backend)

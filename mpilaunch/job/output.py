@@ -118,6 +118,9 @@ class RankOutput:
         self.statuses: list[tuple[int, str, int]] = []  # in arrival order
         self.oom_killed: set[int] = set()  # ranks the kernel's OOM killer ended (their wrapper says so)
         self.starts: list[tuple[int, int | None, int | None, str, str]] = []  # rank wrappers' start lines
+        # rank -> [when its start line came, when its status line came] (monotonic; report.json's
+        # ranks[].started_at/ended_at: the wrappers' lines carry no clock, mpilaunch's one clock does)
+        self.rank_times: dict[int, list] = {}
         # rank -> {"program", "env_digest", "mpi_library", "env_seen"}: the environment check's facts
         self.environments: dict[int, dict] = {}
         # the mpirun workload sets this to a function returning the placement mismatch seen so
@@ -196,7 +199,9 @@ class RankOutput:
         parsed = parse_start_line(text, token)
         if parsed is not None:
             start, program, env_digest = parsed
-            self.times.setdefault("first_rank_start", time.monotonic())
+            now = time.monotonic()
+            self.times.setdefault("first_rank_start", now)
+            self.rank_times.setdefault(start[0], [now, None])
             self.starts.append(start)
             self.environments.setdefault(start[0], {}).update(program=program, env_digest=env_digest)
             text = text[: text.find(START_PREFIX)].strip(" \0")
@@ -216,7 +221,8 @@ class RankOutput:
                 return
         status = parse_status(text, token)
         if status is not None:
-            self.times["last_status"] = time.monotonic()
+            now = self.times["last_status"] = time.monotonic()
+            self.rank_times.setdefault(status[0], [None, None])[1] = now
             self.statuses.append(status)
             if OOM_MARK in text[text.find(STATUS_PREFIX) :]:
                 self.oom_killed.add(status[0])

@@ -91,9 +91,6 @@ class Workload(ABC):
         """Phases this workload saw (``phases.py``: name -> time.monotonic()), merged into report.json."""
         return {}
 
-    def print_summary(self, report: dict, stream) -> None:
-        """A closing summary on stderr (unless --quiet)."""
-
     def units_on(self, worker: str) -> str | None:
         """What ran on a worker, for the lost-worker line: ``ranks 2-3``, ``task worker:1``."""
         return None

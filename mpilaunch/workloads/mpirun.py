@@ -24,6 +24,7 @@ from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
 from ..core.rank_lines import TOKEN_ENV, new_token
 from ..core.result import JobResult, number_ranges, timeout_failure
 from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
+from ..job import record
 from ..job.output import RankOutput
 from ..job.procs import terminate_group, wait_exit
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
@@ -304,19 +305,36 @@ class RelayedOutput(RankOutput):
 # ------------------------------------------------------------------ report
 
 
-def mpirun_report(spec, plan, result: JobResult, workers: dict) -> dict:
+def mpirun_report(spec, plan, result: JobResult, workers: dict, info=None, rank_times=None) -> dict:
+    clock = rank_clock(rank_times or {})
     return {
         "job": plan.job_name,
         "backend": spec.backend,
         "command": list(spec.command),
+        "mpi": None if info is None else {"flavour": info.flavour, "version": info.version, "mpirun": info.path},
         "plan": plan.to_dict(),
         "workers": workers,
         "exit_code": result.exit_code,
         "failure": result.failure,
-        "ranks": [r.__dict__ for r in result.ranks],
+        "ranks": [{**r.__dict__, **clock(r.rank)} for r in result.ranks],
         "placement": result.placement,
         "timings": result.timings,
     }
+
+
+def rank_clock(rank_times: dict):
+    """rank -> its ``started_at``/``ended_at`` (ISO 8601, UTC): when mpilaunch read its wrapper's
+    start and status lines (``RankOutput.rank_times``); absent where that line never came."""
+    now, wall = time.monotonic(), time.time()
+
+    def clock(rank: int) -> dict:
+        out = {}
+        for key, at in zip(("started_at", "ended_at"), rank_times.get(rank, (None, None))):
+            if at is not None:
+                out[key] = record.iso_utc(record.wall_clock(at, now, wall))
+        return out
+
+    return clock
 
 
 # ------------------------------------------------------------------ the workload
@@ -578,7 +596,9 @@ class MpirunWorkload(Workload):
         run.result.placement = self.placement
 
     def report(self, run: RunContext, workers: dict) -> dict:
-        return {**mpirun_report(self.spec, self.plan, run.result, workers), "environment": self.environment}
+        times = self.output.rank_times if self.output is not None else {}
+        report = mpirun_report(self.spec, self.plan, run.result, workers, self.info, times)
+        return {**report, "environment": self.environment}
 
     def all_units_reported(self) -> bool:
         # Open MPI 5's prterun can exit 0 after losing a daemon with its ranks: then some never reported

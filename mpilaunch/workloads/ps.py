@@ -414,17 +414,6 @@ def _report(spec, ps_plan: PsPlan, runs, cluster, result: JobResult, workers: di
     }
 
 
-def _print_summary(report: dict, stream) -> None:
-    verdict = "succeeded" if report["exit_code"] == 0 else f"failed (exit {report['exit_code']})"
-    print(f"mpilaunch: PS job {report['job']} {verdict} in {report['timings'].get('total_s', 0):.1f}s", file=stream)
-    width = max(len(t["task"]) for t in report["tasks"])
-    for t in report["tasks"]:
-        duration = "-" if t["duration_s"] is None else f"{t['duration_s']:.1f}s"
-        code = "" if t["exit_code"] is None or t["status"] != "failed" else f" {t['exit_code']}"
-        print(f"  {t['task']:<{width}}  {t['address'] or '-':<21}  {t['status'] + code:<12}  {duration}", file=stream)
-    stream.flush()
-
-
 # ------------------------------------------------------------------ the workload
 
 
@@ -509,9 +498,6 @@ class PsWorkload(Workload):
 
     def report(self, run: RunContext, workers: dict) -> dict:
         return _report(self.spec, self.ps_plan, self.runs, self.cluster, run.result, workers, self.tensorboard_url)
-
-    def print_summary(self, report: dict, stream) -> None:
-        _print_summary(report, stream)
 
     def units_on(self, worker: str) -> str | None:
         tasks = [r.task.id for r in self.runs if r.worker == worker]

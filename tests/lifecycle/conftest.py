@@ -4,7 +4,9 @@
 runs one job of 4 ranks on two workers (``job-worker-0``: ranks 0-1,
 ``job-worker-1``: ranks 2-3) with --output-dir in tmp_path, and returns a
 ``FakeJob``: the shared call log, both fakes, the result (or the exception
-run_job raised), stderr, and report.json read back. The backend is the fake
+run_job raised), stderr, and report.json read back. ``keep_records=N`` (with
+``environ``'s MPILAUNCH_STATE_DIR) keeps the job's record and prints its summary,
+as a job run from the command line does. The backend is the fake
 with only the required surface (``FakeBackend``), except for a job with
 --retries or a launcher in the cluster, which get ``FakeClusterBackend``: the
 capabilities that ``check_spec`` asks of such a job.
@@ -77,6 +79,8 @@ def run_fake(tmp_path, make_plan):
         workload: Script | None = None,
         launcher_in_cluster: bool = False,
         raises: type | None = None,
+        keep_records: int | None = None,
+        environ: dict | None = None,
         **spec_options,
     ) -> FakeJob:
         spec = JobSpec(
@@ -109,8 +113,9 @@ def run_fake(tmp_path, make_plan):
             job.output_dir,
             stdout=io.StringIO(),
             stderr=job.stderr,
-            environ={},
+            environ=environ or {},
             quiet=False,
+            keep_records=keep_records,
         )
         if raises is None:
             job.result = call()

@@ -685,6 +685,9 @@ class K8sBackend(
                 "pod_ip": status.get("podIP"),
                 "phase": status.get("phase"),
                 "gpus": w.gpus,
+                # the image run and its digest (report.json's image, image_digest: record.images_of)
+                "image": next(iter((pod.get("spec") or {}).get("containers") or []), {}).get("image"),
+                "image_id": next(iter(status.get("containerStatuses") or []), {}).get("imageID"),
             }
         return out
 
