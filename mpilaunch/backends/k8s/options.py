@@ -26,7 +26,7 @@ GANG_ALIASES = {"scheduler-plugins": "coscheduling"}  # its name before schedule
 # A Kueue LocalQueue's name: a DNS-1123 subdomain (a label value too, so at most 63 characters).
 QUEUE_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 TRANSPORTS = ("auto", "agent", "exec")  # launch.resolve_transport says what auto is
-NETWORK_POLICIES = ("job", "none")
+NETWORK_POLICIES = ("job", "strict", "none")
 # a Kubernetes object name (DNS-1123 subdomain): a ServiceAccount
 NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -217,10 +217,12 @@ class K8sOptions(BackendOptions):
             "--network-policy",
             default="job",
             choices=NETWORK_POLICIES,
-            help="job (default): a NetworkPolicy per job that lets in exactly the job's traffic "
-            "(its pods, DNS, the API server for the launcher and reaper, the submitting "
-            "machine with --launcher local); none: create none (where policies are the "
-            "admin's alone)",
+            help="job (default): the job's pods accept connections only from each other (and "
+            "the submitting machine with --launcher local); their egress is left as the "
+            "namespace has it, with the job's own traffic (its pods, DNS, the API server for "
+            "the launcher and reaper) added where the namespace's policies deny egress; "
+            "strict: the job's pods also reach nothing but that traffic; none: create no "
+            "policy (where policies are the admin's alone)",
         )
         group.add_argument(
             "--mesh-injection",
