@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mpilaunch.backends.k8s import mesh, network_policy, rbac, refusals, resources, security
+from mpilaunch.backends.k8s import mesh, network_policy, network_setup, rbac, refusals, resources, security
 from mpilaunch.core.errors import UsageError
 from support.helpers import REPO
 
@@ -431,25 +431,24 @@ def test_network_policy_open_egress_asks_the_namespace_and_a_refusal_names_stric
             return {"items": self.answer}
 
     objects = backend.objects()
-    backend._api = Listing([_policy("deny-all", {}, ["Ingress", "Egress"])])
-    assert backend._egress_isolated_roles(objects) == ["launcher", "reaper", "worker"]
-    backend._api = Listing([])
-    assert backend._egress_isolated_roles(objects) == []
-    backend._api = Listing(ApiError(403, "Forbidden", "networkpolicies.networking.k8s.io is forbidden"))
+
+    def isolated(api):
+        return network_setup.egress_isolated_roles(api, "ns", objects, "j")
+
+    assert isolated(Listing([_policy("deny-all", {}, ["Ingress", "Egress"])])) == ["launcher", "reaper", "worker"]
+    assert isolated(Listing([])) == []
     with pytest.raises(UsageError) as refused:
-        backend._egress_isolated_roles(objects)
+        isolated(Listing(ApiError(403, "Forbidden", "networkpolicies.networking.k8s.io is forbidden")))
     assert "may not list NetworkPolicies" in str(refused.value) and "--network-policy strict" in refused.value.hint
 
 
-def test_network_policy_api_ports_and_the_submitter():
-    assert [p["port"] for p in network_policy.api_ports("https://10.0.0.1:36443")] == [443, 6443, 36443]
-    assert [p["port"] for p in network_policy.api_ports(None)] == [443, 6443]
-    ingress = {"spec": {"policyTypes": ["Ingress"], "ingress": [{"from": ["job"]}]}}
-    patch = network_policy.submitter_patch(ingress, "10.233.0.1")
-    assert patch == {"spec": {"ingress": [{"from": ["job"]}, {"from": [{"ipBlock": {"cidr": "10.233.0.1/32"}}]}]}}
-    egress = {"spec": {"policyTypes": ["Egress"], "egress": [{"to": ["job"]}]}}
-    patch = network_policy.submitter_patch(egress, "fd00::1")
-    assert patch == {"spec": {"egress": [{"to": ["job"]}, {"to": [{"ipBlock": {"cidr": "fd00::1/128"}}]}]}}
+def test_network_policy_api_ports():
+    """By port, to any address (the API server is no pod; its endpoints move): 443, 6443, 8443 (issue
+    49: an API server on 8443 was blocked), the kubeconfig's port, and the endpoints' where readable."""
+    assert [p["port"] for p in network_policy.api_ports("https://10.0.0.1:36443")] == [443, 6443, 8443, 36443]
+    assert [p["port"] for p in network_policy.api_ports(None)] == [443, 6443, 8443]
+    endpoints = {"subsets": [{"addresses": [{"ip": "10.0.0.2"}], "ports": [{"port": 9443, "protocol": "TCP"}]}]}
+    assert [p["port"] for p in network_policy.api_ports(None, endpoints)] == [443, 6443, 8443, 9443]
 
 
 def test_tenant_pods_opt_out_of_mesh_sidecars_unless_kept(tmp_path):

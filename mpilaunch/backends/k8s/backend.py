@@ -155,6 +155,8 @@ class K8sBackend(
         # --network-policy job: the roles of the job's pods that the namespace's own NetworkPolicies
         # isolate for egress (allocate asks; None: not asked, a render)
         self.egress_isolated_roles: list[str] | None = None
+        # ... and what the cluster says of its DNS and API server (network_setup.egress_peers; None: not asked)
+        self.egress_peers: dict | None = None
         self.relay = None
         self.heartbeat = None
         self._outage = ApiOutage("the job's pods")
@@ -265,15 +267,10 @@ class K8sBackend(
             from .rbac import check_may_create_identities
 
             check_may_create_identities(api, self.namespace)
-        with ThreadPoolExecutor(max_workers=1) as pool:  # one more round trip, beside admission's
-            isolated = pool.submit(self._egress_isolated_roles, objects) if self.opts.network_policy == "job" else None
-            self._admission_check(objects)
-            if isolated is not None:
-                self.egress_isolated_roles = isolated.result()
-                theirs = manifests.network_policies(self)
-                objects = [o for o in objects if o[1]["kind"] != "NetworkPolicy"]
-                at = next(i for i, (g, _) in enumerate(objects) if g == "setup")
-                objects[at:at] = theirs
+        from . import network_setup
+
+        # the job's NetworkPolicies as the cluster's answers shape them, asked beside admission's check
+        objects = network_setup.with_policies(self, objects, self._admission_check)
         if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
             write_secret(self.agent_secret_file, self.agent_secret)
         root = objects[0][1]
@@ -330,51 +327,10 @@ class K8sBackend(
             self._wait_ready(deadline, progress, wait)
         self._let_in_submitter()
 
-    def _egress_isolated_roles(self, objects) -> list[str]:
-        """--network-policy job: which roles of the job's pods the namespace's NetworkPolicies isolate
-        for egress already (network_policy.py): only those get the job's egress allowances."""
-        from . import network_policy
-
-        try:
-            policies = self.api.get("networking.k8s.io/v1", "networkpolicies", namespace=self.namespace)["items"]
-        except ApiError as e:
-            if e.status == 403:
-                raise UsageError(
-                    f"--network-policy job: you may not list NetworkPolicies in namespace {self.namespace} "
-                    "(mpilaunch looks whether they isolate the job's pods for egress before it adds its own)",
-                    "--network-policy strict (the job's pods then reach only each other, DNS and the API "
-                    "server) or --network-policy none (the namespace's policies alone)",
-                ) from None
-            raise AllocationError(
-                f"cannot list the NetworkPolicies of namespace {self.namespace}: {e.message}", "check the API server"
-            ) from None
-        except OSError as e:
-            raise AllocationError(
-                f"cannot list the NetworkPolicies of namespace {self.namespace}: {e}", "check the API server"
-            ) from None
-        return network_policy.egress_isolated_roles(policies, network_policy.pod_labels(objects), self.job)
-
     def _let_in_submitter(self) -> None:
-        """--launcher local under the job's NetworkPolicy: this machine talks to the pods too (the
-        daemons and ranks connect back to mpirun; agent shims connect in). Its address on the route
-        to the pods is known only now that they have theirs."""
-        address = self.control_address() if self.opts.network_policy != "none" else None
-        if not address:
-            return
-        from . import network_policy
+        from . import network_setup
 
-        made = [name for _, plural, name in self.created if plural == "networkpolicies" and name != f"{self.job}-api"]
-        try:
-            for name in made:  # <job> (ingress) and, where it was made, <job>-egress
-                policy = self.api.get("networking.k8s.io/v1", "networkpolicies", name)
-                self.api.patch(
-                    "networking.k8s.io/v1", "networkpolicies", name, network_policy.submitter_patch(policy, address)
-                )
-        except ApiError as e:
-            raise AllocationError(
-                f"cannot let this machine ({address}) into the job's NetworkPolicy {self.job}: {e.message}",
-                "or run with --network-policy none",
-            ) from None
+        network_setup.let_in_submitter(self, self.control_address())  # --launcher local
 
     def _wait_ready(self, deadline: float, progress, wait) -> None:
         names = [w.name for w in self.plan.workers]

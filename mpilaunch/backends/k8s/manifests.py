@@ -41,13 +41,18 @@ def plan_summary(plan) -> str:
 
 def network_policy_values(backend) -> dict:
     """What ``k8s-network-policy.yaml.j2`` renders from (``network_policy.plan``: which policies)."""
+    peers = backend.egress_peers or {}
     return {
         "job": backend.job,
         "namespace": backend.namespace,
         "labels": {JOB_LABEL: backend.job},
         "job_label": JOB_LABEL,
         "role_label": ROLE_LABEL,
-        "api_ports": network_policy.api_ports(backend.api_server()),
+        # where the cluster was asked (network_setup.egress_peers; a render does not ask): DNS's own pods,
+        # the API server's endpoint ports; else the DNS ports and the usual API ports, to any address
+        "api_ports": network_policy.api_ports(backend.api_server(), peers.get("api_endpoints")),
+        "dns_rules": network_policy.dns_rules(peers.get("dns_service")),
+        "peers_asked": backend.egress_peers is not None,
         "network_policy": network_policy.plan(backend.opts.network_policy, backend.egress_isolated_roles),
     }
 

@@ -7,11 +7,11 @@ such policy's rules is allowed. So a policy can only take traffic away from a
 pod that was open, and only add traffic to a pod that was isolated already.
 
 * ``<job>`` (Ingress; ``job`` and ``strict``): every pod of the job accepts
-  connections from the job's pods only (and, with ``--launcher local``, the
-  submitting machine): nothing outside the job reaches a worker's agent or
+  connections from the job's pods only (and, with ``--launcher local
+  --transport agent``, the submitting side on the agent's port): nothing outside the job reaches a worker's agent or
   the ports the MPI daemons and ranks listen on. Taking this away from an
   open namespace is the point of it.
-* ``<job>-egress`` (Egress: the job's pods, DNS, the submitting machine) and
+* ``<job>-egress`` (Egress: the job's pods, DNS, mpirun on the submitting side) and
   ``<job>-api`` (Egress: the API server, for the launcher and the reaper):
   under ``strict``, for every pod of the job (they then reach nothing else).
   Under ``job`` (the default), only for the roles whose pods the
@@ -21,16 +21,19 @@ pod that was open, and only add traffic to a pod that was isolated already.
   not made, and the job's pods reach what any pod of the namespace reaches
   (object stores, model hubs, package mirrors, other namespaces' Services).
 
-With ``--launcher local`` the submitting machine talks to the pods too
-(mpirun's daemons and the ranks connect back to it; the agent transport's
-shims connect in): its address is known once the pods have theirs (the
-source address of the route to them), so it is added then
-(``submitter_patch``).
+Their DNS rule names the cluster DNS's own pods where mpilaunch may read its
+Service (:func:`dns_rules`), else the DNS ports to any address; the API rule
+is by port (:func:`api_ports` says why).
+
+With ``--launcher local`` the submitting side talks to the pods too: its
+address is known once the pods have theirs (the source address of the route
+to them), so it is added then, for exactly what the launch needs
+(:func:`submitter_rules`; ``network_setup.let_in_submitter``).
 
 NetworkPolicies are evaluated after a Service's DNAT on every common
 enforcer, so the API server is allowed by its endpoint's port, not by the
-``kubernetes`` Service's address (which a tenant may not read): 443, 6443
-and the port of the kubeconfig's server.
+``kubernetes`` Service's address (which a tenant may not read): 443, 6443,
+8443 and the port of the kubeconfig's server.
 """
 
 from __future__ import annotations
@@ -39,12 +42,30 @@ from urllib.parse import urlsplit
 
 from .pods import JOB_LABEL, ROLE_LABEL
 
-DEFAULT_API_PORTS = (443, 6443)
+# 8443: the API server's own port on minikube, OpenShift's and several managed clusters' endpoints
+DEFAULT_API_PORTS = (443, 6443, 8443)
 ROLES = ("launcher", "reaper", "worker")  # every pod's mpilaunch/role
 API_ROLES = ("launcher", "reaper")  # the pods that talk to the API server
+# DNS, wherever the cluster serves it (53; OpenShift's DNS pods listen on 5353)
+DNS_PORTS = [{"protocol": proto, "port": port} for port in (53, 5353) for proto in ("UDP", "TCP")]
+# The cluster DNS Services that select their pods by labels: (namespace, name), the first found counts
+DNS_SERVICES = (("kube-system", "kube-dns"), ("openshift-dns", "dns-default"))
+# NodeLocal DNSCache: its pods' labels and the link-local address it listens on (its default)
+NODE_LOCAL_DNS = ({"k8s-app": "node-local-dns"}, "169.254.20.10")
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # every namespace has it (Kubernetes 1.21+)
 
 
-def api_ports(server: str | None) -> list[dict]:
+def host_cidr(address: str) -> str:
+    return f"{address}/{128 if ':' in address else 32}"
+
+
+def api_ports(server: str | None, endpoints: dict | None = None) -> list[dict]:
+    """The ports the launcher and reaper reach the API server on: 443, 6443, 8443, the kubeconfig's
+    ``server`` port, and the ports of the ``kubernetes`` Service's endpoints where the caller may
+    read them (``endpoints``: ``default/endpoints/kubernetes``). By port only, to any address: the
+    API server is no pod a selector could name, its endpoint addresses are hidden from a tenant and
+    move when a managed control plane is upgraded, and a launcher cut off from them mid-job would
+    lose the job."""
     ports = set(DEFAULT_API_PORTS)
     if server:
         try:
@@ -53,7 +74,39 @@ def api_ports(server: str | None) -> list[dict]:
             port = None
         if port:
             ports.add(port)
+    for subset in (endpoints or {}).get("subsets") or []:
+        ports.update(
+            p["port"] for p in subset.get("ports") or [] if p.get("protocol", "TCP") == "TCP" and p.get("port")
+        )
     return [{"protocol": "TCP", "port": p} for p in sorted(ports)]
+
+
+def dns_rules(service: dict | None) -> list[dict]:
+    """The egress rules for name lookups. ``service``: the cluster's DNS Service (``DNS_SERVICES``)
+    where the caller may read it; then only its pods (by its selector, in its namespace), its
+    cluster IPs (enforcers that match before the Service's DNAT; NodeLocal DNSCache in iptables mode
+    answers on them), and NodeLocal DNSCache's pods and address. Else (a tenant may not read
+    kube-system; a DNS that is no selected pod, as on the testbed) the DNS ports to any address."""
+    spec = (service or {}).get("spec") or {}
+    selector = spec.get("selector")
+    if not selector:
+        return [{"ports": DNS_PORTS}]
+    namespace = service["metadata"]["namespace"]
+    node_local_labels, node_local_ip = NODE_LOCAL_DNS
+    peers = [
+        {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}},
+            "podSelector": {"matchLabels": selector},
+        },
+        {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "kube-system"}},
+            "podSelector": {"matchLabels": node_local_labels},
+        },
+    ]
+    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
+    peers += [{"ipBlock": {"cidr": host_cidr(ip)}} for ip in ips if ip and ip != "None"]
+    peers.append({"ipBlock": {"cidr": host_cidr(node_local_ip)}})
+    return [{"to": peers, "ports": DNS_PORTS}]
 
 
 # ------------------------------------------------------------------ does the namespace isolate egress?
@@ -142,21 +195,51 @@ def plan(mode: str, isolated_roles: list[str] | None) -> dict | None:
     }
 
 
-def submitter_rules(address: str) -> dict:
-    """The ingress and egress rules for the submitting machine (``--launcher local``)."""
-    peer = [{"ipBlock": {"cidr": f"{address}/{128 if ':' in address else 32}"}}]
-    return {"ingress": [{"from": peer}], "egress": [{"to": peer}]}
+# ------------------------------------------------------------------ the submitting machine (--launcher local)
 
 
-def submitter_patch(policy: dict, address: str) -> dict:
-    """A job policy's spec with the submitting machine added in the directions it is of (a merge
-    patch replaces lists whole)."""
+def submitter_peer(address: str, pod: dict | None = None) -> dict:
+    """The submitting side as a NetworkPolicy peer. A pod (mpilaunch run inside the cluster:
+    ``pod`` is its own Pod object) is named by its labels in its namespace: an ``ipBlock`` is for
+    addresses outside the cluster, and several enforcers (Cilium) never match a pod's IP with one.
+    A machine outside the pod network, a node, a host-network or unlabelled pod: its address."""
+    meta, spec, status = (
+        (pod or {}).get("metadata") or {},
+        (pod or {}).get("spec") or {},
+        (pod or {}).get("status") or {},
+    )
+    if meta.get("labels") and not spec.get("hostNetwork") and status.get("podIP") == address:
+        return {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: meta["namespace"]}},
+            "podSelector": {"matchLabels": dict(meta["labels"])},
+        }
+    return {"ipBlock": {"cidr": host_cidr(address)}}
+
+
+def submitter_rules(peer: dict, *, callbacks: bool, agent: bool, agent_port: int) -> dict:
+    """What the submitting side needs of the job's pods, and no more: ``callbacks`` (an mpirun
+    launch: mpirun's daemons and hydra's proxies connect back to mpirun / mpiexec, which listen on
+    ephemeral TCP ports) lets the pods out to it on TCP; ``agent`` (``--transport agent``: its shims
+    and the hang probe connect to each worker's agent) lets it in on the agent's port. PS mode
+    (its registry reads the task starters over the exec channel) with the exec transport needs
+    neither: nothing of the job's ports is opened to the submitting machine."""
+    return {
+        "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": agent_port}]}] if agent else [],
+        "egress": [{"to": [peer], "ports": [{"protocol": "TCP"}]}] if callbacks else [],
+    }
+
+
+def submitter_patch(policy: dict, rules: dict) -> dict | None:
+    """A job policy's spec with the submitter's ``rules`` added in the directions it is of (a merge
+    patch replaces lists whole), or None where there is nothing to add: a relaunch (``--retries``)
+    lets the same machine in again, which must not append the same rule once per attempt."""
     spec = policy["spec"]
-    extra = submitter_rules(address)
     types = spec.get("policyTypes") or ["Ingress"]
     out = {}
     for direction in ("Ingress", "Egress"):
-        if direction in types:
-            key = direction.lower()
-            out[key] = list(spec.get(key) or []) + extra[key]
-    return {"spec": out}
+        key = direction.lower()
+        have = list(spec.get(key) or [])
+        new = [rule for rule in rules.get(key) or [] if rule not in have]
+        if direction in types and new:
+            out[key] = have + new
+    return {"spec": out} if out else None

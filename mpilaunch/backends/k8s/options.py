@@ -119,6 +119,14 @@ class K8sOptions(BackendOptions):
             raise UsageError(
                 f"unknown --network-policy {self.network_policy!r}", f"choose one of: {', '.join(NETWORK_POLICIES)}"
             )
+        if self.mesh_injection and self.network_policy == "strict":
+            # a kept mesh's proxies dial their control plane (istiod, linkerd's destination and
+            # identity) outside the job: strict would leave every pod waiting for its proxy
+            raise UsageError(
+                "--mesh-injection with --network-policy strict: the mesh's proxies could not reach their control plane",
+                "use the default --network-policy job (it leaves the pods' egress as the namespace has it) "
+                "or --network-policy none",
+            )
         parse_run_as(self.run_as_user)  # UsageError now, not at render time
         check_gpu_resource(self.gpu_resource)
 
@@ -228,7 +236,8 @@ class K8sOptions(BackendOptions):
             "--mesh-injection",
             action="store_true",
             help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
-            "pods opt out: a sidecar keeps a launcher Job from completing",
+            "pods opt out: a sidecar keeps a launcher Job from completing (not with "
+            "--network-policy strict: the proxies must reach their control plane)",
         )
         group.add_argument(
             "--pod-template",
