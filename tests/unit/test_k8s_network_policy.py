@@ -269,3 +269,20 @@ def test_mesh_injection_with_strict_policy_is_refused_in_one_line():
         "the mesh's proxies could not reach their control plane"
     ), proc.stderr
     assert len(lines) == 2 and "--network-policy none" in lines[1] and not proc.stdout
+
+
+def test_network_policy_open_egress_sees_a_policy_on_the_job_controllers_labels(tmp_path):
+    """A namespace policy that isolates every Job's pods (by the label the Job controller adds) isolates
+    the launcher's: it gets the job's API allowance, though the rendered template has no such label."""
+    backend = backend_for(tmp_path)
+    jobs_only = {
+        "metadata": {"name": "deny-jobs"},
+        "spec": {
+            "podSelector": {"matchExpressions": [{"key": "batch.kubernetes.io/job-name", "operator": "Exists"}]},
+            "policyTypes": ["Egress"],
+        },
+    }
+    labels = network_policy.pod_labels(backend.objects())
+    roles = network_policy.egress_isolated_roles([jobs_only], labels, "j")
+    assert "launcher" in roles and "worker" not in roles
+    assert network_policy.plan("job", roles)["api_roles"] == [r for r in ("launcher", "reaper") if r in roles]

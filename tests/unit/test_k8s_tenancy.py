@@ -396,6 +396,8 @@ def test_network_policy_open_egress_only_the_isolated_roles_get_egress_policies(
     policies = [obj for _, obj in manifests.network_policies(backend)]
     pods = network_policy.pod_labels(backend.objects())
     assert {p["mpilaunch/role"] for p in pods} == {"launcher", "reaper", "worker"}
+    # the Job controller's labels on the launcher's and the reaper's pods (a policy may select by them)
+    assert {p.get("batch.kubernetes.io/job-name") for p in pods} >= {"j-launcher", "j-reaper"}
     for pod in pods:
         role = pod["mpilaunch/role"]
         selecting = [p for p in policies if network_policy.selector_matches(p["spec"]["podSelector"], pod)]

@@ -144,14 +144,29 @@ def isolates_egress(policy: dict) -> bool:
     return "Egress" in types
 
 
+def job_controller_labels(name: str) -> dict:
+    """What the Job controller adds to its pods' labels (a namespace policy may select Jobs' pods by
+    them); the uid is not known before the Job is made: it matches ``Exists``, never a value."""
+    uid = "<uid of the Job>"
+    return {
+        "job-name": name,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "batch.kubernetes.io/controller-uid": uid,
+    }
+
+
 def pod_labels(objects) -> list[dict]:
-    """The labels of every pod the job's objects make: Pods, and the pod templates of Jobs."""
+    """The labels of every pod the job's objects make: Pods, and the pod templates of Jobs (with
+    what the Job controller adds)."""
     out = []
     for _group, obj in objects:
         if obj.get("kind") == "Pod":
             out.append((obj.get("metadata") or {}).get("labels") or {})
         elif isinstance((obj.get("spec") or {}).get("template"), dict):
-            out.append((obj["spec"]["template"].get("metadata") or {}).get("labels") or {})
+            labels = (obj["spec"]["template"].get("metadata") or {}).get("labels") or {}
+            extra = job_controller_labels(obj["metadata"]["name"]) if obj.get("kind") == "Job" else {}
+            out.append({**extra, **labels})
     return out
 
 
