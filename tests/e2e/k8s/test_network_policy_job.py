@@ -254,7 +254,7 @@ def outside(real):
         real.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-@pytest.mark.parametrize("mode", ["job", "strict"])
+@pytest.mark.parametrize("mode", ["job", "job-mesh", "strict"])
 def test_network_policy_open_egress_default_keeps_the_namespaces_egress_and_outsiders_out(
     real, outsider, outside, mode
 ):
@@ -262,10 +262,12 @@ def test_network_policy_open_egress_default_keeps_the_namespaces_egress_and_outs
     reaches a listener on the node's address and a Service in another namespace (as with
     --network-policy none); --network-policy strict cuts both off (the control: what the default
     did before issue 49, 0 of the ranks). Under either, an outsider's pod cannot reach a worker's
-    agent while the job runs, and the job itself succeeds."""
+    agent while the job runs, and the job itself succeeds. job-mesh: the same with
+    --mesh-injection (issue 49 item 8: a kept mesh's proxies dial their control plane, a Service
+    outside the job, which the default policy cut off)."""
     job = f"np-oe-{mode}"
     node, service = outside["node"].address, outside["service"]
-    args = ["--network-policy", mode] if mode != "job" else []  # the default is job
+    args = {"job": [], "job-mesh": ["--mesh-injection"], "strict": ["--network-policy", "strict"]}[mode]
     proc = real.start(job, *args, *PLACEMENT, "--", "python3", "-c", RANK_PROGRAM, node, service)
     try:
         up = wait_started(proc, 4, "ranks up")  # every rank ran its probes; the agents listen
@@ -281,7 +283,7 @@ def test_network_policy_open_egress_default_keeps_the_namespaces_egress_and_outs
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3], ranks
     reached = {target: sum(r[target] == "ok" for r in ranks) for target in (node, service)}
     policies = sorted(m.split("/", 1)[1] for m in made)
-    if mode == "job":
+    if mode != "strict":
         assert reached == {node: 4, service: 4}, ranks
         assert policies == [job], made  # ingress only: the namespace isolates no pod for egress
     else:
