@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mpilaunch.backends.k8s import mesh, network_policy, rbac, refusals, resources, security
+from mpilaunch.backends.k8s import mesh, network_policy, network_setup, rbac, refusals, resources, security
 from mpilaunch.core.errors import UsageError
 from support.helpers import REPO
 
@@ -239,31 +239,218 @@ def test_tenant_policy_refusals_name_the_policy(message, line):
     assert refusals.explain('roles.rbac.authorization.k8s.io is forbidden: User "alice" cannot create') is None
 
 
-def test_network_policy_allows_the_jobs_own_traffic_only(tmp_path):
+def test_network_policy_open_egress_default_render_keeps_outsiders_out_and_egress_open(tmp_path):
+    """--network-policy job (the default), rendered without asking the namespace: one Ingress policy
+    (nothing outside the job reaches a worker's agent), no policy with Egress (the pods' egress
+    stays as the namespace has it), and a comment saying when the egress allowances are made."""
     objs = render_objects(tmp_path)
     policies = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "NetworkPolicy"}
-    assert set(policies) == {"tj", "tj-api"}
-    job = policies["tj"]
+    assert set(policies) == {"tj"}
     own = {"podSelector": {"matchLabels": {"mpilaunch/job": "tj"}}}
-    assert job["podSelector"] == own["podSelector"] and job["policyTypes"] == ["Ingress", "Egress"]
-    assert job["ingress"] == [{"from": [own]}]  # nothing outside the job reaches a worker's agent
-    assert job["egress"][0] == {"to": [own]}
-    assert {p["port"] for p in job["egress"][1]["ports"]} == {53, 5353} and "to" not in job["egress"][1]
+    assert policies["tj"] == {
+        "podSelector": own["podSelector"],
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [own]}],
+    }
+    assert not [p for p in policies.values() if "Egress" in p["policyTypes"]]
+    assert not [o for o in render_objects(tmp_path, "--network-policy", "none") if o["kind"] == "NetworkPolicy"]
+
+
+def test_network_policy_strict_allows_the_jobs_own_traffic_only(tmp_path):
+    """--network-policy strict: what the default was before issue 49 (every pod of the job
+    reaches only the job's pods, DNS, and, for the launcher and reaper, the API server)."""
+    objs = render_objects(tmp_path, "--network-policy", "strict")
+    policies = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"tj", "tj-egress", "tj-api"}
+    own = {"podSelector": {"matchLabels": {"mpilaunch/job": "tj"}}}
+    assert policies["tj"]["ingress"] == [{"from": [own]}] and policies["tj"]["policyTypes"] == ["Ingress"]
+    egress = policies["tj-egress"]
+    assert egress["podSelector"] == own["podSelector"] and egress["policyTypes"] == ["Egress"]
+    assert egress["egress"][0] == {"to": [own]}
+    assert {p["port"] for p in egress["egress"][1]["ports"]} == {53, 5353} and "to" not in egress["egress"][1]
     api = policies["tj-api"]
     assert api["podSelector"]["matchExpressions"] == [
         {"key": "mpilaunch/role", "operator": "In", "values": ["launcher", "reaper"]}
     ]
     assert api["policyTypes"] == ["Egress"] and "ingress" not in api
-    assert not [o for o in render_objects(tmp_path, "--network-policy", "none") if o["kind"] == "NetworkPolicy"]
 
 
-def test_network_policy_api_ports_and_the_submitter():
-    assert [p["port"] for p in network_policy.api_ports("https://10.0.0.1:36443")] == [443, 6443, 36443]
-    assert [p["port"] for p in network_policy.api_ports(None)] == [443, 6443]
-    policy = {"spec": {"ingress": [{"from": ["job"]}], "egress": [{"to": ["job"]}]}}
-    patch = network_policy.submitter_patch(policy, "10.233.0.1")
-    assert patch["spec"]["ingress"][-1] == {"from": [{"ipBlock": {"cidr": "10.233.0.1/32"}}]}
-    assert patch["spec"]["egress"] == [{"to": ["job"]}, {"to": [{"ipBlock": {"cidr": "10.233.0.1/32"}}]}]
+def test_network_policy_open_egress_selector_semantics():
+    match = network_policy.selector_matches
+    pod = {"mpilaunch/job": "j", "mpilaunch/role": "worker", "app": "train"}
+    assert match({}, pod) and match(None, pod)
+    assert match({"matchLabels": {"app": "train"}}, pod) and not match({"matchLabels": {"app": "x"}}, pod)
+    expressions = [
+        ({"key": "app", "operator": "In", "values": ["train", "x"]}, True),
+        ({"key": "app", "operator": "In", "values": ["x"]}, False),
+        ({"key": "app", "operator": "NotIn", "values": ["x"]}, True),
+        ({"key": "tier", "operator": "NotIn", "values": ["x"]}, True),  # absent: NotIn selects
+        ({"key": "app", "operator": "NotIn", "values": ["train"]}, False),
+        ({"key": "app", "operator": "Exists"}, True),
+        ({"key": "tier", "operator": "Exists"}, False),
+        ({"key": "tier", "operator": "DoesNotExist"}, True),
+        ({"key": "app", "operator": "DoesNotExist"}, False),
+    ]
+    for expression, want in expressions:
+        assert match({"matchExpressions": [expression]}, pod) is want, expression
+    both = {"matchLabels": {"app": "train"}, "matchExpressions": [{"key": "tier", "operator": "Exists"}]}
+    assert not match(both, pod)
+
+
+def _policy(name: str, selector: dict, types: list[str] | None, **spec) -> dict:
+    body = {"podSelector": selector, **spec}
+    if types is not None:
+        body["policyTypes"] = types
+    return {"metadata": {"name": name, "labels": spec.pop("labels", {})}, "spec": body}
+
+
+JOB_PODS = [
+    {"mpilaunch/job": "j", "mpilaunch/role": "worker", "app": "gpu"},
+    {"mpilaunch/job": "j", "mpilaunch/role": "worker", "app": "gpu"},
+    {"mpilaunch/job": "j", "mpilaunch/role": "launcher"},
+    {"mpilaunch/job": "j", "mpilaunch/role": "reaper"},
+]
+
+
+@pytest.mark.parametrize(
+    "policies, isolated",
+    [
+        ([], []),  # a namespace without policies: nothing is isolated, egress stays open
+        ([_policy("deny-ingress", {}, ["Ingress"])], []),  # ingress-only default deny: egress open
+        ([_policy("deny-all", {}, ["Ingress", "Egress"])], ["launcher", "reaper", "worker"]),
+        ([_policy("deny-egress", {}, ["Egress"])], ["launcher", "reaper", "worker"]),
+        # an allow-all egress policy isolates too (adding to it is harmless)
+        ([_policy("open", {}, ["Egress"], egress=[{}])], ["launcher", "reaper", "worker"]),
+        # policyTypes left out: Egress where there is an egress section
+        ([_policy("old-style", {}, None, egress=[{"to": []}])], ["launcher", "reaper", "worker"]),
+        ([_policy("old-style-ingress", {}, None, ingress=[{}])], []),
+        # only the pods a --pod-template labelled app: gpu (the workers)
+        ([_policy("gpu", {"matchLabels": {"app": "gpu"}}, ["Egress"])], ["worker"]),
+        ([_policy("other", {"matchLabels": {"app": "web"}}, ["Ingress", "Egress"])], []),
+        # the job's own policies (labelled with it) are not the namespace's
+        ([_policy("j-egress", {"matchLabels": {"mpilaunch/job": "j"}}, ["Egress"], labels={"mpilaunch/job": "j"})], []),
+    ],
+    ids=[
+        "none",
+        "deny-ingress",
+        "deny-all",
+        "deny-egress",
+        "allow-all-egress",
+        "no-types-egress",
+        "no-types-ingress",
+        "gpu-only",
+        "unrelated",
+        "own-policy",
+    ],
+)
+def test_network_policy_open_egress_isolated_roles_from_the_namespaces_policies(policies, isolated):
+    assert network_policy.egress_isolated_roles(policies, JOB_PODS, "j") == isolated
+
+
+def test_network_policy_open_egress_plan():
+    plan = network_policy.plan
+    assert plan("none", None) is None and plan("none", ["worker"]) is None
+    assert plan("strict", None) == {"mode": "strict", "egress_roles": None, "api_roles": ["launcher", "reaper"]}
+    assert plan("strict", []) == plan("strict", None)  # strict never asks the namespace
+    assert plan("job", None) == {"mode": "job", "egress_roles": [], "api_roles": [], "asked": False}
+    assert plan("job", []) == {"mode": "job", "egress_roles": [], "api_roles": [], "asked": True}
+    full = plan("job", ["worker", "reaper", "launcher"])
+    assert full["egress_roles"] == ["launcher", "reaper", "worker"] and full["api_roles"] == ["launcher", "reaper"]
+    assert plan("job", ["worker"])["api_roles"] == []  # the launcher's egress is open: nothing to add
+
+
+def _backend(tmp_path, *args):
+    import os
+
+    from mpilaunch.backends.k8s.backend import K8sBackend
+    from mpilaunch.cli import parse_run
+    from mpilaunch.workloads.mpirun import MpirunWorkload
+
+    spec, _ = parse_run(
+        ["--backend", "k8s", "--image", "img", "--name", "j", "--np", "4", "--slots-per-worker", "2", *args]
+        + ["--", "python3", "train.py"]
+    )
+    workload = MpirunWorkload.prepare(spec, K8sBackend, "j", dict(os.environ))
+    return K8sBackend(spec, workload.plan, tmp_path, cluster_launcher_allowed=workload.can_use_cluster_launcher)
+
+
+@pytest.mark.parametrize(
+    "mode, isolated",
+    [
+        ("job", []),
+        ("job", ["worker"]),
+        ("job", ["launcher", "worker"]),
+        ("job", ["launcher", "reaper", "worker"]),
+        ("strict", None),
+    ],
+)
+def test_network_policy_open_egress_only_the_isolated_roles_get_egress_policies(tmp_path, mode, isolated):
+    """What the job's policies do to each of its pods, on the rendered objects: every pod is
+    isolated for ingress (only the job's pods may connect); a pod is isolated for egress by the
+    job's policies only where the namespace isolated it already (or under strict), and then
+    reaches the job's pods and DNS, and the API server if it is the launcher or the reaper."""
+    from mpilaunch.backends.k8s import manifests
+
+    backend = _backend(tmp_path, "--network-policy", mode)
+    backend.egress_isolated_roles = isolated
+    policies = [obj for _, obj in manifests.network_policies(backend)]
+    pods = network_policy.pod_labels(backend.objects())
+    assert {p["mpilaunch/role"] for p in pods} == {"launcher", "reaper", "worker"}
+    # the Job controller's labels on the launcher's and the reaper's pods (a policy may select by them)
+    assert {p.get("batch.kubernetes.io/job-name") for p in pods} >= {"j-launcher", "j-reaper"}
+    for pod in pods:
+        role = pod["mpilaunch/role"]
+        selecting = [p for p in policies if network_policy.selector_matches(p["spec"]["podSelector"], pod)]
+        ingress = [p for p in selecting if "Ingress" in p["spec"]["policyTypes"]]
+        egress = [p for p in selecting if "Egress" in p["spec"]["policyTypes"]]
+        assert [p["metadata"]["name"] for p in ingress] == ["j"]
+        assert ingress[0]["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"mpilaunch/job": "j"}}}]}]
+        should = mode == "strict" or role in isolated
+        assert bool(egress) is should, (role, [p["metadata"]["name"] for p in egress])
+        if should:
+            rules = [rule for p in egress for rule in p["spec"]["egress"]]
+            assert {"to": [{"podSelector": {"matchLabels": {"mpilaunch/job": "j"}}}]} in rules
+            ports = {port["port"] for rule in rules for port in rule.get("ports", [])}
+            assert {53, 5353} <= ports
+            assert ({443, 6443} <= ports) is (role in ("launcher", "reaper")), (role, ports)
+    # the same policies, in creation order, among the job's objects
+    assert [o for g, o in backend.objects() if o["kind"] == "NetworkPolicy"] == policies
+
+
+def test_network_policy_open_egress_asks_the_namespace_and_a_refusal_names_strict(tmp_path):
+    from mpilaunch.backends.k8s.api import ApiError
+
+    backend = _backend(tmp_path)
+
+    class Listing:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def get(self, api_version, plural, name=None, **kw):
+            assert (api_version, plural, name) == ("networking.k8s.io/v1", "networkpolicies", None)
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return {"items": self.answer}
+
+    objects = backend.objects()
+
+    def isolated(api):
+        return network_setup.egress_isolated_roles(api, "ns", objects, "j")
+
+    assert isolated(Listing([_policy("deny-all", {}, ["Ingress", "Egress"])])) == ["launcher", "reaper", "worker"]
+    assert isolated(Listing([])) == []
+    with pytest.raises(UsageError) as refused:
+        isolated(Listing(ApiError(403, "Forbidden", "networkpolicies.networking.k8s.io is forbidden")))
+    assert "may not list NetworkPolicies" in str(refused.value) and "--network-policy strict" in refused.value.hint
+
+
+def test_network_policy_api_ports():
+    """By port, to any address (the API server is no pod; its endpoints move): 443, 6443, 8443 (issue
+    49: an API server on 8443 was blocked), the kubeconfig's port, and the endpoints' where readable."""
+    assert [p["port"] for p in network_policy.api_ports("https://10.0.0.1:36443")] == [443, 6443, 8443, 36443]
+    assert [p["port"] for p in network_policy.api_ports(None)] == [443, 6443, 8443]
+    endpoints = {"subsets": [{"addresses": [{"ip": "10.0.0.2"}], "ports": [{"port": 9443, "protocol": "TCP"}]}]}
+    assert [p["port"] for p in network_policy.api_ports(None, endpoints)] == [443, 6443, 8443, 9443]
 
 
 def test_tenant_pods_opt_out_of_mesh_sidecars_unless_kept(tmp_path):

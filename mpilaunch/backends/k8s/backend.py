@@ -162,6 +162,11 @@ class K8sBackend(
             None  # when wait_ready saw every worker Ready (a failed run's diagnosis settles after it)
         )
         self.pods: dict[str, dict] = {}
+        # --network-policy job: the roles of the job's pods that the namespace's own NetworkPolicies
+        # isolate for egress (allocate asks; None: not asked, a render)
+        self.egress_isolated_roles: list[str] | None = None
+        # ... and what the cluster says of its DNS and API server (network_setup.egress_peers; None: not asked)
+        self.egress_peers: dict | None = None
         self.relay = None
         self.heartbeat = None
         self._outage = ApiOutage("the job's pods")
@@ -276,7 +281,10 @@ class K8sBackend(
             from .rbac import check_may_create_identities
 
             check_may_create_identities(api, self.namespace)
-        self._admission_check(objects)
+        from . import network_setup
+
+        # the job's NetworkPolicies as the cluster's answers shape them, asked beside admission's check
+        objects = network_setup.with_policies(self, objects, self._admission_check)
         if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
             write_secret(self.agent_secret_file, self.agent_secret)
         root = objects[0][1]
@@ -350,24 +358,9 @@ class K8sBackend(
         self._let_in_submitter()
 
     def _let_in_submitter(self) -> None:
-        """--launcher local under the job's NetworkPolicy: this machine talks to the pods too (the
-        daemons and ranks connect back to mpirun; agent shims connect in). Its address on the route
-        to the pods is known only now that they have theirs."""
-        address = self.control_address() if self.opts.network_policy == "job" else None
-        if not address:
-            return
-        from . import network_policy
+        from . import network_setup
 
-        try:
-            policy = self.api.get("networking.k8s.io/v1", "networkpolicies", self.job)
-            self.api.patch(
-                "networking.k8s.io/v1", "networkpolicies", self.job, network_policy.submitter_patch(policy, address)
-            )
-        except ApiError as e:
-            raise AllocationError(
-                f"cannot let this machine ({address}) into the job's NetworkPolicy {self.job}: {e.message}",
-                "or run with --network-policy none",
-            ) from None
+        network_setup.let_in_submitter(self, self.control_address())  # --launcher local
 
     def _wait_ready(self, deadline: float, progress, wait) -> None:
         names = [w.name for w in self.plan.workers]

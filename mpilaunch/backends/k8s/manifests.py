@@ -39,6 +39,35 @@ def plan_summary(plan) -> str:
     )
 
 
+def network_policy_values(backend) -> dict:
+    """What ``k8s-network-policy.yaml.j2`` renders from (``network_policy.plan``: which policies)."""
+    peers = backend.egress_peers or {}
+    return {
+        "job": backend.job,
+        "namespace": backend.namespace,
+        "labels": {JOB_LABEL: backend.job},
+        "job_label": JOB_LABEL,
+        "role_label": ROLE_LABEL,
+        # where the cluster was asked (network_setup.egress_peers; a render does not ask): DNS's own pods,
+        # the API server's endpoint ports; else the DNS ports and the usual API ports, to any address
+        "api_ports": network_policy.api_ports(backend.api_server(), peers.get("api_endpoints")),
+        "dns_rules": network_policy.dns_rules(peers.get("dns_service")),
+        "peers_asked": backend.egress_peers is not None,
+        "network_policy": network_policy.plan(backend.opts.network_policy, backend.egress_isolated_roles),
+    }
+
+
+def network_policies(backend) -> list[tuple[str, dict]]:
+    """The job's NetworkPolicies alone, as :func:`objects` has them (``allocate`` renders them again
+    once it knows which of the job's pods the namespace isolates for egress)."""
+    import yaml
+
+    if network_policy.plan(backend.opts.network_policy, backend.egress_isolated_roles) is None:
+        return []
+    text = launch.templates().get_template("k8s-network-policy.yaml.j2").render(network_policy_values(backend))
+    return [("setup", obj) for obj in yaml.safe_load_all(text) if obj]
+
+
 def values(backend, reveal: bool = False) -> dict:
     spec, plan, opts, job = backend.spec, backend.plan, backend.opts, backend.job
     labels = {JOB_LABEL: job}
@@ -62,9 +91,7 @@ def values(backend, reveal: bool = False) -> dict:
         # theirs unless asked (--launcher-node-selector, --launcher-toleration).
         "launcher_node_selector": dict(opts.launcher_node_selector or ()),
         "launcher_tolerations": [parse_toleration(t) for t in opts.launcher_tolerations or ()],
-        "job_label": JOB_LABEL,
-        "role_label": ROLE_LABEL,
-        "api_ports": network_policy.api_ports(backend.api_server()),
+        **network_policy_values(backend),
         **orphan.template_values(
             spec, job, {**labels, ROLE_LABEL: "reaper"}, lambda args: tools.reaper_command(backend.tools, args)
         ),
@@ -143,7 +170,7 @@ def manifests(backend, reveal: bool = False) -> list[tuple[str, str]]:
         for group, name in orphan.templates_for(backend.spec.detach)
         if own_identities or group != "reaper-rbac"
     ]
-    if backend.opts.network_policy == "job":
+    if vals["network_policy"] is not None:
         docs.append(("setup", env.get_template("k8s-network-policy.yaml.j2").render(vals)))
     if backend.launcher == "cluster" and own_identities:
         docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(vals)))

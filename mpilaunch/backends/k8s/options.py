@@ -26,7 +26,7 @@ GANG_ALIASES = {"scheduler-plugins": "coscheduling"}  # its name before schedule
 # A Kueue LocalQueue's name: a DNS-1123 subdomain (a label value too, so at most 63 characters).
 QUEUE_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 TRANSPORTS = ("auto", "agent", "exec")  # launch.resolve_transport says what auto is
-NETWORK_POLICIES = ("job", "none")
+NETWORK_POLICIES = ("job", "strict", "none")
 # a Kubernetes object name (DNS-1123 subdomain): a ServiceAccount
 NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -118,6 +118,14 @@ class K8sOptions(BackendOptions):
         if self.network_policy not in NETWORK_POLICIES:
             raise UsageError(
                 f"unknown --network-policy {self.network_policy!r}", f"choose one of: {', '.join(NETWORK_POLICIES)}"
+            )
+        if self.mesh_injection and self.network_policy == "strict":
+            # a kept mesh's proxies dial their control plane (istiod, linkerd's destination and
+            # identity) outside the job: strict would leave every pod waiting for its proxy
+            raise UsageError(
+                "--mesh-injection with --network-policy strict: the mesh's proxies could not reach their control plane",
+                "use the default --network-policy job (it leaves the pods' egress as the namespace has it) "
+                "or --network-policy none",
             )
         parse_run_as(self.run_as_user)  # UsageError now, not at render time
         check_gpu_resource(self.gpu_resource)
@@ -217,16 +225,19 @@ class K8sOptions(BackendOptions):
             "--network-policy",
             default="job",
             choices=NETWORK_POLICIES,
-            help="job (default): a NetworkPolicy per job that lets in exactly the job's traffic "
-            "(its pods, DNS, the API server for the launcher and reaper, the submitting "
-            "machine with --launcher local); none: create none (where policies are the "
-            "admin's alone)",
+            help="job (default): the job's pods accept connections only from each other (and "
+            "the submitting machine with --launcher local); their egress is left as the "
+            "namespace has it, with the job's own traffic (its pods, DNS, the API server for "
+            "the launcher and reaper) added where the namespace's policies deny egress; "
+            "strict: the job's pods also reach nothing but that traffic; none: create no "
+            "policy (where policies are the admin's alone)",
         )
         group.add_argument(
             "--mesh-injection",
             action="store_true",
             help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
-            "pods opt out: a sidecar keeps a launcher Job from completing",
+            "pods opt out: a sidecar keeps a launcher Job from completing (not with "
+            "--network-policy strict: the proxies must reach their control plane)",
         )
         group.add_argument(
             "--pod-template",

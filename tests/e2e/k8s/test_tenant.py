@@ -45,12 +45,16 @@ def assert_no_identities_made(tenant, job: str) -> None:
     assert not [m for m in made if job in m], made
 
 
-@pytest.mark.parametrize("launcher", ["cluster", "local"])
+@pytest.mark.parametrize("launcher", ["cluster", "local", "local-agent"])
 def test_tenant_runs_allreduce_with_placement_on_both_launchers(tenant, tmp_path, launcher):
     """The default path for an 'edit'-only user: the admin's ServiceAccount, every pod restricted,
-    the job's own NetworkPolicy through the default-deny; nothing left, no RBAC object made."""
+    the job's own NetworkPolicy through the default-deny; nothing left, no RBAC object made.
+    With --launcher local this machine is let in for the launch's traffic only (issue 49 item 9):
+    mpirun's daemons connect back to it (TCP out of the pods), and with --transport agent its
+    shims connect to the agents' port."""
     job = f"tn-{launcher}"
-    extra = ["--launcher", "local", "--mpirun", "/usr/bin/mpirun.openmpi"] if launcher == "local" else []
+    extra = ["--launcher", "local", "--mpirun", "/usr/bin/mpirun.openmpi"] if launcher != "cluster" else []
+    extra += ["--transport", "agent"] if launcher == "local-agent" else []
     code, out, err, seen = run_watching(
         tenant, job, *extra, *PLACEMENT, "--output-dir", str(tmp_path), "--", "python3", f"{PROGRAMS}/placement.py"
     )
