@@ -20,6 +20,7 @@ import uuid
 import pytest
 
 from support.helpers import wait_started
+from support.listener import LISTENER, LISTENER_PORT
 from support.real_pods import finish, pods_of, ranks_from, stop
 from support.tenant import PLACEMENT, tenant_pods
 
@@ -132,18 +133,6 @@ def test_network_policy_lets_an_outsider_in_where_the_job_made_none(real, outsid
 
 
 # Issue 49: the default policy must not take away the egress a namespace allows.
-SERVICE_PORT = 8080
-LISTENER = f"""
-import socket
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", {SERVICE_PORT})); s.listen(64)
-while True:
-    c, _ = s.accept()
-    try:
-        c.sendall(b"ok")
-    finally:
-        c.close()
-"""
 # each rank: every target (host:port) tried until it answers "ok" or 10 s passed, then the verdicts
 # as one JSON line; then the job holds its agents up for the outsider's probes
 RANK_PROGRAM = """
@@ -237,7 +226,7 @@ def outside(real):
         "spec": {
             "clusterIP": "None",
             "selector": {"app": "listener"},
-            "ports": [{"protocol": "TCP", "port": SERVICE_PORT}],
+            "ports": [{"protocol": "TCP", "port": LISTENER_PORT}],
         },
     }
     real.cluster.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}])
@@ -248,7 +237,7 @@ def outside(real):
     real.cluster.apply([pod, service])
     try:
         real.kubectl("wait", "-n", ns, "--for=condition=Ready", "pod/listener", "--timeout=120s")
-        yield {"node": listener, "service": f"listener.{ns}.svc.cluster.local:{SERVICE_PORT}"}
+        yield {"node": listener, "service": f"listener.{ns}.svc.cluster.local:{LISTENER_PORT}"}
     finally:
         listener.close()
         real.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -27,20 +27,10 @@ import uuid
 
 import pytest
 
+from support.listener import LISTENER, LISTENER_PORT
+
 pytestmark = pytest.mark.real_pods
 
-PORT = 8080
-LISTENER = f"""
-import socket
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", {PORT})); s.listen(64)
-while True:
-    c, _ = s.accept()
-    try:
-        c.sendall(b"ok")
-    finally:
-        c.close()
-"""
 # argv: HOST PORT WANT(open|closed) SECONDS. Tries until the answer is WANT or SECONDS passed;
 # prints the last answer, how long the last try took and when it came.
 PROBE = r"""
@@ -161,7 +151,7 @@ class Pods:
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def probe(self, ns: str, client: str, server: str, want: str, seconds: float = 15) -> dict:
-        return self.exec(ns, client, PROBE, self.ip[server], PORT, want, seconds)
+        return self.exec(ns, client, PROBE, self.ip[server], LISTENER_PORT, want, seconds)
 
     def apply(self, *objects) -> None:
         self.real.cluster.apply(list(objects))
@@ -230,7 +220,7 @@ def test_network_policy_default_deny_ingress_refuses_and_an_allow_policy_opens(p
                 "ingress": [
                     {
                         "from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
-                        "ports": [{"protocol": "TCP", "port": PORT}],
+                        "ports": [{"protocol": "TCP", "port": LISTENER_PORT}],
                     }
                 ],
             },
