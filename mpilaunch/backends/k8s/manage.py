@@ -311,9 +311,12 @@ def delete_job(
             if e.status != 404:
                 raise
             root_uid = ""
-    if root_uid:
-        api.delete("v1", "configmaps", job, **background, preconditions={"uid": root_uid})
     errors = []
+    if root_uid:
+        try:
+            api.delete("v1", "configmaps", job, **background, preconditions={"uid": root_uid})
+        except OSError as e:  # as below: the rest is still deleted by hand
+            errors.append(f"configmaps: {e}")
     names = {(v, p) for v, p, _ in created}
     if not created or admission.WORKLOADS in names:  # --queue: Kueue holds the pods until its Workload goes
         admission.release_workload(api, job)
@@ -345,6 +348,11 @@ def delete_job(
             # the object is gone and its name taken since.
             if e.status not in (404, 405, 409) and not (e.status == 403 and plural not in ("pods", "jobs")):
                 errors.append(f"{plural}: {e.message}")
+        except OSError as e:
+            # a call that failed on the way (a timeout under load): the other kinds are still
+            # deleted. Ending here left the pods to the garbage collector, which at a loaded
+            # cluster's pace kept them past a minute after mpilaunch exited (issue 49, item 4).
+            errors.append(f"{plural}: {e}")
     wait_pods_gone(api, selector, wait, ours)
     if errors:
         raise RuntimeError("; ".join(errors))
