@@ -197,7 +197,7 @@ def test_detach_renders_a_reaper_that_watches_the_launcher_with_a_by_name_role(t
     assert launcher["backoffLimit"] == 0 and launcher["activeDeadlineSeconds"] == 300 + 100 + 30
     assert [r["action"] for r in launcher["podFailurePolicy"]["rules"]] == ["FailJob", "FailJob"]
     # the launcher ends a detached job at --timeout itself (exit 124); the Job's deadline backs it up
-    assert backend.launch_description().timeout == 100
+    assert backend.launch_description().spec["timeout"] == 100
 
 
 # ------------------------------------------------------------------ kwok: the reaper against a real API server

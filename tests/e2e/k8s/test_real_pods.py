@@ -331,9 +331,14 @@ def test_failing_rank_is_named_with_its_pod(real, tmp_path):
     assert summary == f"mpilaunch: error: rank 3 on worker {job}-worker-1 exited with code 7", p.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 7
-    assert {"rank": 3, "worker": f"{job}-worker-1", "exit_code": 7, "oom_killed": False, "unobserved": None} in report[
-        "ranks"
-    ]
+    (failed,) = [r for r in report["ranks"] if r["rank"] == 3]
+    assert {k: failed[k] for k in ("worker", "exit_code", "oom_killed", "unobserved")} == {
+        "worker": f"{job}-worker-1",
+        "exit_code": 7,
+        "oom_killed": False,
+        "unobserved": None,
+    }, report["ranks"]
+    assert failed["started_at"] <= failed["ended_at"]  # the record's per-rank times (issue 51)
     assert f"rank 3 on worker {job}-worker-1" in report["failure"]
     assert "rank 3 about to fail" in (tmp_path / "rank-3.log").read_text()
     assert real.leftovers(job) == []

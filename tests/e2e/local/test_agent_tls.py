@@ -58,9 +58,10 @@ def test_tls_job_keeps_x_values_and_task_output_off_the_wire(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"[worker:0] {reversed_secret}" in proc.stdout  # the value reached the task, the output came back
     assert f"[worker:1] {reversed_secret}" in proc.stdout
+    # Local agents listen on Unix sockets in the job's run directory (issue 49 item 11): the channel
+    # is on no network at all, so loopback carries neither the value nor the output (the capture is
+    # shown to see an agent's bytes by the next test, over TCP, where TLS hides them).
     assert cap.contains(secret.encode()) == [] and cap.contains(reversed_secret.encode()) == []
-    # ... while the channel itself was captured: two starters, each a TLS connection to its agent
-    assert len(tls_records(cap.flows)) >= 2, sorted(cap.flows)
     assert leftover_processes(name) == []
 
 

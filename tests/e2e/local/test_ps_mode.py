@@ -47,8 +47,11 @@ TASK_PROGRAM = textwrap.dedent('''
     record.update(pid=os.getpid(), argv=sys.argv)
     if "DTF_TASK_SCRIPT" in os.environ:
         record["script"] = open(os.environ["DTF_TASK_SCRIPT"]).read()
-    with open(os.path.join(args.out, f"env-{role}-{index}.json"), "w") as f:
+    # whole or not at all: the tests poll for these files while the tasks write them
+    path = os.path.join(args.out, f"env-{role}-{index}.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(record, f)
+    os.replace(path + ".tmp", path)
     print(f"{role}:{index} listening at {os.environ['MPILAUNCH_TASK_ADDRESS']}", flush=True)
     if role == "worker" and index == args.fail_worker:
         time.sleep(args.fail_after)
