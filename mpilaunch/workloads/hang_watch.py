@@ -114,8 +114,11 @@ class StallWatch:
             # a sample gets the full deadline: one cut short by a loaded host (64 ranks on 2 cores) found
             # every worker unreachable, and three such samples looked like a hang that named nobody
             taken = take_stacks(self.run, self.workload, collect.DEFAULT_DEADLINE_S)
-            if taken is None or self._done.is_set():
+            if self._done.is_set() or self.workload.mode != "mpirun":
                 return
+            if taken is None:  # this sample failed (said in a warning line): the next one may not
+                self._done.wait(max(0.0, interval - (time.monotonic() - now)))
+                continue
             if clock.observe(time.monotonic(), self._last_output(), stall.coarse_signature(taken.stacks)):
                 # the last sample is the verdict's collection: a job that hangs is not moving
                 self._declare(verdict.diagnose(taken.stacks), taken.seconds)
