@@ -219,6 +219,9 @@ class SlowClusterApi(ScriptedApi):
         return super().delete_collection(api_version, plural, selector, **kw)
 
     def delete(self, api_version, plural, name, namespace="", preconditions=None, **kw):
+        gone = self.failures.get(f"delete {plural}") and getattr(self.failures[f"delete {plural}"][0], "status", 0)
+        if gone == 404:  # it went meanwhile: a 404 is what the next delete gets
+            self.objects.pop((plural, name), None)
         self._fail(f"delete {plural}")
         return super().delete(api_version, plural, name, namespace, preconditions, **kw)
 
@@ -283,3 +286,16 @@ def test_release_leftovers_a_refusal_is_not_asked_again(tmp_path):
     with pytest.raises(RuntimeError, match="pods: pods is forbidden"):
         manage.delete_job(api, "rl", backend.created, wait=5.0, root_uid=backend.root_uid)
     assert release_calls(api).count("list pods") == 1, api.asked
+
+
+def test_release_leftovers_one_pod_gone_meanwhile_does_not_stop_the_rest(tmp_path):
+    """Pods deleted one by one (a labelled pod that is not the job's is among them): one that went
+    meanwhile (404: its Job's garbage collection took it between the list and the delete) ended
+    the kind's loop, and the pods after it were left to the garbage collector."""
+    api = SlowClusterApi({"delete pods": [ApiError(404, "NotFound", 'pods "rl-worker-0" not found')]})
+    backend = backend_with(api, tmp_path)
+    backend.allocate()
+    label = {"mpilaunch/job": "rl"}
+    api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a-stranger", "labels": label}})
+    manage.delete_job(api, "rl", backend.created, wait=2.0, root_uid=backend.root_uid)
+    assert [n for n in api.names() if n.startswith("pods/")] == ["pods/a-stranger"], api.names()
