@@ -8,10 +8,10 @@ import sys
 
 from . import __version__, backends
 from .core.errors import MpilaunchError, UsageError
-from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
+from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREFLIGHT
 from .core.orphan import DEFAULT_ORPHAN_TIMEOUT
 from .core.rank_filter import parse_rank_list
-from .core.spec import LAUNCHERS, ON_STALL, JobSpec, PsOptions, check_duration, mpi_choices
+from .core.spec import LAUNCHERS, ON_STALL, PREFLIGHT, JobSpec, PsOptions, check_duration, mpi_choices
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,6 +83,21 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         choices=ON_STALL,
         default="stop",
         help=f"a hung job: stop it (exit {EXIT_HUNG}, default) or report it and let it run on",
+    )
+    ctl.add_argument(
+        "--preflight",
+        choices=PREFLIGHT,
+        default="off",
+        help="check the job's workers before its program starts (GPUs, scratch space, clock, a "
+        "timed compute kernel against the other workers): 'report' names a failing or slow worker, "
+        f"'enforce' also stops the job before its program (exit {EXIT_PREFLIGHT}); default off",
+    )
+    ctl.add_argument(
+        "--preflight-margin",
+        type=float,
+        default=0.5,
+        metavar="FRACTION",
+        help="--preflight names a worker this much slower than the median (default 0.5: 50%%)",
     )
     ctl.add_argument(
         "--orphan-timeout",
@@ -221,6 +236,8 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         timeout=args.timeout,
         stall_timeout=args.stall_timeout,
         on_stall=args.on_stall,
+        preflight=args.preflight,
+        preflight_margin=args.preflight_margin,
         orphan_timeout=args.orphan_timeout,
         output_dir=args.output_dir,
         output_ranks=None if args.output_ranks is None else parse_rank_list(args.output_ranks),

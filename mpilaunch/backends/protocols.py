@@ -214,6 +214,16 @@ def report_hang(backend, verdict: str) -> bool:
     return True
 
 
+def report_on_worker(backend, worker: str, reason: str, text: str) -> bool:
+    """A line about one worker where the cluster's users look (Kubernetes: a Warning Event on its
+    pod); False where the backend has no such place. Raises what posting raised."""
+    post = getattr(backend, "report_on_worker", None)
+    if post is None:
+        return False
+    post(worker, reason, text)
+    return True
+
+
 def remote_mpi_info(backend_cls, spec):
     """``ClusterLauncher.remote_mpi_info``; None (mpirun runs here) for every other backend."""
     return backend_cls.remote_mpi_info(spec) if issubclass(backend_cls, ClusterLauncher) else None

@@ -6,7 +6,7 @@ Every error carries a one-line message and a hint; the CLI prints them as
 
 from __future__ import annotations
 
-from .exit_codes import EXIT_ALLOCATION, EXIT_INTERRUPTED, EXIT_RANK_FAILED, EXIT_USAGE
+from .exit_codes import EXIT_ALLOCATION, EXIT_INTERRUPTED, EXIT_PREFLIGHT, EXIT_RANK_FAILED, EXIT_USAGE
 
 
 class MpilaunchError(Exception):
@@ -34,6 +34,17 @@ class AllocationError(MpilaunchError):
     """Workers could not be allocated or did not become ready in time."""
 
     exit_code = EXIT_ALLOCATION
+
+
+class PreflightFailed(MpilaunchError):
+    """--preflight enforce: a worker failed a check; the program never started."""
+
+    exit_code = EXIT_PREFLIGHT
+    found: dict | None = None  # what the record keeps (workloads/preflight_run.py)
+
+    def with_found(self, found: dict) -> "PreflightFailed":
+        self.found = found
+        return self
 
 
 class Interrupted(MpilaunchError):

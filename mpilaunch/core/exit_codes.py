@@ -14,6 +14,8 @@ EXIT_PLACEMENT = 4  # a rank ran elsewhere than planned, or ranks are missing
 # a worker (pod, container, host, its agent) went away during the run: the cluster's fault, not the
 # program's; distinct from a rank's own code and from mpirun's generic 255, which used to hide the cause
 EXIT_WORKER_LOST = 5
+# --preflight enforce: a worker failed a check before the program started; nothing ran, all released
+EXIT_PREFLIGHT = 6
 EXIT_NO_SPEC = 75  # a PS task starter: its launcher went away before sending the cluster spec
 # --stall-timeout: no output and unchanged stacks that long; the verdict names the rank(s) holding the
 # job up. Not timeout(1)'s 124-127, not 128+signal, and no code a program or MPI commonly exits with.

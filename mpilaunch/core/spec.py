@@ -41,6 +41,8 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: --on-stall: what a job found hung (--stall-timeout) gets
 ON_STALL = ("stop", "report")
+#: --preflight: no checks, checks that report, checks that stop the job before its program
+PREFLIGHT = ("off", "report", "enforce")
 
 
 def check_duration(option: str, value: float | None, hint: str) -> None:
@@ -122,6 +124,10 @@ class JobSpec:
     # declared hung after this long silent with unchanged stacks
     stall_timeout: float | None = option(detached=CARRIED)
     on_stall: str = option("stop", detached=CARRIED)  # ON_STALL: stop the hung job (EXIT_HUNG), or report it
+    # --preflight: check the workers before the program (preflight/checks.py MODES), and the
+    # margin over the median that names a slow worker
+    preflight: str = option("off", detached=CARRIED)
+    preflight_margin: float = option(0.5, detached=CARRIED)
     # cluster backends: reap the job this long after mpilaunch vanished (the reaper's, made before the hand-off)
     orphan_timeout: float = option(DEFAULT_ORPHAN_TIMEOUT, detached=SUBMITTING)
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
@@ -173,6 +179,13 @@ class JobSpec:
         )
         if self.on_stall not in ON_STALL:
             raise UsageError(f"unknown --on-stall {self.on_stall!r}", f"choose one of: {', '.join(ON_STALL)}")
+        if self.preflight not in PREFLIGHT:
+            raise UsageError(f"unknown --preflight {self.preflight!r}", f"choose one of: {', '.join(PREFLIGHT)}")
+        if not (math.isfinite(self.preflight_margin) and self.preflight_margin > 0):
+            raise UsageError(
+                f"--preflight-margin must be a positive fraction, got {self.preflight_margin:g}",
+                "give how much slower than the median names a worker, e.g. --preflight-margin 0.5 (50%)",
+            )
         if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
             raise UsageError(
                 f"--orphan-timeout must be a finite number of seconds, at least {MIN_ORPHAN_TIMEOUT:g}; "

@@ -90,21 +90,28 @@ def ask_all(
     """{worker: its answer}, every worker asked at once (``captures``: worker -> its exec channel's
     ``capture(command, timeout)``); none waited for past ``deadline_s``."""
     deadline = time.monotonic() + deadline_s
-    answers: dict[str, WorkerAnswer] = {}
+    answers = each_worker(captures, lambda name, capture: ask_worker(name, capture, python, deadline, py_spy), deadline)
+    for name in captures:
+        answers.setdefault(name, WorkerAnswer(name, error=f"no answer within {deadline_s:.0f} s"))
+    return answers
 
-    def ask(name, capture):
-        answers[name] = ask_worker(name, capture, python, deadline, py_spy)
+
+def each_worker(captures: dict, ask, deadline: float, what: str = "stacks") -> dict:
+    """{worker: ``ask(worker, capture)``} for every worker at once, one thread each; a worker whose
+    ``ask`` is still running at ``deadline`` (monotonic) is left out."""
+    answers: dict = {}
+
+    def one(name, capture):
+        answers[name] = ask(name, capture)
 
     threads = [
-        threading.Thread(target=ask, args=item, daemon=True, name=f"stacks-{item[0]}")
+        threading.Thread(target=one, args=item, daemon=True, name=f"{what}-{item[0]}")
         for item in sorted(captures.items())
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()) + 0.5)
-    for name in captures:
-        answers.setdefault(name, WorkerAnswer(name, error=f"no answer within {deadline_s:.0f} s"))
     return dict(answers)
 
 

@@ -25,11 +25,11 @@ from pathlib import Path
 from .. import backends
 from ..backends.protocols import ClusterLauncher, ReplacesWorkers
 from ..core import phases
-from ..core.errors import Interrupted, MpilaunchError, UsageError
+from ..core.errors import Interrupted, MpilaunchError, PreflightFailed, UsageError
 from ..core.exit_codes import EXIT_FAILED, EXIT_HUNG, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from ..core.result import JobResult, LostWorker, lost_workers_failure, worker_location
 from ..core.spec import JobSpec
-from ..workloads import hang_watch, workload_class
+from ..workloads import hang_watch, preflight_run, workload_class
 from ..workloads.base import RunContext, Workload
 from . import record, summary
 from .progress import WaitProgress
@@ -142,6 +142,7 @@ def run_job(
     t0 = time.monotonic()
     seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
     hang: dict = {}  # report.json's "hang" and "stacks", where the job was found hung or timed out
+    checked: dict = {}  # report.json's "preflight" (--preflight)
     try:
         with interrupts_raise(then_ignore=True):
             # allocate, and wait until every worker is ready (the backend's diagnosis on timeout)
@@ -152,6 +153,9 @@ def run_job(
             phases.mark(seen, "workers_ready")
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             write_context(run.context_file, workload.job_name, backend)
+            if spec.preflight != "off":  # the workers checked before the program (issue 52)
+                checked["preflight"] = preflight_run.run(run, workload)
+                phases.mark(seen, "preflight_done")
 
             # start the workload, then watch it until its outcome is decided;
             # with --retries, replace lost workers and start it again
@@ -182,6 +186,8 @@ def run_job(
     except MpilaunchError as e:
         result.exit_code = e.exit_code
         result.failure = e.message
+        if isinstance(e, PreflightFailed) and e.found is not None:
+            checked["preflight"] = e.found
         if not isinstance(e, Interrupted):
             raise
     finally:
@@ -205,6 +211,7 @@ def run_job(
         if spec.retries:
             body["attempts"] = attempts
         body.update(hang)
+        body.update(checked)
         body["ledger"] = summary.ledger({"plan": workload.plan.to_dict(), "timings": timings, **body})
         now, wall = time.monotonic(), time.time()
         began = record.wall_clock(t0 if started is None else started, now, wall)

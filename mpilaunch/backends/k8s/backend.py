@@ -511,6 +511,12 @@ class K8sBackend(
         pod = self.launcher_pod if self.launcher != "local" and self.launcher_pod else self.plan.workers[0].name
         hang_event.post(self.api, self.namespace, pod, verdict)
 
+    def report_on_worker(self, worker: str, reason: str, text: str) -> None:
+        """``text`` as a Warning Event on ``worker``'s pod (--preflight: a worker that failed a check)."""
+        from . import hang_event
+
+        hang_event.post(self.api, self.namespace, worker, text, reason=reason)
+
     def task_starter_prefix(self) -> list[str]:
         return tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
 

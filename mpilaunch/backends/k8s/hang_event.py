@@ -18,14 +18,15 @@ COMPONENT = "mpilaunch"
 MESSAGE_MAX = 1024  # what an Event's message keeps (longer ones are refused or cut by the API server)
 
 
-def hang_event(namespace: str, pod: dict, verdict: str, now: float | None = None) -> dict:
-    """The Event object for ``verdict`` about ``pod`` (the pod as the API returned it: name and uid)."""
+def hang_event(namespace: str, pod: dict, verdict: str, now: float | None = None, reason: str = REASON) -> dict:
+    """The Event object for ``verdict`` about ``pod`` (the pod as the API returned it: name and uid);
+    ``reason``: Hang, or Preflight for a worker that failed --preflight."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
     meta = pod.get("metadata") or {}
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta.get('name')}.hang-", "namespace": namespace},
+        "metadata": {"generateName": f"{meta.get('name')}.{reason.lower()}-", "namespace": namespace},
         "involvedObject": {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -33,7 +34,7 @@ def hang_event(namespace: str, pod: dict, verdict: str, now: float | None = None
             "namespace": namespace,
             "uid": meta.get("uid"),
         },
-        "reason": REASON,
+        "reason": reason,
         "type": "Warning",
         "message": verdict if len(verdict) <= MESSAGE_MAX else verdict[: MESSAGE_MAX - 3] + "...",
         "source": {"component": COMPONENT},
@@ -43,10 +44,10 @@ def hang_event(namespace: str, pod: dict, verdict: str, now: float | None = None
     }
 
 
-def post(api, namespace: str, pod_name: str, verdict: str) -> None:
+def post(api, namespace: str, pod_name: str, verdict: str, reason: str = REASON) -> None:
     """Create the Event (its pod read first for its uid: ``describe`` matches events by uid)."""
     pod = api.get("v1", "pods", pod_name, namespace=namespace)
-    api.create(hang_event(namespace, pod, verdict))
+    api.create(hang_event(namespace, pod, verdict, reason=reason))
 
 
 def post_on_own_pod(api, namespace: str, environ, verdict: str) -> None:

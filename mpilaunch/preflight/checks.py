@@ -1,0 +1,157 @@
+"""Judging the workers' preflight answers: against the plan, each other and the asking side's clock.
+
+Pure functions: ``judge`` takes what every worker answered (``probe.py``'s
+JSON, or the reason it gave none) and returns the findings, one per worker
+and check that failed, each with the numbers behind it, and the figures the
+record keeps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+#: --preflight's values
+MODES = ("off", "report", "enforce")
+#: a worker this much slower than the median at the fixed kernel (or the link test) is named
+DEFAULT_MARGIN = 0.5
+#: less free scratch space than this in TMPDIR is a finding
+MIN_SCRATCH_BYTES = 1 << 30
+#: a worker's clock this far from the asking side's (beyond the answer's own travel) is a finding
+CLOCK_TOLERANCE_S = 2.0
+# clocks_throttle_reasons bits that mean the hardware slows the GPU down (nvidia-smi -q's "HW
+# Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown", "SW Thermal Slowdown"); idle and
+# application-clock settings are not findings
+THROTTLE_BITS = {0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    worker: str
+    check: str  # gpus, scratch, clock, compute, link, answer
+    message: str  # one line, numbers included
+
+    def line(self, node: str | None) -> str:
+        where = f"worker {self.worker}" + (f" (node {node})" if node else "")
+        return f"mpilaunch: preflight: {where} {self.message}"
+
+
+@dataclass
+class Verdict:
+    findings: list[Finding] = field(default_factory=list)
+    figures: dict[str, dict] = field(default_factory=dict)  # worker -> what it measured
+    medians: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed_workers(self) -> list[str]:
+        return sorted({f.worker for f in self.findings})
+
+    def to_dict(self) -> dict:
+        return {
+            "findings": [asdict(f) for f in self.findings],
+            "workers": self.figures,
+            "medians": self.medians,
+            "failed_workers": self.failed_workers,
+        }
+
+
+def gpu_findings(worker: str, expected: int, answer: dict) -> list[Finding]:
+    """The GPUs the plan gives ``worker`` are there and healthy, where it has ``nvidia-smi``."""
+    gpus, error = answer.get("gpus"), answer.get("gpu_error")
+    if error:
+        return [Finding(worker, "gpus", f"GPUs not readable: {error}")]
+    if gpus is None:  # no nvidia-smi: nothing to check it with (a CPU job, or an image without it)
+        return []
+    out = []
+    if len(gpus) < expected:
+        out.append(Finding(worker, "gpus", f"has {len(gpus)} GPUs, the plan gives it {expected}"))
+    for gpu in gpus:
+        label = f"GPU {gpu.get('index')} ({gpu.get('name')})"
+        if gpu.get("ecc"):
+            out.append(Finding(worker, "gpus", f"{label} has {gpu['ecc']} uncorrected ECC errors"))
+        slowed = [name for bit, name in THROTTLE_BITS.items() if (gpu.get("throttle") or 0) & bit]
+        if slowed:
+            out.append(Finding(worker, "gpus", f"{label} is throttled: {', '.join(slowed)}"))
+    return out
+
+
+def scratch_finding(worker: str, answer: dict, min_bytes: int = MIN_SCRATCH_BYTES) -> Finding | None:
+    where = answer.get("scratch")
+    if answer.get("scratch_error"):
+        return Finding(worker, "scratch", f"scratch {where} unusable: {answer['scratch_error']}")
+    free = answer.get("scratch_free")
+    if free is not None and free < min_bytes:
+        return Finding(worker, "scratch", f"scratch {where} has {gib(free)} free, under {gib(min_bytes)}")
+    return None
+
+
+def clock_finding(worker: str, answer: dict, received: float, travel: float) -> Finding | None:
+    """The worker read its clock just before answering; on receipt the asking side's clock is at
+    most ``travel`` (the whole exchange) later. Outside that window by more than the tolerance: skewed."""
+    clock = answer.get("clock")
+    if clock is None:
+        return None
+    skew = clock - received  # in [-travel, 0] for agreeing clocks
+    off = skew if skew > 0 else (-skew - travel if -skew > travel else 0.0)
+    if off > CLOCK_TOLERANCE_S:
+        side = "ahead of" if skew > 0 else "behind"
+        return Finding(worker, "clock", f"clock {off:.1f} s {side} this machine's")
+    return None
+
+
+def slow_findings(check: str, values: dict[str, float], margin: float, what: str) -> tuple[list[Finding], float]:
+    """Workers whose ``values`` (seconds: higher is worse) exceed the median by more than ``margin``."""
+    if len(values) < 2:
+        return [], next(iter(values.values()), 0.0)
+    median = statistics.median(values.values())
+    limit = median * (1 + margin)
+    out = [
+        Finding(worker, check, f"{what} {value:.3g} s, median {median:.3g} s (over the {margin:.0%} margin)")
+        for worker, value in sorted(values.items())
+        if value > limit
+    ]
+    return out, median
+
+
+def judge(
+    answers: dict[str, dict | str],
+    expected_gpus: dict[str, int],
+    received: dict[str, float],
+    travel: dict[str, float],
+    margin: float = DEFAULT_MARGIN,
+) -> Verdict:
+    """``answers``: worker -> the probe's answer, or why there is none (a string);
+    ``expected_gpus``: worker -> the GPUs the plan gives it; ``received``/``travel``: when the
+    answer arrived on this side's wall clock and how long the whole exchange took."""
+    verdict = Verdict()
+    kernels: dict[str, float] = {}
+    for worker in sorted(answers):
+        answer = answers[worker]
+        if isinstance(answer, str):
+            verdict.findings.append(Finding(worker, "answer", f"did not answer the preflight probe: {answer}"))
+            continue
+        verdict.findings += gpu_findings(worker, expected_gpus.get(worker, 0), answer)
+        for found in (
+            scratch_finding(worker, answer),
+            clock_finding(worker, answer, received.get(worker, 0.0), travel.get(worker, 0.0)),
+        ):
+            if found is not None:
+                verdict.findings.append(found)
+        if isinstance(answer.get("kernel_s"), (int, float)):
+            kernels[worker] = float(answer["kernel_s"])
+        verdict.figures[worker] = {
+            "host": answer.get("host"),
+            "gpus": len(answer["gpus"]) if answer.get("gpus") is not None else None,
+            "scratch_free": answer.get("scratch_free"),
+            "kernel_s": answer.get("kernel_s"),
+            "clock_skew_s": round(answer["clock"] - received.get(worker, 0.0), 3) if answer.get("clock") else None,
+        }
+    slow, median = slow_findings("compute", kernels, margin, "compute kernel")
+    verdict.findings += slow
+    if kernels:
+        verdict.medians["kernel_s"] = round(median, 4)
+    return verdict
+
+
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 27 else f"{n / (1 << 20):.1f} MiB"
