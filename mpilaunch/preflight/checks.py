@@ -32,7 +32,7 @@ class Finding:
     message: str  # one line, numbers included
 
     def line(self, node: str | None) -> str:
-        where = f"worker {self.worker}" + (f" (node {node})" if node else "")
+        where = f"worker {self.worker}" + (f" (node {node})" if node and node != self.worker else "")
         return f"mpilaunch: preflight: {where} {self.message}"
 
 

@@ -138,6 +138,10 @@ class SshCluster:
         listener = self._sshd[host].pid
         return [_describe(pid) for pid in self.pids(host) if pid != listener and _alive(pid)]
 
+    def sshd_pid(self, host: str) -> int:
+        """The host's listening sshd: every session (and all it starts) is forked from it."""
+        return self._sshd[host].pid
+
     def leftovers(self, host: str) -> list[str]:
         """Processes (``processes``) and files in the host's TMPDIR: what a finished job must not leave."""
         tmp = self.host_tmp(host)

@@ -31,6 +31,8 @@ CARRIED_VALUES = {
     "timeout": 3600.0,
     "stall_timeout": 15.0,
     "on_stall": "report",
+    "preflight": "enforce",
+    "preflight_margin": 0.25,
     "bind_gpus": True,
     "verify": False,
     "detach": True,
