@@ -153,9 +153,13 @@ def run_job(
             phases.mark(seen, "workers_ready")
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             write_context(run.context_file, workload.job_name, backend)
-            if spec.preflight != "off":  # the workers checked before the program (issue 52)
-                checked["preflight"] = preflight_run.run(run, workload)
-                phases.mark(seen, "preflight_done")
+            # the workers checked before the program (issue 52), where mpirun runs: an in-cluster
+            # launcher checks them itself, with the same carried --preflight
+            if spec.preflight != "off" and not backend.launcher_in_cluster:
+                try:
+                    checked["preflight"] = preflight_run.run(run, workload)
+                finally:  # enforce's stop too: the ledger gives the check its own share
+                    phases.mark(seen, "preflight_done")
 
             # start the workload, then watch it until its outcome is decided;
             # with --retries, replace lost workers and start it again

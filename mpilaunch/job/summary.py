@@ -17,6 +17,7 @@ ENDS = {
     "containers_running": "start containers",
     "launcher_running": "launcher",
     "workers_ready": "ready",
+    "preflight_done": "preflight",
     "mpirun_started": "mpirun",
     "first_rank_start": "wire-up",
     "ranks_done": "run",
@@ -104,7 +105,7 @@ def head(report: dict) -> str:
 # ------------------------------------------------------------------ the ledger
 
 #: where the allocation went, in this order (``ledger``)
-LEDGER = ("queue", "start", "wire-up", "program", "hang", "failed attempts", "release")
+LEDGER = ("queue", "start", "preflight", "wire-up", "program", "hang", "failed attempts", "release")
 
 
 def ledger(report: dict) -> dict | None:
@@ -129,6 +130,9 @@ def ledger(report: dict) -> dict | None:
     spans = dict.fromkeys(LEDGER, 0.0)
     spans["queue"] = scheduled - start
     spans["start"] = ready - scheduled
+    checked = min(max(phases.get("preflight_done", ready), ready), end)
+    spans["preflight"] = checked - ready  # --preflight: the workers checked, the program not yet started
+    ready, done = checked, max(done, checked)
     spans["release"] = end - done
     attempts = report.get("attempts") or []
     if len(attempts) > 1:

@@ -114,3 +114,19 @@ def test_preflight_probe_reads_only_the_workers_own_gpus(tmp_path):
         {"index": 2, "name": "H100", "ecc": None, "throttle": None},
     ]
     assert answer["scratch"] == str(tmp_path) and answer["scratch_free"] > 0 and answer["kernel_s"] > 0
+
+
+def test_preflight_has_its_own_share_of_the_ledger_and_the_time_line():
+    """The seconds spent checking the workers are the preflight's, not the start's or wire-up's."""
+    from mpilaunch.job import summary
+
+    phases = {"allocated": 0.0, "workers_ready": 2.0, "preflight_done": 3.0, "first_rank_start": 3.5,
+              "ranks_done": 9.5, "workload_done": 9.6, "released": 10.0}  # fmt: skip
+    report = {"plan": {"workers": [{}, {}]}, "timings": {"phases": phases}}
+    book = summary.ledger(report)
+    assert (book["start"], book["preflight"], book["wire_up"], book["program"]) == (4.0, 2.0, 1.0, 12.0)
+    assert book["allocated"] == sum(v for k, v in book.items() if k not in ("unit", "count", "allocated"))
+    assert ("preflight", 1.0) in summary.time_spent(phases)
+    stopped = {"allocated": 0.0, "workers_ready": 2.0, "preflight_done": 3.0, "released": 3.5}  # enforce ended it
+    book = summary.ledger({"plan": {"workers": [{}]}, "timings": {"phases": stopped}})
+    assert (book["preflight"], book["release"], book["program"]) == (1.0, 0.5, 0.0)
