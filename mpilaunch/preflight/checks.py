@@ -15,6 +15,10 @@ from dataclasses import asdict, dataclass, field
 MODES = ("off", "report", "enforce")
 #: a worker this much slower than the median at the fixed kernel (or the link test) is named
 DEFAULT_MARGIN = 0.5
+#: and at least this much slower in absolute terms: the kernel takes tens of milliseconds, where one
+#: descheduled slice on a busy machine is a large fraction (seen: 1 false finding in 12 healthy
+#: 4-worker runs at load 11 on 2 cores without it)
+MIN_SLOWER_S = 0.05
 #: less free scratch space than this in TMPDIR is a finding
 MIN_SCRATCH_BYTES = 1 << 30
 #: a worker's clock this far from the asking side's (beyond the answer's own travel) is a finding
@@ -104,7 +108,7 @@ def slow_findings(check: str, values: dict[str, float], margin: float, what: str
     if len(values) < 2:
         return [], next(iter(values.values()), 0.0)
     median = statistics.median(values.values())
-    limit = median * (1 + margin)
+    limit = max(median * (1 + margin), median + MIN_SLOWER_S)
     out = [
         Finding(worker, check, f"{what} {value:.3g} s, median {median:.3g} s (over the {margin:.0%} margin)")
         for worker, value in sorted(values.items())
