@@ -43,7 +43,8 @@ def test_preflight_compute_the_slow_worker_among_8_is_named_with_its_numbers():
 
 
 def test_preflight_compute_noise_within_the_margin_is_no_finding():
-    found = answers(8, w_1={"kernel_s": 0.12}, w_2={"kernel_s": 0.16}, w_3={"kernel_s": 0.09})
+    found = {f"w-{i}": dict(HEALTHY, kernel_s=0.3) for i in range(8)}
+    found["w-1"]["kernel_s"], found["w-2"]["kernel_s"], found["w-3"]["kernel_s"] = 0.36, 0.42, 0.27
     assert judged(found).findings == []
     assert judged(found, margin=0.3).failed_workers == ["w-2"]
 
