@@ -214,6 +214,14 @@ class ReadyPods(BaseBackend):
             relay.stop(self.relay)
             self.relay = None
 
+    def report_on_worker(self, worker: str, reason: str, text: str) -> None:
+        """A Warning Event on a worker's pod (--preflight): the pod as waited for gives its uid, and the
+        job's Role may create events. The preflight runs here, where mpirun does, attached or not."""
+        from . import hang_event
+
+        event = hang_event.hang_event(self.launch.cluster["namespace"], self.pods[worker], text, reason=reason)
+        Api(self.creds).create(event)
+
 
 class DetachedReadyPods(ReadyPods, ReportsHangs):
     """A detached job's pods: nobody on the submitting side posts the hang verdict, so this launcher
