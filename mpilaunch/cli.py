@@ -100,6 +100,15 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         help="--preflight names a worker this much slower than the median (default 0.5: 50%%)",
     )
     ctl.add_argument(
+        "--straggler-report",
+        type=float,
+        nargs="?",
+        const=30.0,
+        metavar="SEC",
+        help="sample every rank's stacks every SEC seconds (default 30) while the job runs and name, at "
+        "its end, the rank the others most often waited for in MPI, with where it was",
+    )
+    ctl.add_argument(
         "--orphan-timeout",
         type=float,
         default=DEFAULT_ORPHAN_TIMEOUT,
@@ -238,6 +247,7 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         on_stall=args.on_stall,
         preflight=args.preflight,
         preflight_margin=args.preflight_margin,
+        straggler_report=args.straggler_report,
         orphan_timeout=args.orphan_timeout,
         output_dir=args.output_dir,
         output_ranks=None if args.output_ranks is None else parse_rank_list(args.output_ranks),

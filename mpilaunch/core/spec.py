@@ -128,6 +128,8 @@ class JobSpec:
     # margin over the median that names a slow worker
     preflight: str = option("off", detached=CARRIED)
     preflight_margin: float = option(0.5, detached=CARRIED)
+    # --straggler-report SEC: every rank's stacks sampled this often; the rank the others wait for named
+    straggler_report: float | None = option(detached=CARRIED)
     # cluster backends: reap the job this long after mpilaunch vanished (the reaper's, made before the hand-off)
     orphan_timeout: float = option(DEFAULT_ORPHAN_TIMEOUT, detached=SUBMITTING)
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
@@ -179,6 +181,11 @@ class JobSpec:
         )
         if self.on_stall not in ON_STALL:
             raise UsageError(f"unknown --on-stall {self.on_stall!r}", f"choose one of: {', '.join(ON_STALL)}")
+        check_duration(
+            "--straggler-report",
+            self.straggler_report,
+            "give the seconds between samples of the ranks' stacks, e.g. --straggler-report 30",
+        )
         if self.preflight not in PREFLIGHT:
             raise UsageError(f"unknown --preflight {self.preflight!r}", f"choose one of: {', '.join(PREFLIGHT)}")
         if not (math.isfinite(self.preflight_margin) and self.preflight_margin > 0):

@@ -312,7 +312,8 @@ def group_stacks(stacks) -> list[Group]:
     return sorted(groups, key=lambda g: (-len(g.ranks), g.ranks[0]))
 
 
-def _in_mpi(group: Group) -> bool:
+def in_mpi(group: Group) -> bool:
+    """Is the group's innermost call an MPI call (native, or mpi4py's ``comm.`` methods)?"""
     return mpi_call(group.stack.frames) is not None or group.function.startswith(("MPI_", "comm.", "Comm."))
 
 
@@ -331,8 +332,8 @@ def odd_groups(groups: list[Group]) -> list[Group]:
         return special if len(special) > 1 else []
     if len(live[0].ranks) * 2 > n_live:
         return special + live[1:]
-    outside = [g for g in live if not _in_mpi(g)]
-    inside = sum(len(g.ranks) for g in live if _in_mpi(g))
+    outside = [g for g in live if not in_mpi(g)]
+    inside = sum(len(g.ranks) for g in live if in_mpi(g))
     if outside and inside and sum(len(g.ranks) for g in outside) <= inside:
         return special + outside
     return special

@@ -31,6 +31,7 @@ from ..core.result import JobResult, LostWorker, lost_workers_failure, worker_lo
 from ..core.spec import JobSpec
 from ..workloads import hang_watch, preflight_run, workload_class
 from ..workloads.base import RunContext, Workload
+from ..workloads.straggler_watch import StragglerWatch
 from . import record, summary
 from .progress import WaitProgress
 from .record import write_report  # here too: lifecycle.write_report, its old home
@@ -170,8 +171,15 @@ def run_job(
                 with (
                     LostWorkerWatch(backend, workload) as watch,
                     hang_watch.StallWatch(run, workload, spec.stall_timeout, stop=spec.on_stall == "stop") as stall,
+                    # sampled where mpirun runs (an in-cluster launcher samples with the carried option)
+                    StragglerWatch(
+                        run, workload, None if backend.launcher_in_cluster else spec.straggler_report
+                    ) as stragglers,
                 ):
                     result.exit_code, result.failure = workload.watch(run, deadline)
+                sampled = stragglers.found()
+                if sampled is not None:
+                    checked["stragglers"] = sampled
                 if watch.fatal is not None:
                     raise watch.fatal
                 hang.update(stall.found or {})

@@ -33,6 +33,7 @@ CARRIED_VALUES = {
     "on_stall": "report",
     "preflight": "enforce",
     "preflight_margin": 0.25,
+    "straggler_report": 12.0,
     "bind_gpus": True,
     "verify": False,
     "detach": True,

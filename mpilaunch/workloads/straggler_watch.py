@@ -1,0 +1,50 @@
+"""--straggler-report: every rank's stacks sampled at a low rate while the job runs (``hang_watch``'s
+collection), tallied by ``hang.stragglers``; the rank the others wait for named at the end."""
+
+from __future__ import annotations
+
+import threading
+
+from ..hang import collect, stragglers
+from .base import RunContext, Workload
+from .hang_watch import take_stacks
+
+
+class StragglerWatch:
+    def __init__(self, run: RunContext, workload: Workload, interval_s: float | None):
+        self.run, self.workload, self.interval_s = run, workload, interval_s
+        self.tally = stragglers.Tally()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="straggler-watch", daemon=True)
+
+    def __enter__(self) -> "StragglerWatch":
+        if self.interval_s and self.workload.mode == "mpirun":
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=collect.DEFAULT_DEADLINE_S + 5)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            # the full deadline, as the stall watch's samples: one cut short on a loaded host finds the
+            # workers unreachable, and such a sample shows nobody waiting (seen at a 1 s deadline)
+            taken = take_stacks(self.run, self.workload, collect.DEFAULT_DEADLINE_S)
+            if self._done.is_set():  # the job ended during the sample: its stacks are of ranks exiting
+                return
+            if taken is not None:
+                stragglers.add_sample(self.tally, taken.stacks)
+
+    def found(self) -> dict | None:
+        """report.json's ``stragglers`` (and the line, printed), None when nothing was sampled."""
+        if not self.interval_s or self.tally.samples == 0:
+            return None
+        found = stragglers.report(self.tally, self.interval_s)
+        if found["line"]:
+            try:
+                print(found["line"], file=self.run.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        return found

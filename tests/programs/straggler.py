@@ -1,0 +1,41 @@
+"""A training loop of allreduce steps (mpi4py), one rank slow in its data loading.
+
+    python straggler.py STEPS SLOW_RANK STEP_S
+
+Every rank "computes" for STEP_S / 4 seconds per step; rank SLOW_RANK (-1: none) also loads its
+batch for STEP_S seconds (time.sleep in ``load_batch``), so the others wait for it in
+MPI_Allreduce; then every rank joins the step's allreduce. A healthy job (SLOW_RANK -1) is the
+same loop with nobody slow.
+"""
+
+import sys
+import time
+from array import array
+
+from mpi4py import MPI
+
+
+def load_batch(seconds):
+    time.sleep(seconds)  # the straggler's data loading
+
+
+def compute(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def main():
+    steps, slow, step_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    comm = MPI.COMM_WORLD
+    mine, total = array("d", [comm.rank + 1.0]), array("d", [0.0])
+    for _ in range(steps):
+        if comm.rank == slow:
+            load_batch(step_s)
+        compute(step_s / 4)
+        comm.Allreduce(mine, total, op=MPI.SUM)  # a gradient buffer's allreduce
+    if comm.rank == 0:
+        print("done", total[0], flush=True)
+
+
+main()
