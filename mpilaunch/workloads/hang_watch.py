@@ -77,20 +77,17 @@ def publish(run: RunContext, diagnosis: verdict.Diagnosis, seconds: float) -> di
     return found
 
 
-class StallWatch:
-    """--stall-timeout: while the job runs, declares it hung once no rank printed anything and every
-    rank's stacks stayed the same that long (``hang.stall``). Then it prints the verdict and, with
-    --on-stall stop (the default), stops the workload; with --on-stall report the job runs on."""
+class SamplingWatch:
+    """A thread that samples the running job's stacks (``_run``) while the ``with`` block lasts, if
+    ``active``; its end waits for a sample under way (each is bounded by the collection deadline)."""
 
-    def __init__(self, run: RunContext, workload: Workload, stall_s: float | None, stop: bool = True):
-        self.run, self.workload, self.stall_s, self.stop = run, workload, stall_s, stop
-        self.found: dict | None = None  # report.json's hang and stacks, once hung
-        self.hung = False  # and stopped for it
+    def __init__(self, name: str, active: bool):
+        self._active = active
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> "StallWatch":
-        if self.stall_s:
+    def __enter__(self):
+        if self._active:
             self._thread.start()
         return self
 
@@ -98,6 +95,21 @@ class StallWatch:
         self._done.set()
         if self._thread.is_alive():
             self._thread.join(timeout=collect.DEFAULT_DEADLINE_S + 5)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class StallWatch(SamplingWatch):
+    """--stall-timeout: while the job runs, declares it hung once no rank printed anything and every
+    rank's stacks stayed the same that long (``hang.stall``). Then it prints the verdict and, with
+    --on-stall stop (the default), stops the workload; with --on-stall report the job runs on."""
+
+    def __init__(self, run: RunContext, workload: Workload, stall_s: float | None, stop: bool = True):
+        super().__init__("stall-watch", bool(stall_s))
+        self.run, self.workload, self.stall_s, self.stop = run, workload, stall_s, stop
+        self.found: dict | None = None  # report.json's hang and stacks, once hung
+        self.hung = False  # and stopped for it
 
     def _last_output(self) -> float:
         output = getattr(self.workload, "output", None)

@@ -3,29 +3,16 @@ collection), tallied by ``hang.stragglers``; the rank the others wait for named 
 
 from __future__ import annotations
 
-import threading
-
 from ..hang import collect, stragglers
 from .base import RunContext, Workload
-from .hang_watch import take_stacks
+from .hang_watch import SamplingWatch, take_stacks
 
 
-class StragglerWatch:
+class StragglerWatch(SamplingWatch):
     def __init__(self, run: RunContext, workload: Workload, interval_s: float | None):
+        super().__init__("straggler-watch", bool(interval_s) and workload.mode == "mpirun")
         self.run, self.workload, self.interval_s = run, workload, interval_s
         self.tally = stragglers.Tally()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="straggler-watch", daemon=True)
-
-    def __enter__(self) -> "StragglerWatch":
-        if self.interval_s and self.workload.mode == "mpirun":
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=collect.DEFAULT_DEADLINE_S + 5)
 
     def _run(self) -> None:
         while not self._done.wait(self.interval_s):
