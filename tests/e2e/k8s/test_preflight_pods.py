@@ -2,8 +2,10 @@
 job's exec channel, a finding is one line per worker and a Warning Event (reason Preflight) on that
 worker's pod, where ``kubectl describe pod`` shows it.
 
-The finding is made real, not faked: the worker template points the containers' TMPDIR at the
-pod's /dev/shm, the container runtime's 64 MiB tmpfs, under the 1 GiB of scratch the check asks for.
+No GPU exists on the test machines (nor a GPU resource on the real node): a stand-in ``nvidia-smi``,
+from a ConfigMap the worker template mounts on the image's PATH, reports a GPU with uncorrected ECC
+errors and a thermal slowdown. That is the one thing faked, said so here as the project's rules ask;
+the pods, the exec channel, the probe and the Events are real.
 """
 
 from __future__ import annotations
@@ -14,15 +16,24 @@ import pytest
 
 pytestmark = pytest.mark.real_pods
 
-SMALL_SCRATCH = """\
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *ecc*) printf '0, NVIDIA H100 80GB HBM3, 3, 0x0000000000000040\\n' ;;
+  *) printf '0\\n' ;;
+esac
+"""
+UNHEALTHY_GPU_TEMPLATE = """\
 kind: Pod
 metadata:
   labels: {mpilaunch/role: worker}
 spec:
   containers:
   - name: worker
-    env:
-    - {name: TMPDIR, value: /dev/shm}
+    volumeMounts:
+    - {name: fake-smi, mountPath: /usr/local/bin/nvidia-smi, subPath: nvidia-smi}
+  volumes:
+  - name: fake-smi
+    configMap: {name: pf-fake-smi, defaultMode: 0755}
 """
 
 
@@ -31,22 +42,30 @@ def preflight_lines(stderr: str) -> list[str]:
 
 
 @pytest.mark.parametrize("launcher", ["local", "cluster"])
-def test_preflight_pods_small_scratch_is_named_on_each_worker_and_enforce_ends_the_job(real, tmp_path, launcher):
+def test_preflight_pods_an_unhealthy_gpu_is_named_on_each_worker_and_enforce_ends_the_job(real, tmp_path, launcher):
     job = f"pf-pods-{launcher}"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    real.kubectl("delete", "configmap", "pf-fake-smi", "--ignore-not-found")
+    real.kubectl("create", "configmap", "pf-fake-smi", f"--from-file=nvidia-smi={smi}")
     template = tmp_path / "pods.yaml"
-    template.write_text(SMALL_SCRATCH)
+    template.write_text(UNHEALTHY_GPU_TEMPLATE)
     p = real.run(
         job, "--np", "2", "--slots-per-worker", "1", "--launcher", launcher, "--pod-template", str(template),
         "--preflight", "enforce", "--", "python3", "-c", "print('PROGRAM-RAN')",
     )  # fmt: skip
     assert p.returncode == 6, p.stderr[-3000:]
     assert "PROGRAM-RAN" not in p.stdout
-    lines = preflight_lines(p.stderr)
-    assert len(lines) == 2, p.stderr[-3000:]
-    for i, line in enumerate(sorted(lines)):
-        assert line.startswith(f"mpilaunch: preflight: worker {job}-worker-{i} (node "), line
-        assert " scratch /dev/shm has " in line and line.endswith(" free, under 1.00 GiB"), line
+    lines = sorted(preflight_lines(p.stderr))
+    assert len(lines) == 4, p.stderr[-3000:]
+    for i in range(2):
+        head = f"mpilaunch: preflight: worker {job}-worker-{i} (node "
+        mine = [line for line in lines if line.startswith(head)]
+        assert [line.split(") ", 1)[1] for line in mine] == [
+            "GPU 0 (NVIDIA H100 80GB HBM3) has 3 uncorrected ECC errors",
+            "GPU 0 (NVIDIA H100 80GB HBM3) is throttled: HW thermal slowdown",
+        ], lines
     events = json.loads(real.kubectl("get", "events", "--field-selector", "reason=Preflight", "-o", "json").stdout)
     on = sorted(e["involvedObject"]["name"] for e in events["items"] if e["involvedObject"]["name"].startswith(job))
-    assert on == [f"{job}-worker-0", f"{job}-worker-1"], events
+    assert on == [f"{job}-worker-0"] * 2 + [f"{job}-worker-1"] * 2, events
     assert real.leftovers(job) == [], p.stderr[-2000:]
