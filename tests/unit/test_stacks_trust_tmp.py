@@ -287,7 +287,7 @@ def test_trust_tmp_stacks_reaches_a_local_k8s_job_with_the_callers_own_credentia
 
 
 def test_trust_tmp_the_exec_transport_sends_a_token_held_in_memory():
-    from mpilaunch.backends.k8s import transport
+    from mpilaunch.backends.k8s import exec_stream
 
-    assert transport.bearer_token({"token": "t", "token_file": "/nonexistent"}) == "t"
-    assert transport.bearer_token({}) is None
+    assert exec_stream.bearer_token({"token": "t", "token_file": "/nonexistent"}) == "t"
+    assert exec_stream.bearer_token({}) is None
