@@ -72,7 +72,7 @@ def test_a_stale_api_server_route_left_by_a_killed_run_is_replaced(real):
     refused" from kubernetes.default (one CI run lost all real-pod tests so).
     The node's start removes such rules: pods reach the API server again."""
     from testbeds.k8s.network import SERVICE_IP
-    from testbeds.k8s.node import dnat_rule
+    from testbeds.k8s.node_config import dnat_rule
     from testbeds.ports import free_port
 
     node = real.cluster.node

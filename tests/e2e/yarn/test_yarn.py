@@ -165,7 +165,7 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
             assert launcher_container in rm, (launcher_container, list(rm))
             assert local_mpiruns(name) == []
             launcher_res = rm.pop(launcher_container)["allocatedResources"]
-            from testbeds.yarn.cluster import resource_value
+            from testbeds.yarn.hadoop import resource_value
 
             assert resource_value(launcher_res, "yarn.io/gpu") == 0
         else:
@@ -173,7 +173,7 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
         assert len(rm) == 2
         for c in rm.values():
             res = c["allocatedResources"]
-            from testbeds.yarn.cluster import resource_value
+            from testbeds.yarn.hadoop import resource_value
 
             assert resource_value(res, "memory-mb") == 512
             assert resource_value(res, "vcores") == 2
@@ -255,7 +255,7 @@ def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_pat
         ranks = read_ranks(proc, 8)
         app = app_by_name(yarn, name)
         rm = worker_containers(yarn, app["id"])
-        from testbeds.yarn.cluster import resource_value
+        from testbeds.yarn.hadoop import resource_value
 
         assert sorted(resource_value(c["allocatedResources"], "yarn.io/gpu") for c in rm.values()) == [4, 4]
         # The default partition is NodeManagers 0 and 1: one 4-GPU container each.
