@@ -30,7 +30,7 @@ import urllib.parse
 from pathlib import Path
 
 from ...core.errors import UsageError
-from . import exec_stream
+from .exec_path import exec_stream
 
 # typing.TYPE_CHECKING without importing typing (~2 ms of every launch): the annotations' names only
 TYPE_CHECKING = False

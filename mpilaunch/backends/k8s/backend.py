@@ -22,7 +22,7 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   renews, it deletes the job when the renewals stop for ``--orphan-timeout``
   or at the cluster-side deadline (:mod:`.orphan`); detached, it watches
   the launcher Job and, should the launcher end without recording the
-  outcome, records one and releases the workers (:mod:`.detached`);
+  outcome, records one and releases the workers (:mod:`.in_cluster.detached`);
 * a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
   launcher, ready or not);
 * one Pod per worker, ``<job>-worker-<i>``, with ``nvidia.com/gpu`` limits,
@@ -32,7 +32,7 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   the API server per daemon), or a sleep (``--transport exec``);
 * optionally a PodGroup (``--gang volcano|coscheduling``; ``--queue``: Kueue labels on the workers);
 * with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
-  pod runs :mod:`mpilaunch.backends.k8s.launcher` with the job's
+  pod runs :mod:`mpilaunch.backends.k8s.in_cluster.launcher` with the job's
   ServiceAccount: it waits for the workers itself (no launcher racing
   workers), detects the image's MPI and runs mpirun with ``mpilaunch-rsh``.
   The CLI streams its log and takes its exit status.
@@ -43,7 +43,7 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
 nvidia.com/gpu``, image pull errors) — and ``release`` deletes everything on
 every exit path.
 
-The exec transport (:mod:`mpilaunch.backends.k8s.transport`) is a stdlib
+The exec transport (:mod:`mpilaunch.backends.k8s.exec_path.transport`) is a stdlib
 websocket client: one TLS connection per daemon, no kubectl and no client
 library per shim. The agent transport is the local and YARN backends'
 (``rsh_agent/transports/agent.py``), given the pods' IPs
@@ -272,7 +272,7 @@ class K8sBackend(
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = launch.exec_api_context(creds, [w.name for w in self.plan.workers])
         if self.launcher == "local" and use_relay():
-            from . import relay
+            from .exec_path import relay
 
             relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
             self.relay, context["relay"] = relay.start(context, self.rundir)
@@ -395,7 +395,7 @@ class K8sBackend(
             self.heartbeat.stop()
             self.heartbeat = None
         if self.relay is not None:
-            from . import relay
+            from .exec_path import relay
 
             relay.stop(self.relay)
             self.relay = None

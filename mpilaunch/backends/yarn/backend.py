@@ -3,7 +3,7 @@
 * ``allocate`` submits one application (``--name``) with one skein service,
   ``worker``, of N containers (``--memory``, ``--vcores``, ``yarn.io/gpu`` =
   GPUs per worker, ``--queue``, ``--node-label``). Each container runs
-  ``mpilaunch.backends.yarn.container``, which starts ``mpilaunch agent``
+  ``mpilaunch.backends.yarn.in_cluster.container``, which starts ``mpilaunch agent``
   and publishes its address in skein's key-value store (``--env-archive``:
   from mpilaunch's pieces localized with the job, ``tools.py``).
 * The job secret goes into that key-value store (mutual TLS with the
@@ -15,7 +15,7 @@
   diagnostics, pending container requests) and the application is killed.
 * Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
   yarn) in one more container, service ``launcher`` (part of the
-  all-or-nothing wait), running :mod:`mpilaunch.backends.yarn.launcher`. Its launch
+  all-or-nothing wait), running :mod:`mpilaunch.backends.yarn.in_cluster.launcher`. Its launch
   description and the secret go through the key-value store; mpirun's
   output comes back in chunks through it and ``run_launcher`` feeds it to
   the mpirun workload's rank-output parser, so status lines, fail fast,
@@ -110,7 +110,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
     def gpus_per_worker(self) -> int:
         return max(w.gpus for w in self.plan.workers)
 
-    def _service_script(self, module: str = "mpilaunch.backends.yarn.container") -> str:
+    def _service_script(self, module: str = "mpilaunch.backends.yarn.in_cluster.container") -> str:
         if self.opts.env_archive:  # the archive's python, mpilaunch's pieces localized (tools.py)
             return tools.service_script(module)
         return f"set -e\nexec {shlex.quote(sys.executable)} -m {module}\n"
@@ -157,7 +157,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
             services[LAUNCHER_SERVICE] = skein.Service(
                 instances=1,
                 resources=skein.Resources(memory=LAUNCHER_MEMORY, vcores=1),
-                script=self._service_script("mpilaunch.backends.yarn.launcher"),
+                script=self._service_script("mpilaunch.backends.yarn.in_cluster.launcher"),
                 env=self._service_env(),
                 files=files,
                 max_restarts=0,

@@ -1,7 +1,7 @@
 """The YARN launcher container, from the submitting side: what it is given, and a new one per attempt.
 
 With ``--launcher cluster`` mpirun runs in a container of the skein service
-``launcher`` (:mod:`mpilaunch.backends.yarn.launcher`). ``put_launch`` hands it the
+``launcher`` (:mod:`mpilaunch.backends.yarn.in_cluster.launcher`). ``put_launch`` hands it the
 launch description and the job secret through skein's key-value store once
 every worker's agent answers.
 

@@ -101,7 +101,7 @@ IMAGE_MPIS = {
 
 # The MPICH case hung in about 1 of 3 full runs, for two causes seen:
 # - hydra's proxies could not yet resolve the launcher's name, and hydra then
-#   waited forever (fixed: backends/k8s/launcher.py, wait_own_name; 16 of 16 after);
+#   waited forever (fixed: backends/k8s/in_cluster/launcher.py, wait_own_name; 16 of 16 after);
 # - every rank finished its allreduce and printed, then no rank's exit status
 #   came and mpiexec never ended. Caught live (2026-11-24, 1 run in 8-20,
 #   `-verbose` and /proc of every pod): the ranks of one pod wait in

@@ -1,4 +1,4 @@
-"""The launcher container of a YARN job: ``python -m mpilaunch.backends.yarn.launcher``.
+"""The launcher container of a YARN job: ``python -m mpilaunch.backends.yarn.in_cluster.launcher``.
 
 With ``--launcher cluster`` (what ``auto`` means for yarn) the application
 has one container of the skein service ``launcher``, requested with the
@@ -40,18 +40,18 @@ import threading
 import time
 from pathlib import Path
 
-from ...core import mpi
-from ...core.exit_codes import EXIT_USAGE
-from ...core.spec import JobSpec, Plan
-from ...job.lifecycle import make_rundir, run_job
-from ...job.procs import terminate_group
-from ...workloads.mpirun import MpirunWorkload, RelayedOutput
-from .. import rendezvous
-from ..base import BaseBackend
-from ..launch_description import LaunchDescription
-from . import stacks_kv
+from ....core import mpi
+from ....core.exit_codes import EXIT_USAGE
+from ....core.spec import JobSpec, Plan
+from ....job.lifecycle import make_rundir, run_job
+from ....job.procs import terminate_group
+from ....workloads.mpirun import MpirunWorkload, RelayedOutput
+from ... import rendezvous
+from ...base import BaseBackend
+from ...launch_description import LaunchDescription
+from .. import stacks_kv
+from ..keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 from .detached import WorkerContainers, finish, to_container_log
-from .keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024

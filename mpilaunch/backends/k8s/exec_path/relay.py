@@ -1,6 +1,6 @@
 """The job's exec relay: one process holds the TLS setup, every shim borrows it.
 
-    python -m mpilaunch.backends.k8s.relay CONTEXT_JSON SOCKET [--exit-with-pid PID]
+    python -m mpilaunch.backends.k8s.exec_path.relay CONTEXT_JSON SOCKET [--exit-with-pid PID]
 
 mpirun starts one ``mpilaunch-rsh`` per daemon and keeps it for the
 daemon's life. With the relay each shim only connects to a unix socket,
@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from ...core.pylauncher import PACKAGE_PARENT
+from ....core.pylauncher import PACKAGE_PARENT
 from . import exec_stream, transport
 
 READY_LINE = b"mpilaunch-relay-ready\n"
@@ -196,7 +196,7 @@ def start(context: dict, rundir, python: str | None = None):
         [
             python or sys.executable,
             "-m",
-            "mpilaunch.backends.k8s.relay",
+            "mpilaunch.backends.k8s.exec_path.relay",
             str(ctx_file),
             path,
             "--exit-with-pid",

@@ -1,4 +1,4 @@
-"""Entry point of the launcher pod: ``python3 -m mpilaunch.backends.k8s.launcher LAUNCH_JSON``.
+"""Entry point of the launcher pod: ``python3 -m mpilaunch.backends.k8s.in_cluster.launcher LAUNCH_JSON``.
 
 Runs inside the cluster with the job's ServiceAccount (in-cluster
 credentials: ``KUBERNETES_SERVICE_HOST/PORT`` and the token and CA under
@@ -29,23 +29,25 @@ import sys
 import time
 from pathlib import Path
 
-from ...core import mpi
-from ...core.errors import MpilaunchError, UsageError
-from ...core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from ...core.result import JobResult
-from ...core.spec import JobSpec, Plan
-from ...job.lifecycle import make_rundir, run_job
-from ...workloads.mpirun import MpirunWorkload, RelayedOutput
-from .. import rendezvous
-from ..base import BaseBackend
-from ..launch_description import LaunchDescription
-from ..protocols import ReportsHangs
-from . import dns, mesh, relay
-from .api import Api, ApiError, sa_dir
+from ....core import mpi
+from ....core.errors import MpilaunchError, UsageError
+from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
+from ....core.result import JobResult
+from ....core.spec import JobSpec, Plan
+from ....job.lifecycle import make_rundir, run_job
+from ....workloads.mpirun import MpirunWorkload, RelayedOutput
+from ... import rendezvous
+from ...base import BaseBackend
+from ...launch_description import LaunchDescription
+from ...protocols import ReportsHangs
+from .. import mesh
+from ..api import Api, ApiError, sa_dir
+from ..exec_path import relay
+from ..launch import CLUSTER_DOMAIN, agent_context, exec_api_context, job_secret_names
+from ..pod_events import FirstPendingWatch
+from ..pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
+from . import dns
 from .detached import delete_secrets, outcome, record_outcome
-from .launch import CLUSTER_DOMAIN, agent_context, exec_api_context, job_secret_names
-from .pod_events import FirstPendingWatch
-from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 
 
 def _ready(pod: dict) -> bool:
@@ -220,7 +222,7 @@ class DetachedReadyPods(ReadyPods, ReportsHangs):
     posts it as an Event on its own pod (attached, the submitting mpilaunch does: one Event per hang)."""
 
     def report_hang(self, verdict: str) -> None:
-        from . import hang_event
+        from .. import hang_event
 
         # POD_NAME, POD_UID: the downward API's (k8s-launcher.yaml.j2); the pod's hostname is set for
         # DNS instead, and the job's Role may not read this pod (the Job controller names it)
@@ -296,7 +298,7 @@ def pass_through(stream: str, line: str) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m mpilaunch.backends.k8s.launcher LAUNCH_JSON", file=sys.stderr)
+        print("usage: python -m mpilaunch.backends.k8s.in_cluster.launcher LAUNCH_JSON", file=sys.stderr)
         return EXIT_USAGE
     launch = LaunchDescription.from_dict(json.loads(Path(argv[0]).read_text()))
     result = JobResult(job_name=launch.job, exit_code=EXIT_FAILED, failure="the launcher failed before mpirun ran")

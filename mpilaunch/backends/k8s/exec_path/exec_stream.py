@@ -11,7 +11,7 @@ Context keys (written once per job by the backend or the launcher pod):
 server from ``KUBERNETES_SERVICE_HOST/PORT``.
 
 Used by the shim's direct path (:mod:`.transport`), the job's exec relay
-(:mod:`.relay`) and the REST client (:mod:`.api`, for the address and the
+(:mod:`.relay`) and the REST client (:mod:`..api`, for the address and the
 credentials): stdlib only, it starts once per daemon.
 """
 
