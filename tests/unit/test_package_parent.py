@@ -52,7 +52,7 @@ def test_the_relay_and_the_yarn_containers_are_handed_that_path(tmp_path, monkey
 
     spec = JobSpec(command=("true",), backend="yarn", name="pp", np=1)
     backend = YarnBackend(spec, Plan("pp", (WorkerPlan("pp-worker-0", 1, 0),)), tmp_path)
-    assert backend._service_env()["PYTHONPATH"].split(os.pathsep)[0] == PACKAGE_PARENT
+    assert backend.service_env()["PYTHONPATH"].split(os.pathsep)[0] == PACKAGE_PARENT
 
     from mpilaunch.backends.k8s.exec_path import relay
 

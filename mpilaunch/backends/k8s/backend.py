@@ -200,7 +200,7 @@ class K8sBackend(
 
     # ------------------------------------------------------------ manifests
 
-    def _check_image(self) -> str:
+    def check_image(self) -> str:
         if not self.opts.image:
             raise UsageError("--backend k8s needs --image", "give the worker image, e.g. --image myorg/horovod:latest")
         return self.opts.image

@@ -76,7 +76,7 @@ def values(backend, reveal: bool = False) -> dict:
     worker_labels = {**labels, ROLE_LABEL: "worker", **gang_labels, **queue_labels}
     mesh = security.mesh_annotations(opts.mesh_injection)
     annotations = {**mesh, **gang_annotations, **queue_annotations}
-    image = backend._check_image()
+    image = backend.check_image()
     agent = backend.transport == "agent"
     tolerations = [parse_toleration(t) for t in opts.tolerations]
     return {

@@ -99,7 +99,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         self.retired: set[int] = set()  # instances whose worker was replaced
         self.outcome: int | None = None
         self.failure: str | None = None
-        self._released = False
+        self.released = False  # release() ran, or the job was handed off (handoff.py): nothing of it to end here
         self.heartbeat = None
         self._secret_put = False
         self.out_last = ""
@@ -110,12 +110,12 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
     def gpus_per_worker(self) -> int:
         return max(w.gpus for w in self.plan.workers)
 
-    def _service_script(self, module: str = "mpilaunch.backends.yarn.in_cluster.container") -> str:
+    def service_script(self, module: str = "mpilaunch.backends.yarn.in_cluster.container") -> str:
         if self.opts.env_archive:  # the archive's python, mpilaunch's pieces localized (tools.py)
             return tools.service_script(module)
         return f"set -e\nexec {shlex.quote(sys.executable)} -m {module}\n"
 
-    def _service_env(self) -> dict[str, str]:
+    def service_env(self) -> dict[str, str]:
         env = {
             "MPILAUNCH_YARN_JOB": self.plan.job_name,
             # Container instance i is plan worker i (PS tasks are named by role).
@@ -140,8 +140,8 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         service = skein.Service(
             instances=len(self.plan.workers),
             resources=resources,
-            script=self._service_script(),
-            env=self._service_env(),
+            script=self.service_script(),
+            env=self.service_env(),
             files=files,
             node_label=opts.node_label or "",
             max_restarts=0,
@@ -157,8 +157,8 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
             services[LAUNCHER_SERVICE] = skein.Service(
                 instances=1,
                 resources=skein.Resources(memory=LAUNCHER_MEMORY, vcores=1),
-                script=self._service_script("mpilaunch.backends.yarn.in_cluster.launcher"),
-                env=self._service_env(),
+                script=self.service_script("mpilaunch.backends.yarn.in_cluster.launcher"),
+                env=self.service_env(),
                 files=files,
                 max_restarts=0,
                 allow_failures=True,
@@ -469,9 +469,9 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
             return None
 
     def release(self) -> None:
-        if self._released or (self.client is None and self.app is None):
+        if self.released or (self.client is None and self.app is None):
             return  # released already, or nothing allocated yet (a later allocate is released by a later call)
-        self._released = True
+        self.released = True
         try:
             if self.app_id is not None and self.client is not None:
                 self._finish_application()

@@ -50,14 +50,14 @@ def master(backend, resources, security, files: dict) -> "skein.Master":
             security=security,
             files=files,
             script=tools.service_script(None),
-            env=backend._service_env(),
+            env=backend.service_env(),
         )
     return skein.Master(
         resources=resources,
         security=security,
         files=files,
-        script=backend._service_script(REAPER_MODULE),
-        env={**backend._service_env(), **reaper_env(backend.spec)},
+        script=backend.service_script(REAPER_MODULE),
+        env={**backend.service_env(), **reaper_env(backend.spec)},
     )
 
 
