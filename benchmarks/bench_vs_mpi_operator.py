@@ -70,6 +70,19 @@ SYSTEMS = ["mpi-operator", "mpilaunch cluster", "mpilaunch local"]
 MUTATING = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 
 
+def json_stream(lines):
+    """The objects of a ``kubectl get --watch -o json`` output (pretty-printed, one after another)."""
+    decoder, buf = json.JSONDecoder(), ""
+    for line in lines:
+        buf += line
+        try:
+            obj, end = decoder.raw_decode(buf.lstrip())
+        except ValueError:
+            continue
+        buf = buf.lstrip()[end:]
+        yield obj
+
+
 class PodWatch:
     """One ``kubectl get pods --watch`` of a namespace: when the job's workers all ran, when
     none of its pods held a container any more, and its launcher container's CPU (sampled)."""
@@ -93,14 +106,7 @@ class PodWatch:
         threading.Thread(target=self._sample, daemon=True).start()
 
     def _read(self) -> None:
-        decoder, buf = json.JSONDecoder(), ""
-        for line in self.proc.stdout:
-            buf += line
-            try:
-                event, end = decoder.raw_decode(buf.lstrip())
-            except ValueError:
-                continue
-            buf = buf.lstrip()[end:]
+        for event in json_stream(self.proc.stdout):
             self._event(event["type"], event["object"], time.monotonic() - self.t0)
 
     def _event(self, kind: str, pod: dict, now: float) -> None:
@@ -177,13 +183,24 @@ def ranks_of(text: str) -> list[dict]:
 
 
 def operator_run(
-    cluster, op_pid, image, job, workers, slots, ns="default", placement=None, extra=None, kubeconfig=None, timeout=240
+    cluster,
+    op_pid,
+    image,
+    job,
+    workers,
+    slots,
+    ns="default",
+    placement=None,
+    extra=None,
+    kubeconfig=None,
+    timeout=240,
+    mpirun_args=(),
 ) -> dict:
     """One MPIJob, submitted with ``kubeconfig`` (the admin's by default); its numbers."""
     from testbeds.k8s import mpi_operator as mo
 
     placement = mo.real_node_placement() if placement is None else placement
-    manifest = mo.mpijob(job, image, workers, slots, ["python3", mo.PROGRAM], ns, placement, extra)
+    manifest = mo.mpijob(job, image, workers, slots, ["python3", mo.PROGRAM], ns, placement, extra, mpirun_args)
     la, base = load(), request_count(cluster)
     cpu0 = proc_cpu(op_pid)
     watch = PodWatch(cluster, job, workers, ns)
@@ -209,36 +226,29 @@ def operator_run(
     exit_at = state = None
     deadline = t0 + timeout
     mpijob = subprocess.Popen(  # the MPIJob's conditions, as `kubectl wait` would see them
-        [cluster.kubectl_bin, f"--kubeconfig={kubeconfig}", "get", "mpijob", job, "-n", ns]
-        + ["--watch", "-o", 'jsonpath={range .status.conditions[?(@.status=="True")]}{.type} {end}{"\\n"}'],
+        [cluster.kubectl_bin, f"--kubeconfig={kubeconfig}", "get", "mpijob", job, "-n", ns] + ["--watch", "-o", "json"],
         stdout=subprocess.PIPE,
         text=True,
     )
     timer = threading.Timer(timeout, mpijob.kill)  # a job stuck (refused pods) prints nothing more
     timer.start()
-    for line in mpijob.stdout:
-        if "Succeeded" in line or "Failed" in line:
-            exit_at, state = time.monotonic() - t0, line.split()[-1]
+    for obj in json_stream(mpijob.stdout):
+        true = {x["type"] for x in obj.get("status", {}).get("conditions", []) if x.get("status") == "True"}
+        if true & {"Succeeded", "Failed"}:
+            exit_at, state = time.monotonic() - t0, "Succeeded" if "Succeeded" in true else "Failed"
             break
     timer.cancel()
     mpijob.kill()
     mpijob.wait()
     watch.wait(max(1.0, deadline - time.monotonic()) if state else 1.0)
-    warnings = (
-        cluster.kubectl(
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            "type=Warning",
-            "-o",
-            "custom-columns=:reason,:message",
-            check=False,
-        )
-        .stdout.strip()
-        .splitlines()
-    )
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--field-selector", "type=Warning", "-o", "json", check=False
+    ).stdout
+    warnings = [
+        f"{e.get('reason')}: {' '.join(str(e.get('message', '')).split())}"
+        for e in (json.loads(events)["items"] if events.strip() else [])
+        if e.get("involvedObject", {}).get("name", "").startswith(job)
+    ]
     logs = cluster.kubectl(
         "logs",
         "--timestamps",
@@ -246,6 +256,7 @@ def operator_run(
         ns,
         "-l",
         f"training.kubeflow.org/job-name={job},training.kubeflow.org/job-role=launcher",
+        check=False,
     ).stdout
     first = None
     for line in logs.splitlines():
@@ -270,7 +281,14 @@ def operator_run(
         "client_cpu": client,
         "controller_cpu": proc_cpu(op_pid) - cpu0,
         "load": la,
-        "error": None if state == "Succeeded" else f"MPIJob {state or 'not finished'}; " + " | ".join(warnings[-3:]),
+        "error": None
+        if state == "Succeeded"
+        else f"MPIJob {state or 'not finished'}; events: "
+        + " | ".join(" ".join(w.split()) for w in warnings[-3:])
+        + "; launcher log: "
+        + " | ".join(
+            [text for text in (line.partition(" ")[2].strip() for line in logs.splitlines()) if text.strip("-")][:2]
+        ),
     }
 
 
@@ -362,7 +380,8 @@ def table(rows: list[dict], rate: float, title: str) -> None:
         req = median([r["requests"][0] - rate * (r["released"] or r["exit"] or 0) for r in runs])
         mut = median([r["requests"][1] for r in runs])
         cells.append(f"{req:.0f} ({mut:.0f})")
-        cells += [f"{median([r[k] for r in runs]):.2f}" for k in ("launcher_cpu", "client_cpu", "controller_cpu")]
+        cells += [f"{median([r[k] for r in runs]):.2f}" for k in ("launcher_cpu", "client_cpu")]
+        cells.append(f"{median([r['controller_cpu'] for r in runs]):.2f}" if system == "mpi-operator" else "-")
         cells.append(f"{sum(r['placed'] for r in runs)}/{len(runs)}")
         cells.append(f"{sum(r['ok'] for r in runs)}/{len(runs)}")
         print(f"| {system} | " + " | ".join(cells) + " |")
@@ -445,7 +464,8 @@ def main(argv=None) -> int:
                 f"{workers * slots} ranks on {workers} pods ({slots} per pod), Open MPI 4.1, {args.repeat} runs each",
             )
         if not args.no_ompi5:
-            saved["ompi5"] = ompi5(cluster, op_pid, cluster.node.foreign_image("mpiop5"), rounds, table, rate)
+            image5 = cluster.node.foreign_image("mpiop5")
+            saved["ompi5"] = ompi5(cluster, op_pid, image5, rounds, table, rate, operator_run)
         if not args.no_tenant:
             saved["tenant"] = tenant(cluster, op_pid, image, operator_run, mpilaunch_run)
     finally:

@@ -108,7 +108,9 @@ class MpiOperator:
             ]
         )
         kc = c.client_kubeconfig(c.workdir / "mpi-operator.kubeconfig", USER)
-        c.kill_component(COMPONENT)  # a second start replaces the first
+        self.stop()  # a second start replaces the first: two would fight over port 8080 and the Lease
+        log = c.workdir / "logs" / f"{COMPONENT}.log"
+        self._log_from = log.stat().st_size if log.exists() else 0
         try:
             # the Deployment's flags (-alsologtostderr) and the defaults a user gets
             # (threadiness 2, 5 QPS / burst 10 to the API server)
@@ -133,18 +135,30 @@ class MpiOperator:
         c.wait_crds_established([CRD], timeout)
 
     def leading(self) -> bool:
+        """This process took the leader Lease (its own log says so: a Lease holder alone could be
+        an earlier process, still renewing it)."""
         proc = self.cluster._procs.get(COMPONENT)
         if proc is not None and proc.poll() is not None:
             raise ClusterError(f"mpi-operator exited with {proc.returncode}")
-        p = self.cluster.kubectl(
-            "get", "lease", COMPONENT, "-n", LOCK_NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}", check=False
-        )
-        return p.returncode == 0 and bool(p.stdout.strip())
+        with open(self.cluster.workdir / "logs" / f"{COMPONENT}.log", "rb") as f:
+            f.seek(self._log_from)
+            return b"successfully acquired lease" in f.read().lower()
 
     def stop(self) -> None:
-        """Kill the controller (KubeCluster.stop() would get it too, by its marker). The
-        CRD, MPIJobs and their pods stay."""
-        self.cluster.kill_component(COMPONENT)
+        """Kill the controller, and any other of this testbed's (an attached ``up`` started
+        it): KubeCluster.stop() would get them too, by their marker. The CRD, MPIJobs and
+        their pods stay."""
+        from .cluster import _kill_all, marked_pids
+
+        c = self.cluster
+        c.kill_component(COMPONENT)
+        for pid in marked_pids(c.marker):
+            try:
+                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if Path(os.fsdecode(argv0)).name.startswith("mpi-operator-"):
+                _kill_all([pid], None, timeout=10.0)
 
 
 # -------------------------------------------------------------- manifests
@@ -177,14 +191,16 @@ def mpijob(
     namespace: str = "default",
     placement: dict | None = None,
     extra: dict | None = None,
+    mpirun_args: tuple = (),
 ) -> dict:
     """A kubeflow.org/v2beta1 MPIJob as the operator's examples write one (v2beta1/pi): a
     launcher running ``mpirun`` (through the image's ``wait-hosts``, as their entrypoint
     waits for the workers' DNS names) and ``workers`` pods running sshd as mpiuser.
     ``placement``: pod-spec fields that put the pods on the node (nodeSelector,
-    tolerations); ``extra``: more pod-spec fields, ``container`` for the container's."""
+    tolerations); ``extra``: more pod-spec fields, ``container`` for the container's;
+    ``mpirun_args``: more of mpirun's options, before the program."""
     placement = placement or {}
-    mpirun = ["wait-hosts", "mpirun", "-n", str(workers * slots), *command]
+    mpirun = ["wait-hosts", "mpirun", "-n", str(workers * slots), *mpirun_args, *command]
     return {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
@@ -198,6 +214,8 @@ def mpijob(
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,
+                    # one try, as mpilaunch makes, and a failed launcher's pod and log stay
+                    "restartPolicy": "Never",
                     "template": _pod_template(image, "mpi-launcher", mpirun, placement, extra),
                 },
                 "Worker": {
@@ -252,7 +270,9 @@ def main(argv=None) -> int:
         return 0
     c = KubeCluster.attach(args.workdir)
     if args.cmd == "down":
-        c.kill_component(COMPONENT)
+        MpiOperator(c).stop()
+        c.pids.pop(COMPONENT, None)
+        c._write_state()
         print("mpi-operator stopped", file=sys.stderr)
         return 0
     if c.node is None:
