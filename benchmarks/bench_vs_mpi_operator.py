@@ -252,6 +252,7 @@ def operator_run(
     logs = cluster.kubectl(
         "logs",
         "--timestamps",
+        "--tail=-1",
         "-n",
         ns,
         "-l",
