@@ -93,7 +93,6 @@ class PodWatch:
         self.at: dict[str, float] = {}
         self.launcher_cpu = 0.0
         self.launcher_cgroup: Path | None = None
-        self.seen_any = threading.Event()
         self.proc = subprocess.Popen(
             [cluster.kubectl_bin, f"--kubeconfig={cluster.kubeconfig}", "get", "pods", "-n", namespace]
             + ["--watch", "--output-watch-events", "-o", "json"],
@@ -113,7 +112,6 @@ class PodWatch:
         name = pod["metadata"]["name"]
         if not name.startswith(self.job + "-") or "reaper" in name:
             return
-        self.seen_any.set()
         if kind == "DELETED":
             self.pods.pop(name, None)
         else:
