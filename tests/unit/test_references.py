@@ -3,7 +3,7 @@
 Read: docs/, README.md, ARCHITECTURE.md and BENCHMARKS.md whole, and the comments
 and docstrings of mpilaunch/, testbeds/, scripts/, tests/ and benchmarks/. A
 reference is
-- a module path, `mpilaunch.backends.k8s.reaper` (or `testbeds.k8s.cluster`),
+- a module path, `mpilaunch.backends.k8s.in_cluster.reaper` (or `testbeds.k8s.cluster`),
   optionally ending in one name the module defines (`mpilaunch.core.spec.JobSpec`);
 - a Sphinx `:mod:` role, relative ones (`:mod:`.manifests``) resolved against
   the package of the module they are written in;
@@ -52,6 +52,9 @@ NOT_OURS = {
     "hadoop-functions.sh",  # Hadoop's
     "kubexec.sh",  # the Kubeflow MPI operator's script, written by benchmarks/bench_k8s.py
     "config/components/webhook/kustomization.yaml",  # in Kueue's repository
+    "manifests/base/kubeflow.org_mpijobs.yaml",  # in mpi-operator's module source (build-mpi-operator.sh)
+    "manifests/base/cluster-role.yaml",
+    "build/base/Dockerfile",
     "train.py",
     "tf_cnn_benchmarks.py",  # a user's program in the examples
 }
