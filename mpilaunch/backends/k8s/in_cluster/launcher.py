@@ -223,7 +223,7 @@ class ReadyPods(BaseBackend):
     def report_on_worker(self, worker: str, reason: str, text: str) -> None:
         """A Warning Event on a worker's pod (--preflight): the pod as waited for gives its uid, and the
         job's Role may create events. The preflight runs here, where mpirun does, attached or not."""
-        from . import hang_event
+        from .. import hang_event
 
         event = hang_event.hang_event(self.launch.cluster["namespace"], self.pods[worker], text, reason=reason)
         Api(self.creds).create(event)
