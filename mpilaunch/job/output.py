@@ -135,6 +135,7 @@ class RankOutput:
         self.times: dict[str, float] = {}
         # when the last line of mpirun's output came (monotonic; the stall watch's silence)
         self.last_line_at = time.monotonic()
+        self.launcher_notes: list[str] = []  # an in-cluster launcher's own verdict lines (note())
         self._logs: dict[int, object] = {}
         self._unflushed: set[int] = set()  # ranks whose log has lines not yet written out
         self._flusher: threading.Thread | None = None
@@ -178,6 +179,15 @@ class RankOutput:
             except (OSError, ValueError):  # a full disk: the close says so; closed: nothing left
                 pass
         self._unflushed.clear()
+
+    def note(self, line: str) -> None:
+        """An in-cluster launcher's own verdict line (``mpilaunch: preflight:``, ``... straggler:``):
+        the user's stderr as it is, as the same line is where mpirun runs here."""
+        self.launcher_notes.append(line.rstrip("\n"))
+        stream = self.echo["stderr"]
+        if stream is not None:
+            stream.write(line if line.endswith("\n") else line + "\n")
+            stream.flush()
 
     def feed(self, stream: str, line: str) -> None:
         """Take one line of mpirun output (tags and all) and emit every rank line it completes."""

@@ -20,7 +20,7 @@ from ..backends import protocols
 from ..backends.base import hostnames
 from ..core import envcheck, gpu_slots, hostfile, inherited, mpi, placement, program_check, rank_filter
 from ..core.errors import UsageError
-from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_TIMEOUT
+from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_PREFLIGHT, EXIT_TIMEOUT
 from ..core.rank_lines import new_token
 from ..core.result import JobResult, number_ranges, timeout_failure
 from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
@@ -246,6 +246,16 @@ def rank_clock(rank_times: dict):
 # ------------------------------------------------------------------ the workload
 
 
+def preflight_stop(code: int | None, notes: list[str]) -> str | None:
+    """The failure of a job whose in-cluster launcher's --preflight enforce stopped it before its
+    program (its exit EXIT_PREFLIGHT and its preflight lines), None otherwise."""
+    found = [n for n in notes if n.startswith("mpilaunch: preflight: worker ")]
+    if code != EXIT_PREFLIGHT or not found:
+        return None
+    workers = sorted({n.split("mpilaunch: preflight: worker ", 1)[1].split(" ", 1)[0] for n in found})
+    return f"preflight: {len(workers)} workers failed ({', '.join(workers)}); the program was not started"
+
+
 class MpirunWorkload(Workload):
     """One mpirun (here, or in the cluster's launcher) over every worker's slots."""
 
@@ -381,6 +391,9 @@ class MpirunWorkload(Workload):
             # the backend streams the launcher's output into ``self.output``
             self.mpirun_code = run.backend.run_launcher(self.output, deadline)
             self.output.show_unstarted()  # before the outcome's lines: what the ranks said comes first
+            stopped_before = preflight_stop(self.mpirun_code, self.output.launcher_notes)
+            if stopped_before is not None:
+                return EXIT_PREFLIGHT, stopped_before
         else:
             self.mpirun_code, daemon, stopped = _wait(
                 self.proc, deadline, self.output, self.plan.ranks, lambda: failed_agents(str(run.rundir))

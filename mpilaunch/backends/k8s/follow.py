@@ -15,7 +15,7 @@ from ...core.exit_codes import EXIT_FAILED
 from . import tools
 from .api import ApiError, ApiOutage
 from .credentials import refused
-from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_READY, launcher_exit, parse_launcher_done
+from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_NOTES, LAUNCHER_READY, launcher_exit, parse_launcher_done
 
 # How far before the newest line seen a reconnection asks to start: the kubelet
 # stamps stdout and stderr lines as each stream is read, so its file is not
@@ -107,6 +107,9 @@ def follow_log(
                     continue
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
                     on_launcher_ready(text[len(LAUNCHER_READY) :])
+                if text.startswith(LAUNCHER_NOTES):  # its own verdicts: not mpirun's output
+                    output.note(text)
+                    continue
                 output.feed("stdout", text)
         except (
             OSError,

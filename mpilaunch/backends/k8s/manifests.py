@@ -143,6 +143,8 @@ def values(backend, reveal: bool = False) -> dict:
             else ""
         ),
         "detach": spec.detach,
+        # the in-cluster launcher posts Events: a detached job's hang verdict, --preflight's findings
+        "post_events": spec.detach or spec.preflight != "off",
         # --transport agent: each worker pod's main process is mpilaunch's exec agent (no pods/exec)
         "transport": backend.transport,
         "agent": {

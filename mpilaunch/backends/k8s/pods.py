@@ -161,6 +161,8 @@ LAUNCHER_READY = "mpilaunch: launcher: "
 # rank wrappers' lines are. The submitting side ends on it at once instead of waiting for the
 # kubelet to report the container's exit (~1-1.5 s: its status sync after the next relist).
 LAUNCHER_DONE = "mpilaunch: launcher: done exit="
+# the launcher's own verdicts on the workers (--preflight, --straggler-report), shown as they are
+LAUNCHER_NOTES = ("mpilaunch: preflight:", "mpilaunch: straggler:")
 
 
 def parse_launcher_done(text: str, token: str | None) -> int | None:

@@ -220,6 +220,10 @@ class ReadyPods(BaseBackend):
             relay.stop(self.relay)
             self.relay = None
 
+    def describe_workers(self) -> dict[str, dict]:
+        """The node each worker pod runs on, as waited for (the preflight's lines name it)."""
+        return {name: {"node": (pod.get("spec") or {}).get("nodeName")} for name, pod in self.pods.items()}
+
     def report_on_worker(self, worker: str, reason: str, text: str) -> None:
         """A Warning Event on a worker's pod (--preflight): the pod as waited for gives its uid, and the
         job's Role may create events. The preflight runs here, where mpirun does, attached or not."""
