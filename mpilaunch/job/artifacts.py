@@ -106,7 +106,7 @@ def collect(spec, context_file: Path, dest: Path, stderr, shared_host: bool) -> 
         choice = plan.choose(found, spec.collect_max_bytes, spec.collect_max_file_bytes)
         for line in choice.skipped:
             say(line, stderr)
-        unmatched = set(globs)
+        unmatched = set(globs) if listings else set()  # no worker answered: each said so already
         for listing in listings.values():
             unmatched &= set(listing.get("unmatched") or ())
         for pattern in sorted(unmatched):
