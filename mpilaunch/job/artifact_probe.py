@@ -50,6 +50,9 @@ def candidates(match):
     if os.path.isdir(match) and not os.path.islink(match):
         for top, dirs, files in os.walk(match):
             dirs.sort()
+            for d in dirs:  # not entered: the caller says why where one leads out
+                if os.path.islink(os.path.join(top, d)):
+                    yield os.path.join(top, d)
             for f in sorted(files):
                 yield os.path.join(top, f)
     else:
