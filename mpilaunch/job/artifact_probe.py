@@ -1,11 +1,11 @@
 """Runs in a worker (sent as text, ``python3 -c``): lists the files --collect's globs match, and sends them.
 
 Standard library only and Python 3.6 syntax: it runs with whatever python3 the
-worker's image has, as the stacks probe does (``hang/probe.py``). It starts in
-the directory the worker's exec sessions start in, which is where the ranks run
-(the shim's remote command hands that directory to the rank wrapper).
+worker's image has, as the stacks probe does (``hang/probe.py``).
 
-``list GLOBS``: one JSON line ``{"cwd", "files": [{"path", "name", "size"}],
+``list {"globs", "cwd"}``: relative globs start in ``cwd``, the directory the
+worker's ranks ran in (their start lines said; MPI chose it), else where the
+exec session started ("here" below). One JSON line ``{"cwd", "files": [{"path", "name", "size"}],
 "skipped": [{"path", "why"}], "unmatched": [glob]}``. A relative glob is taken
 from here and its files are named relative to here; an absolute one names its
 files by their path without the leading '/'. A directory matched brings the
@@ -114,8 +114,10 @@ def send(items, sink):
 def main(argv):
     mode, arg = argv[0], json.loads(argv[1])
     if mode == "list":
+        if arg.get("cwd") and os.path.isdir(arg["cwd"]):
+            os.chdir(arg["cwd"])
         cwd = os.path.realpath(os.getcwd())
-        print(json.dumps(list_files(arg, cwd)))
+        print(json.dumps(list_files(arg["globs"], cwd)))
     elif mode == "send":
         send(arg, sys.stdout.buffer)
     else:

@@ -60,14 +60,17 @@ def globs_of(spec) -> tuple[str, ...]:
     return tuple(spec.collect) + tuple(g for g in extra if g not in spec.collect)
 
 
-def collect_for(run) -> dict | None:
+def collect_for(run, workload) -> dict | None:
     """The lifecycle's step, before the release (``run``: its RunContext): into --output-dir's
     ``files/``, else staged in the run directory for the record (``record.keep``). None after
-    Ctrl-C: whoever interrupts a job wants it gone, not a wait for its files."""
+    Ctrl-C: whoever interrupts a job wants it gone, not a wait for its files. Relative globs
+    start where each worker's ranks ran, as their start lines said (``RankOutput.rank_cwds``:
+    MPI chooses it, mpirun's directory where the worker has it), else where its sessions start."""
     if run.result.exit_code == EXIT_INTERRUPTED or not globs_of(run.spec):
         return None
     dest = (run.output_dir if run.output_dir is not None else run.rundir) / plan.FILES_DIR
-    return collect(run.spec, run.context_file, dest, run.stderr, bool(run.backend.workers_on_this_host))
+    cwds = dict(getattr(getattr(workload, "output", None), "rank_cwds", None) or {})
+    return collect(run.spec, run.context_file, dest, run.stderr, bool(run.backend.workers_on_this_host), cwds)
 
 
 def staged(run) -> Path | None:
@@ -86,7 +89,7 @@ def check_destination(spec, keep_records: int | None, output_dir) -> None:
         )
 
 
-def collect(spec, context_file: Path, dest: Path, stderr, shared_host: bool) -> dict | None:
+def collect(spec, context_file: Path, dest: Path, stderr, shared_host: bool, cwds: dict | None = None) -> dict | None:
     """Bring the files back into ``dest``; report.json's ``collected`` (None: nothing was asked,
     or the job never had workers to ask). Never raises: a failure is a line and the job's end stands."""
     globs = globs_of(spec)
@@ -101,7 +104,7 @@ def collect(spec, context_file: Path, dest: Path, stderr, shared_host: bool) -> 
     try:
         captures = captures_of(context, shared_host)
         python = str(context.get("probe_python") or "python3")
-        listings = list_all(captures, python, globs, stderr)
+        listings = list_all(captures, python, globs, stderr, cwds or {})
         found, skipped = found_files(listings, stderr)
         choice = plan.choose(found, spec.collect_max_bytes, spec.collect_max_file_bytes)
         for line in choice.skipped:
@@ -140,8 +143,9 @@ def worker_order(name: str):
     return (head, int(tail)) if tail.isdigit() else (name, -1)
 
 
-def list_all(captures: dict, python: str, globs: tuple[str, ...], stderr) -> dict[str, dict]:
-    """{worker: its listing}, every worker asked at once; one line for each that did not answer."""
+def list_all(captures: dict, python: str, globs: tuple[str, ...], stderr, cwds: dict) -> dict[str, dict]:
+    """{worker: its listing}, every worker asked at once (``cwds``: worker -> where its ranks ran);
+    one line for each that did not answer."""
     deadline = time.monotonic() + LIST_DEADLINE_S
     listings: dict[str, dict] = {}
     lock = threading.Lock()
@@ -149,7 +153,8 @@ def list_all(captures: dict, python: str, globs: tuple[str, ...], stderr) -> dic
     def ask(worker, capture):
         try:
             status, out, err = capture(
-                probe_command(python, "list", list(globs)), max(1.0, deadline - time.monotonic())
+                probe_command(python, "list", {"globs": list(globs), "cwd": cwds.get(worker)}),
+                max(1.0, deadline - time.monotonic()),
             )
             if status != 0:
                 tail = err.decode(errors="replace").strip().splitlines()

@@ -189,7 +189,7 @@ def run_job(
         # stop, release, collect: the same on every exit path
         ignore_interrupts()
         workload.stop()
-        collected = artifacts.collect_for(run)  # --collect, --timeline: after the ranks, before the release
+        collected = artifacts.collect_for(run, workload)  # --collect, --timeline: after the ranks, before the release
         workers = finish_backend(backend, result, stderr)
         phases.mark(seen, "released")
         workload.close()

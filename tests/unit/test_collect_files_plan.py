@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from mpilaunch.core import artifacts as plan
+from mpilaunch.core import rank_lines
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.spec import JobSpec
 from mpilaunch.job import artifacts
@@ -100,9 +101,10 @@ def test_collect_files_a_file_bigger_than_a_piece_comes_back_whole(tmp_path, mon
     dest = tmp_path / "dest"
     context = tmp_path / "context.json"
     context.write_text(json.dumps({"workers": {"w-0": {}}, "probe_python": sys.executable}))
-    monkeypatch.setattr(artifacts, "captures_of", lambda context, shared: {"w-0": shell_in(worker)})
+    monkeypatch.setattr(artifacts, "captures_of", lambda context, shared: {"w-0": shell_in(tmp_path)})
     err = io.StringIO()
-    summary = artifacts.collect(spec("out", "**/*.bin"), context, dest, err, shared_host=False)
+    # the session starts elsewhere; the ranks ran in ``worker`` (their start lines said)
+    summary = artifacts.collect(spec("out", "**/*.bin"), context, dest, err, False, {"w-0": str(worker)})
     assert err.getvalue().splitlines() == [
         f"mpilaunch: collect: skipped w-0:{worker}/out/away (a symbolic link out of {worker})",
         f"mpilaunch: collect: skipped w-0:{worker}/out/secret (a symbolic link out of {worker})",
@@ -134,3 +136,17 @@ def test_collect_files_a_hostile_listing_writes_nothing_out_of_its_folder(tmp_pa
     assert not (tmp_path / "escape").exists()
     assert (tmp_path / "dest" / "w-0" / "ok").read_bytes() == b"hi"
     assert summary["files"] == 1
+
+
+def test_collect_files_rank_start_line_says_where_the_rank_runs():
+    """Relative globs start where the ranks ran: MPI chooses that directory (mpirun's, where the
+    worker has it), so the rank wrapper's start line says it; a wrapper that did not: None."""
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
+    env["MPILAUNCH_WORKER"] = "j-worker-0"
+    line = rank_lines.format_start(env, "/bin/x", "ab12", cwd="/work/my dir")
+    assert rank_lines.parse_start_cwd("[1,1]<stderr>:" + line, "ab12") == "/work/my dir"
+    assert rank_lines.parse_start(line, "ab12")[:4] == (1, 1, 2, "j-worker-0")
+    assert rank_lines.parse_start_env(line, "ab12") == ("/bin/x", rank_lines.parse_start_env(line)[1])
+    older = rank_lines.format_start(env, "/bin/x", "ab12")
+    assert rank_lines.parse_start_cwd(older, "ab12") is None
+    assert rank_lines.parse_start(older, "ab12")[:4] == (1, 1, 2, "j-worker-0")
