@@ -4,7 +4,7 @@ that succeeded, failed or ran past its --timeout (--collect's tests).
 In its working directory: ``results/rank-R.json`` (its rank, worker and directory), and, from
 rank 0, ``$HOROVOD_TIMELINE`` where that is set (what Horovod's rank 0 writes there: a JSON
 array of trace events) and ``$WRITE_DIR/abs-R.txt`` where that is set (an absolute glob's file).
-Then, by ``sys.argv[1]``: ``ok`` exits 0; ``fail`` exits 3 on rank 1, 0 elsewhere (after rank 1
+Then, by ``sys.argv[1]``: ``ok`` exits 0; ``fail`` exits 7 on rank 1, 0 elsewhere (after rank 1
 wrote its file); ``sleep`` sleeps (a --timeout's or a --stall-timeout's job).
 """
 
@@ -29,6 +29,6 @@ if where:
 print(f"rank {rank} wrote its files", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
 if mode == "fail":
-    sys.exit(3 if rank == 1 else 0)
+    sys.exit(7 if rank == 1 else 0)
 if mode == "sleep":
     time.sleep(3600)

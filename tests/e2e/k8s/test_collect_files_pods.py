@@ -35,7 +35,7 @@ def tree(path) -> list[str]:
 def test_collect_files_pods_after_a_failed_rank_and_a_timeout(real, tmp_path, launcher):
     job = f"rp-collect-{launcher}"
     if launcher == "cluster":  # rank 1 fails once every rank wrote its file
-        args, end, code = [], f'sleep 3; [ "{RANK}" = 1 ] && exit 3; sleep 5', 3
+        args, end, code = [], f'sleep 3; [ "{RANK}" = 1 ] && exit 7; sleep 5', 7
     else:
         args, end, code = ["--launcher", "local", "--mpirun", OMPI4, "--timeout", "25"], "sleep 600", EXIT_TIMEOUT
     proc = real.start(

@@ -90,17 +90,17 @@ def test_collect_files_after_a_successful_job_into_the_record(openmpi5, tmp_path
 
 
 def test_collect_files_after_a_failed_rank(openmpi5, tmp_path):
-    """Rank 1 exits 3: the job fails with its code, and its files still come back (--output-dir)."""
+    """Rank 1 exits 7: the job fails with its code, and its files still come back (--output-dir)."""
     name = "collect-fail"
     out = tmp_path / "out"
     proc = run_job(
         openmpi5, name, tmp_path, "--np", "2", "--output-dir", str(out), "--collect", "results/*", "-q", mode="fail"
     )
-    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.returncode == 7, proc.stdout + proc.stderr
     rank1 = out / "files" / f"{name}-worker-0" / "results" / "rank-1.json"
     assert json.loads(rank1.read_text())["rank"] == 1, tree(out)
     report = json.loads((out / "report.json").read_text())
-    assert report["exit_code"] == 3 and report["collected"]["dir"] == str(out / "files"), report.get("collected")
+    assert report["exit_code"] == 7 and report["collected"]["dir"] == str(out / "files"), report.get("collected")
     n = report["collected"]["files"]
     assert f"; collected: {n} file{'s' if n > 1 else ''}, " in proc.stderr, proc.stderr
     assert leftover_processes(name) == []

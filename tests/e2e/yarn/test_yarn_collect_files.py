@@ -48,7 +48,7 @@ def test_yarn_collect_files_after_a_failed_rank_and_a_timeout(yarn, openmpi_env,
     cmd = [sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--mpirun", openmpi_env["mpirun"], *args]
     proc = subprocess.Popen(cmd, cwd=job, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = proc.communicate(timeout=400)
-    assert proc.returncode == (3 if mode == "fail" else EXIT_TIMEOUT), stdout + stderr + describe_app(yarn, name)
+    assert proc.returncode == (7 if mode == "fail" else EXIT_TIMEOUT), stdout + stderr + describe_app(yarn, name)
     files = tree(out / "files")
     collected = json.loads((out / "report.json").read_text())["collected"]
     assert [line for line in stderr.splitlines() if line.startswith("mpilaunch: collect:")] == [], stderr
