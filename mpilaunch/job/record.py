@@ -214,7 +214,7 @@ def keep(
 ) -> Path:
     """The job's record in the state directory, and the oldest beyond ``keep_count`` removed:
     the path of its report.json. ``files``: what --collect brought back, staged elsewhere, moved
-    in as ``files/`` (report.json's ``collected.dir`` then names it). Raises OSError (the caller
+    in as its ``files`` folder (report.json's ``collected.dir`` then names it). Raises OSError (the caller
     warns: the job's result stands)."""
     runs = runs_dir(environ)
     path = new_run_dir(runs, str(report.get("job") or "job"), started_wall) / REPORT

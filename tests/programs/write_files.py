@@ -1,7 +1,7 @@
 """Each rank writes files where --collect looks for them, then ends as asked: the files of a job
 that succeeded, failed or ran past its --timeout (--collect's tests).
 
-In its working directory: ``results/rank-R.json`` (its rank, worker and directory), and, from
+In its working directory: ``results/rank-<R>.json`` (its rank, worker and directory), and, from
 rank 0, ``$HOROVOD_TIMELINE`` where that is set (what Horovod's rank 0 writes there: a JSON
 array of trace events) and ``$WRITE_DIR/abs-R.txt`` where that is set (an absolute glob's file).
 Then, by ``sys.argv[1]``: ``ok`` exits 0; ``fail`` exits 7 on rank 1, 0 elsewhere (after rank 1

@@ -3,7 +3,7 @@ before the pods are deleted, through the job's exec channel (the Kubernetes exec
 submitting side, whichever launcher runs mpirun), each pod's under its worker's name.
 
 4 ranks in 2 worker pods of the project image. The ranks are a shell line (no program of the
-image is needed): each writes ``results/rank-R.txt`` in its working directory, rank 0 also
+image is needed): each writes ``results/rank-<R>.txt`` in its working directory, rank 0 also
 ``$HOROVOD_TIMELINE`` (as Horovod's rank 0 does). With the cluster launcher rank 1 fails; with
 ``--launcher local`` the job runs past --timeout.
 """

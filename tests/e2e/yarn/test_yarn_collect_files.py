@@ -1,7 +1,7 @@
 """--collect on YARN: the files the ranks wrote in their containers' directories come back through
 the workers' agents (the channel the stacks of a hung job take), before the application ends.
 
-4 ranks on 2 worker containers (tests/programs/write_files.py: ``results/rank-R.json`` in each
+4 ranks on 2 worker containers (tests/programs/write_files.py: ``results/rank-<R>.json`` in each
 rank's working directory). With the cluster launcher a rank fails; with mpirun here the job runs
 past --timeout. Either way the submitting mpilaunch holds the job's secret and the agents'
 addresses and collects, each container's files under its worker's name. Open MPI 5.
