@@ -8,7 +8,6 @@ whole job, whatever order the workers answer in.
 
 from __future__ import annotations
 
-import glob
 import posixpath
 import re
 from dataclasses import dataclass
@@ -64,6 +63,8 @@ def check_globs(globs: tuple[str, ...]) -> None:
 
 def timeline_glob(path: str) -> str:
     """--timeline's file as a --collect glob matching that one file (its name may hold '*' or '[')."""
+    import glob  # here: not on every launch's import path
+
     return glob.escape(path)
 
 

@@ -21,7 +21,6 @@ import shlex
 import struct
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..core import artifacts as plan
@@ -219,6 +218,8 @@ def fetch_all(captures: dict, python: str, taken: tuple[plan.Found, ...], dest: 
     by_worker: dict[str, list[plan.Found]] = {}
     for f in taken:
         by_worker.setdefault(f.worker, []).append(f)
+    from concurrent.futures import ThreadPoolExecutor  # here: not on every launch's import path
+
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         done = pool.map(
             lambda w: fetch_worker(captures[w], python, tuple(by_worker[w]), dest / w, stderr), sorted(by_worker)
