@@ -215,7 +215,7 @@ def run_job(
         if output_dir is not None and text is not None:
             save_report(output_dir / "report.json", report, stderr, text)
         if keep_records is not None:  # --output-dir's report.json is the one named, if any
-            files = artifacts.staged(run) if collected else None
+            files = artifacts.staged(run) if collected else None  # --collect's, without --output-dir
             kept = (
                 keep_record(report, environ, keep_records, began, stderr, text, files)
                 if keep_records and text
