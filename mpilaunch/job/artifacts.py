@@ -33,8 +33,9 @@ PREFIX = "mpilaunch: collect: "
 #: listing every worker at once may take this long
 LIST_DEADLINE_S = 30.0
 #: bytes one exec session brings back at most (it is held in memory), and files it names at most
+#: (their paths go into the exec request: the Kubernetes exec API takes them in its URL)
 PIECE_BYTES = 32 * plan.MIB
-PIECE_FILES = 200
+PIECE_FILES = 100
 #: a piece's time: a floor, plus what it takes at a slow channel's rate
 PIECE_FLOOR_S = 30.0
 SLOW_RATE = 4 * plan.MIB
