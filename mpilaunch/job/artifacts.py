@@ -61,9 +61,9 @@ def globs_of(spec) -> tuple[str, ...]:
 
 
 def collect_for(run, workload) -> dict | None:
-    """The lifecycle's step, before the release (``run``: its RunContext): into --output-dir's
-    the ``files`` folder, else staged in the run directory for the record (``record.keep``). None after
-    Ctrl-C: whoever interrupts a job wants it gone, not a wait for its files. Relative globs
+    """The lifecycle's step, before the release (``run``: its RunContext): into the ``files``
+    folder of --output-dir, else staged in the run directory for the record (``record.keep``). None
+    after Ctrl-C: whoever interrupts a job wants it gone, not a wait for its files. Relative globs
     start where each worker's ranks ran, as their start lines said (``RankOutput.rank_cwds``:
     MPI chooses it, mpirun's directory where the worker has it), else where its sessions start."""
     if run.result.exit_code == EXIT_INTERRUPTED or not globs_of(run.spec):
