@@ -76,6 +76,7 @@ class Found:
     path: str
     name: str
     size: int
+    source: str = ""  # what the worker reads: the path with its links resolved when it was listed
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ worker's image has, as the stacks probe does (``hang/probe.py``).
 
 ``list {"globs", "cwd"}``: relative globs start in ``cwd``, the directory the
 worker's ranks ran in (their start lines said; MPI chose it), else where the
-exec session started ("here" below). One JSON line ``{"cwd", "files": [{"path", "name", "size"}],
+exec session started ("here" below). One JSON line ``{"cwd", "files": [{"path", "name", "size", "real"}],
 "skipped": [{"path", "why"}], "unmatched": [glob]}``. A relative glob is taken
 from here and its files are named relative to here; an absolute one names its
 files by their path without the leading '/'. A directory matched brings the
@@ -92,7 +92,7 @@ def list_files(globs, cwd):
                     out["skipped"].append({"path": path, "why": "not a regular file"})
                     continue
                 name = path.lstrip("/") if absolute else shown
-                out["files"].append({"path": path, "name": name, "size": st.st_size})
+                out["files"].append({"path": path, "name": name, "size": st.st_size, "real": real})
     return out
 
 

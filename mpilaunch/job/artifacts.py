@@ -189,7 +189,7 @@ def found_files(listings: dict[str, dict], stderr) -> tuple[list[plan.Found], in
                 say(f"skipped {worker}:{item.get('path')} (its name or size is not usable here)", stderr)
                 skipped += 1
                 continue
-            found.append(plan.Found(worker, str(item.get("path")), name, size))
+            found.append(plan.Found(worker, str(item.get("path")), name, size, str(item.get("real") or "")))
     return found, skipped
 
 
@@ -237,7 +237,8 @@ def fetch_worker(capture, python: str, files: tuple[plan.Found, ...], dest: Path
         size = sum(n for _, _, n in piece)
         try:
             status, out, err = capture(
-                probe_command(python, "send", [[f.path, off, n] for f, off, n in piece]),
+                # the resolved path: a link swapped in since the listing is not followed out
+                probe_command(python, "send", [[f.source or f.path, off, n] for f, off, n in piece]),
                 PIECE_FLOOR_S + size / SLOW_RATE,
             )
             if status != 0:
