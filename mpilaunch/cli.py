@@ -149,7 +149,7 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
 
 def add_collect_arguments(p: argparse.ArgumentParser) -> None:
     """--collect and --timeline: files out of the workers (job/artifacts.py)."""
-    group = p.add_argument_group("artifacts (files out of the workers)")
+    group = p.add_argument_group("artifacts")
     group.add_argument(
         "--collect",
         action="append",
@@ -162,14 +162,14 @@ def add_collect_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--collect-max",
         type=lambda text: parse_size("--collect-max", text),
-        default=DEFAULT_MAX_BYTES,
+        default="1G",  # a string: argparse passes it through type, and --help shows it as typed
         metavar="SIZE",
         help=f"bring back at most SIZE in all, e.g. 1G (default {format_size(DEFAULT_MAX_BYTES)})",
     )
     group.add_argument(
         "--collect-max-file",
         type=lambda text: parse_size("--collect-max-file", text),
-        default=DEFAULT_MAX_FILE_BYTES,
+        default="512M",
         metavar="SIZE",
         help=f"skip a file bigger than SIZE (default {format_size(DEFAULT_MAX_FILE_BYTES)})",
     )

@@ -46,10 +46,15 @@ NOT_OURS = {
     "venv/",
     "wheel/",  # a cached Horovod build's folders (scripts/build-horovod.sh)
     "setup.py",  # Horovod's sdist
+    "horovod/runner/launch.py",  # Horovod's sources: horovodrun's flags (docs/migrating.md)
+    "horovod/runner/common/util/config_parser.py",  # ... and the HOROVOD_* variable behind each
     "vars.sh",  # Intel MPI's environment script
     "hadoop-functions.sh",  # Hadoop's
     "kubexec.sh",  # the Kubeflow MPI operator's script, written by benchmarks/bench_k8s.py
     "config/components/webhook/kustomization.yaml",  # in Kueue's repository
+    "manifests/base/kubeflow.org_mpijobs.yaml",  # in mpi-operator's module source (build-mpi-operator.sh)
+    "manifests/base/cluster-role.yaml",
+    "build/base/Dockerfile",
     "train.py",
     "tf_cnn_benchmarks.py",  # a user's program in the examples
 }
