@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import pkgutil
 import shlex
-import struct
 import threading
 import time
 from pathlib import Path
@@ -261,6 +260,8 @@ def fetch_worker(capture, python: str, files: tuple[plan.Found, ...], dest: Path
 
 def write_piece(piece, data: bytes, dest: Path, stderr) -> set:
     """The sent bytes at their offsets; the files that failed (one line each)."""
+    import struct  # here: not on every launch's import path
+
     failed, at = set(), 0
     for f, offset, length in piece:
         if at + 9 > len(data):
