@@ -12,14 +12,11 @@ worker, Ctrl-C, SIGTERM, timeouts and crashes all release the same things.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from .. import backends
@@ -33,6 +30,12 @@ from ..workloads import hang_watch, preflight_run, workload_class
 from ..workloads.base import RunContext, Workload
 from ..workloads.straggler_watch import StragglerWatch
 from . import artifacts, record, summary
+from .interrupts import (  # noqa: F401  (INTERRUPT_SIGNALS: the lifecycle's tests read it here)
+    INTERRUPT_SIGNALS,
+    ignore_interrupts,
+    interrupts_raise,
+    keeps_caller_signal_handlers,
+)
 from .progress import WaitProgress
 from .record import write_report  # here too: lifecycle.write_report, its old home
 from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
@@ -83,21 +86,6 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
         started=started,
         keep_records=keep,
     )
-
-
-def keeps_caller_signal_handlers(fn):
-    """Whatever handlers SIGINT, SIGTERM and SIGHUP had before ``fn`` (the caller's: an
-    application using ``mpilaunch.run``), they have again after it, on every exit path."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        saved = caller_signal_handlers()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            restore_signal_handlers(saved)
-
-    return wrapper
 
 
 @keeps_caller_signal_handlers
@@ -563,53 +551,6 @@ def save_report(path: Path, report: dict, stderr, text: str | None = None) -> No
 
 
 # ------------------------------------------------------------------ signals
-
-
-@contextmanager
-def interrupts_raise(then_ignore: bool = False):
-    """SIGINT/SIGTERM/SIGHUP raise Interrupted in the main thread (so finally blocks run).
-
-    ``then_ignore``: on the way out they are ignored instead of restored, so a second Ctrl-C
-    between this block and the teardown after it cannot skip the release (the caller's
-    handlers come back at the end: ``keeps_caller_signal_handlers``)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, _frame):
-        raise Interrupted(f"interrupted by {signal.Signals(signum).name}", "all workers were released")
-
-    previous = {s: signal.signal(s, handler) for s in INTERRUPT_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, signal.SIG_IGN if then_ignore else h)
-
-
-INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def ignore_interrupts():
-    """During teardown a second Ctrl-C must not abort the cleanup itself."""
-    if threading.current_thread() is threading.main_thread():
-        for s in INTERRUPT_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
-
-
-def caller_signal_handlers() -> dict | None:
-    """The handlers of the interrupt signals now (None off the main thread: nothing is changed there)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return {s: signal.getsignal(s) for s in INTERRUPT_SIGNALS}
-
-
-def restore_signal_handlers(saved: dict | None) -> None:
-    """Put back what ``caller_signal_handlers`` saw (a handler installed outside Python: the default)."""
-    if saved is None:
-        return
-    for s, handler in saved.items():
-        signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 __all__ = ["run_spec", "run_job", "JobResult"]
