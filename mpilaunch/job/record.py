@@ -195,7 +195,11 @@ def write_report(path: Path, report: dict, text: str | None = None) -> None:
     """report.json, whole or not at all: a temporary file beside it, then renamed over it
     (a reader never sees half a report; a failed write leaves no temporary file). ``text``:
     the report as ``report_text`` made it already (a job writing it twice encodes it once)."""
-    text = report_text(report) if text is None else text
+    write_text(path, report_text(report) if text is None else text)
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` into ``path``, whole or not at all (``write_report``)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:

@@ -86,6 +86,7 @@ from .pods import (
     launcher_started,
     parse_launcher_done,
     pod_loss,
+    pod_phases,
     pod_problem,
     pod_ready,
     ready_poll_s,
@@ -346,6 +347,9 @@ class K8sBackend(
                     future.result()
                 if "lease" in stage:
                     self.heartbeat = orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
+                if "workers" in stage:  # every worker pod created (the API server took them)
+                    for w in self.plan.workers:
+                        phases.mark_worker(self.worker_times, w.name, "created")
                 if "workers" in stage and self.opts.queue:  # Kueue made a Workload of them: released first
                     self.created.append((*WORKLOADS, self.job))
 
@@ -383,6 +387,9 @@ class K8sBackend(
                 self.launcher_pod = launcher[0]["metadata"]["name"]
             for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
                 phases.mark(self.phase_times, phase)
+            for n in names:
+                for phase in pod_phases(by_name.get(n)):
+                    phases.mark_worker(self.worker_times, n, phase)
             ready = [n for n in names if n in by_name and pod_ready(by_name[n])]
             waits_for = self.admission.note() if len(ready) < total else None
             # the gang's or queue's word first (it holds the pods back), else the scheduler's own
