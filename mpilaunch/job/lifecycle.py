@@ -394,10 +394,11 @@ def attempt_record(
     number: int, t0: float, t_start: float, result: JobResult, lost: list[LostWorker], workload=None
 ) -> dict:
     """One entry of report.json's ``attempts``: when it ran (seconds since mpilaunch started), why it
-    ended, and each rank's run in it (``ranks``: [rank, started_s, ended_s], None where its wrapper's
-    line never came; the timeline draws an earlier attempt's ranks from these)."""
+    ended, and each rank's run in it (``ranks``: [rank, started_s, ended_s, exit code], None where its
+    wrapper's line never came; the timeline draws an earlier attempt's ranks from these)."""
     output = getattr(workload, "output", None)
     times = getattr(output, "rank_times", None) or {}
+    codes = {rank: code for rank, _, code in getattr(output, "statuses", None) or ()}
     return {
         "attempt": number,
         "started_s": round(t_start - t0, 3),
@@ -406,7 +407,8 @@ def attempt_record(
         "failure": (result.failure or "").split("\n", 1)[0] or None,
         "lost_workers": [w.worker for w in lost],
         "ranks": [
-            [rank, *(None if at is None else round(at - t0, 3) for at in span)] for rank, span in sorted(times.items())
+            [rank, *(None if at is None else round(at - t0, 3) for at in span), codes.get(rank)]
+            for rank, span in sorted(times.items())
         ],
     }
 

@@ -52,6 +52,7 @@ LEGEND = {
     "failed": "rank: ran, exited non-zero",
     "unended": "rank: no exit seen (stopped, lost, still running)",
     "earlier": "rank: an earlier attempt's run",
+    "earlier-failed": "rank: an earlier attempt's run, exited non-zero",
     "attempt": "attempt (--retries)",
     "hang": "hang: no output until declared hung (--stall-timeout)",
     "timeout": "--timeout reached",
@@ -147,14 +148,15 @@ def rank_bar(rank: int, span: tuple, exit_code, end: float, attempt: int | None 
     start, stop = span
     if start is None:
         return None
-    if attempt is not None:  # an earlier attempt's run, faded
+    if attempt is not None:  # an earlier attempt's run, faded; red where it failed
         stop = end if stop is None else stop
+        how = "no exit seen" if exit_code is None else f"exit {exit_code}"
         return {
             "start": start,
             "end": stop,
-            "cls": "earlier",
+            "cls": "earlier-failed" if exit_code not in (None, 0) else "earlier",
             "rank": rank,
-            "title": f"rank {rank}, attempt {attempt}: {start:.2f}s to {stop:.2f}s",
+            "title": f"rank {rank}, attempt {attempt}: {start:.2f}s to {stop:.2f}s, {how}",
         }
     if stop is None:
         cls, how = "unended", "no exit seen"
@@ -196,7 +198,9 @@ def model(report: dict) -> dict:
     ends = [v for v in phases.values()] + [e for s in spans.values() for e in s if e is not None]
     ends += [t for w in workers_times.values() for t in w.values()] + [a.get("ended_s") or 0 for a in attempts]
     end = max(ends + [0.0]) or 1.0
-    run_end = phases.get("workload_done", phases.get("released", end))
+    # where a rank with no exit seen is drawn to: the end of the last attempt (workload_done is the first's)
+    run_end = attempts[-1].get("ended_s") if attempts else None
+    run_end = run_end or phases.get("workload_done", phases.get("released", end))
     plan = report.get("plan") or {}
     workers = [w["name"] for w in plan.get("workers") or ()] or sorted(report.get("workers") or {})
     ranks = report.get("ranks") or []
@@ -205,8 +209,9 @@ def model(report: dict) -> dict:
         on_worker.setdefault(r.get("worker") or "?", []).append(r)
     earlier: dict[int, list[dict]] = {}
     for a in attempts[:-1]:
-        for rank, *span in a.get("ranks") or ():
-            bar = rank_bar(rank, tuple(span), None, a.get("ended_s") or end, attempt=a["attempt"])
+        for rank, *run in a.get("ranks") or ():
+            run += [None] * (3 - len(run))  # [started_s, ended_s, exit code]
+            bar = rank_bar(rank, tuple(run[:2]), run[2], a.get("ended_s") or end, attempt=a["attempt"])
             if bar:
                 earlier.setdefault(rank, []).append(bar)
 
@@ -252,6 +257,8 @@ def model(report: dict) -> dict:
             }
         )
         at += seconds
+    if len(attempts) > 1 or "hang_found" in phases or "timed_out" in phases:
+        add("marks", "", [], ROW)  # a row of its own for the bands' and lines' labels
     add("launch", "launch", launch, ROW + 4)
     first_rank_y = None
     for w in workers:
@@ -281,6 +288,7 @@ def model(report: dict) -> dict:
                     "w": round(max(1.0, x1 - x0), 1),
                     "y": TOP,
                     "h": bottom - TOP,
+                    "label_y": TOP + 13,
                     "cls": "attempt",
                     "label": f"attempt {a['attempt']}: exit {a.get('exit_code')}",
                     "title": a.get("failure") or f"attempt {a['attempt']} succeeded",
@@ -296,6 +304,7 @@ def model(report: dict) -> dict:
                 "w": round(max(1.0, LEFT + found * scale - x0), 1),
                 "y": top,
                 "h": bottom - top,
+                "label_y": TOP + 13,
                 "cls": "hang",
                 "label": "hang",
                 "title": hang.get("verdict") or f"no output for {stall:g}s, then declared hung",
@@ -308,6 +317,7 @@ def model(report: dict) -> dict:
                 "x": round(LEFT + phases["timed_out"] * scale, 1),
                 "y1": TOP,
                 "y2": bottom,
+                "label_y": TOP + 13,
                 "cls": "timeout",
                 "label": "--timeout",
             }

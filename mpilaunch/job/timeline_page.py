@@ -22,6 +22,7 @@ COLOURS = {
     "failed": "#d9534f",
     "unended": "#8c8c8c",
     "earlier": "#9fb8d6",
+    "earlier-failed": "#e6a3a1",
     "l-allocate": "#7f9fc6",
     "l-mpirun": "#9c7fc6",
     "l-wireup": "#c67fb5",
@@ -83,8 +84,10 @@ def svg(m: dict) -> list[str]:
         if row["h"] >= 12:  # a large job's rank rows are too thin to label
             out.append(f"<text {_attrs(class_=row['kind'], x=indent, y=row['text_y'])}>{escape(row['label'])}</text>")
         for bar in row["bars"]:
-            cls = f"bar {bar['cls']}" + (" rank-bar" if row["kind"] == "rank" and bar["cls"] != "earlier" else "")
-            cls += " attempt-rank" if bar["cls"] == "earlier" else ""
+            cls = f"bar {bar['cls']}" + (
+                " rank-bar" if row["kind"] == "rank" and not bar["cls"].startswith("earlier") else ""
+            )
+            cls += " attempt-rank" if bar["cls"].startswith("earlier") else ""
             extra = {"data_rank": bar["rank"]} if "rank" in bar else {}
             out.append(
                 f"<rect {_attrs(class_=cls, x=bar['x'], y=bar['y'], width=bar['w'], height=bar['h'], **extra)}>"
@@ -102,11 +105,11 @@ def svg(m: dict) -> list[str]:
             f"<title>{escape(band['title'])}</title></rect>"
         )
         out.append(
-            f"<text {_attrs(class_='band-label', x=band['x'] + 4, y=band['y'] + 12)}>{escape(band['label'])}</text>"
+            f"<text {_attrs(class_='band-label', x=band['x'] + 4, y=band['label_y'])}>{escape(band['label'])}</text>"
         )
     for line in m["lines"]:
         out.append(f"<line {_attrs(class_=line['cls'], x1=line['x'], x2=line['x'], y1=line['y1'], y2=line['y2'])}/>")
-        out.append(f"<text {_attrs(x=line['x'] + 4, y=line['y1'] + 24)}>{escape(line['label'])}</text>")
+        out.append(f"<text {_attrs(x=line['x'] + 4, y=line['label_y'])}>{escape(line['label'])}</text>")
     out.append("</svg>")
     return out
 
