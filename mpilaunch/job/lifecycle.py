@@ -212,6 +212,7 @@ def run_job(
         now, wall = time.monotonic(), time.time()
         began = record.wall_clock(origin, now, wall)
         report = {**record.common_fields(body, began, wall), **body}
+        result.report = report
         text = report_text(report, stderr)
         if output_dir is not None and text is not None:
             save_report(output_dir / "report.json", report, stderr, text)

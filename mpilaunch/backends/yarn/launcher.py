@@ -225,8 +225,8 @@ def write_secret_file(rundir: Path, secret: bytes) -> Path:
     return secret_file
 
 
-def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
-    """Run mpirun as the launch description says; (exit code, failure line)."""
+def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None, dict | None]:
+    """Run mpirun as the launch description says; (exit code, failure line, the job's report or None)."""
     secret = app.kv.wait(prefix + LAUNCHER_SECRET_KEY)
     app.kv.discard(prefix + LAUNCHER_SECRET_KEY)
     detached = launch.detach
@@ -247,7 +247,7 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
         except Exception as e:
             failure = f"launcher: no usable mpirun in the launcher container: {e}"
             relay("stderr", f"mpilaunch: {failure}\n")
-            return EXIT_USAGE, failure
+            return EXIT_USAGE, failure, None
         spec, plan = launch.job_spec(), launch.plan()
         watch = WorkerContainers(app, plan, launch.addresses(), secret_file) if detached else None
         backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
@@ -269,7 +269,7 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
             spec, workload, backend, rundir, None, stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True
         )
         note(f"the job ended: exit {result.exit_code}")
-        return result.exit_code, result.failure
+        return result.exit_code, result.failure, result.report
     finally:
         try:
             if streamer is not None:
@@ -309,10 +309,11 @@ def main() -> int:
     prefix = os.environ.get("MPILAUNCH_YARN_KV", "mpilaunch/")
     app = skein.ApplicationClient.from_current()
     detached = False
+    report = None
     try:
         launch = LaunchDescription.from_dict(json.loads(app.kv.wait(prefix + SPEC_KEY).decode()))
         detached = launch.detach
-        code, failure = run(app, prefix, launch)
+        code, failure, report = run(app, prefix, launch)
     except Exception as e:
         print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
         code, failure = 1, f"launcher container failed: {e!r}"
@@ -322,7 +323,7 @@ def main() -> int:
             except Exception:
                 pass
     if detached:  # every exit path: nobody else will end a detached job's application
-        finish(app, code, failure)
+        finish(app, code, failure, report)
     else:
         app.kv[prefix + EXIT_KEY] = str(code).encode()
     return code
