@@ -177,7 +177,7 @@ def run_job(
                     hang.update(stop_at_timeout(run, workload) or {})
                 phases.mark(seen, "workload_done")
                 lost = diagnose_lost_workers(backend, workload, result, watch.lost)
-                attempts.append(attempt_record(len(attempts) + 1, origin, t_run, result, lost, workload))
+                attempts.append(record.attempt_record(len(attempts) + 1, origin, t_run, result, lost, workload))
                 if not should_retry(spec, len(attempts), result.exit_code, lost):
                     break
                 t_run = time.monotonic()
@@ -389,29 +389,6 @@ def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[L
     if attempts_done > spec.retries or exit_code in (0, EXIT_TIMEOUT, EXIT_HUNG, EXIT_PLACEMENT):
         return False
     return bool(lost) or spec.retry_rank_failures
-
-
-def attempt_record(
-    number: int, t0: float, t_start: float, result: JobResult, lost: list[LostWorker], workload=None
-) -> dict:
-    """One entry of report.json's ``attempts``: when it ran (seconds since mpilaunch started), why it
-    ended, and each rank's run in it (``ranks``: [rank, started_s, ended_s, exit code], None where its
-    wrapper's line never came; the timeline draws an earlier attempt's ranks from these)."""
-    output = getattr(workload, "output", None)
-    times = getattr(output, "rank_times", None) or {}
-    codes = {rank: code for rank, _, code in getattr(output, "statuses", None) or ()}
-    return {
-        "attempt": number,
-        "started_s": round(t_start - t0, 3),
-        "ended_s": round(time.monotonic() - t0, 3),
-        "exit_code": result.exit_code,
-        "failure": (result.failure or "").split("\n", 1)[0] or None,
-        "lost_workers": [w.worker for w in lost],
-        "ranks": [
-            [rank, *(None if at is None else round(at - t0, 3) for at in span), codes.get(rank)]
-            for rank, span in sorted(times.items())
-        ],
-    }
 
 
 def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], number: int) -> None:
