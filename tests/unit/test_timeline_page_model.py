@@ -218,3 +218,27 @@ def test_timeline_page_bad_input_is_one_line_and_exit_2(tmp_path):
     assert list(tmp_path.iterdir()) == [path]  # nothing written, no temporary file left
     made = report_cmd(tmp_path, str(path), "--html", str(tmp_path / "t.html"))
     assert made.returncode == 0 and (tmp_path / "t.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_timeline_page_k8s_pod_phases_from_the_pods_status():
+    from mpilaunch.backends.k8s.pods import pod_phases
+
+    pending = {"spec": {}, "status": {"phase": "Pending"}}
+    bound = {"spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}}
+    running = {"spec": {"nodeName": "n1"}, "status": {"phase": "Running", "conditions": []}}
+    ready = {
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    assert [pod_phases(p) for p in (None, pending, bound, running, ready)] == [
+        [],
+        ["created"],
+        ["created", "scheduled"],
+        ["created", "scheduled", "running"],
+        ["created", "scheduled", "running", "ready"],
+    ]
+    times: dict = {}
+    for at, pod in enumerate((pending, bound, bound, running, ready)):  # polled: the first sight counts
+        for phase in pod_phases(pod):
+            phases.mark_worker(times, "w", phase, float(at))
+    assert times == {"w": {"created": 0.0, "scheduled": 1.0, "running": 3.0, "ready": 4.0}}
