@@ -21,7 +21,7 @@ The node registers as ``mpilaunch-real-0`` with the label and taint
 on it and real-pod jobs ask for it with ``--node-selector`` and
 ``--toleration``. kwok leaves it alone (it manages annotated nodes only).
 
-Field notes baked in (DESIGN.md section 4): containerd's CRI needs
+What this machine needs, found when the testbed was built: containerd's CRI needs
 ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE here); kubelet runs with the
 cgroupfs driver, no QoS cgroups, no node-allocatable enforcement, swap
 allowed, and ``--node-ip`` on the bridge gateway (a loopback node IP is

@@ -46,6 +46,8 @@ NOT_OURS = {
     "venv/",
     "wheel/",  # a cached Horovod build's folders (scripts/build-horovod.sh)
     "setup.py",  # Horovod's sdist
+    "horovod/runner/launch.py",  # Horovod's sources: horovodrun's flags (docs/migrating.md)
+    "horovod/runner/common/util/config_parser.py",  # ... and the HOROVOD_* variable behind each
     "vars.sh",  # Intel MPI's environment script
     "hadoop-functions.sh",  # Hadoop's
     "kubexec.sh",  # the Kubeflow MPI operator's script, written by benchmarks/bench_k8s.py
