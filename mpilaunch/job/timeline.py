@@ -189,6 +189,28 @@ def axis(total: float, scale: float) -> list[dict]:
     return ticks
 
 
+def launch_bars(phases: dict) -> list[dict]:
+    """The launch row: ``summary.time_spent``'s segments end to end, each labelled where it fits."""
+    out, at = [], 0.0
+    for label, seconds in summary.time_spent(phases):
+        cls = LAUNCH_CLASSES.get(label, "l-other")
+        out.append({"start": at, "end": at + seconds, "cls": cls, "title": f"{label}: {seconds:.2f}s", "text": label})
+        at += seconds
+    return out
+
+
+def earlier_runs(attempts: list[dict], end: float) -> dict[int, list[dict]]:
+    """rank -> its runs in the attempts before the last (``attempts[].ranks``), faded bars."""
+    out: dict[int, list[dict]] = {}
+    for a in attempts[:-1]:
+        for rank, *run in a.get("ranks") or ():
+            run += [None] * (3 - len(run))  # [started_s, ended_s, exit code]
+            bar = rank_bar(rank, tuple(run[:2]), run[2], a.get("ended_s") or end, attempt=a["attempt"])
+            if bar:
+                out.setdefault(rank, []).append(bar)
+    return out
+
+
 def model(report: dict) -> dict:
     """Everything the page draws, placed: rows of bars, bands, the axis, the legend, the summary."""
     phases = (report.get("timings") or {}).get("phases") or {}
@@ -207,13 +229,7 @@ def model(report: dict) -> dict:
     on_worker: dict[str, list[dict]] = {w: [] for w in workers}
     for r in ranks:
         on_worker.setdefault(r.get("worker") or "?", []).append(r)
-    earlier: dict[int, list[dict]] = {}
-    for a in attempts[:-1]:
-        for rank, *run in a.get("ranks") or ():
-            run += [None] * (3 - len(run))  # [started_s, ended_s, exit code]
-            bar = rank_bar(rank, tuple(run[:2]), run[2], a.get("ended_s") or end, attempt=a["attempt"])
-            if bar:
-                earlier.setdefault(rank, []).append(bar)
+    earlier = earlier_runs(attempts, end)
 
     rank_row = ROW if len(ranks) <= LARGE_JOB else RANK_ROW_LARGE
     scale = (WIDTH - LEFT - RIGHT) / end
@@ -244,24 +260,12 @@ def model(report: dict) -> dict:
         )
         y += height
 
-    at = 0.0
-    launch = []
-    for label, seconds in summary.time_spent(phases):
-        launch.append(
-            {
-                "start": at,
-                "end": at + seconds,
-                "cls": LAUNCH_CLASSES.get(label, "l-other"),
-                "title": f"{label}: {seconds:.2f}s",
-                "text": label,
-            }
-        )
-        at += seconds
+    launch = launch_bars(phases)
     if len(attempts) > 1 or "hang_found" in phases or "timed_out" in phases:
         add("marks", "", [], ROW)  # a row of its own for the bands' and lines' labels
     add("launch", "launch", launch, ROW + 4)
     first_rank_y = None
-    for w in workers:
+    for w in workers + [w for w in on_worker if w not in workers]:  # "?": a rank that never said where
         add(
             "worker",
             w,

@@ -242,3 +242,10 @@ def test_timeline_page_k8s_pod_phases_from_the_pods_status():
         for phase in pod_phases(pod):
             phases.mark_worker(times, "w", phase, float(at))
     assert times == {"w": {"created": 0.0, "scheduled": 1.0, "running": 3.0, "ready": 4.0}}
+
+
+def test_timeline_page_draws_a_rank_whose_worker_is_not_in_the_plan():
+    """kwok's exec and a rank that never said where it ran report worker "?": still one bar, under "?"."""
+    m = timeline.model(report(ranks=ranks((0, "j-worker-0", 6.0, 9.0, 0), (1, "?", 6.1, 9.0, 0))))
+    assert sorted(b["rank"] for b in bars(m, "rank")) == [0, 1]
+    assert [row["label"] for row in m["rows"] if row["kind"] == "worker"] == ["j-worker-0", "j-worker-1", "?"]
