@@ -14,59 +14,17 @@ The page model itself is tests/unit/test_timeline_page_model.py.
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import subprocess
 import sys
-from html.parser import HTMLParser
 
 import pytest
 
+from support.browser import Rects, browse, needs_chromium
 from support.helpers import REPO, mpilaunch_env, run_mpilaunch
 
 pytestmark = pytest.mark.mpi
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/test installs Debian's)")
-CONSOLE = re.compile(r":CONSOLE[:(]\d*\)?\] (.*)")
 ATTEMPTS = str(REPO / "tests/programs/attempts.py")
-
-
-class Bars(HTMLParser):
-    """The rects the browser's DOM holds, by class."""
-
-    def __init__(self):
-        super().__init__()
-        self.rects: list[dict] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "rect":
-            self.rects.append(dict(attrs))
-
-    def with_class(self, cls: str) -> list[dict]:
-        return [r for r in self.rects if cls in (r.get("class") or "").split()]
-
-
-def browse(page, tmp_path) -> tuple[str, list[str]]:
-    """(the DOM Chromium built, its console lines) of a page opened from a file."""
-    proc = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",  # root in CI; the page is our own file
-            "--disable-gpu",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout, [m.group(1) for m in map(CONSOLE.search, proc.stderr.splitlines()) if m]
 
 
 def timeline(state, name: str, page) -> subprocess.CompletedProcess:
@@ -81,9 +39,7 @@ def timeline(state, name: str, page) -> subprocess.CompletedProcess:
 
 
 def rank_bars(dom: str) -> list[dict]:
-    parser = Bars()
-    parser.feed(dom)
-    return parser.with_class("rank-bar")
+    return Rects(dom).with_class("rank-bar")
 
 
 @needs_chromium
@@ -94,7 +50,7 @@ def test_timeline_page_console_is_read(tmp_path):
         '<!DOCTYPE html><html><body><script>console.error("boom")</script>'
         '<svg><rect class="bar rank-bar" width="-1" height="2"/></svg></body></html>'
     )
-    dom, console = browse(page, tmp_path)
+    dom, console = browse(page, tmp_path / "chromium-profile")
     assert any("boom" in line for line in console), console
     assert any("negative value" in line for line in console), console
     assert len(rank_bars(dom)) == 1
@@ -125,14 +81,13 @@ def test_timeline_page_of_a_real_job_in_chromium(openmpi5, tmp_path):
     assert made.returncode == 0, made.stderr
     assert made.stdout.startswith("mpilaunch: timeline of job tl-four (") and str(page) in made.stdout
 
-    dom, console = browse(page, tmp_path)
+    dom, console = browse(page, tmp_path / "chromium-profile")
     assert console == [], console
     bars = rank_bars(dom)
     assert sorted(int(b["data-rank"]) for b in bars) == [0, 1, 2, 3], bars
     assert all("ok" in b["class"].split() and float(b["width"]) >= 1 for b in bars), bars
     assert "mpilaunch: job tl-four succeeded in" in dom  # the summary line at the top
-    parser = Bars()
-    parser.feed(dom)
+    parser = Rects(dom)
     assert len(parser.with_class("held")) == 2  # each worker's bar: ready, held until released
     [report] = [json.loads(p.read_text()) for p in (state / "runs").glob("tl-four-*/report.json")]
     assert sorted(report["timings"]["workers"]) == ["tl-four-worker-0", "tl-four-worker-1"]
@@ -172,10 +127,9 @@ def test_timeline_page_of_two_attempts_in_chromium(openmpi5, tmp_path):
     made = timeline(state, "tl-again", page)
     assert made.returncode == 0, made.stderr
 
-    dom, console = browse(page, tmp_path)
+    dom, console = browse(page, tmp_path / "chromium-profile")
     assert console == [], console
-    parser = Bars()
-    parser.feed(dom)
+    parser = Rects(dom)
     bars = parser.with_class("rank-bar")
     assert sorted(int(b["data-rank"]) for b in bars) == [0, 1, 2, 3], bars
     earlier = {int(b["data-rank"]) for b in parser.with_class("attempt-rank")}
