@@ -30,8 +30,10 @@ WIDTH = 1200  # the drawing, in pixels
 LEFT = 190  # the labels' column
 RIGHT = 20
 TOP = 34  # room for the axis' labels
-ROW = 18  # one row's height (ranks' rows, above 64 of them: RANK_ROW_LARGE)
+ROW = 18  # one row's height (ranks' rows, above 64 of them: RANK_ROW_LARGE, above 1024: RANK_ROW_HUGE)
 RANK_ROW_LARGE = 8
+RANK_ROW_HUGE = 3  # 8192 ranks: a page 25,000 pixels tall rather than 66,000
+HUGE_JOB = 1024
 BAR = 12  # a bar's height in its row
 LARGE_JOB = 64
 TEXT_PX = 6.5  # about one character's width at the page's 11px
@@ -231,14 +233,14 @@ def model(report: dict) -> dict:
         on_worker.setdefault(r.get("worker") or "?", []).append(r)
     earlier = earlier_runs(attempts, end)
 
-    rank_row = ROW if len(ranks) <= LARGE_JOB else RANK_ROW_LARGE
+    rank_row = ROW if len(ranks) <= LARGE_JOB else RANK_ROW_LARGE if len(ranks) <= HUGE_JOB else RANK_ROW_HUGE
     scale = (WIDTH - LEFT - RIGHT) / end
     rows: list[dict] = []
     y = TOP
 
     def add(kind: str, label: str, bars: list[dict], height: int, note: str = "") -> None:
         nonlocal y
-        bar_h = min(BAR, height - 2)
+        bar_h = min(BAR, max(2, height - 2))
         placed = []
         for b in bars:
             w = max(1.0, (b["end"] - b["start"]) * scale)

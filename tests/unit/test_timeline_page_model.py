@@ -249,3 +249,15 @@ def test_timeline_page_draws_a_rank_whose_worker_is_not_in_the_plan():
     m = timeline.model(report(ranks=ranks((0, "j-worker-0", 6.0, 9.0, 0), (1, "?", 6.1, 9.0, 0))))
     assert sorted(b["rank"] for b in bars(m, "rank")) == [0, 1]
     assert [row["label"] for row in m["rows"] if row["kind"] == "worker"] == ["j-worker-0", "j-worker-1", "?"]
+
+
+def test_timeline_page_of_8192_ranks_stays_drawable():
+    """1024 workers x 8 ranks: every rank still one bar, rows thinned so the page stays a page."""
+    workers = [{"name": f"w{i}"} for i in range(1024)]
+    runs = [(r, f"w{r // 8}", 6.0, 9.0, 0) for r in range(8192)]
+    m = timeline.model(report(plan={"ranks": 8192, "gpus": 0, "workers": workers}, ranks=ranks(*runs)))
+    assert len(bars(m, "rank")) == 8192
+    assert {row["h"] for row in m["rows"] if row["kind"] == "rank"} == {timeline.RANK_ROW_HUGE}
+    assert m["height"] < 1024 * timeline.ROW + 8192 * 4
+    text = timeline_page.page(m)
+    assert text.count("rank-bar") == 8192 and len(text) < 4_000_000
