@@ -168,7 +168,8 @@ def run_job(
                 if watch.fatal is not None:
                     raise watch.fatal
                 hang.update(stall.found or {})
-                if stall.found_at is not None:  # the timeline marks when the hang was declared
+                if stall.found_at is not None:  # the timeline: when the output stopped, when it was declared hung
+                    phases.mark(seen, "stalled", stall.silent_since)
                     phases.mark(seen, "hang_found", stall.found_at)
                 if stall.hung:
                     result.exit_code, result.failure = EXIT_HUNG, hung_failure(spec, stall.found)

@@ -301,9 +301,11 @@ def model(report: dict) -> dict:
                 }
             )
     hang = report.get("hang") or {}
-    if "hang_found" in phases and hang.get("stall_timeout_s"):
-        found, stall = phases["hang_found"], float(hang["stall_timeout_s"])
-        x0 = LEFT + max(0.0, found - stall) * scale
+    if "hang_found" in phases and ("stalled" in phases or hang.get("stall_timeout_s")):
+        # from when the output stopped (a record before "stalled": the stall timeout back from the verdict)
+        found = phases["hang_found"]
+        silent = phases.get("stalled", found - float(hang.get("stall_timeout_s") or 0))
+        x0 = LEFT + max(0.0, silent) * scale
         bands.append(
             {
                 "x": round(x0, 1),
@@ -313,7 +315,7 @@ def model(report: dict) -> dict:
                 "label_y": TOP + 13,
                 "cls": "hang",
                 "label": "hang",
-                "title": hang.get("verdict") or f"no output for {stall:g}s, then declared hung",
+                "title": hang.get("verdict") or f"no output for {found - silent:.1f}s, then declared hung",
             }
         )
     lines = []

@@ -261,3 +261,12 @@ def test_timeline_page_of_8192_ranks_stays_drawable():
     assert m["height"] < 1024 * timeline.ROW + 8192 * 4
     text = timeline_page.page(m)
     assert text.count("rank-bar") == 8192 and len(text) < 4_000_000
+
+
+def test_timeline_page_hang_band_starts_when_the_output_stopped():
+    """--on-stall report then --timeout: the timeout's stacks replace report.json's hang (no
+    stall_timeout_s); the "stalled" phase still says where the silence began."""
+    r = report(timings={"phases": {**PHASES, "stalled": 6.2, "hang_found": 8.0, "timed_out": 9.0}, "workers": WORKERS})
+    [hang] = timeline.model(r)["bands"]
+    assert (hang["x"], round(hang["x"] + hang["w"], 1)) == (x_of(6.2), x_of(8.0))
+    assert hang["title"] == "no output for 1.8s, then declared hung"

@@ -19,6 +19,7 @@ import sys
 
 import pytest
 
+from mpilaunch.core.exit_codes import EXIT_TIMEOUT
 from support.browser import Rects, browse, needs_chromium
 from support.helpers import REPO, mpilaunch_env, run_mpilaunch
 
@@ -136,3 +137,32 @@ def test_timeline_page_of_two_attempts_in_chromium(openmpi5, tmp_path):
     assert 1 in earlier and earlier <= {0, 1, 2, 3}, earlier  # rank 1 failed; mpirun ended the others
     assert len(parser.with_class("attempt")) == 2
     assert "attempt 1: exit 3" in dom and "attempt 2: exit 0" in dom
+
+
+@needs_chromium
+def test_timeline_page_marks_a_hang_and_the_timeout(openmpi5, tmp_path):
+    """A job that hangs (tests/programs/hang.py: rank 2 sleeps, the others wait in MPI_Allreduce),
+    reported by --stall-timeout and run on to --timeout: its page shows the hang's band, ending when it
+    was declared, and the timeout's line, and still one bar per rank (no exit seen: grey)."""
+    state, page = tmp_path / "state", tmp_path / "timeline.html"
+    proc = run_mpilaunch(
+        ["--name", "tl-hang", "--np", "4", "--slots-per-worker", "2", "--stall-timeout", "4", "--on-stall", "report",
+         "--timeout", "12", "-q", "--", sys.executable, str(REPO / "tests/programs/hang.py"), "sleep", "2"],
+        openmpi5,
+        env_extra={"MPILAUNCH_STATE_DIR": str(state)},
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == EXIT_TIMEOUT, proc.stderr[-3000:]
+    [path] = (state / "runs").glob("tl-hang-*/report.json")
+    phases = json.loads(path.read_text())["timings"]["phases"]
+    assert phases["first_rank_start"] < phases["hang_found"] < phases["timed_out"], phases
+    made = timeline(state, "tl-hang", page)
+    assert made.returncode == 0, made.stderr
+
+    dom, console = browse(page, tmp_path / "chromium-profile")
+    assert console == [], console
+    rects = Rects(dom)
+    assert sorted(int(b["data-rank"]) for b in rects.with_class("rank-bar")) == [0, 1, 2, 3]
+    [hang] = [r for r in rects.with_class("band") if "hang" in r["class"].split()]
+    assert 'class="timeout"' in dom and ">--timeout<" in dom
+    assert float(hang["width"]) > 1
