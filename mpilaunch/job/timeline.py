@@ -61,6 +61,7 @@ LEGEND = {
     "l-allocate": "launch: planning and creating the workers",
     "l-mpirun": "launch: mpirun starting, and exiting after the ranks",
     "l-wireup": "launch: wire-up (mpirun's daemons, until the first rank started)",
+    "l-run": "launch: the ranks running",
     "l-release": "launch: releasing the workers",
 }
 #: the launch row's segments (summary.ENDS' labels) and their classes
@@ -72,7 +73,7 @@ LAUNCH_CLASSES = {
     "ready": "agent",
     "mpirun": "l-mpirun",
     "wire-up": "l-wireup",
-    "run": "ok",
+    "run": "l-run",
     "mpirun exit": "l-mpirun",
     "release": "l-release",
     "until released": "l-release",

@@ -26,6 +26,7 @@ COLOURS = {
     "l-allocate": "#7f9fc6",
     "l-mpirun": "#9c7fc6",
     "l-wireup": "#c67fb5",
+    "l-run": "#6fae7c",
     "l-release": "#7fc6c0",
     "l-other": "#cccccc",
 }
