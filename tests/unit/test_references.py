@@ -52,6 +52,9 @@ NOT_OURS = {
     "hadoop-functions.sh",  # Hadoop's
     "kubexec.sh",  # the Kubeflow MPI operator's script, written by benchmarks/bench_k8s.py
     "config/components/webhook/kustomization.yaml",  # in Kueue's repository
+    "manifests/base/kubeflow.org_mpijobs.yaml",  # in mpi-operator's module source (build-mpi-operator.sh)
+    "manifests/base/cluster-role.yaml",
+    "build/base/Dockerfile",
     "train.py",
     "tf_cnn_benchmarks.py",  # a user's program in the examples
 }
