@@ -7,6 +7,7 @@ import os
 import sys
 
 from . import __version__, backends
+from .core.artifacts import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILE_BYTES, format_size, parse_size
 from .core.errors import MpilaunchError, UsageError
 from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
 from .core.orphan import DEFAULT_ORPHAN_TIMEOUT
@@ -114,6 +115,7 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         help="show only these ranks' lines on the terminal, e.g. 0 or 0-3,8 (every rank still goes to "
         "its --output-dir log; mpilaunch's own lines always show)",
     )
+    add_collect_arguments(p)
     ctl.add_argument(
         "--dry-run",
         action="store_true",
@@ -143,6 +145,40 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     ps.add_argument("-o", "--output")
     ps.add_argument("-s", "--script")
     return p
+
+
+def add_collect_arguments(p: argparse.ArgumentParser) -> None:
+    """--collect and --timeline: files out of the workers (job/artifacts.py)."""
+    group = p.add_argument_group("artifacts")
+    group.add_argument(
+        "--collect",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="after the ranks end (also when they failed, timed out or hung), copy the files matching GLOB "
+        "(relative to the ranks' working directory, or absolute) from each worker into --output-dir "
+        "(else the job's record) under files/WORKER/ (repeatable)",
+    )
+    group.add_argument(
+        "--collect-max",
+        type=lambda text: parse_size("--collect-max", text),
+        default="1G",  # a string: argparse passes it through type, and --help shows it as typed
+        metavar="SIZE",
+        help=f"bring back at most SIZE in all, e.g. 1G (default {format_size(DEFAULT_MAX_BYTES)})",
+    )
+    group.add_argument(
+        "--collect-max-file",
+        type=lambda text: parse_size("--collect-max-file", text),
+        default="512M",
+        metavar="SIZE",
+        help=f"skip a file bigger than SIZE (default {format_size(DEFAULT_MAX_FILE_BYTES)})",
+    )
+    group.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="Horovod's timeline: HOROVOD_TIMELINE=FILE for the ranks (a path in the workers), and the file "
+        "brought back as --collect does (horovodrun --timeline-filename)",
+    )
 
 
 class BackendGroup:
@@ -224,6 +260,10 @@ def spec_from_args(args, command: list[str]) -> JobSpec:
         orphan_timeout=args.orphan_timeout,
         output_dir=args.output_dir,
         output_ranks=None if args.output_ranks is None else parse_rank_list(args.output_ranks),
+        collect=tuple(args.collect),
+        collect_max_bytes=args.collect_max,
+        collect_max_file_bytes=args.collect_max_file,
+        timeline=args.timeline,
         dry_run=args.dry_run,
         bind_gpus=args.bind_gpus,
         hostfile=args.hostfile,

@@ -4,7 +4,7 @@ back-pressure both ways. Mixed into :class:`.core.Agent`."""
 import os
 import selectors
 
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.wire import protocol as P
 
 from .constants import OUT_HIGH_WATER
 

@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from . import mpi
+from . import artifacts, mpi
 from .errors import UsageError
 from .orphan import DEFAULT_ORPHAN_TIMEOUT, MIN_ORPHAN_TIMEOUT
 
@@ -129,6 +129,14 @@ class JobSpec:
     # --output-ranks: the ranks whose lines this terminal shows (rank_filter.py; None: every rank);
     # a detached job has no terminal of this mpilaunch to filter
     output_ranks: tuple[int, ...] | None = option(detached=REFUSED, flag="--output-ranks")
+    # --collect GLOB: files out of the workers after the ranks end, into --output-dir or the record
+    # (job/artifacts.py), by the mpilaunch that stays to the end: a detached job's launcher has
+    # nowhere `mpilaunch logs`/`wait` could fetch them from
+    collect: tuple[str, ...] = option((), detached=REFUSED, flag="--collect")
+    collect_max_bytes: int = option(artifacts.DEFAULT_MAX_BYTES, detached=REFUSED, flag="--collect-max")
+    collect_max_file_bytes: int = option(artifacts.DEFAULT_MAX_FILE_BYTES, detached=REFUSED, flag="--collect-max-file")
+    # --timeline FILE: HOROVOD_TIMELINE=FILE for the ranks (added to env), and the file collected
+    timeline: str | None = option(detached=REFUSED, flag="--timeline")
     dry_run: bool = option(False, detached=REFUSED, flag="--dry-run")
     bind_gpus: bool = option(False, detached=CARRIED)
     hostfile: str | None = option(detached=SUBMITTING)
@@ -182,6 +190,7 @@ class JobSpec:
             )
         self._check_sizes()
         self._check_output_ranks()
+        self._check_collect()
         self._check_detach()
         self._check_retries()
         if self.name is not None and not _NAME_RE.fullmatch(self.name):
@@ -218,6 +227,33 @@ class JobSpec:
                 "--output-ranks filters the ranks of mpirun jobs; PS tasks are not ranks",
                 "drop --output-ranks (each PS task's lines carry its task name)",
             )
+
+    def _check_collect(self) -> None:
+        artifacts.check_globs(self.collect)
+        for flag, value in (
+            ("--collect-max", self.collect_max_bytes),
+            ("--collect-max-file", self.collect_max_file_bytes),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise UsageError(f"{flag} must be at least 1 byte, got {value!r}", f"e.g. {flag} 1G")
+        if self.timeline is None:
+            return
+        if not self.timeline or "\0" in self.timeline or "\n" in self.timeline:
+            raise UsageError(
+                f"--timeline takes a file's path in the workers, got {self.timeline!r}",
+                "e.g. --timeline timeline.json (relative to the ranks' working directory)",
+            )
+        if self.mode == "ps":
+            raise UsageError("--timeline is Horovod's timeline of mpirun jobs; PS jobs have none", "drop --timeline")
+        wanted = f"{artifacts.TIMELINE_ENV}={self.timeline}"
+        given = [item for item in self.env if item.split("=", 1)[0] == artifacts.TIMELINE_ENV]
+        if given and given != [wanted]:
+            raise UsageError(
+                f"--timeline {self.timeline} and -x {given[0]} both set {artifacts.TIMELINE_ENV}",
+                "drop one of them (--timeline also brings the file back)",
+            )
+        if not given:  # the ranks get it as -x would give it, on every backend and launcher
+            object.__setattr__(self, "env", tuple(self.env) + (wanted,))
 
     def _check_detach(self) -> None:
         if not self.detach:

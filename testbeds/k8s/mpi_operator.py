@@ -148,7 +148,7 @@ class MpiOperator:
         """Kill the controller, and any other of this testbed's (an attached ``up`` started
         it): KubeCluster.stop() would get them too, by their marker. The CRD, MPIJobs and
         their pods stay."""
-        from .cluster import _kill_all, marked_pids
+        from .binaries import kill_all, marked_pids
 
         c = self.cluster
         c.kill_component(COMPONENT)
@@ -158,7 +158,7 @@ class MpiOperator:
             except OSError:
                 continue
             if Path(os.fsdecode(argv0)).name.startswith("mpi-operator-"):
-                _kill_all([pid], None, timeout=10.0)
+                kill_all([pid], None, timeout=10.0)
 
 
 # -------------------------------------------------------------- manifests
@@ -228,7 +228,7 @@ def mpijob(
 
 
 def real_node_placement() -> dict:
-    from .node import REAL_KEY
+    from .node_config import REAL_KEY
 
     return {
         "nodeSelector": {REAL_KEY: "true"},

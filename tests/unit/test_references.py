@@ -3,7 +3,7 @@
 Read: docs/, README.md, ARCHITECTURE.md and BENCHMARKS.md whole, and the comments
 and docstrings of mpilaunch/, testbeds/, scripts/, tests/ and benchmarks/. A
 reference is
-- a module path, `mpilaunch.backends.k8s.reaper` (or `testbeds.k8s.cluster`),
+- a module path, `mpilaunch.backends.k8s.in_cluster.reaper` (or `testbeds.k8s.cluster`),
   optionally ending in one name the module defines (`mpilaunch.core.spec.JobSpec`);
 - a Sphinx `:mod:` role, relative ones (`:mod:`.manifests``) resolved against
   the package of the module they are written in;

@@ -72,7 +72,7 @@ def test_a_stale_api_server_route_left_by_a_killed_run_is_replaced(real):
     refused" from kubernetes.default (one CI run lost all real-pod tests so).
     The node's start removes such rules: pods reach the API server again."""
     from testbeds.k8s.network import SERVICE_IP
-    from testbeds.k8s.node import dnat_rule
+    from testbeds.k8s.node_config import dnat_rule
     from testbeds.ports import free_port
 
     node = real.cluster.node
@@ -101,7 +101,7 @@ IMAGE_MPIS = {
 
 # The MPICH case hung in about 1 of 3 full runs, for two causes seen:
 # - hydra's proxies could not yet resolve the launcher's name, and hydra then
-#   waited forever (fixed: backends/k8s/launcher.py, wait_own_name; 16 of 16 after);
+#   waited forever (fixed: backends/k8s/in_cluster/launcher.py, wait_own_name; 16 of 16 after);
 # - every rank finished its allreduce and printed, then no rank's exit status
 #   came and mpiexec never ended. Caught live (2026-11-24, 1 run in 8-20,
 #   `-verbose` and /proc of every pod): the ranks of one pod wait in
