@@ -43,7 +43,8 @@ def test_run_summary_detached_k8s_wait_prints_what_the_launcher_posted(kube, k8s
         assert submitted.returncode == 0, err[-3000:]
         pod = wait_for(lambda: launcher_pod(kube, job), 120, "the launcher pod")
         ran = subprocess.run(
-            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launcher_files(kube, job, tmp_path))],
+            # the launcher pod's own command (python3 -m MODULE LAUNCH_JSON), with this machine's python
+            [sys.executable, *pod["spec"]["containers"][0]["command"][1:3], str(launcher_files(kube, job, tmp_path))],
             cwd=REPO,
             env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "sa"),
             capture_output=True,
