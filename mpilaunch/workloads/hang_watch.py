@@ -109,6 +109,8 @@ class StallWatch(SamplingWatch):
         super().__init__("stall-watch", bool(stall_s))
         self.run, self.workload, self.stall_s, self.stop = run, workload, stall_s, stop
         self.found: dict | None = None  # report.json's hang and stacks, once hung
+        self.found_at: float | None = None  # when the hang was declared (time.monotonic(): timings.phases)
+        self.silent_since: float | None = None  # when the output it declared hung on stopped (likewise)
         self.hung = False  # and stopped for it
 
     def _last_output(self) -> float:
@@ -138,6 +140,7 @@ class StallWatch(SamplingWatch):
             self._done.wait(max(0.0, interval - (time.monotonic() - now)))
 
     def _declare(self, diagnosis: verdict.Diagnosis, seconds: float) -> None:
+        self.found_at, self.silent_since = time.monotonic(), self._last_output()
         self.found = publish(self.run, diagnosis, seconds)
         self.found["hang"]["stall_timeout_s"] = self.stall_s
         if self.stop and not self._done.is_set():
