@@ -7,20 +7,15 @@ import os
 import sys
 
 from . import __version__, backends
+from .core import declared
 from .core.errors import MpilaunchError, UsageError
-from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK
-from .core.orphan import DEFAULT_ORPHAN_TIMEOUT
-from .core.rank_filter import parse_rank_list
-from .core.spec import LAUNCHERS, ON_STALL, JobSpec, PsOptions, check_duration, mpi_choices
+from .core.exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from .core.spec import BACKEND_AND_MPI, JOB_CONTROL, PS_GROUP, SIZING, JobSpec, check_duration, default_backend
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(message, f"see '{self.prog} --help'")
-
-
-def default_backend() -> str:
-    return os.environ.get("MPILAUNCH_BACKEND", "local")
 
 
 def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
@@ -34,114 +29,14 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         epilog=f"other commands: {', '.join(name for name in SUBCOMMANDS if name != 'run')} ({prog} COMMAND --help)",
     )
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
-    size = p.add_argument_group("sizing")
-    size.add_argument("--gpus", type=int, help="total GPUs = MPI ranks, one rank per GPU")
-    size.add_argument("--gpus-per-node", type=int, help="GPUs per worker (default: discovered, else 8)")
-    size.add_argument("--np", type=int, help="ranks for CPU-only jobs")
-    size.add_argument("--slots-per-worker", type=int, help="spread --np ranks over ceil(N/S) workers")
-    size.add_argument(
-        "--hostfile", help="local and ssh backends: take worker names and slots (ssh: the hosts) from this hostfile"
-    )
-    size.add_argument(
-        "--bind-gpus",
-        action="store_true",
-        help="each rank sees only its own GPU (off: Horovod picks local_rank itself)",
-    )
-
-    run = p.add_argument_group("backend and MPI")
-    run.add_argument(
-        "--backend",
-        default=default_backend(),
-        help=f"one of {', '.join(backend_names)} (default: local or $MPILAUNCH_BACKEND)",
-    )
-    run.add_argument("--mpi", default="auto", help=f"one of {', '.join(mpi_choices())}")
-    run.add_argument("--mpirun", help="path of the mpirun to use")
-    run.add_argument(
-        "-x",
-        dest="env",
-        action="append",
-        default=[],
-        metavar="NAME[=VALUE]",
-        help="export a variable to every rank (repeatable)",
-    )
-    run.add_argument("--mpi-args", default="", help="extra arguments for mpirun, as one string")
-    run.add_argument("--launcher", default="auto", help=f"where mpirun runs: one of {', '.join(LAUNCHERS)}")
-
-    ctl = p.add_argument_group("job control")
-    ctl.add_argument("--name", help="job name (default: generated)")
-    ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
-    ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
-    ctl.add_argument(
-        "--stall-timeout",
-        type=float,
-        metavar="SEC",
-        help="declare the job hung when no rank printed anything and every rank's stacks stayed the "
-        "same this long: the verdict names the rank(s) holding it up",
-    )
-    ctl.add_argument(
-        "--on-stall",
-        choices=ON_STALL,
-        default="stop",
-        help=f"a hung job: stop it (exit {EXIT_HUNG}, default) or report it and let it run on",
-    )
-    ctl.add_argument(
-        "--orphan-timeout",
-        type=float,
-        default=DEFAULT_ORPHAN_TIMEOUT,
-        metavar="SEC",
-        help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
-        f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})",
-    )
-    ctl.add_argument(
-        "--detach",
-        action="store_true",
-        help="submit, print the job's name and how to follow it, and exit 0 (cluster backends)",
-    )
-    ctl.add_argument(
-        "--retries",
-        type=int,
-        default=0,
-        metavar="N",
-        help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times",
-    )
-    ctl.add_argument(
-        "--retry-rank-failures", action="store_true", help="with --retries: relaunch after a rank failure too"
-    )
-    ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
-    ctl.add_argument(
-        "--output-ranks",
-        metavar="LIST",
-        help="show only these ranks' lines on the terminal, e.g. 0 or 0-3,8 (every rank still goes to "
-        "its --output-dir log; mpilaunch's own lines always show)",
-    )
-    ctl.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the plan, hostfile, mpirun command and environment; create nothing",
-    )
-    ctl.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip the placement check (every rank on its planned worker, np ranks in all)",
-    )
-    ctl.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-
-    # each backend's own options (backends/<name>/options.py), in a group of its own
-    for name in backend_names:
-        backends.options_class(name).add_arguments(BackendGroup(p, p.add_argument_group(f"--backend {name}"), name))
-
-    ps = p.add_argument_group("parameter-server mode")
-    ps.add_argument("--mode", help="allreduce (default) or ps (implied by -r and the other options of this group)")
-    ps.add_argument("--ps", type=int, default=0)
-    ps.add_argument("--workers", type=int, default=0)
-    ps.add_argument("--chief", action="store_true")
-    ps.add_argument("--evaluator", action="store_true")
-    ps.add_argument("--tensorboard", action="store_true")
-    ps.add_argument("-r", "--cluster-requirement", dest="requirement", help='YARN-DTF form, e.g. "ps:2,worker:4"')
-    ps.add_argument("-i", "--input")
-    ps.add_argument("-o", "--output")
-    ps.add_argument("-s", "--script")
+    # every option is declared once, on its field (core/spec.py; backends/<name>/options.py)
+    groups = {title: p.add_argument_group(title) for title in (SIZING, BACKEND_AND_MPI, JOB_CONTROL)}
+    backend_groups = {name: BackendGroup(p, p.add_argument_group(f"--backend {name}"), name) for name in backend_names}
+    groups[PS_GROUP] = p.add_argument_group(PS_GROUP)
+    declared.add_arguments(JobSpec, groups, context={"backends": backend_names})
+    groups[JOB_CONTROL].add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    for name, group in backend_groups.items():
+        backends.options_class(name).add_arguments(group)
     return p
 
 
@@ -189,74 +84,10 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def split_mpi_args(text: str) -> tuple[str, ...]:
-    """--mpi-args "...": split like a shell would; an unbalanced quote is bad input, not a traceback."""
-    import shlex
-
-    try:
-        return tuple(shlex.split(text))
-    except ValueError as e:  # "No closing quotation", "No escaped character"
-        raise UsageError(
-            f"cannot split --mpi-args {text!r}: {str(e)[:1].lower()}{str(e)[1:]}",
-            "quote --mpi-args as one shell word and balance the quotes inside it, "
-            "e.g. --mpi-args '--mca btl \"tcp,self\"'",
-        ) from None
-
-
 def spec_from_args(args, command: list[str]) -> JobSpec:
-    return JobSpec(
-        command=tuple(command),
-        gpus=args.gpus,
-        gpus_per_node=args.gpus_per_node,
-        np=args.np,
-        slots_per_worker=args.slots_per_worker,
-        backend=args.backend,
-        mpi=args.mpi,
-        mpirun=args.mpirun,
-        env=tuple(args.env),
-        mpi_args=split_mpi_args(args.mpi_args),
-        launcher=args.launcher,
-        name=args.name,
-        start_timeout=args.start_timeout,
-        timeout=args.timeout,
-        stall_timeout=args.stall_timeout,
-        on_stall=args.on_stall,
-        orphan_timeout=args.orphan_timeout,
-        output_dir=args.output_dir,
-        output_ranks=None if args.output_ranks is None else parse_rank_list(args.output_ranks),
-        dry_run=args.dry_run,
-        bind_gpus=args.bind_gpus,
-        hostfile=args.hostfile,
-        verify=args.verify,
-        retries=args.retries,
-        detach=args.detach,
-        retry_rank_failures=args.retry_rank_failures,
-        mode=args.mode
-        or (
-            "ps"
-            if (
-                args.requirement is not None
-                or args.ps
-                or args.workers
-                or args.chief
-                or args.evaluator
-                or args.tensorboard
-            )
-            else "allreduce"
-        ),
-        backend_options=backends.options_class(args.backend).from_args(args),
-        ps=PsOptions(
-            ps=args.ps,
-            workers=args.workers,
-            chief=args.chief,
-            evaluator=args.evaluator,
-            tensorboard=args.tensorboard,
-            input_path=args.input,
-            output_path=args.output,
-            script=args.script,
-            requirement=args.requirement,
-        ),
-    )
+    """The spec from the parsed arguments: each field from the option of its name (core/declared.py)."""
+    options = backends.options_class(args.backend).from_args(args)
+    return declared.from_args(JobSpec, args, command=tuple(command), backend_options=options)
 
 
 # Options whose value is often itself an option: `--mpi-args "--mca btl tcp,self"`.
