@@ -7,7 +7,7 @@ import os
 import sys
 
 from . import __version__, backends
-from .core import declared
+from .core import declared, env_names
 from .core.errors import MpilaunchError, UsageError
 from .core.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from .core.spec import BACKEND_AND_MPI, JOB_CONTROL, PS_GROUP, SIZING, JobSpec, check_duration, default_backend
@@ -145,7 +145,7 @@ def check_default_backend(args: argparse.Namespace, options: list[str]) -> None:
     would instead run every "host" as a worker process on this machine, all 128 ranks of a
     cluster's hostfile on one laptop, without a word. Naming --backend local (or setting
     $MPILAUNCH_BACKEND) keeps local workers named and sized after a hostfile."""
-    if not args.hostfile or args.backend != "local" or os.environ.get("MPILAUNCH_BACKEND"):
+    if not args.hostfile or args.backend != "local" or os.environ.get(env_names.BACKEND):
         return
     given = _Parser(add_help=False)
     given.add_argument("--backend")

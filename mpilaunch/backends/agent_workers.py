@@ -12,6 +12,7 @@ import os
 import signal
 from pathlib import Path
 
+from ..core import env_names
 from .credential import new_credential
 
 # What the daemons need from the launcher's environment to find the same MPI
@@ -19,7 +20,7 @@ from .credential import new_credential
 # backend's processes; ssh hosts on a shared filesystem, the HPC norm).
 FORWARD_ENV = (
     "PATH",
-    "MPILAUNCH_WORKER_PATH",
+    env_names.WORKER_PATH,
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
     "VIRTUAL_ENV",

@@ -137,7 +137,7 @@ class BaseBackend(ABC):
     # agents): the launch's, without the settings inherited.py leaves out. Set
     # by the workload before ``allocate``; None: this process's environment.
     launch_environ: dict | None = None
-    # The launch's token for the rank wrappers' lines (rank_lines.TOKEN_ENV), set by the mpirun workload
+    # The launch's token for the rank wrappers' lines (env_names.STATUS_TOKEN), set by the mpirun workload
     # before ``allocate``: a launcher in the cluster gets it in its launch description.
     status_token: str | None = None
     # Whether each worker must be a host of its own name, set by the mpirun workload before

@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from . import mpi
+from . import env_names, mpi
 from .declared import CARRIED, REFUSED, RESOLVED, SUBMITTING, detached_kind, field_default, from_args, option
 from .errors import UsageError
 from .exit_codes import EXIT_HUNG
@@ -159,7 +159,7 @@ def _mode(value, args) -> str:
 def default_backend() -> str:
     import os
 
-    return os.environ.get("MPILAUNCH_BACKEND", "local")
+    return os.environ.get(env_names.BACKEND, "local")
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class JobSpec:
         parser_default=default_backend,
         group=BACKEND_AND_MPI,
         detached=SUBMITTING,
-        help=lambda context: f"one of {', '.join(context['backends'])} (default: local or $MPILAUNCH_BACKEND)",
+        help=lambda context: f"one of {', '.join(context['backends'])} (default: local or ${env_names.BACKEND})",
     )
     mpi: str = option(
         "auto",

@@ -20,8 +20,10 @@ from __future__ import annotations
 import os
 import sys
 
+from ..core import env_names
+
 PROG = "mpilaunch-rsh"
-CONTEXT_ENV = "MPILAUNCH_CONTEXT"
+CONTEXT_ENV = env_names.CONTEXT
 # Run on the worker before the daemon command: the worker's PATH as it is
 # before Open MPI's implied --prefix puts mpirun's bin directory ahead of it
 # (the daemon command starts with "PATH=<prefix>/bin:$PATH"). The rank
@@ -29,9 +31,9 @@ CONTEXT_ENV = "MPILAUNCH_CONTEXT"
 # when the launcher sent one (local/YARN agents get this machine's PATH
 # from before mpirun; mpi.WORKER_PATH_ENV).
 CAPTURE_WORKER_PATH = (
-    ': "${MPILAUNCH_WORKER_PATH:=$PATH}"; export MPILAUNCH_WORKER_PATH; '
+    f': "${{{env_names.WORKER_PATH}:=$PATH}}"; export {env_names.WORKER_PATH}; '
     # and its directory, for a rank whose mpirun's is not there (rank --worker-cwd)
-    'MPILAUNCH_WORKER_CWD="$PWD"; export MPILAUNCH_WORKER_CWD; '
+    f'{env_names.WORKER_CWD}="$PWD"; export {env_names.WORKER_CWD}; '
 )
 
 

@@ -62,7 +62,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ...core import mpi, phases
+from ...core import env_names, mpi, phases
 from ...core.errors import AllocationError, UsageError
 from ...core.exit_codes import EXIT_FAILED
 from .. import rendezvous
@@ -75,7 +75,6 @@ from .admission import WORKLOADS, AdmissionReader
 from .api import Api, ApiError, ApiOutage, creation_hint, resolve_with_tokens
 from .credentials import refused
 from .follow import follow_log
-from .launch import PYTHON_ENV
 from .options import K8sOptions
 from .pod_events import waiter
 from .pods import (
@@ -105,7 +104,7 @@ SETTLE_AFTER_READY_S = 2.5
 
 
 def use_relay() -> bool:
-    return os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0"
+    return os.environ.get(env_names.K8S_RELAY, "1") != "0"
 
 
 # The order the job's objects are created in, after the root that owns them: each stage's
@@ -502,7 +501,7 @@ class K8sBackend(
         return context
 
     def rank_prefix(self) -> list[str]:
-        return tools.rank_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+        return tools.rank_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
     def report_hang(self, verdict: str) -> None:
         """The verdict as an Event on the launcher pod (worker 0's with --launcher local)."""
@@ -512,7 +511,7 @@ class K8sBackend(
         hang_event.post(self.api, self.namespace, pod, verdict)
 
     def task_starter_prefix(self) -> list[str]:
-        return tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+        return tools.task_starter_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.pod_rendezvous(worker, self.plan.job_name)

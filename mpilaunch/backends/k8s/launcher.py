@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...core import mpi
+from ...core import env_names, mpi
 from ...core.errors import MpilaunchError, UsageError
 from ...core.exit_codes import EXIT_FAILED, EXIT_USAGE
 from ...core.result import JobResult
@@ -179,7 +179,7 @@ class ReadyPods(BaseBackend):
         context = exec_api_context(
             self.creds, [w.name for w in self.plan.workers], self.launch.cluster.get("container", WORKER_CONTAINER)
         )
-        if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
+        if os.environ.get(env_names.K8S_RELAY, "1") != "0":
             self.relay, context["relay"] = relay.start(dict(context), self.rundir)
         return context
 
@@ -201,7 +201,7 @@ class ReadyPods(BaseBackend):
         return lost
 
     def rank_prefix(self) -> list[str]:
-        python = os.environ.get("MPILAUNCH_K8S_PYTHON")
+        python = os.environ.get(env_names.K8S_PYTHON)
         if python:  # the tests' stand-in for a pod's python3 (kwok runs pods' commands here)
             return [python, "-m", "mpilaunch.rank"]
         return list(self.launch.rank_prefix)
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         workload.token = launch.status_token or workload.token  # the submitting side's
         environ = dict(os.environ)
         # a relaunch (--retries): the submitting side made this Job for attempt N
-        workload.bind(backend, rundir, environ, attempt=int(environ.get("MPILAUNCH_ATTEMPT", "1")))
+        workload.bind(backend, rundir, environ, attempt=int(environ.get(env_names.ATTEMPT, "1")))
         result = run_job(
             spec, workload, backend, rundir, None, stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True
         )
