@@ -2,7 +2,7 @@
 
 The job's agent credential (one file, readable by its owner only; the shims
 and agents read it by path; a MAC secret and the job's TLS certificate and
-key, ``credential.py``), the launch's environment their daemons get where
+key, ``agent_credential.py``), the launch's environment their daemons get where
 the workers run this machine's software, and how an agent's process ended.
 """
 
@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 from ..core import env_names
-from .credential import new_credential
+from .agent_credential import new_credential
 
 # What the daemons need from the launcher's environment to find the same MPI
 # and Python: this machine's, on workers that share its software (the local

@@ -48,8 +48,8 @@ _SSH_OPTS_WITH_VALUE = set("bcDEeFIiJLlmOopQRSWwB")
 _SSH_NO_STDIN = "n"
 
 
-class UsageError(Exception):
-    pass
+class ArgvError(Exception):
+    """mpirun gave the shim arguments it cannot read (not core.errors.UsageError: the shim's own)."""
 
 
 def parse_argv(argv):
@@ -70,7 +70,7 @@ def parse_argv(argv):
                 if j + 1 == len(arg):  # value is the next argument
                     i += 1
                     if i >= len(argv):
-                        raise UsageError(f"option -{opt} needs a value")
+                        raise ArgvError(f"option -{opt} needs a value")
                 break
             if opt == _SSH_NO_STDIN:
                 no_stdin = True
@@ -78,7 +78,7 @@ def parse_argv(argv):
         i += 1
     rest = argv[i:]
     if len(rest) < 2:
-        raise UsageError("usage: mpilaunch-rsh [options] HOST COMMAND...")
+        raise ArgvError("usage: mpilaunch-rsh [options] HOST COMMAND...")
     host = rest[0].rpartition("@")[2]  # ssh's user@host
     return host, " ".join(rest[1:]), no_stdin
 
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         host, command, no_stdin = parse_argv(argv)
-    except UsageError as exc:
+    except ArgvError as exc:
         return _error(str(exc))
     path = os.environ.get(CONTEXT_ENV)
     if not path:

@@ -66,9 +66,9 @@ from ...core import env_names, mpi, phases
 from ...core.errors import AllocationError, UsageError
 from ...core.exit_codes import EXIT_FAILED
 from .. import rendezvous
+from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from ..credential import new_credential
 from ..protocols import ClusterLauncher, ManagesJobs, ReachesJobsByName, RemoteHosts, ReplacesWorkers, ReportsHangs
 from . import launch, manage, manifests, orphan, pod_template, replace, tools
 from .admission import WORKLOADS, AdmissionReader
