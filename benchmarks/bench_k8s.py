@@ -107,7 +107,7 @@ def fanout(
     cpu0 = cpu_children()
     relay = None
     if relay_context is not None:
-        from mpilaunch.backends.k8s import relay as k8s_relay
+        from mpilaunch.backends.k8s.exec_path import relay as k8s_relay
 
         # started before the clock (job set-up, once per job), its CPU counted
         relay, path = k8s_relay.start(relay_context, work)
@@ -128,7 +128,7 @@ def fanout(
     results = [(p.communicate(timeout=600), p.returncode) for p in procs]
     wall = time.monotonic() - t0
     if relay is not None:
-        from mpilaunch.backends.k8s import relay as k8s_relay
+        from mpilaunch.backends.k8s.exec_path import relay as k8s_relay
 
         k8s_relay.stop(relay)
     cpu = cpu_children() - cpu0
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
         # (b) full mpirun launches
         info = mpi.find_mpirun("auto", None, env.get("PATH"))
         floor_agent = write_sh_agent(work)
-        from mpilaunch.backends.k8s import relay as k8s_relay
+        from mpilaunch.backends.k8s.exec_path import relay as k8s_relay
 
         relay, relay_path = k8s_relay.start(context, work)
         (work / "context-relay.json").write_text(json.dumps({**context, "relay": relay_path}))

@@ -33,7 +33,7 @@ Also, unless --skip-alone:
                   (TLS, as every job's) and running ``sleep``, sampled the same way
   imports         RSS/USS of a fresh interpreter after importing the local CLI
                   (``mpilaunch.cli``) and the launcher pod's entry point
-                  (``mpilaunch.backends.k8s.launcher``)
+                  (``mpilaunch.backends.k8s.in_cluster.launcher``)
 
 "Estimated charge": the shims' USS, the pages they share counted once, the mpilaunch and mpirun
 RSS and the page tables: what a memory cgroup holding just these processes (the launcher pod) is
@@ -427,7 +427,9 @@ def main() -> int:
     if not args.skip_alone:
         extras["shim_alone"] = shim_alone(args.sleep, args.interval)
         print(f"one shim alone: {extras['shim_alone']}", file=sys.stderr, flush=True)
-        extras["imports"] = {m: import_footprint(m) for m in ("mpilaunch.cli", "mpilaunch.backends.k8s.launcher")}
+        extras["imports"] = {
+            m: import_footprint(m) for m in ("mpilaunch.cli", "mpilaunch.backends.k8s.in_cluster.launcher")
+        }
         print(f"imports: {extras['imports']}", file=sys.stderr, flush=True)
 
     rows = []

@@ -142,7 +142,7 @@ def mpilaunch_run(cluster, image: str, n: int, job: str, launcher: str, tools: s
 
 def baseline_pods(job: str, image: str, n: int) -> list[dict]:
     """The same pod as mpilaunch's worker template, less its labels and DNS settings."""
-    from testbeds.k8s.node import REAL_KEY
+    from testbeds.k8s.node_config import REAL_KEY
 
     return [
         {

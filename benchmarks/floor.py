@@ -51,7 +51,7 @@ def floor_command(
     name: str = "floor",
 ) -> mpi.MpirunCommand:
     """The floor's mpirun: mpilaunch's flags (``build_mpirun``, and for Open MPI the
-    ``tune_launch`` that ``workloads.mpirun.build_launch`` applies), ``extra_args`` as
+    ``tune_launch`` that ``workloads.mpirun_command.build_launch`` applies), ``extra_args`` as
     ``--mpi-args`` would give them, hosts named ``<name>-worker-<i>`` like local workers."""
     hosts = [(f"{name}-worker-{i}", slots) for i in range(workers)]
     hf = directory / "floor-hostfile"

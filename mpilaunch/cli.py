@@ -10,7 +10,16 @@ from . import __version__, backends
 from .core import declared, env_names
 from .core.errors import MpilaunchError, UsageError
 from .core.exit_codes import EXIT_INTERRUPTED, EXIT_OK
-from .core.spec import BACKEND_AND_MPI, JOB_CONTROL, PS_GROUP, SIZING, JobSpec, check_duration, default_backend
+from .core.spec import (
+    ARTIFACTS,
+    BACKEND_AND_MPI,
+    JOB_CONTROL,
+    PS_GROUP,
+    SIZING,
+    JobSpec,
+    check_duration,
+    default_backend,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,7 +39,7 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
     )
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
     # every option is declared once, on its field (core/spec.py; backends/<name>/options.py)
-    groups = {title: p.add_argument_group(title) for title in (SIZING, BACKEND_AND_MPI, JOB_CONTROL)}
+    groups = {title: p.add_argument_group(title) for title in (SIZING, BACKEND_AND_MPI, JOB_CONTROL, ARTIFACTS)}
     backend_groups = {name: BackendGroup(p, p.add_argument_group(f"--backend {name}"), name) for name in backend_names}
     groups[PS_GROUP] = p.add_argument_group(PS_GROUP)
     declared.add_arguments(JobSpec, groups, context={"backends": backend_names})

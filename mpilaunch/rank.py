@@ -148,6 +148,13 @@ def _read(path: str) -> str:
         return ""
 
 
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under us: the start line says nothing of it
+        return None
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bind = False
@@ -176,7 +183,7 @@ def main(argv=None) -> int:
     rank = first_env(RANK_VARS, env) or "?"
     worker = env.get(env_names.WORKER, "?")
     program = rank_env.resolve_program(command[0], env.get("PATH", "")) if command else None
-    print(format_start(env, rank_env.reported_program(program, env), token), file=sys.stderr, flush=True)
+    print(format_start(env, rank_env.reported_program(program, env), token, _cwd()), file=sys.stderr, flush=True)
     changed = rank_env.changed_forwarded(env)
     if changed:
         print(format_env(rank, worker, changed, token), file=sys.stderr, flush=True)

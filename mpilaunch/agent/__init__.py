@@ -1,9 +1,9 @@
 """``mpilaunch agent``: the exec agent that runs inside each worker.
 
 It replaces sshd for ``mpilaunch-rsh``: it listens on TCP, speaks TLS with
-the job's certificate (``rsh_agent/tls.py``), authenticates each connection
+the job's certificate (``wire/tls.py``), authenticates each connection
 with the job secret and every frame after that with a key of the session
-(``rsh_agent/protocol.py``), runs ``/bin/sh -c CMD`` in a fresh session and
+(``wire/protocol.py``), runs ``/bin/sh -c CMD`` in a fresh session and
 streams its stdio back.
 
 Why it looks the way it does:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from mpilaunch.job.rundir import write_owner
-from mpilaunch.rsh_agent import protocol as P
-from mpilaunch.rsh_agent import tls
+from mpilaunch.wire import protocol as P
+from mpilaunch.wire import tls
 
 from ..core import env_names
 from ..core.exit_codes import EXIT_USAGE
@@ -90,7 +90,7 @@ def build_parser():
 
 
 def _load_secret(args) -> bytes:
-    """The job's credential line (``rsh_agent/tls.py``): its MAC secret, and its certificate and key if it has them."""
+    """The job's credential line (``wire/tls.py``): its MAC secret, and its certificate and key if it has them."""
     if args.secret_stdin:
         line = sys.stdin.buffer.readline()
         secret = line.strip()
@@ -107,7 +107,7 @@ def _credential(line: bytes):
     credential = tls.parse_credential(line)
     if not credential.tls:
         return credential.mac_key, None
-    from mpilaunch.rsh_agent import tls_session
+    from mpilaunch.wire import tls_session
 
     try:
         return credential.mac_key, tls_session.server_context(credential.cert, credential.key)

@@ -7,8 +7,8 @@ import signal
 import socket
 import time
 
-from mpilaunch.rsh_agent import protocol as P
-from mpilaunch.rsh_agent import tls
+from mpilaunch.wire import protocol as P
+from mpilaunch.wire import tls
 
 from .constants import CLOSE_LINGER, OUT_LOW_WATER, STDIN_HIGH_WATER
 from .handshake_limits import peer_credentials, peer_key
@@ -126,7 +126,7 @@ class ConnectionsMixin:
         return f"pid {pid}", f"uid {uid}"
 
     def _tls_link(self):
-        from mpilaunch.rsh_agent.tls_session import Tls
+        from mpilaunch.wire.tls_session import Tls
 
         return Tls(self.tls_context, True)
 

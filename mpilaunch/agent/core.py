@@ -47,7 +47,7 @@ class Agent(ConnectionsMixin, PipesMixin, SupervisionMixin):
     ):
         self.name = name
         self.secret = secret  # the MAC secret (the credential's first part)
-        # rsh_agent.tls.server_context of the job's certificate: every connection is TLS first;
+        # wire.tls.server_context of the job's certificate: every connection is TLS first;
         # None: none is (a credential without a certificate)
         self.tls_context = tls_context
         self.listener = listener

@@ -1,11 +1,11 @@
 """A session's pipes to and from its client: stdout/stderr out as frames, STDIN frames in, with
 back-pressure both ways. Mixed into :class:`.core.Agent`. (Not the Kubernetes exec relay,
-backends/k8s/relay.py: "relay" names that one alone.)"""
+backends/k8s/exec_path/relay.py: "relay" names that one alone.)"""
 
 import os
 import selectors
 
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.wire import protocol as P
 
 from .constants import OUT_HIGH_WATER
 

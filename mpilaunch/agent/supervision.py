@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.wire import protocol as P
 
 from .constants import CMD_LOG_CHARS, SESSION_ENV, STOP_GRACE, WORKER_ENV
 from .proctree import descendants, kill_quietly, killpg_quietly, processes_by_session

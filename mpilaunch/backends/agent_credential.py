@@ -1,6 +1,6 @@
 """A job's agent credential: a MAC secret and a self-signed certificate made for this job alone.
 
-Made once per job on the submitting side; the line (``rsh_agent/tls.py``
+Made once per job on the submitting side; the line (``wire/tls.py``
 has its format) then travels wherever the secret always went, and the
 agents serve TLS with it while the shims pin it.
 
@@ -14,7 +14,7 @@ import datetime
 import os
 
 from ..core.errors import UsageError
-from ..rsh_agent.tls import format_credential
+from ..wire.tls import format_credential
 from . import selfsigned
 
 # The certificate is pinned, not chained, so its dates only have to admit

@@ -12,7 +12,7 @@ STATE_DIR = "MPILAUNCH_STATE_DIR"  # where job records go, instead of $XDG_STATE
 KEEP_RECORDS = "MPILAUNCH_KEEP_RECORDS"  # how many job records to keep (job/record.py)
 PY_SPY = "MPILAUNCH_PY_SPY"  # the hang probe's py-spy, or "none" for the fallback (hang/probe.py, hang/collect.py)
 # the submitting side's knobs of the Kubernetes backend
-K8S_RELAY = "MPILAUNCH_K8S_RELAY"  # 0: every shim opens its own exec stream (no relay; k8s/relay.py)
+K8S_RELAY = "MPILAUNCH_K8S_RELAY"  # 0: every shim opens its own exec stream (no relay; k8s/exec_path/relay.py)
 K8S_PYTHON = "MPILAUNCH_K8S_PYTHON"  # the worker pods' python (default python3)
 K8S_CLUSTER_DOMAIN = "MPILAUNCH_K8S_CLUSTER_DOMAIN"  # the cluster's DNS domain (default cluster.local)
 K8S_TOOLS = "MPILAUNCH_K8S_TOOLS"  # image: the image's own mpilaunch runs, not the job's ConfigMap (k8s/tools.py)
@@ -42,14 +42,16 @@ SSH_ZIP = "MPILAUNCH_SSH_ZIP"  # the ssh backend's package zip on a host (ssh/re
 TOOLS = "MPILAUNCH_TOOLS"  # YARN: the directory of mpilaunch's pieces in a container (yarn/tools.py)
 PYTHON = "MPILAUNCH_PYTHON"  # YARN (and a worker of an unknown image): the container's python
 ENV_DIR = "MPILAUNCH_ENV_DIR"  # YARN --env-archive: the container's copy of the packed environment
-YARN_JOB = "MPILAUNCH_YARN_JOB"  # a YARN worker container's job, GPUs and key-value prefix (yarn/container.py)
+YARN_JOB = (
+    "MPILAUNCH_YARN_JOB"  # a YARN worker container's job, GPUs and key-value prefix (yarn/in_cluster/container.py)
+)
 YARN_GPUS = "MPILAUNCH_YARN_GPUS"
 YARN_KV = "MPILAUNCH_YARN_KV"
 YARN_WORKER_NAMES = "MPILAUNCH_YARN_WORKER_NAMES"  # the workers' names, taken in order by the containers
 YARN_WORKER_NAME = "MPILAUNCH_YARN_WORKER_NAME"  # a replacement container's name (--retries)
 YARN_CONTAINER = "MPILAUNCH_YARN_CONTAINER"  # the container's id, in its agent's environment
-ORPHAN_TIMEOUT = "MPILAUNCH_ORPHAN_TIMEOUT"  # YARN's driver: --orphan-timeout (yarn/driver.py)
-DEADLINE_S = "MPILAUNCH_DEADLINE_S"  # YARN's driver: end the application after this long (yarn/driver.py)
+ORPHAN_TIMEOUT = "MPILAUNCH_ORPHAN_TIMEOUT"  # YARN's driver: --orphan-timeout (yarn/in_cluster/driver.py)
+DEADLINE_S = "MPILAUNCH_DEADLINE_S"  # YARN's driver: end the application after this long (yarn/in_cluster/driver.py)
 TASK_HOST = "MPILAUNCH_TASK_HOST"  # a PS task starter's address to report (task_starter.py)
 TASK_PORT = "MPILAUNCH_TASK_PORT"  # a PS task's reserved port and address, given to its program
 TASK_ADDRESS = "MPILAUNCH_TASK_ADDRESS"

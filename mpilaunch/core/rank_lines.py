@@ -80,9 +80,10 @@ def parse_status(text: str, token: str | None = None) -> tuple[int, str, int] | 
     return int(m[1]), m[2], int(m[3])
 
 
-def format_start(environ, program: str | None = None, token: str | None = None) -> str:
+def format_start(environ, program: str | None = None, token: str | None = None, cwd: str | None = None) -> str:
     """The start line: where this rank runs, as MPI and the worker's agent/pod tell it, the program
-    its PATH resolved and a digest of the variables mpilaunch forwarded (the environment check)."""
+    its PATH resolved, a digest of the variables mpilaunch forwarded (the environment check) and
+    the directory it runs in (--collect's relative globs start there: MPI chooses it, not us)."""
     rank = first_env(RANK_VARS, environ) or UNKNOWN
     local = first_env(LOCAL_RANK_VARS, environ) or UNKNOWN
     size = first_env(SIZE_VARS, environ) or UNKNOWN
@@ -91,12 +92,13 @@ def format_start(environ, program: str | None = None, token: str | None = None) 
     return (
         f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host} "
         f"program={rank_env.quote(program) if program else UNKNOWN} env={rank_env.forwarded_digest(environ)}"
+        + (f" cwd={rank_env.quote(cwd)}" if cwd else "")
         + _signed(token)
     )
 
 
 _START_PATTERN = r" rank=(\d+) local=(\d+|\?) size=(\d+|\?) worker=(\S+) host=(\S+)"
-_START_ENV_PATTERN = r" program=(\S+) env=([0-9a-f]{8})"
+_START_ENV_PATTERN = r" program=(\S+) env=([0-9a-f]{8})(?: cwd=(\S+))?"  # cwd: wrappers since --collect
 
 
 def parse_start_env(text: str, token: str | None = None) -> tuple[str | None, str | None]:
@@ -147,17 +149,27 @@ def parse_start_line(text: str, token: str | None = None):
     """A start line -> ((rank, local rank, size, worker, host), program, forwarded-variable digest),
     or None; unknown numbers are None, and so are the program and digest of a line without them.
     With ``token``, only a line carrying it (and its environment fields) counts."""
-    if START_PREFIX not in text:
-        return None
-    import re
-
-    env_fields = _START_ENV_PATTERN + _token_pattern(token) if token else f"(?:{_START_ENV_PATTERN})?"
-    m = re.search(re.escape(START_PREFIX) + _START_PATTERN + env_fields, text)
+    m = _start_match(text, token)
     if m is None:
         return None
     number = lambda v: None if v == UNKNOWN else int(v)  # noqa: E731
     program = None if m[6] in (None, UNKNOWN) else rank_env.unquote(m[6])
     return (int(m[1]), number(m[2]), number(m[3]), m[4], m[5]), program, m[7]
+
+
+def _start_match(text: str, token: str | None):
+    if START_PREFIX not in text:
+        return None
+    import re
+
+    env_fields = _START_ENV_PATTERN + _token_pattern(token) if token else f"(?:{_START_ENV_PATTERN})?"
+    return re.search(re.escape(START_PREFIX) + _START_PATTERN + env_fields, text)
+
+
+def parse_start_cwd(text: str, token: str | None = None) -> str | None:
+    """The directory a start line says its rank runs in (None: a wrapper that did not say)."""
+    m = _start_match(text, token)
+    return None if m is None or not m[8] else rank_env.unquote(m[8])
 
 
 def parse_start(text: str, token: str | None = None) -> tuple[int, int | None, int | None, str, str] | None:

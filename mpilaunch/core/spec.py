@@ -14,15 +14,27 @@ import math
 import re
 from dataclasses import dataclass
 
-from . import env_names, mpi
-from .declared import CARRIED, REFUSED, RESOLVED, SUBMITTING, detached_kind, field_default, from_args, option
+from . import artifacts, env_names, mpi
+from .declared import CARRIED, REFUSED, RESOLVED, SUBMITTING, detached_kind, field_default, option
 from .errors import UsageError
 from .exit_codes import EXIT_HUNG
 from .limits import MAX_RANKS, MAX_WORKERS
 from .orphan import DEFAULT_ORPHAN_TIMEOUT, MIN_ORPHAN_TIMEOUT
+from .ps_options import PS_GROUP, PsOptions, implied_mode
 from .rank_filter import parse_rank_list
 
-__all__ = ["CARRIED", "REFUSED", "RESOLVED", "SUBMITTING", "MAX_RANKS", "MAX_WORKERS", "detached_kind", "option"]
+__all__ = [
+    "CARRIED",
+    "REFUSED",
+    "RESOLVED",
+    "SUBMITTING",
+    "MAX_RANKS",
+    "MAX_WORKERS",
+    "PS_GROUP",
+    "PsOptions",
+    "detached_kind",
+    "option",
+]
 
 LAUNCHERS = ("auto", "local", "cluster")
 
@@ -72,7 +84,7 @@ def _as_dict(obj) -> dict:
 
 
 # The option groups of `mpilaunch run --help`, in this order (the backends' groups come before PS_GROUP)
-SIZING, BACKEND_AND_MPI, JOB_CONTROL, PS_GROUP = "sizing", "backend and MPI", "job control", "parameter-server mode"
+SIZING, BACKEND_AND_MPI, JOB_CONTROL, ARTIFACTS = "sizing", "backend and MPI", "job control", "artifacts"
 
 
 def split_mpi_args(text: str) -> tuple[str, ...]:
@@ -87,73 +99,6 @@ def split_mpi_args(text: str) -> tuple[str, ...]:
             "quote --mpi-args as one shell word and balance the quotes inside it, "
             "e.g. --mpi-args '--mca btl \"tcp,self\"'",
         ) from None
-
-
-@dataclass(frozen=True)
-class PsOptions:
-    """A TensorFlow parameter-server job's task counts and files (``--ps`` and friends)."""
-
-    ps: int = option(
-        0, flag="--ps", type=int, metavar="N", group=PS_GROUP, detached=REFUSED, help="parameter-server tasks"
-    )
-    workers: int = option(
-        0, flag="--workers", type=int, metavar="N", group=PS_GROUP, detached=REFUSED, help="worker tasks"
-    )
-    chief: bool = option(
-        False,
-        flag="--chief",
-        group=PS_GROUP,
-        detached=REFUSED,
-        help="one chief task: the job succeeds when it exits 0 (without one, when every worker does)",
-    )
-    evaluator: bool = option(
-        False, flag="--evaluator", group=PS_GROUP, detached=REFUSED, help="one evaluator task, ended with the job"
-    )
-    tensorboard: bool = option(
-        False,
-        flag="--tensorboard",
-        group=PS_GROUP,
-        detached=REFUSED,
-        help="serve TensorBoard over the -o directory while the job runs, and print its URL",
-    )
-    requirement: str | None = option(
-        flag=("-r", "--cluster-requirement"),
-        group=PS_GROUP,
-        detached=REFUSED,
-        help='the tasks in the YARN-DTF form, e.g. "ps:2,worker:4" (instead of --ps/--workers/...)',
-    )
-    input_path: str | None = option(
-        flag=("-i", "--input"),
-        metavar="INPUT",
-        group=PS_GROUP,
-        detached=REFUSED,
-        help="the job's input path, given to every task as $DTF_INPUT_PATH",
-    )
-    output_path: str | None = option(
-        flag=("-o", "--output"),
-        metavar="OUTPUT",
-        group=PS_GROUP,
-        detached=REFUSED,
-        help="the job's output path, given to every task as $DTF_OUTPUT_PATH (and read by --tensorboard)",
-    )
-    script: str | None = option(
-        flag=("-s", "--script"),
-        metavar="SCRIPT",
-        group=PS_GROUP,
-        detached=REFUSED,
-        help="a file shipped to every task's container, its path there in $DTF_TASK_SCRIPT",
-    )
-
-    def sizes_tasks(self) -> bool:
-        """Whether any option that sizes the tasks is given (not the paths -i/-o/-s): they imply --mode ps."""
-        return self.requirement is not None or any(
-            (self.ps, self.workers, self.chief, self.evaluator, self.tensorboard)
-        )
-
-
-def _mode(value, args) -> str:
-    """--mode, else ps where the tasks are sized (-r, --ps, ...), else allreduce."""
-    return value or ("ps" if from_args(PsOptions, args).sizes_tasks() else "allreduce")
 
 
 def default_backend() -> str:
@@ -331,6 +276,49 @@ class JobSpec:
         help="show only these ranks' lines on the terminal, e.g. 0 or 0-3,8 (every rank still goes to "
         "its --output-dir log; mpilaunch's own lines always show)",
     )
+    # --collect GLOB: files out of the workers after the ranks end, into --output-dir or the record
+    # (job/artifacts.py), by the mpilaunch that stays to the end: a detached job's launcher has
+    # nowhere `mpilaunch logs`/`wait` could fetch them from
+    collect: tuple[str, ...] = option(
+        (),
+        flag="--collect",
+        action="append",
+        metavar="GLOB",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help="after the ranks end (also when they failed, timed out or hung), copy the files matching GLOB "
+        "(relative to the ranks' working directory, or absolute) from each worker into --output-dir "
+        "(else the job's record) under files/WORKER/ (repeatable)",
+    )
+    collect_max_bytes: int = option(
+        artifacts.DEFAULT_MAX_BYTES,
+        flag="--collect-max",
+        type=lambda text: artifacts.parse_size("--collect-max", text),
+        parser_default="1G",  # a string: argparse passes it through type, and --help shows it as typed
+        metavar="SIZE",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help=f"bring back at most SIZE in all, e.g. 1G (default {artifacts.format_size(artifacts.DEFAULT_MAX_BYTES)})",
+    )
+    collect_max_file_bytes: int = option(
+        artifacts.DEFAULT_MAX_FILE_BYTES,
+        flag="--collect-max-file",
+        type=lambda text: artifacts.parse_size("--collect-max-file", text),
+        parser_default="512M",
+        metavar="SIZE",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help=f"skip a file bigger than SIZE (default {artifacts.format_size(artifacts.DEFAULT_MAX_FILE_BYTES)})",
+    )
+    # --timeline FILE: HOROVOD_TIMELINE=FILE for the ranks (added to env), and the file collected
+    timeline: str | None = option(
+        flag="--timeline",
+        metavar="FILE",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help="Horovod's timeline: HOROVOD_TIMELINE=FILE for the ranks (a path in the workers), and the file "
+        "brought back as --collect does (horovodrun --timeline-filename)",
+    )
     dry_run: bool = option(
         False,
         flag="--dry-run",
@@ -350,7 +338,7 @@ class JobSpec:
         "allreduce",
         flag="--mode",
         parser_default=None,
-        from_args=_mode,
+        from_args=implied_mode,
         group=PS_GROUP,
         detached=CARRIED,
         help="allreduce (default) or ps (implied by -r, --ps, --workers, --chief, --evaluator or --tensorboard)",
@@ -396,6 +384,7 @@ class JobSpec:
             )
         self._check_sizes()
         self._check_output_ranks()
+        self._check_collect()
         self._check_detach()
         self._check_retries()
         if self.name is not None and not _NAME_RE.fullmatch(self.name):
@@ -432,6 +421,33 @@ class JobSpec:
                 "--output-ranks filters the ranks of mpirun jobs; PS tasks are not ranks",
                 "drop --output-ranks (each PS task's lines carry its task name)",
             )
+
+    def _check_collect(self) -> None:
+        artifacts.check_globs(self.collect)
+        for flag, value in (
+            ("--collect-max", self.collect_max_bytes),
+            ("--collect-max-file", self.collect_max_file_bytes),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise UsageError(f"{flag} must be at least 1 byte, got {value!r}", f"e.g. {flag} 1G")
+        if self.timeline is None:
+            return
+        if not self.timeline or "\0" in self.timeline or "\n" in self.timeline:
+            raise UsageError(
+                f"--timeline takes a file's path in the workers, got {self.timeline!r}",
+                "e.g. --timeline timeline.json (relative to the ranks' working directory)",
+            )
+        if self.mode == "ps":
+            raise UsageError("--timeline is Horovod's timeline of mpirun jobs; PS jobs have none", "drop --timeline")
+        wanted = f"{artifacts.TIMELINE_ENV}={self.timeline}"
+        given = [item for item in self.env if item.split("=", 1)[0] == artifacts.TIMELINE_ENV]
+        if given and given != [wanted]:
+            raise UsageError(
+                f"--timeline {self.timeline} and -x {given[0]} both set {artifacts.TIMELINE_ENV}",
+                "drop one of them (--timeline also brings the file back)",
+            )
+        if not given:  # the ranks get it as -x would give it, on every backend and launcher
+            object.__setattr__(self, "env", tuple(self.env) + (wanted,))
 
     def _check_detach(self) -> None:
         if not self.detach:

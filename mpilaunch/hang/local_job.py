@@ -27,7 +27,7 @@ import tempfile
 from ..job.rundir import OWNER_FILE, open_own_rundir, owner_alive, read_own_file
 
 AGENT = "agent"  # mpilaunch.rsh_agent.transports.agent: local, ssh, YARN, Kubernetes --transport agent
-K8S_EXEC = "mpilaunch.backends.k8s.transport"  # backends/k8s/launch.TRANSPORT: the exec API
+K8S_EXEC = "mpilaunch.backends.k8s.exec_path.transport"  # backends/k8s/launch.TRANSPORT: the exec API
 #: the transports a context found by name may name (each one's module is imported to reach the workers)
 STACKS_TRANSPORTS = (AGENT, K8S_EXEC)
 CONTEXT_FILE = "context.json"

@@ -42,8 +42,8 @@ ENTRY_POINTS = {
     "mpilaunch-rank": "mpilaunch.rank",
     "mpilaunch-rsh": "mpilaunch.rsh_agent.shim",
     "mpilaunch-agent": "mpilaunch.agent.cli",
-    "mpilaunch-launcher": "mpilaunch.backends.k8s.launcher",
-    "mpilaunch-reaper": "mpilaunch.backends.k8s.reaper",
+    "mpilaunch-launcher": "mpilaunch.backends.k8s.in_cluster.launcher",
+    "mpilaunch-reaper": "mpilaunch.backends.k8s.in_cluster.reaper",
     "mpilaunch-task": "mpilaunch.task_starter",
 }
 #: entry points that are a container's PID 1, which ignores SIGTERM until it has a handler: until

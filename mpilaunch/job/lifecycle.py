@@ -31,7 +31,7 @@ from ..core.result import JobResult, LostWorker, lost_workers_failure, worker_lo
 from ..core.spec import JobSpec
 from ..workloads import hang_watch, workload_class
 from ..workloads.base import RunContext, Workload
-from . import record, summary
+from . import artifacts, record, summary
 from .progress import WaitProgress
 from .record import write_report  # here too: lifecycle.write_report, its old home
 from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
@@ -54,6 +54,7 @@ def run_spec(spec: JobSpec, *, stdout=None, stderr=None, environ=None, quiet=Fal
     job_name = job_name_for(spec)
     workload = workload_class(spec).prepare(spec, backend_cls, job_name, environ)
     keep = None if spec.dry_run or spec.detach else record.keep_records(environ)  # bad input: before anything
+    artifacts.check_destination(spec, keep, spec.output_dir)
     output_dir = prepare_output_dir(spec)
     rundir = make_rundir(job_name)
     try:
@@ -188,6 +189,7 @@ def run_job(
         # stop, release, collect: the same on every exit path
         ignore_interrupts()
         workload.stop()
+        collected = artifacts.collect_for(run, workload)  # --collect, --timeline: after the ranks, before the release
         workers = finish_backend(backend, result, stderr)
         phases.mark(seen, "released")
         workload.close()
@@ -204,7 +206,7 @@ def run_job(
         }
         if spec.retries:
             body["attempts"] = attempts
-        body.update(hang)
+        body.update(hang, **({"collected": collected} if collected else {}))
         body["ledger"] = summary.ledger({"plan": workload.plan.to_dict(), "timings": timings, **body})
         now, wall = time.monotonic(), time.time()
         began = record.wall_clock(t0 if started is None else started, now, wall)
@@ -213,7 +215,12 @@ def run_job(
         if output_dir is not None and text is not None:
             save_report(output_dir / "report.json", report, stderr, text)
         if keep_records is not None:  # --output-dir's report.json is the one named, if any
-            kept = keep_record(report, environ, keep_records, began, stderr, text) if keep_records and text else None
+            files = artifacts.staged(run) if collected else None  # --collect's, without --output-dir
+            kept = (
+                keep_record(report, environ, keep_records, began, stderr, text, files)
+                if keep_records and text
+                else None
+            )
             named = output_dir / "report.json" if output_dir is not None else kept
             print_summary(report, named, stderr, quiet, raised=sys.exc_info()[0] is not None)
         remove_tree(rundir)
@@ -485,11 +492,11 @@ def report_text(report: dict, stderr) -> str | None:
         return None
 
 
-def keep_record(report: dict, environ: dict, keep: int, began: float, stderr, text: str) -> Path | None:
-    """The job's record in the user's state directory (``record.py``); a failure is one warning
-    line and no record, never the job's exit code."""
+def keep_record(report: dict, environ: dict, keep: int, began: float, stderr, text: str, files=None) -> Path | None:
+    """The job's record in the user's state directory (``record.py``), with ``files`` collected
+    (``artifacts.py``); a failure is one warning line and no record, never the job's exit code."""
     try:
-        return record.keep(report, environ, keep, began, text)
+        return record.keep(report, environ, keep, began, text, files)
     except (OSError, TypeError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         warn(

@@ -17,6 +17,7 @@ from ..core.rank_lines import (
     STATUS_PREFIX,
     parse_env,
     parse_mpi,
+    parse_start_cwd,
     parse_start_line,
     parse_status,
 )
@@ -123,6 +124,7 @@ class RankOutput:
         self.rank_times: dict[int, list] = {}
         # rank -> {"program", "env_digest", "mpi_library", "env_seen"}: the environment check's facts
         self.environments: dict[int, dict] = {}
+        self.rank_cwds: dict[str, str] = {}  # worker -> the directory its ranks run in (their start lines)
         # the mpirun workload sets this to a function returning the placement mismatch seen so
         # far (or None); launch loops stop mpirun as soon as it returns one.
         self.placement_check = None
@@ -204,6 +206,9 @@ class RankOutput:
             self.rank_times.setdefault(start[0], [now, None])
             self.starts.append(start)
             self.environments.setdefault(start[0], {}).update(program=program, env_digest=env_digest)
+            cwd = parse_start_cwd(text, token)
+            if cwd:  # where --collect's relative globs start on this rank's worker
+                self.rank_cwds.setdefault(start[3], cwd)
             text = text[: text.find(START_PREFIX)].strip(" \0")
             if not text:
                 return

@@ -210,12 +210,21 @@ def write_report(path: Path, report: dict, text: str | None = None) -> None:
         raise
 
 
-def keep(report: dict, environ, keep_count: int, started_wall: float, text: str | None = None) -> Path:
+def keep(
+    report: dict, environ, keep_count: int, started_wall: float, text: str | None = None, files: Path | None = None
+) -> Path:
     """The job's record in the state directory, and the oldest beyond ``keep_count`` removed:
-    the path of its report.json. Raises OSError (the caller warns: the job's result stands)."""
+    the path of its report.json. ``files``: what --collect brought back, staged elsewhere, moved
+    in as its ``files`` folder (report.json's ``collected.dir`` then names it). Raises OSError (the caller
+    warns: the job's result stands)."""
     runs = runs_dir(environ)
     path = new_run_dir(runs, str(report.get("job") or "job"), started_wall) / REPORT
     try:
+        if files is not None and report.get("collected"):
+            target = path.parent / files.name
+            if files.is_dir() and report["collected"].get("files"):
+                shutil.move(str(files), str(target))
+                report["collected"]["dir"], text = str(target), None
         write_report(path, report, text)
     except BaseException:
         shutil.rmtree(path.parent, ignore_errors=True)

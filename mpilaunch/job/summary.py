@@ -9,6 +9,8 @@ what stays on screen: a few lines, or one with ``-q``.
 
 from __future__ import annotations
 
+from ..core.artifacts import format_size
+
 #: the segment of the launch that ends at each phase (``core/phases.py``, report.json's
 #: ``timings.phases``); a phase not here (first_output) is a moment, not a boundary
 ENDS = {
@@ -179,15 +181,32 @@ def lines(report: dict, record: str | None = None) -> list[str]:
     book = ledger_line(report.get("ledger"))
     if book:
         out.append(book)
+    files = collected_text(report)
+    if files:
+        out.append(f"  collected: {files}")
     if record:
         out.append(f"  record: {record}")
     return out
 
 
 def one_line(report: dict, record: str | None = None) -> str:
-    """``-q``: the verdict and the record in one line."""
+    """``-q``: the verdict, what --collect brought back and the record in one line."""
     line = head(report) if report.get("exit_code") != 0 else f"{head(report)}: {units_text(report)}"
+    files = collected_text(report)
+    line = f"{line}; collected: {files}" if files else line
     return f"{line}; record: {record}" if record else line
+
+
+def collected_text(report: dict) -> str | None:
+    """``3 files, 12.0 KiB in DIR (1 skipped)``: what --collect and --timeline brought back."""
+    collected = report.get("collected")
+    if not collected:
+        return None
+    n, where = collected.get("files", 0), collected.get("dir")
+    text = f"{n} file{'s' if n != 1 else ''}, {format_size(collected.get('bytes', 0))}"
+    text += f" in {where}" if where and n else ""
+    skipped = collected.get("skipped") or 0
+    return text + (f" ({skipped} skipped)" if skipped else "")
 
 
 def task_table(tasks: list[dict]) -> list[str]:

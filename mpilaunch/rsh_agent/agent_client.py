@@ -13,8 +13,8 @@ import _socket
 import os
 import select
 
-from mpilaunch.rsh_agent import protocol as P
-from mpilaunch.rsh_agent import tls
+from mpilaunch.wire import protocol as P
+from mpilaunch.wire import tls
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 _OUT_HIGH_WATER = 1 << 20  # stop reading stdin while this much is unsent
@@ -214,7 +214,7 @@ def _client_link(credential):
     """TLS for a credential with a certificate; else ``tls.PLAIN``, and OpenSSL is not even loaded."""
     if not credential.tls:
         return tls.PLAIN
-    from mpilaunch.rsh_agent import tls_session
+    from mpilaunch.wire import tls_session
 
     try:
         return tls_session.client(credential)

@@ -204,7 +204,7 @@ def _error(message: str) -> int:
 
 def load_transport(name: str):
     """A context's transport: a module of rsh_agent/transports by its short name ("agent"), or
-    a backend's own by its full name ("mpilaunch.backends.k8s.transport")."""
+    a backend's own by its full name ("mpilaunch.backends.k8s.exec_path.transport")."""
     if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
         raise ValueError(f"bad transport name {name!r}")
     module = name if "." in name else f"mpilaunch.rsh_agent.transports.{name}"

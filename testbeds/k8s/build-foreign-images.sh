@@ -12,6 +12,11 @@
 #                      make it the image's mpirun: ranks here reach MPICH's libmpi
 #                      through ctypes
 #   foreign-nopython   openmpi-bin alone: no python3 (mpilaunch must refuse it)
+#   foreign-mpiop      openmpi-bin + python3-mpi4py + openssh: the worker image Kubeflow's
+#                      mpi-operator expects (mpiuser, sshd on 2222; mpiop-image-hook.sh)
+#                      with tests/programs/placement.py at /home/mpiuser/placement.py:
+#                      the peer of benchmarks/bench_vs_mpi_operator.py, mpilaunch runs it too
+#   foreign-mpiop5     the same from Debian trixie: Open MPI 5.0
 #   foreign-horovod    python3-torch + openmpi-bin + Horovod's Python dependencies from Debian,
 #                      and the Horovod wheel scripts/build-horovod.sh made (against the same
 #                      bookworm torch 1.13 and Open MPI 4.1), unpacked into dist-packages: a
@@ -32,6 +37,8 @@ declare -A PACKAGES=(
   [openmpi]="openmpi-bin,python3-mpi4py"
   [mpich]="mpich,python3-minimal,libpython3-stdlib"
   [nopython]="openmpi-bin"
+  [mpiop]="openmpi-bin,python3-mpi4py,openssh-server,openssh-client"
+  [mpiop5]="openmpi-bin,python3-mpi4py,openssh-server,openssh-client"
   [horovod]="python3-torch,openmpi-bin,python3-cloudpickle,python3-psutil,python3-yaml,python3-packaging"
 )
 # (none yet on a first run: scripts/test builds Horovod beside this; only `horovod` needs it)
@@ -42,16 +49,20 @@ declare -A MUST=(
   [openmpi]="usr/bin/mpirun.openmpi usr/bin/python3 usr/lib/python3/dist-packages/mpi4py/__init__.py"
   [mpich]="usr/bin/mpirun.mpich usr/bin/python3"
   [nopython]="usr/bin/mpirun.openmpi"
+  [mpiop]="usr/bin/mpirun.openmpi usr/bin/python3 usr/sbin/sshd home/mpiuser/placement.py home/mpiuser/.sshd_config"
+  [mpiop5]="usr/bin/mpirun.openmpi usr/bin/python3 usr/sbin/sshd home/mpiuser/placement.py home/mpiuser/.sshd_config"
   [horovod]="usr/bin/mpirun.openmpi usr/bin/python3 $SITE/horovod/torch/__init__.py usr/lib/python3/dist-packages/torch/__init__.py"
 )
-declare -A MUST_NOT=([openmpi]="" [mpich]="usr/bin/mpirun.openmpi" [nopython]="usr/bin/python3" [horovod]="")
+declare -A MUST_NOT=([mpiop]="" [mpiop5]="" [openmpi]="" [mpich]="usr/bin/mpirun.openmpi" [nopython]="usr/bin/python3" [horovod]="")
 # the Debian release each image is built from (bookworm unless named here)
-declare -A SUITE=([mpich]=trixie)
+declare -A SUITE=([mpich]=trixie [mpiop5]=trixie)
 suite_of() { echo "${SUITE[$1]:-bookworm}"; }
 
 # what else a tag covers: the Horovod wheel, a release other than bookworm (bookworm tags stay as they were)
+MPIOP_HOOK="$HERE/mpiop-image-hook.sh" MPIOP_PROGRAM="$REPO/tests/programs/placement.py"
 extra_of() {
   [[ "$1" != horovod ]] || sha256sum "$HOROVOD_WHEEL" | cut -c1-16
+  [[ "$1" != mpiop* ]] || cat "$MPIOP_HOOK" "$MPIOP_PROGRAM" | sha256sum | cut -c1-16
   [[ "$(suite_of "$1")" == bookworm ]] || suite_of "$1"
 }
 tag_of() { printf 'mpilaunch.local/foreign-%s:%s\n' "$1" "$(printf '%s|%s|%s|%s' "$RECIPE" "${PACKAGES[$1]}" "$MIRROR" "$(extra_of "$1")" | sha256sum | cut -c1-12)"; }
@@ -78,6 +89,7 @@ build_one() {
     # a wheel is a zip: unpacked into the image's site packages, as pip would without its metadata scripts
     hooks=(--customize-hook="python3 -m zipfile -e '$HOROVOD_WHEEL' \"\$1/$SITE\"")
   fi
+  [[ "$name" != mpiop* ]] || hooks=(--customize-hook="sh '$MPIOP_HOOK' \"\$1\" '$MPIOP_PROGRAM'")
   tag="$(tag_of "$name")"
   archive="$CACHE/images/foreign-$name.tar" tagfile="$CACHE/images/foreign-$name.tag"
   if [[ "$(cat "$tagfile" 2>/dev/null)" == "$tag" && -f "$archive" ]] && smoke_check "$name" "$archive"; then

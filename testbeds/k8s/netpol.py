@@ -31,7 +31,7 @@ What a policy must allow on this testbed (measured, kube-router v2.1.0):
   a pod. (``DNS_PEER``/``DNS_PORTS`` below.)
 * **The API server**: pods dial ``10.96.0.1:443`` (the ``kubernetes``
   Service), which the node DNATs in PREROUTING to the API server on
-  ``127.0.0.1:<port>`` (``node.dnat_rule``). kube-router filters after the
+  ``127.0.0.1:<port>`` (``node_config.dnat_rule``). kube-router filters after the
   DNAT (INPUT chain), like every iptables enforcer behind kube-proxy, so
   the rule must name the translated address: ``to: [{ipBlock: {cidr:
   127.0.0.1/32}}]`` with TCP port = the API server's port

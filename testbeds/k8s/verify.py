@@ -17,7 +17,9 @@ import subprocess
 import sys
 import time
 
-from .cluster import MARKER_ENV, KubeCluster, marked_pids, pid_alive
+from ..procs import pid_alive
+from .binaries import MARKER_ENV, marked_pids
+from .cluster import KubeCluster
 
 FAILS: list[str] = []
 

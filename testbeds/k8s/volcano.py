@@ -44,7 +44,7 @@ SCHEDULER_NAME = "volcano"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 DEFAULT_QUEUE = "default"
 # the probe pod's image: only its binding counts; should it land on the real node, the kubelet
-# has this one (node.PAUSE_IMAGE) and pulls nothing
+# has this one (node_config.PAUSE_IMAGE) and pulls nothing
 PROBE_IMAGE = "mpilaunch.local/pause:1"
 
 # The CRDs the two binaries list/watch. batch.volcano.sh Jobs (a 200 KB

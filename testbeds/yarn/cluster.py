@@ -36,184 +36,41 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
-from xml.sax.saxutils import escape
 
-from ..ports import free_ports
 from ..procs import pid_alive
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FETCH_SH = os.path.join(HERE, "fetch.sh")
-FAKE_GPU_BIN = os.path.join(HERE, "fake-gpu-bin")
-HADOOP_VERSION = "3.5.0"  # keep in sync with pom.xml
-CACHE_DIR = os.environ.get(
-    "MPILAUNCH_YARN_CACHE",
-    os.path.join(os.environ.get("MPILAUNCH_CACHE", os.path.expanduser("~/.cache")), "mpilaunch-yarn"),
+from .config import YarnConfig
+from .hadoop import (
+    DEFAULT_CLI_WORKDIR,
+    HADOOP_HOME,
+    HADOOP_VERSION,
+    JPMS_OPTS,
+    JVM_TUNING,
+    LIB_DIR,
+    MARKER_VAR,
+    NM_CLASS,
+    RM_CLASS,
+    STATE_FILE,
+    YarnTestbedError,
+    ancestors,
+    ensure_installed,
+    find_java_home,
+    node_gpus,
+    proc_cmdline,
+    proc_environ,
+    resource_value,
+    tail,
 )
-HADOOP_HOME = os.path.join(CACHE_DIR, "hadoop-" + HADOOP_VERSION)
-LIB_DIR = os.path.join(HADOOP_HOME, "lib")  # daemons (pom.xml)
-CLIENT_DIR = os.path.join(HADOOP_HOME, "client")  # clients, skein AM (pom-client.xml)
-BIN_DIR = os.path.join(CACHE_DIR, "bin")
-YARN_SHIM = os.path.join(BIN_DIR, "yarn")
-DEFAULT_CLI_WORKDIR = os.path.join(tempfile.gettempdir(), "mpilaunch-yarn-testbed")
-STATE_FILE = "state.json"
-MARKER_VAR = "MPILAUNCH_YARN_TESTBED"
-
-# What Hadoop 3.5's own launcher scripts add on Java >= 17.
-JPMS_OPTS = [
-    "--add-opens=java.base/java.io=ALL-UNNAMED",
-    "--add-opens=java.base/java.lang=ALL-UNNAMED",
-    "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
-    "--add-opens=java.base/java.math=ALL-UNNAMED",
-    "--add-opens=java.base/java.net=ALL-UNNAMED",
-    "--add-opens=java.base/java.text=ALL-UNNAMED",
-    "--add-opens=java.base/java.util=ALL-UNNAMED",
-    "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
-    "--add-opens=java.base/java.util.zip=ALL-UNNAMED",
-    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens=java.base/sun.security.util=ALL-UNNAMED",
-    "--add-opens=java.base/sun.security.x509=ALL-UNNAMED",
-    "--add-exports=java.base/sun.net.dns=ALL-UNNAMED",
-    "--add-exports=java.base/sun.net.util=ALL-UNNAMED",
-]
-# Small, quick-starting daemons: this is a 2-core test machine.
-JVM_TUNING = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"]
-
-RM_CLASS = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
-NM_CLASS = "org.apache.hadoop.yarn.server.nodemanager.NodeManager"
+from .rest import YarnRest
 
 
-class YarnTestbedError(RuntimeError):
-    pass
-
-
-# --------------------------------------------------------------------------
-# installation
-
-
-def find_java_home():
-    """JAVA_HOME to use: $MPILAUNCH_YARN_JAVA_HOME, $JAVA_HOME, then JDK 17."""
-    for cand in (
-        os.environ.get("MPILAUNCH_YARN_JAVA_HOME"),
-        os.environ.get("JAVA_HOME"),
-        "/usr/lib/jvm/java-17-openjdk-amd64",
-        "/usr/lib/jvm/java-21-openjdk-amd64",
-        "/usr/lib/jvm/temurin-25-jdk-amd64",
-        "/usr/lib/jvm/default-java",
-    ):
-        if cand and os.access(os.path.join(cand, "bin", "java"), os.X_OK):
-            return cand
-    java = shutil.which("java")
-    if java:
-        return os.path.dirname(os.path.dirname(os.path.realpath(java)))
-    raise YarnTestbedError("no Java found (set JAVA_HOME)")
-
-
-def ensure_installed(quiet=True):
-    """Fetch the pinned Hadoop jars (Maven) and write the yarn shim.
-
-    Idempotent; when already cached this costs one `bash fetch.sh` (~20 ms).
-    Returns the cache directory.
-    """
-    env = dict(os.environ)
-    env.setdefault("JAVA_HOME", find_java_home())
-    env["MPILAUNCH_YARN_CACHE"] = CACHE_DIR
-    res = subprocess.run(["bash", FETCH_SH], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = res.stdout.decode(errors="replace")
-    if res.returncode != 0:
-        raise YarnTestbedError("fetch.sh failed (rc=%d):\n%s" % (res.returncode, out))
-    if out and not quiet:
-        sys.stderr.write(out)
-    return CACHE_DIR
-
-
-# --------------------------------------------------------------------------
-# helpers
-
-
-def _write_xml(path, props):
-    lines = ['<?xml version="1.0"?>', "<configuration>"]
-    for k, v in props.items():
-        lines.append("  <property><name>%s</name><value>%s</value></property>" % (escape(k), escape(str(v))))
-    lines.append("</configuration>\n")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-
-
-def _http(method, url, body=None, content_type="application/json", timeout=10):
-    data = None
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers["Content-Type"] = content_type
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        raw = r.read()
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw.decode(errors="replace")
-
-
-def _ancestors():
-    pids = set()
-    pid = os.getpid()
-    while pid > 1:
-        pids.add(pid)
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids
-
-
-def proc_environ(pid):
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    env = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            env[k.decode(errors="replace")] = v.decode(errors="replace")
-    return env
-
-
-def _proc_cmdline(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _tail(path, n=40):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return "(no log at %s)" % path
-
-
-# --------------------------------------------------------------------------
-# the cluster
-
-
-class YarnCluster:
+class YarnCluster(YarnConfig, YarnRest):
     """A ResourceManager plus ``num_nodemanagers`` NodeManagers (JVMs).
 
     Attributes (valid after ``start()``): ``workdir``, ``conf_dir`` (client
@@ -302,209 +159,6 @@ class YarnCluster:
             raise
         return self
 
-    def _configure(self):
-        w = self.workdir
-        n = self.num_nodemanagers
-        ports = free_ports(5 + 3 * n)
-        rm_ports = dict(zip(("address", "scheduler", "tracker", "admin", "webapp"), ports[:5]))
-        self.rm_address = "127.0.0.1:%d" % rm_ports["address"]
-        self.rm_webapp_url = "http://127.0.0.1:%d" % rm_ports["webapp"]
-        self.conf_dir = os.path.join(w, "conf")
-        for sub in ("conf", "logs", "node-labels", "skein", "home", "tmp"):
-            os.makedirs(os.path.join(w, sub), exist_ok=True)
-        py_bin = os.path.dirname(sys.executable)
-        path = os.pathsep.join(
-            [BIN_DIR, py_bin, os.path.join(self.java_home, "bin"), os.environ.get("PATH", "/usr/bin:/bin")]
-        )
-        self._daemon_path = path
-
-        core = {
-            # skein 0.8.2's driver NPEs when the staging FS and the local FS
-            # are both file:/// (Utils.equalFs: srcHost.equals(dstHost) with
-            # null hosts: "Cannot invoke String.equals(Object) because srcHost
-            # is null").  A viewfs:// default FS whose mount table falls back
-            # to the local file system sidesteps it; skein stages under the
-            # viewfs home dir <workdir>/home/.skein/<app id>.
-            "fs.defaultFS": "viewfs://testbed/",
-            "fs.viewfs.mounttable.testbed.link." + w: "file://" + w,
-            "fs.viewfs.mounttable.testbed.linkFallback": "file:///",
-            "fs.viewfs.mounttable.testbed.homedir": os.path.join(w, "home"),
-            "hadoop.tmp.dir": os.path.join(w, "tmp"),
-            "hadoop.security.authentication": "simple",
-            # RM REST admin calls (node labels, app kill) run as this user
-            "hadoop.http.staticuser.user": _user(),
-        }
-        yarn = {
-            "yarn.resourcemanager.hostname": "127.0.0.1",
-            "yarn.resourcemanager.address": self.rm_address,
-            "yarn.resourcemanager.scheduler.address": "127.0.0.1:%d" % rm_ports["scheduler"],
-            "yarn.resourcemanager.resource-tracker.address": "127.0.0.1:%d" % rm_ports["tracker"],
-            "yarn.resourcemanager.admin.address": "127.0.0.1:%d" % rm_ports["admin"],
-            "yarn.resourcemanager.webapp.address": "127.0.0.1:%d" % rm_ports["webapp"],
-            "yarn.resourcemanager.scheduler.class": "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler",
-            "yarn.resourcemanager.recovery.enabled": "false",
-            "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "250",
-            "yarn.resourcemanager.connect.retry-interval.ms": "200",
-            "yarn.resourcemanager.connect.max-wait.ms": "120000",
-            "yarn.system-metrics-publisher.enabled": "false",
-            "yarn.timeline-service.enabled": "false",
-            "yarn.log-aggregation-enable": "false",
-            "yarn.acl.enable": "false",
-            "yarn.scheduler.minimum-allocation-mb": "64",
-            "yarn.scheduler.maximum-allocation-mb": str(self.memory_mb),
-            "yarn.scheduler.minimum-allocation-vcores": "1",
-            "yarn.scheduler.maximum-allocation-vcores": str(self.vcores),
-            "yarn.node-labels.enabled": "true" if self.node_label else "false",
-            "yarn.node-labels.fs-store.root-dir": "file://" + os.path.join(w, "node-labels"),
-            # ---- NodeManager (per-NM values are overridden below) ----
-            "yarn.nodemanager.container-executor.class": "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor",
-            "yarn.nodemanager.resource.memory-mb": str(self.memory_mb),
-            "yarn.nodemanager.resource.cpu-vcores": str(self.vcores),
-            "yarn.nodemanager.pmem-check-enabled": "false",
-            "yarn.nodemanager.vmem-check-enabled": "false",
-            "yarn.nodemanager.recovery.enabled": "false",
-            "yarn.nodemanager.aux-services": "",
-            "yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage": "100.0",
-            "yarn.nodemanager.disk-health-checker.min-free-space-per-disk-mb": "0",
-            "yarn.nodemanager.user-home-dir": os.path.expanduser("~"),
-            "yarn.nodemanager.env-whitelist": "JAVA_HOME,HADOOP_COMMON_HOME,HADOOP_HDFS_HOME,HADOOP_CONF_DIR,"
-            "CLASSPATH_PREPEND_DISTCACHE,HADOOP_YARN_HOME,HADOOP_HOME,PATH,LANG,TZ",
-            # Every container process carries this marker, so stop() can find
-            # (and kill) daemonized leftovers that escaped the process group.
-            # PATH is set here because the env-whitelist does not work for it
-            # with the DefaultContainerExecutor: launch_container.sh does
-            # `export PATH=${PATH:-<NM's PATH>}` but runs under a bash started
-            # with an empty environment, which has already set its built-in
-            # default PATH (/usr/local/bin:...:/bin:/sbin:.).  admin-env is
-            # forced in (appended, ':'-separated, after a PATH the app sets).
-            "yarn.nodemanager.admin-env": "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,%s=%s,PATH=%s%s"
-            % (
-                MARKER_VAR,
-                self.token,
-                # containers find the fake nvidia-smi as they would the
-                # real one on a GPU node (mpilaunch maps slots to GPUs)
-                path + (os.pathsep + FAKE_GPU_BIN if self.gpus_per_node else ""),
-                (",JAVA_TOOL_OPTIONS=" + self.container_java_tool_options) if self.container_java_tool_options else "",
-            ),
-            # NM shutdown waits sleep-delay + process-kill-wait (+1 s) for
-            # its containers to die (default ~7 s)
-            "yarn.nodemanager.process-kill-wait.ms": "1000",
-            # what skein puts after .skein.jar on its ApplicationMaster's
-            # CLASSPATH: the shaded client jars, as `yarn classpath` prints
-            "yarn.application.classpath": "$HADOOP_CONF_DIR,%s/*" % CLIENT_DIR,
-        }
-        if self.gpus_per_node is not None:
-            yarn.update(
-                {
-                    "yarn.nodemanager.resource-plugins": "yarn.io/gpu",
-                    "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices": "auto",
-                    # No GPU here: a fake nvidia-smi (testbeds/yarn/fake-gpu-bin)
-                    # prints `nvidia-smi -q -x` XML for $MPILAUNCH_FAKE_GPUS GPUs.
-                    "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": FAKE_GPU_BIN,
-                }
-            )
-        resource_types = {"yarn.resource-types": "yarn.io/gpu"}
-        cs = self._capacity_scheduler()
-        log4j = "\n".join(
-            [
-                "hadoop.root.logger=WARN,console",
-                "log4j.rootLogger=${hadoop.root.logger}",
-                "log4j.appender.console=org.apache.log4j.ConsoleAppender",
-                "log4j.appender.console.target=System.err",
-                "log4j.appender.console.layout=org.apache.log4j.PatternLayout",
-                "log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n",
-                "log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR",
-                "",
-            ]
-        )
-
-        def write_conf(d, yarn_props):
-            os.makedirs(d, exist_ok=True)
-            _write_xml(os.path.join(d, "core-site.xml"), core)
-            _write_xml(os.path.join(d, "yarn-site.xml"), yarn_props)
-            _write_xml(os.path.join(d, "resource-types.xml"), resource_types)
-            _write_xml(os.path.join(d, "capacity-scheduler.xml"), cs)
-            with open(os.path.join(d, "log4j.properties"), "w") as f:
-                f.write(log4j)
-
-        write_conf(self.conf_dir, yarn)
-        self.nodemanagers = []
-        for i in range(n):
-            p_addr, p_loc, p_web = ports[5 + 3 * i : 8 + 3 * i]
-            nmdir = os.path.join(w, "nm%d" % i)
-            local_dir = os.path.join(nmdir, "local")
-            log_dir = os.path.join(nmdir, "logs")
-            for d in (local_dir, log_dir):
-                os.makedirs(d, exist_ok=True)
-            nm_yarn = dict(yarn)
-            nm_yarn.update(
-                {
-                    "yarn.nodemanager.hostname": "127.0.0.1",
-                    "yarn.nodemanager.bind-host": "127.0.0.1",
-                    "yarn.nodemanager.address": "127.0.0.1:%d" % p_addr,
-                    "yarn.nodemanager.localizer.address": "127.0.0.1:%d" % p_loc,
-                    "yarn.nodemanager.webapp.address": "127.0.0.1:%d" % p_web,
-                    "yarn.nodemanager.local-dirs": local_dir,
-                    "yarn.nodemanager.log-dirs": log_dir,
-                }
-            )
-            conf = os.path.join(nmdir, "conf")
-            write_conf(conf, nm_yarn)
-            label = self.node_label if i in self.labeled_nodes else ""
-            self.nodemanagers.append(
-                {
-                    "index": i,
-                    "node_id": "127.0.0.1:%d" % p_addr,
-                    "address": "127.0.0.1:%d" % p_addr,
-                    "http_address": "127.0.0.1:%d" % p_web,
-                    "web_url": "http://127.0.0.1:%d" % p_web,
-                    "label": label,
-                    "gpus": self.gpus_per_node or 0,
-                    "memory_mb": self.memory_mb,
-                    "vcores": self.vcores,
-                    "pid": None,
-                    "conf_dir": conf,
-                    "local_dir": local_dir,
-                    "log_dir": log_dir,
-                    "dir": nmdir,
-                }
-            )
-        self.env = {
-            "PATH": path,
-            "JAVA_HOME": self.java_home,
-            "HADOOP_CONF_DIR": self.conf_dir,
-            "YARN_CONF_DIR": self.conf_dir,
-            "HADOOP_HOME": HADOOP_HOME,
-            "SKEIN_CONFIG": os.path.join(w, "skein"),
-            "SKEIN_DRIVER_JAVA_OPTIONS": " ".join(JPMS_OPTS + JVM_TUNING),
-        }
-
-    def _capacity_scheduler(self):
-        p = "yarn.scheduler.capacity."
-        cs = {
-            p + "resource-calculator": "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator",
-            p + "maximum-am-resource-percent": "0.5",
-            p + "node-locality-delay": "-1",
-            p + "root.queues": ",".join(self.queues),
-            p + "root.acl_submit_applications": "*",
-            p + "root.acl_administer_queue": "*",
-        }
-        share = 100.0 / len(self.queues)
-        for q in self.queues:
-            qp = p + "root." + q + "."
-            cs[qp + "capacity"] = "%g" % share
-            cs[qp + "maximum-capacity"] = "100"
-            cs[qp + "user-limit-factor"] = "100"
-            cs[qp + "state"] = "RUNNING"
-        if self.node_label:
-            lab = self.node_label
-            cs[p + "root.accessible-node-labels.%s.capacity" % lab] = "100"
-            cs[p + "root.ml.accessible-node-labels"] = lab
-            cs[p + "root.ml.accessible-node-labels.%s.capacity" % lab] = "100"
-            cs[p + "root.ml.accessible-node-labels.%s.maximum-capacity" % lab] = "100"
-            cs[p + "root.default.accessible-node-labels"] = " "
-        return cs
-
     def _java_cmd(self, conf_dir, heap, cls, name):
         return (
             [os.path.join(self.java_home, "bin", "java")]
@@ -571,9 +225,9 @@ class YarnCluster:
             except (OSError, ValueError, KeyError, TypeError):
                 pass
             if not pid_alive(self.rm_pid):
-                raise YarnTestbedError("ResourceManager died:\n" + _tail(self._rm_log))
+                raise YarnTestbedError("ResourceManager died:\n" + tail(self._rm_log))
             if time.time() > deadline:
-                raise YarnTestbedError("ResourceManager did not start:\n" + _tail(self._rm_log))
+                raise YarnTestbedError("ResourceManager did not start:\n" + tail(self._rm_log))
             time.sleep(0.25)
 
     def _start_nms(self):
@@ -599,18 +253,18 @@ class YarnCluster:
                 nodes = []
             by_port = {n.get("nodeHTTPAddress", "").rsplit(":", 1)[-1]: n for n in nodes if n.get("state") == "RUNNING"}
             found = [by_port.get(nm["http_address"].rsplit(":", 1)[-1]) for nm in self.nodemanagers]
-            if all(n is not None and _node_gpus(n) >= (self.gpus_per_node or 0) for n in found):
+            if all(n is not None and node_gpus(n) >= (self.gpus_per_node or 0) for n in found):
                 for nm, n in zip(self.nodemanagers, found):
                     nm["node_id"] = n["id"]
                     nm["rack"] = n.get("rack")
                 return
             for nm in self.nodemanagers:
                 if not pid_alive(nm["pid"]):
-                    raise YarnTestbedError("NodeManager %d died:\n%s" % (nm["index"], _tail(nm["log"])))
+                    raise YarnTestbedError("NodeManager %d died:\n%s" % (nm["index"], tail(nm["log"])))
             if time.time() > deadline:
                 raise YarnTestbedError(
                     "NodeManagers did not register (have %s):\n%s"
-                    % (json.dumps(nodes, indent=1)[:3000], _tail(self.nodemanagers[0]["log"]))
+                    % (json.dumps(nodes, indent=1)[:3000], tail(self.nodemanagers[0]["log"]))
                 )
             time.sleep(0.25)
 
@@ -711,7 +365,7 @@ class YarnCluster:
 
     def leftover_processes(self):
         """PIDs (with cmdlines) that belong to this cluster and are alive."""
-        mine = _ancestors()
+        mine = ancestors()
         skein_conf = os.path.join(self.workdir or "/nonexistent", "skein")
         # container working dirs live under <workdir>/nmN/local
         wd = os.path.join(self.workdir or "/nonexistent", "nm")
@@ -732,10 +386,10 @@ class YarnCluster:
                     pass
             cmd = None
             if not hit and env.get("SKEIN_CONFIG") == skein_conf:
-                cmd = _proc_cmdline(pid)
+                cmd = proc_cmdline(pid)
                 hit = "com.anaconda.skein.Driver" in cmd
             if hit:
-                found[pid] = cmd if cmd is not None else _proc_cmdline(pid)
+                found[pid] = cmd if cmd is not None else proc_cmdline(pid)
         return found
 
     def sweep(self, rounds=20):
@@ -802,167 +456,6 @@ class YarnCluster:
         return self
 
     # -- REST helpers -----------------------------------------------------
-
-    def rest(self, path, method="GET", body=None, timeout=10):
-        """JSON from the RM REST API (path like '/ws/v1/cluster/nodes')."""
-        return _http(method, self.rm_webapp_url + path, body, timeout=timeout)
-
-    def nm_rest(self, nm, path, timeout=10):
-        """JSON from a NodeManager's REST API (nm: dict or index)."""
-        if isinstance(nm, int):
-            nm = self.nodemanagers[nm]
-        return _http("GET", nm["web_url"] + path, timeout=timeout)
-
-    def cluster_info(self):
-        return self.rest("/ws/v1/cluster/info")["clusterInfo"]
-
-    def nodes(self):
-        """RM view of all nodes (list of dicts with id, state, nodeLabels,
-        totalResource, usedResource incl. resourceInformations)."""
-        res = self.rest(
-            "/ws/v1/cluster/nodes?states=NEW,RUNNING,UNHEALTHY,DECOMMISSIONING,DECOMMISSIONED,LOST,REBOOTED,SHUTDOWN"
-        )
-        return ((res or {}).get("nodes") or {}).get("node") or []
-
-    def apps(self, states=None):
-        q = "?states=" + ",".join(states) if states else ""
-        res = self.rest("/ws/v1/cluster/apps" + q)
-        return ((res or {}).get("apps") or {}).get("app") or []
-
-    def app_info(self, app_id):
-        """/ws/v1/cluster/apps/<id>: state, finalStatus, queue,
-        amNodeLabelExpression, allocatedResources ... (dict)."""
-        return self.rest("/ws/v1/cluster/apps/%s" % app_id)["app"]
-
-    def app_attempts(self, app_id):
-        res = self.rest("/ws/v1/cluster/apps/%s/appattempts" % app_id)
-        return ((res or {}).get("appAttempts") or {}).get("appAttempt") or []
-
-    def app_containers(self, app_id, attempt_id=None):
-        """Running containers of an attempt (default: the latest) as the RM
-        reports them (/apps/<id>/appattempts/<attempt>/containers)."""
-        if attempt_id is None:
-            attempts = self.app_attempts(app_id)
-            if not attempts:
-                return []
-            attempt_id = attempts[-1].get("appAttemptId") or attempts[-1].get("id")
-        res = self.rest("/ws/v1/cluster/apps/%s/appattempts/%s/containers" % (app_id, attempt_id))
-        if not res:
-            return []
-        c = res.get("container") if "container" in res else (res.get("containers") or {}).get("container")
-        if isinstance(c, dict):
-            c = [c]
-        return c or []
-
-    def container_logs(self, app_id, lines=30):
-        """The tail of every log file the application's containers wrote, on every NodeManager
-        (``nmN/logs/<app>/<container>/<file>``): a diagnostic for a job that stalled, whose
-        workdir a stopped testbed removes."""
-        out = []
-        for nm in self.nodemanagers:
-            app_dir = os.path.join(nm["log_dir"], app_id)
-            try:
-                containers = sorted(os.listdir(app_dir))
-            except OSError:
-                continue
-            for container in containers:
-                cdir = os.path.join(app_dir, container)
-                for name in sorted(os.listdir(cdir)):
-                    if name in ("directory.info", "launch_container.sh", "prelaunch.out"):
-                        continue
-                    text = _tail(os.path.join(cdir, name), lines)
-                    if text.strip():
-                        out.append("---- nm%d %s %s:\n%s" % (nm["index"], container, name, text.rstrip("\n")))
-        return "\n".join(out)
-
-    def nm_containers(self, app_id=None):
-        """Containers as the NodeManagers report them (/ws/v1/node/containers),
-        each dict extended with 'nm_index' and 'node_id'."""
-        out = []
-        for nm in self.nodemanagers:
-            try:
-                res = self.nm_rest(nm, "/ws/v1/node/containers")
-            except (OSError, ValueError):
-                continue
-            cs = ((res or {}).get("containers") or {}).get("container") or []
-            if isinstance(cs, dict):
-                cs = [cs]
-            for c in cs:
-                if app_id and not c.get("id", "").startswith("container_" + app_id.split("_", 1)[-1] + "_"):
-                    continue
-                c = dict(c, nm_index=nm["index"], node_id=nm["node_id"])
-                out.append(c)
-        return out
-
-    def app_resources(self, app_id, kind="used"):
-        """Resources of an app per node partition, from the RM app report's
-        resourceInfo.resourceUsagesByPartition: {partition: {"memory-mb": ..,
-        "vcores": .., "yarn.io/gpu": ..}} (partition "" is the default one;
-        kind: used, reserved, pending, amUsed).  Includes the AM container."""
-        info = self.app_info(app_id)
-        out = {}
-        for part in (info.get("resourceInfo") or {}).get("resourceUsagesByPartition") or []:
-            r = part.get(kind) or {}
-            out[part.get("partitionName", "")] = {
-                n: resource_value(r, n) for n in ("memory-mb", "vcores", "yarn.io/gpu")
-            }
-        return out
-
-    def kill_app(self, app_id):
-        """Kill through the RM REST API (PUT /apps/<id>/state KILLED)."""
-        return self.rest("/ws/v1/cluster/apps/%s/state" % app_id, "PUT", {"state": "KILLED"})
-
-    def wait_app(self, app_id, states=("FINISHED", "FAILED", "KILLED"), timeout=60.0):
-        deadline = time.time() + timeout
-        while True:
-            info = self.app_info(app_id)
-            if info["state"] in states:
-                return info
-            if time.time() > deadline:
-                raise YarnTestbedError("app %s still %s" % (app_id, info["state"]))
-            time.sleep(0.25)
-
-    def scheduler(self):
-        return self.rest("/ws/v1/cluster/scheduler")["scheduler"]["schedulerInfo"]
-
-    def shell_exports(self):
-        return "".join("export %s=%s\n" % (k, shlex.quote(v)) for k, v in self.env.items())
-
-
-def _node_gpus(node):
-    res = (node.get("totalResource") or {}).get("resourceInformations") or {}
-    for ri in res.get("resourceInformation") or []:
-        if ri.get("name") == "yarn.io/gpu":
-            return int(ri.get("value") or 0)
-    return 0
-
-
-def resource_value(resource, name):
-    """Value of resource ``name`` ('memory-mb', 'vcores', 'yarn.io/gpu') in a
-    REST resource dict: either the node/partition form
-    {"resourceInformations": {"resourceInformation": [{"name", "value"}...]}}
-    or the container form {"entry": [{"key", "value"}...]}."""
-    resource = resource or {}
-    for ri in (resource.get("resourceInformations") or {}).get("resourceInformation") or []:
-        if ri.get("name") == name:
-            return int(ri.get("value") or 0)
-    for e in resource.get("entry") or []:
-        if e.get("key") == name:
-            return int(e.get("value") or 0)
-    return 0
-
-
-def _user():
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError):
-        return os.environ.get("USER", "root")
-
-
-# --------------------------------------------------------------------------
-# CLI
 
 
 def main(argv=None):

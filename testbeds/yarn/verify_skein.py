@@ -24,7 +24,9 @@ import os
 import sys
 import time
 
-from testbeds.yarn.cluster import YarnCluster, pid_alive, proc_environ, resource_value
+from testbeds.procs import pid_alive
+from testbeds.yarn.cluster import YarnCluster
+from testbeds.yarn.hadoop import proc_environ, resource_value
 
 SCRIPT = r"""
 set -x

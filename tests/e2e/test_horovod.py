@@ -236,6 +236,30 @@ def test_horovod_rank_failing_inside_the_job_is_named(horovod_build, tmp_path, c
     assert leftover_processes(name) == []
 
 
+@pytest.mark.mpi
+def test_collect_files_timeline_of_a_real_horovod_job(horovod, openmpi4_mpirun, tmp_path):
+    """--timeline F is horovodrun's --timeline-filename F: Horovod's rank 0 writes its trace to F in
+    its worker (the ranks run in their own directory here) and F comes back under that worker."""
+    name = "horovod-timeline"
+    job = tmp_path / "job"
+    job.mkdir()
+    out = tmp_path / "out"
+    env = mpilaunch_env(PYTHONPATH=str(REPO))  # the job runs in its own directory: this checkout's mpilaunch
+    cmd = [sys.executable, "-m", "mpilaunch", "--mpirun", openmpi4_mpirun, "--name", name, "--np", "4"]
+    cmd += ["--slots-per-worker", "2", "-q", "--output-dir", str(out), "--timeline", "hvd-timeline.json"]
+    proc = run_to_end(cmd + ["--", str(horovod / "venv" / "bin" / "python"), PROGRAM], 240, cwd=job, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(horovod_ranks(proc.stdout)) == 4, proc.stdout[-3000:]
+    timeline = out / "files" / f"{name}-worker-0" / "hvd-timeline.json"
+    text = timeline.read_text()
+    # Horovod's trace events (a JSON array it streams, and may leave unclosed at exit): its allreduce is there
+    assert text.lstrip().startswith("[") and re.search(r'"name": ?"[A-Z_]*ALLREDUCE', text), text[:2000]
+    assert (job / "hvd-timeline.json").read_text() == text  # the local backend's worker directory is this one
+    collected = json.loads((out / "report.json").read_text())["collected"]
+    assert collected["files"] == 1 and collected["bytes"] == len(text.encode()), collected
+    assert leftover_processes(name) == []
+
+
 # ------------------------------------------------------------------ hang diagnosis (issue 42)
 
 HANG_PROGRAM = REPO / "tests" / "programs" / "hang_horovod.py"

@@ -424,7 +424,7 @@ def yarn_client_for(nonroot: User, yarn, workdir: Path) -> dict:
     and a `yarn classpath` (all skein asks of `yarn`), the cluster's configuration, a home on
     the cluster's file system for skein's staging, and skein's own config directory. The
     testbed's copies are in root's cache (mode 700) or its workdir (700): copied here."""
-    from testbeds.yarn.cluster import CLIENT_DIR
+    from testbeds.yarn.hadoop import CLIENT_DIR
 
     client = workdir / "hadoop-client"
     shutil.copytree(CLIENT_DIR, client / "jars")

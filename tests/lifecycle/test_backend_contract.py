@@ -35,8 +35,8 @@ from support.fake_backend import FakeBackend, FakeClusterBackend
 
 # the backends an in-cluster launcher runs the lifecycle with (not in the registry)
 LAUNCHER_BACKENDS = (
-    "mpilaunch.backends.k8s.launcher:ReadyPods",
-    "mpilaunch.backends.yarn.launcher:PublishedContainers",
+    "mpilaunch.backends.k8s.in_cluster.launcher:ReadyPods",
+    "mpilaunch.backends.yarn.in_cluster.launcher:PublishedContainers",
 )
 
 

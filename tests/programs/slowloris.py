@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.wire import protocol as P
 
 BUSY = getattr(P, "SERVER_BUSY", None)  # None: an agent from before the per-peer limit
 

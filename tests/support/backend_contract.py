@@ -17,8 +17,8 @@ import time
 from mpilaunch.backends import protocols
 from mpilaunch.backends.base import hostnames
 from mpilaunch.job import lifecycle
-from mpilaunch.rsh_agent import protocol as P
 from mpilaunch.rsh_agent import shim
+from mpilaunch.wire import protocol as P
 
 AGENT = "mpilaunch.rsh_agent.transports.agent"
 

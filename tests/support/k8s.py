@@ -161,7 +161,7 @@ def run_reaper_pod(kube, k8s_env, job: str, tmp_path: Path) -> subprocess.Popen:
     (container,) = pod["spec"]["containers"]
     assert pod["spec"]["serviceAccountName"] == f"{job}-reaper"
     command = container["command"]
-    assert command[:3] == ["python3", "-m", "mpilaunch.backends.k8s.reaper"]
+    assert command[:3] == ["python3", "-m", "mpilaunch.backends.k8s.in_cluster.reaper"]
     env = in_cluster_env(kube, k8s_env, f"{job}-reaper", tmp_path / "reaper-sa")
     return subprocess.Popen(
         [sys.executable, *command[1:]], cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE

@@ -112,9 +112,23 @@ class Real:
         while True:
             out = self.kubectl("get", KINDS, "-l", f"mpilaunch/job={job}", "-o", "name").stdout.split()
             out += self.kubectl("get", "configmap", job, "-o", "name", "--ignore-not-found").stdout.split()
-            if not out or time.monotonic() > deadline:
+            if not out:
+                return out
+            if time.monotonic() > deadline:
+                self.describe_leftovers(job)
                 return out
             time.sleep(0.5)
+
+    def describe_leftovers(self, job: str) -> None:
+        """What a failed ``leftovers`` assertion needs to tell why (pytest shows it with the
+        failure): were the pods deleted at all (a deletion time), whose are they, what do they
+        wait on; a leftover seen once at a run from nothing's load had no such record."""
+        columns = (
+            "custom-columns=NAME:.metadata.name,PHASE:.status.phase,DELETING:.metadata.deletionTimestamp,"
+            "FINALIZERS:.metadata.finalizers,OWNERS:.metadata.ownerReferences[*].kind,NODE:.spec.nodeName"
+        )
+        print(self.kubectl("get", "pods", "-l", f"mpilaunch/job={job}", "-o", columns).stdout)
+        print(self.kubectl("get", "events", "--sort-by=.lastTimestamp").stdout[-4000:])
 
     def containers_left(self, job: str) -> list[str]:
         """Containers of the job containerd still has (the kubelet's teardown is real too)."""

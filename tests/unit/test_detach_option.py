@@ -44,6 +44,10 @@ CARRIED_VALUES = {
 REFUSED_VALUES = {
     "output_dir": "/tmp/out",
     "output_ranks": (0,),
+    "collect": ("results/*.json",),
+    "collect_max_bytes": 5 << 30,
+    "collect_max_file_bytes": 1 << 20,
+    "timeline": "timeline.json",
     "dry_run": True,
     "retries": 2,
     "retry_rank_failures": True,

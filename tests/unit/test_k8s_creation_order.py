@@ -1,4 +1,4 @@
-"""The order in which a job's objects are created (``backend.CREATION_STAGES``), over the manifests
+"""The order in which a job's objects are created (``creation.CREATION_STAGES``), over the manifests
 that ``render`` shows for each kind of job: every object is in a stage, what pods mount or use comes
 before them, and the reaper exists before any pod of the job, so a job is reaped if mpilaunch dies
 from the first pod on."""
@@ -13,7 +13,8 @@ pytest.importorskip("yaml")
 pytest.importorskip("jinja2")
 
 from mpilaunch.backends.k8s import manifests as k8s_manifests
-from mpilaunch.backends.k8s.backend import CREATION_STAGES, K8sBackend
+from mpilaunch.backends.k8s.backend import K8sBackend
+from mpilaunch.backends.k8s.creation import CREATION_STAGES
 from mpilaunch.cli import parse_run
 from mpilaunch.workloads.mpirun import MpirunWorkload
 

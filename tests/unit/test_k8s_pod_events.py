@@ -112,7 +112,7 @@ def test_release_waits_until_the_pods_are_gone():
 def test_the_cluster_launcher_wakes_when_the_pod_it_waits_for_changes_and_watches_one_pod_by_name(monkeypatch):
     """The launcher's Role names its pods, so it watches one at a time, the first not yet Ready;
     that pod's change, not its 5 s poll, ends the wait, and the next pending pod is watched next."""
-    from mpilaunch.backends.k8s import launcher
+    from mpilaunch.backends.k8s.in_cluster import launcher
 
     monkeypatch.setattr(launcher, "ready_poll_s", lambda *_: 5.0)
     ready_pod = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}

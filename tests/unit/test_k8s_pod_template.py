@@ -11,7 +11,8 @@ import copy
 import pytest
 
 from mpilaunch.backends.k8s import pod_template
-from mpilaunch.backends.k8s.pod_template import apply, check_gpu_resource, load, parse
+from mpilaunch.backends.k8s.pod_merge import apply
+from mpilaunch.backends.k8s.pod_template import check_gpu_resource, load, parse
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.exit_codes import EXIT_USAGE
 

@@ -71,8 +71,8 @@ def test_every_registered_backend_is_in_the_import_contracts():
             ("hot-paths-stdlib", "forbidden_modules", module),
             ("launchers-are-entry-points", "source_modules", module),
         ]
-        if find_spec(f"{folder}.launcher") is not None:  # its in-cluster launcher: nothing imports it
-            wanted.append(("launchers-are-entry-points", "forbidden_modules", f"{folder}.launcher"))
+        if find_spec(f"{folder}.in_cluster") is not None:  # what runs in its cluster: the submitting side imports none
+            wanted.append(("launchers-are-entry-points", "forbidden_modules", f"{folder}.in_cluster"))
         missing += [
             f"{contract}.{key} lacks {entry!r} (backend {name})"
             for contract, key, entry in wanted

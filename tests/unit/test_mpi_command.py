@@ -378,7 +378,7 @@ def test_rank_wrapper_lingers_for_its_status_line_under_open_mpi_only(info, ling
     """Both Open MPI daemons drop a reaped rank's last line under load (mpi.openmpi.LINGER_MS:
     9 of 60 two-failure runs on 5.x lost a failed rank's exit line without it); hydra does not."""
     from mpilaunch.core.spec import JobSpec
-    from mpilaunch.workloads.mpirun import rank_command
+    from mpilaunch.workloads.mpirun_command import rank_command
 
     command = rank_command(JobSpec(command=("prog", "arg")), ["wrapper"], info)
     assert command[-3:] == ["--", "prog", "arg"]

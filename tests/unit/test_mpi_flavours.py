@@ -377,7 +377,7 @@ def toy():
 
 def test_a_registered_flavour_is_used_by_the_pure_planning_functions(toy, tmp_path, monkeypatch):
     from mpilaunch.core.spec import JobSpec
-    from mpilaunch.workloads.mpirun import rank_command, without_stale_session
+    from mpilaunch.workloads.mpirun_command import rank_command, without_stale_session
 
     assert mpi.for_name("toympi") is toy and mpi.names()[-1] == "toympi"
     assert mpi.parse_version_output("Toy MPI 1.2.3 (build 7)\n") == ("toympi", "1.2.3")

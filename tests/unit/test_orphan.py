@@ -167,7 +167,7 @@ def test_k8s_relay_ends_with_its_mpilaunch_through_a_pidfd(tmp_path):
         [
             _sys.executable,
             "-m",
-            "mpilaunch.backends.k8s.relay",
+            "mpilaunch.backends.k8s.exec_path.relay",
             str(context),
             str(tmp_path / "s"),
             "--exit-with-pid",

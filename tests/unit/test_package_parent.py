@@ -24,9 +24,9 @@ def test_the_package_parent_is_the_directory_holding_mpilaunch():
 @pytest.mark.parametrize(
     "module",
     [
-        "mpilaunch.backends.k8s.relay",
-        "mpilaunch.backends.yarn.container",
-        "mpilaunch.backends.k8s.launcher",
+        "mpilaunch.backends.k8s.exec_path.relay",
+        "mpilaunch.backends.yarn.in_cluster.container",
+        "mpilaunch.backends.k8s.in_cluster.launcher",
         "mpilaunch.rank",
     ],
 )
@@ -52,9 +52,9 @@ def test_the_relay_and_the_yarn_containers_are_handed_that_path(tmp_path, monkey
 
     spec = JobSpec(command=("true",), backend="yarn", name="pp", np=1)
     backend = YarnBackend(spec, Plan("pp", (WorkerPlan("pp-worker-0", 1, 0),)), tmp_path)
-    assert backend._service_env()["PYTHONPATH"].split(os.pathsep)[0] == PACKAGE_PARENT
+    assert backend.service_env()["PYTHONPATH"].split(os.pathsep)[0] == PACKAGE_PARENT
 
-    from mpilaunch.backends.k8s import relay
+    from mpilaunch.backends.k8s.exec_path import relay
 
     seen = {}
 
@@ -69,4 +69,4 @@ def test_the_relay_and_the_yarn_containers_are_handed_that_path(tmp_path, monkey
     with pytest.raises(Refuse):
         relay.start({"transport": "x", "workers": {}}, tmp_path, python=sys.executable)
     assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == PACKAGE_PARENT
-    assert seen["argv"][1:3] == ["-m", "mpilaunch.backends.k8s.relay"]
+    assert seen["argv"][1:3] == ["-m", "mpilaunch.backends.k8s.exec_path.relay"]

@@ -20,7 +20,7 @@ import pytest
 from mpilaunch.backends.k8s import orphan as k8s_orphan
 from mpilaunch.backends.k8s.api import ApiError
 from mpilaunch.backends.k8s.credentials import CredentialError
-from mpilaunch.backends.yarn import driver
+from mpilaunch.backends.yarn.in_cluster import driver
 from mpilaunch.core import orphan as rules
 
 TIMEOUT = 10.0  # --orphan-timeout; the reaper polls every 2 s, the host renews every 2.5 s

@@ -3,7 +3,7 @@
 Read: docs/, README.md, ARCHITECTURE.md and BENCHMARKS.md whole, and the comments
 and docstrings of mpilaunch/, testbeds/, scripts/, tests/ and benchmarks/. A
 reference is
-- a module path, `mpilaunch.backends.k8s.reaper` (or `testbeds.k8s.cluster`),
+- a module path, `mpilaunch.backends.k8s.in_cluster.reaper` (or `testbeds.k8s.cluster`),
   optionally ending in one name the module defines (`mpilaunch.core.spec.JobSpec`);
 - a Sphinx `:mod:` role, relative ones (`:mod:`.manifests``) resolved against
   the package of the module they are written in;
@@ -50,10 +50,15 @@ NOT_OURS = {
     "venv/",
     "wheel/",  # a cached Horovod build's folders (scripts/build-horovod.sh)
     "setup.py",  # Horovod's sdist
+    "horovod/runner/launch.py",  # Horovod's sources: horovodrun's flags (docs/migrating.md)
+    "horovod/runner/common/util/config_parser.py",  # ... and the HOROVOD_* variable behind each
     "vars.sh",  # Intel MPI's environment script
     "hadoop-functions.sh",  # Hadoop's
     "kubexec.sh",  # the Kubeflow MPI operator's script, written by benchmarks/bench_k8s.py
     "config/components/webhook/kustomization.yaml",  # in Kueue's repository
+    "manifests/base/kubeflow.org_mpijobs.yaml",  # in mpi-operator's module source (build-mpi-operator.sh)
+    "manifests/base/cluster-role.yaml",
+    "build/base/Dockerfile",
     "train.py",
     "tf_cnn_benchmarks.py",  # a user's program in the examples
 }
@@ -170,12 +175,18 @@ def package_modules() -> dict[str, list[str]]:
     return out
 
 
+# dotted names in the docs that start like a module of ours but are none: Debian's MPI binaries
+NOT_MODULES = {"mpirun.openmpi", "mpirun.mpich"}
+
+
 def prose_module_exists(dotted: str) -> bool | None:
     """Whether `a.b.c`, a module quoted from anywhere in its package path, exists; None where
-    its first part names no module of ours (`os.environ`, `self.options`: not a reference)."""
+    its first part names no module of ours (`os.environ`, `self.options`: not a reference), or a
+    part is camelCase, which no Python name of ours is (an MPIJob's `spec.slotsPerWorker`)."""
     first, *rest = dotted.split(".")
     candidates = package_modules().get(first)
-    if not candidates or rest[-1] in FILE_SUFFIXES:
+    camel = any(part[:1].islower() and part != part.lower() for part in rest)
+    if not candidates or rest[-1] in FILE_SUFFIXES or camel or dotted in NOT_MODULES:
         return None
     return any(module_exists(".".join([module, *rest])) for module in candidates)
 

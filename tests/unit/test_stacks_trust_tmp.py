@@ -41,7 +41,7 @@ AGENT_CONTEXT = {
 EXEC_CONTEXT = {
     "job": "train",
     "backend": "k8s",
-    "transport": "mpilaunch.backends.k8s.transport",
+    "transport": "mpilaunch.backends.k8s.exec_path.transport",
     "server": "https://203.0.113.7:6443",
     "insecure": True,
     "tls_server_name": "evil",
@@ -129,7 +129,7 @@ def test_trust_tmp_stacks_context_keeps_workers_and_no_credential():
     assert exec_api == {
         "job": "train",
         "backend": "k8s",
-        "transport": "mpilaunch.backends.k8s.transport",
+        "transport": "mpilaunch.backends.k8s.exec_path.transport",
         "workers": {"train-worker-0": {"pod": "train-worker-0"}},
         "container": "worker",
         "namespace": "team-a",
@@ -190,7 +190,7 @@ def test_trust_tmp_a_found_context_gives_no_credential(tmp_path):
     own = make_rundir(tmp_path, "abc123", AGENT_CONTEXT)
     make_rundir(tmp_path, "def456", EXEC_CONTEXT)
     contexts = found(tmp_path)
-    assert [c["transport"] for c in contexts] == ["agent", "mpilaunch.backends.k8s.transport"]
+    assert [c["transport"] for c in contexts] == ["agent", "mpilaunch.backends.k8s.exec_path.transport"]
     assert contexts[0]["secret_file"] == str(own / "secret")
     assert not any(CREDENTIAL_KEYS & set(c) for c in contexts), contexts
     # only the job's backend's, where `stacks` names one
@@ -287,7 +287,7 @@ def test_trust_tmp_stacks_reaches_a_local_k8s_job_with_the_callers_own_credentia
 
 
 def test_trust_tmp_the_exec_transport_sends_a_token_held_in_memory():
-    from mpilaunch.backends.k8s import transport
+    from mpilaunch.backends.k8s.exec_path import exec_stream
 
-    assert transport.bearer_token({"token": "t", "token_file": "/nonexistent"}) == "t"
-    assert transport.bearer_token({}) is None
+    assert exec_stream.bearer_token({"token": "t", "token_file": "/nonexistent"}) == "t"
+    assert exec_stream.bearer_token({}) is None

@@ -1,5 +1,5 @@
 """The agent channel's TLS pieces without an agent: the credential line, the certificate, pinning,
-and the private ``_ssl`` names the shim uses instead of ``ssl.py`` (``rsh_agent/tls.py``,
+and the private ``_ssl`` names the shim uses instead of ``ssl.py`` (``wire/tls.py``,
 ``tls_session.py``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import datetime
 import pytest
 
 from mpilaunch.backends.agent_credential import new_credential, self_signed_certificate
-from mpilaunch.rsh_agent import tls, tls_session
+from mpilaunch.wire import tls, tls_session
 
 
 def handshake(client, server) -> None:

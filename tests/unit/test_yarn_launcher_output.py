@@ -1,4 +1,4 @@
-"""The YARN launcher's output chunks (``backends/yarn/launcher.py``, ``Streamer``): a put into the
+"""The YARN launcher's output chunks (``backends/yarn/in_cluster/launcher.py``, ``Streamer``): a put into the
 key-value store that fails loses no line, and the lines reach the submitting side in order.
 
 The store here is a dict that refuses its first puts. A transient failure of skein's key-value
@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import time
 
+from mpilaunch.backends.yarn.in_cluster.launcher import CHUNK_BYTES, Streamer
 from mpilaunch.backends.yarn.keys import OUT_KEY
-from mpilaunch.backends.yarn.launcher import CHUNK_BYTES, Streamer
 
 
 class FlakyStore(dict):

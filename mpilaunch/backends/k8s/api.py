@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ...core import env_names
 from ...core.errors import UsageError
-from . import transport
+from .exec_path import exec_stream
 
 # typing.TYPE_CHECKING without importing typing (~2 ms of every launch): the annotations' names only
 TYPE_CHECKING = False
@@ -57,7 +57,7 @@ class ApiError(Exception):
 
 
 def sa_dir() -> str:
-    return os.environ.get(SA_DIR_ENV) or transport.SA_DIR
+    return os.environ.get(SA_DIR_ENV) or exec_stream.SA_DIR
 
 
 def in_cluster_available() -> bool:
@@ -294,9 +294,9 @@ class Api:
         self.creds = creds
         self.tokens = tokens  # a credentials.TokenSource when the token expires
         self.namespace = creds.get("namespace") or "default"
-        self.host, self.port, _ = transport.server_address(creds)
+        self.host, self.port, _ = exec_stream.server_address(creds)
         self.timeout = timeout
-        self._ssl = transport.ssl_context(creds)
+        self._ssl = exec_stream.ssl_context(creds)
         self._local = threading.local()
 
     def _token(self) -> str | None:
@@ -304,7 +304,7 @@ class Api:
             return self.tokens.current()
         if "token" in self.creds:
             return self.creds["token"]
-        return transport.bearer_token(self.creds)
+        return exec_stream.bearer_token(self.creds)
 
     def _conn(self, fresh: bool = False) -> http.client.HTTPSConnection:
         conn = getattr(self._local, "conn", None)

@@ -22,7 +22,7 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   renews, it deletes the job when the renewals stop for ``--orphan-timeout``
   or at the cluster-side deadline (:mod:`.orphan`); detached, it watches
   the launcher Job and, should the launcher end without recording the
-  outcome, records one and releases the workers (:mod:`.detached`);
+  outcome, records one and releases the workers (:mod:`.in_cluster.detached`);
 * a headless Service ``<job>`` (``<pod>.<job>`` resolves for workers and the
   launcher, ready or not);
 * one Pod per worker, ``<job>-worker-<i>``, with ``nvidia.com/gpu`` limits,
@@ -32,7 +32,7 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
   the API server per daemon), or a sleep (``--transport exec``);
 * optionally a PodGroup (``--gang volcano|coscheduling``; ``--queue``: Kueue labels on the workers);
 * with ``--launcher cluster`` (the default) a Job ``<job>-launcher`` whose
-  pod runs :mod:`mpilaunch.backends.k8s.launcher` with the job's
+  pod runs :mod:`mpilaunch.backends.k8s.in_cluster.launcher` with the job's
   ServiceAccount: it waits for the workers itself (no launcher racing
   workers), detects the image's MPI and runs mpirun with ``mpilaunch-rsh``.
   The CLI streams its log and takes its exit status.
@@ -43,7 +43,7 @@ rendered by :mod:`.manifests`; ``mpilaunch render`` prints them):
 nvidia.com/gpu``, image pull errors) — and ``release`` deletes everything on
 every exit path.
 
-The exec transport (:mod:`mpilaunch.backends.k8s.transport`) is a stdlib
+The exec transport (:mod:`mpilaunch.backends.k8s.exec_path.transport`) is a stdlib
 websocket client: one TLS connection per daemon, no kubectl and no client
 library per shim. The agent transport is the local and YARN backends'
 (``rsh_agent/transports/agent.py``), given the pods' IPs
@@ -58,44 +58,26 @@ import dataclasses
 import os
 import secrets
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ...core import env_names, mpi, phases
-from ...core.errors import AllocationError, UsageError
-from ...core.exit_codes import EXIT_FAILED
+from ...core.errors import UsageError
 from .. import rendezvous
 from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, ManagesJobs, ReachesJobsByName, RemoteHosts, ReplacesWorkers, ReportsHangs
-from . import launch, manage, manifests, orphan, pod_template, replace, tools
-from .admission import WORKLOADS, AdmissionReader
-from .api import Api, ApiError, ApiOutage, creation_hint, resolve_with_tokens
+from . import creation, follow, launch, manage, manifests, pod_template, replace, startup, tools
+from .admission import AdmissionReader
+from .api import Api, ApiError, ApiOutage, resolve_with_tokens
 from .credentials import refused
-from .follow import follow_log
 from .options import K8sOptions
 from .pod_events import waiter
 from .pods import (
     JOB_LABEL,
-    ROLE_LABEL,
-    launcher_exit,
-    launcher_placement_hint,
-    launcher_started,
-    parse_launcher_done,
     pod_loss,
-    pod_problem,
-    pod_ready,
-    ready_poll_s,
-    startup_phases,
-    summarize,
-    unschedulable_note,
 )
 
-# How often the wait for Ready retries a failed list of the pods, and how often the run
-# reads the launcher pod while its log is followed (until its last line or its exit).
-POLL = 0.5
 # How long after its workers turned Ready a failed job's diagnosis waits for the cluster's word:
 # a worker whose container ends just after the kubelet saw it start (an image that cannot run
 # mpilaunch's pieces) is reported at the kubelet's next relist, a second later, while mpirun
@@ -105,33 +87,6 @@ SETTLE_AFTER_READY_S = 2.5
 
 def use_relay() -> bool:
     return os.environ.get(env_names.K8S_RELAY, "1") != "0"
-
-
-# The order the job's objects are created in, after the root that owns them: each stage's
-# objects at once, one stage after the other. What pods mount or use (tools, Secrets, RBAC,
-# Service) comes before them; the reaper before any worker or launcher, so that from the first
-# pod on, a job is reaped if this process dies (the Lease is in the first stage). Three round
-# trips instead of one per kind put the workers on the way 0.2-0.3 s sooner on a loaded API server.
-CREATION_STAGES = (("tools", "lease", "reaper-rbac", "setup"), ("reaper",), ("workers", "launcher"))
-# On the root ConfigMap: which mpilaunch process created it (a random value, not a secret), so that
-# a root whose create raised on this side but succeeded on the server is found and deleted.
-CREATOR_ANNOTATION = "mpilaunch/creator"
-
-
-def fail_on_image_check(messages) -> None:
-    """AllocationError with the image check's line (exit 3), where one of the pods' ``messages`` holds it."""
-    line = next(filter(None, map(tools.image_problem, messages)), None)
-    if line:
-        raise AllocationError(line, tools.HINT + "; nothing was left in the cluster")
-
-
-def refusal_line(e: ApiError) -> str:
-    """What refused an object: the namespace's policy by name (quota, LimitRange, PodSecurity), else
-    the API server's own message."""
-    from .refusals import explain
-
-    policy = explain(e.message)
-    return policy[0] if policy is not None else e.message
 
 
 class K8sBackend(
@@ -170,7 +125,7 @@ class K8sBackend(
         self.heartbeat = None
         self._outage = ApiOutage("the job's pods")
         self._admission = None
-        self._launcher_events_at = 0.0  # when the launcher Job's events may be read again
+        self.launcher_events_at = 0.0  # when the launcher Job's events may be read again (startup.py)
         # mpilaunch's pieces come with the job (its ConfigMap), not from the image (tools.py)
         self.tools = tools.from_configmap()
         self.transport = launch.resolve_transport(self.opts.transport, self.launcher)
@@ -244,7 +199,7 @@ class K8sBackend(
 
     # ------------------------------------------------------------ manifests
 
-    def _check_image(self) -> str:
+    def check_image(self) -> str:
         if not self.opts.image:
             raise UsageError("--backend k8s needs --image", "give the worker image, e.g. --image myorg/horovod:latest")
         return self.opts.image
@@ -283,198 +238,20 @@ class K8sBackend(
         from . import network_setup
 
         # the job's NetworkPolicies as the cluster's answers shape them, asked beside admission's check
-        objects = network_setup.with_policies(self, objects, self._admission_check)
+        objects = network_setup.with_policies(self, objects, lambda objs: creation.admission_check(self, objs))
         if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
             write_secret(self.agent_secret_file, self.agent_secret)
-        root = objects[0][1]
-        # which root is this process's, should the create's answer be lost (root_sent)
-        root["metadata"].setdefault("annotations", {})[CREATOR_ANNOTATION] = self.creator
-        self.root_sent = True
-        try:
-            made = api.create(root)
-        except ApiError as e:
-            # 409: another job's, or this one's (the client sent the create again on a new connection
-            # after the first one's answer was lost); 4xx: refused, nothing stored; 5xx: it may be
-            made = None
-            if e.status == 409:
-                try:
-                    made = self._own_root()
-                except (ApiError, OSError):
-                    pass  # release() looks again
-            self.root_sent = made is None and (e.status >= 500 or e.status == 409)
-            if made is None and e.status == 409:
-                raise UsageError(
-                    f"a job named {self.job} already exists in namespace {self.namespace}",
-                    f"choose another --name, or, if it is an mpilaunch job of yours, remove it with: mpilaunch delete {self.job} --backend k8s",
-                ) from None
-            if made is None:
-                raise AllocationError(
-                    f"cannot create ConfigMap {self.job}: {refusal_line(e)}", creation_hint(e)
-                ) from None
-        self.root_sent = False
-        self.root_uid = made["metadata"]["uid"]
-        self.created.append(("v1", "configmaps", self.job))
-        owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.job, "uid": self.root_uid}
-
-        def create(obj: dict) -> None:
-            obj["metadata"]["ownerReferences"] = [owner]
-            api_version, kind = obj["apiVersion"], obj["kind"]
-            from .api import PLURALS
-
-            if kind == "Lease":
-                orphan.stamp_lease(obj, time.time())
-            try:
-                api.create(obj)
-            except ApiError as e:
-                if e.status == 404 and kind == "PodGroup":
-                    raise UsageError(
-                        f"--gang {self.opts.gang}: the PodGroup API ({api_version}) is not installed in this cluster",
-                        "install the scheduler's CRDs, or use --gang none",
-                    ) from None
-                raise AllocationError(
-                    f"cannot create {kind} {obj['metadata']['name']}: {refusal_line(e)}", creation_hint(e)
-                ) from None
-            self.created.append((api_version, PLURALS[kind], obj["metadata"]["name"]))
-
-        # one pool for every stage: its threads keep their connections to the API server, so the
-        # later stages do not pay a TLS handshake per thread again
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for stage in CREATION_STAGES:
-                batch = [obj for g, obj in objects if g in stage]
-                for future in [pool.submit(create, obj) for obj in batch]:
-                    future.result()
-                if "lease" in stage:
-                    self.heartbeat = orphan.start_heartbeat(api, self.job, self.spec.orphan_timeout)
-                if "workers" in stage and self.opts.queue:  # Kueue made a Workload of them: released first
-                    self.created.append((*WORKLOADS, self.job))
-
-    def _list_pods(self) -> list[dict]:
-        return self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.job}")["items"]
+        creation.create_objects(self, objects)
 
     def wait_ready(self, deadline: float, progress) -> None:
         with waiter(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers)) as wait:
-            self._wait_ready(deadline, progress, wait)
+            startup.wait_for_ready(self, deadline, progress, wait)
         self._let_in_submitter()
 
     def _let_in_submitter(self) -> None:
         from . import network_setup
 
         network_setup.let_in_submitter(self, self.control_address())  # --launcher local
-
-    def _wait_ready(self, deadline: float, progress, wait) -> None:
-        names = [w.name for w in self.plan.workers]
-        total = len(names)
-        started = time.monotonic()
-        while True:
-            try:
-                pods = self._list_pods()
-            except (ApiError, OSError) as e:
-                if isinstance(e, ApiError) and e.status == 403:
-                    raise refused(e.status, e.message, "listing the job's pods") from None
-                if time.monotonic() > deadline:
-                    raise AllocationError(f"cannot list the job's pods: {e}", "check the API server") from None
-                time.sleep(POLL)
-                continue
-            by_name = {p["metadata"]["name"]: p for p in pods}
-            self.pods = by_name
-            launcher = [p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"]
-            if launcher:
-                self.launcher_pod = launcher[0]["metadata"]["name"]
-            for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
-                phases.mark(self.phase_times, phase)
-            ready = [n for n in names if n in by_name and pod_ready(by_name[n])]
-            waits_for = self.admission.note() if len(ready) < total else None
-            # the gang's or queue's word first (it holds the pods back), else the scheduler's own
-            note = waits_for or (unschedulable_note(list(by_name.values())) if len(ready) < total else None)
-            if note:  # (ready, total) alone otherwise: the progress contract's old form
-                progress(len(ready), total, note)
-            else:
-                progress(len(ready), total)
-            problems, fatal = {}, {}
-            for n in names:
-                if n in ready:
-                    continue
-                if n not in by_name:
-                    problems[n] = "pod missing"
-                    continue
-                message, is_fatal = pod_problem(by_name[n])
-                (fatal if is_fatal else problems)[n] = message
-            launcher_ok = self.launcher != "cluster"
-            if self.launcher == "cluster" and launcher:
-                message, is_fatal = pod_problem(launcher[0])
-                launcher_ok = launcher_started(launcher[0])
-                if is_fatal and not launcher_ok:
-                    fatal[self.launcher_pod] = message
-                if launcher_ok:
-                    phases.mark(self.phase_times, "launcher_running")
-                if not launcher_ok and not is_fatal:
-                    problems[self.launcher_pod] = message
-            fail_on_image_check(fatal.values())
-            if fatal:
-                raise AllocationError(
-                    f"workers cannot start: {summarize(fatal)}",
-                    "fix the image or pod settings; nothing was left in the cluster",
-                )
-            if len(ready) == total and launcher_ok:
-                self.ready_at = time.monotonic()
-                return
-            if self.launcher == "cluster" and not launcher and len(ready) == total:
-                self._fail_on_refused_launcher()
-            if time.monotonic() > deadline:
-                if self.launcher == "cluster" and not launcher and len(ready) == total:
-                    problems[self.launcher_name] = self._job_events(self.launcher_name) or "launcher pod not created"
-                reasons = summarize(problems) or "unknown"
-                extra = self._events_for(list(problems)[:3])
-                if waits_for:  # the gang's or the queue's word first: it is why the pods wait
-                    reasons = f"{waits_for}; {reasons}"
-                raise AllocationError(
-                    f"{total - len(ready)} of {total} workers not ready after --start-timeout "
-                    f"{self.spec.start_timeout:g}s: {reasons}{extra}",
-                    (f"the job waited in Kueue LocalQueue {self.opts.queue}; " if self.opts.queue else "")
-                    + launcher_placement_hint(problems.get(self.launcher_pod))
-                    + "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
-                )
-            wait(ready_poll_s(time.monotonic() - started, total + (self.launcher == "cluster")))
-
-    def _events_for(self, pods: list[str]) -> str:
-        """Recent warning events of a few pods that conditions do not show."""
-        seen = []
-        for pod in pods:
-            try:
-                events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={pod}")["items"]
-            except (ApiError, OSError):
-                return ""
-            for ev in events:
-                if ev.get("type") == "Warning" and ev.get("reason") != "FailedScheduling":
-                    text = f"{ev.get('reason')}: {ev.get('message', '').strip()}"
-                    if text not in seen:
-                        seen.append(text)
-        return (" [events: " + "; ".join(seen[:3]) + "]") if seen else ""
-
-    def _fail_on_refused_launcher(self) -> None:
-        """The Job controller makes the launcher pod: a quota, LimitRange or PodSecurity refusal shows
-        only in the Job's events (FailedCreate), and it would not fix itself before --start-timeout."""
-        from .refusals import explain
-
-        now = time.monotonic()
-        if now < self._launcher_events_at:
-            return
-        self._launcher_events_at = now + 2.0  # an events list every 2 s at most
-        said = self._job_events(self.launcher_name) or ""
-        policy = explain(said) if said.startswith("FailedCreate") else None
-        if policy is not None:
-            raise AllocationError(
-                f"cannot create the launcher pod of {self.launcher_name}: {policy[0]}",
-                policy[1] + "; nothing was left in the cluster",
-            )
-
-    def _job_events(self, name: str) -> str | None:
-        try:
-            events = self.api.get("v1", "events", fieldSelector=f"involvedObject.name={name}")["items"]
-        except (ApiError, OSError):
-            return None
-        msgs = [f"{e.get('reason')}: {e.get('message')}" for e in events if e.get("type") == "Warning"]
-        return msgs[-1] if msgs else None
 
     def exec_context(self) -> dict:
         """How the shims reach the worker pods: their agents (``--transport agent``), or the exec API
@@ -494,7 +271,7 @@ class K8sBackend(
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = launch.exec_api_context(creds, [w.name for w in self.plan.workers])
         if self.launcher == "local" and use_relay():
-            from . import relay
+            from .exec_path import relay
 
             relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
             self.relay, context["relay"] = relay.start(context, self.rundir)
@@ -530,94 +307,21 @@ class K8sBackend(
             output.ompi_tag_space = mpi.tag_has_space(info)
 
     def run_launcher(self, output, deadline: float | None) -> int | None:
-        """Follow the launcher pod: its log into ``output``, its exit code back.
-
-        None when ``deadline`` passed first (the workload reports the timeout).
-        """
-        pod = self.launcher_pod
-        stop, said_done = threading.Event(), threading.Event()
-        done: list[int] = []
-
-        def on_done(text: str) -> None:
-            code = parse_launcher_done(text, self.status_token)
-            if code is not None:
-                done.append(code)
-                said_done.set()
-
-        follower = threading.Thread(
-            target=follow_log,
-            args=(self.api, self.namespace, pod, output, stop),
-            kwargs={"on_launcher_ready": lambda said: self._launcher_ready(output, said), "on_launcher_done": on_done},
-            daemon=True,
+        """Follow the launcher pod: its log into ``output``, its exit code back (:func:`.follow.run_launcher`)."""
+        return follow.run_launcher(
+            self.api,
+            self.namespace,
+            self.launcher_pod,
+            self.status_token,
+            output,
+            deadline,
+            lambda said: self._launcher_ready(output, said),
         )
-        follower.start()
-        code = None
-        outage = ApiOutage(f"the launcher pod {pod}")
-        try:
-            while True:
-                if done:  # its last line, every line before it read: no need to wait for the kubelet
-                    code = done[0]
-                    return code
-                self.api.check_credentials()
-                try:
-                    current = self.api.get("v1", "pods", pod)
-                    outage.ok()
-                except ApiError as e:
-                    if e.status == 404:
-                        output.feed("stderr", f"mpilaunch: launcher pod {pod} disappeared\n")
-                        return EXIT_FAILED
-                    if e.status == 403:
-                        raise refused(e.status, e.message, f"reading the launcher pod {pod}") from None
-                    current = outage.failed(e)
-                except OSError as e:
-                    current = outage.failed(e)
-                if current is not None:
-                    code = launcher_exit(current)
-                    line = tools.image_problem(tools.termination_messages(current)) if code else None
-                    if line:
-                        raise AllocationError(line, tools.HINT)
-                    if code is not None:
-                        return code
-                if deadline is not None and time.monotonic() >= deadline:
-                    return None
-                if output.abandoned():
-                    return EXIT_FAILED  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
-                said_done.wait(POLL)
-        finally:
-            stop.set()
-            follower.join(timeout=10 if code is not None else 1)
 
     # ------------------------------------------------------------ reports, teardown
 
     def hand_off(self, deadline: float, progress) -> None:
         """--detach: the launcher Job exists; it waits for the workers and cleans up itself."""
-
-    def _admission_check(self, objects) -> None:
-        """Ask admission about the job's pods before creating anything (``dryRun=All``): a PodSecurity
-        refusal is a usage error (exit 2: what to pass), a quota or LimitRange one an allocation
-        error (exit 3); both name the policy. Anything else is left to the creation itself."""
-        from .refusals import dry_run_pods, explain
-
-        def ask(pod: dict) -> tuple[dict, str | None]:
-            try:
-                self.api.create(pod, dryRun="All")
-            except ApiError as e:
-                return pod, e.message if e.status in (403, 422) else None
-            except OSError:
-                pass
-            return pod, None
-
-        pods = dry_run_pods(objects)
-        with ThreadPoolExecutor(max_workers=len(pods) or 1) as pool:  # one round trip, not three
-            answers = list(pool.map(ask, pods))
-        for pod, message in answers:
-            policy = explain(message) if message else None
-            if policy is None:
-                continue
-            line = f"cannot create pod {pod['metadata']['name']}: {policy[0]}"
-            if "PodSecurity" in policy[0]:
-                raise UsageError(line, policy[1] + "; nothing was created")
-            raise AllocationError(line, policy[1] + "; nothing was created")
 
     def manage_flags(self) -> str:
         flags = f"--backend k8s --namespace {self.namespace}"
@@ -643,7 +347,7 @@ class K8sBackend(
         settle_until = (self.ready_at or 0.0) + SETTLE_AFTER_READY_S if settle else 0.0
         while True:
             try:
-                pods = {p["metadata"]["name"]: p for p in self._list_pods()}
+                pods = {p["metadata"]["name"]: p for p in startup.list_pods(self.api, self.job)}
                 self._outage.ok()
             except ApiError as e:
                 if e.status == 403:
@@ -656,7 +360,7 @@ class K8sBackend(
                 break
             time.sleep(min(0.25, max(0.0, settle_until - time.monotonic())))
         # as the wait for Ready says it: the image, not a lost worker
-        fail_on_image_check(tools.termination_messages(pods.get(name)) for name in lost)
+        startup.fail_on_image_check(tools.termination_messages(pods.get(name)) for name in lost)
         evicted = self.admission.eviction() if lost else None
         if evicted:  # Kueue took the pods back: its reason is the job's, whatever each pod says
             lost = dict.fromkeys(lost, evicted)
@@ -690,12 +394,12 @@ class K8sBackend(
             self.heartbeat.stop()
             self.heartbeat = None
         if self.relay is not None:
-            from . import relay
+            from .exec_path import relay
 
             relay.stop(self.relay)
             self.relay = None
         if self.root_uid is None and self.root_sent:
-            self.root_uid = self._root_made_unanswered()
+            self.root_uid = creation.root_made_unanswered(self)
         if self.root_uid is None:
             return
         try:
@@ -708,37 +412,6 @@ class K8sBackend(
                 file=sys.stderr,
             )
         self.root_uid = None
-
-    def _own_root(self) -> dict | None:
-        """The job's root as the API server has it if this process created it (CREATOR_ANNOTATION), else
-        None; an error reading it is raised."""
-        try:
-            root = self.api.get("v1", "configmaps", self.job)
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
-        mine = (root["metadata"].get("annotations") or {}).get(CREATOR_ANNOTATION) == self.creator
-        return root if mine else None
-
-    def _root_made_unanswered(self) -> str | None:
-        """The uid of the root this process created though its create raised, None when there is none.
-
-        Nothing else of the job exists then (no Lease, no reaper), so nothing else would ever delete it."""
-        self.root_sent = False
-        try:
-            root = self._own_root()
-            return root["metadata"]["uid"] if root else None
-        except ApiError as e:
-            error = e.message
-        except OSError as e:
-            error = str(e)
-        print(
-            f"mpilaunch: warning: cannot tell whether ConfigMap {self.job} was created ({error}); "
-            f"if it was, remove it with: mpilaunch delete {self.job} --backend k8s",
-            file=sys.stderr,
-        )
-        return None
 
     # ------------------------------------------------------------ manage (manage.py)
 

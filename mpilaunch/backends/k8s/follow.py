@@ -1,4 +1,5 @@
-"""Following a pod's log as the container writes it: the cluster launcher's output on the submitting side."""
+"""Following a pod's log as the container writes it: the cluster launcher's output and exit status
+on the submitting side."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ import datetime
 import http.client
 import re
 import threading
+import time
 
-from .api import ApiError
-from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_READY
+from ...core.errors import AllocationError
+from ...core.exit_codes import EXIT_FAILED
+from . import tools
+from .api import ApiError, ApiOutage
+from .credentials import refused
+from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_READY, launcher_exit, parse_launcher_done
 
 # How far before the newest line seen a reconnection asks to start: the kubelet
 # stamps stdout and stderr lines as each stream is read, so its file is not
@@ -20,6 +26,8 @@ _SEEN_KEPT = 200_000  # timestamps kept for counting what a reconnection repeats
 # exit, at its next relist (up to 1 s): read this much longer, for a stdout line that the
 # runtime wrote to the log after the stderr line it followed, then stop.
 AFTER_DONE_S = 0.05
+# How often the run reads the launcher pod while its log is followed (until its last line or its exit).
+POLL = 0.5
 
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
@@ -110,3 +118,64 @@ def follow_log(
         if done_seen:
             return
         stop.wait(0.5)
+
+
+def run_launcher(
+    api, namespace: str, pod: str, status_token: str, output, deadline: float | None, on_ready
+) -> int | None:
+    """Follow the launcher pod: its log into ``output``, its exit code back; ``on_ready(said)`` when
+    the launcher says it starts mpirun.
+
+    None when ``deadline`` passed first (the workload reports the timeout).
+    """
+    stop, said_done = threading.Event(), threading.Event()
+    done: list[int] = []
+
+    def on_done(text: str) -> None:
+        code = parse_launcher_done(text, status_token)
+        if code is not None:
+            done.append(code)
+            said_done.set()
+
+    follower = threading.Thread(
+        target=follow_log,
+        args=(api, namespace, pod, output, stop),
+        kwargs={"on_launcher_ready": on_ready, "on_launcher_done": on_done},
+        daemon=True,
+    )
+    follower.start()
+    code = None
+    outage = ApiOutage(f"the launcher pod {pod}")
+    try:
+        while True:
+            if done:  # its last line, every line before it read: no need to wait for the kubelet
+                code = done[0]
+                return code
+            api.check_credentials()
+            try:
+                current = api.get("v1", "pods", pod)
+                outage.ok()
+            except ApiError as e:
+                if e.status == 404:
+                    output.feed("stderr", f"mpilaunch: launcher pod {pod} disappeared\n")
+                    return EXIT_FAILED
+                if e.status == 403:
+                    raise refused(e.status, e.message, f"reading the launcher pod {pod}") from None
+                current = outage.failed(e)
+            except OSError as e:
+                current = outage.failed(e)
+            if current is not None:
+                code = launcher_exit(current)
+                line = tools.image_problem(tools.termination_messages(current)) if code else None
+                if line:
+                    raise AllocationError(line, tools.HINT)
+                if code is not None:
+                    return code
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            if output.abandoned():
+                return EXIT_FAILED  # misplaced ranks or a lost worker: the lifecycle reports it and deletes the job
+            said_done.wait(POLL)
+    finally:
+        stop.set()
+        follower.join(timeout=10 if code is not None else 1)

@@ -21,7 +21,7 @@ from .pods import WORKER_CONTAINER
 # What --mpi auto is taken to be before the launcher pod detects the image's MPI itself.
 ASSUMED_IMAGE_MPI = "openmpi"
 # the shim's transport for this backend's contexts (the exec API), by module name
-TRANSPORT = "mpilaunch.backends.k8s.transport"
+TRANSPORT = "mpilaunch.backends.k8s.exec_path.transport"
 
 # Where the launcher pod finds the job's Secret (a volume: no RBAC on Secrets for the launcher).
 SECRET_DIR = "/etc/mpilaunch-secret"

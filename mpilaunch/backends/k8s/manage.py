@@ -312,9 +312,17 @@ def delete_job(
                 raise
             root_uid = ""
     errors = []
+    deadline = time.monotonic() + wait
     if root_uid:
         try:
-            api.delete("v1", "configmaps", job, **background, preconditions={"uid": root_uid})
+            retrying_transient(
+                lambda: api.delete("v1", "configmaps", job, **background, preconditions={"uid": root_uid}), deadline
+            )
+        except ApiError as e:
+            if e.status != 404 and is_transient(e):
+                errors.append(f"configmaps: {e.message}")
+            elif e.status != 404:  # 409: not that root any more; nothing else is touched
+                raise
         except OSError as e:  # as below: the rest is still deleted by hand
             errors.append(f"configmaps: {e}")
     names = {(v, p) for v, p, _ in created}
@@ -325,21 +333,28 @@ def delete_job(
     def ours(obj: dict) -> bool:
         return owned_by_root(job, root_uid, obj, job_uids)
 
+    def delete_kind(api_version: str, plural: str) -> None:
+        items = api.get(api_version, plural, labelSelector=selector)["items"]
+        mine = [item for item in items if ours(item)]
+        if plural == "jobs":
+            job_uids.update(item["metadata"]["uid"] for item in mine)
+        if plural in ("pods", "jobs") and mine and len(mine) == len(items):
+            # all of them the job's (the usual case): one call, however many pods
+            api.delete_collection(api_version, plural, selector, **background)
+        else:
+            for item in mine:
+                meta = item["metadata"]
+                try:
+                    api.delete(api_version, plural, meta["name"], **background, preconditions={"uid": meta["uid"]})
+                except ApiError as e:
+                    if e.status not in (404, 409):  # gone already (409: its name taken since)
+                        raise
+
     for api_version, plural in _KINDS:
         if created and (api_version, plural) not in names:
             continue
         try:
-            items = api.get(api_version, plural, labelSelector=selector)["items"]
-            mine = [item for item in items if ours(item)]
-            if plural == "jobs":
-                job_uids |= {item["metadata"]["uid"] for item in mine}
-            if plural in ("pods", "jobs") and mine and len(mine) == len(items):
-                # all of them the job's (the usual case): one call, however many pods
-                api.delete_collection(api_version, plural, selector, **background)
-            else:
-                for item in mine:
-                    meta = item["metadata"]
-                    api.delete(api_version, plural, meta["name"], **background, preconditions={"uid": meta["uid"]})
+            retrying_transient(lambda: delete_kind(api_version, plural), deadline)
         except ApiError as e:
             # A kind the user may not list (a tenant with the built-in "edit" role and Roles,
             # RoleBindings or a gang scheduler's PodGroups; someone else's Secrets): the root owns
@@ -349,13 +364,41 @@ def delete_job(
             if e.status not in (404, 405, 409) and not (e.status == 403 and plural not in ("pods", "jobs")):
                 errors.append(f"{plural}: {e.message}")
         except OSError as e:
-            # a call that failed on the way (a timeout under load): the other kinds are still
-            # deleted. Ending here left the pods to the garbage collector, which at a loaded
-            # cluster's pace kept them past a minute after mpilaunch exited (issue 49, item 4).
+            # still failing at the deadline: the other kinds are still deleted
             errors.append(f"{plural}: {e}")
     wait_pods_gone(api, selector, wait, ours)
     if errors:
         raise RuntimeError("; ".join(errors))
+
+
+#: API answers that say "not now" rather than "no": a loaded or restarting API server (429 with
+#: Retry-After from its max-in-flight limit, 5xx while etcd or the server catches up)
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def is_transient(error: Exception) -> bool:
+    """A failure worth asking again: the call never reached the server or was turned away for now."""
+    if isinstance(error, ApiError):
+        return error.status in TRANSIENT_STATUSES
+    return isinstance(error, OSError)
+
+
+def retrying_transient(call, deadline: float, first_pause: float = 0.25, longest_pause: float = 2.0):
+    """``call()``, asked again after a transient failure until ``deadline`` (then that failure is raised).
+
+    Why release needs it (issue 49, item 4): under a run from nothing's load, one timed-out or
+    turned-away call of release's left the job's pods to the garbage collector, whose pace on a
+    loaded, freshly started control plane kept them in the API more than a minute after
+    mpilaunch exited 0. A second try a moment later deletes them itself."""
+    pause = first_pause
+    while True:
+        try:
+            return call()
+        except (ApiError, OSError) as e:
+            if not is_transient(e) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, longest_pause)
 
 
 def wait_pods_gone(api: Api, selector: str, wait: float, ours=lambda pod: True) -> None:

@@ -12,11 +12,11 @@ import json
 from itertools import groupby
 
 from ...core import hostfile, mpi
-from . import admission, launch, network_policy, orphan, pod_template, resources, security, tools
+from . import admission, launch, network_policy, orphan, pod_merge, resources, security, tools
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
 
-# the groups whose objects are pods of a role: --pod-template is merged into them (pod_template.py)
+# the groups whose objects are pods of a role: --pod-template is merged into them (pod_merge.py)
 TEMPLATED_GROUPS = {"workers": "worker", "launcher": "launcher", "reaper": "reaper"}
 
 
@@ -76,7 +76,7 @@ def values(backend, reveal: bool = False) -> dict:
     worker_labels = {**labels, ROLE_LABEL: "worker", **gang_labels, **queue_labels}
     mesh = security.mesh_annotations(opts.mesh_injection)
     annotations = {**mesh, **gang_annotations, **queue_annotations}
-    image = backend._check_image()
+    image = backend.check_image()
     agent = backend.transport == "agent"
     tolerations = [parse_toleration(t) for t in opts.tolerations]
     return {
@@ -206,7 +206,7 @@ def objects(backend, reveal: bool = False) -> list[tuple[str, dict]]:
 def templated(backend, group: str, obj: dict) -> dict:
     """``obj`` with --pod-template merged in, where it is a pod of a role (a worker Pod, the launcher Job)."""
     role = TEMPLATED_GROUPS.get(group)
-    return pod_template.apply(obj, role, backend.pod_templates) if role and backend.pod_templates else obj
+    return pod_merge.apply(obj, role, backend.pod_templates) if role and backend.pod_templates else obj
 
 
 def render(backend) -> str:

@@ -3,7 +3,7 @@
 The root ConfigMap ``<job>`` owns every object of a job, so deleting it lets
 the garbage collector remove the rest. The submitting mpilaunch renews a
 ``coordination.k8s.io/v1`` Lease ``<job>`` (owned by the root like the rest)
-while it is attached. The reaper, ``python3 -m mpilaunch.backends.k8s.reaper``
+while it is attached. The reaper, ``python3 -m mpilaunch.backends.k8s.in_cluster.reaper``
 in the pod of the Job ``<job>-reaper``, under a ServiceAccount that may only get
 that Lease and delete that ConfigMap, deletes the root once the Lease has
 not been renewed for ``--orphan-timeout`` or the job passed its

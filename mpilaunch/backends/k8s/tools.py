@@ -77,7 +77,7 @@ def worker_command(tools: bool, transport: str = "exec") -> list[str]:
 
 def launcher_command(tools: bool, mpirun: str | None) -> list[str]:
     if not tools:
-        return ["python3", "-m", "mpilaunch.backends.k8s.launcher", LAUNCH_JSON]
+        return ["python3", "-m", "mpilaunch.backends.k8s.in_cluster.launcher", LAUNCH_JSON]
     script = (
         f'{TOOLS_DIR}/check-image launcher "$0" || exit {CHECK_EXIT}; '
         f"exec {entry_point('mpilaunch-launcher')} {LAUNCH_JSON}"
@@ -88,7 +88,7 @@ def launcher_command(tools: bool, mpirun: str | None) -> list[str]:
 def reaper_command(tools: bool, args: list[str]) -> list[str]:
     """``args``: the reaper's own (job, options)."""
     if not tools:
-        return ["python3", "-m", "mpilaunch.backends.k8s.reaper", *args]
+        return ["python3", "-m", "mpilaunch.backends.k8s.in_cluster.reaper", *args]
     return [entry_point("mpilaunch-reaper"), *args]
 
 

@@ -64,7 +64,7 @@ def listening_socket(address: str) -> socket.socket:
     connection is refused, which the lost-worker watch then explains.
     """
     from ...agent.cli import listen_unix
-    from ...rsh_agent.protocol import unix_sockaddr
+    from ...wire.protocol import unix_sockaddr
 
     return listen_unix(unix_sockaddr(address))
 
@@ -191,7 +191,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         if len(self.plan.workers) < FORK_AGENTS_FROM or threading.active_count() > 1:
             return False
         from ...agent import cli  # noqa: F401  (imported once here: every child has it)
-        from ...rsh_agent import tls_session  # noqa: F401  (likewise: OpenSSL, loaded once for all agents)
+        from ...wire import tls_session  # noqa: F401  (likewise: OpenSSL, loaded once for all agents)
 
         return True
 

@@ -3,7 +3,7 @@
 * ``allocate`` submits one application (``--name``) with one skein service,
   ``worker``, of N containers (``--memory``, ``--vcores``, ``yarn.io/gpu`` =
   GPUs per worker, ``--queue``, ``--node-label``). Each container runs
-  ``mpilaunch.backends.yarn.container``, which starts ``mpilaunch agent``
+  ``mpilaunch.backends.yarn.in_cluster.container``, which starts ``mpilaunch agent``
   and publishes its address in skein's key-value store (``--env-archive``:
   from mpilaunch's pieces localized with the job, ``tools.py``).
 * The job secret goes into that key-value store (mutual TLS with the
@@ -15,7 +15,7 @@
   diagnostics, pending container requests) and the application is killed.
 * Where mpirun runs: with ``--launcher cluster`` (what ``auto`` means for
   yarn) in one more container, service ``launcher`` (part of the
-  all-or-nothing wait), running :mod:`mpilaunch.backends.yarn.launcher`. Its launch
+  all-or-nothing wait), running :mod:`mpilaunch.backends.yarn.in_cluster.launcher`. Its launch
   description and the secret go through the key-value store; mpirun's
   output comes back in chunks through it and ``run_launcher`` feeds it to
   the mpirun workload's rank-output parser, so status lines, fail fast,
@@ -39,16 +39,14 @@ import time
 
 import skein
 
-from ...core import env_names, mpi
+from ...core import env_names
 from ...core.errors import AllocationError, UsageError
-from ...core.exit_codes import EXIT_FAILED
 from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import AsksLauncherForStacks, ClusterLauncher, ManagesJobs, ReplacesWorkers
-from . import handoff, launch, manage, orphan, outcome, replace, report, tools
-from . import keys as launcher_keys
+from . import follow, handoff, launch, manage, orphan, outcome, replace, report, tools
 from .client import TERMINAL_STATES, shorten, skein_client, state_name
 from .keys import (
     FORWARD_ENV,
@@ -62,7 +60,6 @@ from .keys import (
 from .options import YarnOptions
 
 LAUNCHER_MEMORY = "512 MiB"
-FAIL_FAST_GRACE_S = 5.0  # as workloads/mpirun.py's: mpirun gets this long to end the job after a rank failed
 ENV_DIR = tools.ENV_DIR  # where --env-archive is unpacked in each container
 MASTER_MEMORY = "256 MiB"
 POLL = 0.25
@@ -103,10 +100,10 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         self.retired: set[int] = set()  # instances whose worker was replaced
         self.outcome: int | None = None
         self.failure: str | None = None
-        self._released = False
+        self.released = False  # release() ran, or the job was handed off (handoff.py): nothing of it to end here
         self.heartbeat = None
         self._secret_put = False
-        self._out_last = ""
+        self.out_last = ""
 
     # ------------------------------------------------------------ spec
 
@@ -114,12 +111,12 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
     def gpus_per_worker(self) -> int:
         return max(w.gpus for w in self.plan.workers)
 
-    def _service_script(self, module: str = "mpilaunch.backends.yarn.container") -> str:
+    def service_script(self, module: str = "mpilaunch.backends.yarn.in_cluster.container") -> str:
         if self.opts.env_archive:  # the archive's python, mpilaunch's pieces localized (tools.py)
             return tools.service_script(module)
         return f"set -e\nexec {shlex.quote(sys.executable)} -m {module}\n"
 
-    def _service_env(self) -> dict[str, str]:
+    def service_env(self) -> dict[str, str]:
         env = {
             env_names.YARN_JOB: self.plan.job_name,
             # Container instance i is plan worker i (PS tasks are named by role).
@@ -144,8 +141,8 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         service = skein.Service(
             instances=len(self.plan.workers),
             resources=resources,
-            script=self._service_script(),
-            env=self._service_env(),
+            script=self.service_script(),
+            env=self.service_env(),
             files=files,
             node_label=opts.node_label or "",
             max_restarts=0,
@@ -161,8 +158,8 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
             services[LAUNCHER_SERVICE] = skein.Service(
                 instances=1,
                 resources=skein.Resources(memory=LAUNCHER_MEMORY, vcores=1),
-                script=self._service_script("mpilaunch.backends.yarn.launcher"),
-                env=self._service_env(),
+                script=self.service_script("mpilaunch.backends.yarn.in_cluster.launcher"),
+                env=self.service_env(),
                 files=files,
                 max_restarts=0,
                 allow_failures=True,
@@ -196,12 +193,12 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
                 "check --queue, --node-label, --memory, --vcores and --gpus-per-node against the cluster",
             ) from None
 
-    def _report(self):
+    def app_report(self):
         return self.client.application_report(self.app_id)
 
     def _raise_if_ended(self, app_report=None) -> None:
         """Allocation failed when the application ended before its workers were ready."""
-        app_report = app_report or self._report()
+        app_report = app_report or self.app_report()
         state = state_name(app_report.state)
         if state not in TERMINAL_STATES:
             return
@@ -217,7 +214,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
 
     def _connect(self) -> bool:
         """Connect to the ApplicationMaster once it runs and hand it the secret."""
-        app_report = self._report()
+        app_report = self.app_report()
         self._raise_if_ended(app_report)
         if state_name(app_report.state) != "RUNNING":
             return False
@@ -230,7 +227,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         self._secret_put = True
         return True
 
-    def _refresh_containers(self) -> list | None:
+    def refresh_containers(self) -> list | None:
         """The worker containers as the ApplicationMaster sees them (None: it cannot be asked)."""
         if self.app is None:
             return None
@@ -292,7 +289,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
                     self._raise_if_a_container_ended()
             progress(len(self.addresses), total)
             if len(self.addresses) == total and self._launcher_running():
-                self._refresh_containers()
+                self.refresh_containers()
                 # Every agent holds it now; the key-value store need not.
                 self.app.kv.discard(KV_PREFIX + WORKER_SECRET_KEY)
                 return
@@ -301,10 +298,10 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
             time.sleep(POLL)
 
     def _launcher_running(self) -> bool:
-        return self.launcher != "cluster" or self._refresh_launcher() == "RUNNING"
+        return self.launcher != "cluster" or self.refresh_launcher() == "RUNNING"
 
     def _raise_if_a_container_ended(self) -> None:
-        if self.launcher == "cluster" and self._refresh_launcher() in ("FAILED", "KILLED", "SUCCEEDED"):
+        if self.launcher == "cluster" and self.refresh_launcher() in ("FAILED", "KILLED", "SUCCEEDED"):
             c = self.launcher_container
             self._raise_archive_problem(c.get("node"), c.get("container"), LAUNCHER_SERVICE)
             raise AllocationError(
@@ -312,7 +309,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
                 f"before the job started: {shorten(c.get('exit')) or 'no exit message'}",
                 "see the container's log (mpilaunch logs NAME --backend yarn), or use --launcher local",
             )
-        for c in self._refresh_containers() or []:
+        for c in self.refresh_containers() or []:
             state = state_name(c.state)
             name = self.worker_of(c)
             if state in ("FAILED", "KILLED", "SUCCEEDED") and name is not None:
@@ -339,7 +336,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         else:
             parts = [f"all {total} workers ready but the launcher container not running before --start-timeout"]
         try:
-            app_report = self._report()
+            app_report = self.app_report()
             parts.append(
                 f"YARN application {self.app_id} is {state_name(app_report.state)} in queue {app_report.queue}"
                 + (f": {shorten(app_report.diagnostics)}" if app_report.diagnostics else "")
@@ -347,7 +344,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         except Exception as e:
             parts.append(f"YARN application {self.app_id}: no report ({shorten(str(e), 120)})")
         if self.app is not None:
-            containers = self._refresh_containers() or []
+            containers = self.refresh_containers() or []
             pending = [c for c in containers if state_name(c.state) in ("WAITING", "REQUESTED")]
             running = [c for c in containers if state_name(c.state) == "RUNNING"]
             opts = self.opts
@@ -355,7 +352,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
             if opts.node_label:
                 want += f", node label {opts.node_label}"
             parts.append(f"{len(pending)} container requests pending ({want}), {len(running)} running")
-            if self.launcher == "cluster" and self._refresh_launcher() != "RUNNING":
+            if self.launcher == "cluster" and self.refresh_launcher() != "RUNNING":
                 parts.append(
                     f"launcher container {self.launcher_container.get('state', 'not requested').lower()} "
                     f"(memory={LAUNCHER_MEMORY}, vcores=1)"
@@ -407,86 +404,11 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         launch.relaunch(self, attempt)
 
     def run_launcher(self, output, deadline: float | None) -> int | None:
-        """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code.
+        """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code
+        (:func:`.follow.run_launcher`)."""
+        return follow.run_launcher(self, output, deadline)
 
-        None when ``deadline`` passed first (the workload reports the timeout).
-        """
-        kv = self.app.kv
-        self.put_launch()
-        failed_at = None
-        stop_sent = False
-        next_check = 0.0
-        while True:
-            try:
-                code = kv.get(KV_PREFIX + launcher_keys.EXIT_KEY)
-                self._drain_output(output)
-            except (skein.exceptions.SkeinError, ConnectionError, OSError) as e:
-                # The ApplicationMaster is gone (`mpilaunch delete`, yarn application -kill).
-                try:
-                    state = state_name(self._report().state)
-                except Exception:
-                    state = "unknown"
-                output.feed(
-                    "stderr",
-                    f"mpilaunch: lost the YARN application {self.app_id} ({state}) "
-                    f"while mpirun ran: {shorten(str(e), 200)}\n",
-                )
-                return EXIT_FAILED
-            if code is not None:
-                self._refresh_launcher()
-                return int(code)
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return None
-            try:
-                if not self.launcher_info:
-                    info = kv.get(KV_PREFIX + launcher_keys.INFO_KEY)
-                    if info is not None:
-                        self.launcher_info = json.loads(info)
-                        # the launcher container's mpirun tags the ranks' lines
-                        output.ompi_tag_space = mpi.tag_has_space(
-                            mpi.MpiInfo(
-                                self.launcher_info.get("flavour", ""), str(self.launcher_info.get("version", "")), ""
-                            )
-                        )
-                if not stop_sent:
-                    if failed_at is None and any(c != 0 for _, _, c in output.statuses):
-                        failed_at = now
-                    # mpirun did not end the job itself (hydra waits for every rank),
-                    # or ranks run elsewhere than planned, or a worker was lost
-                    if (failed_at is not None and now - failed_at > FAIL_FAST_GRACE_S) or output.abandoned():
-                        kv[KV_PREFIX + launcher_keys.STOP_KEY] = b"1"
-                        stop_sent = True
-            except (skein.exceptions.SkeinError, ConnectionError, OSError):
-                pass  # the next round's kv.get tells
-            if now >= next_check:
-                next_check = now + 1.0
-                state = self._refresh_launcher()
-                if state in ("FAILED", "KILLED", "SUCCEEDED") and kv.get(KV_PREFIX + launcher_keys.EXIT_KEY) is None:
-                    self._drain_output(output)
-                    c = self.launcher_container
-                    output.feed(
-                        "stderr",
-                        f"mpilaunch: launcher container {c.get('container')} on {c.get('node')} "
-                        f"ended ({state}) without reporting mpirun's exit: "
-                        f"{shorten(c.get('exit')) or 'no exit message'}\n",
-                    )
-                    return EXIT_FAILED
-            time.sleep(0.1)
-
-    def _drain_output(self, output) -> None:
-        kv = self.app.kv
-        prefix = KV_PREFIX + launcher_keys.OUT_KEY
-        chunks = kv.get_prefix(prefix)
-        keys = sorted(k for k in chunks if k > self._out_last)
-        for key in keys:
-            for stream, line in json.loads(chunks[key]):
-                output.feed(stream, line)
-        if keys:
-            self._out_last = keys[-1]
-            kv.discard_range(prefix, keys[-1] + "\0")
-
-    def _refresh_launcher(self) -> str | None:
+    def refresh_launcher(self) -> str | None:
         try:
             containers = self.app.get_containers(services=[LAUNCHER_SERVICE], states=list(skein.model.ContainerState))
         except Exception:
@@ -548,9 +470,9 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
             return None
 
     def release(self) -> None:
-        if self._released or (self.client is None and self.app is None):
+        if self.released or (self.client is None and self.app is None):
             return  # released already, or nothing allocated yet (a later allocate is released by a later call)
-        self._released = True
+        self.released = True
         try:
             if self.app_id is not None and self.client is not None:
                 self._finish_application()
@@ -581,7 +503,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
-                if state_name(self._report().state) in TERMINAL_STATES:
+                if state_name(self.app_report().state) in TERMINAL_STATES:
                     return
             except Exception:
                 pass

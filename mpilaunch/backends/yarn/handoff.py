@@ -41,7 +41,7 @@ def hand_off(backend, deadline: float, progress) -> None:
     backend.wait_ready(deadline, progress)
     backend.put_launch()
     # From here on the application is the launcher's to end: release() must not kill it.
-    backend._released = True
+    backend.released = True
     for obj in (backend.app, backend.client):
         try:
             obj.close()  # the AM connection; our own driver process (the application keeps running)

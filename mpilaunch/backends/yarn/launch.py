@@ -1,7 +1,7 @@
 """The YARN launcher container, from the submitting side: what it is given, and a new one per attempt.
 
 With ``--launcher cluster`` mpirun runs in a container of the skein service
-``launcher`` (:mod:`mpilaunch.backends.yarn.launcher`). ``put_launch`` hands it the
+``launcher`` (:mod:`mpilaunch.backends.yarn.in_cluster.launcher`). ``put_launch`` hands it the
 launch description and the job secret through skein's key-value store once
 every worker's agent answers.
 
@@ -106,7 +106,7 @@ def relaunch(backend, attempt: int) -> None:
     if not backend.launcher_in_cluster:
         return
 
-    backend._refresh_launcher()
+    backend.refresh_launcher()
     old = backend.launcher_container
     if old.get("id"):
         if old.get("state") not in ENDED:
@@ -122,7 +122,7 @@ def relaunch(backend, attempt: int) -> None:
     for key in (SPEC_KEY, LAUNCHER_SECRET_KEY, EXIT_KEY, INFO_KEY, STOP_KEY):
         kv.discard(KV_PREFIX + key)
     kv.discard_prefix(KV_PREFIX + OUT_KEY)
-    backend._out_last = ""
+    backend.out_last = ""
     backend.launcher_info, backend.launcher_container = {}, {}
     backend.attempt = attempt
     backend.app.add_container(LAUNCHER_SERVICE)

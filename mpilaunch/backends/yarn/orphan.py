@@ -5,7 +5,7 @@ While attached, the submitting mpilaunch writes the time into the key
 application's *driver* (skein's ``Master(script=...)``, a process in the
 ApplicationMaster's container, so it runs from the moment the application
 does, before any worker container is allocated) runs
-:mod:`mpilaunch.backends.yarn.driver`: it ends the application when the key
+:mod:`mpilaunch.backends.yarn.in_cluster.driver`: it ends the application when the key
 has not changed for ``--orphan-timeout`` (final status KILLED) or the job
 passed its cluster-side deadline (FAILED), each with a diagnostic saying so.
 YARN then kills every container. When the job ends normally the submitting
@@ -24,7 +24,7 @@ from ..heartbeat import Heartbeat
 from . import tools
 
 HEARTBEAT_KEY = "heartbeat"
-REAPER_MODULE = "mpilaunch.backends.yarn.driver"
+REAPER_MODULE = "mpilaunch.backends.yarn.in_cluster.driver"
 
 
 def reaper_env(spec) -> dict[str, str]:
@@ -51,14 +51,14 @@ def master(backend, resources, security, files: dict) -> "skein.Master":
             security=security,
             files=files,
             script=tools.service_script(None),
-            env=backend._service_env(),
+            env=backend.service_env(),
         )
     return skein.Master(
         resources=resources,
         security=security,
         files=files,
-        script=backend._service_script(REAPER_MODULE),
-        env={**backend._service_env(), **reaper_env(backend.spec)},
+        script=backend.service_script(REAPER_MODULE),
+        env={**backend.service_env(), **reaper_env(backend.spec)},
     )
 
 

@@ -23,7 +23,7 @@ def replace_workers(backend, names: list[str]) -> None:
 
     kv = backend.app.kv
     kv[KV_PREFIX + WORKER_SECRET_KEY] = read_secret(str(backend.secret_file))
-    backend._refresh_containers()
+    backend.refresh_containers()
     backend.silent = None
     for name in names:
         old = backend.containers.pop(name, {})

@@ -38,7 +38,7 @@ def lost_workers(backend, settle: bool) -> dict[str, str]:
     if settle:
         silent = backend.silent = silent_agents(backend.addresses, backend.secret_file)
     deadline = time.monotonic() + (SETTLE_S if silent else 0.0)
-    while backend._refresh_containers() is not None:
+    while backend.refresh_containers() is not None:
         if all(backend.containers.get(n, {}).get("state") != "RUNNING" for n in silent):
             break
         if time.monotonic() >= deadline:
@@ -55,7 +55,7 @@ def lost_workers(backend, settle: bool) -> dict[str, str]:
 def failure_report(backend) -> str:
     """Every container of the application (host, state, exit status) under a failed job's summary."""
     silent = backend.silent if backend.silent is not None else silent_agents(backend.addresses, backend.secret_file)
-    backend._refresh_containers()
+    backend.refresh_containers()
     lines = [f"YARN application {backend.app_id} (queue {backend.opts.queue or 'default'}), worker containers:"]
     for w in backend.plan.workers:
         lines.append(_container_line(w.name, backend.containers.get(w.name, {}), w.name in silent))

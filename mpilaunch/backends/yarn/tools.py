@@ -52,9 +52,9 @@ CHECK_EXIT = EXIT_ALLOCATION  # the container's exit, then mpilaunch's: allocati
 MIN_PYTHON = (3, 8)
 # the pieces that talk to skein's ApplicationMaster: site-packages on, skein checked first
 SKEIN_MODULES = (
-    "mpilaunch.backends.yarn.container",
-    "mpilaunch.backends.yarn.launcher",
-    "mpilaunch.backends.yarn.driver",
+    "mpilaunch.backends.yarn.in_cluster.container",
+    "mpilaunch.backends.yarn.in_cluster.launcher",
+    "mpilaunch.backends.yarn.in_cluster.driver",
 )
 HINT = (
     "pack skein into the environment (pip install skein, and setuptools with Python 3.12 or newer: skein "

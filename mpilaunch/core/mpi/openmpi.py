@@ -129,7 +129,7 @@ def user_tuning(extra_args) -> set[str]:
 
 
 def tune_launch(info: MpiInfo, command: MpirunCommand, extra_args, program_words: int) -> None:
-    """A job's mpirun (``workloads.mpirun.build_launch``; the benchmarks' floor alike): the
+    """A job's mpirun (``workloads.mpirun_command.build_launch``; the benchmarks' floor alike): the
     launch-scale settings, before the user's extra arguments (``extra_args``, followed in argv
     by the ``program_words`` of the rank command), whose TUNABLE values then replace mpilaunch's."""
     if info.major < 5:

@@ -22,7 +22,8 @@ import pytest
 
 from mpilaunch.backends.k8s.launch import AGENT_PORT
 from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
-from mpilaunch.rsh_agent import agent_client, tls
+from mpilaunch.rsh_agent import agent_client
+from mpilaunch.wire import tls
 from support.helpers import REPO, leftover_processes, wait_for, wait_started
 from support.k8s import (
     PeakLongRunning,
@@ -137,7 +138,7 @@ def test_agent_transport_agent_listens_on_its_pod_ip_only_and_wants_the_secret(k
         # the worker's Secret volume is its own: the pod sees it at its mount path, this machine does not
         secret = json.loads(kube.kubectl("get", "secret", f"{job}-agent", "-o", "json").stdout)
         assert set(secret["data"]) == {"secret"}
-        # ... and it is the job's TLS credential: a MAC secret, a certificate and its key (rsh_agent/tls.py)
+        # ... and it is the job's TLS credential: a MAC secret, a certificate and its key (wire/tls.py)
         assert tls.parse_credential(base64.b64decode(secret["data"]["secret"])).tls
         assert set(pod["metadata"]["ownerReferences"][0].values()) >= {"ConfigMap", job}
     finally:
@@ -304,7 +305,7 @@ def test_agent_transport_cluster_launcher_needs_no_pods_exec(kube, k8s_env, tmp_
         launch_json = launcher_files(kube, job, tmp_path)
         pod_env = in_cluster_env(kube, k8s_env, sa, tmp_path / "serviceaccount")
         ran = subprocess.run(
-            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launch_json)],
+            [sys.executable, "-m", "mpilaunch.backends.k8s.in_cluster.launcher", str(launch_json)],
             cwd=REPO,
             env=pod_env,
             capture_output=True,

@@ -169,8 +169,8 @@ def test_mpirun_of_instant_ranks_over_16_pods_ends_every_time(kube, k8s_env, ope
     end. Open MPI 5's daemons used to lose such a rank (reaped before its pid
     was recorded, mpi.PRRTE_SPAWN_ON_PROGRESS_THREAD) and mpirun then waited
     forever: about half of these launches stalled (benchmarks/bench_k8s.py P4b)."""
-    from mpilaunch.backends.k8s import relay as k8s_relay
     from mpilaunch.backends.k8s.api import resolve
+    from mpilaunch.backends.k8s.exec_path import relay as k8s_relay
     from mpilaunch.core import hostfile, mpi
     from mpilaunch.rsh_agent.shim import write_launcher
 
@@ -590,7 +590,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         spec = pod["spec"]
         assert spec["serviceAccountName"] == f"{job}-launcher"
         (container,) = spec["containers"]
-        assert container["command"][:3] == ["python3", "-m", "mpilaunch.backends.k8s.launcher"]
+        assert container["command"][:3] == ["python3", "-m", "mpilaunch.backends.k8s.in_cluster.launcher"]
         launch_json = launcher_files(kube, job, tmp_path)
 
         # RBAC, decided by the real authorizer
@@ -609,7 +609,7 @@ def test_cluster_launcher_runs_with_the_jobs_service_account_only(kube, k8s_env,
         sa_dir = tmp_path / "serviceaccount"
         pod_env = in_cluster_env(kube, k8s_env, sa, sa_dir)
         ran = subprocess.run(
-            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launch_json)],
+            [sys.executable, "-m", "mpilaunch.backends.k8s.in_cluster.launcher", str(launch_json)],
             cwd=REPO,
             env=pod_env,
             capture_output=True,
@@ -730,7 +730,12 @@ def test_secret_env_cluster_launcher_keeps_values_out_of_configmaps_and_command_
 
         # play the kubelet: the launcher's entry point with its volumes and its ServiceAccount's token
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launcher_files(kube, job, tmp_path))],
+            [
+                sys.executable,
+                "-m",
+                "mpilaunch.backends.k8s.in_cluster.launcher",
+                str(launcher_files(kube, job, tmp_path)),
+            ],
             cwd=REPO,
             text=True,
             env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),
@@ -898,7 +903,12 @@ def test_sigkill_cluster_launcher_the_reaper_deletes_the_job(kube, k8s_env, tmp_
         assert deadline_s == 300 + 600 + 30
         assert kube.get_json("pod", f"{job}-worker-1")["spec"]["activeDeadlineSeconds"] == deadline_s
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "mpilaunch.backends.k8s.launcher", str(launcher_files(kube, job, tmp_path))],
+            [
+                sys.executable,
+                "-m",
+                "mpilaunch.backends.k8s.in_cluster.launcher",
+                str(launcher_files(kube, job, tmp_path)),
+            ],
             cwd=REPO,
             text=True,
             env=in_cluster_env(kube, k8s_env, f"{job}-launcher", tmp_path / "launcher-sa"),

@@ -1,6 +1,6 @@
 """--detach on Kubernetes when the launcher pod dies: the job's reaper records the outcome and releases the workers.
 
-The rules (``backends/k8s/outcome.py``) are pure functions of the
+The rules (``backends/k8s/in_cluster/outcome.py``) are pure functions of the
 launcher Job's status and of when the reaper saw it, tested here without a
 cluster. The kwok test runs the reaper against a real API server (playing the
 kubelet for the reaper pod, as the SIGKILL tests of test_k8s.py do); the
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from mpilaunch.backends.k8s.outcome import Ending, from_condition, judge, observe, start
+from mpilaunch.backends.k8s.in_cluster.outcome import Ending, from_condition, judge, observe, start
 from support.helpers import REPO, wait_for
 from support.k8s import access, end_processes, leftover_objects, manage_k8s, run_reaper_pod
 

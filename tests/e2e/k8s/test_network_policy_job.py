@@ -195,7 +195,7 @@ def outside(real):
     """What lies outside the job: a listener on the node's address, and a headless Service in a
     namespace of its own (no policy anywhere) in front of a listener pod. The testbed runs no
     service proxy, so the Service is headless: its name resolves (CoreDNS) to the pod's IP."""
-    from testbeds.k8s.node import REAL_KEY
+    from testbeds.k8s.node_config import REAL_KEY
 
     node = real.cluster.get_json("nodes", "-l", f"{REAL_KEY}=true")["items"][0]
     node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")

@@ -100,7 +100,7 @@ def namespace(name: str) -> dict:
 
 
 def pod(real, name: str, ns: str, app: str, program: str) -> dict:
-    from testbeds.k8s.node import REAL_KEY
+    from testbeds.k8s.node_config import REAL_KEY
 
     return {
         "apiVersion": "v1",
@@ -257,7 +257,7 @@ def test_network_policy_namespace_without_policies_is_untouched_and_cannot_reach
 
 def test_network_policy_egress_deny_cuts_dns_and_api_server_and_the_documented_rules_allow_them(pods):
     from testbeds.k8s import netpol
-    from testbeds.k8s.node import gateway
+    from testbeds.k8s.node_config import gateway
 
     c = pods.c
     port = pods.real.cluster.ports["kube-apiserver"]

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from mpilaunch import rank
-from mpilaunch.backends.k8s import transport as k8s_transport
+from mpilaunch.backends.k8s.exec_path import transport as k8s_transport
 from mpilaunch.core import env_names, rank_lines
 from mpilaunch.job import lifecycle, rundir
 from mpilaunch.job.output import LOG_FLUSH_S, RankOutput

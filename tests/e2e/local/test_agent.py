@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from mpilaunch.rsh_agent import agent_client
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.wire import protocol as P
 from support.agent import SECRET, AgentProc, agent_env, session_processes, wait_for_file, wait_until, write_secret
 from support.helpers import REPO
 

@@ -84,7 +84,7 @@ def test_agent_accept_rate_bucket_burst_refill_and_peers_apart():
 
 
 def test_agent_accept_unix_addresses_round_trip():
-    from mpilaunch.rsh_agent import protocol as P
+    from mpilaunch.wire import protocol as P
 
     assert P.unix_sockaddr("unix:/run/x/agent-0.sock") == "/run/x/agent-0.sock"
     assert P.unix_sockaddr("unix:@name") == "\0name"

@@ -28,7 +28,7 @@ import pytest
 
 from mpilaunch.agent.handshake_limits import PendingLimits, QuietNotes, peer_key
 from mpilaunch.rsh_agent import agent_client
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.wire import protocol as P
 from support.agent import SECRET, AgentProc, agent_env, wait_until
 from support.helpers import PROGRAMS, REPO
 

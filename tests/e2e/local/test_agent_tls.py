@@ -16,8 +16,9 @@ import sys
 
 import pytest
 
-from mpilaunch.rsh_agent import agent_client, tls
-from mpilaunch.rsh_agent import protocol as P
+from mpilaunch.rsh_agent import agent_client
+from mpilaunch.wire import protocol as P
+from mpilaunch.wire import tls
 from support.agent import SECRET, AgentProc, tls_credential
 from support.capture import capture_or_require
 from support.helpers import leftover_processes, run_mpilaunch

@@ -3,7 +3,7 @@
 - After SIGKILL mpilaunch waited for mpirun for ever (``job/procs.py``); a process stuck in the kernel
   outlives SIGKILL. Made real here with a frozen cgroup (v1 freezer: a frozen task keeps a pending
   SIGKILL until thawed, in state D), as root.
-- A YARN container waited for ever for its agent's address file (``yarn/container.py``); the agent
+- A YARN container waited for ever for its agent's address file (``yarn/in_cluster/container.py``); the agent
   here is a stand-in that hangs before it listens (as on a hung filesystem).
 - The stacks probe signalled a pid (``hang/probe.py``); here the pid really is reused, in a pid
   namespace of the test's own where ``ns_last_pid`` chooses the next pid, as root.
@@ -67,7 +67,8 @@ def test_wait_after_sigkill_has_a_deadline(frozen_cgroup, monkeypatch, capfd):
 
 
 def test_yarn_agent_address_wait_has_a_deadline(tmp_path, monkeypatch):
-    from mpilaunch.backends.yarn import container, tools
+    from mpilaunch.backends.yarn import tools
+    from mpilaunch.backends.yarn.in_cluster import container
 
     stand_in = tmp_path / "tools"
     stand_in.mkdir()

@@ -372,7 +372,7 @@ def test_a_killed_mpiruns_stale_session_dir_does_not_fail_the_next_launch(openmp
     of exactly that directory. Here the pid is made to collide: sh copies the stale directory to
     ompi.$$ and execs (same pid) the command mpilaunch would run."""
     from mpilaunch.core import mpi
-    from mpilaunch.workloads.mpirun import without_stale_session
+    from mpilaunch.workloads.mpirun_command import without_stale_session
 
     info = mpi.detect(openmpi5.mpirun)
     env = {**mpilaunch_env(openmpi5), "TMPDIR": str(tmp_path)}

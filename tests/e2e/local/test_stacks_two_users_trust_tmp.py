@@ -71,7 +71,7 @@ class PlantedServer:
 
     def __init__(self, workdir: Path):
         from mpilaunch.backends.agent_credential import self_signed_certificate
-        from mpilaunch.rsh_agent.tls import pem
+        from mpilaunch.wire.tls import pem
 
         cert, key = self_signed_certificate()
         (workdir / "planted.crt").write_bytes(pem("CERTIFICATE", cert))
@@ -129,7 +129,7 @@ def test_stacks_trust_tmp_a_context_planted_by_another_user_gets_nothing(other_u
     server = PlantedServer(tmp_path)
     planted_context = {
         "job": name,  # no "backend": the old filter took it for any --backend
-        "transport": "mpilaunch.backends.k8s.transport",
+        "transport": "mpilaunch.backends.k8s.exec_path.transport",
         "server": f"https://127.0.0.1:{server.port}",
         "insecure": True,
         "token_file": str(token),

@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -435,3 +437,43 @@ def test_the_ssh_backend_needs_a_hostfile():
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("mpilaunch: error: the ssh backend runs on the hosts of --hostfile"), proc.stderr
     assert "\n  hint: write one 'HOST slots=N' line per host" in proc.stderr
+
+
+def test_collect_files_ssh_after_a_failed_rank(bed, tmp_path):
+    """--collect on ssh hosts: the files come back through each host's agent before the sessions
+    end, also after a rank failed. The hosts share this machine's file system (network namespaces):
+    each lists the one directory, under its own name. The ranks run as the bed's login user: the
+    directory is one that user can write."""
+    shared = tempfile.mkdtemp(prefix="mpilaunch-collect-ssh-")
+    os.chmod(shared, 0o777)
+    out = tmp_path / "out"
+    rank = "$OMPI_COMM_WORLD_RANK"
+    try:
+        proc = run(
+            bed,
+            hostfile(tmp_path, "node-1", "node-2"),
+            OPENMPI4,
+            "--name",
+            "ssh-collect",
+            "-q",
+            "--output-dir",
+            str(out),
+            "--collect",
+            f"{shared}/rank-*.txt",
+            "--",
+            "/bin/sh",
+            "-c",
+            f'echo "rank {rank} on $MPILAUNCH_WORKER" > {shared}/rank-{rank}.txt; [ {rank} = 2 ] && exit 9; sleep 30',
+        )
+        assert proc.returncode == 9, proc.stdout + proc.stderr
+        assert [line for line in proc.stderr.splitlines() if line.startswith("mpilaunch: collect:")] == []
+        written = sorted(os.listdir(shared))
+        assert "rank-2.txt" in written, proc.stderr
+        files = out / "files"
+        got = sorted(str(p.relative_to(files)) for p in files.rglob("*") if p.is_file())
+        assert got == sorted(f"{host}{shared}/{name}" for host in ("node-1", "node-2") for name in written), got
+        assert (files / f"node-2{shared}" / "rank-2.txt").read_text() == "rank 2 on node-2\n"
+        assert json.loads((out / "report.json").read_text())["collected"]["files"] == len(got)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert_hosts_clean(bed)

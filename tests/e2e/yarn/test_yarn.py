@@ -165,7 +165,7 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
             assert launcher_container in rm, (launcher_container, list(rm))
             assert local_mpiruns(name) == []
             launcher_res = rm.pop(launcher_container)["allocatedResources"]
-            from testbeds.yarn.cluster import resource_value
+            from testbeds.yarn.hadoop import resource_value
 
             assert resource_value(launcher_res, "yarn.io/gpu") == 0
         else:
@@ -173,7 +173,7 @@ def test_allreduce_in_two_containers_secret_stays_secret(yarn, openmpi_env, tmp_
         assert len(rm) == 2
         for c in rm.values():
             res = c["allocatedResources"]
-            from testbeds.yarn.cluster import resource_value
+            from testbeds.yarn.hadoop import resource_value
 
             assert resource_value(res, "memory-mb") == 512
             assert resource_value(res, "vcores") == 2
@@ -255,7 +255,7 @@ def test_gpus_8_per_node_4_containers_get_4_gpus_each(yarn, openmpi_env, tmp_pat
         ranks = read_ranks(proc, 8)
         app = app_by_name(yarn, name)
         rm = worker_containers(yarn, app["id"])
-        from testbeds.yarn.cluster import resource_value
+        from testbeds.yarn.hadoop import resource_value
 
         assert sorted(resource_value(c["allocatedResources"], "yarn.io/gpu") for c in rm.values()) == [4, 4]
         # The default partition is NodeManagers 0 and 1: one 4-GPU container each.
@@ -828,7 +828,7 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
     services = dry.stdout.split("services:", 1)[1]
     launcher = services.split("  launcher:", 1)[1].split("\n  worker:", 1)[0]
     assert "instances: 1" in launcher and "gpus: 0" in launcher, launcher
-    assert "mpilaunch.backends.yarn.launcher" in services
+    assert "mpilaunch.backends.yarn.in_cluster.launcher" in services
     local = subprocess.run(
         [
             sys.executable,
@@ -851,11 +851,13 @@ def test_dry_run_renders_the_application_with_a_launcher_service(openmpi5):
         timeout=60,
     )
     assert local.returncode == 0, local.stderr
-    assert "yarn.launcher\n" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+    assert (
+        "yarn.in_cluster.launcher\n" not in local.stdout and "  launcher:" not in local.stdout.split("services:", 1)[1]
+    )
     # either way the ApplicationMaster's driver is the reaper (--orphan-timeout, default 60)
     for out in (dry.stdout, local.stdout):
         master = out.split("\nmaster:", 1)[1].split("\nmax_attempts:", 1)[0]
-        assert "-m mpilaunch.backends.yarn.driver" in master and "MPILAUNCH_ORPHAN_TIMEOUT: '60'" in master
+        assert "-m mpilaunch.backends.yarn.in_cluster.driver" in master and "MPILAUNCH_ORPHAN_TIMEOUT: '60'" in master
 
 
 @pytest.mark.mpi
@@ -943,5 +945,5 @@ def test_only_an_attached_application_has_the_reaper_driver(tmp_path, detach):
     if detach:
         assert master.script == "" and "MPILAUNCH_ORPHAN_TIMEOUT" not in master.env
     else:
-        assert "-m mpilaunch.backends.yarn.driver" in master.script
+        assert "-m mpilaunch.backends.yarn.in_cluster.driver" in master.script
         assert master.env["MPILAUNCH_ORPHAN_TIMEOUT"] == "20" and master.env["MPILAUNCH_DEADLINE_S"] == "430"

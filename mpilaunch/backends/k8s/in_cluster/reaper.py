@@ -1,6 +1,6 @@
 """Entry point of a job's reaper (the pod of the Job ``<job>-reaper``).
 
-``python3 -m mpilaunch.backends.k8s.reaper JOB --orphan-timeout SEC [--deadline SEC]``:
+``python3 -m mpilaunch.backends.k8s.in_cluster.reaper JOB --orphan-timeout SEC [--deadline SEC]``:
 an attached job's. Runs with the ServiceAccount ``<job>-reaper``, whose Role
 allows ``get`` on the Lease ``<job>`` and ``delete`` on the
 ConfigMap ``<job>``, by name, and nothing else. It deletes the job's root
@@ -13,7 +13,7 @@ when the job is gone either way.
 detached job's (``--detach``). It watches the launcher Job instead; when
 the launcher ends, or can no longer run, without recording the job's
 outcome, it records one and releases the workers
-(``backends/k8s/detached.py``), then exits 0. Its Role: the root ConfigMap
+(``backends/k8s/in_cluster/detached.py``), then exits 0. Its Role: the root ConfigMap
 (get, patch), the launcher Job (get, delete), the worker pods and the job's
 Secrets (delete).
 
@@ -29,11 +29,11 @@ import sys
 import time
 from pathlib import Path
 
-from ...core.exit_codes import EXIT_FAILED
-from . import mesh
-from .api import Api, ApiError, sa_dir
-from .credentials import CredentialError
-from .orphan import reap
+from ....core.exit_codes import EXIT_FAILED
+from .. import mesh
+from ..api import Api, ApiError, sa_dir
+from ..credentials import CredentialError
+from ..orphan import reap
 
 
 def log(message: str) -> None:
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 
 
 def reaper_main(argv) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m mpilaunch.backends.k8s.reaper")
+    p = argparse.ArgumentParser(prog="python3 -m mpilaunch.backends.k8s.in_cluster.reaper")
     p.add_argument("job")
     p.add_argument("--orphan-timeout", type=float, required=True)
     p.add_argument("--deadline", type=float, help="seconds from now after which the job is deleted regardless")

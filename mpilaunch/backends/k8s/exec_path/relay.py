@@ -1,6 +1,6 @@
 """The job's exec relay: one process holds the TLS setup, every shim borrows it.
 
-    python -m mpilaunch.backends.k8s.relay CONTEXT_JSON SOCKET [--exit-with-pid PID]
+    python -m mpilaunch.backends.k8s.exec_path.relay CONTEXT_JSON SOCKET [--exit-with-pid PID]
 
 mpirun starts one ``mpilaunch-rsh`` per daemon and keeps it for the
 daemon's life. With the relay each shim only connects to a unix socket,
@@ -28,8 +28,8 @@ import sys
 import threading
 import time
 
-from ...core.pylauncher import PACKAGE_PARENT
-from . import transport
+from ....core.pylauncher import PACKAGE_PARENT
+from . import exec_stream, transport
 
 READY_LINE = b"mpilaunch-relay-ready\n"
 
@@ -38,7 +38,7 @@ class Relay:
     def __init__(self, context: dict, path: str):
         self.context = context
         self.path = path
-        self.tls = transport.ssl_context(context)
+        self.tls = exec_stream.ssl_context(context)
         self.grace = float(context.get("signal_grace", transport.SIGNAL_GRACE))
         self.session = None
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -53,7 +53,7 @@ class Relay:
 
     def token(self):
         # re-read per session: projected ServiceAccount tokens rotate in place
-        return transport.bearer_token(self.context)
+        return exec_stream.bearer_token(self.context)
 
     def serve_forever(self) -> None:
         while True:
@@ -95,7 +95,7 @@ class Relay:
         except Exception as e:  # one bad session must not take the relay down
             try:
                 if len(fds) >= 2:
-                    transport._write_all(fds[-1], f"mpilaunch-rsh: {e}\n".encode())
+                    exec_stream.write_all(fds[-1], f"mpilaunch-rsh: {e}\n".encode())
             except OSError:
                 pass
         finally:
@@ -114,7 +114,7 @@ class Relay:
         sid = f"r{os.getpid()}-{os.urandom(4).hex()}"
         token = self.token()
         try:
-            channel = transport.connect(
+            channel = exec_stream.connect(
                 self.context,
                 pod,
                 transport.wrapped(sid, command),
@@ -125,7 +125,7 @@ class Relay:
             )
         except ValueError:  # a session the context no longer accepts
             self.session = None
-            channel = transport.connect(
+            channel = exec_stream.connect(
                 self.context, pod, transport.wrapped(sid, command), stdin=in_fd is not None, tls=self.tls, token=token
             )
         state = {"buf": pending, "forwarded": None, "hangup": False}
@@ -150,7 +150,7 @@ class Relay:
                     state["forwarded"] = time.monotonic()
                     name = signal.Signals(int(line[4:])).name[3:]
                     try:
-                        transport.run_simple(
+                        exec_stream.run_simple(
                             self.context,
                             pod,
                             transport.killer(name, sid),
@@ -168,7 +168,7 @@ class Relay:
         if state["buf"]:
             on_wakeup(True)
         try:
-            return transport.session(channel, in_fd, conn.fileno(), on_wakeup, out_fd=out_fd, err_fd=err_fd)
+            return exec_stream.session(channel, in_fd, conn.fileno(), on_wakeup, out_fd=out_fd, err_fd=err_fd)
         finally:
             self._keep_session(channel)
 
@@ -196,7 +196,7 @@ def start(context: dict, rundir, python: str | None = None):
         [
             python or sys.executable,
             "-m",
-            "mpilaunch.backends.k8s.relay",
+            "mpilaunch.backends.k8s.exec_path.relay",
             str(ctx_file),
             path,
             "--exit-with-pid",

@@ -3,7 +3,7 @@
 Nobody on the submitting side watches a detached job. Its launcher records
 the outcome in the root ConfigMap (``result.json``, read by ``mpilaunch
 status`` and ``wait``) and deletes the worker pods, on every exit path it
-lives to see. The reaper (``python3 -m mpilaunch.backends.k8s.reaper JOB
+lives to see. The reaper (``python3 -m mpilaunch.backends.k8s.in_cluster.reaper JOB
 --launcher-job NAME``, the pod of the Job ``<job>-reaper``) covers the
 others: when the launcher Job ends, or can no longer run, without an
 outcome recorded (``outcome.py`` reads why), it records one after a
@@ -22,11 +22,11 @@ import json
 import time
 from typing import Callable
 
-from ..launch_description import LaunchDescription
+from ...launch_description import LaunchDescription
+from ..api import Api, ApiError
+from ..launch import job_secret_names
+from ..pods import RESULT_KEY
 from . import outcome as launcher_outcome
-from .api import Api, ApiError
-from .launch import job_secret_names
-from .pods import RESULT_KEY
 
 # After the launcher is seen to have ended without a record: a force-deleted
 # pod's container may still run for a moment and write its own, which says more.

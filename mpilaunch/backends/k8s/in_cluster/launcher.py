@@ -1,4 +1,4 @@
-"""Entry point of the launcher pod: ``python3 -m mpilaunch.backends.k8s.launcher LAUNCH_JSON``.
+"""Entry point of the launcher pod: ``python3 -m mpilaunch.backends.k8s.in_cluster.launcher LAUNCH_JSON``.
 
 Runs inside the cluster with the job's ServiceAccount (in-cluster
 credentials: ``KUBERNETES_SERVICE_HOST/PORT`` and the token and CA under
@@ -13,15 +13,19 @@ by every shim, so rotated tokens keep working). It
    and exits with the job's status. mpirun's tagged output goes to the pod log
    unchanged; the CLI that follows the log reads rank status lines from it.
 
-Steps 1-3 are the lifecycle (``lifecycle.run_job``) and the mpirun workload
-that a launcher on the submitting machine runs, with :class:`ReadyPods` as
-the backend: the pods exist already, and the submitting side releases them.
+Steps 1-3 are the one in-cluster runner (:mod:`mpilaunch.job.in_cluster`: the
+lifecycle and the mpirun workload that a launcher on the submitting machine
+runs) with :class:`ReadyPods` as the backend: the pods exist already, and the
+submitting side releases them. What this module adds is how the pods are
+reached and where the outcome goes (the last log line, or, detached, the root
+ConfigMap).
 
 Standard library plus mpilaunch's pure modules: no Kubernetes client.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -29,23 +33,25 @@ import sys
 import time
 from pathlib import Path
 
-from ...core import env_names, mpi
-from ...core.errors import MpilaunchError, UsageError
-from ...core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from ...core.result import JobResult
-from ...core.spec import JobSpec, Plan
-from ...job.lifecycle import make_rundir, run_job
-from ...workloads.mpirun import MpirunWorkload, RelayedOutput
-from .. import rendezvous
-from ..base import BaseBackend
-from ..launch_description import LaunchDescription
-from ..protocols import ReportsHangs
-from . import dns, mesh, relay
-from .api import Api, ApiError, sa_dir
+from ....core import env_names, mpi
+from ....core.errors import MpilaunchError, UsageError
+from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
+from ....core.result import JobResult
+from ....core.spec import JobSpec, Plan
+from ....job.in_cluster import run_launch
+from ....job.lifecycle import make_rundir
+from ... import rendezvous
+from ...base import BaseBackend
+from ...launch_description import LaunchDescription
+from ...protocols import ReportsHangs
+from .. import mesh
+from ..api import Api, ApiError, sa_dir
+from ..exec_path import relay
+from ..launch import CLUSTER_DOMAIN, agent_context, exec_api_context, job_secret_names
+from ..pod_events import FirstPendingWatch
+from ..pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
+from . import dns
 from .detached import delete_secrets, outcome, record_outcome
-from .launch import CLUSTER_DOMAIN, agent_context, exec_api_context, job_secret_names
-from .pod_events import FirstPendingWatch
-from .pods import LAUNCHER_DONE, LAUNCHER_READY, WORKER_CONTAINER, pod_loss, ready_poll_s
 
 
 def _ready(pod: dict) -> bool:
@@ -220,7 +226,7 @@ class DetachedReadyPods(ReadyPods, ReportsHangs):
     posts it as an Event on its own pod (attached, the submitting mpilaunch does: one Event per hang)."""
 
     def report_hang(self, verdict: str) -> None:
-        from . import hang_event
+        from .. import hang_event
 
         # POD_NAME, POD_UID: the downward API's (k8s-launcher.yaml.j2); the pod's hostname is set for
         # DNS instead, and the job's Role may not read this pod (the Job controller names it)
@@ -286,6 +292,14 @@ def read_secret(launch: LaunchDescription) -> dict:
         ) from None
 
 
+def this_attempt(launch: LaunchDescription, environ) -> LaunchDescription:
+    """The description with this pod's attempt number. Every attempt's launcher Job mounts the
+    same launch.json (the root ConfigMap's); a relaunch (``--retries``) makes a Job that says its
+    attempt in ``MPILAUNCH_ATTEMPT`` (``replace.relaunch``), and from here on it is the
+    description's field, as on YARN (whose launcher is handed a description per attempt)."""
+    return dataclasses.replace(launch, attempt=int(environ.get(env_names.ATTEMPT, launch.attempt)))
+
+
 def pass_through(stream: str, line: str) -> None:
     """mpirun's lines to the pod log as they are: the submitting side parses them."""
     out = sys.stdout if stream == "stdout" else sys.stderr
@@ -296,24 +310,17 @@ def pass_through(stream: str, line: str) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m mpilaunch.backends.k8s.launcher LAUNCH_JSON", file=sys.stderr)
+        print("usage: python -m mpilaunch.backends.k8s.in_cluster.launcher LAUNCH_JSON", file=sys.stderr)
         return EXIT_USAGE
     launch = LaunchDescription.from_dict(json.loads(Path(argv[0]).read_text()))
     result = JobResult(job_name=launch.job, exit_code=EXIT_FAILED, failure="the launcher failed before mpirun ran")
     try:
-        launch = launch.with_secrets(read_secret(launch))
-        spec, plan = launch.job_spec(), launch.plan()
+        launch = this_attempt(launch.with_secrets(read_secret(launch)), os.environ)
         info = mpi.find_mpirun(launch.mpi, launch.mpirun, os.environ.get("PATH"))
         rundir = make_rundir(launch.job)
-        backend = (DetachedReadyPods if launch.detach else ReadyPods)(spec, plan, rundir, launch, info)
-        workload = MpirunWorkload(spec, launch.job, plan, info)
-        workload.use_output(RelayedOutput(pass_through))
-        workload.token = launch.status_token or workload.token  # the submitting side's
-        environ = dict(os.environ)
-        # a relaunch (--retries): the submitting side made this Job for attempt N
-        workload.bind(backend, rundir, environ, attempt=int(environ.get(env_names.ATTEMPT, "1")))
-        result = run_job(
-            spec, workload, backend, rundir, None, stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True
+        pods = DetachedReadyPods if launch.detach else ReadyPods
+        result, workload = run_launch(
+            launch, info, rundir, lambda spec, plan: pods(spec, plan, rundir, launch, info), pass_through
         )
         if not launch.detach:  # the submitting side ends on this line (pods.LAUNCHER_DONE)
             print(f"{LAUNCHER_DONE}{result.exit_code} token={workload.token}", file=sys.stderr, flush=True)

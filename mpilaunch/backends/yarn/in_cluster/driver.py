@@ -1,4 +1,4 @@
-"""The YARN application's driver: ``python -m mpilaunch.backends.yarn.driver`` in the ApplicationMaster's container.
+"""The YARN application's driver: ``python -m mpilaunch.backends.yarn.in_cluster.driver`` in the ApplicationMaster's container.
 
 Ends the application when the submitting mpilaunch's heartbeat (a key in
 skein's key-value store, see ``backends/yarn/orphan.py``) has not changed
@@ -15,8 +15,8 @@ import os
 import sys
 import time
 
-from ...core import env_names, orphan
-from .orphan import HEARTBEAT_KEY
+from ....core import env_names, orphan
+from ..orphan import HEARTBEAT_KEY
 
 
 def log(message: str) -> None:

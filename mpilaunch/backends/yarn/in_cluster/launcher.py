@@ -1,4 +1,4 @@
-"""The launcher container of a YARN job: ``python -m mpilaunch.backends.yarn.launcher``.
+"""The launcher container of a YARN job: ``python -m mpilaunch.backends.yarn.in_cluster.launcher``.
 
 With ``--launcher cluster`` (what ``auto`` means for yarn) the application
 has one container of the skein service ``launcher``, requested with the
@@ -14,8 +14,9 @@ workers. This module runs in it and
 2. writes the hostfile, the shim's context file and the shim launcher for
    its own paths, publishes ``<kv>launcher/info`` (its ``CONTAINER_ID``,
    host, mpirun) and runs mpirun with ``mpilaunch-rsh`` and the agents
-   through the same lifecycle and mpirun workload as the local launcher
-   (:class:`PublishedContainers` is its backend);
+   through the one in-cluster runner (:mod:`mpilaunch.job.in_cluster`: the same
+   lifecycle and mpirun workload as the local launcher;
+   :class:`PublishedContainers` is its backend);
 3. streams mpirun's stdout/stderr lines into the key-value store in chunks
    (``<kv>launcher/out/<seq>``, JSON ``[[stream, line], ...]``) that the
    submitting side feeds to its rank-output parser and deletes, stops mpirun
@@ -40,18 +41,18 @@ import threading
 import time
 from pathlib import Path
 
-from ...core import env_names, mpi
-from ...core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from ...core.spec import JobSpec, Plan
-from ...job.lifecycle import make_rundir, run_job
-from ...job.procs import terminate_group
-from ...workloads.mpirun import MpirunWorkload, RelayedOutput
-from .. import rendezvous
-from ..base import BaseBackend
-from ..launch_description import LaunchDescription
-from . import stacks_kv
+from ....core import env_names, mpi
+from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
+from ....core.spec import JobSpec, Plan
+from ....job.in_cluster import run_launch
+from ....job.lifecycle import make_rundir
+from ....job.procs import terminate_group
+from ... import rendezvous
+from ...base import BaseBackend
+from ...launch_description import LaunchDescription
+from .. import stacks_kv
+from ..keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 from .detached import WorkerContainers, finish, to_container_log
-from .keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 
 FLUSH_S = 0.1
 CHUNK_BYTES = 256 * 1024
@@ -248,26 +249,20 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
             failure = f"launcher: no usable mpirun in the launcher container: {e}"
             relay("stderr", f"mpilaunch: {failure}\n")
             return EXIT_USAGE, failure
-        spec, plan = launch.job_spec(), launch.plan()
-        watch = WorkerContainers(app, plan, launch.addresses(), secret_file) if detached else None
-        backend = PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
-        # `mpilaunch stacks NAME --backend yarn` from wherever its owner is: this container takes the stacks
-        take = stacks_kv.stacks_taker(rundir / "context.json", dict(enumerate(plan.rank_to_worker())))
-        threading.Thread(
-            target=stacks_kv.serve, args=(app.kv, prefix, take, note), daemon=True, name="stacks-requests"
-        ).start()
-        workload = MpirunWorkload(spec, launch.job, plan, info)
-        workload.use_output(RelayedOutput(relay))
-        workload.token = launch.status_token or workload.token  # the submitting side's
-        cwd = launch.cwd
-        workload.cwd = cwd if cwd and os.path.isdir(cwd) else None
-        workload.on_started = lambda proc: started(app, prefix, info, proc, note)
-        environ = dict(os.environ)
-        # a relaunch (--retries): the submitting side started this container for attempt N
-        workload.bind(backend, rundir, environ, attempt=launch.attempt)
-        result = run_job(
-            spec, workload, backend, rundir, None, stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True
-        )
+
+        def containers(spec, plan):
+            watch = WorkerContainers(app, plan, launch.addresses(), secret_file) if detached else None
+            # `mpilaunch stacks NAME --backend yarn` from wherever its owner is: this container takes the stacks
+            take = stacks_kv.stacks_taker(rundir / "context.json", dict(enumerate(plan.rank_to_worker())))
+            threading.Thread(
+                target=stacks_kv.serve, args=(app.kv, prefix, take, note), daemon=True, name="stacks-requests"
+            ).start()
+            return PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
+
+        def on_started(workload) -> None:
+            workload.on_started = lambda proc: started(app, prefix, info, proc, note)
+
+        result, _ = run_launch(launch, info, rundir, containers, relay, on_started)
         note(f"the job ended: exit {result.exit_code}")
         return result.exit_code, result.failure
     finally:

@@ -5,7 +5,7 @@ A detached job's launcher records the job's outcome in the root ConfigMap
 lives to see. When it does not live to see one (its container OOM-killed or
 SIGKILLed, its pod deleted before the container ran, its node lost, its pod
 never started: image pull error, unschedulable, quota), the job's reaper
-(``backends/k8s/detached.py``) records the ending these rules read from
+(``backends/k8s/in_cluster/detached.py``) records the ending these rules read from
 the launcher Job's status, and releases the workers.
 
 The reaper reads the Job, by name, and not its pod: the Job controller names
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-from ...core.exit_codes import EXIT_ALLOCATION, EXIT_TIMEOUT, EXIT_WORKER_LOST
+from ....core.exit_codes import EXIT_ALLOCATION, EXIT_TIMEOUT, EXIT_WORKER_LOST
 
 Ending = namedtuple("Ending", "exit_code failure release_launcher")
 Ending.__doc__ = """How the launcher ended: the job's exit code, the failure line (None: success),

@@ -1,4 +1,4 @@
-"""Inside each YARN worker container: ``python -m mpilaunch.backends.yarn.container``.
+"""Inside each YARN worker container: ``python -m mpilaunch.backends.yarn.in_cluster.container``.
 
 The container's whole job is to host one ``mpilaunch agent``:
 
@@ -37,9 +37,9 @@ import time
 import urllib.request
 import xml.etree.ElementTree as ET
 
-from ...core import env_names
-from ...core.exit_codes import EXIT_FAILED
-from .keys import GPU_KEY, WORKER_KEY, WORKER_SECRET_KEY
+from ....core import env_names
+from ....core.exit_codes import EXIT_FAILED
+from ..keys import GPU_KEY, WORKER_KEY, WORKER_SECRET_KEY
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -133,7 +133,7 @@ def advertise_host() -> str:
 
 def start_agent(name: str, secret: bytes, devices: list[str] | None, container_id: str):
     addr_file = os.path.abspath("mpilaunch-agent.addr")
-    from .tools import module_argv
+    from ..tools import module_argv
 
     argv = module_argv("mpilaunch.agent") + [
         "--name",

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from .outcome import diagnostics
+from ..outcome import diagnostics
 
 
 def to_container_log(stream: str, line: str) -> None:
@@ -71,7 +71,7 @@ class WorkerContainers:
     def refresh(self) -> bool:
         import skein
 
-        from .client import shorten, state_name
+        from ..client import shorten, state_name
 
         try:
             containers = self.app.get_containers(services=["worker"], states=list(skein.model.ContainerState))
@@ -88,8 +88,8 @@ class WorkerContainers:
 
     def lost(self, settle: bool) -> dict[str, str]:
         """As ``yarn_report.lost_workers`` on the submitting side: ended containers, silent agents once settled."""
-        from ..agent_workers import silent_agents
-        from .report import SETTLE_S, container_loss
+        from ...agent_workers import silent_agents
+        from ..report import SETTLE_S, container_loss
 
         silent = silent_agents(self.addresses, self.secret_file) if settle else set()
         deadline = time.monotonic() + (SETTLE_S if silent else 0.0)
