@@ -6,7 +6,8 @@
 A model, not a launch: a report shaped as the mpirun workload writes it (N
 workers x ``--slots`` ranks, every rank with its start and end, the workers'
 facts, the phases), then the steps the lifecycle's teardown adds for it, each
-timed on its own (medians of ``--runs``): the common fields and the ledger,
+timed on its own (medians of ``--runs``): the common fields, the ledger and
+the workers' phases (``timings.workers``),
 encoding report.json once, writing it into a state directory that already
 holds ``MPILAUNCH_KEEP_RECORDS`` records (so each write prunes one) and the
 summary's text. ``bench_e2e.py --against REV`` measures the whole launch.
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mpilaunch.core import phases as phases_of
 from mpilaunch.job import record, summary
 
 
@@ -81,7 +83,17 @@ def model_report(workers: int, slots: int) -> dict:
             for r in range(ranks)
         ],
         "placement": {"verified": True, "ranks": ranks},
-        "timings": {"allocate_s": 2.0, "run_s": 29.0, "total_s": 33.0, "phases": phases},
+        "timings": {
+            "allocate_s": 2.0,
+            "run_s": 29.0,
+            "total_s": 33.0,
+            "phases": phases,
+            # each worker's own phases (timings.workers), as a Kubernetes job's: all four
+            "workers": {
+                f"model-worker-{i}": {"created": 0.3, "scheduled": 0.4, "running": 1.5, "ready": 2.0}
+                for i in range(workers)
+            },
+        },
         "environment": None,
         "lost_workers": [],
         "lost": [],
@@ -104,7 +116,16 @@ def measure(workers: int, slots: int, runs: int, keep: int) -> dict:
         wall = time.time()
         for i in range(keep):  # a full state directory: every write below prunes the oldest
             record.keep({"job": f"old-{i}", "exit_code": 0}, env, keep, wall - 86400 + i)
-        fields = median_ms(lambda: (record.common_fields(body, wall - 33, wall), summary.ledger(body)), runs)
+        seen = {w: {p: 100.0 + at for p, at in t.items()} for w, t in body["timings"]["workers"].items()}
+        # the lifecycle turns each worker's monotonic moments into seconds since the start
+        fields = median_ms(
+            lambda: (
+                record.common_fields(body, wall - 33, wall),
+                summary.ledger(body),
+                phases_of.since_by_worker(100.0, seen),
+            ),
+            runs,
+        )
         report = {**record.common_fields(body, wall - 33, wall), **body, "ledger": summary.ledger(body)}
         encode = median_ms(lambda: record.report_text(report), runs)
         text = record.report_text(report)

@@ -300,13 +300,21 @@ def cmd_report(argv: list[str]) -> int:
         f"the newest ${record.KEEP_ENV} (default {record.DEFAULT_KEEP}).",
     )
     p.add_argument("records", nargs="*", metavar="NAME|PATH", help="a job's --name, or a report.json")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the record's timeline to FILE: one self-contained page (launch phases per worker, "
+        "each rank's run, attempts and hangs on one time axis) to open in a browser",
+    )
     args = p.parse_args(argv)
     if len(args.records) > 2:
         raise UsageError(
             f"mpilaunch report takes at most two records, got {len(args.records)}",
             "give one record to summarize, or two to see side by side",
         )
-    return manage.report(args.records, os.environ, sys.stdout)
+    if args.html and len(args.records) > 1:
+        raise UsageError("--html draws one record's timeline, not two", "give one NAME or PATH with --html")
+    return manage.report(args.records, os.environ, sys.stdout, html=args.html)
 
 
 def cmd_agent(argv: list[str]) -> int:

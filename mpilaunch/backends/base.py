@@ -163,6 +163,10 @@ class BaseBackend(ABC):
         self.launcher_in_cluster = self.launcher == "cluster"
         # phases this backend saw (phases.mark: name -> time.monotonic()), merged into report.json
         self.phase_times: dict[str, float] = {}
+        # each worker's own phases (phases.mark_worker: worker -> phase -> time.monotonic()), report.json's
+        # timings.workers: "created" (asked of the cluster / process started), "scheduled" (bound to a
+        # node), "running" (its container runs), "ready" (its exec channel answers); what the backend sees
+        self.worker_times: dict[str, dict[str, float]] = {}
 
     # ---------------------------------------------------------------- what every backend implements
 

@@ -32,3 +32,23 @@ def since(t0: float, *sources: dict[str, float]) -> dict[str, float]:
             if phase not in merged or at < merged[phase]:
                 merged[phase] = at
     return {p: round(max(0.0, at - t0), 3) for p, at in sorted(merged.items(), key=lambda kv: kv[1])}
+
+
+def mark_worker(times: dict[str, dict[str, float]], worker: str, phase: str, at: float | None = None) -> None:
+    """Record ``phase`` of one worker the first time it is reached: report.json's
+    ``timings.workers`` (created, scheduled, running, ready: what the backend can see of each)."""
+    times.setdefault(worker, {}).setdefault(phase, time.monotonic() if at is None else at)
+
+
+def since_by_worker(t0: float, times: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each worker's phases as seconds since ``t0``: worker -> {phase: seconds}. Already earliest
+    first (``mark_worker`` records each phase once, when first seen): no sort, at 1024 workers."""
+    return {worker: {p: round(max(0.0, at - t0), 3) for p, at in seen.items()} for worker, seen in times.items()}
+
+
+def retire_worker(times: dict[str, dict[str, float]], worker: str, attempt: int) -> None:
+    """A lost worker replaced (``--retries``): its phases so far become ``<phase>#<attempt>``, so the
+    replacement's own ``created``/``ready`` are recorded beside them rather than lost to the first."""
+    seen = times.get(worker)
+    if seen:
+        times[worker] = {(p if "#" in p else f"{p}#{attempt}"): at for p, at in seen.items()}

@@ -28,6 +28,7 @@ class JobResult:
     failure: str | None = None
     output_dir: str | None = None
     placement: dict | None = None  # the verified placement (placement.summary), mpirun jobs
+    report: dict | None = None  # report.json as run_job built it (a detached launcher posts its summary)
 
     @property
     def ok(self) -> bool:

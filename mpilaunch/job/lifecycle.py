@@ -141,6 +141,7 @@ def run_job(
     lost: list[LostWorker] = []
     attempts: list[dict] = []
     t0 = time.monotonic()
+    origin = t0 if started is None else started  # the report's clock: its phases, attempts, workers
     seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
     hang: dict = {}  # report.json's "hang" and "stacks", where the job was found hung or timed out
     try:
@@ -168,13 +169,17 @@ def run_job(
                 if watch.fatal is not None:
                     raise watch.fatal
                 hang.update(stall.found or {})
+                if stall.found_at is not None:  # the timeline: when the output stopped, when it was declared hung
+                    phases.mark(seen, "stalled", stall.silent_since)
+                    phases.mark(seen, "hang_found", stall.found_at)
                 if stall.hung:
                     result.exit_code, result.failure = EXIT_HUNG, hung_failure(spec, stall.found)
                 if ran_past(deadline, result.exit_code):
+                    phases.mark(seen, "timed_out")
                     hang.update(stop_at_timeout(run, workload) or {})
                 phases.mark(seen, "workload_done")
                 lost = diagnose_lost_workers(backend, workload, result, watch.lost)
-                attempts.append(attempt_record(len(attempts) + 1, t0, t_run, result, lost))
+                attempts.append(record.attempt_record(len(attempts) + 1, origin, t_run, result, lost, workload))
                 if not should_retry(spec, len(attempts), result.exit_code, lost):
                     break
                 t_run = time.monotonic()
@@ -194,9 +199,8 @@ def run_job(
         phases.mark(seen, "released")
         workload.close()
         timings["total_s"] = round(time.monotonic() - t0, 3)
-        timings["phases"] = phases.since(
-            t0 if started is None else started, seen, backend.phase_times, workload.phase_times()
-        )
+        timings["phases"] = phases.since(origin, seen, backend.phase_times, workload.phase_times())
+        timings["workers"] = phases.since_by_worker(origin, backend.worker_times)
         workload.collect(run)
         body = {
             "mode": workload.mode,
@@ -209,8 +213,9 @@ def run_job(
         body.update(hang, **({"collected": collected} if collected else {}))
         body["ledger"] = summary.ledger({"plan": workload.plan.to_dict(), "timings": timings, **body})
         now, wall = time.monotonic(), time.time()
-        began = record.wall_clock(t0 if started is None else started, now, wall)
+        began = record.wall_clock(origin, now, wall)
         report = {**record.common_fields(body, began, wall), **body}
+        result.report = report
         text = report_text(report, stderr)
         if output_dir is not None and text is not None:
             save_report(output_dir / "report.json", report, stderr, text)
@@ -394,18 +399,6 @@ def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[L
     return bool(lost) or spec.retry_rank_failures
 
 
-def attempt_record(number: int, t0: float, t_start: float, result: JobResult, lost: list[LostWorker]) -> dict:
-    """One entry of report.json's ``attempts``: when it ran (seconds since mpilaunch started) and why it ended."""
-    return {
-        "attempt": number,
-        "started_s": round(t_start - t0, 3),
-        "ended_s": round(time.monotonic() - t0, 3),
-        "exit_code": result.exit_code,
-        "failure": (result.failure or "").split("\n", 1)[0] or None,
-        "lost_workers": [w.worker for w in lost],
-    }
-
-
 def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], number: int) -> None:
     """Replace the lost workers (new pod, container or agent, same name) and start the workload again."""
     spec = run.spec
@@ -422,6 +415,8 @@ def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], 
     if names:
         if not isinstance(backend, ReplacesWorkers):  # check_spec refused --retries already
             raise UsageError(f"the {backend.name} backend cannot replace workers", "drop --retries")
+        for name in names:  # the lost worker's phases keep their attempt; the replacement's are its own
+            phases.retire_worker(backend.worker_times, name, number - 1)
         backend.replace_workers(names)
     if isinstance(backend, ClusterLauncher):
         backend.relaunch(number)  # the cluster's launcher: a new one for this attempt

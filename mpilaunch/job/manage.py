@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from .. import backends
 from ..backends import protocols
@@ -29,10 +30,10 @@ def render(spec: JobSpec) -> int:
     return 0
 
 
-def report(what: list[str], environ, stream) -> int:
+def report(what: list[str], environ, stream, html: str | None = None) -> int:
     """``mpilaunch report [NAME|PATH [NAME|PATH]]``: a job's record summarized again (the newest
     of all, the newest of a job, or a given report.json), or two records side by side. The same
-    job name twice compares its last two runs."""
+    job name twice compares its last two runs. ``html``: write the one record's timeline page there."""
     from . import record, summary
 
     if not what:
@@ -41,6 +42,10 @@ def report(what: list[str], environ, stream) -> int:
         found = [record.find(what[0], environ, back=1), record.find(what[1], environ)]
     else:
         found = [record.find(w, environ) for w in what]
+    if html:
+        write_timeline(found[0][0], Path(html))
+        stream.write(f"mpilaunch: timeline of job {found[0][0].get('job')} ({found[0][1]}) written to {html}\n")
+        return 0
     if len(found) == 1:
         text = summary.lines(*found[0])
     else:
@@ -48,6 +53,24 @@ def report(what: list[str], environ, stream) -> int:
         text = [f"A: {path_a}", f"B: {path_b}", *summary.side_by_side(a, b)]
     stream.write("\n".join(text) + "\n")
     return 0
+
+
+def write_timeline(report: dict, path: Path) -> None:
+    """The record's timeline page (``timeline.py``), written whole or not at all."""
+    from . import record, timeline, timeline_page
+
+    try:
+        text = timeline_page.page(timeline.model(report))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited or foreign report
+        raise UsageError(
+            f"cannot draw this report's timeline: {type(e).__name__}: {e}", "give a report.json mpilaunch wrote"
+        ) from None
+    try:
+        record.write_text(path, text)
+    except OSError as e:
+        raise UsageError(
+            f"cannot write {path}: {e.strerror or e}", "give --html a file in a directory you may write"
+        ) from None
 
 
 def job_action(action: str, args) -> int:

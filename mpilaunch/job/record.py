@@ -185,6 +185,27 @@ def common_fields(report: dict, started_wall: float, ended_wall: float) -> dict:
     return out
 
 
+def attempt_record(number: int, t0: float, t_start: float, result, lost, workload=None) -> dict:
+    """One entry of report.json's ``attempts``: when it ran (seconds since mpilaunch started), why it
+    ended, and each rank's run in it (``ranks``: [rank, started_s, ended_s, exit code], None where its
+    wrapper's line never came; the timeline draws an earlier attempt's ranks from these)."""
+    output = getattr(workload, "output", None)
+    times = getattr(output, "rank_times", None) or {}
+    codes = {rank: code for rank, _, code in getattr(output, "statuses", None) or ()}
+    return {
+        "attempt": number,
+        "started_s": round(t_start - t0, 3),
+        "ended_s": round(time.monotonic() - t0, 3),
+        "exit_code": result.exit_code,
+        "failure": (result.failure or "").split("\n", 1)[0] or None,
+        "lost_workers": [w.worker for w in lost],
+        "ranks": [
+            [rank, *(None if at is None else round(at - t0, 3) for at in span), codes.get(rank)]
+            for rank, span in sorted(times.items())
+        ],
+    }
+
+
 # ------------------------------------------------------------------ write
 
 
@@ -196,7 +217,11 @@ def write_report(path: Path, report: dict, text: str | None = None) -> None:
     """report.json, whole or not at all: a temporary file beside it, then renamed over it
     (a reader never sees half a report; a failed write leaves no temporary file). ``text``:
     the report as ``report_text`` made it already (a job writing it twice encodes it once)."""
-    text = report_text(report) if text is None else text
+    write_text(path, report_text(report) if text is None else text)
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` into ``path``, whole or not at all (``write_report``)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:

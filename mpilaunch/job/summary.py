@@ -73,7 +73,9 @@ def mpi_text(report: dict) -> str | None:
 def units_text(report: dict) -> str:
     """``4 ranks on 2 workers`` (PS: ``5 tasks on 5 workers``)."""
     plan = report.get("plan") or {}
-    workers = len(plan.get("workers") or ()) or len(report.get("workers") or ())
+    listed = plan.get("workers") or ()
+    # a compact report (``compact``) counts its workers rather than naming them
+    workers = (listed if isinstance(listed, int) else len(listed)) or len(report.get("workers") or ())
     if report.get("mode") == "ps":
         count, unit = len(report.get("tasks") or ()), "task"
     else:
@@ -81,11 +83,13 @@ def units_text(report: dict) -> str:
     return f"{count} {unit}{'s' if count != 1 else ''} on {workers} worker{'s' if workers != 1 else ''}"
 
 
-def nodes_text(nodes: list) -> str | None:
+def nodes_text(nodes: list, count: int | None = None) -> str | None:
+    """``2 nodes: n1, n2``; ``count``: how many there were, where ``nodes`` lists only the first."""
+    count = len(nodes) if count is None else count
     if not nodes:
         return None
-    shown = ", ".join(nodes[:SHOWN_NODES]) + (", ..." if len(nodes) > SHOWN_NODES else "")
-    return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}: {shown}"
+    shown = ", ".join(nodes[:SHOWN_NODES]) + (", ..." if count > SHOWN_NODES else "")
+    return f"{count} node{'s' if count != 1 else ''}: {shown}"
 
 
 def total_seconds(report: dict) -> float | None:
@@ -168,7 +172,7 @@ def ledger_line(book: dict | None) -> str | None:
 
 def lines(report: dict, record: str | None = None) -> list[str]:
     """The summary: the verdict, what ran where, where the time went, where the record is."""
-    facts = [units_text(report), nodes_text(report.get("nodes") or []), mpi_text(report)]
+    facts = [units_text(report), nodes_text(report.get("nodes") or [], report.get("node_count")), mpi_text(report)]
     if report.get("image"):
         digest = report.get("image_digest")
         facts.append(f"image {report['image']}" + (f" ({digest[:19]})" if digest else ""))
@@ -219,6 +223,50 @@ def task_table(tasks: list[dict]) -> list[str]:
         duration = "-" if t.get("duration_s") is None else f"{t['duration_s']:.1f}s"
         code = "" if t.get("exit_code") is None or t.get("status") != "failed" else f" {t['exit_code']}"
         out.append(f"  {t['task']:<{width}}  {t.get('address') or '-':<21}  {t['status'] + code:<12}  {duration}")
+    return out
+
+
+# ------------------------------------------------------------------ posted by a detached launcher
+
+#: what ``compact`` keeps of a report: what ``lines`` reads, nothing per rank or per worker
+COMPACT = (
+    "job",
+    "mode",
+    "backend",
+    "exit_code",
+    "failure",
+    "started_at",
+    "ended_at",
+    "mpi",
+    "image",
+    "image_digest",
+    "ledger",
+    "tasks",
+    "schema_version",
+    "mpilaunch_version",
+)
+
+
+def compact(report: dict) -> dict:
+    """The part of a report the closing summary needs, small enough to post where the submitting
+    side reads it (a ConfigMap's ``result.json``, a YARN application's diagnostics): a detached job's
+    in-cluster launcher posts it, ``mpilaunch wait`` and ``status`` print ``lines`` of it. The
+    workers are counted, the nodes cut to the few the summary names (their count kept), the failure cut to
+    its first line; a few hundred bytes whatever the job's size."""
+    out = {k: report[k] for k in COMPACT if report.get(k) is not None}
+    if out.get("failure"):
+        out["failure"] = why(report)[:800]
+    plan = report.get("plan") or {}
+    listed = plan.get("workers") or ()
+    out["plan"] = {
+        "ranks": plan.get("ranks"),
+        "gpus": plan.get("gpus") or 0,
+        "workers": listed if isinstance(listed, int) else len(listed),
+    }
+    nodes = list(report.get("nodes") or ())
+    out["nodes"], out["node_count"] = nodes[:SHOWN_NODES], len(nodes)
+    timings = report.get("timings") or {}
+    out["timings"] = {k: timings[k] for k in ("total_s", "phases") if k in timings}
     return out
 
 

@@ -85,6 +85,8 @@ class StallWatch:
     def __init__(self, run: RunContext, workload: Workload, stall_s: float | None, stop: bool = True):
         self.run, self.workload, self.stall_s, self.stop = run, workload, stall_s, stop
         self.found: dict | None = None  # report.json's hang and stacks, once hung
+        self.found_at: float | None = None  # when the hang was declared (time.monotonic(): timings.phases)
+        self.silent_since: float | None = None  # when the output it declared hung on stopped (likewise)
         self.hung = False  # and stopped for it
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
@@ -126,6 +128,7 @@ class StallWatch:
             self._done.wait(max(0.0, interval - (time.monotonic() - now)))
 
     def _declare(self, diagnosis: verdict.Diagnosis, seconds: float) -> None:
+        self.found_at, self.silent_since = time.monotonic(), self._last_output()
         self.found = publish(self.run, diagnosis, seconds)
         self.found["hang"]["stall_timeout_s"] = self.stall_s
         if self.stop and not self._done.is_set():

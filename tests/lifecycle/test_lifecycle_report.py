@@ -26,7 +26,7 @@ def test_attempts_record_each_try_in_order(run_fake):
     }
     assert second == {**second, "attempt": 2, "exit_code": 0, "failure": None, "lost_workers": []}
     assert 0 <= first["started_s"] <= first["ended_s"] <= second["started_s"] <= second["ended_s"]
-    assert set(first) == {"attempt", "started_s", "ended_s", "exit_code", "failure", "lost_workers"}
+    assert set(first) == {"attempt", "started_s", "ended_s", "exit_code", "failure", "lost_workers", "ranks"}
 
 
 def test_an_attempts_failure_is_its_first_line(run_fake):

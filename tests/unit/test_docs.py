@@ -5,6 +5,7 @@ missing from the nav or a nav entry without its page is a warning, and --strict
 turns it into a failed build, so the docs cannot drift apart silently.
 """
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,9 +42,7 @@ def test_the_docs_build_strictly(tmp_path):
 def test_a_broken_link_fails_the_build(tmp_path):
     """The check above can fail: the same config over a copy of docs/ with one bad link."""
     docs = tmp_path / "docs"
-    docs.mkdir()
-    for page in (ROOT / "docs").iterdir():
-        (docs / page.name).write_text(page.read_text())
+    shutil.copytree(ROOT / "docs", docs)  # pages and their images (docs/img)
     with open(docs / "ssh.md", "a") as f:
         f.write("\nSee [the lost section](failures.md#no-such-section).\n")
     config = tmp_path / "mkdocs.yml"

@@ -13,6 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ...core import phases
 from ...core.errors import AllocationError, UsageError
 from . import orphan
 from .admission import WORKLOADS
@@ -101,6 +102,9 @@ def create_objects(backend, objects: list[tuple[str, dict]]) -> None:
                 future.result()
             if "lease" in stage:
                 backend.heartbeat = orphan.start_heartbeat(api, backend.job, backend.spec.orphan_timeout)
+            if "workers" in stage:  # every worker pod created (the API server took them)
+                for w in backend.plan.workers:
+                    phases.mark_worker(backend.worker_times, w.name, "created")
             if "workers" in stage and backend.opts.queue:  # Kueue made a Workload of them: released first
                 backend.created.append((*WORKLOADS, backend.job))
 

@@ -9,6 +9,7 @@ import time
 
 from ...core.errors import UsageError
 from ...core.exit_codes import EXIT_TIMEOUT
+from ...job import summary
 from ..launch_description import LaunchDescription
 from ..rendezvous import rank_python
 from . import admission
@@ -156,6 +157,8 @@ def wait(args, stream) -> int:
                     f"mpilaunch: error: {result.get('failure') or f'the launcher exited with code {code}'}",
                     file=sys.stderr,
                 )
+            if result.get("summary"):  # the closing summary, as the job's launcher posted it
+                print("\n".join(summary.lines(result["summary"])), file=sys.stderr)
             print(f"job {args.name} {phase.lower()} (exit {code}) after {elapsed or 0:.0f}s", file=stream)
             return code
         if deadline is not None and time.monotonic() > deadline:

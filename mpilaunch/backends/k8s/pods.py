@@ -186,6 +186,22 @@ def startup_phases(pods: list[dict], expected: int) -> list[str]:
     return reached
 
 
+def pod_phases(pod: dict | None) -> list[str]:
+    """One worker pod's start-up phases reached (report.json's ``timings.workers``): ``created``
+    (it exists), ``scheduled`` (bound to a node), ``running`` (phase Running: the image pulled and
+    the container started), ``ready`` (its readiness condition: the agent or exec answers)."""
+    if pod is None:
+        return []
+    reached = ["created"]
+    if (pod.get("spec") or {}).get("nodeName"):
+        reached.append("scheduled")
+    if (pod.get("status") or {}).get("phase") == "Running":
+        reached.append("running")
+    if pod_ready(pod):
+        reached.append("ready")
+    return reached
+
+
 def summarize(problems: dict[str, str], limit: int = 3) -> str:
     """Group identical reasons: ``12 pods: <reason> (a, b, c, ...)``."""
     groups: dict[str, list[str]] = {}

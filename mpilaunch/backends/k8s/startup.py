@@ -21,6 +21,7 @@ from .pods import (
     ROLE_LABEL,
     launcher_placement_hint,
     launcher_started,
+    pod_phases,
     pod_problem,
     pod_ready,
     ready_poll_s,
@@ -67,6 +68,9 @@ def wait_for_ready(backend, deadline: float, progress, wait) -> None:
             backend.launcher_pod = launcher[0]["metadata"]["name"]
         for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
             phases.mark(backend.phase_times, phase)
+        for n in names:  # each pod's own (report.json's timings.workers: the timeline's worker rows)
+            for phase in pod_phases(by_name.get(n)):
+                phases.mark_worker(backend.worker_times, n, phase)
         ready = [n for n in names if n in by_name and pod_ready(by_name[n])]
         waits_for = backend.admission.note() if len(ready) < total else None
         # the gang's or queue's word first (it holds the pods back), else the scheduler's own

@@ -18,7 +18,7 @@ import threading
 import time
 
 from ...agent.hostname import can_take_hostname
-from ...core import env_names, gpu_slots
+from ...core import env_names, gpu_slots, phases
 from ...core.errors import AllocationError
 from ...core.pylauncher import write_launcher
 from ...job.procs import kill_tree, processes_with_env, wait_exit, wait_killed
@@ -158,6 +158,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         return False
 
     def _start_agent(self, worker) -> None:
+        phases.mark_worker(self.worker_times, worker.name, "created")
         log = open(self.rundir / f"{worker.name}.agent.log", "ab")
         address = agent_socket_address(self.rundir, self.plan.workers.index(worker))
         with listening_socket(address) as listener:
@@ -224,6 +225,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                     f"worker {name} {how} before it was ready" + (f": {last_line}" if last_line else ""),
                     f"see {self.rundir / (name + '.agent.log')}",
                 )
+            phases.mark_worker(self.worker_times, name, "ready")
         progress(len(self.agents), len(self.plan.workers))
 
     def _agent_exit(self, name: str) -> tuple[str, str] | None:

@@ -28,6 +28,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+from ...core import phases
 from ...core.errors import AllocationError, UsageError
 from ...core.pylauncher import run_module_code
 from ...job.image_tools import package_zip
@@ -124,6 +125,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
 
     def _start_session(self, host: str, stdin: bytes) -> None:
         """ssh to the host, its stdin still to be fed (``wait_ready``)."""
+        phases.mark_worker(self.worker_times, host, "created")
         with open(self._log(host), "ab") as log:
             proc = subprocess.Popen(
                 self.options.ssh_argv(host, remote_command(self.options, host)),
@@ -192,6 +194,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
         for line in bytes(received).split(b"\n")[:-1]:
             if line.startswith(READY):
                 self.facts[host] = json.loads(line[len(READY) :])
+                phases.mark_worker(self.worker_times, host, "ready")
                 sel.unregister(pipe)
                 return True
         if not chunk:

@@ -39,7 +39,7 @@ import time
 
 import skein
 
-from ...core import env_names
+from ...core import env_names, phases
 from ...core.errors import AllocationError, UsageError
 from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
@@ -187,6 +187,8 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
         self.security = skein.Security.new_credentials()
         try:
             self.app_id = self.client.submit(self.application_spec(self.security))
+            for w in self.plan.workers:  # asked of YARN: each container is requested with the application
+                phases.mark_worker(self.worker_times, w.name, "created")
         except skein.exceptions.SkeinError as e:
             raise AllocationError(
                 f"YARN refused the application: {shorten(str(e))}",
@@ -247,6 +249,8 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
                 "state": state_name(c.state),
                 "exit": shorten(c.exit_message, 300) or None,
             }
+            if self.containers[name]["state"] == "RUNNING":  # seen at most a second late (wait_ready's refresh)
+                phases.mark_worker(self.worker_times, name, "running")
         return containers
 
     def worker_of(self, container) -> str | None:
@@ -277,6 +281,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
                     if ping(info["address"], secret, timeout=2.0):
                         self.addresses[name] = info["address"]
                         self.ready_at[name] = round(time.time(), 3)
+                        phases.mark_worker(self.worker_times, name, "ready")
             except (skein.exceptions.SkeinError, ConnectionError, OSError):
                 # the ApplicationMaster is gone (its driver failed, or it was killed): the RM says so soon
                 for _ in range(20):

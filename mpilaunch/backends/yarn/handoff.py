@@ -25,6 +25,7 @@ import time
 
 from ...core.errors import UsageError
 from ...core.exit_codes import EXIT_TIMEOUT
+from ...job import summary
 from . import outcome
 from .client import is_mpilaunch, shorten, skein_client, state_name
 
@@ -84,6 +85,9 @@ def wait(args, stream) -> int:
             if code is not None:
                 if code != 0:
                     print(f"mpilaunch: error: {failure or f'job failed with exit code {code}'}", file=sys.stderr)
+                facts = outcome.summary_facts(report.diagnostics)
+                if facts:  # the closing summary, as the job's launcher left it in the diagnostics
+                    print("\n".join(summary.lines(facts)), file=sys.stderr)
                 print(f"job {args.name} ({report.id}) {phase.lower()} (exit {code}) after {elapsed:.0f}s", file=stream)
                 return code
             if deadline is not None and time.monotonic() > deadline:

@@ -14,6 +14,7 @@ second where the launcher's output (its container log) stays.
 
 from __future__ import annotations
 
+import json
 import re
 
 from ...core.exit_codes import EXIT_INTERRUPTED
@@ -23,19 +24,39 @@ LAUNCHER_LOG = "launcher.log"
 MAX_FAILURE_CHARS = 800  # the RM keeps diagnostics whole, but the launcher line must survive any cut
 TERMINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 
+SUMMARY_PREFIX = "mpilaunch summary: "
 _EXIT_RE = re.compile(r"mpilaunch: exit (\d+): ?([^\n]*)")
 _LOG_RE = re.compile(r"launcher log: (container_\S+) on (\S+)")
 
 
-def diagnostics(exit_code: int, failure: str | None, container: str | None, node_http: str | None) -> str:
-    """What the launcher hands to ``shutdown``: the exit code and the failure's first line, then its log."""
+def diagnostics(
+    exit_code: int, failure: str | None, container: str | None, node_http: str | None, facts: dict | None = None
+) -> str:
+    """What the launcher hands to ``shutdown``: the exit code and the failure's first line, then its log,
+    then the closing summary's facts (``summary.compact``: one JSON line, a few hundred bytes; last, so
+    that a cut diagnostics loses it alone)."""
     first = (failure or "").split("\n", 1)[0].strip()
     if not first:
         first = "job succeeded" if exit_code == 0 else f"job failed with exit code {exit_code}"
     text = f"mpilaunch: exit {exit_code}: {first[:MAX_FAILURE_CHARS]}"
     if container and node_http:
         text += f"\nlauncher log: {container} on {node_http}"
+    if facts:
+        text += f"\n{SUMMARY_PREFIX}{json.dumps(facts, separators=(',', ':'))}"
     return text
+
+
+def summary_facts(diag: str | None) -> dict | None:
+    """The closing summary's facts a detached job's launcher left in the diagnostics; None: none
+    (an older launcher, a job that ended before its report, or diagnostics cut short)."""
+    for line in (diag or "").splitlines():
+        if line.startswith(SUMMARY_PREFIX):
+            try:
+                facts = json.loads(line[len(SUMMARY_PREFIX) :])
+            except ValueError:
+                return None
+            return facts if isinstance(facts, dict) and "exit_code" in facts else None
+    return None
 
 
 def outcome(state: str, final_status: str, diag: str | None) -> tuple[str, int | None, str | None]:

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from mpilaunch.job import timeline
 from support.helpers import REPO
 
 pytestmark = pytest.mark.real_pods
@@ -32,4 +33,13 @@ def test_job_record_keeps_the_image_and_its_digest_on_real_pods(real, tmp_path):
     workers = report["workers"].values()
     assert {w["image_id"].rsplit("@", 1)[-1] for w in workers} == {report["image_digest"]}
     assert report["nodes"] == sorted({w["node"] for w in workers}) and report["nodes"][0]
+    # each pod's own start-up, as the timeline page draws it: created, bound, running, ready, in order
+    seen = report["timings"]["workers"]
+    assert sorted(seen) == sorted(report["workers"]), seen
+    for worker, phases in seen.items():
+        assert list(phases) == ["created", "scheduled", "running", "ready"], (worker, phases)
+        assert report["timings"]["phases"]["allocated"] - 0.5 <= phases["created"], (worker, phases)
+        assert phases["ready"] <= report["timings"]["phases"]["workers_ready"], (worker, phases)
+    rows = [r for r in timeline.model(report)["rows"] if r["kind"] == "worker"]
+    assert [[b["cls"] for b in r["bars"]][-1] for r in rows] == ["held"] * len(rows), rows
     assert real.leftovers(job) == []

@@ -725,8 +725,13 @@ def test_detach_returns_at_once_and_wait_logs_status_follow_the_job(real):
         w = _mpilaunch(real, "wait", job, timeout=300)
         assert w.returncode == 0, w.stdout + w.stderr
         assert f"job {job} succeeded (exit 0)" in w.stdout
+        # the closing summary, as the launcher posted it in result.json; and its log ends with it
+        summary = w.stderr.splitlines()
+        assert summary[0].startswith(f"mpilaunch: job {job} succeeded in "), w.stderr
+        assert summary[1].startswith("  2 ranks on 2 workers;") and summary[1].endswith("; backend k8s"), w.stderr
         logs = _mpilaunch(real, "logs", job)
         assert logs.returncode == 0 and logs.stdout.count("tick 3") == 2, logs.stdout[-2000:]
+        assert logs.stdout.rstrip().splitlines()[-len(summary) :] == summary, logs.stdout[-2000:]
         status = _mpilaunch(real, "status", job)
         assert f"job {job}  namespace default  Succeeded (exit 0)  elapsed " in status.stdout, status.stdout
         # the launcher released the workers itself: their GPUs are free while the record stays

@@ -340,6 +340,11 @@ def test_retries_give_a_lost_host_a_new_session_and_relaunch(bed, tmp_path):
     first, second = report["attempts"]
     assert (first["exit_code"], first["lost_workers"]) == (5, ["node-2"])
     assert (second["exit_code"], second["lost_workers"]) == (0, [])
+    # each host's phases (the timeline's rows): the replaced session's kept as attempt 1's, then its own
+    seen = report["timings"]["workers"]
+    assert list(seen["node-1"]) == ["created", "ready"], seen
+    assert list(seen["node-2"]) == ["created#1", "ready#1", "created", "ready"], seen
+    assert seen["node-2"]["ready#1"] < second["started_s"] <= seen["node-2"]["created"] < seen["node-2"]["ready"], seen
     assert_hosts_clean(bed)  # the replaced session's agent ended with it, the new ones with the release
 
 

@@ -123,7 +123,8 @@ def test_detach_succeeds_exits_0_then_wait_logs_and_nothing_stays(yarn, openmpi_
     release.touch()
     waited = manage(openmpi_env, "wait", name)
     assert waited.returncode == 0, waited.stdout + waited.stderr
-    assert f"job {name} ({app['id']}) succeeded (exit 0)" in waited.stdout and waited.stderr == ""
+    assert f"job {name} ({app['id']}) succeeded (exit 0)" in waited.stdout, waited.stdout
+    assert waited.stderr.startswith(f"mpilaunch: job {name} succeeded in "), waited.stderr  # the closing summary
     assert_released(yarn, name, "SUCCEEDED")  # no container, no process of the job
     logs = manage(openmpi_env, "logs", name)
     assert logs.returncode == 0, logs.stderr
@@ -164,6 +165,30 @@ def test_detach_rank_failure_wait_exits_with_its_code_naming_rank_and_worker(yar
     assert app["diagnostics"].startswith(f"mpilaunch: exit 7: rank 2 on worker {name}-worker-1"), app
     logs = manage(openmpi_env, "logs", name)
     assert "rank 2 about to fail" in logs.stdout, logs.stdout
+
+
+def test_run_summary_detached_yarn_wait_and_logs_end_with_it(yarn, openmpi_env):
+    """The launcher container leaves the closing summary's facts in the application's final diagnostics
+    (``yarn/outcome.py``), which `wait` prints as the summary, and ends its log with the summary."""
+    name = "yarn-detach-summary"
+    program = [sys.executable, str(REPO / "tests/programs/fail_rank.py")]
+    env = ["-x", "FAIL_RANK=1", "-x", "FAIL_CODE=7", "-x", "SLEEP=0"]
+    proc, _, _ = submit(name, ["--np", "2", "--slots-per-worker", "1", *env, "--", *program], openmpi_env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    waited = manage(openmpi_env, "wait", name)
+    assert waited.returncode == 7, waited.stdout + waited.stderr
+    lines = waited.stderr.splitlines()
+    failure = f"rank 1 on worker {name}-worker-1 exited with code 7"
+    assert lines[0] == f"mpilaunch: error: {failure}", lines
+    assert lines[1].startswith(f"mpilaunch: job {name} failed (exit 7) in ") and lines[1].endswith(failure), lines
+    assert lines[2].startswith("  2 ranks on 2 workers;") and lines[2].endswith("; backend yarn"), lines
+    assert lines[3].startswith("  time: ") and lines[4].startswith("  ledger: "), lines
+    app = assert_released(yarn, name, "FAILED")
+    assert "\nmpilaunch summary: {" in app["diagnostics"], app["diagnostics"]
+    logs = manage(openmpi_env, "logs", name)
+    assert logs.returncode == 0, logs.stderr
+    tail = [line for line in logs.stdout.splitlines() if line.strip()][-4:]
+    assert tail[0] == lines[1] and tail[1] == lines[2] and tail[3].startswith("  ledger: "), logs.stdout[-2000:]
 
 
 def test_detach_logs_follow_prints_while_ranks_print(yarn, openmpi_env, tmp_path):

@@ -38,6 +38,7 @@ from ....core.errors import MpilaunchError, UsageError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
 from ....core.result import JobResult
 from ....core.spec import JobSpec, Plan
+from ....job import summary
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
 from ... import rendezvous
@@ -251,9 +252,14 @@ def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
         )
     if result.exit_code != 0 and failure:
         print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
+    # the job's report as its summary reads (the launch description's spec names no backend)
+    report = None if result.report is None else {**result.report, "exit_code": result.exit_code, "failure": failure}
+    if report is not None:
+        report["backend"] = "k8s"
     recorded = False  # by this launcher or, first, by the reaper
     try:
-        record = outcome(result.exit_code, failure, [r.__dict__ for r in result.ranks])
+        posted = {} if report is None else {"summary": summary.compact(report)}  # what `mpilaunch wait` prints
+        record = outcome(result.exit_code, failure, [r.__dict__ for r in result.ranks], **posted)
         if not record_outcome(api, launch.job, record):  # the first record wins
             print("mpilaunch: launcher: the job's reaper recorded the outcome first", file=sys.stderr)
         recorded = True
@@ -275,6 +281,8 @@ def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
         file=sys.stderr,
         flush=True,
     )
+    if report is not None:  # the log ends with the job's closing summary (`mpilaunch logs NAME`)
+        print("\n".join(summary.lines(report)), file=sys.stderr, flush=True)
 
 
 def read_secret(launch: LaunchDescription) -> dict:

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 
+from ....job import summary
 from ..outcome import diagnostics
 
 
@@ -37,8 +38,12 @@ def node_http_address() -> str | None:
     return f"{host}:{port}" if host and port else None
 
 
-def finish(app, exit_code: int, failure: str | None) -> None:
-    """Record the outcome and end the application (and with it every container, this one included)."""
+def finish(app, exit_code: int, failure: str | None, report: dict | None = None) -> None:
+    """Record the outcome and end the application (and with it every container, this one included).
+
+    ``report``: the job's, where run_job built one: its closing summary ends this container's log
+    (``mpilaunch logs``) and its facts (``summary.compact``) go into the diagnostics, which
+    ``mpilaunch wait`` reads back and prints as the summary."""
     if exit_code != 0 and failure:
         print(f"mpilaunch: error: {failure}", file=sys.stderr, flush=True)
     print(
@@ -47,9 +52,15 @@ def finish(app, exit_code: int, failure: str | None) -> None:
         file=sys.stderr,
         flush=True,
     )
+    facts = None
+    if report is not None:
+        # the launch description's spec names no backend
+        report = {**report, "exit_code": exit_code, "failure": failure, "backend": "yarn"}
+        print("\n".join(summary.lines(report)), file=sys.stderr, flush=True)
+        facts = summary.compact(report)
     app.shutdown(
         "SUCCEEDED" if exit_code == 0 else "FAILED",
-        diagnostics=diagnostics(exit_code, failure, os.environ.get("CONTAINER_ID"), node_http_address()),
+        diagnostics=diagnostics(exit_code, failure, os.environ.get("CONTAINER_ID"), node_http_address(), facts),
     )
 
 

@@ -226,8 +226,8 @@ def write_secret_file(rundir: Path, secret: bytes) -> Path:
     return secret_file
 
 
-def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
-    """Run mpirun as the launch description says; (exit code, failure line)."""
+def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None, dict | None]:
+    """Run mpirun as the launch description says; (exit code, failure line, the job's report or None)."""
     secret = app.kv.wait(prefix + LAUNCHER_SECRET_KEY)
     app.kv.discard(prefix + LAUNCHER_SECRET_KEY)
     detached = launch.detach
@@ -248,7 +248,7 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
         except Exception as e:
             failure = f"launcher: no usable mpirun in the launcher container: {e}"
             relay("stderr", f"mpilaunch: {failure}\n")
-            return EXIT_USAGE, failure
+            return EXIT_USAGE, failure, None
 
         def containers(spec, plan):
             watch = WorkerContainers(app, plan, launch.addresses(), secret_file) if detached else None
@@ -264,7 +264,7 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None]:
 
         result, _ = run_launch(launch, info, rundir, containers, relay, on_started)
         note(f"the job ended: exit {result.exit_code}")
-        return result.exit_code, result.failure
+        return result.exit_code, result.failure, result.report
     finally:
         try:
             if streamer is not None:
@@ -304,10 +304,11 @@ def main() -> int:
     prefix = os.environ.get(env_names.YARN_KV, "mpilaunch/")
     app = skein.ApplicationClient.from_current()
     detached = False
+    report = None
     try:
         launch = LaunchDescription.from_dict(json.loads(app.kv.wait(prefix + SPEC_KEY).decode()))
         detached = launch.detach
-        code, failure = run(app, prefix, launch)
+        code, failure, report = run(app, prefix, launch)
     except Exception as e:
         print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
         code, failure = EXIT_FAILED, f"launcher container failed: {e!r}"
@@ -317,7 +318,7 @@ def main() -> int:
             except Exception:
                 pass
     if detached:  # every exit path: nobody else will end a detached job's application
-        finish(app, code, failure)
+        finish(app, code, failure, report)
     else:
         app.kv[prefix + EXIT_KEY] = str(code).encode()
     return code
