@@ -55,7 +55,7 @@ TARGET_MB = 30.0
 
 
 def start_agent(tmp: Path, env: dict, tls: bool = True):
-    from mpilaunch.backends.credential import new_credential
+    from mpilaunch.backends.agent_credential import new_credential
 
     tmp = tmp / ("tls" if tls else "plain")
     tmp.mkdir()

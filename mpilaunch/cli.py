@@ -7,21 +7,24 @@ import os
 import sys
 
 from . import __version__, backends
-from .core.artifacts import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILE_BYTES, format_size, parse_size
+from .core import declared, env_names
 from .core.errors import MpilaunchError, UsageError
-from .core.exit_codes import EXIT_HUNG, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREFLIGHT
-from .core.orphan import DEFAULT_ORPHAN_TIMEOUT
-from .core.rank_filter import parse_rank_list
-from .core.spec import LAUNCHERS, ON_STALL, PREFLIGHT, JobSpec, PsOptions, check_duration, mpi_choices
+from .core.exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from .core.spec import (
+    ARTIFACTS,
+    BACKEND_AND_MPI,
+    JOB_CONTROL,
+    PS_GROUP,
+    SIZING,
+    JobSpec,
+    check_duration,
+    default_backend,
+)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(message, f"see '{self.prog} --help'")
-
-
-def default_backend() -> str:
-    return os.environ.get("MPILAUNCH_BACKEND", "local")
 
 
 def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
@@ -35,174 +38,15 @@ def build_parser(prog: str = "mpilaunch", backend_names: tuple[str, ...] | None 
         epilog=f"other commands: {', '.join(name for name in SUBCOMMANDS if name != 'run')} ({prog} COMMAND --help)",
     )
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
-    size = p.add_argument_group("sizing")
-    size.add_argument("--gpus", type=int, help="total GPUs = MPI ranks, one rank per GPU")
-    size.add_argument("--gpus-per-node", type=int, help="GPUs per worker (default: discovered, else 8)")
-    size.add_argument("--np", type=int, help="ranks for CPU-only jobs")
-    size.add_argument("--slots-per-worker", type=int, help="spread --np ranks over ceil(N/S) workers")
-    size.add_argument(
-        "--hostfile", help="local and ssh backends: take worker names and slots (ssh: the hosts) from this hostfile"
-    )
-    size.add_argument(
-        "--bind-gpus",
-        action="store_true",
-        help="each rank sees only its own GPU (off: Horovod picks local_rank itself)",
-    )
-
-    run = p.add_argument_group("backend and MPI")
-    run.add_argument(
-        "--backend",
-        default=default_backend(),
-        help=f"one of {', '.join(backend_names)} (default: local or $MPILAUNCH_BACKEND)",
-    )
-    run.add_argument("--mpi", default="auto", help=f"one of {', '.join(mpi_choices())}")
-    run.add_argument("--mpirun", help="path of the mpirun to use")
-    run.add_argument(
-        "-x",
-        dest="env",
-        action="append",
-        default=[],
-        metavar="NAME[=VALUE]",
-        help="export a variable to every rank (repeatable)",
-    )
-    run.add_argument("--mpi-args", default="", help="extra arguments for mpirun, as one string")
-    run.add_argument("--launcher", default="auto", help=f"where mpirun runs: one of {', '.join(LAUNCHERS)}")
-
-    ctl = p.add_argument_group("job control")
-    ctl.add_argument("--name", help="job name (default: generated)")
-    ctl.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for all workers (default 300)")
-    ctl.add_argument("--timeout", type=float, help="wall-clock limit of the run in seconds")
-    ctl.add_argument(
-        "--stall-timeout",
-        type=float,
-        metavar="SEC",
-        help="declare the job hung when no rank printed anything and every rank's stacks stayed the "
-        "same this long: the verdict names the rank(s) holding it up",
-    )
-    ctl.add_argument(
-        "--on-stall",
-        choices=ON_STALL,
-        default="stop",
-        help=f"a hung job: stop it (exit {EXIT_HUNG}, default) or report it and let it run on",
-    )
-    ctl.add_argument(
-        "--preflight",
-        choices=PREFLIGHT,
-        default="off",
-        help="check the job's workers before its program starts (GPUs, scratch space, clock, a "
-        "timed compute kernel against the other workers): 'report' names a failing or slow worker, "
-        f"'enforce' also stops the job before its program (exit {EXIT_PREFLIGHT}); default off",
-    )
-    ctl.add_argument(
-        "--preflight-margin",
-        type=float,
-        default=0.5,
-        metavar="FRACTION",
-        help="--preflight names a worker this much slower than the median (default 0.5: 50%%)",
-    )
-    ctl.add_argument(
-        "--straggler-report",
-        type=float,
-        nargs="?",
-        const=30.0,
-        metavar="SEC",
-        help="sample every rank's stacks every SEC seconds (default 30) while the job runs and name, at "
-        "its end, the rank the others most often waited for in MPI, with where it was",
-    )
-    ctl.add_argument(
-        "--orphan-timeout",
-        type=float,
-        default=DEFAULT_ORPHAN_TIMEOUT,
-        metavar="SEC",
-        help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
-        f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})",
-    )
-    ctl.add_argument(
-        "--detach",
-        action="store_true",
-        help="submit, print the job's name and how to follow it, and exit 0 (cluster backends)",
-    )
-    ctl.add_argument(
-        "--retries",
-        type=int,
-        default=0,
-        metavar="N",
-        help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times",
-    )
-    ctl.add_argument(
-        "--retry-rank-failures", action="store_true", help="with --retries: relaunch after a rank failure too"
-    )
-    ctl.add_argument("--output-dir", help="write one log per rank and report.json here")
-    ctl.add_argument(
-        "--output-ranks",
-        metavar="LIST",
-        help="show only these ranks' lines on the terminal, e.g. 0 or 0-3,8 (every rank still goes to "
-        "its --output-dir log; mpilaunch's own lines always show)",
-    )
-    add_collect_arguments(p)
-    ctl.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the plan, hostfile, mpirun command and environment; create nothing",
-    )
-    ctl.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip the placement check (every rank on its planned worker, np ranks in all)",
-    )
-    ctl.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-
-    # each backend's own options (backends/<name>/options.py), in a group of its own
-    for name in backend_names:
-        backends.options_class(name).add_arguments(BackendGroup(p, p.add_argument_group(f"--backend {name}"), name))
-
-    ps = p.add_argument_group("parameter-server mode")
-    ps.add_argument("--mode", help="allreduce (default) or ps (implied by -r and the other options of this group)")
-    ps.add_argument("--ps", type=int, default=0)
-    ps.add_argument("--workers", type=int, default=0)
-    ps.add_argument("--chief", action="store_true")
-    ps.add_argument("--evaluator", action="store_true")
-    ps.add_argument("--tensorboard", action="store_true")
-    ps.add_argument("-r", "--cluster-requirement", dest="requirement", help='YARN-DTF form, e.g. "ps:2,worker:4"')
-    ps.add_argument("-i", "--input")
-    ps.add_argument("-o", "--output")
-    ps.add_argument("-s", "--script")
+    # every option is declared once, on its field (core/spec.py; backends/<name>/options.py)
+    groups = {title: p.add_argument_group(title) for title in (SIZING, BACKEND_AND_MPI, JOB_CONTROL, ARTIFACTS)}
+    backend_groups = {name: BackendGroup(p, p.add_argument_group(f"--backend {name}"), name) for name in backend_names}
+    groups[PS_GROUP] = p.add_argument_group(PS_GROUP)
+    declared.add_arguments(JobSpec, groups, context={"backends": backend_names})
+    groups[JOB_CONTROL].add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    for name, group in backend_groups.items():
+        backends.options_class(name).add_arguments(group)
     return p
-
-
-def add_collect_arguments(p: argparse.ArgumentParser) -> None:
-    """--collect and --timeline: files out of the workers (job/artifacts.py)."""
-    group = p.add_argument_group("artifacts")
-    group.add_argument(
-        "--collect",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="after the ranks end (also when they failed, timed out or hung), copy the files matching GLOB "
-        "(relative to the ranks' working directory, or absolute) from each worker into --output-dir "
-        "(else the job's record) under files/WORKER/ (repeatable)",
-    )
-    group.add_argument(
-        "--collect-max",
-        type=lambda text: parse_size("--collect-max", text),
-        default="1G",  # a string: argparse passes it through type, and --help shows it as typed
-        metavar="SIZE",
-        help=f"bring back at most SIZE in all, e.g. 1G (default {format_size(DEFAULT_MAX_BYTES)})",
-    )
-    group.add_argument(
-        "--collect-max-file",
-        type=lambda text: parse_size("--collect-max-file", text),
-        default="512M",
-        metavar="SIZE",
-        help=f"skip a file bigger than SIZE (default {format_size(DEFAULT_MAX_FILE_BYTES)})",
-    )
-    group.add_argument(
-        "--timeline",
-        metavar="FILE",
-        help="Horovod's timeline: HOROVOD_TIMELINE=FILE for the ranks (a path in the workers), and the file "
-        "brought back as --collect does (horovodrun --timeline-filename)",
-    )
 
 
 class BackendGroup:
@@ -249,81 +93,10 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def split_mpi_args(text: str) -> tuple[str, ...]:
-    """--mpi-args "...": split like a shell would; an unbalanced quote is bad input, not a traceback."""
-    import shlex
-
-    try:
-        return tuple(shlex.split(text))
-    except ValueError as e:  # "No closing quotation", "No escaped character"
-        raise UsageError(
-            f"cannot split --mpi-args {text!r}: {str(e)[:1].lower()}{str(e)[1:]}",
-            "quote --mpi-args as one shell word and balance the quotes inside it, "
-            "e.g. --mpi-args '--mca btl \"tcp,self\"'",
-        ) from None
-
-
 def spec_from_args(args, command: list[str]) -> JobSpec:
-    return JobSpec(
-        command=tuple(command),
-        gpus=args.gpus,
-        gpus_per_node=args.gpus_per_node,
-        np=args.np,
-        slots_per_worker=args.slots_per_worker,
-        backend=args.backend,
-        mpi=args.mpi,
-        mpirun=args.mpirun,
-        env=tuple(args.env),
-        mpi_args=split_mpi_args(args.mpi_args),
-        launcher=args.launcher,
-        name=args.name,
-        start_timeout=args.start_timeout,
-        timeout=args.timeout,
-        stall_timeout=args.stall_timeout,
-        on_stall=args.on_stall,
-        preflight=args.preflight,
-        preflight_margin=args.preflight_margin,
-        straggler_report=args.straggler_report,
-        orphan_timeout=args.orphan_timeout,
-        output_dir=args.output_dir,
-        output_ranks=None if args.output_ranks is None else parse_rank_list(args.output_ranks),
-        collect=tuple(args.collect),
-        collect_max_bytes=args.collect_max,
-        collect_max_file_bytes=args.collect_max_file,
-        timeline=args.timeline,
-        dry_run=args.dry_run,
-        bind_gpus=args.bind_gpus,
-        hostfile=args.hostfile,
-        verify=args.verify,
-        retries=args.retries,
-        detach=args.detach,
-        retry_rank_failures=args.retry_rank_failures,
-        mode=args.mode
-        or (
-            "ps"
-            if (
-                args.requirement is not None
-                or args.ps
-                or args.workers
-                or args.chief
-                or args.evaluator
-                or args.tensorboard
-            )
-            else "allreduce"
-        ),
-        backend_options=backends.options_class(args.backend).from_args(args),
-        ps=PsOptions(
-            ps=args.ps,
-            workers=args.workers,
-            chief=args.chief,
-            evaluator=args.evaluator,
-            tensorboard=args.tensorboard,
-            input_path=args.input,
-            output_path=args.output,
-            script=args.script,
-            requirement=args.requirement,
-        ),
-    )
+    """The spec from the parsed arguments: each field from the option of its name (core/declared.py)."""
+    options = backends.options_class(args.backend).from_args(args)
+    return declared.from_args(JobSpec, args, command=tuple(command), backend_options=options)
 
 
 # Options whose value is often itself an option: `--mpi-args "--mca btl tcp,self"`.
@@ -381,7 +154,7 @@ def check_default_backend(args: argparse.Namespace, options: list[str]) -> None:
     would instead run every "host" as a worker process on this machine, all 128 ranks of a
     cluster's hostfile on one laptop, without a word. Naming --backend local (or setting
     $MPILAUNCH_BACKEND) keeps local workers named and sized after a hostfile."""
-    if not args.hostfile or args.backend != "local" or os.environ.get("MPILAUNCH_BACKEND"):
+    if not args.hostfile or args.backend != "local" or os.environ.get(env_names.BACKEND):
         return
     given = _Parser(add_help=False)
     given.add_argument("--backend")

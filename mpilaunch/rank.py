@@ -28,12 +28,11 @@ import os
 import sys
 import time
 
-from .core import rank_env
+from .core import env_names, rank_env
 from .core.rank_lines import (
     LOCAL_RANK_VARS,
     RANK_VARS,
     SIZE_VARS,
-    TOKEN_ENV,
     first_env,
     format_env,
     format_mpi,
@@ -66,13 +65,13 @@ def program_env(environ, bind: bool, attempt: str = "1") -> dict:
     with --bind-gpus, torch.distributed's rendezvous variables, and MPILAUNCH_ATTEMPT, which run of
     the job this is (2 and up: relaunched by --retries)."""
     env = dict(environ)
-    env.pop(TOKEN_ENV, None)  # the wrapper's alone: a program that knew it could forge its rank's exit
-    env["MPILAUNCH_ATTEMPT"] = attempt
+    env.pop(env_names.STATUS_TOKEN, None)  # the wrapper's alone: a program that knew it could forge its rank's exit
+    env[env_names.ATTEMPT] = attempt
     rank_env.restore_worker_path(env)
     env.update(
         rank_env.torch_env(env, first_env(RANK_VARS, env), first_env(LOCAL_RANK_VARS, env), first_env(SIZE_VARS, env))
     )
-    libdir = env.pop("MPILAUNCH_MPI_LIBDIR", "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
+    libdir = env.pop(env_names.MPI_LIBDIR, "")  # mpi.LIBDIR_ENV: Intel MPI's <prefix>/lib
     if libdir:  # once: -x LD_LIBRARY_PATH=$VENV/lib (impi-rt's libdir) stays as it was sent
         env["LD_LIBRARY_PATH"] = rank_env.with_directory_first(env.get("LD_LIBRARY_PATH"), libdir)
     if bind:
@@ -173,7 +172,7 @@ def main(argv=None) -> int:
         elif option == "--linger-ms" and argv:
             linger_s = int(argv.pop(0)) / 1000
     command = argv[1:]
-    token = os.environ.get(TOKEN_ENV)
+    token = os.environ.get(env_names.STATUS_TOKEN)
     env = program_env(os.environ, bind, attempt)
     cwd = env.pop(rank_env.WORKER_CWD_ENV, None)
     if worker_cwd and cwd:
@@ -182,7 +181,7 @@ def main(argv=None) -> int:
         except OSError:
             pass
     rank = first_env(RANK_VARS, env) or "?"
-    worker = env.get("MPILAUNCH_WORKER", "?")
+    worker = env.get(env_names.WORKER, "?")
     program = rank_env.resolve_program(command[0], env.get("PATH", "")) if command else None
     print(format_start(env, rank_env.reported_program(program, env), token, _cwd()), file=sys.stderr, flush=True)
     changed = rank_env.changed_forwarded(env)

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 
+from .core import env_names
 from .core.exit_codes import EXIT_NO_SPEC
 
 ADDRESS_PREFIX = "MPILAUNCH-TASK-ADDRESS "
@@ -181,8 +182,8 @@ class Starter:
             return EXIT_NO_SPEC
         message = json.loads(line)
         provided = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
-        provided["MPILAUNCH_TASK_PORT"] = str(port)
-        provided["MPILAUNCH_TASK_ADDRESS"] = address
+        provided[env_names.TASK_PORT] = str(port)
+        provided[env_names.TASK_ADDRESS] = address
         script = message.get("script")
         if script:
             self.workdir = tempfile.mkdtemp(prefix="mpilaunch-task-")
@@ -258,8 +259,8 @@ def parse_args(argv):
     p.add_argument("--task", required=True, help="TYPE:INDEX of this task (for messages)")
     p.add_argument(
         "--host",
-        default=os.environ.get("MPILAUNCH_TASK_HOST"),
-        help="address to report (default: $MPILAUNCH_TASK_HOST, else this host's address)",
+        default=os.environ.get(env_names.TASK_HOST),
+        help=f"address to report (default: ${env_names.TASK_HOST}, else this host's address)",
     )
     p.add_argument(
         "--hold",

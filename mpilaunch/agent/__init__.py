@@ -31,7 +31,7 @@ Why it looks the way it does:
 
 Modules: ``core`` (event loop), ``connections`` (handshake + protocol),
 ``admission`` (per-peer limits on unauthenticated connections),
-``relay`` (stdio relay), ``supervision`` (sessions and their descendants),
+``pipes`` (a session's stdin, stdout and stderr to and from its client), ``supervision`` (sessions and their descendants),
 ``proctree`` (/proc reads), ``cli`` (``mpilaunch agent``).
 """
 

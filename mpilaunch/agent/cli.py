@@ -13,6 +13,7 @@ from mpilaunch.job.rundir import write_owner
 from mpilaunch.wire import protocol as P
 from mpilaunch.wire import tls
 
+from ..core import env_names
 from ..core.exit_codes import EXIT_USAGE
 from .constants import HANDSHAKE_TIMEOUT, KILL_GRACE
 from .core import Agent
@@ -30,7 +31,7 @@ def build_parser():
         prog="mpilaunch agent",
         description="Exec agent for mpilaunch-rsh: runs authenticated commands inside this worker.",
     )
-    parser.add_argument("--name", required=True, help="worker name (exported as MPILAUNCH_WORKER)")
+    parser.add_argument("--name", required=True, help=f"worker name (exported as {env_names.WORKER})")
     parser.add_argument(
         "--listen",
         default="0.0.0.0:0",

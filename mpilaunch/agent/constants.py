@@ -2,9 +2,11 @@
 
 import signal
 
-SESSION_ENV = "MPILAUNCH_SESSION"
+from ..core import env_names
 
-WORKER_ENV = "MPILAUNCH_WORKER"
+SESSION_ENV = env_names.SESSION
+
+WORKER_ENV = env_names.WORKER
 
 # From accept to the client's request (RUN or PING). A real client needs one
 # round trip for the handshake and sends its request right after; even a

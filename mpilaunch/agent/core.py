@@ -1,6 +1,6 @@
 """The agent's event loop: one thread, one ``selectors`` loop, signals
 delivered through a wakeup fd, timers for handshakes and lingering sessions.
-Connections, relay and supervision are mixins so each concern reads on its own."""
+Connections, pipes and supervision are mixins so each concern reads on its own."""
 
 import os
 import selectors
@@ -22,12 +22,12 @@ from .constants import (
     SCAN_INTERVAL,
 )
 from .handshake_limits import AcceptRate, PendingLimits, QuietNotes
+from .pipes import PipesMixin
 from .proctree import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, pid_gone, prctl, processes_by_session
-from .relay import RelayMixin
 from .supervision import SupervisionMixin
 
 
-class Agent(ConnectionsMixin, RelayMixin, SupervisionMixin):
+class Agent(ConnectionsMixin, PipesMixin, SupervisionMixin):
     def __init__(
         self,
         name,

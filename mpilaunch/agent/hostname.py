@@ -21,6 +21,8 @@ import os
 import socket
 import tempfile
 
+from ..core.exit_codes import EXIT_FAILED
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWUSER = 0x10000000
@@ -123,7 +125,7 @@ def can_take_hostname(name: str = "mpilaunch-probe") -> str | None:
                 raise OSError(errno.EADDRNOTAVAIL, f"{name} does not resolve to {OWN_ADDRESS} after all")
         except BaseException as exc:  # whatever it was, the parent is told
             os.write(wfd, str(exc).encode(errors="replace")[:500])
-            code = 1
+            code = EXIT_FAILED
         os._exit(code)
     os.close(wfd)
     with os.fdopen(rfd, "rb") as r:

@@ -2,7 +2,7 @@
 
 The job's agent credential (one file, readable by its owner only; the shims
 and agents read it by path; a MAC secret and the job's TLS certificate and
-key, ``credential.py``), the launch's environment their daemons get where
+key, ``agent_credential.py``), the launch's environment their daemons get where
 the workers run this machine's software, and how an agent's process ended.
 """
 
@@ -12,14 +12,15 @@ import os
 import signal
 from pathlib import Path
 
-from .credential import new_credential
+from ..core import env_names
+from .agent_credential import new_credential
 
 # What the daemons need from the launcher's environment to find the same MPI
 # and Python: this machine's, on workers that share its software (the local
 # backend's processes; ssh hosts on a shared filesystem, the HPC norm).
 FORWARD_ENV = (
     "PATH",
-    "MPILAUNCH_WORKER_PATH",
+    env_names.WORKER_PATH,
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
     "VIRTUAL_ENV",

@@ -31,6 +31,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import declared
 from ..core.errors import UsageError
 from ..core.spec import JobSpec, Plan
 
@@ -57,13 +58,12 @@ class Capabilities:
 class BackendOptions:
     """A backend's own command-line options, kept in ``JobSpec.backend_options``.
 
-    Subclasses are frozen dataclasses: they declare their options in
-    ``add_arguments`` (an argparse group titled with the backend's name),
-    build themselves from the parsed arguments in ``from_args`` and validate
-    in ``__post_init__`` (``UsageError``: one line and a hint). A new option
-    is a field and its ``add_argument``: ``from_args`` gives each field the
-    parsed option of its name. The options reach the backend in the job's
-    spec (``self.options``), never as parsed arguments.
+    Subclasses are frozen dataclasses whose fields are their options, each declared once with
+    ``core.declared.option`` (flag, type, default, help, where it goes when the job is detached);
+    ``add_arguments`` (an argparse group titled with the backend's name) and ``from_args`` are
+    made from the declarations, and ``__post_init__`` validates (``UsageError``: one line and a
+    hint). The options reach the backend in the job's spec (``self.options``), never as parsed
+    arguments.
     """
 
     # Class attributes, not fields (no annotation: importing typing for ClassVar costs every launch
@@ -75,18 +75,14 @@ class BackendOptions:
     @classmethod
     def add_arguments(cls, group) -> None:
         """Add this backend's options for `mpilaunch run`/`render` to an argparse group."""
+        if dataclasses.is_dataclass(cls):
+            declared.add_arguments(cls, group)
 
     @classmethod
     def from_args(cls, args) -> "BackendOptions":
-        """Each field from the parsed option of its name (``--node-label``: ``node_label``; a repeatable
-        option's list as a tuple), its default where the parser has no such option. A backend whose
-        fields and options are named apart overrides this."""
-        values = {}
-        for field in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
-            if hasattr(args, field.name):
-                value = getattr(args, field.name)
-                values[field.name] = tuple(value) if isinstance(value, list) else value
-        return cls(**values)
+        """Each field from the parsed option of its name (a repeatable option's list as a tuple),
+        its default where the parser has no such option."""
+        return declared.from_args(cls, args) if dataclasses.is_dataclass(cls) else cls()
 
     @classmethod
     def add_manage_arguments(cls, parser) -> None:
@@ -141,7 +137,7 @@ class BaseBackend(ABC):
     # agents): the launch's, without the settings inherited.py leaves out. Set
     # by the workload before ``allocate``; None: this process's environment.
     launch_environ: dict | None = None
-    # The launch's token for the rank wrappers' lines (rank_lines.TOKEN_ENV), set by the mpirun workload
+    # The launch's token for the rank wrappers' lines (env_names.STATUS_TOKEN), set by the mpirun workload
     # before ``allocate``: a launcher in the cluster gets it in its launch description.
     status_token: str | None = None
     # Whether each worker must be a host of its own name, set by the mpirun workload before

@@ -60,8 +60,8 @@ _CARRIED = tuple(f.name for f in dataclasses.fields(JobSpec) if detached_kind(f)
 class LaunchDescription:
     job: str
     workers: tuple[LaunchWorker, ...]
-    rank_prefix: tuple[str, ...]  # how a worker starts the rank wrapper (its Python may differ)
     spec: dict  # the job's options, as carried_spec gives them (command, mpi, timeouts, ...)
+    rank_prefix: tuple[str, ...] = ("python3", "-m", "mpilaunch.rank")  # how a worker starts the rank wrapper
     mpirun: str | None = None  # the launcher's mpirun (the image's, the container's); None: found on PATH
     env: tuple[str, ...] = ()  # -x NAME=VALUE for every rank, values taken on the submitting side
     attempt: int = 1  # --retries: the ranks see it as MPILAUNCH_ATTEMPT
@@ -72,6 +72,11 @@ class LaunchDescription:
 
     # the parts kept from readers of the job's objects (Kubernetes: in a Secret, not the ConfigMap)
     SECRET_FIELDS = ("env", "status_token")
+
+    def __post_init__(self):
+        # what from_dict's generic read cannot tell from the JSON types alone
+        if not isinstance(self.job, str) or not isinstance(self.attempt, int) or not isinstance(self.cluster, dict):
+            raise TypeError(f"job {self.job!r}, attempt {self.attempt!r}, cluster: {type(self.cluster).__name__}")
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -104,31 +109,19 @@ class LaunchDescription:
 
     @classmethod
     def from_dict(cls, data: dict) -> "LaunchDescription":
-        """The launcher's side; a malformed description is a UsageError naming what is wrong."""
+        """The launcher's side: every field of its own and every carried option from the flat JSON
+        of ``to_dict``, by name; a malformed description is a UsageError naming what is wrong."""
         try:
             if "worker_slots" in data:
                 slots = [int(n) for n, count in data["worker_slots"] for _ in range(int(count))]
                 workers = tuple(LaunchWorker(worker_name(str(data["job"]), i), n) for i, n in enumerate(slots))
             else:
-                workers = tuple(
-                    LaunchWorker(name=str(w["name"]), slots=int(w["slots"]), address=w.get("address"))
-                    for w in data["workers"]
-                )
+                workers = tuple(LaunchWorker(**w) for w in data["workers"])
             spec = {name: _from_json(data[name]) for name in _CARRIED if name in data}
             if "command" not in spec:
                 raise KeyError("command")
-            return cls(
-                job=str(data["job"]),
-                workers=workers,
-                rank_prefix=tuple(data.get("rank_prefix") or ("python3", "-m", "mpilaunch.rank")),
-                spec=spec,
-                mpirun=data.get("mpirun"),
-                env=tuple(data.get("env") or ()),
-                attempt=int(data.get("attempt") or 1),
-                status_token=data.get("status_token"),
-                cwd=data.get("cwd"),
-                cluster=dict(data.get("cluster") or {}),
-            )
+            own = {name: _from_json(data[name]) for name in cls._own_fields() if name != "workers" and name in data}
+            return cls(workers=workers, spec=spec, **own)
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(
                 f"malformed launch description: {type(e).__name__}: {e}",

@@ -19,6 +19,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from . import env_names
 from .errors import UsageError
 
 TENSORBOARD = "tensorboard"
@@ -221,5 +222,5 @@ def tensorboard_command(python: list[str]) -> str:
 
     return (
         " ".join(shlex.quote(p) for p in python)
-        + ' -m tensorboard.main --logdir "$DTF_OUTPUT_PATH" --bind_all --port "$MPILAUNCH_TASK_PORT"'
+        + f' -m tensorboard.main --logdir "$DTF_OUTPUT_PATH" --bind_all --port "${env_names.TASK_PORT}"'
     )

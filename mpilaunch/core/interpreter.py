@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 import shlex
 
+from . import env_names
+
 #: a worker whose image mpilaunch does not know: its MPILAUNCH_PYTHON, else python3 (left to the
 #: worker's shell on purpose, the one expansion allowed)
-CONTAINER_PYTHON = '"${MPILAUNCH_PYTHON:-python3}"'
+CONTAINER_PYTHON = f'"${{{env_names.PYTHON}:-python3}}"'
 
 _BARE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import os
 
-WORKER_PATH_ENV = "MPILAUNCH_WORKER_PATH"  # set by mpilaunch (mpi/command.py, the shim), read here
-WORKER_CWD_ENV = "MPILAUNCH_WORKER_CWD"  # the worker's directory, set by the shim's remote command
+from . import env_names
+
+WORKER_PATH_ENV = env_names.WORKER_PATH  # set by mpilaunch (mpi/command.py, the shim), read here
+WORKER_CWD_ENV = env_names.WORKER_CWD  # the worker's directory, set by the shim's remote command
 # the names mpilaunch forwards, each with the digest of the value sent ("NAME=1a2b3c4d,..."):
 # forwarded_digest, changed_forwarded
-FORWARDED_LIST_ENV = "MPILAUNCH_FORWARDED"
-WORKER_SLOTS_ENV = "MPILAUNCH_WORKER_SLOTS"  # "4,4": each worker's slots in plan order
-MASTER_ADDR_ENV = "MPILAUNCH_MASTER_ADDR"
-MASTER_PORT_ENV = "MPILAUNCH_MASTER_PORT"
+FORWARDED_LIST_ENV = env_names.FORWARDED
+WORKER_SLOTS_ENV = env_names.WORKER_SLOTS  # "4,4": each worker's slots in plan order
+MASTER_ADDR_ENV = env_names.MASTER_ADDR
+MASTER_PORT_ENV = env_names.MASTER_PORT
 # a packed environment unpacked into each container (YARN --env-archive): its path differs per container
-ENV_DIR_ENV = "MPILAUNCH_ENV_DIR"
+ENV_DIR_ENV = env_names.ENV_DIR
 
 _LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE")
 

@@ -9,7 +9,7 @@ show.
 from __future__ import annotations
 
 from .errors import UsageError
-from .spec import MAX_RANKS
+from .limits import MAX_RANKS
 
 _EXAMPLE = "e.g. --output-ranks 0 or --output-ranks 0-3,8"
 

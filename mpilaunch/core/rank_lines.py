@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 
-from . import rank_env
+from . import env_names, rank_env
 
 STATUS_PREFIX = "mpilaunch-rank-status:"
 START_PREFIX = "mpilaunch-rank-start:"
 MPI_PREFIX = "mpilaunch-rank-mpi:"
 ENV_PREFIX = "mpilaunch-rank-env:"
 #: the per-launch token (``new_token``); the program never sees it (``program_env``)
-TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
 UNKNOWN = "?"  # a value the rank's environment does not give
 # Not under any worker's agent or pod: mpirun forked the rank next to itself.
 NO_WORKER = UNKNOWN
@@ -88,7 +87,7 @@ def format_start(environ, program: str | None = None, token: str | None = None, 
     rank = first_env(RANK_VARS, environ) or UNKNOWN
     local = first_env(LOCAL_RANK_VARS, environ) or UNKNOWN
     size = first_env(SIZE_VARS, environ) or UNKNOWN
-    worker = environ.get("MPILAUNCH_WORKER") or NO_WORKER
+    worker = environ.get(env_names.WORKER) or NO_WORKER
     host = os.uname().nodename or UNKNOWN
     return (
         f"{START_PREFIX} rank={rank} local={local} size={size} worker={worker} host={host} "

@@ -1,7 +1,10 @@
 """Value objects: what the user asked for (JobSpec) and what we will build (Plan).
 
 Both are frozen dataclasses validated on construction, with ``to_dict`` so a
-plan can be printed by ``--dry-run`` and stored in ``report.json``.
+plan can be printed by ``--dry-run`` and stored in ``report.json``. Each
+JobSpec and PsOptions field is a run option declared once (``option``,
+core/declared.py): its flag, type, default, help and place in a detached job;
+the parser and ``from_args`` are made from the declarations.
 """
 
 from __future__ import annotations
@@ -9,11 +12,29 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from . import artifacts, mpi
+from . import artifacts, env_names, mpi
+from .declared import CARRIED, REFUSED, RESOLVED, SUBMITTING, detached_kind, field_default, option
 from .errors import UsageError
+from .exit_codes import EXIT_HUNG, EXIT_PREFLIGHT
+from .limits import MAX_RANKS, MAX_WORKERS
 from .orphan import DEFAULT_ORPHAN_TIMEOUT, MIN_ORPHAN_TIMEOUT
+from .ps_options import PS_GROUP, PsOptions, implied_mode
+from .rank_filter import parse_rank_list
+
+__all__ = [
+    "CARRIED",
+    "REFUSED",
+    "RESOLVED",
+    "SUBMITTING",
+    "MAX_RANKS",
+    "MAX_WORKERS",
+    "PS_GROUP",
+    "PsOptions",
+    "detached_kind",
+    "option",
+]
 
 LAUNCHERS = ("auto", "local", "cluster")
 
@@ -24,12 +45,6 @@ def mpi_choices() -> tuple[str, ...]:
 
 
 MODES = ("allreduce", "ps")
-
-# The biggest job mpilaunch plans (docs/usage.md, "Sizing"): per-rank and per-worker
-# work (hostfile, rank map, pods, containers) grows with these, and a typo
-# such as --np 100000000 must be an error, not an endless plan.
-MAX_RANKS = 65536
-MAX_WORKERS = 8192
 
 # Validation patterns of user input: always used with fullmatch (``$`` would
 # also match before a trailing newline: --name $'ab\n').
@@ -70,97 +85,298 @@ def _as_dict(obj) -> dict:
     return dataclasses.asdict(obj)
 
 
-@dataclass(frozen=True)
-class PsOptions:
-    """A TensorFlow parameter-server job's task counts and files (``--ps`` and friends)."""
-
-    ps: int = 0
-    workers: int = 0
-    chief: bool = False
-    evaluator: bool = False
-    tensorboard: bool = False
-    input_path: str | None = None
-    output_path: str | None = None
-    script: str | None = None
-    requirement: str | None = None  # YARN-DTF -r "ps:2,worker:4"
+# The option groups of `mpilaunch run --help`, in this order (the backends' groups come before PS_GROUP)
+SIZING, BACKEND_AND_MPI, JOB_CONTROL, ARTIFACTS = "sizing", "backend and MPI", "job control", "artifacts"
 
 
-# Where each JobSpec field goes when the job is detached (``--detach``): the in-cluster launcher
-# runs the job from a LaunchDescription, and a field it never sees is an option silently dropped
-# (--stall-timeout once was). Every field says which of these it is; test_detach_option holds
-# every field to it.
-CARRIED = "carried"  # reaches the detached launcher unchanged (launch_description.carried_spec)
-RESOLVED = "resolved"  # the submitting side resolves it into its own description field (-x values, the name)
-SUBMITTING = "submitting"  # spent on the submitting side before the hand-off (the plan, the objects made)
-REFUSED = "refused"  # needs this mpilaunch to stay: refused with --detach (its flag named)
+def split_mpi_args(text: str) -> tuple[str, ...]:
+    """--mpi-args "...": split like a shell would; an unbalanced quote is bad input, not a traceback."""
+    import shlex
+
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as e:  # "No closing quotation", "No escaped character"
+        raise UsageError(
+            f"cannot split --mpi-args {text!r}: {str(e)[:1].lower()}{str(e)[1:]}",
+            "quote --mpi-args as one shell word and balance the quotes inside it, "
+            "e.g. --mpi-args '--mca btl \"tcp,self\"'",
+        ) from None
 
 
-def option(default=None, *, detached: str, flag: str | None = None, default_factory=dataclasses.MISSING):
-    """A JobSpec field with where it goes when detached (above) and, for a refused one, its flag."""
-    metadata = {"detached": detached, "flag": flag}
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+def default_backend() -> str:
+    import os
+
+    return os.environ.get(env_names.BACKEND, "local")
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything the command line asked for, checked, before anything is planned."""
+    """Everything the command line asked for, checked, before anything is planned.
 
-    command: tuple[str, ...] = option(dataclasses.MISSING, detached=CARRIED)
-    gpus: int | None = option(detached=SUBMITTING)
-    gpus_per_node: int | None = option(detached=SUBMITTING)
-    np: int | None = option(detached=SUBMITTING)
-    slots_per_worker: int | None = option(detached=SUBMITTING)
-    backend: str = option("local", detached=SUBMITTING)
-    mpi: str = option("auto", detached=CARRIED)
-    mpirun: str | None = option(detached=RESOLVED)  # YARN: this machine's, found here
-    env: tuple[str, ...] = option((), detached=RESOLVED)  # -x NAME[=VALUE]; values taken here
-    mpi_args: tuple[str, ...] = option((), detached=CARRIED)
-    launcher: str = option("auto", detached=SUBMITTING)
-    name: str | None = option(detached=RESOLVED)  # the description's job (a generated one if None)
-    start_timeout: float = option(300.0, detached=CARRIED)
-    timeout: float | None = option(detached=CARRIED)
-    # declared hung after this long silent with unchanged stacks
-    stall_timeout: float | None = option(detached=CARRIED)
-    on_stall: str = option("stop", detached=CARRIED)  # ON_STALL: stop the hung job (EXIT_HUNG), or report it
-    # --preflight: check the workers before the program (preflight/checks.py MODES), and the
-    # margin over the median that names a slow worker
-    preflight: str = option("off", detached=CARRIED)
-    preflight_margin: float = option(0.5, detached=CARRIED)
-    # --straggler-report SEC: every rank's stacks sampled this often; the rank the others wait for named
-    straggler_report: float | None = option(detached=CARRIED)
+    Each field is an option (``option``: its flag, help and ``detached=`` place, CARRIED,
+    RESOLVED, SUBMITTING or REFUSED: core/declared.py), in the order of ``--help``."""
+
+    command: tuple[str, ...] = option(dataclasses.MISSING, detached=CARRIED)  # what follows '--'
+    # sizing
+    gpus: int | None = option(
+        flag="--gpus", type=int, group=SIZING, detached=SUBMITTING, help="total GPUs = MPI ranks, one rank per GPU"
+    )
+    gpus_per_node: int | None = option(
+        flag="--gpus-per-node",
+        type=int,
+        group=SIZING,
+        detached=SUBMITTING,
+        help="GPUs per worker (default: discovered, else 8)",
+    )
+    np: int | None = option(flag="--np", type=int, group=SIZING, detached=SUBMITTING, help="ranks for CPU-only jobs")
+    slots_per_worker: int | None = option(
+        flag="--slots-per-worker",
+        type=int,
+        group=SIZING,
+        detached=SUBMITTING,
+        help="spread --np ranks over ceil(N/S) workers",
+    )
+    hostfile: str | None = option(
+        flag="--hostfile",
+        group=SIZING,
+        detached=SUBMITTING,
+        help="local and ssh backends: take worker names and slots (ssh: the hosts) from this hostfile",
+    )
+    bind_gpus: bool = option(
+        False,
+        flag="--bind-gpus",
+        group=SIZING,
+        detached=CARRIED,
+        help="each rank sees only its own GPU (off: Horovod picks local_rank itself)",
+    )
+    # backend and MPI
+    backend: str = option(
+        "local",
+        flag="--backend",
+        parser_default=default_backend,
+        group=BACKEND_AND_MPI,
+        detached=SUBMITTING,
+        help=lambda context: f"one of {', '.join(context['backends'])} (default: local or ${env_names.BACKEND})",
+    )
+    mpi: str = option(
+        "auto",
+        flag="--mpi",
+        group=BACKEND_AND_MPI,
+        detached=CARRIED,
+        help=lambda context: f"one of {', '.join(mpi_choices())}",  # flavours registered later count too
+    )
+    mpirun: str | None = option(
+        flag="--mpirun", group=BACKEND_AND_MPI, detached=RESOLVED, help="path of the mpirun to use"
+    )  # YARN: this machine's, found here
+    env: tuple[str, ...] = option(
+        (),
+        flag="-x",
+        action="append",
+        metavar="NAME[=VALUE]",
+        group=BACKEND_AND_MPI,
+        detached=RESOLVED,  # values taken here
+        help="export a variable to every rank (repeatable)",
+    )
+    mpi_args: tuple[str, ...] = option(
+        (),
+        flag="--mpi-args",
+        type=split_mpi_args,
+        group=BACKEND_AND_MPI,
+        detached=CARRIED,
+        help="extra arguments for mpirun, as one string",
+    )
+    launcher: str = option(
+        "auto",
+        flag="--launcher",
+        group=BACKEND_AND_MPI,
+        detached=SUBMITTING,
+        help=f"where mpirun runs: one of {', '.join(LAUNCHERS)}",
+    )
+    # job control
+    name: str | None = option(
+        flag="--name", group=JOB_CONTROL, detached=RESOLVED, help="job name (default: generated)"
+    )  # the description's job (a generated one if None)
+    start_timeout: float = option(
+        300.0,
+        flag="--start-timeout",
+        type=float,
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help="seconds to wait for all workers (default 300)",
+    )
+    timeout: float | None = option(
+        flag="--timeout", type=float, group=JOB_CONTROL, detached=CARRIED, help="wall-clock limit of the run in seconds"
+    )
+    stall_timeout: float | None = option(
+        flag="--stall-timeout",
+        type=float,
+        metavar="SEC",
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help="declare the job hung when no rank printed anything and every rank's stacks stayed the "
+        "same this long: the verdict names the rank(s) holding it up",
+    )
+    on_stall: str = option(
+        "stop",
+        flag="--on-stall",
+        choices=ON_STALL,
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help=f"a hung job: stop it (exit {EXIT_HUNG}, default) or report it and let it run on",
+    )
+    preflight: str = option(
+        "off",
+        flag="--preflight",
+        choices=PREFLIGHT,
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help="check the job's workers before its program starts (GPUs, scratch space, clock, a timed "
+        "compute kernel against the other workers): 'report' names a failing or slow worker, 'enforce' "
+        f"also stops the job before its program (exit {EXIT_PREFLIGHT}); default off",
+    )
+    preflight_margin: float = option(
+        0.5,
+        flag="--preflight-margin",
+        type=float,
+        metavar="FRACTION",
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help="--preflight names a worker this much slower than the median (default 0.5: 50%%)",
+    )
+    straggler_report: float | None = option(
+        flag="--straggler-report",
+        type=float,
+        metavar="SEC",
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help="sample every rank's stacks every SEC seconds (e.g. 30) while the job runs and name, at its "
+        "end, the rank the others most often waited for in MPI, with where it was",
+    )
     # cluster backends: reap the job this long after mpilaunch vanished (the reaper's, made before the hand-off)
-    orphan_timeout: float = option(DEFAULT_ORPHAN_TIMEOUT, detached=SUBMITTING)
+    orphan_timeout: float = option(
+        DEFAULT_ORPHAN_TIMEOUT,
+        flag="--orphan-timeout",
+        type=float,
+        metavar="SEC",
+        group=JOB_CONTROL,
+        detached=SUBMITTING,
+        help="k8s/yarn: the cluster ends the job when this mpilaunch has been gone (killed, "
+        f"disconnected) for SEC seconds (default {DEFAULT_ORPHAN_TIMEOUT:g})",
+    )
+    detach: bool = option(
+        False,
+        flag="--detach",
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help="submit, print the job's name and how to follow it, and exit 0 (cluster backends)",
+    )
+    # relaunch mpirun on the same allocation after a lost worker, this many times: the submitting
+    # side replaces the workers
+    retries: int = option(
+        0,
+        flag="--retries",
+        type=int,
+        metavar="N",
+        group=JOB_CONTROL,
+        detached=REFUSED,
+        help="after a lost worker, replace it and relaunch mpirun on the same allocation, up to N times",
+    )
+    retry_rank_failures: bool = option(
+        False,
+        flag="--retry-rank-failures",
+        group=JOB_CONTROL,
+        detached=REFUSED,
+        help="with --retries: relaunch after a rank failure too",
+    )
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
-    output_dir: str | None = option(detached=REFUSED, flag="--output-dir")
-    # --output-ranks: the ranks whose lines this terminal shows (rank_filter.py; None: every rank);
-    # a detached job has no terminal of this mpilaunch to filter
-    output_ranks: tuple[int, ...] | None = option(detached=REFUSED, flag="--output-ranks")
+    output_dir: str | None = option(
+        flag="--output-dir",
+        group=JOB_CONTROL,
+        detached=REFUSED,
+        help="write one log per rank and report.json here",
+    )
+    # the ranks whose lines this terminal shows (rank_filter.py; None: every rank); a detached job
+    # has no terminal of this mpilaunch to filter
+    output_ranks: tuple[int, ...] | None = option(
+        flag="--output-ranks",
+        type=parse_rank_list,
+        metavar="LIST",
+        group=JOB_CONTROL,
+        detached=REFUSED,
+        help="show only these ranks' lines on the terminal, e.g. 0 or 0-3,8 (every rank still goes to "
+        "its --output-dir log; mpilaunch's own lines always show)",
+    )
     # --collect GLOB: files out of the workers after the ranks end, into --output-dir or the record
     # (job/artifacts.py), by the mpilaunch that stays to the end: a detached job's launcher has
     # nowhere `mpilaunch logs`/`wait` could fetch them from
-    collect: tuple[str, ...] = option((), detached=REFUSED, flag="--collect")
-    collect_max_bytes: int = option(artifacts.DEFAULT_MAX_BYTES, detached=REFUSED, flag="--collect-max")
-    collect_max_file_bytes: int = option(artifacts.DEFAULT_MAX_FILE_BYTES, detached=REFUSED, flag="--collect-max-file")
+    collect: tuple[str, ...] = option(
+        (),
+        flag="--collect",
+        action="append",
+        metavar="GLOB",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help="after the ranks end (also when they failed, timed out or hung), copy the files matching GLOB "
+        "(relative to the ranks' working directory, or absolute) from each worker into --output-dir "
+        "(else the job's record) under files/WORKER/ (repeatable)",
+    )
+    collect_max_bytes: int = option(
+        artifacts.DEFAULT_MAX_BYTES,
+        flag="--collect-max",
+        type=lambda text: artifacts.parse_size("--collect-max", text),
+        parser_default="1G",  # a string: argparse passes it through type, and --help shows it as typed
+        metavar="SIZE",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help=f"bring back at most SIZE in all, e.g. 1G (default {artifacts.format_size(artifacts.DEFAULT_MAX_BYTES)})",
+    )
+    collect_max_file_bytes: int = option(
+        artifacts.DEFAULT_MAX_FILE_BYTES,
+        flag="--collect-max-file",
+        type=lambda text: artifacts.parse_size("--collect-max-file", text),
+        parser_default="512M",
+        metavar="SIZE",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help=f"skip a file bigger than SIZE (default {artifacts.format_size(artifacts.DEFAULT_MAX_FILE_BYTES)})",
+    )
     # --timeline FILE: HOROVOD_TIMELINE=FILE for the ranks (added to env), and the file collected
-    timeline: str | None = option(detached=REFUSED, flag="--timeline")
-    dry_run: bool = option(False, detached=REFUSED, flag="--dry-run")
-    bind_gpus: bool = option(False, detached=CARRIED)
-    hostfile: str | None = option(detached=SUBMITTING)
-    verify: bool = option(True, detached=CARRIED)  # check every rank's placement against the plan
-    detach: bool = option(False, detached=CARRIED)  # submit and exit; the cluster's launcher runs the job
-    # relaunch mpirun on the same allocation after a lost worker, this many times: the submitting
-    # side replaces the workers
-    retries: int = option(0, detached=REFUSED, flag="--retries")
-    retry_rank_failures: bool = option(
-        False, detached=REFUSED, flag="--retry-rank-failures"
-    )  # ... and after a rank failure
-    mode: str = option("allreduce", detached=CARRIED)
+    timeline: str | None = option(
+        flag="--timeline",
+        metavar="FILE",
+        group=ARTIFACTS,
+        detached=REFUSED,
+        help="Horovod's timeline: HOROVOD_TIMELINE=FILE for the ranks (a path in the workers), and the file "
+        "brought back as --collect does (horovodrun --timeline-filename)",
+    )
+    dry_run: bool = option(
+        False,
+        flag="--dry-run",
+        group=JOB_CONTROL,
+        detached=REFUSED,
+        help="print the plan, hostfile, mpirun command and environment; create nothing",
+    )
+    verify: bool = option(
+        True,
+        flag="--no-verify",
+        group=JOB_CONTROL,
+        detached=CARRIED,
+        help="skip the placement check (every rank on its planned worker, np ranks in all)",
+    )
+    # parameter-server mode
+    mode: str = option(
+        "allreduce",
+        flag="--mode",
+        parser_default=None,
+        from_args=implied_mode,
+        group=PS_GROUP,
+        detached=CARRIED,
+        help="allreduce (default) or ps (implied by -r, --ps, --workers, --chief, --evaluator or --tensorboard)",
+    )
+    ps: PsOptions = option(detached=REFUSED, flag="--ps", nested=PsOptions, default_factory=PsOptions)
     # the backend's own options (its BackendOptions subclass, backends/<name>/options.py); None: its
-    # defaults. They shape the objects made before the hand-off.
+    # defaults. They shape the objects made before the hand-off; each of their fields declares its own place.
     backend_options: object = option(detached=SUBMITTING)
-    ps: PsOptions = option(detached=REFUSED, flag="--ps", default_factory=PsOptions)
 
     def __post_init__(self):
         if not self.command:
@@ -189,18 +405,12 @@ class JobSpec:
         )
         if self.on_stall not in ON_STALL:
             raise UsageError(f"unknown --on-stall {self.on_stall!r}", f"choose one of: {', '.join(ON_STALL)}")
-        check_duration(
-            "--straggler-report",
-            self.straggler_report,
-            "give the seconds between samples of the ranks' stacks, e.g. --straggler-report 30",
-        )
+        check_duration("--straggler-report", self.straggler_report, "give the seconds between stack samples, e.g. 30")
         if self.preflight not in PREFLIGHT:
             raise UsageError(f"unknown --preflight {self.preflight!r}", f"choose one of: {', '.join(PREFLIGHT)}")
         if not (math.isfinite(self.preflight_margin) and self.preflight_margin > 0):
-            raise UsageError(
-                f"--preflight-margin must be a positive fraction, got {self.preflight_margin:g}",
-                "give how much slower than the median names a worker, e.g. --preflight-margin 0.5 (50%)",
-            )
+            margin = f"--preflight-margin must be a positive fraction, got {self.preflight_margin:g}"
+            raise UsageError(margin, "give how much slower than the median names a worker, e.g. 0.5 (50%)")
         if not MIN_ORPHAN_TIMEOUT <= self.orphan_timeout < float("inf"):  # NaN fails too
             raise UsageError(
                 f"--orphan-timeout must be a finite number of seconds, at least {MIN_ORPHAN_TIMEOUT:g}; "
@@ -230,9 +440,9 @@ class JobSpec:
                 f"--gpus-per-node must be at least 1, got {self.gpus_per_node}",
                 "give the GPUs of one worker, e.g. --gpus-per-node 8, or leave it out (discovered, else 8)",
             )
-        for option, value in (("--np", self.np), ("--gpus", self.gpus)):
+        for flag, value in (("--np", self.np), ("--gpus", self.gpus)):
             if value is not None and value > MAX_RANKS:
-                check_plan_size(value, 1, f"{option} {value}")
+                check_plan_size(value, 1, f"{flag} {value}")
 
     def _check_output_ranks(self) -> None:
         if self.output_ranks is None:
@@ -316,24 +526,23 @@ class JobSpec:
         return _as_dict(self)
 
 
-def detached_kind(spec_field: dataclasses.Field) -> str:
-    return spec_field.metadata["detached"]
-
-
 def refused_with_detach(spec: JobSpec) -> list[tuple[str, str, object]]:
-    """(field, flag, value) of each option given that a detached job cannot honour."""
+    """(field, flag, value) of each option given that a detached job cannot honour: the spec's (a
+    nested value object's by its own fields' flags: -i, not --ps) and its backend's options'."""
     out = []
-    for spec_field in dataclasses.fields(spec):
-        if detached_kind(spec_field) != REFUSED:
-            continue
-        default = (
-            spec_field.default_factory()
-            if spec_field.default_factory is not dataclasses.MISSING
-            else spec_field.default
-        )
-        value = getattr(spec, spec_field.name)
-        if value != default:
-            out.append((spec_field.name, spec_field.metadata["flag"], value))
+    for holder in (spec, spec.backend_options):
+        for spec_field in dataclasses.fields(holder) if dataclasses.is_dataclass(holder) else ():
+            value = getattr(holder, spec_field.name)
+            if detached_kind(spec_field) != REFUSED or value == field_default(spec_field):
+                continue
+            if spec_field.metadata.get("nested") is not None:
+                out += [
+                    (f.name, f.metadata["flag"], getattr(value, f.name))
+                    for f in dataclasses.fields(value)
+                    if getattr(value, f.name) != field_default(f)
+                ]
+            else:
+                out.append((spec_field.name, spec_field.metadata["flag"], value))
     return out
 
 

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..core import env_names
 from ..core.interpreter import interpreter_word
 from .verdict import EXITED, NOT_FOUND, RUNNING, STOPPED, UNREACHABLE, Frame, RankStack
 
@@ -40,7 +41,7 @@ NO_PY_SPY = "none"
 
 
 def probe_command(python: str, budget_s: float, py_spy: str | None = None) -> str:
-    if py_spy is None and os.environ.get("MPILAUNCH_PY_SPY") == NO_PY_SPY:
+    if py_spy is None and os.environ.get(env_names.PY_SPY) == NO_PY_SPY:
         py_spy = NO_PY_SPY
     # the interpreter comes from a context file or a launch description: one quoted word, or refused
     command = f"exec {interpreter_word(python)} -c {shlex.quote(probe_text())} --budget {budget_s:.1f}"

@@ -41,7 +41,9 @@ import sys
 import threading
 import time
 
-TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"  # rank_lines.TOKEN_ENV: only the wrappers hold it
+TOKEN_ENV = (
+    "MPILAUNCH_STATUS_TOKEN"  # env_names.STATUS_TOKEN (no import here: see the docstring): only the wrappers hold it
+)
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 # hang/site/sitecustomize.py: the signal it arms and the name of the file it writes to

@@ -25,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..core import env_names
 from ..core.exit_codes import EXIT_ALLOCATION, EXIT_USAGE
 
 #: where the job's containers see the tools (a ConfigMap volume, read-only)
@@ -93,7 +94,7 @@ if [ -z "$lacks" ]; then
   fi
 fi
 [ -z "$lacks" ] && exit 0
-line="{CHECK_MARK} ${{MPILAUNCH_IMAGE:-of this pod}} lacks $lacks"
+line="{CHECK_MARK} ${{{env_names.IMAGE}:-of this pod}} lacks $lacks"
 echo "$line" >&2
 echo "$line" >/dev/termination-log 2>/dev/null
 exit {CHECK_EXIT}

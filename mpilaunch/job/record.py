@@ -22,13 +22,14 @@ import shutil
 import time
 from pathlib import Path
 
+from ..core import env_names
 from ..core.errors import UsageError
 from ..core.version import __version__
 
 #: report.json's layout; raised when a field changes meaning or goes away (new fields do not)
 SCHEMA_VERSION = 1
-STATE_DIR_ENV = "MPILAUNCH_STATE_DIR"
-KEEP_ENV = "MPILAUNCH_KEEP_RECORDS"
+STATE_DIR_ENV = env_names.STATE_DIR
+KEEP_ENV = env_names.KEEP_RECORDS
 DEFAULT_KEEP = 100
 REPORT = "report.json"
 # <job>-<UTC start, to the second>[-<n> when that name was taken]; job names contain '-' too

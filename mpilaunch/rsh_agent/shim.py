@@ -20,8 +20,10 @@ from __future__ import annotations
 import os
 import sys
 
+from ..core import env_names
+
 PROG = "mpilaunch-rsh"
-CONTEXT_ENV = "MPILAUNCH_CONTEXT"
+CONTEXT_ENV = env_names.CONTEXT
 # Run on the worker before the daemon command: the worker's PATH as it is
 # before Open MPI's implied --prefix puts mpirun's bin directory ahead of it
 # (the daemon command starts with "PATH=<prefix>/bin:$PATH"). The rank
@@ -29,9 +31,9 @@ CONTEXT_ENV = "MPILAUNCH_CONTEXT"
 # when the launcher sent one (local/YARN agents get this machine's PATH
 # from before mpirun; mpi.WORKER_PATH_ENV).
 CAPTURE_WORKER_PATH = (
-    ': "${MPILAUNCH_WORKER_PATH:=$PATH}"; export MPILAUNCH_WORKER_PATH; '
+    f': "${{{env_names.WORKER_PATH}:=$PATH}}"; export {env_names.WORKER_PATH}; '
     # and its directory, for a rank whose mpirun's is not there (rank --worker-cwd)
-    'MPILAUNCH_WORKER_CWD="$PWD"; export MPILAUNCH_WORKER_CWD; '
+    f'{env_names.WORKER_CWD}="$PWD"; export {env_names.WORKER_CWD}; '
 )
 
 
@@ -46,8 +48,8 @@ _SSH_OPTS_WITH_VALUE = set("bcDEeFIiJLlmOopQRSWwB")
 _SSH_NO_STDIN = "n"
 
 
-class UsageError(Exception):
-    pass
+class ArgvError(Exception):
+    """mpirun gave the shim arguments it cannot read (not core.errors.UsageError: the shim's own)."""
 
 
 def parse_argv(argv):
@@ -68,7 +70,7 @@ def parse_argv(argv):
                 if j + 1 == len(arg):  # value is the next argument
                     i += 1
                     if i >= len(argv):
-                        raise UsageError(f"option -{opt} needs a value")
+                        raise ArgvError(f"option -{opt} needs a value")
                 break
             if opt == _SSH_NO_STDIN:
                 no_stdin = True
@@ -76,7 +78,7 @@ def parse_argv(argv):
         i += 1
     rest = argv[i:]
     if len(rest) < 2:
-        raise UsageError("usage: mpilaunch-rsh [options] HOST COMMAND...")
+        raise ArgvError("usage: mpilaunch-rsh [options] HOST COMMAND...")
     host = rest[0].rpartition("@")[2]  # ssh's user@host
     return host, " ".join(rest[1:]), no_stdin
 
@@ -214,7 +216,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         host, command, no_stdin = parse_argv(argv)
-    except UsageError as exc:
+    except ArgvError as exc:
         return _error(str(exc))
     path = os.environ.get(CONTEXT_ENV)
     if not path:

@@ -10,7 +10,7 @@ A line without ``:`` is a MAC secret alone: no TLS (agents and clients
 started by hand, older tests). Both sides read the same line, so they agree
 on TLS without negotiating it, and nobody on the path can downgrade them.
 
-The certificate is self-signed and made for one job (``backends/credential``).
+The certificate is self-signed and made for one job (``backends/agent_credential.py``).
 The client pins it: it is the only trust anchor, and the agent must present
 exactly it. The agent asks for no client certificate: the protocol's
 challenge-response under the MAC secret (``protocol.py``) already makes the

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from ..backends import protocols
 from ..backends.base import hostnames
-from ..core import envcheck, hostfile, mpi, rank_env
-from ..core.rank_lines import TOKEN_ENV
+from ..core import env_names, envcheck, hostfile, mpi, rank_env
 from ..core.spec import JobSpec, Plan
 from .base import shim_path
 
@@ -35,10 +34,10 @@ def rank_command(
 
 def rank_variables(plan: Plan, rendezvous: tuple[str, int] | None, token: str | None = None) -> dict[str, str]:
     """What the rank wrapper needs for torch.distributed's variables (rank_env.torch_env), and the
-    launch's token for its start and status lines (``rank_lines.TOKEN_ENV``; the program does not get it)."""
+    launch's token for its start and status lines (``env_names.STATUS_TOKEN``; the program does not get it)."""
     out = {rank_env.WORKER_SLOTS_ENV: ",".join(str(w.slots) for w in plan.workers)}
     if token:
-        out[TOKEN_ENV] = token
+        out[env_names.STATUS_TOKEN] = token
     if rendezvous is not None:
         out[rank_env.MASTER_ADDR_ENV], out[rank_env.MASTER_PORT_ENV] = rendezvous[0], str(rendezvous[1])
     return out
@@ -78,7 +77,7 @@ def build_launch(
     )
     # Open MPI 4: no host lookups; the user's --mpi-args tune the daemons' launch (mpi/openmpi.py)
     mpi.for_name(info.flavour).tune_launch(info, command, spec.mpi_args, len(program))
-    command.env["MPILAUNCH_CONTEXT"] = str(rundir / "context.json")
+    command.env[env_names.CONTEXT] = str(rundir / "context.json")
     if address:
         command.argv[1:1] = flavour.connect_back_args(address)
     # workers that are sent this machine's PATH (local, YARN) get it from here, before mpirun's

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backends import protocols
-from ..core import clusterspec, mpi
+from ..core import clusterspec, env_names, mpi
 from ..core.clusterspec import Task
 from ..core.errors import AllocationError, UsageError
 from ..core.exit_codes import EXIT_TIMEOUT
@@ -158,7 +158,7 @@ def exec_in_worker(shim: str, context_file: str, worker: str, command: str, envi
     """
     return subprocess.Popen(
         [shim, worker, command],
-        env={**environ, "MPILAUNCH_CONTEXT": context_file},
+        env={**environ, env_names.CONTEXT: context_file},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

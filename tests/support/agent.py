@@ -21,7 +21,7 @@ SECRET = b"test-secret-0123456789abcdef"
 
 def tls_credential(mac_secret: str = SECRET.decode()) -> bytes:
     """A job's credential line with TLS (a fresh certificate and key), as backends make them."""
-    from mpilaunch.backends.credential import self_signed_certificate
+    from mpilaunch.backends.agent_credential import self_signed_certificate
     from mpilaunch.wire.tls import format_credential
 
     return format_credential(mac_secret, *self_signed_certificate()).encode()

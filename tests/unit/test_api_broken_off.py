@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from mpilaunch.backends.credential import self_signed_certificate
+from mpilaunch.backends.agent_credential import self_signed_certificate
 from mpilaunch.backends.k8s.api import Api
 from mpilaunch.backends.k8s.follow import follow_log
 

@@ -52,3 +52,47 @@ def test_a_shared_option_must_parse_alike_in_every_backend():
     assert parser.parse_args(["--queue", "q"]).queue == "q" and "a's; --backend b: b's" in parser.format_help()
     with pytest.raises(ValueError, match="the b backend declares --queue unlike another backend"):
         second.add_argument("--queue", type=int)
+
+
+def test_every_run_option_has_help():
+    """Each option is declared once, with its help (docs/usage.md's tables are made from it): none
+    shows in --help as a bare flag."""
+    bare = [
+        action.option_strings[-1]
+        for action in cli.build_parser()._actions
+        if action.option_strings and not (action.help or "").strip()
+    ]
+    assert bare == []
+
+
+def test_an_option_declared_once_is_parsed_and_built_from_its_declaration():
+    """The parser's arguments and the spec come from the same declarations (core/declared.py):
+    every field of the spec, the PS options and each backend's options has its argument, by name."""
+    import dataclasses
+
+    from mpilaunch.core import declared
+    from mpilaunch.core.spec import JobSpec
+
+    parser = cli.build_parser()
+    dests = {action.dest for action in parser._actions}
+    for cls in (JobSpec, *(backends.options_class(name) for name in backends.BUILTIN)):
+        for f in declared.declared(cls):
+            assert f.name in dests, f"{cls.__name__}.{f.name} has no argument"
+    given = {f.name for f in dataclasses.fields(JobSpec) if not f.metadata["flags"]}
+    assert given == {"command", "ps", "backend_options"}  # after '--', the nested PS options, the backend's
+
+
+@pytest.mark.parametrize(
+    "words, mode",
+    [
+        (["-r", "ps:1,worker:2"], "ps"),
+        (["--workers", "2"], "ps"),
+        (["--chief"], "ps"),
+        (["-i", "/data"], "allreduce"),  # a path alone sizes no task: as before the declarations
+        (["--mode", "allreduce", "--ps", "1"], "allreduce"),
+        ([], "allreduce"),
+    ],
+)
+def test_mode_is_implied_by_the_options_that_size_ps_tasks(words, mode):
+    spec, _ = cli.parse_run([*words, "--", "true"])
+    assert spec.mode == mode

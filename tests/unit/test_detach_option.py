@@ -2,8 +2,9 @@
 
 A detached job is run by the launcher in the cluster from its launch description; an option the
 description lacks is silently dropped (--stall-timeout and --on-stall were, on Kubernetes and YARN;
---start-timeout was, on YARN). Each JobSpec field declares where it goes (core/spec.py, ``option``);
-these tests hold every field to its declaration, so a new option cannot be dropped unnoticed.
+--start-timeout was, on YARN). Each field of the job spec and of every backend's options declares
+where it goes (core/declared.py, ``option``); these tests hold every field to its declaration,
+through the command line, so a new option cannot be dropped unnoticed.
 """
 
 import dataclasses
@@ -14,9 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from mpilaunch import backends, cli
 from mpilaunch.backends.k8s.launch import launch_description as k8s_description
 from mpilaunch.backends.launch_description import LaunchDescription
 from mpilaunch.backends.yarn.launch import launch_description as yarn_description
+from mpilaunch.core.declared import DETACHED
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.spec import CARRIED, REFUSED, RESOLVED, SUBMITTING, JobSpec, Plan, PsOptions, WorkerPlan
 
@@ -111,7 +114,7 @@ def test_detach_option_each_carried_field_reaches_the_launcher_unchanged(backend
     # the resolved ones arrive in the description's own fields
     assert launched.name == launch.job == "dj"
     assert launch.mpirun == "/opt/mpi/bin/mpirun"
-    assert launched.env == ("HF_TOKEN=secret",)
+    assert "HF_TOKEN=secret" in launched.env  # YARN adds this machine's PYTHONPATH where set (FORWARD_ENV)
 
 
 def test_detach_option_attached_launcher_leaves_the_timeouts_to_the_submitting_side():
@@ -162,3 +165,105 @@ def test_detach_option_refused_on_the_command_line_in_one_line_exit_2():
     assert first == (
         "mpilaunch: error: --output-dir needs this mpilaunch to stay until the job ends; --detach leaves at once"
     ), proc.stderr
+
+
+# ---- through the command line, every option as its declaration says --------------------------------
+
+
+def as_arguments(name: str, value) -> list[str]:
+    """The command-line words that give field ``name`` the value ``value``, from its declaration."""
+    flag = FIELDS[name].metadata["flags"][-1]
+    if isinstance(value, bool):
+        return [flag]  # --bind-gpus; --no-verify for verify=False
+    if name == "mpi_args":
+        return [flag, " ".join(value)]
+    if name == "output_ranks":
+        return [flag, ",".join(map(str, value))]
+    return [flag, str(value)]
+
+
+def detached_command_line() -> list[str]:
+    words = ["--backend", "k8s", "--name", "dj", "--mpirun", "/opt/mpi/bin/mpirun", "-x", "HF_TOKEN=secret"]
+    for name in sorted(kinds(CARRIED) - {"command", "mode"}):
+        words += as_arguments(name, CARRIED_VALUES[name])
+    return [*words, "--", *CARRIED_VALUES["command"]]
+
+
+@pytest.mark.parametrize("backend", ["k8s", "yarn"])
+def test_detach_option_every_carried_option_given_on_the_command_line_reaches_the_launcher(backend):
+    """The whole path: parsed from its declared flag, put in the description, through JSON, and
+    the launcher's spec holds the value the user typed."""
+    argv = detached_command_line()
+    argv[1] = backend
+    spec, _ = cli.parse_run(argv)
+    assert spec.detach
+    for name in kinds(CARRIED) - {"detach"}:
+        assert getattr(spec, name) == CARRIED_VALUES[name], f"{name} not parsed as given"
+    if backend == "k8s":
+        made = k8s_description(spec, plan(), "dj", "ns", ["r"], "tok", {})
+    else:
+        made = yarn_description(yarn_backend(spec))
+    launched = through_json(made).job_spec()
+    for name in kinds(CARRIED) - {"detach"}:
+        assert getattr(launched, name) == CARRIED_VALUES[name], f"{name} did not reach the {backend} launcher"
+
+
+def refused_command_lines() -> list[tuple[str, list[str]]]:
+    """Each refused option as a user gives it, with --detach: the job spec's (the PS options each
+    by its own flag) and every backend's."""
+    out = []
+    for name in sorted(kinds(REFUSED) - {"ps"}):
+        words = as_arguments(name, REFUSED_VALUES[name])
+        out.append((name, words + (["--retries", "1"] if name == "retry_rank_failures" else [])))
+    for ps_field in dataclasses.fields(PsOptions):
+        assert ps_field.metadata["detached"] == REFUSED, ps_field.name
+        out.append((ps_field.name, [ps_field.metadata["flags"][-1]] + ([] if ps_field.type == "bool" else ["1"])))
+    for backend in backends.BUILTIN:
+        for f in dataclasses.fields(backends.options_class(backend)):
+            if f.metadata["detached"] == REFUSED:  # none today; a new one is held to it here
+                out.append((f"{backend}:{f.name}", ["--backend", backend, f.metadata["flags"][-1], "x"]))
+    return out
+
+
+@pytest.mark.parametrize("name, words", refused_command_lines(), ids=lambda v: v if isinstance(v, str) else "")
+def test_detach_option_each_refused_option_is_refused_on_the_command_line_in_one_line(name, words):
+    argv = ["--backend", "k8s", "--detach", "--np", "2", *words, "--", "true"]
+    with pytest.raises(UsageError) as caught:
+        cli.parse_run(argv)
+    error = caught.value
+    assert error.exit_code == 2
+    assert "\n" not in error.message and "--detach" in error.message + error.hint, error.format()
+
+
+def test_detach_option_every_backend_option_declares_where_it_goes():
+    """Each backend's options are spent on the submitting side (the pods, containers and the
+    description's own fields are made from them), or refused; none is carried as it is: a backend
+    option declared CARRIED must first get a place in launch_description.carried_spec."""
+    for backend in backends.BUILTIN:
+        for f in dataclasses.fields(backends.options_class(backend)):
+            where = f.metadata.get("detached")
+            assert where in DETACHED, f"{backend}'s {f.name} declares no detached= place"
+            assert where != CARRIED, f"{backend}'s {f.name}: carry it in launch_description.carried_spec first"
+            assert f.metadata["flags"] and f.metadata["help"], f"{backend}'s {f.name}: a flag and help"
+
+
+def test_detach_option_description_fields_and_carried_options_do_not_share_a_name():
+    """The description's JSON is flat (its own fields beside the carried options): one name, one value."""
+    own = {f.name for f in dataclasses.fields(LaunchDescription)}
+    assert own & kinds(CARRIED) == set()
+
+
+def test_detach_option_a_refused_backend_option_is_refused_by_its_flag():
+    """A backend option declared REFUSED (none of the built-in ones today) is held to it like the
+    job spec's: given with --detach, one line naming its flag."""
+    from mpilaunch.backends.base import BackendOptions
+    from mpilaunch.core.declared import option
+
+    @dataclasses.dataclass(frozen=True)
+    class StayingOptions(BackendOptions):
+        watch: str | None = option(flag="--watch-here", detached=REFUSED, help="needs this mpilaunch")
+
+    values = {"command": ("true",), "backend": "k8s", "detach": True}
+    JobSpec(**values, backend_options=StayingOptions())  # its default: nothing to refuse
+    with pytest.raises(UsageError, match="^--watch-here needs this mpilaunch to stay until the job ends"):
+        JobSpec(**values, backend_options=StayingOptions(watch="x"))

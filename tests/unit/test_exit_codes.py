@@ -3,7 +3,9 @@
 README's "Exit status" table and the scripts that branch on a status read one file; a literal 2
 or 1 in a command's code drifts from it unseen. The check reads the package's syntax trees:
 - an exit call with a literal status: ``sys.exit(2)``, ``os._exit(1)``, ``SystemExit(3)``, ``exit(1)``;
-- a literal given to an ``exit_code`` (``JobResult(exit_code=1)``, ``result.exit_code = 4``);
+- a literal given to an ``exit_code`` (``JobResult(exit_code=1)``, ``result.exit_code = 4``) or to a
+  ``code`` that is later exited with (``code = 1`` ... ``os._exit(code)``), tuples unpacked
+  (``code, why = 2, "..."``);
 - ``return <int>`` (or ``return <int>, ...``) in a function whose return value is an exit status
   by its name: ``main``, ``*_main``, ``cmd_*``, ``run`` (a launcher's), ``run_launcher``,
   ``launcher_exit``.
@@ -24,6 +26,8 @@ PACKAGE = REPO / "mpilaunch"
 EXIT_CALLS = {"exit", "_exit", "SystemExit", "quit"}
 EXIT_STATUS_FUNCTIONS = re.compile(r"main|\w+_main|cmd_\w+|run|run_launcher|launcher_exit")
 SHELL_CONVENTIONS = {126, 127, 255}
+# a variable that holds the status a command exits with (``code = 1`` ... ``os._exit(code)``)
+STATUS_NAMES = {"exit_code", "code"}
 
 
 def _literal_status(node) -> int | None:
@@ -33,6 +37,15 @@ def _literal_status(node) -> int | None:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     return None
+
+
+def _assigned(targets, value):
+    """(target, value) pairs of an assignment, tuples unpacked: ``code, why = 2, "..."``."""
+    for target in targets:
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            yield from zip(target.elts, value.elts)
+        else:
+            yield target, value
 
 
 def _called_name(call: ast.Call) -> str:
@@ -61,8 +74,10 @@ def literal_exit_statuses(source: str) -> list[tuple[int, int, str]]:
                         note(child, _literal_status(keyword.value), "exit_code=...")
             elif isinstance(child, (ast.Assign, ast.AnnAssign)):
                 targets = child.targets if isinstance(child, ast.Assign) else [child.target]
-                if any(getattr(t, "attr", getattr(t, "id", None)) == "exit_code" for t in targets):
-                    note(child, _literal_status(child.value), "exit_code = ...")
+                for target, value in _assigned(targets, child.value):
+                    name = getattr(target, "attr", getattr(target, "id", None))
+                    if name in STATUS_NAMES:
+                        note(child, _literal_status(value), f"{name} = ...")
             elif (
                 isinstance(child, ast.Return)
                 and child.value is not None
@@ -84,8 +99,10 @@ def test_the_check_sees_each_way_of_writing_a_literal_status():
         "def cmd_x():\n    raise SystemExit(3)\n"
         "def run():\n    return 2, 'no mpirun'\n"
         "def f():\n    os._exit(1)\n    r = JobResult(exit_code=1)\n    r.exit_code = 4\n"
+        "def g():\n    code = 1\n    os._exit(code)\n"
+        "def h():\n    code, why = 3, 'no workers'\n    sys.exit((2, 'usage'))\n"
     )
-    assert [line for line, _, _ in literal_exit_statuses(source)] == [3, 5, 7, 9, 11, 12, 13]
+    assert [line for line, _, _ in literal_exit_statuses(source)] == [3, 5, 7, 9, 11, 12, 13, 15, 18, 19]
 
 
 def test_the_check_leaves_numbers_that_are_no_exit_status():

@@ -21,6 +21,7 @@ import pytest
 import tomllib
 
 from mpilaunch.backends.k8s import tools as k8s_tools
+from mpilaunch.core import env_names
 from mpilaunch.core.version import __version__
 from mpilaunch.job import image_tools
 from support.helpers import REPO
@@ -144,7 +145,7 @@ def test_check_image_names_what_the_image_lacks(tools, tmp_path):
 
 
 def test_the_jobs_pieces_unless_the_image_is_said_to_have_them():
-    assert k8s_tools.from_configmap({}) and not k8s_tools.from_configmap({k8s_tools.TOOLS_ENV: "image"})
+    assert k8s_tools.from_configmap({}) and not k8s_tools.from_configmap({env_names.K8S_TOOLS: "image"})
     assert k8s_tools.rank_prefix(True, "python3") == ["/opt/mpilaunch-tools/mpilaunch-rank"]
     assert k8s_tools.rank_prefix(False, "python3") == ["python3", "-m", "mpilaunch.rank"]
     values = k8s_tools.template_values(True, "j")["tools"]

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from mpilaunch.backends.k8s import mesh
+from mpilaunch.core import env_names
 
 
 @pytest.fixture
@@ -60,6 +61,6 @@ def test_mesh_quit_only_where_the_job_kept_injection(monkeypatch):
     mesh.quit_if_injected(said.append, environ={})
     assert said == []
     monkeypatch.setattr(mesh, "quit_sidecars", lambda: ["istio"])
-    mesh.quit_if_injected(said.append, environ={mesh.ENV: "1"})
+    mesh.quit_if_injected(said.append, environ={env_names.MESH_SIDECARS: "1"})
     assert said == ["asked the mesh's sidecar to quit (istio)"]
-    assert mesh.job_pod_env(True) == [{"name": mesh.ENV, "value": "1"}] and mesh.job_pod_env(False) == []
+    assert mesh.job_pod_env(True) == [{"name": env_names.MESH_SIDECARS, "value": "1"}] and mesh.job_pod_env(False) == []

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from mpilaunch.backends.k8s import mesh, network_policy, network_setup, rbac, refusals, resources, security
+from mpilaunch.backends.k8s import network_policy, network_setup, rbac, refusals, resources, security
+from mpilaunch.core import env_names
 from mpilaunch.core.errors import UsageError
 from support.helpers import REPO
 
@@ -462,7 +463,11 @@ def test_tenant_pods_opt_out_of_mesh_sidecars_unless_kept(tmp_path):
 
     def mesh_env(objs) -> dict[str, bool]:
         return {
-            role: any(e["name"] == mesh.ENV and e.get("value") == "1" for c in spec["containers"] for e in c["env"])
+            role: any(
+                e["name"] == env_names.MESH_SIDECARS and e.get("value") == "1"
+                for c in spec["containers"]
+                for e in c["env"]
+            )
             for role, spec in pods_of(objs)
         }
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mpilaunch.core import mpi, rank_env
+from mpilaunch.core import env_names, mpi, rank_env
 from support.mpi_outputs import INTEL_VERSION, MPICH_VERSION, OMPI4_VERSION, OMPI5_MPIEXEC_VERSION, OMPI5_VERSION
 
 OMPI4 = mpi.MpiInfo("openmpi", "4.1.4", "/usr/bin/mpirun.openmpi")
@@ -173,23 +173,23 @@ def test_secret_env_values_are_on_no_command_line(info):
         info,
         environ=environ,
         user_env=("HF_TOKEN", f"API_KEY={SECRET[::-1]}"),
-        rank_env={mpi.STATUS_TOKEN_ENV: "feedbeef" * 4, rank_env.WORKER_SLOTS_ENV: "2,2"},
+        rank_env={env_names.STATUS_TOKEN: "feedbeef" * 4, rank_env.WORKER_SLOTS_ENV: "2,2"},
     )
     joined = " ".join(cmd.argv)
     for value in (SECRET, SECRET[::-1], "feedbeef", "2,2", "INFO"):
         assert value not in joined, (value, cmd.argv)
     assert cmd.env["HF_TOKEN"] == SECRET and cmd.env["API_KEY"] == SECRET[::-1]
-    assert cmd.env[mpi.STATUS_TOKEN_ENV] == "feedbeef" * 4 and cmd.env[rank_env.WORKER_SLOTS_ENV] == "2,2"
+    assert cmd.env[env_names.STATUS_TOKEN] == "feedbeef" * 4 and cmd.env[rank_env.WORKER_SLOTS_ENV] == "2,2"
     if info.flavour == "openmpi":
         names = pairs(cmd.argv, "-x")
     else:
         assert "-genvnone" not in cmd.argv and "-genv" not in cmd.argv  # hydra takes one of -genvnone/-genvlist
         names = cmd.argv[cmd.argv.index("-genvlist") + 1].split(",")
-    assert {"HF_TOKEN", "API_KEY", mpi.STATUS_TOKEN_ENV, rank_env.WORKER_SLOTS_ENV} <= set(names)
+    assert {"HF_TOKEN", "API_KEY", env_names.STATUS_TOKEN, rank_env.WORKER_SLOTS_ENV} <= set(names)
     assert "HOME" not in names
     shown = cmd.shown_env()
     assert shown["HF_TOKEN"] == "<set, 32 chars>" and shown["API_KEY"] == "<set, 32 chars>"
-    assert shown[mpi.STATUS_TOKEN_ENV] == "<set, 32 chars>" and shown["NCCL_DEBUG"] == "<set, 4 chars>"
+    assert shown[env_names.STATUS_TOKEN] == "<set, 32 chars>" and shown["NCCL_DEBUG"] == "<set, 4 chars>"
     assert shown[rank_env.WORKER_SLOTS_ENV] == "2,2"  # mpilaunch's own plan is no secret
     assert shown["HYDRA_LAUNCHER_EXEC"] == "/bin/mpilaunch-rsh"
 

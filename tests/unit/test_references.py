@@ -12,6 +12,10 @@ reference is
   from the folder of the file that names it, or from mpilaunch/, backends/,
   tests/, tests/e2e/ or testbeds/ (the docs say `backends/base.py`); a bare file
   name must name a file somewhere in the repository.
+- in docs/, README.md and ARCHITECTURE.md, a module named in prose as the
+  docs write them, quoted as code and dotted from anywhere in its package path:
+  `job.lifecycle.run_job`, `lifecycle.run_job`, `mpi.WORKER_PATH_ENV` (a package's name) resolve
+  to mpilaunch/job/lifecycle.py and what it defines, or to what a package's __init__ holds.
 A file moved or renamed without its mentions fails here, naming each stale one.
 Paths that are not this repository's (a container's `bin/python`, Horovod's
 sources) are listed in NOT_OURS with where they live.
@@ -58,7 +62,9 @@ NOT_OURS = {
     "train.py",
     "tf_cnn_benchmarks.py",  # a user's program in the examples
 }
-FILE_SUFFIXES = {"py", "sh", "md", "toml", "j2", "yaml", "yml", "json", "cfg", "txt", "zip", "log", "pem"}
+# a module quoted as code in prose: `lifecycle.run_job`, `core.exit_codes`, `base.REQUIRED()`
+PROSE_MODULE_RE = re.compile(r"`([a-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
+FILE_SUFFIXES = {"h", "py", "sh", "md", "toml", "j2", "yaml", "yml", "json", "cfg", "txt", "zip", "log", "pem"}
 
 MODULE_RE = re.compile(r"(?<![\w./-])((?:mpilaunch|testbeds)(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
 MOD_ROLE_RE = re.compile(r":mod:`~?([.\w]+)`")
@@ -156,6 +162,35 @@ def module_exists(dotted: str) -> bool:
     return bool(source and re.search(rf"\b{re.escape(name)}\b", source.read_text()))
 
 
+@lru_cache(maxsize=None)
+def package_modules() -> dict[str, list[str]]:
+    """Each module and package of mpilaunch by its own name: ``lifecycle`` -> [mpilaunch.job.lifecycle]."""
+    out: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "mpilaunch").rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        out.setdefault(parts[-1], []).append(".".join(parts))
+    return out
+
+
+# dotted names in the docs that start like a module of ours but are none: Debian's MPI binaries
+NOT_MODULES = {"mpirun.openmpi", "mpirun.mpich"}
+
+
+def prose_module_exists(dotted: str) -> bool | None:
+    """Whether `a.b.c`, a module quoted from anywhere in its package path, exists; None where
+    its first part names no module of ours (`os.environ`, `self.options`: not a reference), or a
+    part is camelCase, which no Python name of ours is (an MPIJob's `spec.slotsPerWorker`)."""
+    first, *rest = dotted.split(".")
+    candidates = package_modules().get(first)
+    camel = any(part[:1].islower() and part != part.lower() for part in rest)
+    if not candidates or rest[-1] in FILE_SUFFIXES or camel or dotted in NOT_MODULES:
+        return None
+    return any(module_exists(".".join([module, *rest])) for module in candidates)
+
+
 def package_of(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
     parts = list(rel.parts)
@@ -209,6 +244,11 @@ def references(path: Path, text: str) -> list[str]:
             continue
         if not module_exists(dotted):
             stale.append(f"module {dotted}")
+    # prose in the docs; BENCHMARKS.md's runs quote record fields (`hang.collection_s`), no modules
+    if path.suffix == ".md" and path.name != "BENCHMARKS.md":
+        for m in PROSE_MODULE_RE.finditer(text):
+            if not m.group(1).startswith(("mpilaunch.", "testbeds.")) and prose_module_exists(m.group(1)) is False:
+                stale.append(f"module {m.group(1)}")
     for m in SLASH_PATH_RE.finditer(text):
         ref = m.group(1)
         if ref.startswith((".", "..")) or not is_checked_path(ref, text, m.start(1)):
@@ -249,3 +289,16 @@ def test_a_stale_reference_is_found():
         )
         == []
     )
+
+
+def test_a_module_named_in_prose_is_resolved():
+    """The docs name modules from their package down (`job.lifecycle.run_job`, `lifecycle.run_job`);
+    one renamed or gone is stale, a dotted name that is no module of ours (`os.environ`) is prose."""
+    doc = ROOT / "ARCHITECTURE.md"
+    assert (
+        references(doc, "`job.lifecycle.run_job`, `lifecycle.make_rundir`, `mpi.WORKER_PATH_ENV`, `os.environ`") == []
+    )
+    assert references(doc, "`job.lifecycle.run_jobs` and `rank_lines.TOKEN_ENVS()`") == [
+        "module job.lifecycle.run_jobs",
+        "module rank_lines.TOKEN_ENVS",
+    ]

@@ -9,7 +9,7 @@ import datetime
 
 import pytest
 
-from mpilaunch.backends.credential import new_credential, self_signed_certificate
+from mpilaunch.backends.agent_credential import new_credential, self_signed_certificate
 from mpilaunch.wire import tls, tls_session
 
 

@@ -29,6 +29,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from ...core import env_names
 from ...core.errors import UsageError
 from .exec_path import exec_stream
 
@@ -37,7 +38,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .credentials import TokenSource
 
-SA_DIR_ENV = "MPILAUNCH_K8S_SA_DIR"
+SA_DIR_ENV = env_names.K8S_SA_DIR
 
 
 def broken_off(error: http.client.HTTPException) -> ConnectionError:

@@ -60,18 +60,17 @@ import secrets
 import sys
 import time
 
-from ...core import mpi, phases
+from ...core import env_names, mpi, phases
 from ...core.errors import UsageError
 from .. import rendezvous
+from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from ..credential import new_credential
 from ..protocols import ClusterLauncher, ManagesJobs, ReachesJobsByName, RemoteHosts, ReplacesWorkers, ReportsHangs
 from . import creation, follow, launch, manage, manifests, pod_template, replace, startup, tools
 from .admission import AdmissionReader
 from .api import Api, ApiError, ApiOutage, resolve_with_tokens
 from .credentials import refused
-from .launch import PYTHON_ENV
 from .options import K8sOptions
 from .pod_events import waiter
 from .pods import (
@@ -87,7 +86,7 @@ SETTLE_AFTER_READY_S = 2.5
 
 
 def use_relay() -> bool:
-    return os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0"
+    return os.environ.get(env_names.K8S_RELAY, "1") != "0"
 
 
 class K8sBackend(
@@ -279,7 +278,7 @@ class K8sBackend(
         return context
 
     def rank_prefix(self) -> list[str]:
-        return tools.rank_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+        return tools.rank_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
     def report_hang(self, verdict: str) -> None:
         """The verdict as an Event on the launcher pod (worker 0's with --launcher local)."""
@@ -295,7 +294,7 @@ class K8sBackend(
         hang_event.post(self.api, self.namespace, worker, text, reason=reason)
 
     def task_starter_prefix(self) -> list[str]:
-        return tools.task_starter_prefix(self.tools, os.environ.get(PYTHON_ENV, "python3"))
+        return tools.task_starter_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.pod_rendezvous(worker, self.plan.job_name)

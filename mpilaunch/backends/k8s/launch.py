@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ...core import mpi
+from ...core import env_names, mpi
 from ...core.errors import AllocationError, UsageError
 from ...core.mpi import versions as mpi_versions
 from ..launch_description import LaunchDescription, LaunchWorker, carried_spec
@@ -22,7 +22,6 @@ from .pods import WORKER_CONTAINER
 ASSUMED_IMAGE_MPI = "openmpi"
 # the shim's transport for this backend's contexts (the exec API), by module name
 TRANSPORT = "mpilaunch.backends.k8s.exec_path.transport"
-PYTHON_ENV = "MPILAUNCH_K8S_PYTHON"  # the workers' python (default python3)
 
 # Where the launcher pod finds the job's Secret (a volume: no RBAC on Secrets for the launcher).
 SECRET_DIR = "/etc/mpilaunch-secret"
@@ -42,7 +41,7 @@ AGENT_SECRET_KEY = "secret"
 # started, a moment (an interpreter start) before its agent listens.
 AGENT_REFUSED_WAIT_S = 30.0
 # The cluster's DNS domain (kubelet --cluster-domain); almost always this.
-CLUSTER_DOMAIN = os.environ.get("MPILAUNCH_K8S_CLUSTER_DOMAIN", "cluster.local")
+CLUSTER_DOMAIN = os.environ.get(env_names.K8S_CLUSTER_DOMAIN, "cluster.local")
 
 
 def secret_name(job: str) -> str:
@@ -118,13 +117,15 @@ def templates():
         compiled = jinja2.FileSystemBytecodeCache(mpi_versions.cache_dir("templates"))
     except OSError:  # no writable cache: compile each time
         compiled = None
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("mpilaunch.backends.k8s", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
         bytecode_cache=compiled,
     )
+    environment.globals["env_names"] = env_names  # {{ env_names.WORKER }}: the names of core/env_names.py
+    return environment
 
 
 def parse_toleration(text: str) -> dict:

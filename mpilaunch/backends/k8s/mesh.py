@@ -12,8 +12,9 @@ import os
 import urllib.request
 from collections.abc import Callable
 
+from ...core import env_names
+
 #: set in the launcher's and the reaper's pods when the mesh's injection is kept
-ENV = "MPILAUNCH_MESH_SIDECARS"
 #: each mesh's endpoint on the pod's loopback that ends its proxy (POST)
 QUIT_ENDPOINTS = (
     ("istio", "http://127.0.0.1:15020/quitquitquit"),  # pilot-agent
@@ -25,7 +26,7 @@ LINKERD_SHUTDOWN = {"config.linkerd.io/proxy-admin-shutdown": "enabled"}
 
 def job_pod_env(keep_injection: bool) -> list[dict]:
     """The launcher's and the reaper's pods: where a mesh's sidecar may be injected, they ask it to quit."""
-    return [{"name": ENV, "value": "1"}] if keep_injection else []
+    return [{"name": env_names.MESH_SIDECARS, "value": "1"}] if keep_injection else []
 
 
 def quit_sidecars(endpoints=QUIT_ENDPOINTS, timeout: float = 2.0) -> list[str]:
@@ -45,7 +46,7 @@ def quit_sidecars(endpoints=QUIT_ENDPOINTS, timeout: float = 2.0) -> list[str]:
 
 def quit_if_injected(log: Callable[[str], None], environ=os.environ) -> None:
     """At the end of a Job's pod: its mesh sidecar, if the job kept injection, is asked to quit."""
-    if environ.get(ENV) != "1":
+    if environ.get(env_names.MESH_SIDECARS) != "1":
         return
     answered = quit_sidecars()
     log(

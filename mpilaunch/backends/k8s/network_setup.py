@@ -16,6 +16,7 @@ import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
+from ...core import env_names
 from ...core.errors import AllocationError, UsageError
 from . import network_policy
 from .api import ApiError
@@ -23,7 +24,7 @@ from .launch import AGENT_PORT
 
 # where a pod finds its own namespace (every pod with a ServiceAccount token mounted)
 POD_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-POD_NAME_ENV = "MPILAUNCH_POD_NAME"  # the downward API's metadata.name, where the pod's hostname is not it
+POD_NAME_ENV = env_names.POD_NAME  # the downward API's metadata.name, where the pod's hostname is not it
 
 
 def egress_isolated_roles(api, namespace: str, objects, job: str) -> list[str]:

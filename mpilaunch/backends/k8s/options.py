@@ -6,6 +6,8 @@ import argparse
 import re
 from dataclasses import dataclass
 
+from ...core import declared
+from ...core.declared import RESOLVED, SUBMITTING, option
 from ...core.errors import UsageError
 from ..base import BackendOptions
 from .pod_template import check_gpu_resource
@@ -43,44 +45,208 @@ def key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def add_cluster_arguments(parser) -> None:
-    """Which cluster and namespace: for a run and for status/logs/delete/wait alike."""
-    parser.add_argument("--namespace", help="the namespace of the job's objects (default: the kubeconfig's)")
-    parser.add_argument("--context", help="the kubeconfig context (default: its current one)")
-    parser.add_argument("--kubeconfig", help="the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+# which cluster and namespace: options of a run and of status/logs/delete/wait alike
+CLUSTER_FIELDS = ("namespace", "context", "kubeconfig")
 
 
 @dataclass(frozen=True)
 class K8sOptions(BackendOptions):
+    """The Kubernetes backend's options; each reaches a detached job's launcher pod as the objects
+    made before the hand-off (SUBMITTING), or in the launch description's ``cluster`` (RESOLVED)."""
+
     backend_class = "mpilaunch.backends.k8s.backend:K8sBackend"
     extra = "k8s"
 
-    image: str | None = None
-    namespace: str | None = None
-    context: str | None = None
-    kubeconfig: str | None = None
-    node_selector: tuple[tuple[str, str], ...] = ()
-    tolerations: tuple[str, ...] = ()
-    priority_class: str | None = None
-    gang: str = "none"
-    pod_memory: str | None = None  # each worker pod's memory request = limit (a Kubernetes quantity)
-    pod_cpu: str | None = None  # ... and CPU request = limit
-    transport: str = "auto"
-    queue: str | None = None  # a Kueue LocalQueue in the job's namespace: the pods are admitted as one group
-    # shared clusters (security.py, rbac.py, resources.py, network_policy.py)
-    service_account: str | None = None  # an admin-made one (`mpilaunch rbac`): the job creates no RBAC object
-    run_as_user: str = DEFAULT_RUN_AS  # UID[:GID], image or root
-    read_only_root: bool = False
-    launcher_cpu: str | None = None
-    launcher_memory: str | None = None
-    reaper_cpu: str | None = None
-    reaper_memory: str | None = None
-    launcher_node_selector: tuple[tuple[str, str], ...] | None = None  # None: unpinned
-    launcher_tolerations: tuple[str, ...] | None = None
-    network_policy: str = "job"
-    mesh_injection: bool = False  # keep a service mesh's sidecar injection
-    pod_template: str | None = None  # a file of Pod / PodTemplate documents (pod_template.py), read by the backend
-    gpu_resource: str = DEFAULT_GPU_RESOURCE  # the device plugin's extended resource the workers ask for
+    image: str | None = option(
+        flag="--image",
+        detached=SUBMITTING,
+        help="the worker and launcher image (any image with an MPI; see docs/kubernetes.md)",
+    )
+    namespace: str | None = option(
+        flag="--namespace",
+        detached=RESOLVED,  # the description's cluster["namespace"]
+        help="the namespace of the job's objects (default: the kubeconfig's)",
+    )
+    context: str | None = option(
+        flag="--context", detached=SUBMITTING, help="the kubeconfig context (default: its current one)"
+    )
+    kubeconfig: str | None = option(
+        flag="--kubeconfig",
+        detached=SUBMITTING,  # the launcher pod uses its own ServiceAccount
+        help="the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
+    )
+    node_selector: tuple[tuple[str, str], ...] = option(
+        (),
+        flag="--node-selector",
+        action="append",
+        type=key_value,
+        metavar="K=V",
+        detached=SUBMITTING,
+        help="put the worker pods only on nodes with this label (repeatable; GPUs per node are "
+        "discovered among those nodes)",
+    )
+    tolerations: tuple[str, ...] = option(
+        (),
+        flag="--toleration",
+        action="append",
+        metavar="KEY[=VALUE]:EFFECT",
+        detached=SUBMITTING,
+        help="let the worker pods onto nodes with this taint, e.g. nvidia.com/gpu:NoSchedule "
+        "(repeatable; without =VALUE any value of KEY)",
+    )
+    priority_class: str | None = option(
+        flag="--priority-class",
+        metavar="NAME",
+        detached=SUBMITTING,
+        help="the PriorityClass of the job's pods (default: the cluster's default priority)",
+    )
+    queue: str | None = option(
+        flag="--queue",
+        metavar="NAME",
+        detached=SUBMITTING,
+        help="a Kueue LocalQueue of the job's namespace, whose quota admits the worker pods "
+        "together (they wait holding nothing; --start-timeout counts the wait)",
+    )
+    gang: str = option(
+        "none",
+        flag="--gang",
+        detached=SUBMITTING,
+        help="gang-schedule the job's pods, all or none: volcano (Volcano's scheduler and a "
+        "scheduling.volcano.sh PodGroup) or coscheduling (scheduler-plugins' "
+        "scheduler-plugins-scheduler and a scheduling.x-k8s.io PodGroup); default none",
+    )
+    # each worker pod's memory request = limit (a Kubernetes quantity)
+    pod_memory: str | None = option(
+        flag="--pod-memory",
+        metavar="QUANTITY",
+        detached=SUBMITTING,
+        help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the "
+        "namespace's LimitRange decides); a rank past it is reported as killed by the "
+        "out-of-memory killer",
+    )
+    pod_cpu: str | None = option(
+        flag="--pod-cpu",
+        metavar="QUANTITY",
+        detached=SUBMITTING,
+        help="CPU request and limit of each worker pod, e.g. 4 or 3500m",
+    )
+    transport: str = option(
+        "auto",
+        flag="--transport",
+        choices=TRANSPORTS,
+        detached=RESOLVED,  # agent or exec, in the description's cluster["transport"]
+        help="how mpirun's daemons reach the worker pods: agent (mpilaunch's exec agent is each "
+        "pod's main process, reached over the pod network: no exec stream through the API "
+        "server per daemon, no pods/exec permission), exec (the Kubernetes exec API), or "
+        "auto (default: agent with --launcher cluster, exec with --launcher local, whose "
+        "machine is usually outside the pod network)",
+    )
+    # shared clusters: an admin-made identity, PodSecurity, quotas, NetworkPolicies, service meshes
+    # (security.py, rbac.py, resources.py, network_policy.py)
+    service_account: str | None = option(
+        flag="--service-account",
+        metavar="NAME",
+        detached=SUBMITTING,
+        help="run the launcher and reaper as this ServiceAccount, made once by an admin "
+        "(mpilaunch rbac --namespace NS | kubectl apply -f -): the job then creates no "
+        "ServiceAccount, Role or RoleBinding, so the built-in 'edit' role is enough",
+    )
+    run_as_user: str = option(
+        DEFAULT_RUN_AS,
+        flag="--run-as-user",
+        metavar="UID[:GID]|image|root",
+        detached=SUBMITTING,
+        help="the UID (and GID) of every container of the job (default %(default)s, PodSecurity "
+        "'restricted'); image: the image's or the platform's own user (OpenShift); root: "
+        "UID 0, refused where 'restricted' is enforced",
+    )
+    read_only_root: bool = option(
+        False,
+        flag="--read-only-root",
+        detached=SUBMITTING,
+        help="readOnlyRootFilesystem on every container (a writable emptyDir is at /tmp, which is HOME and TMPDIR)",
+    )
+    launcher_cpu: str | None = option(
+        flag="--launcher-cpu",
+        metavar="QUANTITY",
+        detached=SUBMITTING,
+        help="the launcher's CPU request = limit (default 500m)",
+    )
+    launcher_memory: str | None = option(
+        flag="--launcher-memory",
+        metavar="QUANTITY",
+        detached=SUBMITTING,
+        help="the launcher's memory request = limit (default: 256Mi + 12Mi per worker, rounded "
+        "up to 64Mi: one shim per worker with direct spawn)",
+    )
+    reaper_cpu: str | None = option(
+        flag="--reaper-cpu",
+        metavar="QUANTITY",
+        detached=SUBMITTING,
+        help="the reaper's CPU request = limit (default 50m)",
+    )
+    reaper_memory: str | None = option(
+        flag="--reaper-memory",
+        metavar="QUANTITY",
+        detached=SUBMITTING,
+        help="the reaper's memory request = limit (default 128Mi)",
+    )
+    launcher_node_selector: tuple[tuple[str, str], ...] | None = option(  # None: unpinned
+        flag="--launcher-node-selector",
+        action="append",
+        type=key_value,
+        metavar="K=V",
+        detached=SUBMITTING,
+        help="where the launcher and reaper go (default: anywhere the scheduler puts "
+        "them; the workers' --node-selector is not theirs: they use no GPU)",
+    )
+    launcher_tolerations: tuple[str, ...] | None = option(
+        flag="--launcher-toleration",
+        action="append",
+        metavar="KEY[=VALUE]:EFFECT",
+        detached=SUBMITTING,
+        help="the launcher's and reaper's tolerations (default: none; the workers' are not theirs)",
+    )
+    network_policy: str = option(
+        "job",
+        flag="--network-policy",
+        choices=NETWORK_POLICIES,
+        detached=SUBMITTING,
+        help="job (default): the job's pods accept connections only from each other (and "
+        "the submitting machine with --launcher local); their egress is left as the "
+        "namespace has it, with the job's own traffic (its pods, DNS, the API server for "
+        "the launcher and reaper) added where the namespace's policies deny egress; "
+        "strict: the job's pods also reach nothing but that traffic; none: create no "
+        "policy (where policies are the admin's alone)",
+    )
+    mesh_injection: bool = option(
+        False,
+        flag="--mesh-injection",
+        detached=SUBMITTING,
+        help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
+        "pods opt out: a sidecar keeps a launcher Job from completing (not with "
+        "--network-policy strict: the proxies must reach their control plane)",
+    )
+    # a file of Pod / PodTemplate documents (pod_template.py), read by the backend
+    pod_template: str | None = option(
+        flag="--pod-template",
+        metavar="FILE",
+        detached=SUBMITTING,
+        help="a Pod, PodTemplate or pod template spec (YAML) merged into the job's pods: "
+        "imagePullSecrets, affinity, labels, annotations, securityContext, volumes, env "
+        "from Secrets, sidecars, ...; a document labelled mpilaunch/role: worker or "
+        "launcher is for that role only; a field mpilaunch owns (the main container's command, "
+        "image, the agent port, restartPolicy, hostname) is refused",
+    )
+    # the device plugin's extended resource the workers ask for
+    gpu_resource: str = option(
+        DEFAULT_GPU_RESOURCE,
+        flag="--gpu-resource",
+        metavar="NAME",
+        detached=SUBMITTING,
+        help="the extended resource a worker's GPUs are, as its device plugin names it: "
+        "%(default)s (default), amd.com/gpu, gpu.intel.com/i915, ...",
+    )
 
     def __post_init__(self):
         if self.gang in GANG_ALIASES:
@@ -93,7 +259,7 @@ class K8sOptions(BackendOptions):
             )
         if self.gang not in GANGS:
             raise UsageError(f"unknown --gang {self.gang!r}", f"choose one of: {', '.join(GANGS)}")
-        for option, value, example in (
+        for flag, value, example in (
             ("--pod-memory", self.pod_memory, "8Gi"),
             ("--pod-cpu", self.pod_cpu, "4"),
             ("--launcher-memory", self.launcher_memory, "2Gi"),
@@ -103,8 +269,8 @@ class K8sOptions(BackendOptions):
         ):
             if value is not None and not QUANTITY_RE.fullmatch(value):
                 raise UsageError(
-                    f"{option} {value!r} is not a Kubernetes quantity",
-                    f"e.g. {option} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)",
+                    f"{flag} {value!r} is not a Kubernetes quantity",
+                    f"e.g. {flag} {example} (units: Ki Mi Gi Ti, k M G T, m for milli-CPUs)",
                 )
         if self.transport not in TRANSPORTS:
             raise UsageError(f"unknown --transport {self.transport!r}", f"choose one of: {', '.join(TRANSPORTS)}")
@@ -131,166 +297,8 @@ class K8sOptions(BackendOptions):
         check_gpu_resource(self.gpu_resource)
 
     @classmethod
-    def add_arguments(cls, group) -> None:
-        group.add_argument(
-            "--image", help="the worker and launcher image (any image with an MPI; see docs/kubernetes.md)"
-        )
-        add_cluster_arguments(group)
-        group.add_argument("--node-selector", action="append", default=[], type=key_value, metavar="K=V")
-        group.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
-        group.add_argument("--priority-class")
-        group.add_argument(
-            "--queue",
-            metavar="NAME",
-            help="a Kueue LocalQueue of the job's namespace, whose quota admits the worker pods "
-            "together (they wait holding nothing; --start-timeout counts the wait)",
-        )
-        group.add_argument(
-            "--gang",
-            default="none",
-            help="gang-schedule the job's pods, all or none: volcano (Volcano's scheduler and a "
-            "scheduling.volcano.sh PodGroup) or coscheduling (scheduler-plugins' "
-            "scheduler-plugins-scheduler and a scheduling.x-k8s.io PodGroup); default none",
-        )
-        group.add_argument(
-            "--pod-memory",
-            metavar="QUANTITY",
-            help="memory request and limit of each worker pod, e.g. 8Gi (default: none, the "
-            "namespace's LimitRange decides); a rank past it is reported as killed by the "
-            "out-of-memory killer",
-        )
-        group.add_argument(
-            "--pod-cpu", metavar="QUANTITY", help="CPU request and limit of each worker pod, e.g. 4 or 3500m"
-        )
-        group.add_argument(
-            "--transport",
-            default="auto",
-            choices=TRANSPORTS,
-            help="how mpirun's daemons reach the worker pods: agent (mpilaunch's exec agent is each "
-            "pod's main process, reached over the pod network: no exec stream through the API "
-            "server per daemon, no pods/exec permission), exec (the Kubernetes exec API), or "
-            "auto (default: agent with --launcher cluster, exec with --launcher local, whose "
-            "machine is usually outside the pod network)",
-        )
-
-        # shared clusters: an admin-made identity, PodSecurity, quotas, NetworkPolicies, service meshes
-        group.add_argument(
-            "--service-account",
-            metavar="NAME",
-            help="run the launcher and reaper as this ServiceAccount, made once by an admin "
-            "(mpilaunch rbac --namespace NS | kubectl apply -f -): the job then creates no "
-            "ServiceAccount, Role or RoleBinding, so the built-in 'edit' role is enough",
-        )
-        group.add_argument(
-            "--run-as-user",
-            default=DEFAULT_RUN_AS,
-            metavar="UID[:GID]|image|root",
-            help="the UID (and GID) of every container of the job (default %(default)s, PodSecurity "
-            "'restricted'); image: the image's or the platform's own user (OpenShift); root: "
-            "UID 0, refused where 'restricted' is enforced",
-        )
-        group.add_argument(
-            "--read-only-root",
-            action="store_true",
-            help="readOnlyRootFilesystem on every container (a writable emptyDir is at /tmp, which is HOME and TMPDIR)",
-        )
-        group.add_argument(
-            "--launcher-cpu", metavar="QUANTITY", help="the launcher's CPU request = limit (default 500m)"
-        )
-        group.add_argument(
-            "--launcher-memory",
-            metavar="QUANTITY",
-            help="the launcher's memory request = limit (default: 256Mi + 12Mi per worker, rounded "
-            "up to 64Mi: one shim per worker with direct spawn)",
-        )
-        group.add_argument("--reaper-cpu", metavar="QUANTITY", help="the reaper's CPU request = limit (default 50m)")
-        group.add_argument(
-            "--reaper-memory", metavar="QUANTITY", help="the reaper's memory request = limit (default 128Mi)"
-        )
-        group.add_argument(
-            "--launcher-node-selector",
-            action="append",
-            type=key_value,
-            metavar="K=V",
-            help="where the launcher and reaper go (default: anywhere the scheduler puts "
-            "them; the workers' --node-selector is not theirs: they use no GPU)",
-        )
-        group.add_argument(
-            "--launcher-toleration",
-            action="append",
-            metavar="KEY[=VALUE]:EFFECT",
-            help="the launcher's and reaper's tolerations (default: none; the workers' are not theirs)",
-        )
-        group.add_argument(
-            "--network-policy",
-            default="job",
-            choices=NETWORK_POLICIES,
-            help="job (default): the job's pods accept connections only from each other (and "
-            "the submitting machine with --launcher local); their egress is left as the "
-            "namespace has it, with the job's own traffic (its pods, DNS, the API server for "
-            "the launcher and reaper) added where the namespace's policies deny egress; "
-            "strict: the job's pods also reach nothing but that traffic; none: create no "
-            "policy (where policies are the admin's alone)",
-        )
-        group.add_argument(
-            "--mesh-injection",
-            action="store_true",
-            help="keep a service mesh's sidecar injection (Istio, linkerd); by default the job's "
-            "pods opt out: a sidecar keeps a launcher Job from completing (not with "
-            "--network-policy strict: the proxies must reach their control plane)",
-        )
-        group.add_argument(
-            "--pod-template",
-            metavar="FILE",
-            help="a Pod, PodTemplate or pod template spec (YAML) merged into the job's pods: "
-            "imagePullSecrets, affinity, labels, annotations, securityContext, volumes, env "
-            "from Secrets, sidecars, ...; a document labelled mpilaunch/role: worker or "
-            "launcher is for that role only; a field mpilaunch owns (the main container's command, "
-            "image, the agent port, restartPolicy, hostname) is refused",
-        )
-        group.add_argument(
-            "--gpu-resource",
-            default=DEFAULT_GPU_RESOURCE,
-            metavar="NAME",
-            help="the extended resource a worker's GPUs are, as its device plugin names it: "
-            "%(default)s (default), amd.com/gpu, gpu.intel.com/i915, ...",
-        )
-
-    @classmethod
-    def from_args(cls, args) -> "K8sOptions":
-        return cls(
-            image=args.image,
-            namespace=args.namespace,
-            context=args.context,
-            kubeconfig=args.kubeconfig,
-            node_selector=tuple(args.node_selector),
-            tolerations=tuple(args.toleration),
-            priority_class=args.priority_class,
-            gang=args.gang,
-            pod_memory=args.pod_memory,
-            pod_cpu=args.pod_cpu,
-            transport=args.transport,
-            queue=args.queue,
-            service_account=args.service_account,
-            run_as_user=args.run_as_user,
-            read_only_root=args.read_only_root,
-            launcher_cpu=args.launcher_cpu,
-            launcher_memory=args.launcher_memory,
-            reaper_cpu=args.reaper_cpu,
-            reaper_memory=args.reaper_memory,
-            launcher_node_selector=(
-                tuple(args.launcher_node_selector) if args.launcher_node_selector is not None else None
-            ),
-            launcher_tolerations=(tuple(args.launcher_toleration) if args.launcher_toleration is not None else None),
-            network_policy=args.network_policy,
-            mesh_injection=args.mesh_injection,
-            pod_template=args.pod_template,
-            gpu_resource=args.gpu_resource,
-        )
-
-    @classmethod
     def add_manage_arguments(cls, parser) -> None:
-        add_cluster_arguments(parser)
+        declared.add_arguments(cls, parser, only=CLUSTER_FIELDS)
 
     @classmethod
     def check_manage_arguments(cls, args) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from ...core import env_names
 from ...core.errors import AllocationError
 from .api import PLURALS, ApiError
 
@@ -62,7 +63,7 @@ def relaunch(backend, attempt: int) -> None:
         return
     (job,) = [obj for group, obj in backend.objects() if group == "launcher"]
     container = job["spec"]["template"]["spec"]["containers"][0]
-    container.setdefault("env", []).append({"name": "MPILAUNCH_ATTEMPT", "value": str(attempt)})
+    container.setdefault("env", []).append({"name": env_names.ATTEMPT, "value": str(attempt)})
     # Foreground: the Job is gone only once its pod is, so the new pod is the only launcher pod
     recreate(backend, job, propagationPolicy="Foreground", gracePeriodSeconds=0)
     backend.launcher_pod = None

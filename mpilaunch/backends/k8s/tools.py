@@ -23,9 +23,9 @@ import base64
 import functools
 import os
 
+from ...core import env_names
 from ...job.image_tools import CHECK_EXIT, CHECK_MARK, TOOLS_DIR, ZIP_NAME, entry_point, tools_files
 
-TOOLS_ENV = "MPILAUNCH_K8S_TOOLS"
 VOLUME = "mpilaunch-tools"
 # the launch description in the launcher pod: the job Secret's volume (launch.SECRET_DIR)
 LAUNCH_JSON = "/etc/mpilaunch-secret/description.json"
@@ -38,7 +38,7 @@ HINT = (
 
 def from_configmap(environ=os.environ) -> bool:
     """Whether the job's pods take mpilaunch's pieces from the job's ConfigMap (else: from the image)."""
-    return environ.get(TOOLS_ENV, "configmap") != "image"
+    return environ.get(env_names.K8S_TOOLS, "configmap") != "image"
 
 
 def configmap_name(job: str) -> str:
@@ -60,7 +60,7 @@ def agent_argv(tools: bool) -> str:
 
     program = entry_point("mpilaunch-agent") if tools else "python3 -m mpilaunch.agent"
     return (
-        f'{program} --name "$MPILAUNCH_WORKER" --listen "[$POD_IP]:{AGENT_PORT}" '
+        f'{program} --name "${env_names.WORKER}" --listen "[$POD_IP]:{AGENT_PORT}" '
         f"--secret-file {AGENT_SECRET_DIR}/{AGENT_SECRET_KEY} --own-host"
     )
 

@@ -18,7 +18,7 @@ import threading
 import time
 
 from ...agent.hostname import can_take_hostname
-from ...core import gpu_slots, phases
+from ...core import env_names, gpu_slots, phases
 from ...core.errors import AllocationError
 from ...core.pylauncher import write_launcher
 from ...job.procs import kill_tree, processes_with_env, wait_exit, wait_killed
@@ -114,11 +114,11 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
             "--orphan-cleanup",
             str(self.rundir),
             "--env",
-            f"MPILAUNCH_JOB={self.job_marker}",
+            f"{env_names.JOB}={self.job_marker}",
             # the job's context for an mpilaunch-rsh started on the worker: Open MPI's tree
             # spawn (--mpi-args "--mca plm_rsh_no_tree_spawn 0") has daemons start daemons
             "--env",
-            f"MPILAUNCH_CONTEXT={self.rundir / 'context.json'}",
+            f"{env_names.CONTEXT}={self.rundir / 'context.json'}",
         ]
         if worker.name in self.devices:
             argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(self.devices[worker.name])]
@@ -206,7 +206,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                 wait_killed(old, f"the agent of worker {name}")
             # daemons and ranks of the lost worker that outlived its agent: this job's only (another
             # local job of the same --name or --hostfile has workers of the same names)
-            for pid in processes_with_env("MPILAUNCH_WORKER", name, MPILAUNCH_JOB=self.job_marker):
+            for pid in processes_with_env(env_names.WORKER, name, **{env_names.JOB: self.job_marker}):
                 kill_tree(pid)
             self._start_agent(by_name[name])
 
@@ -310,5 +310,5 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                 wait_killed(proc, "a worker's agent")
         # The agents end their sessions' descendants themselves; this sweep is
         # the backstop for anything that escaped them (all carry the marker).
-        for pid in processes_with_env("MPILAUNCH_JOB", self.job_marker):
+        for pid in processes_with_env(env_names.JOB, self.job_marker):
             kill_tree(pid)

@@ -18,6 +18,9 @@ import signal
 import subprocess
 import sys
 
+from ...core import env_names
+from ...core.exit_codes import EXIT_FAILED
+
 # From this many workers on (every job, by default), agents are forked from this process
 # instead of started as interpreters of their own (``ForkedAgent``). An exec'd agent's start
 # is a Python start-up plus its imports, ~30 ms of CPU, and the machine's cores run them all
@@ -30,7 +33,7 @@ import sys
 # launch. The price: `ps` shows a forked agent with this process's command line (its comm is
 # "mpilaunch.agent", its stdout the worker's ``<worker>.agent.log``). The environment
 # variable is for measuring (bench_scale --variant) and for turning it off.
-FORK_AGENTS_FROM = int(os.environ.get("MPILAUNCH_LOCAL_FORK_FROM", "1"))
+FORK_AGENTS_FROM = int(os.environ.get(env_names.LOCAL_FORK_FROM, "1"))
 
 
 class ForkedAgent:
@@ -89,7 +92,7 @@ def _pidfd(pid: int):
 
 def run_forked_agent(argv: list[str], env: dict, listen_fd: int, log_fd: int) -> None:
     """In the forked child: become a worker's agent as its own interpreter would, then leave."""
-    code = 1
+    code = EXIT_FAILED
     try:
         gc.freeze()  # the parent's objects: never scanned here, so their pages stay shared
         os.setsid()

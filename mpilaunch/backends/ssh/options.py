@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from ...core.declared import SUBMITTING, option
 from ...core.errors import UsageError
 from ..base import BackendOptions
 
@@ -21,9 +22,32 @@ DEFAULT_SSH_OPTIONS = (
 class SshOptions(BackendOptions):
     backend_class = "mpilaunch.backends.ssh.backend:SshBackend"
 
-    ssh_command: str = "ssh"
-    ssh_options: tuple[str, ...] = ()
-    remote_python: str = "python3"
+    # no detached job on ssh (no launcher of its own there): each option is spent here
+    ssh_command: str = option(
+        "ssh",
+        flag="--ssh-command",
+        metavar="CMD",
+        detached=SUBMITTING,
+        help="the ssh client and its own arguments, split as a shell would "
+        "(default: ssh), e.g. 'ssh -F ~/cluster.conf'",
+    )
+    ssh_options: tuple[str, ...] = option(
+        (),
+        flag="--ssh-option",
+        action="append",
+        metavar="KEY=VALUE",
+        detached=SUBMITTING,
+        help="an ssh_config option for every host, as ssh -o (repeatable); "
+        "mpilaunch adds " + ", ".join(DEFAULT_SSH_OPTIONS) + " after them",
+    )
+    remote_python: str = option(
+        "python3",
+        flag="--remote-python",
+        metavar="PYTHON",
+        detached=SUBMITTING,
+        help="the hosts' Python (3.8 or newer) that runs mpilaunch's agent and rank wrapper "
+        "there (default: python3 on the login PATH; mpilaunch need not be installed there)",
+    )
 
     def __post_init__(self):
         try:
@@ -37,11 +61,11 @@ class SshOptions(BackendOptions):
             raise UsageError(
                 "--ssh-command is empty", "leave it out (ssh) or give one, e.g. --ssh-command 'ssh -F FILE'"
             )
-        for option in self.ssh_options:
-            key = option.replace("=", " ").split(" ", 1)[0]
+        for given in self.ssh_options:
+            key = given.replace("=", " ").split(" ", 1)[0]
             if not key.isalnum():
                 raise UsageError(
-                    f"--ssh-option {option!r} is not an ssh_config option",
+                    f"--ssh-option {given!r} is not an ssh_config option",
                     "give KEY=VALUE as for ssh -o, e.g. --ssh-option ConnectTimeout=10",
                 )
         if not self.remote_python.strip() or "\n" in self.remote_python:
@@ -50,39 +74,10 @@ class SshOptions(BackendOptions):
                 "give the hosts' python3 (3.8 or newer), e.g. --remote-python /usr/bin/python3",
             )
 
-    @classmethod
-    def add_arguments(cls, group) -> None:
-        group.add_argument(
-            "--ssh-command",
-            default="ssh",
-            metavar="CMD",
-            help="the ssh client and its own arguments, split as a shell would "
-            "(default: ssh), e.g. 'ssh -F ~/cluster.conf'",
-        )
-        group.add_argument(
-            "--ssh-option",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="an ssh_config option for every host, as ssh -o (repeatable); "
-            "mpilaunch adds " + ", ".join(DEFAULT_SSH_OPTIONS) + " after them",
-        )
-        group.add_argument(
-            "--remote-python",
-            default="python3",
-            metavar="PYTHON",
-            help="the hosts' Python (3.8 or newer) that runs mpilaunch's agent and rank wrapper "
-            "there (default: python3 on the login PATH; mpilaunch need not be installed there)",
-        )
-
-    @classmethod
-    def from_args(cls, args) -> "SshOptions":
-        return cls(ssh_command=args.ssh_command, ssh_options=tuple(args.ssh_option), remote_python=args.remote_python)
-
     def _ssh(self) -> list[str]:
         argv = shlex.split(self.ssh_command)
-        for option in (*self.ssh_options, *DEFAULT_SSH_OPTIONS):
-            argv += ["-o", option]
+        for ssh_option in (*self.ssh_options, *DEFAULT_SSH_OPTIONS):
+            argv += ["-o", ssh_option]
         return argv
 
     def ssh_argv(self, host: str, remote_command: str) -> list[str]:

@@ -39,7 +39,7 @@ import time
 
 import skein
 
-from ...core import phases
+from ...core import env_names, phases
 from ...core.errors import AllocationError, UsageError
 from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
@@ -118,11 +118,11 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
 
     def service_env(self) -> dict[str, str]:
         env = {
-            "MPILAUNCH_YARN_JOB": self.plan.job_name,
+            env_names.YARN_JOB: self.plan.job_name,
             # Container instance i is plan worker i (PS tasks are named by role).
-            "MPILAUNCH_YARN_WORKER_NAMES": ",".join(w.name for w in self.plan.workers),
-            "MPILAUNCH_YARN_GPUS": str(self.gpus_per_worker),
-            "MPILAUNCH_YARN_KV": KV_PREFIX,
+            env_names.YARN_WORKER_NAMES: ",".join(w.name for w in self.plan.workers),
+            env_names.YARN_GPUS: str(self.gpus_per_worker),
+            env_names.YARN_KV: KV_PREFIX,
         }
         if not self.opts.env_archive:
             # The same mpilaunch as here, even when it is not installed but

@@ -3,6 +3,8 @@
 Every key lives under ``KV_PREFIX`` in the application's key-value store.
 """
 
+from ...core import env_names
+
 SERVICE = "worker"  # the skein service of the worker containers
 LAUNCHER_SERVICE = "launcher"  # ... and of the launcher container (--launcher cluster)
 KV_PREFIX = "mpilaunch/"
@@ -28,7 +30,7 @@ STACKS_REPLY_KEY = "launcher/stacks/reply/"  # + request id: the launcher's answ
 # containers; with --env-archive the archive's environment wins instead.
 FORWARD_ENV = (
     "PATH",
-    "MPILAUNCH_WORKER_PATH",
+    env_names.WORKER_PATH,
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
     "OPAL_PREFIX",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core.declared import RESOLVED, SUBMITTING, option
 from ..base import BackendOptions
 
 
@@ -12,24 +13,27 @@ class YarnOptions(BackendOptions):
     backend_class = "mpilaunch.backends.yarn.backend:YarnBackend"
     extra = "yarn"
 
-    queue: str | None = None
-    node_label: str | None = None
-    memory: str = "2 GiB"
-    vcores: int = 1
-    env_archive: str | None = None
-
-    @classmethod
-    def add_arguments(cls, group) -> None:
-        group.add_argument("--queue", metavar="NAME", help="the YARN queue (default: the scheduler's)")
-        group.add_argument("--node-label", help="run the containers on nodes with this label")
-        group.add_argument("--memory", default="2 GiB", help="memory of each worker container (default 2 GiB)")
-        group.add_argument("--vcores", type=int, default=1, help="vcores of each worker container (default 1)")
-        group.add_argument(
-            "--env-archive",
-            metavar="PATH",
-            help="a packed Python environment (conda-pack/venv-pack) the containers run in; "
-            "mpilaunch's pieces come with the job",
-        )
+    # what each worker container is: asked of the ResourceManager before the hand-off
+    queue: str | None = option(
+        flag="--queue", metavar="NAME", detached=SUBMITTING, help="the YARN queue (default: the scheduler's)"
+    )
+    node_label: str | None = option(
+        flag="--node-label", detached=SUBMITTING, help="run the containers on nodes with this label"
+    )
+    memory: str = option(
+        "2 GiB", flag="--memory", detached=SUBMITTING, help="memory of each worker container (default 2 GiB)"
+    )
+    vcores: int = option(
+        1, flag="--vcores", type=int, detached=SUBMITTING, help="vcores of each worker container (default 1)"
+    )
+    # the launcher's mpirun and environment come from the archive (the description's mpirun, cluster["environ"])
+    env_archive: str | None = option(
+        flag="--env-archive",
+        metavar="PATH",
+        detached=RESOLVED,
+        help="a packed Python environment (conda-pack/venv-pack) the containers run in; "
+        "mpilaunch's pieces come with the job",
+    )
 
     @classmethod
     def discover_gpus_per_node(cls, spec) -> int | None:

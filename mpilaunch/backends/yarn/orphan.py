@@ -18,6 +18,7 @@ import time
 
 import skein
 
+from ...core import env_names
 from ...core.orphan import cluster_deadline_s
 from ..heartbeat import Heartbeat
 from . import tools
@@ -28,10 +29,10 @@ REAPER_MODULE = "mpilaunch.backends.yarn.in_cluster.driver"
 
 def reaper_env(spec) -> dict[str, str]:
     """What the driver needs besides the service environment: its timeout and deadline."""
-    env = {"MPILAUNCH_ORPHAN_TIMEOUT": f"{spec.orphan_timeout:g}"}
+    env = {env_names.ORPHAN_TIMEOUT: f"{spec.orphan_timeout:g}"}
     deadline_s = cluster_deadline_s(spec.start_timeout, spec.timeout)
     if deadline_s is not None:
-        env["MPILAUNCH_DEADLINE_S"] = str(deadline_s)
+        env[env_names.DEADLINE_S] = str(deadline_s)
     return env
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import skein
 
+from ...core import env_names
 from .keys import GPU_KEY, KV_PREFIX, SERVICE, WORKER_KEY, WORKER_SECRET_KEY
 from .report import ENDED
 
@@ -38,7 +39,7 @@ def replace_workers(backend, names: list[str]) -> None:
         kv.discard(KV_PREFIX + WORKER_KEY + name)
         for facts in (backend.addresses, backend.workers_info, backend.ready_at):
             facts.pop(name, None)
-        new = backend.app.add_container(SERVICE, env={"MPILAUNCH_YARN_WORKER_NAME": name})
+        new = backend.app.add_container(SERVICE, env={env_names.YARN_WORKER_NAME: name})
         backend.replacements[new.instance] = name
 
 

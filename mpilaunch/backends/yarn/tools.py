@@ -40,15 +40,13 @@ import os
 import sys
 from pathlib import Path
 
+from ...core import env_names
 from ...core.exit_codes import EXIT_ALLOCATION
 
 ENV_DIR = "mpilaunch-env"  # where YARN unpacks --env-archive in each container
 TOOLS_DIR = "mpilaunch-tools"  # ... and mpilaunch's pieces
 TOOLS_ZIP = "mpilaunch-tools.zip"  # in the run directory
 RUNNER = "run.py"
-TOOLS_ENV = "MPILAUNCH_TOOLS"
-PYTHON_ENV = "MPILAUNCH_PYTHON"
-ENV_DIR_ENV = "MPILAUNCH_ENV_DIR"  # rank_env.ENV_DIR_ENV (not imported: the rank wrapper's module)
 CHECK_MARK = "mpilaunch: --env-archive: "
 CHECK_EXIT = EXIT_ALLOCATION  # the container's exit, then mpilaunch's: allocation failed
 MIN_PYTHON = (3, 8)
@@ -150,28 +148,31 @@ def service_script(module: str | None) -> str:
         "set -e",
         f"if [ -f {env}/bin/activate ]; then . {env}/bin/activate; fi",
         f'export PATH={env}/bin:"$PATH"',
-        f"export {PYTHON_ENV}={env}/bin/python",
+        f"export {env_names.PYTHON}={env}/bin/python",
         # the environment check reads a program in it relative to it (rank_env.reported_program)
-        f"export {ENV_DIR_ENV}={env}",
-        f'export {TOOLS_ENV}="$PWD/{TOOLS_DIR}"',
-        f'if [ ! -x "${PYTHON_ENV}" ]; then echo "{CHECK_MARK}it has no runnable bin/python '
+        f"export {env_names.ENV_DIR}={env}",
+        f'export {env_names.TOOLS}="$PWD/{TOOLS_DIR}"',
+        f'if [ ! -x "${env_names.PYTHON}" ]; then echo "{CHECK_MARK}it has no runnable bin/python '
         f'(missing, or a link to a python this node lacks); {HINT}" {fail}',
-        f'if ! "${PYTHON_ENV}" -S -c "import sys; sys.exit(sys.version_info < {MIN_PYTHON!r})" 2>/dev/null; '
-        f'then echo "{CHECK_MARK}its bin/python is $("${PYTHON_ENV}" -V 2>&1 | head -n 1), '
+        f'if ! "${env_names.PYTHON}" -S -c "import sys; sys.exit(sys.version_info < {MIN_PYTHON!r})" 2>/dev/null; '
+        f'then echo "{CHECK_MARK}its bin/python is $("${env_names.PYTHON}" -V 2>&1 | head -n 1), '
         f'mpilaunch needs Python {need} or newer; {HINT}" {fail}',
     ]
     if module is None:
-        lines += [f'"${PYTHON_ENV}" -I "${TOOLS_ENV}/{RUNNER}" --require skein -c pass', "while :; do sleep 3600; done"]
+        lines += [
+            f'"${env_names.PYTHON}" -I "${env_names.TOOLS}/{RUNNER}" --require skein -c pass',
+            "while :; do sleep 3600; done",
+        ]
     else:
-        lines.append(f'exec "${PYTHON_ENV}" {" ".join(runner_args(module))}')
+        lines.append(f'exec "${env_names.PYTHON}" {" ".join(runner_args(module))}')
     return "\n".join(lines) + "\n"
 
 
 def runner_args(module: str) -> list[str]:
     """What follows the python in a shell command that starts ``module`` from the tools."""
     if module in SKEIN_MODULES:
-        return ["-I", f'"${TOOLS_ENV}/{RUNNER}"', "--require", "skein", "-m", module]
-    return ["-IS", f'"${TOOLS_ENV}/{RUNNER}"', "-m", module]
+        return ["-I", f'"${env_names.TOOLS}/{RUNNER}"', "--require", "skein", "-m", module]
+    return ["-IS", f'"${env_names.TOOLS}/{RUNNER}"', "-m", module]
 
 
 def rank_prefix() -> list[str]:
@@ -184,7 +185,7 @@ def rank_prefix() -> list[str]:
     return [
         "/bin/sh",
         "-c",
-        f'exec "${PYTHON_ENV}" -IS "${TOOLS_ENV}/{RUNNER}" "$@"',
+        f'exec "${env_names.PYTHON}" -IS "${env_names.TOOLS}/{RUNNER}" "$@"',
         "mpilaunch-python",
         "-m",
         "mpilaunch.rank",
@@ -247,7 +248,7 @@ def driver_problem(client, report) -> str | None:
 def module_argv(module: str) -> list[str]:
     """How a piece of mpilaunch in a container starts another one (the agent): from the tools when
     the container has them, else as ``python -m``."""
-    tools = os.environ.get(TOOLS_ENV)
+    tools = os.environ.get(env_names.TOOLS)
     if tools:
         return [sys.executable, "-IS", os.path.join(tools, RUNNER), "-m", module]
     return [sys.executable, "-m", module]

@@ -21,7 +21,6 @@ from .command import (  # noqa: F401
     FORWARDED_NAMES,
     FORWARDED_PREFIXES,
     MPIRUN_OWN_NAMES,
-    STATUS_TOKEN_ENV,
     agent_env,
     build_mpirun,
     forwarded_names,

@@ -3,6 +3,7 @@ same for every flavour; how mpirun is told is the flavour's (``registry.for_name
 
 from __future__ import annotations
 
+from .. import env_names
 from ..rank_env import FORWARDED_LIST_ENV, WORKER_PATH_ENV, forwarded_list
 from .base import LaunchArgs, MpiInfo, MpirunCommand
 from .registry import FLAVOURS, for_name
@@ -29,8 +30,7 @@ FORWARDED_NAMES = ("PYTHONPATH",)
 # itself starts (they are paths, not secrets).
 MPIRUN_OWN_NAMES = ("PATH", "LD_LIBRARY_PATH", "LD_PRELOAD")
 # mpilaunch's own variable that --dry-run masks like the user's values
-# (rank_lines.TOKEN_ENV: a program that knew it could forge its rank's status line)
-STATUS_TOKEN_ENV = "MPILAUNCH_STATUS_TOKEN"
+# (env_names.STATUS_TOKEN: a program that knew it could forge its rank's status line)
 
 
 def forwarded_names(environ: dict[str, str], user_env: tuple[str, ...]) -> list[str]:
@@ -107,7 +107,7 @@ def build_mpirun(
     # the launch's own settings below win over a forwarded name that collides with one
     env = {n: values[n] for n in by_env}
     env.update(agent_env(shim, hostfile))
-    masked = frozenset(n for n in by_env if n in forwarded or n == STATUS_TOKEN_ENV)
+    masked = frozenset(n for n in by_env if n in forwarded or n == env_names.STATUS_TOKEN)
     launch = LaunchArgs(
         ranks=ranks,
         hosts=hosts,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import re
 
+from .. import env_names
 from .base import MpiInfo
 from .mpich import Mpich
 
 # The rank wrapper puts this directory first on the program's LD_LIBRARY_PATH
 # (prepended there, so the worker's own entries, e.g. CUDA's, stay).
-LIBDIR_ENV = "MPILAUNCH_MPI_LIBDIR"
+LIBDIR_ENV = env_names.MPI_LIBDIR
 # Intel MPI prints its banner ("Intel(R) MPI Library for Linux* OS, Version
 # 2021.18.1 Build ...", 2019's "Version 2019 Update 9").
 _VERSION = re.compile(r"Intel\(R\) MPI Library.*?Version\s+(\d+[\w.]*)", re.S)

@@ -26,7 +26,7 @@ import pytest
 
 from mpilaunch import rank
 from mpilaunch.backends.k8s.exec_path import transport as k8s_transport
-from mpilaunch.core import rank_lines
+from mpilaunch.core import env_names, rank_lines
 from mpilaunch.job import lifecycle, rundir
 from mpilaunch.job.output import LOG_FLUSH_S, RankOutput
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_for, wait_started
@@ -197,8 +197,8 @@ def test_only_lines_with_the_launch_token_count():
 
 
 def test_the_program_does_not_inherit_the_token():
-    env = rank.program_env({rank_lines.TOKEN_ENV: "abc", "PATH": "/bin"}, bind=False)
-    assert rank_lines.TOKEN_ENV not in env
+    env = rank.program_env({env_names.STATUS_TOKEN: "abc", "PATH": "/bin"}, bind=False)
+    assert env_names.STATUS_TOKEN not in env
 
 
 # ------------------------------------------------------------------ real jobs (local backend)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from mpilaunch.core import env_names
 from mpilaunch.job import procs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -76,7 +77,7 @@ def test_yarn_agent_address_wait_has_a_deadline(tmp_path, monkeypatch):
     (stand_in / tools.RUNNER).write_text(
         f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(300)\n"
     )
-    monkeypatch.setenv(tools.TOOLS_ENV, str(stand_in))
+    monkeypatch.setenv(env_names.TOOLS, str(stand_in))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(container, "AGENT_ADDRESS_TIMEOUT_S", 1.0, raising=False)
     outcome = []

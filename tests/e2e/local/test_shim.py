@@ -81,7 +81,7 @@ def test_parse_argv(argv, expected):
 
 @pytest.mark.parametrize("argv", [[], ["w0"], ["-p"], ["-x", "w0"]])
 def test_parse_argv_usage_errors(argv):
-    with pytest.raises(shim.UsageError):
+    with pytest.raises(shim.ArgvError):
         shim.parse_argv(argv)
 
 

@@ -70,7 +70,7 @@ class PlantedServer:
     request head sent on it (a bearer token included)."""
 
     def __init__(self, workdir: Path):
-        from mpilaunch.backends.credential import self_signed_certificate
+        from mpilaunch.backends.agent_credential import self_signed_certificate
         from mpilaunch.wire.tls import pem
 
         cert, key = self_signed_certificate()

@@ -17,6 +17,8 @@ credentials): stdlib only, it starts once per daemon.
 
 import os
 
+from ....core import env_names
+
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
 DEFAULT_CONNECT_TIMEOUT = 30.0
@@ -69,7 +71,7 @@ def _read_file(path: str) -> str:
 
 
 def _sa_dir(context: dict) -> str:
-    return context.get("sa_dir") or os.environ.get("MPILAUNCH_K8S_SA_DIR") or SA_DIR
+    return context.get("sa_dir") or os.environ.get(env_names.K8S_SA_DIR) or SA_DIR
 
 
 def ssl_context(context: dict):

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from ....core import mpi
+from ....core import env_names, mpi
 from ....core.errors import MpilaunchError, UsageError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
 from ....core.result import JobResult
@@ -186,7 +186,7 @@ class ReadyPods(BaseBackend):
         context = exec_api_context(
             self.creds, [w.name for w in self.plan.workers], self.launch.cluster.get("container", WORKER_CONTAINER)
         )
-        if os.environ.get("MPILAUNCH_K8S_RELAY", "1") != "0":
+        if os.environ.get(env_names.K8S_RELAY, "1") != "0":
             self.relay, context["relay"] = relay.start(dict(context), self.rundir)
         return context
 
@@ -208,7 +208,7 @@ class ReadyPods(BaseBackend):
         return lost
 
     def rank_prefix(self) -> list[str]:
-        python = os.environ.get("MPILAUNCH_K8S_PYTHON")
+        python = os.environ.get(env_names.K8S_PYTHON)
         if python:  # the tests' stand-in for a pod's python3 (kwok runs pods' commands here)
             return [python, "-m", "mpilaunch.rank"]
         return list(self.launch.rank_prefix)
@@ -317,7 +317,7 @@ def this_attempt(launch: LaunchDescription, environ) -> LaunchDescription:
     same launch.json (the root ConfigMap's); a relaunch (``--retries``) makes a Job that says its
     attempt in ``MPILAUNCH_ATTEMPT`` (``replace.relaunch``), and from here on it is the
     description's field, as on YARN (whose launcher is handed a description per attempt)."""
-    return dataclasses.replace(launch, attempt=int(environ.get("MPILAUNCH_ATTEMPT", launch.attempt)))
+    return dataclasses.replace(launch, attempt=int(environ.get(env_names.ATTEMPT, launch.attempt)))
 
 
 def pass_through(stream: str, line: str) -> None:

@@ -37,6 +37,8 @@ import time
 import urllib.request
 import xml.etree.ElementTree as ET
 
+from ....core import env_names
+from ....core.exit_codes import EXIT_FAILED
 from ..keys import GPU_KEY, WORKER_KEY, WORKER_SECRET_KEY
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -114,10 +116,10 @@ def container_gpus(kv, prefix: str, count: int, container_id: str) -> tuple[list
 
 
 def worker_name(job: str) -> str:
-    if os.environ.get("MPILAUNCH_YARN_WORKER_NAME"):  # a replacement (--retries): set by add_container
-        return os.environ["MPILAUNCH_YARN_WORKER_NAME"]
+    if os.environ.get(env_names.YARN_WORKER_NAME):  # a replacement (--retries): set by add_container
+        return os.environ[env_names.YARN_WORKER_NAME]
     service, _, instance = os.environ["SKEIN_CONTAINER_ID"].rpartition("_")
-    names = os.environ.get("MPILAUNCH_YARN_WORKER_NAMES", "").split(",")
+    names = os.environ.get(env_names.YARN_WORKER_NAMES, "").split(",")
     if names != [""] and int(instance) < len(names):
         return names[int(instance)]
     return f"{job}-{service}-{int(instance)}"
@@ -146,7 +148,7 @@ def start_agent(name: str, secret: bytes, devices: list[str] | None, container_i
         "--exit-with-pid",
         str(os.getpid()),
         "--env",
-        f"MPILAUNCH_YARN_CONTAINER={container_id}",
+        f"{env_names.YARN_CONTAINER}={container_id}",
     ]
     if devices is not None:
         argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(devices)]
@@ -249,11 +251,11 @@ def main() -> int:
         pass
     import skein
 
-    job = os.environ["MPILAUNCH_YARN_JOB"]
-    prefix = os.environ.get("MPILAUNCH_YARN_KV", "mpilaunch/")
+    job = os.environ[env_names.YARN_JOB]
+    prefix = os.environ.get(env_names.YARN_KV, "mpilaunch/")
     container_id = os.environ.get("CONTAINER_ID", "")
     name = worker_name(job)
-    gpus = int(os.environ.get("MPILAUNCH_YARN_GPUS", "0") or 0)
+    gpus = int(os.environ.get(env_names.YARN_GPUS, "0") or 0)
 
     started = time.time()
     app = skein.ApplicationClient.from_current()
@@ -292,10 +294,10 @@ if __name__ == "__main__":
         code = main()
     except SystemExit as e:
         log(f"error: {e.code}")
-        code = 1
+        code = EXIT_FAILED
     except Exception as e:
         log(f"error: {e!r}")
-        code = 1
+        code = EXIT_FAILED
     sys.stderr.flush()
     # skein's gRPC/kv threads can keep a normal interpreter exit waiting, and
     # YARN only sees the container end when this process is gone.

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from ....core import orphan
+from ....core import env_names, orphan
 from ..orphan import HEARTBEAT_KEY
 
 
@@ -26,9 +26,9 @@ def log(message: str) -> None:
 def main() -> int:
     import skein
 
-    orphan_timeout = float(os.environ["MPILAUNCH_ORPHAN_TIMEOUT"])
-    deadline_s = os.environ.get("MPILAUNCH_DEADLINE_S")
-    key = os.environ.get("MPILAUNCH_YARN_KV", "mpilaunch/") + HEARTBEAT_KEY
+    orphan_timeout = float(os.environ[env_names.ORPHAN_TIMEOUT])
+    deadline_s = os.environ.get(env_names.DEADLINE_S)
+    key = os.environ.get(env_names.YARN_KV, "mpilaunch/") + HEARTBEAT_KEY
     log(f"watching {key}: orphan timeout {orphan_timeout:g}s" + (f", deadline {deadline_s}s" if deadline_s else ""))
     app = None
 

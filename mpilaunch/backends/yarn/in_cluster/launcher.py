@@ -41,8 +41,8 @@ import threading
 import time
 from pathlib import Path
 
-from ....core import mpi
-from ....core.exit_codes import EXIT_USAGE
+from ....core import env_names, mpi
+from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
 from ....core.spec import JobSpec, Plan
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
@@ -301,7 +301,7 @@ def started(app, prefix: str, info: mpi.MpiInfo, proc, note=log) -> None:
 def main() -> int:
     import skein
 
-    prefix = os.environ.get("MPILAUNCH_YARN_KV", "mpilaunch/")
+    prefix = os.environ.get(env_names.YARN_KV, "mpilaunch/")
     app = skein.ApplicationClient.from_current()
     detached = False
     report = None
@@ -311,7 +311,7 @@ def main() -> int:
         code, failure, report = run(app, prefix, launch)
     except Exception as e:
         print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
-        code, failure = 1, f"launcher container failed: {e!r}"
+        code, failure = EXIT_FAILED, f"launcher container failed: {e!r}"
         if not detached:
             try:
                 app.kv[prefix + OUT_KEY + "9999999999"] = json.dumps([["stderr", f"mpilaunch: {failure}\n"]]).encode()
@@ -329,6 +329,6 @@ if __name__ == "__main__":
         code = main()
     except Exception as e:
         print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
-        code = 1
+        code = EXIT_FAILED
     sys.stderr.flush()
     os._exit(code)

@@ -1,5 +1,6 @@
-"""Output and input relay between a session's pipes and its client, with
-back-pressure both ways. Mixed into :class:`.core.Agent`."""
+"""A session's pipes to and from its client: stdout/stderr out as frames, STDIN frames in, with
+back-pressure both ways. Mixed into :class:`.core.Agent`. (Not the Kubernetes exec relay,
+backends/k8s/exec_path/relay.py: "relay" names that one alone.)"""
 
 import os
 import selectors
@@ -9,7 +10,7 @@ from mpilaunch.wire import protocol as P
 from .constants import OUT_HIGH_WATER
 
 
-class RelayMixin:
+class PipesMixin:
     """stdout/stderr -> client frames; client STDIN frames -> the session's stdin."""
 
     def _on_pipe(self, key, events):
