@@ -10,7 +10,8 @@ verdict names it) and what the others waited in are the ones seen most.
 A healthy job is sampled too: ranks leave and enter the collective at
 slightly different moments, so each rank is seen outside now and then. A
 straggler stands out only when its share is at least ``MIN_SHARE`` of the
-samples and ``FACTOR`` times the median rank's.
+samples and ``FACTOR`` times the median rank's, seen in at least ``MIN_WAITED`` samples of at
+least ``MIN_SAMPLES``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from .verdict import RUNNING, describe_place, group_stacks, in_mpi, mpi_call
 MIN_SHARE = 0.25
 #: ... and how many times the median rank's share that must be
 FACTOR = 3.0
-#: no verdict from fewer samples
-MIN_SAMPLES = 4
+#: no verdict from fewer samples, and none for a rank waited for in fewer: the ranks' start-up
+#: (one still importing its modules while the others wait in the first collective) is one such
+#: stretch, not a pattern (seen: a healthy 3 s job's rank named from 2 of 5 samples)
+MIN_SAMPLES = 8
+MIN_WAITED = 4
 
 
 @dataclass
@@ -81,7 +85,7 @@ def straggler(tally: Tally) -> int | None:
     by_rank = shares(tally)
     rank, top = max(by_rank.items(), key=lambda kv: (kv[1], -kv[0]))
     typical = statistics.median(by_rank.values())
-    if top < MIN_SHARE or top < FACTOR * typical:
+    if top < MIN_SHARE or top < FACTOR * typical or tally.outside[rank] < MIN_WAITED:
         return None
     return rank
 
