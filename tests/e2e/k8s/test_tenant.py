@@ -304,7 +304,7 @@ def test_tenant_ps_mode_trains_across_pods(tenant, tf_image, tmp_path):
         for index, address in enumerate(addresses):
             assert address.rsplit(":", 1)[0] == seen[f"{job}-{kind}-{index}"]["status"]["podIP"], (kind, address)
     assert len({pod["status"]["podIP"] for pod in seen.values()}) == 3
-    assert summary["steps"] == 12 and summary["last_loss"] < summary["first_loss"], summary
+    assert summary["steps"] == 12 and summary["loss_after"] < summary["loss_before"], summary
     assert summary["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
     status = {t["task"]: t["status"] for t in report["tasks"]}
     assert status["chief:0"] == "succeeded"

@@ -564,7 +564,7 @@ def test_keras_parameter_server_training_with_tf_config_only(tmp_path):
     summary = json.loads((out / "ps_keras.json").read_text())
     report = json.loads((tmp_path / "logs" / "report.json").read_text())
     assert summary["cluster"] == report["cluster"]
-    assert summary["steps"] == 12 and summary["last_loss"] < summary["first_loss"]
+    assert summary["steps"] == 12 and summary["loss_after"] < summary["loss_before"]
     assert summary["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
     status = {t["task"]: t["status"] for t in report["tasks"]}
     # ps and worker servers never exit by themselves: mpilaunch's life cycle ended them.

@@ -119,6 +119,6 @@ def test_keras_parameter_server_training_on_yarn(yarn, openmpi_env, tmp_path):
     summary = json.loads((out / "ps_keras.json").read_text())
     report = json.loads((tmp_path / "logs" / "report.json").read_text())
     assert summary["cluster"] == report["cluster"]
-    assert summary["steps"] == 8 and summary["last_loss"] < summary["first_loss"]
+    assert summary["steps"] == 8 and summary["loss_after"] < summary["loss_before"]
     assert summary["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
     assert_released(yarn, name, "SUCCEEDED")
