@@ -75,8 +75,10 @@ def option(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def detached_kind(spec_field: dataclasses.Field) -> str:
-    return spec_field.metadata["detached"]
+def detached_kind(spec_field: dataclasses.Field) -> str | None:
+    """Where the field goes with --detach; None for a field declared without ``option`` (a backend
+    from another package, whose options class is a plain dataclass: its own capabilities decide)."""
+    return spec_field.metadata.get("detached")
 
 
 def field_default(spec_field: dataclasses.Field):
