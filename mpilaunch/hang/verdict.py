@@ -140,6 +140,14 @@ def is_user_file(path: str) -> bool:
     return bool(path) and not _NOT_USER.search(path)
 
 
+# mpi4py's communicator methods by the MPI operation they are (``comm.Barrier``, ``world.allreduce``)
+_MPI4PY_CALL = re.compile(r"^[A-Za-z_]\w*\.([A-Za-z]+)$")
+_MPI_OPERATIONS = frozenset(
+    "barrier bcast reduce allreduce gather allgather scatter alltoall send recv sendrecv isend irecv "
+    "wait waitall waitany probe iprobe scan exscan".split()
+)
+
+
 def user_frame(frames) -> Frame | None:
     """The innermost Python frame of the user's code (the innermost Python frame when none is)."""
     python = [f for f in frames if f.kind == PYTHON]
@@ -300,11 +308,39 @@ def rank_word(ranks) -> str:
     return "rank" if len(ranks) == 1 else "ranks"
 
 
+def mpi_name(function: str) -> str:
+    """mpi4py's ``comm.Barrier`` as the C call it makes, ``MPI_Barrier``: how a rank whose native
+    frames could not be read (py-spy's --native failed for it) names the call the others show."""
+    m = _MPI4PY_CALL.match(function)
+    if m is None or m[1].lower() not in _MPI_OPERATIONS:
+        return function
+    return f"MPI_{m[1][:1].upper()}{m[1][1:].lower()}"
+
+
+def python_signature(stack: RankStack) -> tuple:
+    """``signature`` from the Python frames alone, the MPI call named as C names it."""
+    python = tuple((f.function, f.file, f.line) for f in stack.frames if f.kind == PYTHON)
+    return (stack.state, mpi_name(innermost_function(stack.frames)), python)
+
+
 def group_stacks(stacks) -> list[Group]:
-    """Ranks with the same signature together; the largest group first (then the lowest rank)."""
+    """Ranks with the same signature together; the largest group first (then the lowest rank). A rank
+    without native frames joins a group whose ranks have them and are at the same Python lines in the
+    same MPI call: under load py-spy's --native fails for some ranks, and 2 of 4 ranks in a barrier
+    without their native frames made the barrier a minority (no rank stood out)."""
     by_signature: dict[tuple, list[RankStack]] = {}
     for stack in sorted(stacks, key=lambda s: s.rank):
         by_signature.setdefault(signature(stack), []).append(stack)
+    native = {}
+    for key, members in by_signature.items():
+        if any(f.kind == NATIVE for f in members[0].frames):
+            native.setdefault(python_signature(members[0]), key)
+    for key in list(by_signature):
+        members = by_signature[key]
+        if members[0].frames and not any(f.kind == NATIVE for f in members[0].frames):
+            home = native.get(python_signature(members[0]))
+            if home is not None and home != key:
+                by_signature[home] = sorted(by_signature[home] + by_signature.pop(key), key=lambda s: s.rank)
     groups = [
         Group([s.rank for s in members], sorted({s.worker for s in members}), members[0])
         for members in by_signature.values()

@@ -341,3 +341,22 @@ def test_hang_stall_clock_a_rank_a_sample_could_not_read_does_not_start_it_over(
     nothing = [RankStack(r, "w", UNREACHABLE, note="no answer") for r in range(8)]
     clock = stall.StallClock(9.0)
     assert not any(clock.observe(t, 100.0, stall.coarse_signature(nothing)) for t in (103.0, 106.0, 109.0, 112.0))
+
+
+def test_ranks_whose_native_frames_could_not_be_read_join_their_barrier():
+    """Seen in a full suite run under load: py-spy's --native failed for ranks 0 and 1, so they were
+    "in comm.Barrier" and rank 3 "in MPI_Barrier", and no group held a majority: no rank stood out
+    though rank 2 alone was in MPI_Recv. Same Python lines, same MPI call: one group."""
+    from mpilaunch.hang.verdict import NATIVE, PYTHON, RUNNING, Frame, RankStack, diagnose
+
+    barrier_line = Frame("main", "/job/hang.py", 47, PYTHON, code="comm.Barrier()")
+    recv_line = Frame("main", "/job/hang.py", 45, PYTHON, code="comm.Recv(buf, source=3)")
+    stacks = [
+        RankStack(0, "w-0", RUNNING, (barrier_line,)),
+        RankStack(1, "w-0", RUNNING, (barrier_line,)),
+        RankStack(2, "w-1", RUNNING, (Frame("PMPI_Recv", kind=NATIVE), recv_line)),
+        RankStack(3, "w-1", RUNNING, (Frame("PMPI_Barrier", kind=NATIVE), barrier_line)),
+    ]
+    found = diagnose(stacks)
+    assert [g.ranks for g in found.groups] == [[0, 1, 3], [2]]
+    assert found.verdict.startswith("mpilaunch: hang: rank 2 (w-1) is in MPI_Recv at hang.py:45; "), found.verdict
