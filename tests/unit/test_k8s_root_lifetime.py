@@ -18,7 +18,7 @@ pytest.importorskip("yaml")
 pytest.importorskip("jinja2")
 
 from mpilaunch.backends.k8s import manage
-from mpilaunch.backends.k8s.api import PLURALS, ApiError
+from mpilaunch.backends.k8s.api import PLURALS, Api, ApiError
 from mpilaunch.backends.k8s.backend import K8sBackend
 from mpilaunch.cli import parse_run
 from mpilaunch.core.errors import AllocationError
@@ -36,7 +36,11 @@ class ScriptedApi:
         self.uids = (f"uid-{n}" for n in itertools.count())
         self.lose_answer_to, self.lose_with = lose_answer_to, lose_with
 
+    collection_path = staticmethod(Api.collection_path)
+
     def request(self, method, path, body=None, **_):
+        if method == "GET":  # the pod watch that wakes the wait loop: refused, so the loop polls
+            raise ApiError(403, "Forbidden", "watch is not scripted here")
         assert path.endswith("selfsubjectaccessreviews"), path
         return {"status": {"allowed": True}}
 
