@@ -144,6 +144,7 @@ def run_job(
             phases.mark(seen, "workers_ready")
             timings["allocate_s"] = round(time.monotonic() - t0, 3)
             write_context(run.context_file, workload.job_name, backend)
+            workload.check_program(run)  # where the ranks' programs are not this machine's
             # the workers checked before the program (issue 52), where mpirun runs: an in-cluster
             # launcher checks them itself, with the same carried --preflight
             if spec.preflight != "off" and not backend.launcher_in_cluster:

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..core import launcher_lines
 from ..core.mpi import split_tagged
 from ..core.rank_lines import (
     ENV_PREFIX,
@@ -138,6 +139,7 @@ class RankOutput:
         # when the last line of mpirun's output came (monotonic; the stall watch's silence)
         self.last_line_at = time.monotonic()
         self.launcher_notes: list[str] = []  # an in-cluster launcher's own verdict lines (note())
+        self.launcher_error = None  # the MpilaunchError an in-cluster launcher carried over (note())
         self._logs: dict[int, object] = {}
         self._unflushed: set[int] = set()  # ranks whose log has lines not yet written out
         self._flusher: threading.Thread | None = None
@@ -183,8 +185,12 @@ class RankOutput:
         self._unflushed.clear()
 
     def note(self, line: str) -> None:
-        """An in-cluster launcher's own verdict line (``mpilaunch: preflight:``, ``... straggler:``):
-        the user's stderr as it is, as the same line is where mpirun runs here."""
+        """An in-cluster launcher's own line (``launcher_lines.NOTES``): a verdict (``mpilaunch:
+        preflight:``, ``... straggler:``) to the user's stderr as it is, as the same line is where
+        mpirun runs here; an error it carries is kept for the workload to raise (``launcher_error``)."""
+        if line.startswith(launcher_lines.ERROR_PREFIX):
+            self.launcher_error = self.launcher_error or launcher_lines.parse_error(line.rstrip("\n"), self.token)
+            return
         self.launcher_notes.append(line.rstrip("\n"))
         stream = self.echo["stderr"]
         if stream is not None:

@@ -56,6 +56,10 @@ class Workload(ABC):
     def waiting_for(self) -> str:
         """What the progress line says while the backend brings the workers up."""
 
+    def check_program(self, run: RunContext) -> None:
+        """Once the workers are ready, before start: raise UsageError where the program cannot
+        start on them (known then, not before). Nothing by default."""
+
     @abstractmethod
     def start(self, run: RunContext) -> None:
         """Start the workload on the ready workers (may raise AllocationError)."""

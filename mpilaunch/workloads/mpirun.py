@@ -9,6 +9,7 @@ workload (``backends/<name>/launcher.py``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,16 +19,18 @@ from pathlib import Path
 
 from ..backends import protocols
 from ..backends.base import hostnames
-from ..core import envcheck, gpu_slots, hostfile, inherited, mpi, placement, program_check, rank_filter
+from ..core import env_names, envcheck, gpu_slots, hostfile, inherited, mpi, placement, program_check, rank_filter
 from ..core.errors import UsageError
 from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_PREFLIGHT, EXIT_TIMEOUT
 from ..core.rank_lines import new_token
 from ..core.result import JobResult, number_ranges, timeout_failure
 from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
+from ..hang import collect
 from ..job import record
 from ..job.output import RankOutput
 from ..job.procs import terminate_group, wait_exit
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
+from . import program_probe
 from .base import RunContext, Workload, print_manifests
 from .mpirun_command import build_launch, expected_environment, without_stale_session
 from .mpirun_outcome import (  # noqa: F401
@@ -330,6 +333,35 @@ class MpirunWorkload(Workload):
             else expected_environment(self.spec, self.info, self.command, backend, environ)
         )
 
+    def check_program(self, run: RunContext) -> None:
+        """The first worker has the program, where its ranks do not run this machine's programs
+        (the local backend checked here in bind()); program_probe says how it looks."""
+        backend = run.backend
+        if self.attempt != 1 or backend.checks_program_here or backend.launcher_in_cluster or not self.spec.command:
+            return
+        context = json.loads(run.context_file.read_text())
+        try:
+            captures = collect.captures_of(context)
+        except ValueError:  # a transport that cannot capture: the ranks' own line says it
+            return
+        # the PATH the rank wrapper gives the program (rank_env.restore_worker_path): the user's
+        # -x PATH, else the launcher's where the workers are sent it, else the worker's own
+        path = self.command.forwarded.get("PATH")
+        if path is None and env_names.WORKER_PATH in (context.get("forward_env") or ()):
+            path = {**run.environ, **self.command.env}.get(env_names.WORKER_PATH)
+        # MPICH's connect-back proxies start in /, and the wrapper goes back to the worker's directory
+        worker_cwd = "--worker-cwd" in self.command.argv
+        text = program_probe.script(
+            self.spec.command[0],
+            program_check.python_script(list(self.spec.command)),
+            path,
+            None if worker_cwd else (self.cwd or os.getcwd()),
+            context.get("cwd"),
+        )
+        refused = program_probe.check_first_worker(captures, self.plan.workers[0].name, list(self.spec.command), text)
+        if refused is not None:
+            raise refused
+
     def print_dry_run(self, backend, environ: dict, stream) -> None:
         self.warn_overrides(sys.stderr)
         print_dry_run(self.spec, self.plan, self.info, self.hostfile_text, self.command, backend, stream)
@@ -390,6 +422,8 @@ class MpirunWorkload(Workload):
         if self.proc is None:
             # the backend streams the launcher's output into ``self.output``
             self.mpirun_code = run.backend.run_launcher(self.output, deadline)
+            if self.output.launcher_error is not None:  # found there before mpirun (a program the workers lack)
+                raise self.output.launcher_error
             self.output.show_unstarted()  # before the outcome's lines: what the ranks said comes first
             stopped_before = preflight_stop(self.mpirun_code, self.output.launcher_notes)
             if stopped_before is not None:

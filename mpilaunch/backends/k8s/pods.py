@@ -6,6 +6,7 @@ watch and by the management commands.
 
 from __future__ import annotations
 
+from ...core import launcher_lines
 from ...core.exit_codes import EXIT_FAILED
 from .admission import KUEUE_EVICTED, evicted_by_kueue
 
@@ -161,8 +162,8 @@ LAUNCHER_READY = "mpilaunch: launcher: "
 # rank wrappers' lines are. The submitting side ends on it at once instead of waiting for the
 # kubelet to report the container's exit (~1-1.5 s: its status sync after the next relist).
 LAUNCHER_DONE = "mpilaunch: launcher: done exit="
-# the launcher's own verdicts on the workers (--preflight, --straggler-report), shown as they are
-LAUNCHER_NOTES = ("mpilaunch: preflight:", "mpilaunch: straggler:")
+# the launcher's own verdicts on the workers (--preflight, --straggler-report) and its errors
+LAUNCHER_NOTES = launcher_lines.NOTES
 
 
 def parse_launcher_done(text: str, token: str | None) -> int | None:

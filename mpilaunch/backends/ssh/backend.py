@@ -77,7 +77,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
     capabilities = Capabilities(replace_workers=True)
     forwards_path = True
     # not checks_program_here: a host need not have this machine's paths (a program installed
-    # only on the hosts is common); the ranks' collapsed 'cannot start' line says it there
+    # only on the hosts is common): the first host is asked before mpirun (workloads/program_probe.py)
 
     @classmethod
     def check_spec(cls, spec) -> None:

@@ -12,7 +12,7 @@ import time
 
 import skein
 
-from ...core import mpi
+from ...core import launcher_lines, mpi
 from ...core.exit_codes import EXIT_FAILED
 from . import keys as launcher_keys
 from .client import shorten, state_name
@@ -97,7 +97,10 @@ def drain_output(backend, output) -> None:
     keys = sorted(k for k in chunks if k > backend.out_last)
     for key in keys:
         for stream, line in json.loads(chunks[key]):
-            output.feed(stream, line)
+            if line.startswith(launcher_lines.NOTES):  # the launcher's own lines: not mpirun's output
+                output.note(line)
+            else:
+                output.feed(stream, line)
     if keys:
         backend.out_last = keys[-1]
         kv.discard_range(prefix, keys[-1] + "\0")

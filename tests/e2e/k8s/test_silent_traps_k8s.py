@@ -3,7 +3,8 @@
 
 a. A user whose role cannot list nodes (a tenant's usual lot: 403) gets one warning line saying
    that 8 GPUs per node is assumed, instead of nothing.
-c. A program missing in the pods: every rank says "cannot start"; the terminal shows one line
+c. A program missing in the pods is refused before mpirun (the first worker is asked); one that
+   is there but cannot start: every rank says "cannot start", and the terminal shows one line
    naming how many ranks said it.
 e. More GPUs than the listed nodes hold is refused before anything is created; a job the
    scheduler cannot place shows the scheduler's Unschedulable reason on the progress line
@@ -82,28 +83,54 @@ def test_silent_trap_e_unschedulable_reason_on_the_progress_line(kube, k8s_env):
     assert leftover_objects(kube, job) == []
 
 
-def test_silent_trap_c_missing_program_in_the_pods_is_one_line(kube, k8s_env, tmp_path):
-    """k8s is not checked on this machine (the pods have their own files): the ranks say it, once."""
+def test_silent_trap_c_missing_program_in_the_pods_is_refused_before_mpirun(kube, k8s_env, tmp_path):
+    """k8s is not checked on this machine (the pods have their own files): the first worker is asked
+    before mpirun starts; one error line, exit 2, no rank started, nothing left."""
     job = "st-noprog"
     give_pods_their_env(kube, job, 2, tmp_path)
     try:
         proc = start(
             ["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q"]
-            + ["--", "no-such-program-51"],
+            + ["--", "no-such-program-51", "--flag"],
+            k8s_env,
+        )
+        out, err = proc.communicate(timeout=180)
+    finally:
+        forget_pod_env(kube, job, 2)
+    assert proc.returncode == 2, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("mpilaunch: error: ")]
+    assert errors == [
+        f"mpilaunch: error: the program 'no-such-program-51' is not on the ranks' PATH on worker {job}-worker-0"
+    ], err[-3000:]
+    assert "cannot start" not in out + err and "mpilaunch: rank" not in err, err[-3000:]  # no rank ran
+    assert leftover_objects(kube, job) == []
+    wait_for(lambda: leftover_processes(job) == [], 20, "the job's processes to end")
+
+
+def test_silent_trap_c_a_program_that_cannot_start_in_the_pods_is_one_line(kube, k8s_env, tmp_path):
+    """There but unable to start (its interpreter is missing): the ranks say it, once."""
+    job = "st-nointerp"
+    program = tmp_path / "no-interpreter-51"
+    program.write_text("#!/no/such/interpreter\n")
+    program.chmod(0o755)
+    give_pods_their_env(kube, job, 2, tmp_path)
+    try:
+        proc = start(
+            ["--name", job, "--np", "4", "--slots-per-worker", "2", "--launcher", "local", "-q"] + ["--", str(program)],
             k8s_env,
         )
         out, err = proc.communicate(timeout=180)
     finally:
         forget_pod_env(kube, job, 2)
     assert proc.returncode == 127, err[-3000:]
-    said = [line for line in (out + err).splitlines() if "cannot start 'no-such-program-51'" in line]
+    said = [line for line in (out + err).splitlines() if f"cannot start '{program}'" in line]
     # one line on the terminal for all the ranks that said it; the failure's tail ("  | ") quotes
     # its rank's own
     shown = [line for line in said if not line.startswith("  | ")]
     assert len(shown) == 1 and re.fullmatch(
         # (mpirun may end the job before every rank said it: one rank is its own line)
         r"(mpilaunch: error: [2-4] ranks \([0-9, -]+\)|\[\d\] mpilaunch: error: rank \d): "
-        r"cannot start 'no-such-program-51': No such file or directory",
+        rf"cannot start '{re.escape(str(program))}': No such file or directory",
         shown[0],
     ), err[-3000:]
     assert leftover_objects(kube, job) == []

@@ -36,6 +36,7 @@ from pathlib import Path
 from ....core import env_names, mpi
 from ....core.errors import MpilaunchError, UsageError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
+from ....core.launcher_lines import error_line
 from ....core.result import JobResult
 from ....core.spec import JobSpec, Plan
 from ....job import summary
@@ -345,7 +346,8 @@ def main(argv=None) -> int:
         if not launch.detach:  # the submitting side ends on this line (pods.LAUNCHER_DONE)
             print(f"{LAUNCHER_DONE}{result.exit_code} token={workload.token}", file=sys.stderr, flush=True)
     except MpilaunchError as e:
-        print(e.format(), file=sys.stderr)
+        # attached: one signed line the submitting side raises again (core/launcher_lines.py)
+        print(e.format() if launch.detach else error_line(e, launch.status_token), file=sys.stderr, flush=True)
         result = JobResult(job_name=launch.job, exit_code=e.exit_code, failure=e.message)
     finally:
         if launch.detach:  # every exit path: nobody else will release a detached job's workers

@@ -42,7 +42,9 @@ import time
 from pathlib import Path
 
 from ....core import env_names, mpi
+from ....core.errors import MpilaunchError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
+from ....core.launcher_lines import error_line
 from ....core.spec import JobSpec, Plan
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
@@ -305,10 +307,17 @@ def main() -> int:
     app = skein.ApplicationClient.from_current()
     detached = False
     report = None
+    launch = None
     try:
         launch = LaunchDescription.from_dict(json.loads(app.kv.wait(prefix + SPEC_KEY).decode()))
         detached = launch.detach
         code, failure, report = run(app, prefix, launch)
+    except MpilaunchError as e:  # found here before mpirun (a program the workers lack): the user's error
+        print(e.format(), file=sys.stderr, flush=True)
+        code, failure = e.exit_code, e.message
+        if not detached:  # one signed line the submitting side raises again (core/launcher_lines.py)
+            carried = error_line(e, launch.status_token if launch else None)
+            app.kv[prefix + OUT_KEY + "9999999999"] = json.dumps([["stderr", carried + "\n"]]).encode()
     except Exception as e:
         print(f"mpilaunch-yarn-launcher: error: {e!r}", file=sys.stderr, flush=True)
         code, failure = EXIT_FAILED, f"launcher container failed: {e!r}"

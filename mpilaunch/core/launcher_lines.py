@@ -1,0 +1,48 @@
+"""An in-cluster launcher's own lines, as the submitting side tells them from mpirun's output.
+
+A launcher in the cluster (a pod, a YARN container) runs the same lifecycle as
+mpilaunch on a login node, so it finds the same things: a worker that fails
+``--preflight`` or straggles (``NOTES``: shown to the user as they are), and
+bad input that only the workers could reveal, such as a program their image
+lacks (an ``MpilaunchError`` with its exit code). Such an error travels as one
+line signed with the launch's token (``ERROR_PREFIX``: a program printing one
+cannot forge it, it never sees the token) and is raised again on the
+submitting side, so the user reads ``mpilaunch: error: ...`` plus its hint and
+gets its exit code, as with ``--launcher local``, instead of "mpirun exited
+with code 1".
+"""
+
+from __future__ import annotations
+
+import json
+
+from .errors import AllocationError, MpilaunchError, PreflightFailed, UsageError
+
+ERROR_PREFIX = "mpilaunch: launcher: error "
+#: the launcher's own verdicts and errors, never mpirun's output
+NOTES = ("mpilaunch: preflight:", "mpilaunch: straggler:", ERROR_PREFIX)
+
+_CLASSES = {cls.exit_code: cls for cls in (UsageError, AllocationError, PreflightFailed)}
+
+
+def error_line(error: MpilaunchError, token: str | None) -> str:
+    """The one line that carries ``error`` (no newline)."""
+    said = {"exit": error.exit_code, "message": error.message, "hint": error.hint}
+    return f"{ERROR_PREFIX}token={token or ''} {json.dumps(said)}"
+
+
+def parse_error(text: str, token: str | None) -> MpilaunchError | None:
+    """The error an ``error_line`` carries, when it is signed with ``token``; None otherwise."""
+    if not text.startswith(ERROR_PREFIX):
+        return None
+    signed, _, body = text[len(ERROR_PREFIX) :].strip().partition(" ")
+    if token and signed != f"token={token}":
+        return None
+    try:
+        said = json.loads(body)
+        code, message, hint = int(said["exit"]), str(said["message"]), said.get("hint")
+    except (ValueError, KeyError, TypeError):
+        return None
+    error = _CLASSES.get(code, MpilaunchError)(message, hint if isinstance(hint, str) else None)
+    error.exit_code = code
+    return error
