@@ -51,6 +51,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -328,6 +329,7 @@ def mpilaunch_run(cluster, op_pid, image, job, workers, slots, launcher, ns=None
     reqs = [a - b for a, b in zip(request_count(cluster), base)]
     if proc.returncode != 0:
         print(f"# mpilaunch {launcher} {job} failed: {err[-800:]}", file=sys.stderr)
+    shutil.rmtree(out, ignore_errors=True)  # the ranks' logs: read from stdout above, not kept
     ranks = ranks_of("".join(lines))
     cpu = usage.ru_utime + usage.ru_stime
     return {
