@@ -48,9 +48,9 @@ class Capabilities:
     replace_workers: bool = False
     # mpirun may run in a launcher in the cluster (``ClusterLauncher``)
     cluster_launcher: bool = False
-    # `mpilaunch status|logs|delete|wait NAME` find the job again (``ManagesJobs``)
+    # `mpilaunch status|logs|delete|wait|stacks NAME` find the job again (``JobsByName``)
     manage: bool = False
-    # `mpilaunch render` shows what a run would create (``ManagesJobs.render``)
+    # `mpilaunch render` shows what a run would create (``JobsByName.render``)
     render: bool = False
 
 

@@ -10,17 +10,16 @@ they use the plain-function defaults at the end of this file.
 - ``ClusterLauncher``: mpirun runs in a launcher inside the cluster, which
   can also be left to run the job alone (--detach). Shown by k8s
   (``k8s/backend.py``: a launcher Job per attempt, followed through its log).
-- ``ManagesJobs``: a job is found again by name (``mpilaunch render|status|
-  logs|delete|wait``). Shown by yarn (``yarn/backend.py`` + ``yarn/manage.py``).
+- ``JobsByName``: a job is found again by name (``mpilaunch render|status|
+  logs|delete|wait|stacks``), through one object of the backend's
+  ``named_job`` class (``named_job.py``). Shown by yarn (``yarn/backend.py``
+  + ``yarn/manage.py``).
 - ``ReplacesWorkers``: a lost worker gets a new one of the same name
   (--retries). Shown by local (``local/backend.py``: a new agent process).
 - ``RemoteHosts``: workers on hosts of their own, which may not resolve this
   machine's name and start mpilaunch's pieces with their own Python. Shown by
   ssh (``ssh/backend.py``).
-- ``ReportsHangs``, ``ReachesJobsByName``, ``AsksLauncherForStacks``: a hung
-  job's verdict kept in the cluster, and `mpilaunch stacks NAME` for a job no
-  mpilaunch on this machine runs (k8s: the user's exec channel; yarn: the
-  job's launcher container takes them).
+- ``ReportsHangs``: a hung job's verdict kept in the cluster (k8s: an Event).
 """
 
 from __future__ import annotations
@@ -61,33 +60,18 @@ class ClusterLauncher(ABC):
         """The options that find this job again, printed after --detach: ``--backend k8s --namespace ns``."""
 
 
-class ManagesJobs(ABC):
-    """`mpilaunch render` and `status|logs|delete|wait NAME` (capabilities ``render`` and ``manage``).
-    Example: ``backends/yarn/backend.py`` (the ``manage_*`` in ``backends/yarn/manage.py``).
+class JobsByName(ABC):
+    """`mpilaunch render`, and everything a user does to a job by its name (`mpilaunch status|logs|
+    wait|delete|stacks NAME`: capabilities ``render`` and ``manage``) through one object of the
+    backend's ``named_job`` class (``named_job.NamedJob``), made from the parsed manage arguments.
+    Example: ``backends/yarn/backend.py`` (``YarnNamedJob`` in ``backends/yarn/manage.py``)."""
 
-    The ``manage_*`` are classmethods, given the parsed manage arguments (the options class's
-    ``add_manage_arguments``) and the output stream; they return the command's exit status.
-    """
+    #: the backend's ``named_job.NamedJob`` subclass
+    named_job: type | None = None
 
     @abstractmethod
     def render(self) -> str:
         """What a run would create, as the cluster's own manifests."""
-
-    @classmethod
-    @abstractmethod
-    def manage_status(cls, args, stream) -> int: ...
-
-    @classmethod
-    @abstractmethod
-    def manage_logs(cls, args, stream) -> int: ...
-
-    @classmethod
-    @abstractmethod
-    def manage_delete(cls, args, stream) -> int: ...
-
-    @classmethod
-    @abstractmethod
-    def manage_wait(cls, args, stream) -> int: ...
 
 
 class ReplacesWorkers(ABC):
@@ -126,59 +110,22 @@ class ReportsHangs(ABC):
         """Put the ``mpilaunch: hang:`` line where the cluster's users look; raise on failure."""
 
 
-class ReachesJobsByName(ABC):
-    """The user's own exec channel into a job's workers, found by the job's name: `mpilaunch stacks
-    NAME` for a job no mpilaunch on this machine runs (detached, or started elsewhere). No
-    capability: `mpilaunch stacks` asks. Example: ``backends/k8s/backend.py`` (the exec API)."""
-
-    @classmethod
-    @abstractmethod
-    def manage_stacks_channel(cls, args) -> tuple[dict, str]:
-        """The exec channel to the job's workers (a transport context, as ``exec_context``) and how
-        they run Python, from the manage arguments; a UsageError with a hint for a job that has none
-        (ended, or its mpirun runs in the mpilaunch that started it)."""
-
-    @classmethod
-    @abstractmethod
-    def manage_exec_credentials(cls, args, namespace: str | None) -> dict:
-        """The user's own credentials for that exec channel (a transport context's server, TLS
-        settings, token), from the manage arguments, ``namespace`` where they name none: what
-        `mpilaunch stacks` reaches the workers of a job found in a run directory on this machine
-        with, never the credentials its context names (issue 49)."""
-
-
-class AsksLauncherForStacks(ABC):
-    """The job's own launcher in the cluster, found by the job's name, takes every rank's stacks and
-    hands them over: `mpilaunch stacks NAME` where the user has no exec channel into the workers
-    (detached, or started elsewhere). No capability: `mpilaunch stacks` asks. Example:
-    ``backends/yarn/backend.py`` (a request and a reply in the application's key-value store)."""
-
-    @classmethod
-    @abstractmethod
-    def manage_stacks(cls, args):
-        """Every rank's stacks (a ``hang.collect.Collection``), taken within ``args.deadline`` by the
-        launcher of the job the manage arguments name; a UsageError with a hint for a job that has
-        ended, has no launcher in the cluster, or whose launcher did not answer in time."""
-
-
 #: capability (a ``Capabilities`` field) -> the protocol a backend claiming it implements
 SERVED_BY = {
     "detach": ClusterLauncher,
     "cluster_launcher": ClusterLauncher,
-    "manage": ManagesJobs,
-    "render": ManagesJobs,
+    "manage": JobsByName,
+    "render": JobsByName,
     "replace_workers": ReplacesWorkers,
 }
 
 #: every optional protocol
 PROTOCOLS = (
     ClusterLauncher,
-    ManagesJobs,
+    JobsByName,
     ReplacesWorkers,
     RemoteHosts,
     ReportsHangs,
-    ReachesJobsByName,
-    AsksLauncherForStacks,
 )
 
 
@@ -229,45 +176,21 @@ def remote_mpi_info(backend_cls, spec):
     return backend_cls.remote_mpi_info(spec) if issubclass(backend_cls, ClusterLauncher) else None
 
 
-def stacks_channel(backend_cls, args) -> tuple[dict, str] | None:
-    """``ReachesJobsByName.manage_stacks_channel``; None where the user has no exec channel of
-    their own into a job's workers: local and ssh (the job's mpilaunch alone reaches them: run
-    `mpilaunch stacks` where it runs) and YARN (the agents take only the job's secret, which leaves
-    skein's key-value store once the launcher has it, and YARN has no exec channel: the job's
-    launcher container takes the stacks instead, ``AsksLauncherForStacks``; a job run with
-    ``--launcher local`` has none, and is asked where its mpilaunch runs)."""
-    return backend_cls.manage_stacks_channel(args) if issubclass(backend_cls, ReachesJobsByName) else None
-
-
-def exec_credentials(backend_cls, args, namespace: str | None = None) -> dict | None:
-    """``ReachesJobsByName.manage_exec_credentials``; None where the user has no exec channel of
-    their own (``stacks_channel``)."""
-    if not issubclass(backend_cls, ReachesJobsByName):
-        return None
-    return backend_cls.manage_exec_credentials(args, namespace)
+def named_job(backend_cls, args):
+    """Job ``args.name`` on a ``JobsByName`` backend (its ``named_job``); None on any other."""
+    return backend_cls.named_job(args) if issubclass(backend_cls, JobsByName) else None
 
 
 def stacks_by_name(backend_cls, args):
     """Every rank's stacks (a ``hang.collect.Collection``) of a job no mpilaunch on this machine
-    runs, found by its name: taken by its launcher (``AsksLauncherForStacks``) or through the user's
-    own exec channel (``stacks_channel``); None where the backend has neither."""
-    if issubclass(backend_cls, AsksLauncherForStacks):
-        return backend_cls.manage_stacks(args)
-    channel = stacks_channel(backend_cls, args)
-    if channel is None:
-        return None
-    from ..hang import collect
-
-    context, python = channel
-    return collect.collect_from_context(context, python, deadline_s=args.deadline)
+    runs, found by its name (``NamedJob.stacks``); None where the backend finds no job by name:
+    local and ssh (the job's mpilaunch alone reaches its workers: run `mpilaunch stacks` where it
+    runs)."""
+    job = named_job(backend_cls, args)
+    return None if job is None else job.stacks(args.deadline)
 
 
-def manage_action(backend_cls, action: str, args, stream) -> int:
-    """`mpilaunch status|logs|delete|wait NAME` on a ``ManagesJobs`` backend."""
-    handlers = {
-        "status": backend_cls.manage_status,
-        "logs": backend_cls.manage_logs,
-        "delete": backend_cls.manage_delete,
-        "wait": backend_cls.manage_wait,
-    }
-    return handlers[action](args, stream)
+def exec_credentials(backend_cls, args, namespace: str | None = None) -> dict | None:
+    """``NamedJob.exec_credentials``; None where the user has no exec channel of their own."""
+    job = named_job(backend_cls, args)
+    return None if job is None else job.exec_credentials(namespace)

@@ -1,4 +1,4 @@
-"""`mpilaunch render|status|logs|delete`: look at or remove jobs on cluster backends.
+"""`mpilaunch render|status|logs|wait|delete|stacks`: look at, wait for or remove jobs on cluster backends.
 
 The command line is parsed in ``cli``; these functions take parsed values, so
 ``cli`` depends on this module and never the other way round.
@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 from .. import backends
 from ..backends import protocols
+from ..backends.named_job import JobEntry, JobStatus, NamedJob
 from ..core.errors import UsageError
+from ..core.exit_codes import EXIT_TIMEOUT
 from ..core.spec import JobSpec
 
 
@@ -74,19 +77,74 @@ def write_timeline(report: dict, path: Path) -> None:
 
 
 def job_action(action: str, args) -> int:
-    """status / logs / delete NAME on the backend named by ``args.backend``."""
+    """status / logs / wait / delete NAME on the backend named by ``args.backend``."""
     backend_cls = backends.load(args.backend)
-    if not backend_cls.capabilities.manage:
+    job = protocols.named_job(backend_cls, args) if backend_cls.capabilities.manage else None
+    if job is None:
         raise UsageError(
             f"'{action}' applies to jobs on cluster backends, not --backend {args.backend}",
             f"{args.backend} jobs live and die with their mpilaunch process; use --backend k8s or yarn",
         )
+    stream = ReaderAware(sys.stdout)
     try:
-        return protocols.manage_action(backend_cls, action, args, ReaderAware(sys.stdout)) or 0
+        if action == "status":
+            print_status(job.status(), stream)
+        elif action == "logs":
+            job.logs(stream, bool(getattr(args, "follow", False)))
+        elif action == "delete":
+            job.delete(stream)
+        else:
+            return wait(job, args.timeout, stream, sys.stderr)
     except ReaderGone:
         # `mpilaunch logs -f JOB | head`: the reader has what it wanted; stop
         # quietly, as `kubectl logs -f | head` does, instead of a traceback
-        return 0
+        pass
+    return 0
+
+
+def headline(entry: JobEntry) -> str:
+    """A job's first line in `status`: what it is, its phase, its exit, how long, the rest."""
+    state = entry.state
+    return (
+        f"{entry.title}  {state.phase}"
+        + (f" {state.note}" if state.note else "")
+        + (f" (exit {state.exit_code})" if state.exit_code is not None else "")
+        + (f"  elapsed {state.elapsed:.0f}s" if state.elapsed is not None else "")
+        + (f"  {entry.facts}" if entry.facts else "")
+    )
+
+
+def print_status(status: JobStatus, stream) -> None:
+    for entry in status.entries:
+        print(headline(entry), file=stream)
+        for line in entry.details:
+            print(f"  {line}", file=stream)
+    for line in status.notes:
+        print(line, file=stream)
+
+
+def wait(job: NamedJob, timeout: float | None, stream, errors) -> int:
+    """Until the job ends: its exit code becomes ours, its failure and closing summary are shown
+    as its mpilaunch would have; ``timeout``: EXIT_TIMEOUT once that many seconds passed first."""
+    from . import summary
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        state = job.state()
+        if state.exit_code is not None:
+            if state.exit_code != 0:
+                print(f"mpilaunch: error: {state.failure}", file=errors)
+            if state.summary:  # the closing summary, as the job's launcher left it
+                print("\n".join(summary.lines(state.summary)), file=errors)
+            print(
+                f"{state.label} {state.phase.lower()} (exit {state.exit_code}) after {state.elapsed or 0:.0f}s",
+                file=stream,
+            )
+            return state.exit_code
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"mpilaunch: error: {state.label} still {state.phase} after --timeout {timeout:g}s", file=errors)
+            return EXIT_TIMEOUT
+        time.sleep(job.poll_s)
 
 
 class ReaderGone(Exception):
@@ -124,7 +182,7 @@ def stacks(args) -> int:
     directory of the user's own counts, and no credential of its context
     (``hang.local_job``; the exec API's are the user's own configuration's:
     ``with_own_credentials``). Without one,
-    the job found by name on a cluster backend (``protocols.stacks_by_name``:
+    the job found by name on a cluster backend (``NamedJob.stacks``:
     Kubernetes, the exec API into its worker pods with the user's credentials;
     YARN, its launcher container asked through the application's key-value
     store). Exit 0 once the stacks are shown (whatever they say).

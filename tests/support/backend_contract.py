@@ -16,6 +16,7 @@ import time
 
 from mpilaunch.backends import protocols
 from mpilaunch.backends.base import hostnames
+from mpilaunch.backends.named_job import NamedJob
 from mpilaunch.job import lifecycle
 from mpilaunch.rsh_agent import shim
 from mpilaunch.wire import protocol as P
@@ -116,4 +117,8 @@ def capability_mismatches(cls) -> list[str]:
     for protocol in protocols.PROTOCOLS:
         if issubclass(cls, protocol) and unimplemented(cls, protocol):
             wrong.append(f"{cls.__name__} is a {protocol.__name__} but lacks {unimplemented(cls, protocol)}")
+    if issubclass(cls, protocols.JobsByName):
+        named = cls.named_job
+        if not (isinstance(named, type) and issubclass(named, NamedJob)) or named.__abstractmethods__:
+            wrong.append(f"{cls.__name__} is a JobsByName whose named_job is no complete NamedJob: {named!r}")
     return wrong

@@ -17,6 +17,7 @@ from mpilaunch.backends.k8s import manage as k8s_manage
 from mpilaunch.backends.k8s.api import ApiError
 from mpilaunch.backends.yarn import manage as yarn_manage
 from mpilaunch.core.errors import UsageError
+from mpilaunch.job import manage
 
 
 class FakeApi:
@@ -41,10 +42,24 @@ class FakeApi:
             self.pods = []
 
 
+def act(job, action: str, out) -> int:
+    """What `mpilaunch ACTION NAME` does with the backend's job (job/manage.py's job_action)."""
+    if action == "status":
+        manage.print_status(job.status(), out)
+    elif action == "logs":
+        job.logs(out, False)
+    elif action == "delete":
+        job.delete(out)
+    else:
+        return manage.wait(job, 1, out, io.StringIO())
+    return 0
+
+
 def k8s(monkeypatch, action, api, name="job1"):
     monkeypatch.setattr(k8s_manage, "_manage_api", lambda args: api)
     out = io.StringIO()
-    return getattr(k8s_manage, action)(types.SimpleNamespace(name=name, timeout=1, follow=False), out), out.getvalue()
+    job = k8s_manage.K8sNamedJob(types.SimpleNamespace(name=name, timeout=1, follow=False))
+    return act(job, action, out), out.getvalue()
 
 
 def configmap(labels=None, uid="uid-1"):
@@ -133,11 +148,8 @@ def yarn(monkeypatch, action, apps, user="alice"):
     monkeypatch.setenv("HADOOP_USER_NAME", user)
     out = io.StringIO()
     try:
-        return (
-            getattr(yarn_manage, action)(types.SimpleNamespace(name="job1", follow=False), out),
-            out.getvalue(),
-            client.killed,
-        )
+        job = yarn_manage.YarnNamedJob(types.SimpleNamespace(name="job1", follow=False))
+        return act(job, action, out), out.getvalue(), client.killed
     except UsageError as e:
         assert client.killed == []
         return e, out.getvalue(), client.killed
@@ -174,5 +186,5 @@ def test_yarn_delete_kills_only_the_users_own_jobs(monkeypatch):
 
 def test_yarn_status_lists_the_jobs_and_names_what_it_left_out(monkeypatch):
     code, out, _ = yarn(monkeypatch, "status", [app("app_1", "bob"), app("app_2", "bob", "mpilaunch")])
-    assert code == 0 and out.startswith("app_2  job1  RUNNING"), out
+    assert code == 0 and out.startswith("app_2  job1  Running"), out
     assert out.endswith("not listed: app_1 (RUNNING, user=bob), of the same name but not an mpilaunch job\n")

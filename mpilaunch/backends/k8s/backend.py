@@ -66,7 +66,7 @@ from .. import rendezvous
 from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from ..protocols import ClusterLauncher, ManagesJobs, ReachesJobsByName, RemoteHosts, ReplacesWorkers, ReportsHangs
+from ..protocols import ClusterLauncher, JobsByName, RemoteHosts, ReplacesWorkers, ReportsHangs
 from . import creation, follow, launch, manage, manifests, pod_template, replace, startup, tools
 from .admission import AdmissionReader
 from .api import Api, ApiError, ApiOutage, resolve_with_tokens
@@ -89,12 +89,11 @@ def use_relay() -> bool:
     return os.environ.get(env_names.K8S_RELAY, "1") != "0"
 
 
-class K8sBackend(
-    BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, RemoteHosts, ReportsHangs, ReachesJobsByName
-):
+class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, RemoteHosts, ReportsHangs):
     name = "k8s"
     options_class = K8sOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
+    named_job = manage.K8sNamedJob
 
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
         super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
@@ -418,29 +417,3 @@ class K8sBackend(
                 file=sys.stderr,
             )
         self.root_uid = None
-
-    # ------------------------------------------------------------ manage (manage.py)
-
-    @classmethod
-    def manage_status(cls, args, stream) -> int:
-        return manage.status(args, stream)
-
-    @classmethod
-    def manage_logs(cls, args, stream) -> int:
-        return manage.logs(args, stream)
-
-    @classmethod
-    def manage_delete(cls, args, stream) -> int:
-        return manage.delete(args, stream)
-
-    @classmethod
-    def manage_wait(cls, args, stream) -> int:
-        return manage.wait(args, stream)
-
-    @classmethod
-    def manage_stacks_channel(cls, args) -> tuple[dict, str]:
-        return manage.stacks_channel(args)
-
-    @classmethod
-    def manage_exec_credentials(cls, args, namespace: str | None) -> dict:
-        return manage.exec_credentials(args, namespace)

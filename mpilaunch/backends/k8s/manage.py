@@ -1,16 +1,15 @@
-"""``mpilaunch status|logs|delete NAME --backend k8s``, and deleting a job's objects."""
+"""``mpilaunch status|logs|wait|delete|stacks NAME --backend k8s`` (``K8sNamedJob``), and deleting a
+job's objects."""
 
 from __future__ import annotations
 
 import calendar
 import json
-import sys
 import time
 
 from ...core.errors import UsageError
-from ...core.exit_codes import EXIT_TIMEOUT
-from ...job import summary
 from ..launch_description import LaunchDescription
+from ..named_job import ATTACHED, FAILED, PENDING, RUNNING, SUCCEEDED, UNKNOWN, JobEntry, JobState, JobStatus, NamedJob
 from ..rendezvous import rank_python
 from . import admission
 from .api import Api, ApiError, client, resolve
@@ -67,27 +66,34 @@ def _seconds(timestamp: str | None) -> float | None:
     return calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))
 
 
-def job_phase(root: dict, launcher: dict | None, now: float) -> tuple[str, int | None, float | None]:
-    """(phase, exit code or None, elapsed seconds) of a job, from its root ConfigMap and launcher pod."""
+def job_state(name: str, root: dict, launcher: dict | None, now: float) -> JobState:
+    """The job's state, from its root ConfigMap (the outcome its launcher or reaper recorded) and
+    its launcher pod."""
     created = _seconds(root["metadata"].get("creationTimestamp"))
-    result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null")
+    data = root.get("data") or {}
+    result = json.loads(data.get(RESULT_KEY) or "null")
+    label = f"job {name}"
     if result is not None:
+        code = result["exit_code"]
         end = _seconds(result.get("finished")) or now
-        return (
-            ("Succeeded" if result["exit_code"] == 0 else "Failed"),
-            result["exit_code"],
-            (end - created if created else None),
-        )
+        failure = (result.get("failure") or f"the launcher exited with code {code}") if code else None
+        return JobState(
+            label, SUCCEEDED if code == 0 else FAILED, code, (end - created if created else None), failure,
+            result.get("summary"),
+        )  # fmt: skip
+    elapsed = now - created if created else None
     code = launcher_exit(launcher) if launcher else None
     if code is not None:
-        return ("Succeeded" if code == 0 else "Failed"), code, (now - created if created else None)
+        failure = f"the launcher exited with code {code}" if code else None
+        return JobState(label, SUCCEEDED if code == 0 else FAILED, code, elapsed, failure)
     if launcher is not None:
-        phase = (launcher.get("status") or {}).get("phase") or "Pending"
-    elif json.loads((root.get("data") or {}).get("launch.json") or "{}").get("detach"):
-        phase = "Unknown (no launcher pod)"  # its reaper records the outcome shortly
-    else:
-        phase = "Attached"
-    return phase, None, (now - created if created else None)
+        phase = (launcher.get("status") or {}).get("phase") or PENDING
+        return JobState(label, phase if phase in (PENDING, RUNNING) else UNKNOWN, None, elapsed)
+    if json.loads(data.get("launch.json") or "{}").get("detach"):
+        return JobState(
+            label, UNKNOWN, None, elapsed, note="(no launcher pod)"
+        )  # its reaper records the outcome shortly
+    return JobState(label, ATTACHED, None, elapsed)
 
 
 def outcome_line(root: dict) -> str | None:
@@ -105,157 +111,138 @@ def ended_why(pod: dict) -> str:
     return ""
 
 
-def status(args, stream) -> int:
-    api = _manage_api(args)
-    root = _root(api, args.name)
-    plan = json.loads((root.get("data") or {}).get("plan.json") or "{}")
-    pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name}")["items"]
-    launcher = next((p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"), None)
-    phase, code, elapsed = job_phase(root, launcher, time.time())
-    print(
-        f"job {args.name}  namespace {api.namespace}  {phase}"
-        + (f" (exit {code})" if code is not None else "")
-        + (f"  elapsed {elapsed:.0f}s" if elapsed is not None else "")
-        + f"  ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  "
-        f"created {root['metadata'].get('creationTimestamp')}",
-        file=stream,
-    )
-    outcome = outcome_line(root)
-    if outcome:
-        print(f"  {outcome}", file=stream)
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        status = pod.get("status") or {}
-        role = (pod["metadata"].get("labels") or {}).get(ROLE_LABEL, "?")
-        code = launcher_exit(pod) if role == "launcher" else None
-        print(
-            f"  {pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
-            f"ready={pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
-            + (f" exit={code}{ended_why(pod)}" if code is not None else ""),
-            file=stream,
+class K8sNamedJob(NamedJob):
+    """Job NAME in a namespace: its root ConfigMap (only one mpilaunch made), the pods and Jobs it
+    owns, its launcher pod's log; stacks through the exec API with the user's own credentials."""
+
+    def __init__(self, args):
+        super().__init__(args)
+        self._api: Api | None = None
+
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            self._api = _manage_api(self.args)
+        return self._api
+
+    def status(self) -> JobStatus:
+        api, name = self.api, self.name
+        root = _root(api, name)
+        plan = json.loads((root.get("data") or {}).get("plan.json") or "{}")
+        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={name}")["items"]
+        launcher = next((p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"), None)
+        details = [outcome_line(root)] if outcome_line(root) else []
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            status = pod.get("status") or {}
+            role = (pod["metadata"].get("labels") or {}).get(ROLE_LABEL, "?")
+            code = launcher_exit(pod) if role == "launcher" else None
+            details.append(
+                f"{pod['metadata']['name']:40s} {role:8s} {status.get('phase', '?'):10s} "
+                f"ready={pod_ready(pod)!s:5s} node={(pod.get('spec') or {}).get('nodeName')}"
+                + (f" exit={code}{ended_why(pod)}" if code is not None else "")
+            )
+        entry = JobEntry(
+            title=f"job {name}  namespace {api.namespace}",
+            state=job_state(name, root, launcher, time.time()),
+            facts=f"ranks={plan.get('ranks')}  gpus={plan.get('gpus')}  created {root['metadata'].get('creationTimestamp')}",
+            details=details,
         )
-    return 0
+        return JobStatus([entry])
 
-
-def wait(args, stream) -> int:
-    """Block until the job's launcher ends; its exit code (and failure line) become ours."""
-    api = _manage_api(args)
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    while True:
-        root = _root(api, args.name)
-        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
+    def state(self) -> JobState:
+        """Where the job's launcher is; once it ended, its exit code and failure (as it recorded them)."""
+        root = _root(self.api, self.name)
+        pods = self.api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.name},{ROLE_LABEL}=launcher")["items"]
         if not pods and RESULT_KEY not in (root.get("data") or {}):
             if not json.loads((root.get("data") or {}).get("launch.json") or "null"):
                 raise UsageError(
-                    f"job {args.name} has no launcher in the cluster (it runs with --launcher local)",
+                    f"job {self.name} has no launcher in the cluster (it runs with --launcher local)",
                     "its mpilaunch on the submitting machine reports the outcome",
                 )
-        phase, code, elapsed = job_phase(root, pods[0] if pods else None, time.time())
-        if code is not None:
-            result = json.loads((root.get("data") or {}).get(RESULT_KEY) or "null") or {}
-            if code != 0:
-                print(
-                    f"mpilaunch: error: {result.get('failure') or f'the launcher exited with code {code}'}",
-                    file=sys.stderr,
-                )
-            if result.get("summary"):  # the closing summary, as the job's launcher posted it
-                print("\n".join(summary.lines(result["summary"])), file=sys.stderr)
-            print(f"job {args.name} {phase.lower()} (exit {code}) after {elapsed or 0:.0f}s", file=stream)
-            return code
-        if deadline is not None and time.monotonic() > deadline:
-            print(f"mpilaunch: error: job {args.name} still {phase} after --timeout {args.timeout:g}s", file=sys.stderr)
-            return EXIT_TIMEOUT
-        time.sleep(1.0)
+        return job_state(self.name, root, pods[0] if pods else None, time.time())
 
+    def logs(self, stream, follow: bool) -> None:
+        api = self.api
+        pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={self.name},{ROLE_LABEL}=launcher")["items"]
+        if not pods:
+            _root(api, self.name)  # no such job, or not an mpilaunch one, rather than "no launcher pod"
+            raise UsageError(
+                f"job {self.name} has no launcher pod in namespace {api.namespace}",
+                "jobs run with --launcher local print their output on the submitting machine; workers only sleep",
+            )
+        path = api.collection_path("v1", "pods", api.namespace) + f"/{pods[0]['metadata']['name']}/log"
+        query = {"container": LAUNCHER_CONTAINER}
+        if follow:
+            query["follow"] = "true"
+        # following: the log may be quiet for long stretches, which is no error
+        conn, resp = api.request("GET", path, query=query, stream=True, timeout=86400.0 if follow else None)
+        try:
+            for raw in iter(resp.readline, b""):
+                stream.write(raw.decode("utf-8", "replace"))
+                stream.flush()
+        finally:
+            conn.close()
 
-def logs(args, stream) -> int:
-    api = _manage_api(args)
-    pods = api.get("v1", "pods", labelSelector=f"{JOB_LABEL}={args.name},{ROLE_LABEL}=launcher")["items"]
-    if not pods:
-        _root(api, args.name)  # no such job, or not an mpilaunch one, rather than "no launcher pod"
-        raise UsageError(
-            f"job {args.name} has no launcher pod in namespace {api.namespace}",
-            "jobs run with --launcher local print their output on the submitting machine; workers only sleep",
-        )
-    path = api.collection_path("v1", "pods", api.namespace) + f"/{pods[0]['metadata']['name']}/log"
-    query = {"container": LAUNCHER_CONTAINER}
-    if getattr(args, "follow", False):
-        query["follow"] = "true"
-    # following: the log may be quiet for long stretches, which is no error
-    conn, resp = api.request("GET", path, query=query, stream=True, timeout=86400.0 if "follow" in query else None)
-    try:
-        for raw in iter(resp.readline, b""):
-            stream.write(raw.decode("utf-8", "replace"))
-            stream.flush()
-    finally:
-        conn.close()
-    return 0
+    def stacks(self, deadline_s: float):
+        """Through the exec API into the worker pods of a job with a cluster launcher (detached, or
+        attached from another machine), with the user's own credentials (the ``edit`` role may
+        exec): every pod the launch description names, with the Python the ranks' wrapper runs with
+        there (as the attached job's probe: ``hang_watch.probe_python``)."""
+        from ...hang import collect
 
+        root = _root(self.api, self.name)
+        data = root.get("data") or {}
+        if data.get(RESULT_KEY):
+            code = json.loads(data[RESULT_KEY]).get("exit_code")
+            raise UsageError(
+                f"job {self.name} has ended (exit {code}): it has no ranks to take stacks of",
+                f"its diagnosis, if it hung: mpilaunch logs {self.name}",
+            )
+        if not data.get("launch.json"):
+            raise UsageError(
+                f"job {self.name} runs its mpirun in the mpilaunch that started it (--launcher local)",
+                "run mpilaunch stacks on that machine",
+            )
+        description = LaunchDescription.from_dict(json.loads(data["launch.json"]))
+        # the container the launcher pod reaches too (ReadyPods.exec_context)
+        container = description.cluster.get("container", WORKER_CONTAINER)
+        context = exec_api_context(self.api.creds, description.addresses(), container)
+        return collect.collect_from_context(context, rank_python(list(description.rank_prefix)), deadline_s=deadline_s)
 
-def stacks_channel(args) -> tuple[dict, str]:
-    """How ``mpilaunch stacks NAME`` reaches the worker pods of a job with a cluster launcher
-    (detached, or attached from another machine): the exec API with the user's own credentials (the
-    ``edit`` role may exec), every pod the launch description names, and the Python the ranks' wrapper
-    runs with there (as the attached job's probe: ``hang_watch.probe_python``)."""
-    api = _manage_api(args)
-    root = _root(api, args.name)
-    data = root.get("data") or {}
-    if data.get(RESULT_KEY):
-        code = json.loads(data[RESULT_KEY]).get("exit_code")
-        raise UsageError(
-            f"job {args.name} has ended (exit {code}): it has no ranks to take stacks of",
-            f"its diagnosis, if it hung: mpilaunch logs {args.name}",
-        )
-    if not data.get("launch.json"):
-        raise UsageError(
-            f"job {args.name} runs its mpirun in the mpilaunch that started it (--launcher local)",
-            "run mpilaunch stacks on that machine",
-        )
-    description = LaunchDescription.from_dict(json.loads(data["launch.json"]))
-    # the container the launcher pod reaches too (ReadyPods.exec_context)
-    container = description.cluster.get("container", WORKER_CONTAINER)
-    context = exec_api_context(api.creds, description.addresses(), container)
-    return context, rank_python(list(description.rank_prefix))
+    def exec_credentials(self, namespace: str | None) -> dict:
+        """From --kubeconfig and --context, in --namespace or else ``namespace``. Nothing written:
+        the token stays in memory."""
+        return resolve(self.args.kubeconfig, self.args.context, self.args.namespace or namespace, None)
 
-
-def exec_credentials(args, namespace: str | None = None) -> dict:
-    """The user's own credentials for the exec API (server, TLS settings, CA, client certificate or
-    token), from --kubeconfig and --context, in --namespace or else ``namespace``: what `mpilaunch
-    stacks` reaches the pods of a job found in a run directory on this machine with (its context
-    names none it would take: ``hang.local_job``). Nothing written: the token stays in memory."""
-    return resolve(args.kubeconfig, args.context, args.namespace or namespace, None)
-
-
-def delete(args, stream) -> int:
-    """Delete job NAME: its root ConfigMap (only if mpilaunch's, and only the
-    very object checked: a uid precondition) and what that root owns."""
-    api = _manage_api(args)
-    root_uid = ""  # no root: leave alone a ConfigMap of that name made meanwhile
-    try:
-        root = api.get("v1", "configmaps", args.name)
-    except ApiError as e:
-        if e.status != 404:
-            raise
-        # the root is gone but objects of the job may be left (a delete that was cut short)
-        selector = f"{JOB_LABEL}={args.name}"
-        left = api.get("v1", "pods", labelSelector=selector)["items"]
-        left += api.get("batch/v1", "jobs", labelSelector=selector)["items"]
-        if not any(owned_by_root(args.name, "", obj, set()) for obj in left):
-            raise UsageError(f"no job {args.name} in namespace {api.namespace}", _LIST_HINT) from None
-    else:
-        _check_ours(api, root, args.name)  # someone else's ConfigMap: refuse, delete nothing
-        root_uid = root["metadata"]["uid"]
-    try:
-        delete_job(api, args.name, [], wait=30.0, root_uid=root_uid)
-    except ApiError as e:
-        if e.status != 409:
-            raise
-        raise UsageError(
-            f"configmap {args.name} in namespace {api.namespace} was replaced while it was being "
-            f"deleted; nothing was deleted",
-            "run mpilaunch delete again",
-        ) from None
-    print(f"deleted job {args.name} in namespace {api.namespace}", file=stream)
-    return 0
+    def delete(self, stream) -> None:
+        """Its root ConfigMap (only if mpilaunch's, and only the very object checked: a uid
+        precondition) and what that root owns."""
+        api, name = self.api, self.name
+        root_uid = ""  # no root: leave alone a ConfigMap of that name made meanwhile
+        try:
+            root = api.get("v1", "configmaps", name)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            # the root is gone but objects of the job may be left (a delete that was cut short)
+            selector = f"{JOB_LABEL}={name}"
+            left = api.get("v1", "pods", labelSelector=selector)["items"]
+            left += api.get("batch/v1", "jobs", labelSelector=selector)["items"]
+            if not any(owned_by_root(name, "", obj, set()) for obj in left):
+                raise UsageError(f"no job {name} in namespace {api.namespace}", _LIST_HINT) from None
+        else:
+            _check_ours(api, root, name)  # someone else's ConfigMap: refuse, delete nothing
+            root_uid = root["metadata"]["uid"]
+        try:
+            delete_job(api, name, [], wait=30.0, root_uid=root_uid)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+            raise UsageError(
+                f"configmap {name} in namespace {api.namespace} was replaced while it was being deleted; nothing was deleted",
+                "run mpilaunch delete again",
+            ) from None
+        print(f"deleted job {name} in namespace {api.namespace}", file=stream)
 
 
 _KINDS = [

@@ -45,7 +45,7 @@ from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from ..protocols import AsksLauncherForStacks, ClusterLauncher, ManagesJobs, ReplacesWorkers
+from ..protocols import ClusterLauncher, JobsByName, ReplacesWorkers
 from . import follow, handoff, launch, manage, orphan, outcome, replace, report, tools
 from .client import TERMINAL_STATES, shorten, skein_client, state_name
 from .keys import (
@@ -65,10 +65,11 @@ MASTER_MEMORY = "256 MiB"
 POLL = 0.25
 
 
-class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, AsksLauncherForStacks):
+class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     name = "yarn"
     options_class = YarnOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
+    named_job = manage.YarnNamedJob
 
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
         super().__init__(spec, plan, rundir, cluster_launcher_allowed=cluster_launcher_allowed)
@@ -514,25 +515,3 @@ class YarnBackend(BaseBackend, ClusterLauncher, ManagesJobs, ReplacesWorkers, As
                 pass
             time.sleep(POLL)
         self.client.kill_application(self.app_id)
-
-    # ------------------------------------------------------------ manage (manage.py)
-
-    @classmethod
-    def manage_status(cls, args, stream) -> int:
-        return manage.status(args, stream)
-
-    @classmethod
-    def manage_logs(cls, args, stream) -> int:
-        return manage.logs(args, stream)
-
-    @classmethod
-    def manage_delete(cls, args, stream) -> int:
-        return manage.delete(args, stream)
-
-    @classmethod
-    def manage_wait(cls, args, stream) -> int:
-        return handoff.wait(args, stream)
-
-    @classmethod
-    def manage_stacks(cls, args):
-        return manage.stacks(args)

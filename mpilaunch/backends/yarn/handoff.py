@@ -10,7 +10,7 @@ ends it when the job is over (``detached.py``).
 
 Coming back needs nothing but the ResourceManager and the NodeManagers: the
 per-application credentials made at submission are gone with the process
-that made them. ``wait`` and ``status`` read the application report (the
+that made them. ``wait`` and ``status`` read the application report (``state_of``) (the
 outcome is in its final diagnostics, ``outcome``), ``logs -f`` follows the
 launcher container's log through the NodeManager's REST API. Only ``stacks``
 reads the key-value store again, with skein's copy of those credentials in
@@ -20,14 +20,12 @@ the owner's home directory on the cluster's file system
 
 from __future__ import annotations
 
-import sys
 import time
 
 from ...core.errors import UsageError
-from ...core.exit_codes import EXIT_TIMEOUT
-from ...job import summary
+from ..named_job import FAILED, KILLED, PENDING, RUNNING, SUCCEEDED, JobState
 from . import outcome
-from .client import is_mpilaunch, shorten, skein_client, state_name
+from .client import is_mpilaunch, shorten, state_name
 
 POLL_S = 1.0
 NO_LAUNCHER_S = 30.0
@@ -65,40 +63,21 @@ def find_app(client, name: str):
     return max(apps, key=lambda a: a.start_time or 0)
 
 
-def phase_of(report) -> tuple[str, int | None, str | None, float]:
-    """(phase, exit code or None, failure, elapsed seconds) of an application report."""
-    phase, code, failure = outcome.outcome(
-        state_name(report.state), state_name(report.final_status), report.diagnostics
-    )
+#: YARN's application states in mpilaunch's phases (``named_job.PHASES``)
+_PHASES = {"RUNNING": RUNNING, "SUCCEEDED": SUCCEEDED, "FAILED": FAILED, "KILLED": KILLED}
+
+
+def state_of(name: str, report) -> JobState:
+    """The job's state from its application report; once it ended, the outcome the launcher left
+    in the final diagnostics (``outcome``)."""
+    said, code, failure = outcome.outcome(state_name(report.state), state_name(report.final_status), report.diagnostics)
     elapsed = report.runtime.total_seconds() if report.runtime is not None else 0.0
-    return phase, code, failure, elapsed
-
-
-def wait(args, stream) -> int:
-    """Block until the application ends; the job's exit code (and failure line) become ours."""
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    client = skein_client()
-    try:
-        while True:
-            report = find_app(client, args.name)
-            phase, code, failure, elapsed = phase_of(report)
-            if code is not None:
-                if code != 0:
-                    print(f"mpilaunch: error: {failure or f'job failed with exit code {code}'}", file=sys.stderr)
-                facts = outcome.summary_facts(report.diagnostics)
-                if facts:  # the closing summary, as the job's launcher left it in the diagnostics
-                    print("\n".join(summary.lines(facts)), file=sys.stderr)
-                print(f"job {args.name} ({report.id}) {phase.lower()} (exit {code}) after {elapsed:.0f}s", file=stream)
-                return code
-            if deadline is not None and time.monotonic() > deadline:
-                print(
-                    f"mpilaunch: error: job {args.name} ({report.id}) still {phase} after --timeout {args.timeout:g}s",
-                    file=sys.stderr,
-                )
-                return EXIT_TIMEOUT
-            time.sleep(POLL_S)
-    finally:
-        client.close()
+    if code:
+        failure = failure or f"job failed with exit code {code}"
+    summary_facts = outcome.summary_facts(report.diagnostics) if code is not None else None
+    # NEW, NEW_SAVING, SUBMITTED, ACCEPTED: not running yet
+    phase = _PHASES.get(said, PENDING)
+    return JobState(f"job {name} ({report.id})", phase, code, elapsed, failure, summary_facts or None)
 
 
 def launcher_log_url(report, live: list[dict]) -> str | None:

@@ -1,4 +1,5 @@
-"""``mpilaunch status|logs|delete|stacks NAME --backend yarn``: find the job's applications and read them."""
+"""``mpilaunch status|logs|wait|delete|stacks NAME --backend yarn`` (``YarnNamedJob``): find the job's
+applications and read them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import skein
 
 from ...core.errors import UsageError
+from ..named_job import JobEntry, JobState, JobStatus, NamedJob
 from . import handoff, outcome, stacks_kv
 from .client import TAG, TERMINAL_STATES, application_security, is_mpilaunch, shorten, skein_client, state_name
 from .keys import KV_PREFIX, SPEC_KEY
@@ -70,48 +72,72 @@ class _OursOnly:
         return [a for a in self.skein_client.get_applications(*args, **kwargs) if is_mpilaunch(a)]
 
 
-def status(args, stream) -> int:
-    client = skein_client()
-    try:
-        apps = _all_apps(client, args.name)
-        for report in _ours(apps, args.name):
-            phase, code, _failure, elapsed = handoff.phase_of(report)
-            print(
-                f"{report.id}  {report.name}  {phase}"
-                + (f" (exit {code})" if code is not None else "")
-                + f"  elapsed {elapsed:.0f}s  state={state_name(report.state)} final={state_name(report.final_status)}"
-                f"  queue={report.queue}  user={report.user}",
-                file=stream,
-            )
-            if report.diagnostics:
-                print(f"  diagnostics: {shorten(report.diagnostics, 300)}", file=stream)
-            containers = _node_containers(client, report.id)
-            for c in containers:
-                print(
-                    f"  {c.get('id')}  {_role(c):9s} on {c.get('nodeId')}  {c.get('state')}  exit={c.get('exitCode')}",
-                    file=stream,
+class YarnNamedJob(NamedJob):
+    """The applications of job NAME that mpilaunch submitted (another tool's of the same name are
+    never reported on as the job, nor killed), read from the ResourceManager and the NodeManagers;
+    stacks taken by the job's launcher container (``stacks_kv``)."""
+
+    poll_s = handoff.POLL_S
+
+    def status(self) -> JobStatus:
+        client = skein_client()
+        try:
+            apps = _all_apps(client, self.name)
+            entries = []
+            for report in _ours(apps, self.name):
+                state = handoff.state_of(self.name, report)
+                details = [f"diagnostics: {shorten(report.diagnostics, 300)}"] if report.diagnostics else []
+                containers = _node_containers(client, report.id)
+                details += [
+                    f"{c.get('id')}  {_role(c):9s} on {c.get('nodeId')}  {c.get('state')}  exit={c.get('exitCode')}"
+                    for c in containers
+                ]
+                if not containers and state.exit_code is not None:
+                    details.append("no containers left: all released")
+                entries.append(
+                    JobEntry(
+                        title=f"{report.id}  {report.name}",
+                        state=state,
+                        facts=f"state={state_name(report.state)} final={state_name(report.final_status)}"
+                        f"  queue={report.queue}  user={report.user}",
+                        details=details,
+                    )
                 )
-            if not containers and code is not None:
-                print("  no containers left: all released", file=stream)
-        for report in apps:
-            if not is_mpilaunch(report):
-                print(
-                    f"not listed: {report.id} ({state_name(report.state)}, user={report.user}), "
-                    f"of the same name but not an mpilaunch job",
-                    file=stream,
-                )
-    finally:
-        client.close()
-    return 0
+            notes = [
+                f"not listed: {report.id} ({state_name(report.state)}, user={report.user}), "
+                f"of the same name but not an mpilaunch job"
+                for report in apps
+                if not is_mpilaunch(report)
+            ]
+        finally:
+            client.close()
+        return JobStatus(entries, notes)
+
+    def state(self) -> JobState:
+        client = skein_client()
+        try:
+            return handoff.state_of(self.name, handoff.find_app(client, self.name))
+        finally:
+            client.close()
+
+    def logs(self, stream, follow: bool) -> None:
+        _logs(self.name, stream, follow)
+
+    def delete(self, stream) -> None:
+        _delete(self.name, stream)
+
+    def stacks(self, deadline_s: float):
+        return _stacks(self.name, deadline_s)
 
 
-def logs(args, stream) -> int:
+def _logs(name: str, stream, follow: bool) -> None:
     client = skein_client()
     try:
-        if getattr(args, "follow", False):
-            _find_apps(client, args.name)  # no such job, or not an mpilaunch one: say so at once
-            return handoff.follow(_OursOnly(client), args.name, stream, _node_containers, _http_text)
-        report = _find_apps(client, args.name)[-1]
+        if follow:
+            _find_apps(client, name)  # no such job, or not an mpilaunch one: say so at once
+            handoff.follow(_OursOnly(client), name, stream, _node_containers, _http_text)
+            return
+        report = _find_apps(client, name)[-1]
         containers = _node_containers(client, report.id)
         ended_log = outcome.launcher_log(report.diagnostics) if not containers else None
         if ended_log:  # a detached job that ended: its launcher's log stays on the NodeManager
@@ -121,7 +147,7 @@ def logs(args, stream) -> int:
                 print(f"==> {container} {outcome.LAUNCHER_LOG} <==", file=stream)
                 text = outcome.log_contents(text)
                 stream.write(text if text.endswith("\n") else text + "\n")
-                return 0
+                return
         for c in containers:
             names = [
                 f
@@ -145,23 +171,22 @@ def logs(args, stream) -> int:
                 )
     finally:
         client.close()
-    return 0
 
 
-def delete(args, stream) -> int:
+def _delete(name: str, stream) -> None:
     """Kill the running applications of that name that mpilaunch submitted for
     this user; anyone else's (no mpilaunch tag, or another user's) is left
     alone, and when there is nothing else, nothing is killed (exit 2)."""
     client = skein_client()
     try:
-        apps = _all_apps(client, args.name)
-        ours = _ours(apps, args.name)  # none: refused, nothing killed
+        apps = _all_apps(client, name)
+        ours = _ours(apps, name)  # none: refused, nothing killed
         user = current_user()
         mine = [a for a in ours if a.user == user]
         if not mine:
             owners = ", ".join(f"{a.id} submitted by {a.user}" for a in ours)
             raise UsageError(
-                f"YARN application {args.name!r} is not yours to delete ({owners}; you are {user})",
+                f"YARN application {name!r} is not yours to delete ({owners}; you are {user})",
                 "mpilaunch delete kills only your own jobs; ask their owner or a YARN administrator",
             )
         for report in mine:
@@ -177,23 +202,21 @@ def delete(args, stream) -> int:
                 print(f"left {report.id} ({report.name}) {state_name(report.state)}: {why}", file=stream)
     finally:
         client.close()
-    return 0
 
 
-def stacks(args):
+def _stacks(name: str, deadline_s: float):
     """Every rank's stacks of a running job, taken by its launcher container (``stacks_kv``): a
     ``hang.collect.Collection``. A UsageError, with a hint, for a job that ended, is not running yet,
     is someone else's, has no launcher container, or whose launcher did not answer in time."""
     from ...hang.collect import Collection
 
-    name = args.name
     logs_hint = f"a hang diagnosed at --timeout or --stall-timeout is in its launcher's log: mpilaunch logs {name}"
     client = skein_client()
     try:
         report = handoff.find_app(client, name)
         state = state_name(report.state)
         if state in TERMINAL_STATES:
-            raise UsageError(f"job {name} ({report.id}) has ended ({handoff.phase_of(report)[0]})", logs_hint)
+            raise UsageError(f"job {name} ({report.id}) has ended ({handoff.state_of(name, report).phase})", logs_hint)
         if state != "RUNNING":
             raise UsageError(
                 f"job {name} ({report.id}) is not running yet ({state})",
@@ -212,7 +235,7 @@ def stacks(args):
                     "a job run with --launcher local is reached only where its mpilaunch runs: run "
                     f"`mpilaunch stacks {name} --backend yarn` there",
                 )
-            found, seconds = stacks_kv.ask(app.kv, KV_PREFIX, args.deadline)
+            found, seconds = stacks_kv.ask(app.kv, KV_PREFIX, deadline_s)
         except (stacks_kv.ReplyError, ValueError) as e:
             raise UsageError(f"job {name}: its launcher took no stacks: {e}", logs_hint) from None
         except (stacks_kv.NoReply, ConnectionError, skein.exceptions.SkeinError) as e:

@@ -701,7 +701,7 @@ def test_delete_refuses_an_application_mpilaunch_did_not_submit(yarn, openmpi_en
         assert state(foreign) == "RUNNING"
         status = manage("status")
         assert status.returncode == 0, status.stderr
-        assert f"{ours}  {name}  KILLED" in status.stdout, status.stdout
+        assert f"{ours}  {name}  Killed" in status.stdout, status.stdout
         assert (
             f"not listed: {foreign} (RUNNING, user={user}), of the same name but not an mpilaunch job" in status.stdout
         ), status.stdout

@@ -115,11 +115,11 @@ def test_detach_succeeds_exits_0_then_wait_logs_and_nothing_stays(yarn, openmpi_
     assert left == []
     status = manage(openmpi_env, "status", name)
     assert status.returncode == 0, status.stderr
-    assert f"{app['id']}  {name}  RUNNING  elapsed " in status.stdout, status.stdout
+    assert f"{app['id']}  {name}  Running  elapsed " in status.stdout, status.stdout
     assert "launcher " in status.stdout and status.stdout.count(" worker ") == 2, status.stdout
     timed_out = manage(openmpi_env, "wait", name, "--timeout", "2")
     assert timed_out.returncode == 124, timed_out.stdout + timed_out.stderr
-    assert f"mpilaunch: error: job {name} ({app['id']}) still RUNNING after --timeout 2s" in timed_out.stderr
+    assert f"mpilaunch: error: job {name} ({app['id']}) still Running after --timeout 2s" in timed_out.stderr
     release.touch()
     waited = manage(openmpi_env, "wait", name)
     assert waited.returncode == 0, waited.stdout + waited.stderr
@@ -131,7 +131,7 @@ def test_detach_succeeds_exits_0_then_wait_logs_and_nothing_stays(yarn, openmpi_
     for rank in (0, 1):
         assert f"rank {rank} tick 2" in logs.stdout and f"rank {rank} done" in logs.stdout, logs.stdout
     status = manage(openmpi_env, "status", name)
-    assert f"{app['id']}  {name}  SUCCEEDED (exit 0)" in status.stdout, status.stdout
+    assert f"{app['id']}  {name}  Succeeded (exit 0)" in status.stdout, status.stdout
     assert "no containers left: all released" in status.stdout, status.stdout
 
 

@@ -199,7 +199,7 @@ def test_yarn_hang_stacks_command_on_a_detached_job_asks_its_launcher(yarn, open
     gone, _ = stacks_command(name, openmpi_env, tmp_path)
     assert gone.returncode == 2, gone.stdout + gone.stderr
     first, hint = gone.stderr.splitlines()
-    assert first == f"mpilaunch: error: job {name} ({app_id}) has ended (KILLED)", gone.stderr
+    assert first == f"mpilaunch: error: job {name} ({app_id}) has ended (Killed)", gone.stderr
     assert hint.startswith("  hint: ") and f"mpilaunch logs {name}" in hint, hint
     unknown, _ = stacks_command("yarn-hang-no-such-job", openmpi_env, tmp_path)
     assert unknown.returncode == 2, unknown.stderr
