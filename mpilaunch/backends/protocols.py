@@ -19,7 +19,8 @@ they use the plain-function defaults at the end of this file.
 - ``RemoteHosts``: workers on hosts of their own, which may not resolve this
   machine's name and start mpilaunch's pieces with their own Python. Shown by
   ssh (``ssh/backend.py``).
-- ``ReportsHangs``: a hung job's verdict kept in the cluster (k8s: an Event).
+- ``ReportsToCluster``: a hung job's verdict and a worker's failed preflight
+  kept in the cluster (k8s: Events).
 """
 
 from __future__ import annotations
@@ -101,13 +102,20 @@ class RemoteHosts(ABC):
         """How a worker starts mpilaunch's PS task starter (``mpilaunch.task_starter``)."""
 
 
-class ReportsHangs(ABC):
-    """A place of the cluster's own for a hung job's verdict (no capability: the hang diagnosis
-    asks it, ``workloads/hang_watch.py``). Example: ``backends/k8s/backend.py`` (an Event)."""
+class ReportsToCluster(ABC):
+    """A place of the cluster's own for what mpilaunch finds about a job (no capability: the hang
+    diagnosis, ``workloads/hang_watch.py``, and the preflight, ``workloads/preflight_run.py``, ask
+    it). Example: ``backends/k8s/backend.py`` (Warning Events, where ``kubectl describe`` shows them)."""
 
     @abstractmethod
-    def report_hang(self, verdict: str) -> None:
-        """Put the ``mpilaunch: hang:`` line where the cluster's users look; raise on failure."""
+    def report_hang(self, verdict: str) -> bool:
+        """Put the ``mpilaunch: hang:`` line where the cluster's users look; True where it was put
+        (False: another side posts it), raise on failure."""
+
+    @abstractmethod
+    def report_on_worker(self, worker: str, reason: str, text: str) -> bool:
+        """A line about one worker (a failed preflight check) where the cluster's users look, on
+        that worker; True where it was put, raise on failure."""
 
 
 #: capability (a ``Capabilities`` field) -> the protocol a backend claiming it implements
@@ -125,7 +133,7 @@ PROTOCOLS = (
     JobsByName,
     ReplacesWorkers,
     RemoteHosts,
-    ReportsHangs,
+    ReportsToCluster,
 )
 
 
@@ -154,21 +162,14 @@ def task_starter_prefix(backend) -> list[str]:
 
 
 def report_hang(backend, verdict: str) -> bool:
-    """``ReportsHangs.report_hang``; False where the backend has no such place."""
-    if not isinstance(backend, ReportsHangs):
-        return False
-    backend.report_hang(verdict)
-    return True
+    """``ReportsToCluster.report_hang``; False where the backend has no such place."""
+    return isinstance(backend, ReportsToCluster) and backend.report_hang(verdict)
 
 
 def report_on_worker(backend, worker: str, reason: str, text: str) -> bool:
-    """A line about one worker where the cluster's users look (Kubernetes: a Warning Event on its
-    pod); False where the backend has no such place. Raises what posting raised."""
-    post = getattr(backend, "report_on_worker", None)
-    if post is None:
-        return False
-    post(worker, reason, text)
-    return True
+    """``ReportsToCluster.report_on_worker`` (Kubernetes: a Warning Event on the worker's pod);
+    False where the backend has no such place. Raises what posting raised."""
+    return isinstance(backend, ReportsToCluster) and backend.report_on_worker(worker, reason, text)
 
 
 def remote_mpi_info(backend_cls, spec):

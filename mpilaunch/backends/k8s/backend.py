@@ -66,7 +66,7 @@ from .. import rendezvous
 from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from ..protocols import ClusterLauncher, JobsByName, RemoteHosts, ReplacesWorkers, ReportsHangs
+from ..protocols import ClusterLauncher, JobsByName, RemoteHosts, ReplacesWorkers, ReportsToCluster
 from . import creation, follow, launch, manage, manifests, pod_template, replace, startup, tools
 from .admission import AdmissionReader
 from .api import Api, ApiError, ApiOutage, resolve_with_tokens
@@ -89,7 +89,7 @@ def use_relay() -> bool:
     return os.environ.get(env_names.K8S_RELAY, "1") != "0"
 
 
-class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, RemoteHosts, ReportsHangs):
+class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, RemoteHosts, ReportsToCluster):
     name = "k8s"
     options_class = K8sOptions
     capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
@@ -279,18 +279,20 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
     def rank_prefix(self) -> list[str]:
         return tools.rank_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
-    def report_hang(self, verdict: str) -> None:
+    def report_hang(self, verdict: str) -> bool:
         """The verdict as an Event on the launcher pod (worker 0's with --launcher local)."""
         from . import hang_event
 
         pod = self.launcher_pod if self.launcher != "local" and self.launcher_pod else self.plan.workers[0].name
         hang_event.post(self.api, self.namespace, pod, verdict)
+        return True
 
-    def report_on_worker(self, worker: str, reason: str, text: str) -> None:
+    def report_on_worker(self, worker: str, reason: str, text: str) -> bool:
         """``text`` as a Warning Event on ``worker``'s pod (--preflight: a worker that failed a check)."""
         from . import hang_event
 
         hang_event.post(self.api, self.namespace, worker, text, reason=reason)
+        return True
 
     def task_starter_prefix(self) -> list[str]:
         return tools.task_starter_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))

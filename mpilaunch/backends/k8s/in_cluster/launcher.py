@@ -45,7 +45,7 @@ from ....job.lifecycle import make_rundir
 from ... import rendezvous
 from ...base import BaseBackend
 from ...launch_description import LaunchDescription
-from ...protocols import ReportsHangs
+from ...protocols import ReportsToCluster
 from .. import mesh
 from ..api import Api, ApiError, sa_dir
 from ..exec_path import relay
@@ -154,7 +154,7 @@ def wait_own_name(launch: LaunchDescription, deadline: float) -> None:
         time.sleep(0.2)
 
 
-class ReadyPods(BaseBackend):
+class ReadyPods(BaseBackend, ReportsToCluster):
     """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or deleted."""
 
     name = "k8s"
@@ -226,25 +226,31 @@ class ReadyPods(BaseBackend):
         """The node each worker pod runs on, as waited for (the preflight's lines name it)."""
         return {name: {"node": (pod.get("spec") or {}).get("nodeName")} for name, pod in self.pods.items()}
 
-    def report_on_worker(self, worker: str, reason: str, text: str) -> None:
+    def report_on_worker(self, worker: str, reason: str, text: str) -> bool:
         """A Warning Event on a worker's pod (--preflight): the pod as waited for gives its uid, and the
         job's Role may create events. The preflight runs here, where mpirun does, attached or not."""
         from .. import hang_event
 
         event = hang_event.hang_event(self.launch.cluster["namespace"], self.pods[worker], text, reason=reason)
         Api(self.creds).create(event)
+        return True
+
+    def report_hang(self, verdict: str) -> bool:
+        """Attached: the submitting mpilaunch posts the verdict (one Event per hang), not here."""
+        return False
 
 
-class DetachedReadyPods(ReadyPods, ReportsHangs):
+class DetachedReadyPods(ReadyPods):
     """A detached job's pods: nobody on the submitting side posts the hang verdict, so this launcher
-    posts it as an Event on its own pod (attached, the submitting mpilaunch does: one Event per hang)."""
+    posts it as an Event on its own pod."""
 
-    def report_hang(self, verdict: str) -> None:
+    def report_hang(self, verdict: str) -> bool:
         from .. import hang_event
 
         # POD_NAME, POD_UID: the downward API's (k8s-launcher.yaml.j2); the pod's hostname is set for
         # DNS instead, and the job's Role may not read this pod (the Job controller names it)
         hang_event.post_on_own_pod(Api(self.creds), self.launch.cluster["namespace"], os.environ, verdict)
+        return True
 
 
 def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
