@@ -159,3 +159,78 @@ def judge(
 
 def gib(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 27 else f"{n / (1 << 20):.1f} MiB"
+
+
+#: a ring link slower than the median link by more than the margin is named only when its 1 MiB
+#: also takes this much longer: what a loaded machine's scheduler costs two ranks now and then
+#: (seen: 3 ms, twice in 9 healthy 6-worker runs at load 8-11 on 2 cores, with the quiet waits and
+#: the second look). A broken link (a port at 100 Mb/s, loss, a saturated uplink) is far beyond it;
+#: a link 20% slower than its peers is not found here (--straggler-report sees what it costs).
+MIN_LINK_SLOWER_S = 0.02
+
+
+def gbps(nbytes: int, seconds: float | None) -> float | None:
+    return None if not seconds else nbytes / seconds / 1e9
+
+
+def link_reference(edges: list[float]) -> float:
+    """What a good ring link takes (``link_probe.reference``, the same rule where the probe decides
+    which links to time again): the median over the workers of each one's faster link."""
+    from .link_probe import reference
+
+    return reference(edges)
+
+
+def judge_links(rows: dict[int, dict], workers: list[str], margin: float, failure: str | None = None) -> Verdict:
+    """The link test's findings (``link_probe.py``: rank i ran on ``workers[i]``; ``rows``: rank ->
+    its line; ``failure``: why the test itself failed, when it did). Link k goes from worker k to
+    worker k+1, each timed alone. A worker both of whose links are slow is named with both; a slow
+    link whose ends each have a fast one names both ends ("link to/from"); with two workers
+    the one link each way cannot say which end is slow, so both are named."""
+    verdict = Verdict()
+    missing = [w for i, w in enumerate(workers) if i not in rows]
+    if missing:
+        why = failure or "no answer"
+        for worker in missing:
+            verdict.findings.append(Finding(worker, "link", f"took no part in the link test over all workers: {why}"))
+        return verdict
+    n = len(workers)
+    nbytes = int(rows[0].get("bytes") or 0)
+    seconds = {k: rows[k].get("edge_s") for k in range(n)}
+    times = [s for s in seconds.values() if isinstance(s, (int, float)) and s > 0]
+    allreduce = [r.get("allreduce_s") for r in rows.values() if isinstance(r.get("allreduce_s"), (int, float))]
+    if allreduce:
+        verdict.medians["allreduce_s"] = round(max(allreduce), 6)  # the collective ends with its slowest rank
+    if len(times) < n or n < 2:
+        return verdict
+    median = link_reference([seconds[k] for k in range(n)])
+    verdict.medians["link_gbps"] = round(gbps(nbytes, median), 3)
+    limit = max(median * (1 + margin), median + MIN_LINK_SLOWER_S)
+    slow = {k for k, s in seconds.items() if s > limit}
+    for i, worker in enumerate(workers):
+        out_s, in_s = seconds[i], seconds[(i - 1) % n]
+        verdict.figures[worker] = {
+            "link_out_gbps": round(gbps(nbytes, out_s), 3),
+            "link_in_gbps": round(gbps(nbytes, in_s), 3),
+        }
+    named: set[str] = set()
+    for i, worker in enumerate(workers):
+        if i in slow and (i - 1) % n in slow:  # both of its links
+            named.add(worker)
+            verdict.findings.append(
+                Finding(
+                    worker,
+                    "link",
+                    f"ring links {gbps(nbytes, seconds[(i - 1) % n]):.3g} GB/s in, "
+                    f"{gbps(nbytes, seconds[i]):.3g} GB/s out, median {gbps(nbytes, median):.3g} GB/s "
+                    f"(over the {margin:.0%} margin)",
+                )
+            )
+    for k in sorted(slow):
+        ends = (workers[k], workers[(k + 1) % n])
+        if named & set(ends):
+            continue
+        rate = f"{gbps(nbytes, seconds[k]):.3g} GB/s, median {gbps(nbytes, median):.3g} GB/s (over the {margin:.0%} margin)"
+        verdict.findings.append(Finding(ends[0], "link", f"ring link to worker {ends[1]} {rate}"))
+        verdict.findings.append(Finding(ends[1], "link", f"ring link from worker {ends[0]} {rate}"))
+    return verdict

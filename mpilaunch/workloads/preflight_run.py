@@ -19,11 +19,14 @@ from ..core.errors import PreflightFailed
 from ..core.interpreter import interpreter_word
 from ..hang import collect
 from ..preflight import checks
+from . import preflight_links
 from .base import RunContext, Workload
 from .hang_watch import probe_python
 
-#: the bound on the whole preflight (issue 52: at most 10 s for 16 workers on this machine)
+#: the bound on the workers' answers (issue 52: at most 10 s for 16 workers on this machine)
 DEADLINE_S = 20.0
+#: the bound on the link test across them (an mpirun launch, then one link at a time)
+LINK_DEADLINE_S = 60.0
 EVENT_REASON = "Preflight"
 
 
@@ -64,6 +67,29 @@ def ask(captures: dict, python: str, deadline_s: float) -> tuple[dict, dict, dic
     return answers, {w: got[w][1] for w in got}, {w: got[w][2] for w in got}
 
 
+def add_links(verdict: checks.Verdict, run: RunContext, workload) -> None:
+    """The link test across the workers, under the job's mpirun, into ``verdict``."""
+    rows, failure, seconds = preflight_links.measure(run, workload, LINK_DEADLINE_S, run.spec.preflight_margin)
+    links = checks.judge_links(rows, [w.name for w in workload.plan.workers], run.spec.preflight_margin, failure)
+    verdict.findings += links.findings
+    for worker, measured in links.figures.items():
+        verdict.figures.setdefault(worker, {}).update(measured)
+    verdict.medians.update(links.medians)
+    verdict.medians["link_test_s"] = round(seconds, 3)
+
+
+def figures(verdict: checks.Verdict) -> str:
+    """`` (compute kernel median 0.031 s, ring links median 1.9 GB/s, allreduce 1 MiB 0.8 ms)``."""
+    said = []
+    if verdict.medians.get("kernel_s"):
+        said.append(f"compute kernel median {verdict.medians['kernel_s']:.3g} s")
+    if verdict.medians.get("link_gbps"):
+        said.append(f"ring links median {verdict.medians['link_gbps']:.3g} GB/s")
+    if verdict.medians.get("allreduce_s") is not None:
+        said.append(f"allreduce {preflight_links.LINK_BYTES >> 20} MiB {verdict.medians['allreduce_s'] * 1000:.3g} ms")
+    return f" ({', '.join(said)})" if said else ""
+
+
 def nodes_of(backend, verdict: checks.Verdict) -> dict[str, str]:
     """worker -> the node it runs on, as the backend knows it (else the host it answered from)."""
     nodes = {w: (fig.get("host") or "") for w, fig in verdict.figures.items()}
@@ -83,9 +109,12 @@ def run(run: RunContext, workload: Workload) -> dict:
     t0 = time.monotonic()
     context = json.loads(run.context_file.read_text())
     captures = collect.captures_of(context)
-    answers, received, travel = ask(captures, probe_python(run.backend), DEADLINE_S)
+    python = probe_python(run.backend)
+    answers, received, travel = ask(captures, python, DEADLINE_S)
     expected = {w.name: w.gpus for w in workload.plan.workers}
     verdict = checks.judge(answers, expected, received, travel, spec.preflight_margin)
+    if workload.mode == "mpirun" and len(workload.plan.workers) > 1:
+        add_links(verdict, run, workload)
     seconds = time.monotonic() - t0
     nodes = nodes_of(run.backend, verdict)
     for finding in verdict.findings:
@@ -96,10 +125,8 @@ def run(run: RunContext, workload: Workload) -> dict:
         except Exception as e:  # an extra: the line is on stderr and in the record already
             print(f"mpilaunch: warning: the preflight finding was not posted to the cluster: {e}", file=run.stderr)
     if not verdict.findings and not run.quiet:
-        median = verdict.medians.get("kernel_s")
         print(
-            f"mpilaunch: preflight: {len(answers)} workers passed in {seconds:.1f} s"
-            + (f" (compute kernel median {median:.3g} s)" if median else ""),
+            f"mpilaunch: preflight: {len(answers)} workers passed in {seconds:.1f} s{figures(verdict)}",
             file=run.stderr,
             flush=True,
         )

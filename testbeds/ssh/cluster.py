@@ -118,6 +118,11 @@ class SshCluster:
     def netns(self, host: str) -> str:
         return f"sshbed-{self.tag}-{host}"
 
+    def link(self, host: str) -> tuple[str, str]:
+        """(the host's veth end on this machine, in the bridge; its own end, ``eth0`` in its
+        namespace): where a test shapes the host's traffic (tests/support/faults.py slow_link)."""
+        return self._links[host], "eth0"
+
     def host_tmp(self, host: str) -> Path:
         """The host's own TMPDIR (sshd sets it for every session there)."""
         return self.workdir / "hosts" / host / "tmp"

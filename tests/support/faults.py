@@ -5,13 +5,17 @@
   ``cpu.max`` where the unified hierarchy has the cpu controller, else cgroup v1's
   ``cpu.cfs_quota_us`` (this machine mounts a hybrid hierarchy: cpu is a v1 controller). An ssh
   testbed host is slowed by its listening sshd, from which every session is forked.
-Needs root; the cgroup is removed and the processes moved back on the way out.
+- ``slow_link``: a slow network link. A token bucket (``tc qdisc ... tbf``: this machine's kernel
+  has no ``netem``) on both ends of an ssh testbed host's veth limits what the host sends and
+  receives to a rate, as a port that negotiated a lower speed does.
+Needs root; the cgroup and the queueing disciplines are removed on the way out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -62,3 +66,21 @@ def slow_cpu(pids: list[int], share_of_a_core: float = 0.05):
                 (before.get(pid, root) / "cgroup.procs").write_text(str(pid))
         with contextlib.suppress(OSError):
             os.rmdir(group)
+
+
+@contextlib.contextmanager
+def slow_link(bed, host: str, rate: str = "20mbit"):
+    """Limit the ssh testbed ``host``'s traffic, both ways, to ``rate`` (tc's units: ``20mbit``)."""
+    outside, inside = bed.link(host)
+    shape = ["tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
+    ends = [[], ["ip", "netns", "exec", bed.netns(host)]]
+    devices = [outside, inside]
+    try:
+        for prefix, device in zip(ends, devices):
+            subprocess.run(
+                [*prefix, "tc", "qdisc", "add", "dev", device, "root", *shape], check=True, capture_output=True
+            )
+        yield
+    finally:
+        for prefix, device in zip(ends, devices):
+            subprocess.run([*prefix, "tc", "qdisc", "del", "dev", device, "root"], capture_output=True)

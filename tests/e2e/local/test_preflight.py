@@ -115,3 +115,26 @@ def test_preflight_scratch_a_full_tmpdir_is_named(openmpi5, tmp_path):
         amount = line.split(" has ", 1)[1].split(" free", 1)[0]
         assert amount.endswith(" MiB") and float(amount[:-4]) <= 64.0, line
     assert leftover_processes("pf-tmp") == []
+
+
+def test_preflight_link_test_runs_under_each_mpi_with_its_own_library(mpi_install, tmp_path):
+    """The link test is a real MPI program under the job's own mpirun: one rank per worker, each
+    ring link timed alone, then an allreduce, through ctypes on the MPI library that mpirun belongs
+    with (Open MPI 5 from PyPI beside Debian's Open MPI 4 library, MPICH's and Intel MPI's ABI)."""
+    name = f"pf-links-{mpi_install.id}"
+    proc = run_mpilaunch(
+        ["--name", name, "--np", "4", "--slots-per-worker", "1", "--preflight", "report",
+         "--output-dir", str(tmp_path / "out"), "--", *PROGRAM],
+        mpi_install,
+        env_extra={"MPILAUNCH_STATE_DIR": str(tmp_path / "state")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("PROGRAM-RAN") == 4
+    report = json.loads((tmp_path / "out" / "report.json").read_text())["preflight"]
+    assert report["medians"]["link_gbps"] > 0 and report["medians"]["allreduce_s"] > 0, report
+    for i in range(4):
+        measured = report["workers"][f"{name}-worker-{i}"]
+        assert measured["link_in_gbps"] > 0 and measured["link_out_gbps"] > 0, report
+    # a healthy machine: no finding, or (on a loaded one) only the link test's, never a failure of it
+    assert not [f for f in report["findings"] if "took no part" in f["message"]], report
+    assert leftover_processes(name) == []
