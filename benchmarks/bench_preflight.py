@@ -15,8 +15,9 @@ The model for 256 and 1024 workers (one node each): the probe's own time on one 
 Python start-up and the best of three kernel runs, measured here with one worker) plus the
 launcher's serial share per worker (one exec session each, started from one thread each: the
 slope between the sizes measured here, minus the kernels that a node per worker runs in
-parallel), capped by the 20 s deadline. Target (issue 52): at most 10 s at 16 workers here; the
-goal at 256 nodes is 60 s.
+parallel), capped by the 20 s deadline; plus the link test (its mpirun's launch as measured here,
+then one link at a time at 10 GB/s and 20 us, with the retries of a slow one). Target (issue 52):
+at most 10 s at 16 workers here; the goal at 256 nodes is 60 s.
 
     python benchmarks/bench_preflight.py --sizes 1,4,8,16 --runs 3
 """
@@ -34,6 +35,8 @@ from pathlib import Path
 
 from floor import REPO
 
+MIB = 1 << 20
+
 
 def one_run(workers: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
@@ -45,7 +48,9 @@ def one_run(workers: int) -> dict:
         if done.returncode != 0:
             raise SystemExit(f"mpilaunch exited {done.returncode}: {done.stderr[-2000:]}")
         checked = json.loads((Path(out) / "report.json").read_text())["preflight"]
-        return {"seconds": checked["seconds"], "kernel_s": checked["medians"].get("kernel_s", 0.0),
+        medians = checked["medians"]
+        return {"seconds": checked["seconds"], "kernel_s": medians.get("kernel_s", 0.0),
+                "links_s": medians.get("link_test_s", 0.0), "link_gbps": medians.get("link_gbps"),
                 "findings": len(checked["findings"])}  # fmt: skip
 
 
@@ -58,7 +63,21 @@ def model(per_size: dict[int, dict]) -> dict:
     # the kernels ran side by side on 2 cores here; on a node each they overlap entirely
     kernel_share = 3 * per_size[sizes[0]]["kernel_s"] / 2
     serial = max(0.0, slope - kernel_share)
-    return {n: round(min(20.0, alone + serial * n), 2) for n in (256, 1024)} | {"serial_per_worker_s": round(serial, 4)}
+    probes = {n: min(20.0, alone + serial * n) for n in (256, 1024)}
+    # the link test: its mpirun's launch (measured beside the links here, counted whole: a real
+    # launch of N daemons has its own figure, BENCHMARKS.md's scale rows) plus one link at a time,
+    # each 1 MiB and back, 3 times, then up to 12 times more for a slow one: at 10 GB/s and 20 us a
+    # message that is 4 x 3 x 0.12 ms a link, here measured at this machine's loopback speed instead
+    links_at = {n: per_size[n]["links_s"] for n in sizes}
+    link_slope = max(0.0, (links_at[big] - links_at[small]) / max(1, big - small))
+    launch = max(0.0, links_at[big] - link_slope * big)
+    per_link_real = 4 * 3 * (MIB / 10e9 + 20e-6)
+    links = {n: launch + per_link_real * n for n in (256, 1024)}
+    return {n: round(probes[n] + links[n], 2) for n in (256, 1024)} | {
+        "serial_per_worker_s": round(serial, 4),
+        "link_test_launch_s": round(launch, 3),
+        "link_slope_here_s": round(link_slope, 4),
+    }
 
 
 def main() -> None:
@@ -74,12 +93,15 @@ def main() -> None:
     per_size = {}
     load = os.getloadavg()[0]
     print(f"preflight, local workers, {args.runs} runs each, load {load:.1f}")
-    print("workers  preflight s (median, max)  kernel median s  findings")
+    print("workers  preflight s (median, max)  of it the link test s  kernel median s  link GB/s  findings")
     for n in sizes:
         secs = [r["seconds"] for r in got[n]]
-        per_size[n] = {"seconds": statistics.median(secs), "kernel_s": statistics.median(r["kernel_s"] for r in got[n])}
-        print(f"{n:7d}  {per_size[n]['seconds']:6.2f} {max(secs):6.2f}            {per_size[n]['kernel_s']:.3f}"
-              f"            {sum(r['findings'] for r in got[n])}")  # fmt: skip
+        per_size[n] = {"seconds": statistics.median(secs), "kernel_s": statistics.median(r["kernel_s"] for r in got[n]),
+                       "links_s": statistics.median(r["links_s"] for r in got[n])}  # fmt: skip
+        rates = [r["link_gbps"] for r in got[n] if r["link_gbps"]]
+        print(f"{n:7d}  {per_size[n]['seconds']:6.2f} {max(secs):6.2f}            {per_size[n]['links_s']:6.2f}"
+              f"                 {per_size[n]['kernel_s']:.3f}           {statistics.median(rates) if rates else 0:5.2f}"
+              f"      {sum(r['findings'] for r in got[n])}")  # fmt: skip
     print("model (a node per worker):", json.dumps(model(per_size)))
 
 

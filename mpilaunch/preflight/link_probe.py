@@ -122,7 +122,7 @@ def main(argv: list) -> int:
         return best
 
     edge_s = time_links(range(n) if n > 1 else (), repeats)
-    if n > 2:
+    if n > 1:
         # every rank learns every link's time and asks the slow ones again, longer: a link slowed
         # by a moment's load passes on a second look, a slow link stays slow
         mine, every = ctypes.c_double(edge_s or 0.0), (ctypes.c_double * n)()
