@@ -103,10 +103,11 @@ def scratch():
 
 def main(argv):
     budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 10.0
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 3  # a second look: more
     answer = {"host": socket.gethostname()}
     answer["gpus"], answer["gpu_error"] = gpus(max(1.0, budget / 2))
     answer["scratch"], answer["scratch_free"], answer["scratch_error"] = scratch()
-    answer["kernel_s"] = kernel_seconds()
+    answer["kernel_s"] = kernel_seconds(rounds)
     answer["clock"] = time.time()
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
