@@ -25,6 +25,7 @@ STANDALONE = {
     "hang/probe.py": "the stacks probe, run in a worker as python3 -c <its text> (hang/collect.py)",
     "backends/ssh/remote.py": "stage 1 on an ssh host, sent over the session's stdin (ssh/backend.py)",
     "job/artifact_probe.py": "--collect's lister and sender, run in a worker as python3 -c <its text>",
+    "preflight/link_probe.py": "--preflight's link test, each rank python3 -c <its text> (workloads/preflight_links.py)",
 }
 
 

@@ -45,7 +45,15 @@ def capture(context: dict, worker: dict, command: str, timeout: float):
     """Run ``command`` in the worker without stdin, collecting its output: ``(status, stdout, stderr)``
     bytes; TimeoutError past ``timeout`` seconds (the hang probe's channel, ``hang.collect``)."""
     secret = agent_client.read_secret(context["secret_file"], bool(context.get("secret_shared_ok")))
-    # the agent's own environment: the shim's forwarded PATH would hide the worker's py-spy
+    # the agent's own environment: the shim's forwarded PATH would hide the worker's py-spy.
+    # A refused connection is waited out as the shims do: the program check and --preflight ask
+    # a worker the moment its pod is Ready, before its agent listens (seen on real pods: the
+    # check took "refused" for no answer, 2 runs in 4, and the ranks ran a missing program)
     return agent_client.run_capture(
-        worker["address"], secret, command, timeout=timeout, connect_timeout=max(0.5, min(5.0, timeout))
+        worker["address"],
+        secret,
+        command,
+        timeout=timeout,
+        connect_timeout=max(0.5, min(5.0, timeout)),
+        refused_wait=min(float(context.get("refused_wait", 0)), timeout),
     )

@@ -458,6 +458,33 @@ def test_secret_stdin(tmp_path):
         p.wait(10)
 
 
+def test_capture_waits_out_an_agent_that_does_not_listen_yet(tmp_path):
+    # A pod is Ready a moment before its agent listens. The program check and --preflight ask the
+    # first worker at once, through the transport's capture: it must wait a refused connection
+    # out as the shims do (the context's refused_wait), not take it for "no answer".
+    from mpilaunch.rsh_agent.transports import agent as agent_transport
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started: list[AgentProc] = []
+
+    def start_later():
+        time.sleep(1.0)
+        started.append(AgentProc(tmp_path / "late", args=("--listen", f"127.0.0.1:{port}")))
+
+    later = threading.Thread(target=start_later)
+    later.start()
+    try:
+        context = {"secret_file": str(write_secret(tmp_path / "secret", SECRET)), "refused_wait": 30}
+        status, out, _ = agent_transport.capture(context, {"address": f"127.0.0.1:{port}"}, "echo answered", 20)
+    finally:
+        later.join()
+        for a in started:
+            a.stop()
+    assert (status, out) == (0, b"answered\n")
+
+
 def test_world_readable_secret_file_is_refused(tmp_path):
     secret = write_secret(tmp_path / "s", mode=0o644)
     r = subprocess.run(
