@@ -46,6 +46,9 @@ class Capabilities:
     detach: bool = False
     # --retries: lost workers are recreated in place (``ReplacesWorkers``)
     replace_workers: bool = False
+    # --spares: workers beyond the plan take a rejected or lost worker's place at once (served by
+    # ``ReplacesWorkers`` too: its ``replace_workers`` takes a waiting spare first)
+    spares: bool = False
     # mpirun may run in a launcher in the cluster (``ClusterLauncher``)
     cluster_launcher: bool = False
     # `mpilaunch status|logs|delete|wait|stacks NAME` find the job again (``JobsByName``)
@@ -234,6 +237,11 @@ class BaseBackend(ABC):
             )
         if spec.retries and not caps.replace_workers:
             raise UsageError(f"the {cls.name} backend cannot replace workers", "drop --retries")
+        if spec.spares and not caps.spares:
+            raise UsageError(
+                f"--spares is not available with the {cls.name} backend yet",
+                "drop --spares (--retries replaces a lost worker in place), or use --backend local or ssh",
+            )
 
     def rank_prefix(self) -> list[str]:
         """How a worker starts mpilaunch's per-rank wrapper (its Python may differ from ours)."""

@@ -80,11 +80,17 @@ class ReplacesWorkers(ABC):
     Example: ``backends/local/backend.py``."""
 
     @abstractmethod
-    def replace_workers(self, names: list[str]) -> None:
-        """Replace lost workers by new ones of the same name; ``wait_ready`` follows.
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
+        """Replace lost (or, ``why`` "preflight", rejected) workers; ``wait_ready`` follows.
 
-        The rest of the allocation stays as it is.
+        The rest of the allocation stays as it is. Where the backend keeps spares (capability
+        ``spares``, ``spare_pool.py``) a waiting spare serves the worker at once and another is
+        asked for; else a new worker of the same name. Returns worker -> the spare now serving it.
         """
+
+    def spares_waiting(self) -> int:
+        """How many spares wait for a worker's place now (capability ``spares``)."""
+        return 0
 
 
 class RemoteHosts(ABC):

@@ -146,3 +146,23 @@ def from_args(cls, args, **given):
             value = meta["from_args"](value, args)
         values[f.name] = value
     return cls(**given, **values)
+
+
+def refused_with_detach(spec) -> list[tuple[str, str, object]]:
+    """(field, flag, value) of each option given that a detached job cannot honour: the spec's (a
+    nested value object's by its own fields' flags: -i, not --ps) and its backend's options'."""
+    out = []
+    for holder in (spec, spec.backend_options):
+        for spec_field in dataclasses.fields(holder) if dataclasses.is_dataclass(holder) else ():
+            value = getattr(holder, spec_field.name)
+            if detached_kind(spec_field) != REFUSED or value == field_default(spec_field):
+                continue
+            if spec_field.metadata.get("nested") is not None:
+                out += [
+                    (f.name, f.metadata["flag"], getattr(value, f.name))
+                    for f in dataclasses.fields(value)
+                    if getattr(value, f.name) != field_default(f)
+                ]
+            else:
+                out.append((spec_field.name, spec_field.metadata["flag"], value))
+    return out

@@ -185,8 +185,8 @@ def discover_local_gpus(environ: dict | None = None) -> list[str]:
     return [d for d in visible if d in physical or not d.isdigit()]
 
 
-def partition_devices(devices: list[str], plan: Plan) -> dict[str, list[str]]:
-    """Give each worker of a local job its own GPUs, in order."""
+def partition_devices(devices: list[str], plan: Plan, spares=()) -> dict[str, list[str]]:
+    """Give each worker of a local job its own GPUs, in order, then each spare (``WorkerPlan``)."""
     needed = plan.gpus
     if needed > len(devices):
         raise UsageError(
@@ -194,9 +194,16 @@ def partition_devices(devices: list[str], plan: Plan) -> dict[str, list[str]]:
             + (f" ({','.join(devices)})" if devices else ""),
             "lower --gpus, or check nvidia-smi and CUDA_VISIBLE_DEVICES",
         )
+    for_spares = sum(s.gpus for s in spares)
+    if needed + for_spares > len(devices):
+        raise UsageError(
+            f"the job needs {needed} GPUs and its {len(spares)} spares {for_spares} more, "
+            f"but this machine has {len(devices)} usable",
+            "lower --spares (each spare takes the GPUs of one worker)",
+        )
     out: dict[str, list[str]] = {}
     cursor = 0
-    for w in plan.workers:
+    for w in (*plan.workers, *spares):
         out[w.name] = devices[cursor : cursor + w.gpus]
         cursor += w.gpus
     return out

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from . import artifacts, env_names, mpi
-from .declared import CARRIED, REFUSED, RESOLVED, SUBMITTING, detached_kind, field_default, option
+from .declared import CARRIED, REFUSED, RESOLVED, SUBMITTING, detached_kind, option, refused_with_detach
 from .errors import UsageError
 from .exit_codes import EXIT_HUNG, EXIT_PREFLIGHT
 from .limits import MAX_RANKS, MAX_WORKERS
@@ -288,6 +288,17 @@ class JobSpec:
         detached=REFUSED,
         help="with --retries: relaunch after a rank failure too",
     )
+    # warm workers beyond the plan, not in the hostfile: a worker --preflight enforce rejects, or one
+    # lost with --retries, is replaced from them at once (backends/spare_pool.py)
+    spares: int = option(
+        0,
+        flag="--spares",
+        type=int,
+        metavar="K",
+        group=JOB_CONTROL,
+        detached=REFUSED,
+        help="K more workers, outside the hostfile: one takes the place of a worker that --preflight enforce rejects or --retries replaces (local)",
+    )
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
     output_dir: str | None = option(
         flag="--output-dir",
@@ -514,6 +525,20 @@ class JobSpec:
             )
         if self.retry_rank_failures and not self.retries:
             raise UsageError("--retry-rank-failures needs --retries N", "add --retries 1 (or more)")
+        if self.spares < 0:
+            raise UsageError(
+                f"--spares must be 0 or more, got {self.spares}", "give how many spare workers, e.g. --spares 1"
+            )
+        if self.spares and self.mode == "ps":
+            raise UsageError(
+                "--spares stands in for mpirun workers, not PS tasks",
+                "drop --spares; PS jobs recover through TensorFlow's own fault tolerance",
+            )
+        if self.spares and not (self.retries or self.preflight == "enforce"):
+            raise UsageError(
+                "--spares needs something to swap a worker out: --retries N (a lost worker) or --preflight enforce",
+                "add --retries 1 or --preflight enforce, or drop --spares",
+            )
         if not self.retries:
             return
         if self.mode == "ps":
@@ -524,26 +549,6 @@ class JobSpec:
 
     def to_dict(self) -> dict:
         return _as_dict(self)
-
-
-def refused_with_detach(spec: JobSpec) -> list[tuple[str, str, object]]:
-    """(field, flag, value) of each option given that a detached job cannot honour: the spec's (a
-    nested value object's by its own fields' flags: -i, not --ps) and its backend's options'."""
-    out = []
-    for holder in (spec, spec.backend_options):
-        for spec_field in dataclasses.fields(holder) if dataclasses.is_dataclass(holder) else ():
-            value = getattr(holder, spec_field.name)
-            if detached_kind(spec_field) != REFUSED or value == field_default(spec_field):
-                continue
-            if spec_field.metadata.get("nested") is not None:
-                out += [
-                    (f.name, f.metadata["flag"], getattr(value, f.name))
-                    for f in dataclasses.fields(value)
-                    if getattr(value, f.name) != field_default(f)
-                ]
-            else:
-                out.append((spec_field.name, spec_field.metadata["flag"], value))
-    return out
 
 
 @dataclass(frozen=True)

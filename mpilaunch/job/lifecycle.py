@@ -26,10 +26,10 @@ from ..core.errors import Interrupted, MpilaunchError, PreflightFailed, UsageErr
 from ..core.exit_codes import EXIT_FAILED, EXIT_HUNG, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from ..core.result import JobResult, LostWorker, lost_workers_failure, worker_location
 from ..core.spec import JobSpec
-from ..workloads import hang_watch, preflight_run, workload_class
+from ..workloads import hang_watch, workload_class
 from ..workloads.base import RunContext, Workload
 from ..workloads.straggler_watch import StragglerWatch
-from . import artifacts, record, summary
+from . import artifacts, record, spares, summary
 from .interrupts import (  # noqa: F401  (INTERRUPT_SIGNALS: the lifecycle's tests read it here)
     INTERRUPT_SIGNALS,
     ignore_interrupts,
@@ -134,6 +134,7 @@ def run_job(
     seen: dict[str, float] = {}  # the lifecycle's own phases; backend and workload keep theirs
     hang: dict = {}  # report.json's "hang" and "stacks", where the job was found hung or timed out
     checked: dict = {}  # report.json's "preflight" (--preflight)
+    swaps: list[dict] = []  # report.json's "spares" (--spares): which spare took which worker's place
     try:
         with interrupts_raise(then_ignore=True):
             # allocate, and wait until every worker is ready (the backend's diagnosis on timeout)
@@ -149,7 +150,13 @@ def run_job(
             # launcher checks them itself, with the same carried --preflight
             if spec.preflight != "off" and not backend.launcher_in_cluster:
                 try:
-                    checked["preflight"] = preflight_run.run(run, workload)
+                    checked["preflight"] = spares.preflight(
+                        run,
+                        workload,
+                        lambda: write_context(run.context_file, workload.job_name, backend),
+                        swaps,
+                        origin,
+                    )
                 finally:  # enforce's stop too: the ledger gives the check its own share
                     phases.mark(seen, "preflight_done")
 
@@ -188,7 +195,7 @@ def run_job(
                 if not should_retry(spec, len(attempts), result.exit_code, lost):
                     break
                 t_run = time.monotonic()
-                retry(run, workload, backend, lost, len(attempts) + 1)
+                retry(run, workload, backend, lost, len(attempts) + 1, swaps, origin)
             timings["run_s"] = round(time.monotonic() - t_run, 3)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
@@ -218,6 +225,8 @@ def run_job(
         if spec.retries:
             body["attempts"] = attempts
         body.update(hang, **({"collected": collected} if collected else {}))
+        if spec.spares:
+            body["spares"] = {"count": spec.spares, "swaps": swaps}
         body.update(checked)
         body["ledger"] = summary.ledger({"plan": workload.plan.to_dict(), "timings": timings, **body})
         now, wall = time.monotonic(), time.time()
@@ -407,8 +416,11 @@ def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[L
     return bool(lost) or spec.retry_rank_failures
 
 
-def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], number: int) -> None:
-    """Replace the lost workers (new pod, container or agent, same name) and start the workload again."""
+def retry(
+    run: RunContext, workload: Workload, backend, lost: list[LostWorker], number: int, swaps: list, t0: float
+) -> None:
+    """Replace the lost workers (a waiting spare, else a new pod, container or agent of the same name)
+    and start the workload again."""
     spec = run.spec
     names = [w.worker for w in lost]
     what = f"replacing {', '.join(names)}" if names else "on the same workers"
@@ -425,7 +437,7 @@ def retry(run: RunContext, workload: Workload, backend, lost: list[LostWorker], 
             raise UsageError(f"the {backend.name} backend cannot replace workers", "drop --retries")
         for name in names:  # the lost worker's phases keep their attempt; the replacement's are its own
             phases.retire_worker(backend.worker_times, name, number - 1)
-        backend.replace_workers(names)
+        spares.swap(run, backend, names, "lost", swaps, t0)
     if isinstance(backend, ClusterLauncher):
         backend.relaunch(number)  # the cluster's launcher: a new one for this attempt
     if names or backend.launcher_in_cluster:

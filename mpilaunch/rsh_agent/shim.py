@@ -37,8 +37,18 @@ CAPTURE_WORKER_PATH = (
 )
 
 
-def remote_command(command: str) -> str:
-    return CAPTURE_WORKER_PATH + command
+# A worker served by a spare (--spares: backends/spare_pool.py, whose SPARE_KEY this is): the
+# spare's agent calls its sessions by the spare's own name; the ranks must say the plan's worker.
+SPARE_KEY = "spare"
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def remote_command(command: str, host: str | None = None, worker: dict | None = None) -> str:
+    """The words the worker's ``/bin/sh -c`` runs: the captures, then mpirun's ``command``."""
+    said = CAPTURE_WORKER_PATH
+    if worker and worker.get(SPARE_KEY) and host and set(host) <= _NAME_CHARS:
+        said += f"{env_names.WORKER}={host}; export {env_names.WORKER}; "
+    return said + command
 
 
 # ssh options that take a value (the value may be attached: -p22, -oX=Y).
@@ -246,7 +256,7 @@ def _run(path: str, host: str, command: str, no_stdin: bool) -> int:
         os.dup2(devnull, 0)
         os.close(devnull)
     try:
-        status = transport.run(context, worker, remote_command(command))
+        status = transport.run(context, worker, remote_command(command, host, worker))
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError, KeyError) as exc:  # AgentError is a ConnectionError

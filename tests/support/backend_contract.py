@@ -114,6 +114,10 @@ def capability_mismatches(cls) -> list[str]:
             wrong.append(f"{cls.__name__} claims {capability} but is no {protocol.__name__}")
         if opted_in and not claimed:
             wrong.append(f"{cls.__name__} is a {protocol.__name__} without claiming {capability}")
+    if cls.capabilities.spares and not issubclass(cls, protocols.ReplacesWorkers):
+        wrong.append(f"{cls.__name__} claims spares but is no ReplacesWorkers (which takes them)")
+    if cls.capabilities.spares and cls.spares_waiting is protocols.ReplacesWorkers.spares_waiting:
+        wrong.append(f"{cls.__name__} claims spares but never says how many wait (spares_waiting)")
     for protocol in protocols.PROTOCOLS:
         if issubclass(cls, protocol) and unimplemented(cls, protocol):
             wrong.append(f"{cls.__name__} is a {protocol.__name__} but lacks {unimplemented(cls, protocol)}")

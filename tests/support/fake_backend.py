@@ -174,12 +174,13 @@ class FakeClusterBackend(FakeBackend, protocols.ReplacesWorkers, protocols.Clust
         super().__init__(spec, plan, rundir, **kw)
         self.launcher_in_cluster = launcher_in_cluster
 
-    def replace_workers(self, names: list[str]) -> None:
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
         self._hook("replace_workers", list(names))
         for name in names:
             self.gone.pop(name, None)
             self.settle_only.discard(name)
             self.generation[name] += 1
+        return {}
 
     def relaunch(self, attempt: int) -> None:
         self._hook("relaunch", attempt)

@@ -54,6 +54,7 @@ REFUSED_VALUES = {
     "dry_run": True,
     "retries": 2,
     "retry_rank_failures": True,
+    "spares": 1,
     "ps": PsOptions(ps=1, workers=2),
 }
 

@@ -338,9 +338,10 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
             flags += f" --kubeconfig {self.opts.kubeconfig}"
         return flags
 
-    def replace_workers(self, names: list[str]) -> None:
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
         """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
         replace.replace_workers(self, names)
+        return {}
 
     def relaunch(self, attempt: int) -> None:
         replace.relaunch(self, attempt)

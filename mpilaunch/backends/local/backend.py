@@ -26,6 +26,7 @@ from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secr
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers
 from ..rendezvous import free_port_below_ephemeral
+from ..spare_pool import SPARE_KEY, SparePool
 from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
 
@@ -72,7 +73,7 @@ def listening_socket(address: str) -> socket.socket:
 class LocalBackend(BaseBackend, ReplacesWorkers):
     name = "local"
     options_class = LocalOptions
-    capabilities = Capabilities(replace_workers=True)
+    capabilities = Capabilities(replace_workers=True, spares=True)
     workers_on_this_host = True
     forwards_path = True
     checks_program_here = True
@@ -86,6 +87,11 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         self.devices: dict[str, list[str]] = {}
         self.job_marker = f"{plan.job_name}-{os.getpid()}-{os.urandom(4).hex()}"
         self.take_hostnames = False  # each agent a host of its worker's name (allocate, agent/hostname.py)
+        # --spares: agents beyond the plan, outside the hostfile, until one serves a worker
+        self.spares = SparePool.for_plan(plan)
+        self.spare_agents: dict[str, subprocess.Popen] = {}
+        self.spare_addresses: dict[str, str] = {}
+        self.socket_index: dict[str, int] = {w.name: i for i, w in enumerate(plan.workers)}
 
     def _launcher(self, name: str, module: str) -> str:
         """A per-job ``python -IS`` executable for a module that starts many times (``pylauncher``)."""
@@ -127,21 +133,36 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         return argv
 
     def allocate(self) -> None:
+        spares = [self.spares.new_spare() for _ in range(self.spec.spares)]
         if self.plan.gpus:
-            self.devices = gpu_slots.partition_devices(gpu_slots.discover_local_gpus(), self.plan)
+            devices = gpu_slots.discover_local_gpus()
+            self.devices = gpu_slots.partition_devices(devices, self.plan, spares)
         write_secret(self.secret_file)
-        self.take_hostnames = self._can_take_hostnames()
+        self.take_hostnames = self._can_take_hostnames(spares)
         for worker in self.plan.workers:
             self._start_agent(worker)
+        for spare in spares:
+            self._start_spare(spare)
 
-    def _can_take_hostnames(self) -> bool:
+    def _start_spare(self, spare) -> None:
+        """A spare's agent, waiting outside the hostfile (its own name, host name and GPUs)."""
+        self.spare_agents[spare.name], self.spare_addresses[spare.name] = self._spawn_agent(spare)
+        self.spares.ready(spare.name)
+
+    def spares_waiting(self) -> int:
+        for name in list(self.spares.waiting):  # an agent that died waiting is no spare
+            if self.spare_agents[name].poll() is not None:
+                self.spares.lost(name)
+        return len(self.spares.waiting)
+
+    def _can_take_hostnames(self, spares=()) -> bool:
         """Whether each agent takes its worker's name for host name (``own_hostnames``: the MPI
         tells workers apart by host name, and here they all share this machine's). Tried once
         first; where this machine does not let a process name its host, a warning says what
         goes wrong and the job runs as before."""
         if not self.own_hostnames:
             return False
-        why = can_take_hostname(max((w.name for w in self.plan.workers), key=len))
+        why = can_take_hostname(max((w.name for w in (*self.plan.workers, *spares)), key=len))
         if why is None:
             return True
         print(
@@ -159,8 +180,13 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
 
     def _start_agent(self, worker) -> None:
         phases.mark_worker(self.worker_times, worker.name, "created")
+        self.agents[worker.name], self.addresses[worker.name] = self._spawn_agent(worker)
+
+    def _spawn_agent(self, worker):
+        """(the agent's process, its address) for ``worker`` (of the plan, or a spare)."""
         log = open(self.rundir / f"{worker.name}.agent.log", "ab")
-        address = agent_socket_address(self.rundir, self.plan.workers.index(worker))
+        index = self.socket_index.setdefault(worker.name, len(self.socket_index))
+        address = agent_socket_address(self.rundir, index)
         with listening_socket(address) as listener:
             # Own session: a Ctrl-C at the terminal reaches mpilaunch only,
             # which then tears the workers down in order.
@@ -172,9 +198,9 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                 pid = os.fork()
                 if pid == 0:
                     run_forked_agent(argv[1:], env, listener.fileno(), log.fileno())
-                self.agents[worker.name] = ForkedAgent(pid, argv)
+                agent = ForkedAgent(pid, argv)
             else:
-                self.agents[worker.name] = subprocess.Popen(
+                agent = subprocess.Popen(
                     self._agent_argv(worker, listener.fileno()),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -183,8 +209,8 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                     pass_fds=(listener.fileno(),),
                     env=self.launch_environ,
                 )
-            self.addresses[worker.name] = address
         log.close()
+        return agent, address
 
     def _fork_agents(self) -> bool:
         """Fork this job's agents (FORK_AGENTS_FROM), where forking is safe: no other thread runs here
@@ -196,9 +222,11 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
 
         return True
 
-    def replace_workers(self, names: list[str]) -> None:
-        """A new agent for each lost worker; whatever the old one left running goes first."""
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
+        """A waiting spare (--spares), else a new agent, for each lost or rejected worker; whatever
+        the old one left running goes first. A spare taken is asked for again at once."""
         by_name = {w.name: w for w in self.plan.workers}
+        taken = {}
         for name in names:
             old = self.agents.get(name)
             if old is not None and old.poll() is None:
@@ -208,7 +236,22 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
             # local job of the same --name or --hostfile has workers of the same names)
             for pid in processes_with_env(env_names.WORKER, name, **{env_names.JOB: self.job_marker}):
                 kill_tree(pid)
-            self._start_agent(by_name[name])
+            spare = self.spares.take(name, why) if self.spares_waiting() else None
+            if spare is None:
+                self.spares.serving.pop(name, None)
+                self._start_agent(by_name[name])
+                continue
+            phases.mark_worker(self.worker_times, name, "created")
+            self.agents[name] = self.spare_agents.pop(spare)
+            self.addresses[name] = self.spare_addresses.pop(spare)
+            if spare in self.devices:
+                self.devices[name] = self.devices.pop(spare)
+            taken[name] = spare
+            # another spare in its place; on one machine a GPU job has no GPU left for it (the
+            # worker's own may be the one preflight rejected)
+            if not self.spares.gpus:
+                self._start_spare(self.spares.new_spare())
+        return taken
 
     def wait_ready(self, deadline: float, progress) -> None:
         """Nothing to wait for: each agent's socket listened before the agent started.
@@ -249,7 +292,13 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
             "secret_file": str(self.secret_file),
             "forward_env": list(FORWARD_ENV),
             "cwd": os.getcwd(),
-            "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
+            "workers": {
+                name: {
+                    "address": addr,
+                    **({SPARE_KEY: self.spares.serving[name]} if name in self.spares.serving else {}),
+                }
+                for name, addr in self.addresses.items()
+            },
         }
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
@@ -294,15 +343,17 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
                 "pid": proc.pid if proc else None,
                 "state": state,
                 "gpus": self.devices.get(worker.name, []),
+                **({"spare": self.spares.serving[worker.name]} if worker.name in self.spares.serving else {}),
             }
         return out
 
     def release(self) -> None:
-        for proc in self.agents.values():
+        agents = [*self.agents.values(), *self.spare_agents.values()]
+        for proc in agents:
             if proc.poll() is None:
                 proc.terminate()
         deadline = time.monotonic() + 5
-        for proc in self.agents.values():
+        for proc in agents:
             try:
                 wait_exit(proc, max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

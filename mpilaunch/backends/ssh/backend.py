@@ -139,7 +139,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
         self.sessions[host] = proc
         self._unsent[host] = memoryview(stdin)
 
-    def replace_workers(self, names: list[str]) -> None:
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
         """--retries: a lost host gets a new ssh session and agent (``wait_ready`` follows); the
         others keep theirs. The same host: a plan's workers are its hostfile's hosts."""
         stdin = session_input(self.secret_file.read_bytes())
@@ -147,6 +147,7 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
             end_session(self.sessions.pop(host), grace=RELEASE_GRACE)
             self.facts.pop(host, None)
             self._start_session(host, stdin)
+        return {}
 
     def wait_ready(self, deadline: float, progress) -> None:
         """Feed every session its stdin and read each host's line, all at once, until every host

@@ -463,8 +463,9 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     def manage_flags(self) -> str:
         return "--backend yarn"  # an application is found by its name alone
 
-    def replace_workers(self, names: list[str]) -> None:
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
         replace.replace_workers(self, names)
+        return {}
 
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         self.outcome, self.failure = exit_code, failure

@@ -1,0 +1,78 @@
+"""--spares: workers allocated beyond the plan, waiting outside the hostfile, and the slot each serves.
+
+A *slot* is a worker of the plan: its name is in the hostfile, the rank lines
+and the record, and mpirun asks the shim for it. A *member* is what the
+backend allocated (an agent, a host). At first each slot is served by the
+member of its own name. A spare that takes a slot over keeps its own name as
+a member (its process, its host name: MPI tells daemons apart by it), and the
+slot's context entry names it (``SPARE_KEY``): the shim then gives the ranks
+the slot's name as their worker (``rsh_agent/shim.py``), so what the user
+reads is the plan's worker, served by the spare.
+
+Pure bookkeeping; the backends start and stop the members.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..core.spec import Plan, WorkerPlan
+
+#: a slot's context entry names the spare that serves it
+SPARE_KEY = "spare"
+
+
+def spare_template(plan: Plan) -> tuple[int, int]:
+    """(slots, GPUs) of a spare: enough to take any worker's place."""
+    return max(w.slots for w in plan.workers), max(w.gpus for w in plan.workers)
+
+
+@dataclass
+class SparePool:
+    """The spares of one job: those waiting (in the order they were asked for) and the swaps made."""
+
+    job_name: str
+    slots: int
+    gpus: int
+    waiting: list[str] = field(default_factory=list)
+    serving: dict[str, str] = field(default_factory=dict)  # slot -> the spare that serves it now
+    swaps: list[dict] = field(default_factory=list)  # the record's: worker, spare, why
+    asked: int = 0
+
+    @classmethod
+    def for_plan(cls, plan: Plan) -> SparePool:
+        slots, gpus = spare_template(plan)
+        return cls(plan.job_name, slots, gpus)
+
+    def new_spare(self) -> WorkerPlan:
+        """The next spare to allocate (``<job>-spare-<i>``, never a name used before in this job)."""
+        worker = WorkerPlan(f"{self.job_name}-spare-{self.asked}", self.slots, self.gpus)
+        self.asked += 1
+        return worker
+
+    def ready(self, name: str) -> None:
+        """Spare ``name`` is allocated and waits for a slot."""
+        if name not in self.waiting:
+            self.waiting.append(name)
+
+    def lost(self, name: str) -> None:
+        """A waiting spare died before it served (it is no spare any more)."""
+        if name in self.waiting:
+            self.waiting.remove(name)
+
+    def take(self, slot: str, why: str) -> str | None:
+        """The spare that serves ``slot`` from now on (the oldest waiting), None when none waits."""
+        if not self.waiting:
+            return None
+        spare = self.waiting.pop(0)
+        self.serving[slot] = spare
+        self.swaps.append({"worker": slot, "spare": spare, "why": why})
+        return spare
+
+    def member_of(self, slot: str) -> str:
+        """Which member serves ``slot``: a spare's name, else the slot's own."""
+        return self.serving.get(slot, slot)
+
+    def to_dict(self) -> dict:
+        """report.json's ``spares``."""
+        return {"asked": self.asked, "waiting": list(self.waiting), "swaps": list(self.swaps)}

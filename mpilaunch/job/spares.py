@@ -1,0 +1,71 @@
+"""--spares in the lifecycle: a worker that ``--preflight enforce`` rejects, or that is lost with
+``--retries``, is swapped for a waiting spare (the backend's ``replace_workers``), and the swap is
+said on stderr and kept for the record.
+
+Before the program: the rejected workers are swapped and every worker is checked again (the link
+test needs them all, and a spare may be bad too), for as long as spares wait and at most
+``MAX_PREFLIGHT_ROUNDS`` checks; when the spares run out, ``--preflight enforce`` stops the job as
+it does without spares.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..backends.protocols import ReplacesWorkers
+from ..core.errors import PreflightFailed
+from ..workloads import preflight_run
+from ..workloads.base import RunContext, Workload
+from .progress import WaitProgress
+
+#: the most preflight checks one job runs: the first, and one after each swap
+MAX_PREFLIGHT_ROUNDS = 3
+
+
+def waiting(backend) -> int:
+    return backend.spares_waiting() if isinstance(backend, ReplacesWorkers) else 0
+
+
+def swap(run: RunContext, backend, names: list[str], why: str, swaps: list[dict], t0: float) -> dict[str, str]:
+    """Replace ``names`` (spares first); say which spare serves which worker; keep it in ``swaps``."""
+    taken = backend.replace_workers(names, why=why) or {}
+    for worker, spare in taken.items():
+        print(f"mpilaunch: spare {spare} takes the place of worker {worker} ({why})", file=run.stderr, flush=True)
+        swaps.append({"worker": worker, "spare": spare, "why": why, "at_s": round(time.monotonic() - t0, 3)})
+    return taken
+
+
+def preflight(
+    run: RunContext, workload: Workload, rewrite_context: Callable[[], None], swaps: list[dict], t0: float
+) -> dict:
+    """``preflight_run.run``; with ``--preflight enforce`` and spares waiting for every rejected worker,
+    swap them and check again. Returns the record's ``preflight`` (with ``swapped_rounds``: the
+    findings of each check that swapped workers); raises PreflightFailed as ``preflight_run.run``."""
+    backend = run.backend
+    earlier: list[dict] = []
+    while True:
+        try:
+            found = preflight_run.run(run, workload)
+        except PreflightFailed as e:
+            failed = list((e.found or {}).get("failed_workers") or [])
+            if earlier and e.found is not None:
+                e.found["swapped_rounds"] = earlier
+            left = waiting(backend)
+            if not failed or len(earlier) + 1 >= MAX_PREFLIGHT_ROUNDS or len(failed) > left:
+                if run.spec.spares:
+                    e.hint = (
+                        f"{len(failed)} to swap, {left} spare{'s' if left != 1 else ''} waiting"
+                        + (f" after {len(earlier)} swap{'s' if len(earlier) > 1 else ''}" if earlier else "")
+                        + f"; {e.hint}"
+                    )
+                raise
+            earlier.append(e.found)
+            swap(run, backend, failed, "preflight", swaps, t0)
+            with WaitProgress(workload.waiting_for(), run.stderr, quiet=run.quiet) as progress:
+                backend.wait_ready(time.monotonic() + run.spec.start_timeout, progress)
+            rewrite_context()
+            continue
+        if earlier:
+            found["swapped_rounds"] = earlier
+        return found

@@ -1,0 +1,58 @@
+"""--spares' bookkeeping (backends/spare_pool.py) and how a worker served by a spare is told its
+name (the shim's remote command): pure functions, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpilaunch.backends import spare_pool
+from mpilaunch.backends.k8s.backend import K8sBackend
+from mpilaunch.backends.local.backend import LocalBackend
+from mpilaunch.backends.ssh.backend import SshBackend
+from mpilaunch.core.errors import UsageError
+from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
+from mpilaunch.rsh_agent import shim
+
+
+def plan() -> Plan:
+    return Plan("j", (WorkerPlan("j-worker-0", 4, 4), WorkerPlan("j-worker-1", 2, 2)))
+
+
+def test_spare_pool_a_spare_can_take_any_workers_place_and_names_are_never_reused():
+    pool = spare_pool.SparePool.for_plan(plan())
+    first, second = pool.new_spare(), pool.new_spare()
+    assert (first.name, first.slots, first.gpus) == ("j-spare-0", 4, 4)  # the largest worker's
+    pool.ready(first.name)
+    pool.ready(second.name)
+    assert pool.take("j-worker-1", "preflight") == "j-spare-0"  # the oldest waiting
+    assert pool.member_of("j-worker-1") == "j-spare-0" and pool.member_of("j-worker-0") == "j-worker-0"
+    pool.lost("j-spare-1")  # died waiting
+    assert pool.take("j-worker-0", "lost") is None
+    assert pool.new_spare().name == "j-spare-2"
+    assert pool.to_dict() == {
+        "asked": 3,
+        "waiting": [],
+        "swaps": [{"worker": "j-worker-1", "spare": "j-spare-0", "why": "preflight"}],
+    }
+
+
+def test_spare_shim_tells_the_ranks_the_workers_name_only_where_a_spare_serves_it():
+    plain = shim.remote_command("prted --x", "j-worker-1", {"address": "unix:/s"})
+    served = shim.remote_command("prted --x", "j-worker-1", {"address": "unix:/s", "spare": "j-spare-0"})
+    assert plain == shim.CAPTURE_WORKER_PATH + "prted --x"
+    assert served == shim.CAPTURE_WORKER_PATH + "MPILAUNCH_WORKER=j-worker-1; export MPILAUNCH_WORKER; prted --x"
+    # a name the shell would read as more than a name is never written into the command
+    odd = shim.remote_command("prted", "w;rm -rf x", {"spare": "s"})
+    assert odd == shim.CAPTURE_WORKER_PATH + "prted"
+    assert shim.SPARE_KEY == spare_pool.SPARE_KEY  # the shim imports nothing heavy: the same key, twice
+
+
+@pytest.mark.parametrize("backend", [K8sBackend, SshBackend])
+def test_spare_a_backend_that_keeps_none_refuses_the_option_before_anything_is_made(backend):
+    spec = JobSpec(command=("true",), spares=1, retries=1)
+    with pytest.raises(UsageError, match="--spares is not available with the"):
+        backend.check_spec(spec)
+
+
+def test_spare_the_local_backend_accepts_the_option():
+    LocalBackend.check_spec(JobSpec(command=("true",), spares=2, retries=1))
