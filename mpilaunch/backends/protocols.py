@@ -25,6 +25,7 @@ they use the plain-function defaults at the end of this file.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 
 
@@ -91,6 +92,12 @@ class ReplacesWorkers(ABC):
     def spares_waiting(self) -> int:
         """How many spares wait for a worker's place now (capability ``spares``)."""
         return 0
+
+    def worker_changes(self):
+        """A context manager giving a ``threading.Event`` set whenever a worker may have changed (k8s:
+        a watch on the job's pods), so that ``lost_workers`` is asked, and the worker replaced, at
+        once rather than at the next look; None: no such signal, the looks keep their interval."""
+        return contextlib.nullcontext()
 
 
 class RemoteHosts(ABC):

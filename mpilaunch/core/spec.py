@@ -297,7 +297,7 @@ class JobSpec:
         metavar="K",
         group=JOB_CONTROL,
         detached=REFUSED,
-        help="K more workers, outside the hostfile: one takes the place of a worker that --preflight enforce rejects or --retries replaces (local)",
+        help="K more workers, outside the hostfile: one takes the place of a worker that --preflight enforce rejects or --retries replaces (local; k8s --launcher local)",
     )
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
     output_dir: str | None = option(

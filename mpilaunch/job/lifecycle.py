@@ -12,6 +12,7 @@ worker, Ctrl-C, SIGTERM, timeouts and crashes all release the same things.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -43,6 +44,8 @@ from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers i
 # How often the run asks the backend whether a worker disappeared: one API
 # list per interval on a cluster, a waitpid per agent locally.
 WATCH_INTERVAL_S = 2.0
+# how soon the lost-worker watch looks after the backend says a worker changed
+CHANGE_SLICE_S = 0.05
 
 # ------------------------------------------------------------------ entry
 
@@ -476,7 +479,27 @@ class LostWorkerWatch:
         self._thread.join(timeout=self.interval + 30)
 
     def _run(self) -> None:
-        while not self._done.wait(self.interval):
+        changes = self.backend.worker_changes if isinstance(self.backend, ReplacesWorkers) else contextlib.nullcontext
+        try:
+            with changes() as changed:
+                self._watch(changed)
+        except Exception:  # no watch to be had (refused, unreachable): the looks keep their interval
+            self._watch(None)
+
+    def _next_look(self, changed) -> bool:
+        """Until the next look: the interval, or sooner where the backend says a worker changed
+        (polled in short slices: the exit must not wait for the slice). False once done."""
+        if changed is None:
+            return not self._done.wait(self.interval)
+        until = time.monotonic() + self.interval
+        while not changed.is_set() and time.monotonic() < until:
+            if self._done.wait(CHANGE_SLICE_S):
+                return False
+        changed.clear()
+        return not self._done.is_set()
+
+    def _watch(self, changed) -> None:
+        while self._next_look(changed):
             try:
                 lost = self.backend.lost_workers()
             except MpilaunchError as e:  # e.g. the cluster's credentials failed: stop while they still work

@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mpilaunch.backends import spare_pool
-from mpilaunch.backends.k8s.backend import K8sBackend
 from mpilaunch.backends.local.backend import LocalBackend
-from mpilaunch.backends.ssh.backend import SshBackend
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 from mpilaunch.rsh_agent import shim
@@ -47,8 +45,10 @@ def test_spare_shim_tells_the_ranks_the_workers_name_only_where_a_spare_serves_i
     assert shim.SPARE_KEY == spare_pool.SPARE_KEY  # the shim imports nothing heavy: the same key, twice
 
 
-@pytest.mark.parametrize("backend", [K8sBackend, SshBackend])
-def test_spare_a_backend_that_keeps_none_refuses_the_option_before_anything_is_made(backend):
+def test_spare_a_backend_that_keeps_none_refuses_the_option_before_anything_is_made():
+    from mpilaunch import backends
+
+    backend = backends.load("yarn")
     spec = JobSpec(command=("true",), spares=1, retries=1)
     with pytest.raises(UsageError, match="--spares is not available with the"):
         backend.check_spec(spec)
@@ -56,3 +56,45 @@ def test_spare_a_backend_that_keeps_none_refuses_the_option_before_anything_is_m
 
 def test_spare_the_local_backend_accepts_the_option():
     LocalBackend.check_spec(JobSpec(command=("true",), spares=2, retries=1))
+
+
+def test_spare_pod_is_the_workers_manifest_under_its_own_name():
+    from mpilaunch.backends.k8s import spares as k8s_spares
+
+    worker = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "j-worker-0", "labels": {"mpilaunch/job": "j"}, "ownerReferences": [{"uid": "u"}]},
+        "spec": {
+            "hostname": "j-worker-0",
+            "subdomain": "j",
+            "containers": [{"name": "worker", "env": [{"name": "MPILAUNCH_WORKER", "value": "j-worker-0"}]}],
+        },
+    }
+    spare = k8s_spares.renamed(worker, "j-spare-3")
+    assert spare["metadata"] == {"name": "j-spare-3", "labels": {"mpilaunch/job": "j"}}  # owner set on create
+    assert (spare["spec"]["hostname"], spare["spec"]["subdomain"]) == ("j-spare-3", "j")
+    assert spare["spec"]["containers"][0]["env"] == [{"name": "MPILAUNCH_WORKER", "value": "j-spare-3"}]
+    assert worker["metadata"]["name"] == "j-worker-0"  # the workers' own manifest untouched
+
+
+@pytest.mark.parametrize(
+    "launcher, gang, queue, refused",
+    [
+        ("local", "none", None, None),
+        ("cluster", "none", None, "--launcher local"),
+        ("local", "volcano", None, "--gang or --queue"),
+        ("local", "none", "team-a", "--gang or --queue"),
+    ],
+)
+def test_spare_pods_are_kept_where_mpirun_runs_here_and_no_group_counts_pods(launcher, gang, queue, refused):
+    from mpilaunch.backends.k8s import spares as k8s_spares
+    from mpilaunch.backends.k8s.options import K8sOptions
+
+    spec = JobSpec(command=("true",), spares=1, retries=1)
+    check = lambda: k8s_spares.check(spec, launcher, K8sOptions(gang=gang, queue=queue))  # noqa: E731
+    if refused is None:
+        check()
+    else:
+        with pytest.raises(UsageError, match=refused):
+            check()

@@ -67,7 +67,9 @@ from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, JobsByName, RemoteHosts, ReplacesWorkers, ReportsToCluster
-from . import creation, follow, launch, manage, manifests, pod_template, replace, startup, tools
+from ..spare_pool import SparePool
+from . import creation, follow, launch, manage, manifests, pod_events, pod_template, replace, startup, tools
+from . import spares as k8s_spares
 from .admission import AdmissionReader
 from .api import Api, ApiError, ApiOutage, resolve_with_tokens
 from .credentials import refused
@@ -92,7 +94,9 @@ def use_relay() -> bool:
 class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, RemoteHosts, ReportsToCluster):
     name = "k8s"
     options_class = K8sOptions
-    capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
+    capabilities = Capabilities(
+        detach=True, replace_workers=True, spares=True, cluster_launcher=True, manage=True, render=True
+    )
     named_job = manage.K8sNamedJob
 
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
@@ -128,6 +132,11 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         # mpilaunch's pieces come with the job (its ConfigMap), not from the image (tools.py)
         self.tools = tools.from_configmap()
         self.transport = launch.resolve_transport(self.opts.transport, self.launcher)
+        k8s_spares.check(spec, self.launcher, self.opts)
+        # --spares: spare worker pods (k8s/spares.py), and which one serves which worker
+        self.spares = SparePool.for_plan(plan)
+        self.spare_pods: list[str] = []  # created, serving no worker yet
+        self.spare_template: dict | None = None
         if self.opts.queue and spec.retries:
             raise UsageError(
                 "--retries cannot be used with --queue",
@@ -241,6 +250,16 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
             write_secret(self.agent_secret_file, self.agent_secret)
         creation.create_objects(self, objects)
+        if self.spec.spares:  # after the workers, never waited for: a spare must not hold the job back
+            self.spare_template = k8s_spares.template_pod(objects, self.plan)
+            k8s_spares.ask(self, self.spec.spares)
+
+    def member(self, worker: str) -> str:
+        """The pod that serves ``worker`` now: a spare's (--spares), else the worker's own."""
+        return self.spares.member_of(worker)
+
+    def spares_waiting(self) -> int:
+        return k8s_spares.waiting(self)
 
     def wait_ready(self, deadline: float, progress) -> None:
         with waiter(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers)) as wait:
@@ -261,14 +280,18 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         open its own TLS connection instead.
         """
         if self.transport == "agent" and self.launcher == "local":
-            pods = {w.name: self.pods.get(w.name) for w in self.plan.workers}
-            return launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
+            pods = {w.name: self.pods.get(self.member(w.name)) for w in self.plan.workers}
+            context = launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
+            context["workers"] = k8s_spares.context_entries(self, context["workers"])
+            return context
         # The exec API: the shims' with --transport exec. With the cluster launcher no shim runs
         # here (its pod holds the agents' secret): what this side reaches the pods with, the hang
         # probe's channel (hang.collect), whatever the transport.
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = launch.exec_api_context(creds, [w.name for w in self.plan.workers])
+        served = {w: {"pod": self.member(w)} for w in context["workers"]}
+        context["workers"] = k8s_spares.context_entries(self, served)
         if self.launcher == "local" and use_relay():
             from .exec_path import relay
 
@@ -283,7 +306,11 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         """The verdict as an Event on the launcher pod (worker 0's with --launcher local)."""
         from . import hang_event
 
-        pod = self.launcher_pod if self.launcher != "local" and self.launcher_pod else self.plan.workers[0].name
+        pod = (
+            self.launcher_pod
+            if self.launcher != "local" and self.launcher_pod
+            else self.member(self.plan.workers[0].name)
+        )
         hang_event.post(self.api, self.namespace, pod, verdict)
         return True
 
@@ -291,18 +318,18 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         """``text`` as a Warning Event on ``worker``'s pod (--preflight: a worker that failed a check)."""
         from . import hang_event
 
-        hang_event.post(self.api, self.namespace, worker, text, reason=reason)
+        hang_event.post(self.api, self.namespace, self.member(worker), text, reason=reason)
         return True
 
     def task_starter_prefix(self) -> list[str]:
         return tools.task_starter_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
-        return rendezvous.pod_rendezvous(worker, self.plan.job_name)
+        return rendezvous.pod_rendezvous(self.member(worker), self.plan.job_name)
 
     def control_address(self) -> str | None:
         """--launcher local: this machine's address on the route to the first worker pod."""
-        ip = ((self.pods.get(self.plan.workers[0].name) or {}).get("status") or {}).get("podIP")
+        ip = ((self.pods.get(self.member(self.plan.workers[0].name)) or {}).get("status") or {}).get("podIP")
         return rendezvous.source_address(ip) if ip and not self.launcher_in_cluster else None
 
     # ------------------------------------------------------------ cluster launcher
@@ -339,9 +366,12 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         return flags
 
     def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
-        """Delete each lost worker's pod (if anything is left of it) and create it anew, same name and manifest."""
-        replace.replace_workers(self, names)
-        return {}
+        """A Ready spare pod for each (--spares), else delete the worker's pod (if anything is left of
+        it) and create it anew, same name and manifest."""
+        if not self.spec.spares:
+            replace.replace_workers(self, names)
+            return {}
+        return k8s_spares.swap(self, names, why, lambda rest: replace.replace_workers(self, rest))
 
     def relaunch(self, attempt: int) -> None:
         replace.relaunch(self, attempt)
@@ -363,27 +393,36 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
                 return self._outage.failed(e) or {}
             except (OSError, ValueError) as e:
                 return self._outage.failed(e) or {}
-            lost = {w.name: reason for w in self.plan.workers if (reason := pod_loss(pods.get(w.name))) is not None}
+            lost = {
+                w.name: reason
+                for w in self.plan.workers
+                if (reason := pod_loss(pods.get(self.member(w.name)))) is not None
+            }
             if lost or time.monotonic() >= settle_until:
                 break
             time.sleep(min(0.25, max(0.0, settle_until - time.monotonic())))
         # as the wait for Ready says it: the image, not a lost worker
-        startup.fail_on_image_check(tools.termination_messages(pods.get(name)) for name in lost)
+        startup.fail_on_image_check(tools.termination_messages(pods.get(self.member(name))) for name in lost)
         evicted = self.admission.eviction() if lost else None
         if evicted:  # Kueue took the pods back: its reason is the job's, whatever each pod says
             lost = dict.fromkeys(lost, evicted)
-        for name in lost:
+        for name in map(self.member, lost):
             if name in pods:
                 self.pods[name] = pods[name]  # a deleted pod keeps its last known node and IP
         return lost
 
+    def worker_changes(self):
+        """A watch on the job's pods: a deleted or evicted worker is asked about at once (a lost
+        worker seen up to WATCH_INTERVAL_S later held every --retries relaunch back)."""
+        return pod_events.changes(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers))
+
     def describe_workers(self) -> dict[str, dict]:
         out = {}
         for w in self.plan.workers:
-            pod = self.pods.get(w.name) or {}
+            pod = self.pods.get(self.member(w.name)) or {}
             status = pod.get("status") or {}
             out[w.name] = {
-                "pod": w.name,
+                "pod": self.member(w.name),
                 "namespace": self.namespace,
                 "node": (pod.get("spec") or {}).get("nodeName"),
                 "pod_ip": status.get("podIP"),

@@ -35,6 +35,20 @@ def waiter(api, namespace: str, selector: str, pods: int):
         events.close()
 
 
+@contextlib.contextmanager
+def changes(api, namespace: str, selector: str, pods: int):
+    """The ``threading.Event`` a watch on ``pods`` pods sets at each change (``BaseBackend.worker_changes``);
+    None for a large job, whose pods change too often for a list at each change."""
+    if pods > FAST_POLL_PODS:
+        yield None
+        return
+    events = PodEvents(api, namespace, selector)
+    try:
+        yield events.changed
+    finally:
+        events.close()
+
+
 class PodEvents:
     """A watch on the pods matching ``selector`` that sets an event on every change.
 
@@ -44,7 +58,7 @@ class PodEvents:
 
     def __init__(self, api, namespace: str, selector: str, by: str = "labelSelector"):
         self._api, self._namespace, self._selector, self._by = api, namespace, selector, by
-        self._changed = threading.Event()
+        self.changed = self._changed = threading.Event()
         self._closed = False
         self._conn = None
         self._lock = threading.Lock()

@@ -66,6 +66,10 @@ def wait_for_ready(backend, deadline: float, progress, wait) -> None:
         launcher = [p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE_LABEL) == "launcher"]
         if launcher:
             backend.launcher_pod = launcher[0]["metadata"]["name"]
+        # each worker's pod: a spare's where one serves it (--spares, k8s/spares.py)
+        by_name = {n: by_name[backend.member(n)] for n in names if backend.member(n) in by_name} | {
+            name: pod for name, pod in by_name.items() if name not in names
+        }
         for phase in startup_phases([by_name[n] for n in names if n in by_name], total):
             phases.mark(backend.phase_times, phase)
         for n in names:  # each pod's own (report.json's timings.workers: the timeline's worker rows)
