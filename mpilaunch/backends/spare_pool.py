@@ -1,4 +1,5 @@
-"""--spares: workers allocated beyond the plan, waiting outside the hostfile, and the slot each serves.
+"""--spares: workers allocated beyond the plan, waiting outside it (local: outside the hostfile; ssh:
+the hostfile's next hosts), and the slot each serves.
 
 A *slot* is a worker of the plan: its name is in the hostfile, the rank lines
 and the record, and mpirun asks the shim for it. A *member* is what the
@@ -38,17 +39,26 @@ class SparePool:
     serving: dict[str, str] = field(default_factory=dict)  # slot -> the spare that serves it now
     swaps: list[dict] = field(default_factory=list)  # the record's: worker, spare, why
     asked: int = 0
+    # the names to hand out, in order, where the backend cannot make one up (ssh: a spare is a real
+    # host, the hostfile's next); None: ``<job>-spare-<i>``
+    names: list[str] | None = None
 
     @classmethod
-    def for_plan(cls, plan: Plan) -> SparePool:
+    def for_plan(cls, plan: Plan, names: list[str] | None = None) -> SparePool:
         slots, gpus = spare_template(plan)
-        return cls(plan.job_name, slots, gpus)
+        return cls(plan.job_name, slots, gpus, names=None if names is None else list(names))
 
-    def new_spare(self) -> WorkerPlan:
-        """The next spare to allocate (``<job>-spare-<i>``, never a name used before in this job)."""
-        worker = WorkerPlan(f"{self.job_name}-spare-{self.asked}", self.slots, self.gpus)
+    def new_spare(self) -> WorkerPlan | None:
+        """The next spare to allocate, never a name used before in this job: the next of ``names``
+        (None once they ran out), else ``<job>-spare-<i>``."""
+        if self.names is None:
+            name = f"{self.job_name}-spare-{self.asked}"
+        elif self.names:
+            name = self.names.pop(0)
+        else:
+            return None
         self.asked += 1
-        return worker
+        return WorkerPlan(name, self.slots, self.gpus)
 
     def ready(self, name: str) -> None:
         """Spare ``name`` is allocated and waits for a slot."""

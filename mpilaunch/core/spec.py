@@ -288,8 +288,8 @@ class JobSpec:
         detached=REFUSED,
         help="with --retries: relaunch after a rank failure too",
     )
-    # warm workers beyond the plan, not in the hostfile: a worker --preflight enforce rejects, or one
-    # lost with --retries, is replaced from them at once (backends/spare_pool.py)
+    # warm workers beyond the plan (local: outside the hostfile; ssh: its next hosts): a worker --preflight
+    # enforce rejects, or one lost with --retries, is replaced from them at once (backends/spare_pool.py)
     spares: int = option(
         0,
         flag="--spares",
@@ -297,7 +297,7 @@ class JobSpec:
         metavar="K",
         group=JOB_CONTROL,
         detached=REFUSED,
-        help="K more workers, outside the hostfile: one takes the place of a worker that --preflight enforce rejects or --retries replaces (local; k8s --launcher local)",
+        help="K more workers (ssh: the hostfile's next K hosts): one takes the place of a worker that --preflight enforce rejects or --retries replaces (local, ssh, k8s --launcher local)",
     )
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
     output_dir: str | None = option(

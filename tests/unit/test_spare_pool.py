@@ -7,6 +7,7 @@ import pytest
 
 from mpilaunch.backends import spare_pool
 from mpilaunch.backends.local.backend import LocalBackend
+from mpilaunch.backends.ssh import backend as ssh_backend
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.spec import JobSpec, Plan, WorkerPlan
 from mpilaunch.rsh_agent import shim
@@ -54,8 +55,9 @@ def test_spare_a_backend_that_keeps_none_refuses_the_option_before_anything_is_m
         backend.check_spec(spec)
 
 
-def test_spare_the_local_backend_accepts_the_option():
+def test_spare_the_local_and_ssh_backends_accept_the_option():
     LocalBackend.check_spec(JobSpec(command=("true",), spares=2, retries=1))
+    assert ssh_backend.SshBackend.capabilities.spares
 
 
 def test_spare_pod_is_the_workers_manifest_under_its_own_name():
@@ -98,3 +100,32 @@ def test_spare_pods_are_kept_where_mpirun_runs_here_and_no_group_counts_pods(lau
     else:
         with pytest.raises(UsageError, match=refused):
             check()
+
+
+def test_spare_pool_hands_out_given_names_in_order_and_none_once_they_ran_out():
+    pool = spare_pool.SparePool.for_plan(plan(), names=["node-3", "node-4"])
+    first = pool.new_spare()
+    assert (first.name, first.slots, first.gpus) == ("node-3", 4, 4)
+    assert pool.new_spare().name == "node-4"
+    assert pool.new_spare() is None and pool.asked == 2
+
+
+def test_spare_ssh_spares_are_the_hostfiles_hosts_after_the_plans():
+    hosts = [("node-1", 2), ("node-2", 2), ("node-3", 1), ("node-4", 8)]
+    assert ssh_backend.hosts_after_plan(hosts, 2) == ["node-3", "node-4"]
+    assert ssh_backend.hosts_after_plan(hosts, 4) == []
+    enough = JobSpec(command=("true",), np=4, spares=2, retries=1, hostfile="hosts")
+    assert ssh_backend.too_few_spare_hosts(enough, 2, ["node-3", "node-4"]) is None
+
+
+def test_spare_ssh_too_few_hosts_left_is_one_line_with_what_to_change():
+    spec = JobSpec(command=("true",), np=4, spares=3, retries=1, hostfile="hosts")
+    refused = ssh_backend.too_few_spare_hosts(spec, 2, ["node-3"])
+    assert str(refused) == (
+        "--spares 3 needs 3 hosts of --hostfile beyond the 2 the job takes for --np 4, and hosts has 1 more"
+    )
+    assert (
+        refused.hint
+        == "add hosts to the hostfile (a spare is the next host after the job's), lower --np, or give --spares 1"
+    )
+    assert refused.exit_code == 2
