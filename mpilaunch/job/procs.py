@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 
 
 def processes_with_env(name: str, value: str, **also: str) -> list[int]:
@@ -70,6 +71,26 @@ def terminate_group(proc: subprocess.Popen, grace: float = 5.0) -> int:
     except ProcessLookupError:
         pass
     return wait_killed(proc, "mpirun")
+
+
+def end_leftover_group(pgid: int, grace: float = 1.0) -> None:
+    """SIGTERM what is left of the process group ``pgid`` (its leader has ended and been waited
+    for: Linux reuses no pid while it names a group), SIGKILL it after ``grace`` seconds."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    until = time.monotonic() + grace
+    while time.monotonic() < until:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 #: how long a SIGKILLed process may take to be gone: only one stuck in the kernel takes longer (state

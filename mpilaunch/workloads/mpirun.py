@@ -28,7 +28,7 @@ from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
 from ..hang import collect
 from ..job import record
 from ..job.output import RankOutput
-from ..job.procs import terminate_group, wait_exit
+from ..job.procs import end_leftover_group, terminate_group, wait_exit
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from . import program_probe
 from .base import RunContext, Workload, print_manifests
@@ -51,6 +51,8 @@ DONE_GRACE_S = 15.0
 # How long mpirun's output threads may take to reach EOF once mpirun has ended (each):
 # a process that left mpirun's group may still hold a pipe
 PUMP_DRAIN_S = 10.0
+# how long mpirun's process group may hold its pipes open after mpirun ended (its shims' last words)
+GROUP_LINGER_S = 0.5
 STOPPED = "mpirun was stopped by mpilaunch"  # how report.json's ``unobserved`` reasons begin
 
 
@@ -523,7 +525,17 @@ class MpirunWorkload(Workload):
         self._drain_pumps()
 
     def _drain_pumps(self) -> None:
-        """mpirun's last lines: its pipes reach EOF once it and its process group have ended."""
+        """mpirun's last lines: its pipes reach EOF once it and its process group have ended.
+
+        Once mpirun itself has ended, what is left of its group is ended after GROUP_LINGER_S: a
+        shim whose exec stream goes to a pod being deleted holds the pipes open for the pod's
+        grace period (seen on real pods: a lost worker's relaunch, with or without a spare, held
+        back 4-5 s in one run of three, once 68 s)."""
+        until = time.monotonic() + GROUP_LINGER_S
+        for p in self.pumps:
+            p.join(timeout=max(0.0, until - time.monotonic()))
+        if any(p.is_alive() for p in self.pumps) and self.proc is not None and self.proc.poll() is not None:
+            end_leftover_group(self.proc.pid)
         for p in self.pumps:
             p.join(timeout=PUMP_DRAIN_S)
 
