@@ -514,7 +514,8 @@ class LostWorkerWatch:
                 names = sorted(lost)
                 self.workload.note_stop(
                     f"after worker{'s' if len(names) > 1 else ''} {', '.join(names)} "
-                    f"{'were' if len(names) > 1 else 'was'} lost"
+                    f"{'were' if len(names) > 1 else 'was'} lost",
+                    broken=True,
                 )
                 self.workload.stop()
                 return

@@ -72,9 +72,10 @@ class Workload(ABC):
     def stop(self) -> None:
         """Stop whatever still runs. Idempotent; called on every exit path."""
 
-    def note_stop(self, why: str) -> None:
+    def note_stop(self, why: str, broken: bool = False) -> None:
         """Why the next ``stop()`` comes ("after worker W was lost"), for what the report says of
-        units whose end it cuts off (mpirun jobs: ``ranks[].unobserved``)."""
+        units whose end it cuts off (mpirun jobs: ``ranks[].unobserved``). ``broken``: the run
+        cannot go on (a worker is gone), so the stop need not wait long for a graceful end."""
 
     def close(self) -> None:
         """Close logs once everything has stopped."""

@@ -53,6 +53,11 @@ DONE_GRACE_S = 15.0
 PUMP_DRAIN_S = 10.0
 # how long mpirun's process group may hold its pipes open after mpirun ended (its shims' last words)
 GROUP_LINGER_S = 0.5
+# how long a stopped mpirun has to end on SIGTERM (its ranks that handle it get it), before SIGKILL;
+# after a lost worker much less: Open MPI 4.1's mpirun then waits for the lost daemon and used all
+# 5 s in one stop of three on real pods (seen), holding the --retries relaunch back
+STOP_GRACE_S = 5.0
+BROKEN_STOP_GRACE_S = 0.5
 STOPPED = "mpirun was stopped by mpilaunch"  # how report.json's ``unobserved`` reasons begin
 
 
@@ -286,6 +291,7 @@ class MpirunWorkload(Workload):
         self.environment: dict | None = None  # report.json's "environment"
         self.stopped: str | None = None  # why mpilaunch stopped mpirun before every rank reported (report.json)
         self.stop_reason: str | None = None  # the cause the next stop() records (note_stop)
+        self.stop_grace = STOP_GRACE_S
         # the rank wrappers sign their start and status lines with it (rank.py); an in-cluster
         # launcher takes the submitting side's from its launch description instead
         self.token = new_token()
@@ -508,8 +514,9 @@ class MpirunWorkload(Workload):
             times["mpirun_started"] = self.started_at
         return times
 
-    def note_stop(self, why: str) -> None:
+    def note_stop(self, why: str, broken: bool = False) -> None:
         self.stop_reason = why
+        self.stop_grace = BROKEN_STOP_GRACE_S if broken else STOP_GRACE_S
 
     def stop(self) -> None:
         # recorded before the signal: the watch's wait may see mpirun end before terminate_group returns
@@ -521,7 +528,7 @@ class MpirunWorkload(Workload):
             self.output.cancel()  # a launcher in the cluster: stop following it
         if self.proc is not None and self.proc.poll() is None:
             self.stopped = self.stopped or why
-            terminate_group(self.proc)
+            terminate_group(self.proc, grace=self.stop_grace)
         self._drain_pumps()
 
     def _drain_pumps(self) -> None:
@@ -549,6 +556,7 @@ class MpirunWorkload(Workload):
         self.output = self.proc = self.mpirun_code = self.placement = self.environment = None
         self.pumps = []
         self.stopped = self.stop_reason = None
+        self.stop_grace = STOP_GRACE_S
         self.bind(*self.bound, attempt=attempt)
 
     def collect(self, run: RunContext) -> None:

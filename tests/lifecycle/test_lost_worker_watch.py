@@ -18,8 +18,9 @@ class Workload:
         self.stopped = threading.Event()
         self.notes: list[str] = []
 
-    def note_stop(self, text: str) -> None:
+    def note_stop(self, text: str, broken: bool = False) -> None:
         self.notes.append(text)
+        self.broken = broken
 
     def stop(self) -> None:
         self.stopped.set()
@@ -55,7 +56,7 @@ def test_a_worker_change_is_looked_at_at_once_not_at_the_next_interval():
         assert workload.stopped.wait(5.0), "the watch did not look at the change"
         took = time.monotonic() - t0
     assert watch.lost == {"w1": "deleted"} and took < 1.0, took
-    assert workload.notes == ["after worker w1 was lost"]
+    assert workload.notes == ["after worker w1 was lost"] and workload.broken  # no long grace for a broken run
 
 
 def test_without_a_signal_the_watch_keeps_its_interval_and_ends_at_once():

@@ -171,7 +171,7 @@ class FakeWorkload(Workload):
         assert self.outcomes, f"no outcome scripted for attempt {self.attempt}"
         return self.outcomes.pop(0)(self, run, deadline)
 
-    def note_stop(self, why: str) -> None:
+    def note_stop(self, why: str, broken: bool = False) -> None:
         self.log.add("note_stop", why)
         self.stop_reason = why
 

@@ -178,3 +178,21 @@ def assert_placement(real: Real, job: str, ranks: list[dict], n: int, per_worker
         assert r["sum"] == n * (n + 1) // 2 and r["size"] == n
     ips = {pods[p]["status"]["podIP"] for p in pods if "-worker-" in p}
     assert len(ips) == n // per_worker, "each worker pod has its own IP"
+
+
+def fake_smi_template(configmap: str) -> str:
+    """A --pod-template that mounts the stand-in ``nvidia-smi`` of ConfigMap ``configmap`` on the
+    worker image's PATH (no GPU exists here: the one thing the preflight tests on real pods fake)."""
+    return f"""\
+kind: Pod
+metadata:
+  labels: {{mpilaunch/role: worker}}
+spec:
+  containers:
+  - name: worker
+    volumeMounts:
+    - {{name: fake-smi, mountPath: /usr/local/bin/nvidia-smi, subPath: nvidia-smi}}
+  volumes:
+  - name: fake-smi
+    configMap: {{name: {configmap}, defaultMode: 0755}}
+"""

@@ -21,32 +21,33 @@ from .pods import FAST_POLL_PODS
 
 
 @contextlib.contextmanager
-def waiter(api, namespace: str, selector: str, pods: int):
-    """``wait(seconds)`` for a loop that looks at ``pods`` pods: for a small job (up to
-    ``FAST_POLL_PODS``) it returns at their next change; a large one's pods change too often for
-    a list of them all each time, so it sleeps its interval."""
-    if pods > FAST_POLL_PODS:
-        yield time.sleep
-        return
-    events = PodEvents(api, namespace, selector)
-    try:
-        yield events.wait
-    finally:
-        events.close()
-
-
-@contextlib.contextmanager
-def changes(api, namespace: str, selector: str, pods: int):
-    """The ``threading.Event`` a watch on ``pods`` pods sets at each change (``BaseBackend.worker_changes``);
-    None for a large job, whose pods change too often for a list at each change."""
+def watching(api, namespace: str, selector: str, pods: int):
+    """A ``PodEvents`` on ``pods`` pods, closed on the way out; None for a large job (more than
+    ``FAST_POLL_PODS``), whose pods change too often for a list of them all at each change."""
     if pods > FAST_POLL_PODS:
         yield None
         return
     events = PodEvents(api, namespace, selector)
     try:
-        yield events.changed
+        yield events
     finally:
         events.close()
+
+
+@contextlib.contextmanager
+def waiter(api, namespace: str, selector: str, pods: int):
+    """``wait(seconds)`` for a loop that looks at ``pods`` pods: it returns at their next change,
+    a large job's sleeps its interval."""
+    with watching(api, namespace, selector, pods) as events:
+        yield time.sleep if events is None else events.wait
+
+
+@contextlib.contextmanager
+def changes(api, namespace: str, selector: str, pods: int):
+    """The ``threading.Event`` a watch on ``pods`` pods sets at each change
+    (``ReplacesWorkers.worker_changes``); None for a large job."""
+    with watching(api, namespace, selector, pods) as events:
+        yield None if events is None else events.changed
 
 
 class PodEvents:
@@ -58,7 +59,7 @@ class PodEvents:
 
     def __init__(self, api, namespace: str, selector: str, by: str = "labelSelector"):
         self._api, self._namespace, self._selector, self._by = api, namespace, selector, by
-        self.changed = self._changed = threading.Event()
+        self.changed = threading.Event()
         self._closed = False
         self._conn = None
         self._lock = threading.Lock()
@@ -79,14 +80,14 @@ class PodEvents:
             self._conn = conn
         try:
             for _ in iter(resp.readline, b""):
-                self._changed.set()
+                self.changed.set()
         except Exception:  # closed under it (close(): http.client raises what it will), or
             pass  # dropped: either way the loop keeps its interval
 
     def wait(self, timeout: float) -> None:
         """Until a pod changed since the last call, or ``timeout`` seconds."""
-        self._changed.wait(timeout)
-        self._changed.clear()
+        self.changed.wait(timeout)
+        self.changed.clear()
 
     def close(self) -> None:
         with self._lock:

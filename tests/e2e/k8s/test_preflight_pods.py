@@ -14,6 +14,8 @@ import json
 
 import pytest
 
+from support.real_pods import fake_smi_template
+
 pytestmark = pytest.mark.real_pods
 
 FAKE_SMI = """#!/bin/sh
@@ -22,19 +24,7 @@ case "$*" in
   *) printf '0\\n' ;;
 esac
 """
-UNHEALTHY_GPU_TEMPLATE = """\
-kind: Pod
-metadata:
-  labels: {mpilaunch/role: worker}
-spec:
-  containers:
-  - name: worker
-    volumeMounts:
-    - {name: fake-smi, mountPath: /usr/local/bin/nvidia-smi, subPath: nvidia-smi}
-  volumes:
-  - name: fake-smi
-    configMap: {name: pf-fake-smi, defaultMode: 0755}
-"""
+UNHEALTHY_GPU_TEMPLATE = fake_smi_template("pf-fake-smi")
 
 
 def preflight_lines(stderr: str) -> list[str]:

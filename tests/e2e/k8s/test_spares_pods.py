@@ -15,6 +15,7 @@ import json
 import pytest
 
 from support.helpers import wait_for, wait_started
+from support.real_pods import fake_smi_template
 
 pytestmark = pytest.mark.real_pods
 
@@ -30,19 +31,7 @@ case "$*" in
   *) printf '0\\n' ;;
 esac
 """
-FAKE_SMI_TEMPLATE = """\
-kind: Pod
-metadata:
-  labels: {mpilaunch/role: worker}
-spec:
-  containers:
-  - name: worker
-    volumeMounts:
-    - {name: fake-smi, mountPath: /usr/local/bin/nvidia-smi, subPath: nvidia-smi}
-  volumes:
-  - name: fake-smi
-    configMap: {name: spare-fake-smi, defaultMode: 0755}
-"""
+FAKE_SMI_TEMPLATE = fake_smi_template("spare-fake-smi")
 
 
 def uid_of(real, pod: str) -> str:
