@@ -57,9 +57,11 @@ def one_run(workers: int) -> dict:
 def model(per_size: dict[int, dict]) -> dict:
     """Seconds at 256 and 1024 workers, a node each (see the module's docstring)."""
     sizes = sorted(per_size)
-    alone = per_size[sizes[0]]["seconds"]
     big, small = sizes[-1], sizes[0]
-    slope = (per_size[big]["seconds"] - per_size[small]["seconds"]) / max(1, big - small)
+    # the probes' part: the whole preflight less its link test (which has a model of its own below)
+    probe_s = {n: per_size[n]["seconds"] - per_size[n]["links_s"] for n in sizes}
+    alone = probe_s[small]
+    slope = (probe_s[big] - probe_s[small]) / max(1, big - small)
     # the kernels ran side by side on 2 cores here; on a node each they overlap entirely
     kernel_share = 3 * per_size[sizes[0]]["kernel_s"] / 2
     serial = max(0.0, slope - kernel_share)
@@ -68,9 +70,12 @@ def model(per_size: dict[int, dict]) -> dict:
     # launch of N daemons has its own figure, BENCHMARKS.md's scale rows) plus one link at a time,
     # each 1 MiB and back, 3 times, then up to 12 times more for a slow one: at 10 GB/s and 20 us a
     # message that is 4 x 3 x 0.12 ms a link, here measured at this machine's loopback speed instead
-    links_at = {n: per_size[n]["links_s"] for n in sizes}
-    link_slope = max(0.0, (links_at[big] - links_at[small]) / max(1, big - small))
-    launch = max(0.0, links_at[big] - link_slope * big)
+    # (one worker has no link test: the fit starts at the smallest size that has one)
+    linked = [n for n in sizes if n > 1] or [big]
+    links_at = {n: per_size[n]["links_s"] for n in linked}
+    first = linked[0]
+    link_slope = max(0.0, (links_at[big] - links_at[first]) / max(1, big - first))
+    launch = max(0.0, links_at[first] - link_slope * first)
     per_link_real = 4 * 3 * (MIB / 10e9 + 20e-6)
     links = {n: launch + per_link_real * n for n in (256, 1024)}
     return {n: round(probes[n] + links[n], 2) for n in (256, 1024)} | {
