@@ -12,12 +12,14 @@ outcome is posted (a pod's last log line or ConfigMap, a key of skein's store).
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
 from typing import Callable
 
 from ..core import mpi
+from ..core.launcher_lines import NOTES
 from ..core.result import JobResult
 from ..workloads.mpirun import MpirunWorkload, RelayedOutput
 from .lifecycle import run_job
@@ -50,6 +52,37 @@ def run_launch(
     # a relaunch (--retries): the submitting side started this launcher for attempt N
     workload.bind(backend, rundir, environ, attempt=launch.attempt)
     result = run_job(
-        spec, workload, backend, rundir, None, stdout=sys.stdout, stderr=sys.stderr, environ=environ, quiet=True
+        spec,
+        workload,
+        backend,
+        rundir,
+        None,
+        stdout=sys.stdout,
+        stderr=NotesToRelay(relay, sys.stderr),
+        environ=environ,
+        quiet=True,
     )
     return result, workload
+
+
+class NotesToRelay(io.TextIOBase):
+    """The lifecycle's stderr in a launcher: its own verdict lines (``launcher_lines.NOTES``:
+    ``--preflight``'s findings, ``--straggler-report``'s) go where mpirun's lines go (``relay``),
+    which the submitting side shows the user; the rest to this process's stderr. A pod's stderr
+    is followed anyway, a YARN launcher container's log is not: there the lines were lost."""
+
+    def __init__(self, relay: Callable[[str, str], None], stderr):
+        self.relay, self.stderr, self.pending = relay, stderr, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text  # print() writes a line and its newline apart
+        while "\n" in self.pending:
+            line, self.pending = self.pending.split("\n", 1)
+            if line.startswith(NOTES):
+                self.relay("stderr", line + "\n")
+            else:
+                self.stderr.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stderr.flush()

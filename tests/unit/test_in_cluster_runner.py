@@ -45,3 +45,23 @@ def test_in_cluster_attempt_is_the_descriptions_field_on_k8s_too():
     assert this_attempt(launch, {"MPILAUNCH_ATTEMPT": "3"}).attempt == 3
     assert this_attempt(launch, {}).attempt == 1
     assert this_attempt(launch, {}) == launch
+
+
+def test_a_launchers_own_verdict_lines_go_where_mpiruns_lines_go_and_the_rest_to_its_stderr():
+    """--preflight's and --straggler-report's lines, printed by the lifecycle in a YARN launcher
+    container, reached only that container's log (never followed): now they are relayed."""
+    import io
+
+    from mpilaunch.job.in_cluster import NotesToRelay
+
+    relayed: list[tuple[str, str]] = []
+    own = io.StringIO()
+    stream = NotesToRelay(lambda s, line: relayed.append((s, line)), own)
+    print("mpilaunch: preflight: worker w1 GPU 0 has 3 uncorrected ECC errors", file=stream, flush=True)
+    print("mpilaunch-yarn-launcher: waiting for the spec", file=stream)
+    stream.write("mpilaunch: straggler: rank 5 (w2) spent 41% of samples in data loading\npartial")
+    assert relayed == [
+        ("stderr", "mpilaunch: preflight: worker w1 GPU 0 has 3 uncorrected ECC errors\n"),
+        ("stderr", "mpilaunch: straggler: rank 5 (w2) spent 41% of samples in data loading\n"),
+    ]
+    assert own.getvalue() == "mpilaunch-yarn-launcher: waiting for the spec\n"  # "partial": no line yet
