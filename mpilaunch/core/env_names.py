@@ -25,6 +25,7 @@ WORKER = "MPILAUNCH_WORKER"  # the worker's name: set by its agent or pod, read 
 JOB = "MPILAUNCH_JOB"  # the job's marker on its processes and pods (local backend, hang/probe.py)
 SESSION = "MPILAUNCH_SESSION"  # an agent session's marker on the processes it started (agent/proctree.py)
 ATTEMPT = "MPILAUNCH_ATTEMPT"  # --retries: which run of mpirun this is (1, 2, ...), seen by the program
+SERVING = "MPILAUNCH_SERVING"  # --spares, k8s launcher pod: {worker: the spare pod serving it} (k8s/spares.py)
 STATUS_TOKEN = "MPILAUNCH_STATUS_TOKEN"  # the rank wrappers' lines count only with it (core/rank_lines.py)
 WORKER_PATH = "MPILAUNCH_WORKER_PATH"  # the worker's PATH where mpirun's daemon started (core/rank_env.py)
 WORKER_CWD = "MPILAUNCH_WORKER_CWD"  # the worker's directory, set by the shim's remote command

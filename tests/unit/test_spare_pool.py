@@ -81,25 +81,54 @@ def test_spare_pod_is_the_workers_manifest_under_its_own_name():
 
 
 @pytest.mark.parametrize(
-    "launcher, gang, queue, refused",
+    "launcher, retries, gang, queue, account, refused",
     [
-        ("local", "none", None, None),
-        ("cluster", "none", None, "--launcher local"),
-        ("local", "volcano", None, "--gang or --queue"),
-        ("local", "none", "team-a", "--gang or --queue"),
+        ("local", 1, "none", None, None, None),
+        ("local", 0, "none", None, None, None),  # --preflight enforce swaps on this side
+        ("cluster", 1, "none", None, None, None),  # the relaunched launcher pod is told of the swaps
+        ("cluster", 0, "none", None, None, "serves --retries only"),
+        ("cluster", 1, "none", None, "mpilaunch", "--service-account names no spare pod"),
+        ("local", 1, "volcano", None, None, "--gang or --queue"),
+        ("local", 1, "none", "team-a", None, "--gang or --queue"),
     ],
 )
-def test_spare_pods_are_kept_where_mpirun_runs_here_and_no_group_counts_pods(launcher, gang, queue, refused):
+def test_spare_pods_are_kept_where_this_side_can_swap_and_no_group_counts_pods(
+    launcher, retries, gang, queue, account, refused
+):
     from mpilaunch.backends.k8s import spares as k8s_spares
     from mpilaunch.backends.k8s.options import K8sOptions
 
-    spec = JobSpec(command=("true",), spares=1, retries=1)
-    check = lambda: k8s_spares.check(spec, launcher, K8sOptions(gang=gang, queue=queue))  # noqa: E731
+    spec = JobSpec(command=("true",), spares=1, retries=retries, preflight="enforce")
+    opts = K8sOptions(gang=gang, queue=queue, service_account=account)
+    check = lambda: k8s_spares.check(spec, launcher, opts)  # noqa: E731
     if refused is None:
         check()
     else:
         with pytest.raises(UsageError, match=refused):
             check()
+
+
+def test_spare_pods_a_launcher_pod_may_be_told_of_are_named_in_its_role_and_its_env():
+    from types import SimpleNamespace
+
+    from mpilaunch.backends.k8s import spares as k8s_spares
+    from mpilaunch.backends.k8s.in_cluster.launcher import serving_of
+
+    backend = SimpleNamespace(
+        spec=JobSpec(command=("true",), spares=2, retries=2),
+        launcher="cluster",
+        job="j",
+        spares=spare_pool.SparePool.for_plan(plan()),
+    )
+    # each relaunch may take the 2 waiting spares and ask for 2 more: 2 x (1 + 2) names
+    assert k8s_spares.names_for_launcher(backend) == [f"j-spare-{i}" for i in range(6)]
+    assert k8s_spares.serving_env(backend) == []
+    backend.spares.serving["j-worker-1"] = "j-spare-0"
+    (env,) = k8s_spares.serving_env(backend)
+    assert serving_of({env["name"]: env["value"]}) == {"j-worker-1": "j-spare-0"}
+    assert serving_of({"MPILAUNCH_SERVING": "not json"}) == {} and serving_of({}) == {}
+    backend.launcher = "local"
+    assert k8s_spares.names_for_launcher(backend) == []  # no launcher pod, no Role to name them in
 
 
 def test_spare_pool_hands_out_given_names_in_order_and_none_once_they_ran_out():

@@ -12,7 +12,7 @@ import json
 from itertools import groupby
 
 from ...core import hostfile, mpi
-from . import admission, launch, network_policy, orphan, pod_merge, resources, security, tools
+from . import admission, launch, network_policy, orphan, pod_merge, resources, security, spares, tools
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
 
@@ -115,6 +115,8 @@ def values(backend, reveal: bool = False) -> dict:
         "container": WORKER_CONTAINER,
         "workers": list(plan.workers),
         "worker_names": [w.name for w in plan.workers],
+        # the pods the launcher may read and exec into: the workers and every spare it may be told of
+        "pod_names": [w.name for w in plan.workers] + spares.names_for_launcher(backend),
         "gpu_resource": opts.gpu_resource,
         "pod_memory": opts.pod_memory,
         "pod_cpu": opts.pod_cpu,

@@ -14,6 +14,7 @@ import time
 
 from ...core import env_names
 from ...core.errors import AllocationError
+from . import spares
 from .api import PLURALS, ApiError
 
 GONE_TIMEOUT_S = 60.0
@@ -64,6 +65,7 @@ def relaunch(backend, attempt: int) -> None:
     (job,) = [obj for group, obj in backend.objects() if group == "launcher"]
     container = job["spec"]["template"]["spec"]["containers"][0]
     container.setdefault("env", []).append({"name": env_names.ATTEMPT, "value": str(attempt)})
+    container["env"] += spares.serving_env(backend)  # --spares: the spare pods now serving workers
     # Foreground: the Job is gone only once its pod is, so the new pod is the only launcher pod
     recreate(backend, job, propagationPolicy="Foreground", gracePeriodSeconds=0)
     backend.launcher_pod = None

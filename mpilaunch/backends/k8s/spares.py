@@ -11,13 +11,19 @@ worker's name) and asks for another spare; a pod that scheduling, image pull
 and container start keep from a relaunch for seconds (minutes on a busy
 cluster) is ready at once.
 
-mpirun runs on this machine (``--launcher local``): the in-cluster launcher and
-a gang or queue (whose group counts its pods) are refused for now.
+With the in-cluster launcher the swaps are this side's too (``--retries``: a
+relaunch's new launcher pod is told which spare serves which worker, in
+``MPILAUNCH_SERVING``, and its Role names every spare pod it may be told of);
+``--preflight enforce`` runs in that pod, which cannot swap, so a swap after a
+preflight needs ``--launcher local``. A gang or queue (whose group counts its
+pods) and an administrator's ``--service-account`` (whose Role names no spare)
+are refused for now.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import sys
 
 from ...core import env_names
@@ -32,16 +38,35 @@ def check(spec, launcher: str, opts) -> None:
     """--spares where this backend cannot keep them: one line, exit 2, before anything is created."""
     if not spec.spares:
         return
-    if launcher == "cluster":
+    if launcher == "cluster" and not spec.retries:
         raise UsageError(
-            "--spares needs mpirun on this machine (--launcher local) on Kubernetes",
-            "add --launcher local, or drop --spares (--retries still replaces a lost worker pod)",
+            "--spares with the launcher pod serves --retries only (its preflight cannot swap a worker)",
+            "add --retries N, or --launcher local for --preflight enforce to swap rejected workers",
+        )
+    if launcher == "cluster" and opts.service_account:
+        raise UsageError(
+            "--spares with the launcher pod needs the job's own Role: one of --service-account names no spare pod",
+            "drop --service-account, or use --launcher local",
         )
     if opts.gang != "none" or opts.queue:
         raise UsageError(
             "--spares cannot be used with --gang or --queue yet: the group counts the job's pods",
             "drop --spares, or --gang/--queue",
         )
+
+
+def names_for_launcher(backend) -> list[str]:
+    """The spare pods a launcher pod may be told of, for its Role (names only: a Role names its
+    pods): the K spares, and one more for each a swap may take, K for each of --retries relaunches."""
+    spec = backend.spec
+    if not spec.spares or backend.launcher != "cluster":
+        return []
+    return [f"{backend.job}-spare-{i}" for i in range(spec.spares * (1 + spec.retries))]
+
+
+def serving_env(backend) -> list[dict]:
+    """A relaunched launcher pod's ``MPILAUNCH_SERVING``: which spare pod serves which worker."""
+    return [{"name": env_names.SERVING, "value": json.dumps(backend.spares.serving)}] if backend.spares.serving else []
 
 
 def renamed(worker_pod: dict, name: str) -> dict:
@@ -70,9 +95,13 @@ def template_pod(objects: list[tuple[str, dict]], plan) -> dict:
 
 
 def ask(backend, count: int) -> None:
-    """Create ``count`` spare pods (owned by the root, as the workers); a refused one is a warning."""
+    """Create ``count`` spare pods (owned by the root, as the workers); a refused one is a warning,
+    and so is one past what the launcher pod's Role names (``names_for_launcher``)."""
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": backend.job, "uid": backend.root_uid}
+    allowed = names_for_launcher(backend)
     for _ in range(count):
+        if allowed and backend.spares.asked >= len(allowed):
+            return  # the launcher pod could not reach it
         name = backend.spares.new_spare().name
         obj = renamed(backend.spare_template, name)
         obj["metadata"]["ownerReferences"] = [owner]

@@ -38,10 +38,13 @@ def uid_of(real, pod: str) -> str:
     return real.kubectl("get", "pod", pod, "-o", "jsonpath={.metadata.uid}", check=False).stdout.strip()
 
 
-def test_spare_pod_takes_the_place_of_a_deleted_worker_pod_at_once(real, tmp_path):
-    job = "sp-pods-lost"
+@pytest.mark.parametrize("launcher", ["local", "cluster"])
+def test_spare_pod_takes_the_place_of_a_deleted_worker_pod_at_once(real, tmp_path, launcher):
+    # cluster: the relaunched launcher pod is told which spare serves the worker (MPILAUNCH_SERVING)
+    job = f"sp-pods-lost-{launcher}"
+    here = HERE if launcher == "local" else ("--launcher", "cluster")
     proc = real.start(
-        job, "--np", "2", "--slots-per-worker", "1", *HERE, "--retries", "1", "--spares", "1",
+        job, "--np", "2", "--slots-per-worker", "1", *here, "--retries", "1", "--spares", "1",
         "--output-dir", str(tmp_path), "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/attempts.py",
     )  # fmt: skip
     try:
@@ -95,13 +98,13 @@ def test_spare_pod_replaces_the_worker_preflight_rejects_and_the_job_runs(real, 
 @pytest.mark.parametrize(
     "args, said",
     [
-        (("--launcher", "cluster"), "--spares needs mpirun on this machine (--launcher local) on Kubernetes"),
-        (HERE + ("--gang", "volcano"), "--spares cannot be used with --gang or --queue yet"),
+        (("--launcher", "cluster", "--preflight", "enforce"), "--spares with the launcher pod serves --retries only"),
+        (HERE + ("--retries", "1", "--gang", "volcano"), "--spares cannot be used with --gang or --queue yet"),
     ],
 )
 def test_spare_pods_refused_where_not_kept_yet_with_nothing_created(real, args, said):
     job = "sp-pods-no"
-    p = real.run(job, "--np", "2", *args, "--spares", "1", "--retries", "1", "--", "true")
+    p = real.run(job, "--np", "2", *args, "--spares", "1", "--", "true")
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith(f"mpilaunch: error: {said}"), p.stderr
     assert real.leftovers(job, timeout=1) == []

@@ -46,6 +46,7 @@ from ... import rendezvous
 from ...base import BaseBackend
 from ...launch_description import LaunchDescription
 from ...protocols import ReportsToCluster
+from ...spare_pool import SPARE_KEY
 from .. import mesh
 from ..api import Api, ApiError, sa_dir
 from ..exec_path import relay
@@ -165,13 +166,19 @@ class ReadyPods(BaseBackend, ReportsToCluster):
         self.info = info
         self.creds = in_cluster_credentials(launch)
         self.relay = None
-        self.pods: dict[str, dict] = {}
+        self.pods: dict[str, dict] = {}  # worker -> the pod that serves it
+        # --spares: the spare pod serving a worker, as the submitting side swapped them (k8s/spares.py)
+        self.serving: dict[str, str] = serving_of(os.environ)
+
+    def member(self, worker: str) -> str:
+        return self.serving.get(worker, worker)
 
     def allocate(self) -> None:
         pass  # the submitting side created the pods
 
     def wait_ready(self, deadline: float, progress) -> None:
-        self.pods = wait_workers(Api(self.creds), [w.name for w in self.plan.workers], deadline)
+        pods = wait_workers(Api(self.creds), [self.member(w.name) for w in self.plan.workers], deadline)
+        self.pods = {w.name: pods[self.member(w.name)] for w in self.plan.workers}
         if mpi.for_name(self.info.flavour).proxies_connect_back:
             wait_own_name(self.launch, deadline)
         # LAUNCHER_READY: the submitting side marks mpirun_started when it sees this line
@@ -183,10 +190,20 @@ class ReadyPods(BaseBackend, ReportsToCluster):
 
     def exec_context(self) -> dict:
         if self.launch.cluster.get("transport") == "agent":
-            return agent_context(self.launch.cluster["agent_secret_file"], self.pods, in_pod=True)
-        context = exec_api_context(
-            self.creds, [w.name for w in self.plan.workers], self.launch.cluster.get("container", WORKER_CONTAINER)
-        )
+            context = agent_context(self.launch.cluster["agent_secret_file"], self.pods, in_pod=True)
+        else:
+            context = exec_api_context(
+                self.creds, [w.name for w in self.plan.workers], self.launch.cluster.get("container", WORKER_CONTAINER)
+            )
+        # a worker a spare serves: its pod, and the spare named (the shim gives the ranks the worker's name)
+        for worker, spare in self.serving.items():
+            entry = context["workers"].get(worker)
+            if entry is not None:
+                entry[SPARE_KEY] = spare
+                if "pod" in entry:
+                    entry["pod"] = spare
+        if self.launch.cluster.get("transport") == "agent":
+            return context
         if os.environ.get(env_names.K8S_RELAY, "1") != "0":
             self.relay, context["relay"] = relay.start(dict(context), self.rundir)
         return context
@@ -196,7 +213,7 @@ class ReadyPods(BaseBackend, ReportsToCluster):
         api, lost = Api(self.creds), {}
         for w in self.plan.workers:
             try:
-                pod = api.get("v1", "pods", w.name)
+                pod = api.get("v1", "pods", self.member(w.name))
             except ApiError as e:
                 if e.status != 404:
                     continue  # no verdict on an error
@@ -215,7 +232,7 @@ class ReadyPods(BaseBackend, ReportsToCluster):
         return list(self.launch.rank_prefix)
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
-        return rendezvous.pod_rendezvous(worker, self.plan.job_name)
+        return rendezvous.pod_rendezvous(self.member(worker), self.plan.job_name)
 
     def release(self) -> None:
         if self.relay is not None:
@@ -251,6 +268,15 @@ class DetachedReadyPods(ReadyPods):
         # DNS instead, and the job's Role may not read this pod (the Job controller names it)
         hang_event.post_on_own_pod(Api(self.creds), self.launch.cluster["namespace"], os.environ, verdict)
         return True
+
+
+def serving_of(environ) -> dict[str, str]:
+    """``MPILAUNCH_SERVING`` (a relaunch's, k8s/spares.py ``serving_env``): worker -> spare pod."""
+    try:
+        said = json.loads(environ.get(env_names.SERVING) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in said.items()} if isinstance(said, dict) else {}
 
 
 def finish_detached(creds: dict, launch: LaunchDescription, result) -> None:
