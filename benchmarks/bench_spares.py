@@ -3,7 +3,7 @@
 
 Runs on the Kubernetes testbed's real node (containerd + kubelet; started here, or attached with
 ``--workdir``): a job of 2 ranks on 2 worker pods, ``--launcher local`` with the image's Open MPI
-4.1, runs tests/programs/attempts.py (its first attempt sleeps). Worker 1's pod is deleted
+4.1 (``--launcher cluster``: the launcher pod, a new one for the relaunch), runs tests/programs/attempts.py (its first attempt sleeps). Worker 1's pod is deleted
 (``kubectl delete pod --wait=false``, as an eviction does) and the time is taken from that moment
 to the first rank line of the next attempt:
 
@@ -59,14 +59,15 @@ def wait_line(proc, text: str, timeout: float = 300) -> float | None:
     return None
 
 
-def one_run(cluster, image: str, kind: str, i: int) -> dict:
+def one_run(cluster, image: str, kind: str, i: int, launcher: str = "local") -> dict:
     from testbeds.k8s.node import JOB_ARGS
 
-    job = f"bench-sp-{kind}-{i}"
+    job = f"bench-sp-{launcher[0]}{kind}-{i}"
+    where = ["--launcher", "local", "--mpirun", MPIRUN] if launcher == "local" else ["--launcher", "cluster"]
     out = Path(tempfile.mkdtemp(prefix="bench-sp-"))
     argv = [
         sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image, "--name", job, *JOB_ARGS,
-        "--launcher", "local", "--mpirun", MPIRUN, "--np", "2", "--slots-per-worker", "1", "-q",
+        *where, "--np", "2", "--slots-per-worker", "1", "-q",
         "--retries", "1", *(["--spares", "1"] if kind == "spare" else []),
         "--output-dir", str(out), "-x", "SLEEP=300", "--", "python3", PROGRAM,
     ]  # fmt: skip
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="runs of each kind (default 5)")
     ap.add_argument("--workdir", help="attach to a testbed started with `cluster up --real-node`")
     ap.add_argument("--json", help="also write every run's numbers here")
+    ap.add_argument("--launcher", choices=("local", "cluster"), default="local", help="where mpirun runs")
     args = ap.parse_args(argv)
     from testbeds.k8s.cluster import KubeCluster
 
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
         for i in range(args.runs):
             for kind in ("retry", "spare") if i % 2 == 0 else ("spare", "retry"):
                 time.sleep(2.0)  # the node done tearing the last job down
-                row = one_run(cluster, image, kind, i)
+                row = one_run(cluster, image, kind, i, args.launcher)
                 rows.append(row)
                 print(f"# {kind} run {i}: {row['lost_to_first_line_s']:.2f} s (load {row['load']})", file=sys.stderr)
     finally:
@@ -131,6 +133,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     med = {k: statistics.median(r["lost_to_first_line_s"] for r in rows if r["kind"] == k) for k in ("retry", "spare")}
+    print(f"--launcher {args.launcher}")
     print("| from a deleted worker pod to the next attempt's first rank line | median | runs |")
     print("| --- | --- | --- |")
     for kind, label in (("retry", "`--retries 1` (a new pod)"), ("spare", "`--retries 1 --spares 1` (a spare pod)")):
