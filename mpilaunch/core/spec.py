@@ -297,7 +297,7 @@ class JobSpec:
         metavar="K",
         group=JOB_CONTROL,
         detached=REFUSED,
-        help="K more workers (ssh: the hostfile's next K hosts): one takes the place of a worker that --preflight enforce rejects or --retries replaces (local, ssh, k8s)",
+        help="K more workers (ssh: the hostfile's next K hosts): one takes the place of a worker that --preflight enforce rejects or --retries replaces (every backend)",
     )
     # report.json and the ranks' logs are written by the mpilaunch that stays to the end
     output_dir: str | None = option(

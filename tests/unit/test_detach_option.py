@@ -96,6 +96,7 @@ def yarn_backend(spec: JobSpec) -> SimpleNamespace:
         attempt=1,
         status_token="tok",
         exec_context=lambda: {"forward_env": []},
+        spares=SimpleNamespace(serving={}),  # --spares: no worker served by a spare
     )
 
 

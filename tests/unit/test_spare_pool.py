@@ -47,12 +47,20 @@ def test_spare_shim_tells_the_ranks_the_workers_name_only_where_a_spare_serves_i
 
 
 def test_spare_a_backend_that_keeps_none_refuses_the_option_before_anything_is_made():
-    from mpilaunch import backends
+    from support.fake_backend import FakeBackend  # the required surface only: no capability
 
-    backend = backends.load("yarn")
-    spec = JobSpec(command=("true",), spares=1, retries=1)
+    spec = JobSpec(command=("true",), spares=1, preflight="enforce")
     with pytest.raises(UsageError, match="--spares is not available with the"):
-        backend.check_spec(spec)
+        FakeBackend.check_spec(spec)
+
+
+def test_spare_yarn_with_the_launcher_container_serves_retries_only():
+    from mpilaunch.backends.yarn import spares as yarn_spares
+
+    yarn_spares.check(JobSpec(command=("true",), spares=1, retries=1), "cluster")
+    yarn_spares.check(JobSpec(command=("true",), spares=1, preflight="enforce"), "local")
+    with pytest.raises(UsageError, match="serves --retries only"):
+        yarn_spares.check(JobSpec(command=("true",), spares=1, preflight="enforce"), "cluster")
 
 
 def test_spare_the_local_and_ssh_backends_accept_the_option():

@@ -46,7 +46,9 @@ from .. import rendezvous
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, JobsByName, ReplacesWorkers
+from ..spare_pool import SparePool
 from . import follow, handoff, launch, manage, orphan, outcome, replace, report, tools
+from . import spares as yarn_spares
 from .client import TERMINAL_STATES, shorten, skein_client, state_name
 from .keys import (
     FORWARD_ENV,
@@ -68,7 +70,9 @@ POLL = 0.25
 class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     name = "yarn"
     options_class = YarnOptions
-    capabilities = Capabilities(detach=True, replace_workers=True, cluster_launcher=True, manage=True, render=True)
+    capabilities = Capabilities(
+        detach=True, replace_workers=True, spares=True, cluster_launcher=True, manage=True, render=True
+    )
     named_job = manage.YarnNamedJob
 
     def __init__(self, spec, plan, rundir, *, cluster_launcher_allowed: bool = True):
@@ -88,6 +92,14 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
             )
         if opts.vcores < 1:
             raise UsageError(f"--vcores must be at least 1, got {opts.vcores}", "e.g. --vcores 4")
+        yarn_spares.check(spec, self.launcher)
+        # --spares (yarn/spares.py): instances beyond the plan's, which serves which worker
+        self.spares = SparePool.for_plan(plan)
+        self.spare_names = [self.spares.new_spare().name for _ in range(spec.spares)]  # asked, in order
+        self.first_spares = list(self.spare_names)  # the worker service's own instances N, N+1, ...
+        self.spare_addresses: dict[str, str] = {}
+        self.spare_info: dict[str, dict] = {}
+        self.slot_names = {w.name for w in plan.workers}
         self.secret_file = rundir / "secret"
         self.client = None
         self.app = None
@@ -121,7 +133,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         env = {
             env_names.YARN_JOB: self.plan.job_name,
             # Container instance i is plan worker i (PS tasks are named by role).
-            env_names.YARN_WORKER_NAMES: ",".join(w.name for w in self.plan.workers),
+            env_names.YARN_WORKER_NAMES: ",".join([w.name for w in self.plan.workers] + self.first_spares),
             env_names.YARN_GPUS: str(self.gpus_per_worker),
             env_names.YARN_KV: KV_PREFIX,
         }
@@ -140,7 +152,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
             raise UsageError(f"invalid YARN resources: {e}", "e.g. --memory '4 GiB' --vcores 4") from None
         files = tools.files(opts.env_archive, self.rundir) if opts.env_archive else {}
         service = skein.Service(
-            instances=len(self.plan.workers),
+            instances=len(self.plan.workers) + self.spec.spares,
             resources=resources,
             script=self.service_script(),
             env=self.service_env(),
@@ -250,7 +262,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
                 "state": state_name(c.state),
                 "exit": shorten(c.exit_message, 300) or None,
             }
-            if self.containers[name]["state"] == "RUNNING":  # seen at most a second late (wait_ready's refresh)
+            if self.containers[name]["state"] == "RUNNING" and name in self.slot_names:  # a second late at most
                 phases.mark_worker(self.worker_times, name, "running")
         return containers
 
@@ -260,8 +272,8 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
             return None
         if container.instance in self.replacements:
             return self.replacements[container.instance]
-        workers = self.plan.workers
-        return workers[container.instance].name if container.instance < len(workers) else None
+        names = [w.name for w in self.plan.workers] + self.first_spares
+        return names[container.instance] if container.instance < len(names) else None
 
     def wait_ready(self, deadline: float, progress) -> None:
         from ...rsh_agent.agent_client import ping, read_secret
@@ -275,9 +287,13 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
                     self._connect()
                 for key, value in (self.app.kv.get_prefix(KV_PREFIX + WORKER_KEY) if self.app else {}).items():
                     name = key[len(KV_PREFIX + WORKER_KEY) :]
-                    if name in self.addresses:
+                    if name in self.addresses or name in self.spare_addresses:
                         continue
                     info = json.loads(value)
+                    if name not in self.slot_names:  # a spare (--spares): it waits, the job does not
+                        if name in self.spare_names:
+                            yarn_spares.register(self, name, info, ping(info["address"], secret, timeout=2.0))
+                        continue
                     self.workers_info[name] = info
                     if ping(info["address"], secret, timeout=2.0):
                         self.addresses[name] = info["address"]
@@ -296,8 +312,9 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
             progress(len(self.addresses), total)
             if len(self.addresses) == total and self._launcher_running():
                 self.refresh_containers()
-                # Every agent holds it now; the key-value store need not.
-                self.app.kv.discard(KV_PREFIX + WORKER_SECRET_KEY)
+                # Every agent holds it now; the key-value store need not (unless a spare has yet to read it).
+                if not yarn_spares.pending(self):
+                    self.app.kv.discard(KV_PREFIX + WORKER_SECRET_KEY)
                 return
             if time.monotonic() > deadline:
                 raise AllocationError(self._not_ready_message(total), self._not_ready_hint())
@@ -318,7 +335,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         for c in self.refresh_containers() or []:
             state = state_name(c.state)
             name = self.worker_of(c)
-            if state in ("FAILED", "KILLED", "SUCCEEDED") and name is not None:
+            if state in ("FAILED", "KILLED", "SUCCEEDED") and name in self.slot_names:  # a spare's end: not the job's
                 self._raise_archive_problem(c.yarn_node_http_address, c.yarn_container_id, SERVICE)
                 raise AllocationError(
                     f"worker {name} (YARN container {c.yarn_container_id} on {c.yarn_node_http_address}) "
@@ -387,7 +404,9 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
             # Daemons start in their container's directory (this machine's
             # cwd need not exist on the NodeManagers).
             "cwd": None,
-            "workers": {name: {"address": addr} for name, addr in self.addresses.items()},
+            "workers": yarn_spares.context_entries(
+                self, {name: {"address": addr} for name, addr in self.addresses.items()}
+            ),
         }
 
     def rank_prefix(self) -> list[str]:
@@ -449,6 +468,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
                 "exit": facts.get("exit"),
                 "gpus": info.get("gpus", []),
                 "gpu_source": info.get("gpu_source"),
+                **({"spare": self.spares.serving[w.name]} if w.name in self.spares.serving else {}),
             }
         return out
 
@@ -464,8 +484,13 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         return "--backend yarn"  # an application is found by its name alone
 
     def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
-        replace.replace_workers(self, names)
-        return {}
+        if not self.spec.spares:
+            replace.replace_workers(self, names)
+            return {}
+        return yarn_spares.swap(self, names, why, lambda rest: replace.replace_workers(self, rest))
+
+    def spares_waiting(self) -> int:
+        return yarn_spares.waiting(self)
 
     def job_finished(self, exit_code: int, failure: str | None) -> str | None:
         self.outcome, self.failure = exit_code, failure

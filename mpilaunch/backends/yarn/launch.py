@@ -72,6 +72,8 @@ def launch_description(backend) -> LaunchDescription:
         # as with the local launcher; the container's own where it does not.
         cwd=os.getcwd(),
         cluster={
+            # --spares: the spare container serving a worker (its address is the worker's above)
+            "serving": dict(backend.spares.serving),
             "forward_env": list(backend.exec_context()["forward_env"]),
             "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ},
         },

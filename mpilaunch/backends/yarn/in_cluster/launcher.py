@@ -52,6 +52,7 @@ from ....job.procs import terminate_group
 from ... import rendezvous
 from ...base import BaseBackend
 from ...launch_description import LaunchDescription
+from ...spare_pool import SPARE_KEY
 from .. import stacks_kv
 from ..keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 from .detached import WorkerContainers, finish, to_container_log
@@ -180,12 +181,16 @@ class PublishedContainers(BaseBackend):
         pass  # the launch description is put only once every worker's agent answered
 
     def exec_context(self) -> dict:
+        serving = self.launch.cluster.get("serving") or {}  # --spares: which spare serves which worker
         return {
             "transport": "agent",
             "secret_file": str(self.secret_file),
             "forward_env": list(self.launch.cluster.get("forward_env") or ()),
             "cwd": None,
-            "workers": {name: {"address": address} for name, address in self.launch.addresses().items()},
+            "workers": {
+                name: {"address": address, **({SPARE_KEY: serving[name]} if name in serving else {})}
+                for name, address in self.launch.addresses().items()
+            },
         }
 
     def rank_prefix(self) -> list[str]:
