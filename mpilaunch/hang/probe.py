@@ -416,7 +416,10 @@ def add_native_frames(spy, ranks, left):
 
     def native(key, first):
         frames, tool, _ = py_spy_frames(spy, first["pid"], first.get("proc_state", "S"), left() - 0.2)
-        if frames is not None and "--native" in (tool or ""):
+        # a native dump taken mid-unwind under load can come back as one unnamed address and no Python
+        # frame (seen: "the 2 other ranks are in 0x7fff42335b40 at ?:0", CI at load ~20): kept only
+        # where it still shows Python frames, else the group keeps the Python stack it was found by
+        if frames is not None and "--native" in (tool or "") and any(f["kind"] == "python" for f in frames):
             found[key] = (frames, tool)
 
     in_parallel([(native, (key, members[0])) for key, members in groups.items()], left)

@@ -123,7 +123,13 @@ def run(run: RunContext, workload: Workload) -> dict:
             if isinstance(answer, dict) and isinstance(answer.get("kernel_s"), (int, float)):
                 answers[worker]["kernel_s"] = min(answers[worker]["kernel_s"], answer["kernel_s"])
         verdict = checks.judge(answers, expected, received, travel, spec.preflight_margin)
-    if workload.mode == "mpirun" and len(workload.plan.workers) > 1:
+    # the link test across the workers; not where --preflight enforce already has a worker to stop the
+    # job for (or swap): a starved worker holds every rank of the ring up, and the verdict is decided
+    if (
+        workload.mode == "mpirun"
+        and len(workload.plan.workers) > 1
+        and not (verdict.findings and spec.preflight == "enforce")
+    ):
         add_links(verdict, run, workload)
     seconds = time.monotonic() - t0
     nodes = nodes_of(run.backend, verdict)

@@ -220,8 +220,9 @@ def test_local_launcher_on_real_pods(real, tmp_path, transport):
 def test_long_running_requests_of_8_real_pods_job_by_transport(real, tmp_path, transport):
     """kube-apiserver's long-running requests while the ranks of a job of 8 real pods run (cluster
     launcher): the exec transport holds one exec stream per daemon; the agent transport none, and
-    at most 2 long-running requests in all, whatever the pod count: the CLI following the launcher
-    pod's log, and the launcher node's kubelet watching the namespace's kube-root-ca.crt (any pod
+    at most 3 long-running requests in all, whatever the pod count: the CLI following the launcher
+    pod's log and watching the job's pods (the lost-worker look), and the launcher node's kubelet
+    watching the namespace's kube-root-ca.crt (any pod
     with a ServiceAccount token; shared by the node's pods). Everything the job's pods mount is
     immutable (tools ConfigMap, Secrets), so no kubelet keeps a watch on it."""
     job = f"rp-streams-{transport}"
@@ -256,7 +257,9 @@ def test_long_running_requests_of_8_real_pods_job_by_transport(real, tmp_path, t
     streams = peak.detail.get("CONNECT pods/exec", 0)
     connects = sum(v for k, v in peak.detail.items() if k.startswith("CONNECT"))
     if transport == "agent":
-        assert streams == 0 and connects <= 1 and held <= 2, peak.detail
+        # + this side's watch on the job's pods, which wakes the lost-worker look (jobs of up to 16
+        # workers: ReplacesWorkers.worker_changes): one per job, whatever the pod count
+        assert streams == 0 and connects <= 1 and peak.detail.get("WATCH pods", 0) <= 1 and held <= 3, peak.detail
     else:
         assert streams == 8, peak.detail
     print(
