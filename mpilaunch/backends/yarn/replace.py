@@ -26,21 +26,28 @@ def replace_workers(backend, names: list[str]) -> None:
     backend.refresh_containers()
     backend.silent = None
     for name in names:
-        old = backend.containers.pop(name, {})
-        if old.get("id") and old.get("state") not in ENDED:
-            try:
-                backend.app.kill_container(old["id"])
-            except skein.exceptions.SkeinError:
-                pass  # it ended meanwhile
-        if old.get("instance") is not None:
-            backend.retired.add(old["instance"])
-        if old.get("container"):
-            release_gpu_claims(kv, KV_PREFIX, old["container"])
-        kv.discard(KV_PREFIX + WORKER_KEY + name)
+        retire(backend, name)
         for facts in (backend.addresses, backend.workers_info, backend.ready_at):
             facts.pop(name, None)
         new = backend.app.add_container(SERVICE, env={env_names.YARN_WORKER_NAME: name})
         backend.replacements[new.instance] = name
+
+
+def retire(backend, name: str) -> None:
+    """The container that served worker ``name``: killed if anything of it still runs, its instance
+    retired (``worker_of`` no longer calls it the worker), its GPU claims and registration dropped."""
+    kv = backend.app.kv
+    old = backend.containers.pop(name, {})
+    if old.get("id") and old.get("state") not in ENDED:
+        try:
+            backend.app.kill_container(old["id"])
+        except skein.exceptions.SkeinError:
+            pass  # it ended meanwhile
+    if old.get("instance") is not None:
+        backend.retired.add(old["instance"])
+    if old.get("container"):
+        release_gpu_claims(kv, KV_PREFIX, old["container"])
+    kv.discard(KV_PREFIX + WORKER_KEY + name)
 
 
 def release_gpu_claims(kv, prefix: str, container_id: str) -> None:

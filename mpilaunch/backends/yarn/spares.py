@@ -26,6 +26,7 @@ import skein
 from ...core import env_names
 from ...core.errors import UsageError
 from ..spare_pool import SPARE_KEY
+from . import replace
 from .keys import KV_PREFIX, SERVICE, WORKER_KEY, WORKER_SECRET_KEY
 from .report import ENDED
 
@@ -112,14 +113,7 @@ def swap(backend, names: list[str], why: str, recreate) -> dict[str, str]:
         if spare is None:
             rest.append(name)
             continue
-        old = backend.containers.pop(name, {})
-        if old.get("id") and old.get("state") not in ENDED:
-            try:
-                backend.app.kill_container(old["id"])
-            except skein.exceptions.SkeinError:
-                pass  # it ended meanwhile
-        if old.get("instance") is not None:
-            backend.retired.add(old["instance"])
+        replace.retire(backend, name)
         facts = backend.containers.pop(spare, {})
         if facts.get("instance") is not None:  # that container is the worker's from now on
             backend.replacements[facts["instance"]] = name
