@@ -23,6 +23,11 @@ from ..core.spec import Plan, WorkerPlan
 SPARE_KEY = "spare"
 
 
+def served(workers: dict[str, dict], serving: dict[str, str]) -> dict[str, dict]:
+    """The context's ``workers`` entries (by the plan's names), each a spare serves naming it."""
+    return {name: {**entry, SPARE_KEY: serving[name]} if name in serving else entry for name, entry in workers.items()}
+
+
 def spare_template(plan: Plan) -> tuple[int, int]:
     """(slots, GPUs) of a spare: enough to take any worker's place."""
     return max(w.slots for w in plan.workers), max(w.gpus for w in plan.workers)

@@ -67,7 +67,7 @@ from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, JobsByName, RemoteHosts, ReplacesWorkers, ReportsToCluster
-from ..spare_pool import SparePool
+from ..spare_pool import SparePool, served
 from . import creation, follow, launch, manage, manifests, pod_events, pod_template, replace, startup, tools
 from . import spares as k8s_spares
 from .admission import AdmissionReader
@@ -282,7 +282,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         if self.transport == "agent" and self.launcher == "local":
             pods = {w.name: self.pods.get(self.member(w.name)) for w in self.plan.workers}
             context = launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
-            context["workers"] = k8s_spares.context_entries(self, context["workers"])
+            context["workers"] = served(context["workers"], self.spares.serving)
             return context
         # The exec API: the shims' with --transport exec. With the cluster launcher no shim runs
         # here (its pod holds the agents' secret): what this side reaches the pods with, the hang
@@ -290,8 +290,8 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         creds = dict(self._credentials())
         creds.pop("token", None)  # in memory only when no rundir; never the case here
         context = launch.exec_api_context(creds, [w.name for w in self.plan.workers])
-        served = {w: {"pod": self.member(w)} for w in context["workers"]}
-        context["workers"] = k8s_spares.context_entries(self, served)
+        pods_of = {w: {"pod": self.member(w)} for w in context["workers"]}
+        context["workers"] = served(pods_of, self.spares.serving)
         if self.launcher == "local" and use_relay():
             from .exec_path import relay
 

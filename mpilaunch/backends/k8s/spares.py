@@ -28,7 +28,6 @@ import sys
 
 from ...core import env_names
 from ...core.errors import UsageError
-from ..spare_pool import SPARE_KEY
 from . import startup
 from .api import ApiError
 from .pods import pod_loss, pod_ready
@@ -163,11 +162,3 @@ def delete_pod(backend, name: str) -> None:
         backend.api.delete("v1", "pods", name, gracePeriodSeconds=0)
     except (ApiError, OSError):
         pass  # gone already, or left to release (it deletes every pod of the job)
-
-
-def context_entries(backend, workers: dict) -> dict:
-    """``workers`` (the context's, by the plan's names) with the spare serving each, where one does."""
-    return {
-        name: {**entry, SPARE_KEY: backend.spares.serving[name]} if name in backend.spares.serving else entry
-        for name, entry in workers.items()
-    }

@@ -26,7 +26,7 @@ from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secr
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers
 from ..rendezvous import free_port_below_ephemeral
-from ..spare_pool import SPARE_KEY, SparePool
+from ..spare_pool import SparePool, served
 from .forked import FORK_AGENTS_FROM, ForkedAgent, run_forked_agent
 from .options import LocalOptions
 
@@ -292,13 +292,7 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
             "secret_file": str(self.secret_file),
             "forward_env": list(FORWARD_ENV),
             "cwd": os.getcwd(),
-            "workers": {
-                name: {
-                    "address": addr,
-                    **({SPARE_KEY: self.spares.serving[name]} if name in self.spares.serving else {}),
-                }
-                for name, addr in self.addresses.items()
-            },
+            "workers": served({name: {"address": addr} for name, addr in self.addresses.items()}, self.spares.serving),
         }
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:

@@ -43,7 +43,7 @@ from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import RemoteHosts, ReplacesWorkers
 from ..rendezvous import free_port_through_agent, rank_python, source_address
-from ..spare_pool import SPARE_KEY, SparePool
+from ..spare_pool import SparePool, served
 from .options import SshOptions
 from .remote import READY, ZIP_ENV  # ZIP_ENV: the zip's path on the host, in every command the agent runs there
 
@@ -341,11 +341,14 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
             "transport": "agent",
             "secret_file": str(self.secret_file),
             "forward_env": list(FORWARD_ENV),
-            "workers": {
-                slot: {"address": self.facts[host]["address"], **({SPARE_KEY: host} if host != slot else {})}
-                for host, slot in self._members().items()
-                if host in self.facts
-            },
+            "workers": served(
+                {
+                    slot: {"address": self.facts[host]["address"]}
+                    for host, slot in self._members().items()
+                    if host in self.facts
+                },
+                self.spares.serving,
+            ),
         }
 
     def control_address(self) -> str | None:

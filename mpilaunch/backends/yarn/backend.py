@@ -46,7 +46,7 @@ from .. import rendezvous
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, JobsByName, ReplacesWorkers
-from ..spare_pool import SparePool
+from ..spare_pool import SparePool, served
 from . import follow, handoff, launch, manage, orphan, outcome, replace, report, tools
 from . import spares as yarn_spares
 from .client import TERMINAL_STATES, shorten, skein_client, state_name
@@ -404,9 +404,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
             # Daemons start in their container's directory (this machine's
             # cwd need not exist on the NodeManagers).
             "cwd": None,
-            "workers": yarn_spares.context_entries(
-                self, {name: {"address": addr} for name, addr in self.addresses.items()}
-            ),
+            "workers": served({name: {"address": addr} for name, addr in self.addresses.items()}, self.spares.serving),
         }
 
     def rank_prefix(self) -> list[str]:

@@ -25,7 +25,6 @@ import skein
 
 from ...core import env_names
 from ...core.errors import UsageError
-from ..spare_pool import SPARE_KEY
 from . import replace
 from .keys import KV_PREFIX, SERVICE, WORKER_KEY, WORKER_SECRET_KEY
 from .report import ENDED
@@ -125,11 +124,3 @@ def swap(backend, names: list[str], why: str, recreate) -> dict[str, str]:
         recreate(rest)
     ask(backend, len(taken))
     return taken
-
-
-def context_entries(backend, workers: dict) -> dict:
-    """``workers`` (the context's, by the plan's names) with the spare serving each, where one does."""
-    return {
-        name: {**entry, SPARE_KEY: backend.spares.serving[name]} if name in backend.spares.serving else entry
-        for name, entry in workers.items()
-    }

@@ -46,7 +46,7 @@ from ... import rendezvous
 from ...base import BaseBackend
 from ...launch_description import LaunchDescription
 from ...protocols import ReportsToCluster
-from ...spare_pool import SPARE_KEY
+from ...spare_pool import served
 from .. import mesh
 from ..api import Api, ApiError, sa_dir
 from ..exec_path import relay
@@ -196,12 +196,9 @@ class ReadyPods(BaseBackend, ReportsToCluster):
                 self.creds, [w.name for w in self.plan.workers], self.launch.cluster.get("container", WORKER_CONTAINER)
             )
         # a worker a spare serves: its pod, and the spare named (the shim gives the ranks the worker's name)
-        for worker, spare in self.serving.items():
-            entry = context["workers"].get(worker)
-            if entry is not None:
-                entry[SPARE_KEY] = spare
-                if "pod" in entry:
-                    entry["pod"] = spare
+        context["workers"] = served(
+            {w: {**e, "pod": self.member(w)} if "pod" in e else e for w, e in context["workers"].items()}, self.serving
+        )
         if self.launch.cluster.get("transport") == "agent":
             return context
         if os.environ.get(env_names.K8S_RELAY, "1") != "0":

@@ -52,7 +52,7 @@ from ....job.procs import terminate_group
 from ... import rendezvous
 from ...base import BaseBackend
 from ...launch_description import LaunchDescription
-from ...spare_pool import SPARE_KEY
+from ...spare_pool import served
 from .. import stacks_kv
 from ..keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 from .detached import WorkerContainers, finish, to_container_log
@@ -187,10 +187,7 @@ class PublishedContainers(BaseBackend):
             "secret_file": str(self.secret_file),
             "forward_env": list(self.launch.cluster.get("forward_env") or ()),
             "cwd": None,
-            "workers": {
-                name: {"address": address, **({SPARE_KEY: serving[name]} if name in serving else {})}
-                for name, address in self.launch.addresses().items()
-            },
+            "workers": served({name: {"address": a} for name, a in self.launch.addresses().items()}, serving),
         }
 
     def rank_prefix(self) -> list[str]:
