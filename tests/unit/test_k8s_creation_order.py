@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("yaml")
 pytest.importorskip("jinja2")
 
+from mpilaunch.backends.k8s import creation
 from mpilaunch.backends.k8s import manifests as k8s_manifests
 from mpilaunch.backends.k8s.backend import K8sBackend
 from mpilaunch.backends.k8s.creation import CREATION_STAGES
@@ -63,3 +64,24 @@ def test_every_object_has_a_stage_and_the_reaper_comes_before_any_pod(args, tmp_
     reaper = [stage_of(g) for g in groups if g == "reaper"]
     assert reaper, groups  # every job has one: it removes the job should mpilaunch die
     assert max(firsts) < reaper[0] < min(pods)
+
+
+def owned_by(*roots: tuple[str, str, str]) -> dict:
+    return {"metadata": {"ownerReferences": [{"kind": k, "name": n, "uid": u} for k, n, u in roots]}}
+
+
+@pytest.mark.parametrize(
+    "existing, expected",
+    [
+        # the create was sent again after its answer was lost: already this job's
+        (owned_by(("ConfigMap", "bert", "uid-now")), creation.THIS_JOB),
+        # an earlier job of the same name: its root (another uid) is gone, the garbage collector removes it
+        (owned_by(("ConfigMap", "bert", "uid-before")), creation.EARLIER_JOB),
+        # nobody's, another job's root, or an owner of another kind: never waited for, never touched
+        ({"metadata": {}}, creation.NOT_A_JOB),
+        (owned_by(("ConfigMap", "gpt", "uid-before")), creation.NOT_A_JOB),
+        (owned_by(("Deployment", "bert", "uid-before")), creation.NOT_A_JOB),
+    ],
+)
+def test_whose_object_a_create_ran_into(existing, expected):
+    assert creation.whose(existing, "bert", "uid-now") == expected

@@ -28,6 +28,24 @@ CREATION_STAGES = (("tools", "lease", "reaper-rbac", "setup"), ("reaper",), ("wo
 # On the root ConfigMap: which mpilaunch process created it (a random value, not a secret), so that
 # a root whose create raised on this side but succeeded on the server is found and deleted.
 CREATOR_ANNOTATION = "mpilaunch/creator"
+# How long a create waits for an object of the same name left by an earlier job of the same name,
+# which the garbage collector is removing (a rerun right after Ctrl-C, or after the reaper ended
+# the job: the old root is gone, its pods still in their grace period).
+EARLIER_JOB_WAIT_S = 60.0
+THIS_JOB, EARLIER_JOB, NOT_A_JOB = "this job", "an earlier job", "not a job"
+
+
+def whose(existing: dict, job: str, root_uid: str) -> str:
+    """Whose is the object a create ran into (409)? ``THIS_JOB``: owned by this job's root (the
+    client sent the create again on a new connection after the first answer was lost);
+    ``EARLIER_JOB``: owned by another root ConfigMap named ``job`` (a job of the same name that
+    was deleted: the garbage collector removes it); ``NOT_A_JOB``: anything else, not ours to wait
+    for or touch."""
+    owners = (existing.get("metadata") or {}).get("ownerReferences") or []
+    roots = [o.get("uid") for o in owners if o.get("kind") == "ConfigMap" and o.get("name") == job]
+    if root_uid in roots:
+        return THIS_JOB
+    return EARLIER_JOB if roots else NOT_A_JOB
 
 
 def refusal_line(e: ApiError) -> str:
@@ -81,7 +99,12 @@ def create_objects(backend, objects: list[tuple[str, dict]]) -> None:
         if kind == "Lease":
             orphan.stamp_lease(obj, time.time())
         try:
-            api.create(obj)
+            try:
+                api.create(obj)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                create_past_a_conflict(backend, obj, PLURALS[kind])
         except ApiError as e:
             if e.status == 404 and kind == "PodGroup":
                 raise UsageError(
@@ -107,6 +130,52 @@ def create_objects(backend, objects: list[tuple[str, dict]]) -> None:
                     phases.mark_worker(backend.worker_times, w.name, "created")
             if "workers" in stage and backend.opts.queue:  # Kueue made a Workload of them: released first
                 backend.created.append((*WORKLOADS, backend.job))
+
+
+def create_past_a_conflict(backend, obj: dict, plural: str, clock=time.monotonic, sleep=time.sleep) -> None:
+    """A create ran into an object of the same name: return once ``obj`` exists as this job's (it
+    already was, or the earlier job's object went and ``obj`` was created again). An earlier job's
+    that outstays ``EARLIER_JOB_WAIT_S`` is an allocation error; one that is no job's a usage
+    error (exit 2): never waited for, never touched."""
+    name, kind = obj["metadata"]["name"], obj["kind"]
+    api_version = obj["apiVersion"]
+    deadline, said = clock() + EARLIER_JOB_WAIT_S, False
+    while True:
+        try:
+            existing = backend.api.get(api_version, plural, name)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            try:
+                backend.api.create(obj)
+                return
+            except ApiError as again:
+                if again.status != 409:
+                    raise
+                continue  # taken again in between: look at whose it is now
+        owner = whose(existing, backend.job, backend.root_uid)
+        if owner == THIS_JOB:
+            return
+        if owner == NOT_A_JOB:
+            raise UsageError(
+                f"{kind} {name} already exists in namespace {backend.namespace} and is not mpilaunch job "
+                f"{backend.job}'s",
+                "choose another --name (mpilaunch names the job's objects after it)",
+            )
+        if clock() >= deadline:
+            raise AllocationError(
+                f"{kind} {name} of an earlier job named {backend.job} is still being deleted after "
+                f"{EARLIER_JOB_WAIT_S:g}s",
+                f"remove it with: kubectl delete {plural} {name}, or choose another --name",
+            )
+        if not said:
+            print(
+                f"mpilaunch: waiting for {kind} {name} of an earlier job named {backend.job} to be deleted",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+        sleep(0.25)
 
 
 def own_root(backend) -> dict | None:
