@@ -124,21 +124,27 @@ def write_tools(dest: str, tools_dir: str | None = None) -> list[str]:
     return written
 
 
-#: what a copy of the package leaves out (bytecode is made where it runs, by the python that runs it)
-IGNORED = ("__pycache__", "*.pyc", "*.j2")  # templates: rendered on the submitting side only
+#: what a copy of the package leaves out: bytecode (made where it runs, by the python that runs it)
+#: and templates (rendered on the submitting side only)
+IGNORED_DIRS = ("__pycache__",)
+IGNORED_SUFFIXES = (".pyc", ".j2")
 
 
 def package_files() -> list[tuple[str, Path]]:
-    """(name relative to the package's parent, file) of every file a copy of the package holds, sorted."""
-    import fnmatch
+    """(name relative to the package's parent, file) of every file a copy of the package holds, sorted.
 
+    os.walk, pruning ``__pycache__``: a glob of the whole tree matched against patterns took 30 ms
+    of each Kubernetes launch once the package was byte-compiled (a .pyc beside every module)."""
     package = Path(__file__).resolve().parent.parent  # mpilaunch/, this file being mpilaunch/job/image_tools.py
+    parent = len(str(package.parent)) + 1
     out = []
-    for path in sorted(package.rglob("*")):
-        rel = path.relative_to(package.parent)
-        if path.is_file() and not any(fnmatch.fnmatch(part, pat) for part in rel.parts for pat in IGNORED):
-            out.append((rel.as_posix(), path))
-    return out
+    for root, dirs, names in os.walk(package):
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS]
+        for name in names:
+            if not name.endswith(IGNORED_SUFFIXES):
+                path = os.path.join(root, name)
+                out.append((path[parent:].replace(os.sep, "/"), Path(path)))
+    return sorted(out)
 
 
 def zip_bytes(extra: dict[str, str] | None = None) -> bytes:
