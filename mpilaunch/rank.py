@@ -1,5 +1,7 @@
 """Per-rank wrapper: ``python -m mpilaunch.rank [--bind-gpus] [--attempt N] [--linger-ms N] -- CMD...``.
 
+(``python -m mpilaunch.rank --task-starter ...``: a PS task's starter, ``task_starter.py``.)
+
 mpirun starts this in place of the user's program on every rank. It prints
 one start line on stderr (rank, local rank, size, worker, host: what mpilaunch
 checks against the plan), runs the program, forwards termination signals to
@@ -155,8 +157,18 @@ def _cwd() -> str | None:
         return None
 
 
+#: ``python -m mpilaunch.rank --task-starter ...`` runs ``mpilaunch.task_starter`` instead
+TASK_STARTER = "--task-starter"
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [TASK_STARTER]:
+        # a PS task's starter: every backend says how a worker starts this module (its rank_prefix),
+        # so the task starter needs no way of its own into the worker
+        from .task_starter import main as start_task
+
+        return start_task(argv[1:])
     bind = False
     linger_s = 0.0
     attempt = "1"

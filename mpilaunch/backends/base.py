@@ -1,4 +1,4 @@
-"""The required contract of a backend: its options, its capabilities, ten methods.
+"""The required contract of a backend: its options, its capabilities, eleven methods.
 
 A backend is one folder, ``backends/<name>/``, and one line in
 ``backends/__init__.py`` (or an entry point in the group
@@ -14,13 +14,16 @@ reads) -> the workload runs (asking ``rank_prefix``, ``rendezvous``; the
 lifecycle asks ``lost_workers`` every few seconds) -> ``job_finished`` ->
 ``describe_workers`` (for reports) -> ``release`` (always, on every exit
 path; idempotent, never raises). ``check_spec`` refuses a job before
-anything is created. Four methods are abstract; the other six have defaults
-that fit workers running this machine's Python.
+anything is created; ``control_address`` tells the MPI daemons how to reach
+this machine where its name does not resolve for them. Four methods are
+abstract; the other seven have defaults that fit workers running this
+machine's Python.
 
-What a backend can do beyond that is data (``Capabilities``) and one small
-optional protocol per capability, in ``protocols.py``, each shown by one
-backend: a launcher inside the cluster (k8s), jobs found again by name
-(yarn), lost workers replaced (local), hosts of their own (ssh).
+What a backend can do beyond that is data (``Capabilities``) and one of three
+small optional protocols per capability, in ``protocols.py``, each shown by
+one backend: a launcher inside the cluster (k8s), jobs found again by name
+(yarn), lost workers replaced (local). Where the cluster keeps what mpilaunch
+finds is a collaborator, ``cluster_notes`` (``cluster_notes.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ from pathlib import Path
 from ..core import declared
 from ..core.errors import UsageError
 from ..core.spec import JobSpec, Plan
+
+# typing.TYPE_CHECKING without importing typing: the annotation's name only
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .cluster_notes import ClusterNotes
 
 
 @dataclass(frozen=True)
@@ -117,7 +125,7 @@ class BackendOptions:
 class BaseBackend(ABC):
     """The required surface: ``allocate``, ``wait_ready``, ``exec_context``, ``release`` (abstract);
     ``lost_workers``, ``describe_workers``, ``job_finished``, ``check_spec``, ``rank_prefix``,
-    ``rendezvous`` (defaults). Everything else a backend may do is an optional protocol
+    ``rendezvous``, ``control_address`` (defaults). Everything else a backend may do is an optional protocol
     (``protocols.py``) it names among its bases, and a capability it claims."""
 
     name = "base"
@@ -148,6 +156,10 @@ class BaseBackend(ABC):
     # Open MPI 5) and the job has several workers. Honoured where workers share this machine
     # (local: each agent in namespaces of its own, named after its worker); elsewhere each already is.
     own_hostnames: bool = False
+    # Where the cluster keeps what mpilaunch finds about the job (a hang verdict, a worker's failed
+    # preflight): a ``cluster_notes.ClusterNotes`` (k8s: Warning Events), set in __init__; None:
+    # nowhere but the terminal and the record.
+    cluster_notes: ClusterNotes | None = None
 
     def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, *, cluster_launcher_allowed: bool = True):
         self.spec = spec
@@ -252,6 +264,12 @@ class BaseBackend(ABC):
         workers are ready: an address every rank can reach and a port free there. None: unknown."""
         return None
 
+    def control_address(self) -> str | None:
+        """The address at which the workers' MPI daemons reach an mpirun on this machine, where
+        its host name may not resolve for them (hydra's proxies connect back by name); None:
+        the name does (workers on this machine, a launcher in the cluster)."""
+        return None
+
 
 #: the required surface, by name: what a backend implementer reads (tests hold it to about ten)
 REQUIRED = (
@@ -265,6 +283,7 @@ REQUIRED = (
     "check_spec",
     "rank_prefix",
     "rendezvous",
+    "control_address",
 )
 
 

@@ -16,11 +16,14 @@ they use the plain-function defaults at the end of this file.
   + ``yarn/manage.py``).
 - ``ReplacesWorkers``: a lost worker gets a new one of the same name
   (--retries). Shown by local (``local/backend.py``: a new agent process).
-- ``RemoteHosts``: workers on hosts of their own, which may not resolve this
-  machine's name and start mpilaunch's pieces with their own Python. Shown by
-  ssh (``ssh/backend.py``).
-- ``ReportsToCluster``: a hung job's verdict and a worker's failed preflight
-  kept in the cluster (k8s: Events).
+
+Three, each serving capabilities a user asks for. What every backend has an
+answer to, if only "none", is no protocol: ``BaseBackend.control_address``
+(None unless the workers cannot resolve this machine's name: ssh, k8s's
+local launcher), and the collaborator ``BaseBackend.cluster_notes``
+(``cluster_notes.py``: where the cluster keeps what mpilaunch finds; k8s's
+Events). A PS task starter starts through the rank wrapper's prefix
+(``python -m mpilaunch.rank --task-starter``), so it needs no hook at all.
 """
 
 from __future__ import annotations
@@ -100,37 +103,6 @@ class ReplacesWorkers(ABC):
         return contextlib.nullcontext()
 
 
-class RemoteHosts(ABC):
-    """Workers on hosts of their own (no capability: the workloads ask it).
-    Example: ``backends/ssh/backend.py``."""
-
-    @abstractmethod
-    def control_address(self) -> str | None:
-        """The address at which the workers' MPI daemons reach an mpirun on this machine, where
-        its host name may not resolve for them (hydra's proxies connect back by name); None:
-        the name does."""
-
-    @abstractmethod
-    def task_starter_prefix(self) -> list[str]:
-        """How a worker starts mpilaunch's PS task starter (``mpilaunch.task_starter``)."""
-
-
-class ReportsToCluster(ABC):
-    """A place of the cluster's own for what mpilaunch finds about a job (no capability: the hang
-    diagnosis, ``workloads/hang_watch.py``, and the preflight, ``workloads/preflight_run.py``, ask
-    it). Example: ``backends/k8s/backend.py`` (Warning Events, where ``kubectl describe`` shows them)."""
-
-    @abstractmethod
-    def report_hang(self, verdict: str) -> bool:
-        """Put the ``mpilaunch: hang:`` line where the cluster's users look; True where it was put
-        (False: another side posts it), raise on failure."""
-
-    @abstractmethod
-    def report_on_worker(self, worker: str, reason: str, text: str) -> bool:
-        """A line about one worker (a failed preflight check) where the cluster's users look, on
-        that worker; True where it was put, raise on failure."""
-
-
 #: capability (a ``Capabilities`` field) -> the protocol a backend claiming it implements
 SERVED_BY = {
     "detach": ClusterLauncher,
@@ -145,8 +117,6 @@ PROTOCOLS = (
     ClusterLauncher,
     JobsByName,
     ReplacesWorkers,
-    RemoteHosts,
-    ReportsToCluster,
 )
 
 
@@ -156,33 +126,6 @@ def members(protocol: type) -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------ defaults where a backend has no protocol
-
-
-def control_address(backend) -> str | None:
-    """``RemoteHosts.control_address``; elsewhere this machine's name resolves for the workers."""
-    return backend.control_address() if isinstance(backend, RemoteHosts) else None
-
-
-def task_starter_prefix(backend) -> list[str]:
-    """``RemoteHosts.task_starter_prefix``; elsewhere the rank wrapper's prefix with the task
-    starter's module, or ``python3 -m`` where that prefix is no ``... -m mpilaunch.rank``."""
-    if isinstance(backend, RemoteHosts):
-        return backend.task_starter_prefix()
-    prefix = list(backend.rank_prefix())
-    if len(prefix) >= 2 and prefix[-2:] == ["-m", "mpilaunch.rank"]:
-        return prefix[:-1] + ["mpilaunch.task_starter"]
-    return ["python3", "-m", "mpilaunch.task_starter"]
-
-
-def report_hang(backend, verdict: str) -> bool:
-    """``ReportsToCluster.report_hang``; False where the backend has no such place."""
-    return isinstance(backend, ReportsToCluster) and backend.report_hang(verdict)
-
-
-def report_on_worker(backend, worker: str, reason: str, text: str) -> bool:
-    """``ReportsToCluster.report_on_worker`` (Kubernetes: a Warning Event on the worker's pod);
-    False where the backend has no such place. Raises what posting raised."""
-    return isinstance(backend, ReportsToCluster) and backend.report_on_worker(worker, reason, text)
 
 
 def remote_mpi_info(backend_cls, spec):

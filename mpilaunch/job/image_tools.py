@@ -44,7 +44,6 @@ ENTRY_POINTS = {
     "mpilaunch-agent": "mpilaunch.agent.cli",
     "mpilaunch-launcher": "mpilaunch.backends.k8s.in_cluster.launcher",
     "mpilaunch-reaper": "mpilaunch.backends.k8s.in_cluster.reaper",
-    "mpilaunch-task": "mpilaunch.task_starter",
 }
 #: entry points that are a container's PID 1, which ignores SIGTERM until it has a handler: until
 #: their module sets its own, SIGTERM ends them. A reaper still importing when a short job was

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from ..backends import protocols
+from ..backends.cluster_notes import post_hang
 from ..hang import collect, stall, verdict
 from .base import RunContext, Workload
 
@@ -70,7 +70,7 @@ def publish(run: RunContext, diagnosis: verdict.Diagnosis, seconds: float) -> di
         pass
     found = verdict.report(diagnosis, seconds)
     try:
-        if protocols.report_hang(run.backend, diagnosis.verdict):
+        if post_hang(run.backend, diagnosis.verdict):
             found["hang"]["reported_to_cluster"] = True
     except Exception as e:  # an extra: the verdict is on stderr and in report.json already
         print(f"mpilaunch: warning: the hang verdict was not posted to the cluster: {e}", file=run.stderr, flush=True)

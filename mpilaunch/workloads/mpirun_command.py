@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..backends import protocols
 from ..backends.base import hostnames
 from ..core import env_names, envcheck, hostfile, mpi, rank_env
 from ..core.spec import JobSpec, Plan
@@ -60,7 +59,7 @@ def build_launch(
     # hydra's proxies connect back to mpiexec by this host's name and start the ranks in mpiexec's
     # directory; in pods neither exists: give them an address, start in / (connect_back_args),
     # and the rank wrapper goes to the worker's own directory (captured by the shim)
-    address = protocols.control_address(backend) if flavour.proxies_connect_back else None
+    address = backend.control_address() if flavour.proxies_connect_back else None
     program = rank_command(spec, backend.rank_prefix(), info, attempt, worker_cwd=bool(address))
     command = mpi.build_mpirun(
         info,

@@ -14,7 +14,7 @@ import json
 import shlex
 import time
 
-from ..backends import protocols
+from ..backends.cluster_notes import post_on_worker
 from ..core.errors import PreflightFailed
 from ..core.interpreter import interpreter_word
 from ..hang import collect
@@ -137,7 +137,7 @@ def run(run: RunContext, workload: Workload) -> dict:
         line = finding.line(nodes.get(finding.worker))
         print(line, file=run.stderr, flush=True)
         try:
-            protocols.report_on_worker(run.backend, finding.worker, EVENT_REASON, line)
+            post_on_worker(run.backend, finding.worker, EVENT_REASON, line)
         except Exception as e:  # an extra: the line is on stderr and in the record already
             print(f"mpilaunch: warning: the preflight finding was not posted to the cluster: {e}", file=run.stderr)
     if not verdict.findings and not run.quiet:

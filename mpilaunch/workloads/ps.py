@@ -33,7 +33,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends import protocols
 from ..core import clusterspec, env_names, mpi
 from ..core.clusterspec import Task
 from ..core.errors import AllocationError, UsageError
@@ -43,6 +42,7 @@ from ..core.spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
 from ..job.output import echo_line
 from ..job.procs import kill_tree
 from ..job.progress import WaitProgress
+from ..rank import TASK_STARTER
 from ..task_starter import ADDRESS_PREFIX
 from .base import RunContext, Workload, print_manifests, shim_path
 
@@ -140,7 +140,7 @@ def starter_command(spec: JobSpec, task: Task, backend) -> str:
         command = list(spec.command)
     else:
         command = [clusterspec.tensorboard_command(python_prefix(backend))]
-    argv = protocols.task_starter_prefix(backend) + ["--task", task.id, *task_host_option(backend), "--", *command]
+    argv = [*backend.rank_prefix(), TASK_STARTER, "--task", task.id, *task_host_option(backend), "--", *command]
     return shlex.join(argv)
 
 

@@ -144,15 +144,23 @@ def test_each_optional_protocol_is_implemented_in_full_by_who_claims_it(load):
 def test_the_required_surface_is_about_ten_methods_all_in_base():
     """What every backend implements (or inherits) is BaseBackend's public methods, named in
     base.REQUIRED; a hook added to BaseBackend without growing REQUIRED fails here, and so does
-    a REQUIRED past ten."""
+    a REQUIRED past eleven (ten, and control_address, which came from the RemoteHosts protocol
+    when the optional protocols went down to three: issue 50)."""
     public = {
         name
         for name, value in vars(base.BaseBackend).items()
         if not name.startswith("_") and isinstance(value, (classmethod, staticmethod, type(lambda: 0)))
     }
     assert public == set(base.REQUIRED)
-    assert len(base.REQUIRED) <= 10
+    assert len(base.REQUIRED) <= 11
     assert base.BaseBackend.__abstractmethods__ == {"allocate", "wait_ready", "exec_context", "release"}
+
+
+def test_the_optional_protocols_are_at_most_three():
+    """Each serves capabilities a user asks for (``protocols.SERVED_BY``); what every backend has an
+    answer to, if only "none", is a default in base or a collaborator (``cluster_notes``)."""
+    assert len(protocols.PROTOCOLS) <= 3
+    assert set(protocols.SERVED_BY.values()) == set(protocols.PROTOCOLS)
 
 
 @pytest.mark.parametrize("protocol", protocols.PROTOCOLS, ids=lambda p: p.__name__)

@@ -117,7 +117,6 @@ def test_a_rank_starts_the_zips_wrapper_with_the_hosts_python(tmp_path):
     # one line (it travels in mpirun's argv): the zip the host unpacked on the path, then the module's main
     assert "\n" not in prefix[3] and f"sys.path.insert(0, {ZIP_ON_HOST})" in prefix[3]
     assert "from mpilaunch.rank import main" in prefix[3]
-    assert "from mpilaunch.task_starter import main" in backend.task_starter_prefix()[-1]
     compile(prefix[-1], "rank", "exec")
     # the shim reaches each host's agent at the address its line gave; no cwd: mpirun sets the ranks'
     backend.facts = {"node-1": {"address": "10.0.0.1:4000"}}

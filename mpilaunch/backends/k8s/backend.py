@@ -66,9 +66,9 @@ from .. import rendezvous
 from ..agent_credential import new_credential
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
-from ..protocols import ClusterLauncher, JobsByName, RemoteHosts, ReplacesWorkers, ReportsToCluster
+from ..protocols import ClusterLauncher, JobsByName, ReplacesWorkers
 from ..spare_pool import SparePool, served
-from . import creation, follow, launch, manage, manifests, pod_events, pod_template, replace, startup, tools
+from . import creation, follow, hang_event, launch, manage, manifests, pod_events, pod_template, replace, startup, tools
 from . import spares as k8s_spares
 from .admission import AdmissionReader
 from .api import Api, ApiError, ApiOutage, resolve_with_tokens
@@ -91,7 +91,7 @@ def use_relay() -> bool:
     return os.environ.get(env_names.K8S_RELAY, "1") != "0"
 
 
-class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, RemoteHosts, ReportsToCluster):
+class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     name = "k8s"
     options_class = K8sOptions
     capabilities = Capabilities(
@@ -135,6 +135,8 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
         k8s_spares.check(spec, self.launcher, self.opts)
         # --spares: spare worker pods (k8s/spares.py), and which one serves which worker
         self.spares = SparePool.for_plan(plan)
+        # what the hang diagnosis and the preflight find, as Warning Events on the job's pods
+        self.cluster_notes = hang_event.PodEvents(lambda: (self.api, self.namespace), self._hang_pod, self.member)
         self.spare_pods: list[str] = []  # created, serving no worker yet
         self.spare_template: dict | None = None
         if self.opts.queue and spec.retries:
@@ -302,27 +304,11 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers, Remo
     def rank_prefix(self) -> list[str]:
         return tools.rank_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
-    def report_hang(self, verdict: str) -> bool:
-        """The verdict as an Event on the launcher pod (worker 0's with --launcher local)."""
-        from . import hang_event
-
-        pod = (
-            self.launcher_pod
-            if self.launcher != "local" and self.launcher_pod
-            else self.member(self.plan.workers[0].name)
-        )
-        hang_event.post(self.api, self.namespace, pod, verdict)
-        return True
-
-    def report_on_worker(self, worker: str, reason: str, text: str) -> bool:
-        """``text`` as a Warning Event on ``worker``'s pod (--preflight: a worker that failed a check)."""
-        from . import hang_event
-
-        hang_event.post(self.api, self.namespace, self.member(worker), text, reason=reason)
-        return True
-
-    def task_starter_prefix(self) -> list[str]:
-        return tools.task_starter_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
+    def _hang_pod(self) -> str:
+        """The pod a hang verdict's Event goes on: the launcher's (worker 0's with --launcher local)."""
+        if self.launcher != "local" and self.launcher_pod:
+            return self.launcher_pod
+        return self.member(self.plan.workers[0].name)
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.pod_rendezvous(self.member(worker), self.plan.job_name)

@@ -13,6 +13,13 @@ from __future__ import annotations
 
 import time
 
+from ..cluster_notes import ClusterNotes
+
+# typing.TYPE_CHECKING without importing typing (the k8s backend imports this module on every launch)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
 REASON = "Hang"
 COMPONENT = "mpilaunch"
 MESSAGE_MAX = 1024  # what an Event's message keeps (longer ones are refused or cut by the API server)
@@ -54,3 +61,21 @@ def post_on_own_pod(api, namespace: str, environ, verdict: str) -> None:
     """Create the Event on the pod this runs in, named by the downward API (no read of the pod)."""
     pod = {"metadata": {"name": environ["POD_NAME"], "uid": environ["POD_UID"]}}
     api.create(hang_event(namespace, pod, verdict))
+
+
+class PodEvents(ClusterNotes):
+    """The submitting side's notes (``BaseBackend.cluster_notes``): Warning Events posted with the
+    user's credentials. ``client``: the API client and the job's namespace, resolved when first
+    used; ``hang_pod``: the pod the verdict goes on (the launcher's, worker 0's with --launcher
+    local); ``pod_of``: the pod serving a worker (a spare's, after a swap)."""
+
+    def __init__(self, client: Callable[[], tuple], hang_pod: Callable[[], str], pod_of: Callable[[str], str]):
+        self.client, self.hang_pod, self.pod_of = client, hang_pod, pod_of
+
+    def hang(self, verdict: str) -> bool:
+        post(*self.client(), self.hang_pod(), verdict)
+        return True
+
+    def on_worker(self, worker: str, reason: str, text: str) -> bool:
+        post(*self.client(), self.pod_of(worker), text, reason=reason)
+        return True

@@ -49,10 +49,6 @@ def rank_prefix(tools: bool, python: str) -> list[str]:
     return [entry_point("mpilaunch-rank")] if tools else [python, "-m", "mpilaunch.rank"]
 
 
-def task_starter_prefix(tools: bool, python: str) -> list[str]:
-    return [entry_point("mpilaunch-task")] if tools else [python, "-m", "mpilaunch.task_starter"]
-
-
 def agent_argv(tools: bool) -> str:
     """The worker pod's exec agent (``--transport agent``), as a shell command line: its pod IP only
     (``$POD_IP``), the job's Secret volume, no private directories (a pod is a host of its own)."""

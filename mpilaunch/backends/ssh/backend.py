@@ -41,7 +41,7 @@ from ...core.pylauncher import run_module_code
 from ...job.image_tools import package_zip
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ..base import BaseBackend, Capabilities
-from ..protocols import RemoteHosts, ReplacesWorkers
+from ..protocols import ReplacesWorkers
 from ..rendezvous import free_port_through_agent, rank_python, source_address
 from ..spare_pool import SparePool, served
 from .options import SshOptions
@@ -101,7 +101,7 @@ def session_input(secret: bytes) -> bytes:
     return b"%d\n%s%d\n%s%s\n" % (len(code), code, len(package), package, secret)
 
 
-class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
+class SshBackend(BaseBackend, ReplacesWorkers):
     name = "ssh"
     options_class = SshOptions
     capabilities = Capabilities(replace_workers=True, spares=True)
@@ -373,9 +373,6 @@ class SshBackend(BaseBackend, ReplacesWorkers, RemoteHosts):
 
     def rank_prefix(self) -> list[str]:
         return [self.options.remote_python, "-IS", "-c", run_module_code("mpilaunch.rank", ZIP_ON_HOST)]
-
-    def task_starter_prefix(self) -> list[str]:
-        return [self.options.remote_python, "-IS", "-c", run_module_code("mpilaunch.task_starter", ZIP_ON_HOST)]
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         """The workers whose host's session ended (a spare's that ended waiting is no worker's)."""

@@ -155,7 +155,7 @@ def test_render_prints_cluster_spec_and_environment_without_starting_anything(tm
     assert "DTF_PS_HOSTS=psrender-ps-0:PORT,psrender-ps-1:PORT" in out
     assert "TF_ROLE=worker" in out and "DTF_INPUT_PATH=/data" in out
     assert out.count("TF_CONFIG=") == 5
-    assert "mpilaunch.task_starter --task ps:1" in out
+    assert "mpilaunch.rank --task-starter --task ps:1" in out
     assert not (tmp_path / "d").exists() and leftover_processes("psrender") == []
 
 

@@ -44,8 +44,8 @@ from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
 from ... import rendezvous
 from ...base import BaseBackend
+from ...cluster_notes import ClusterNotes
 from ...launch_description import LaunchDescription
-from ...protocols import ReportsToCluster
 from ...spare_pool import served
 from .. import mesh
 from ..api import Api, ApiError, sa_dir
@@ -155,7 +155,35 @@ def wait_own_name(launch: LaunchDescription, deadline: float) -> None:
         time.sleep(0.2)
 
 
-class ReadyPods(BaseBackend, ReportsToCluster):
+class LauncherEvents(ClusterNotes):
+    """The in-cluster launcher's notes: Warning Events posted with the job's own identity (its Role
+    may create events). A worker's (--preflight runs here, where mpirun does, attached or not) goes
+    on its pod as waited for, which gives its uid. The hang verdict: an attached job's submitting
+    mpilaunch posts it (one Event per hang); a detached job's launcher, which nobody follows, posts
+    it on its own pod, named by the downward API (``POD_NAME``, ``POD_UID``, k8s-launcher.yaml.j2):
+    the pod's hostname is set for DNS instead, and the job's Role may not read this pod (the Job
+    controller names it)."""
+
+    def __init__(self, creds: dict, namespace: str, pod_of, detached: bool):
+        # pod_of: worker -> its pod as waited for (the backend's, once the workers are ready)
+        self.creds, self.namespace, self.pod_of, self.detached = creds, namespace, pod_of, detached
+
+    def hang(self, verdict: str) -> bool:
+        if not self.detached:
+            return False
+        from .. import hang_event
+
+        hang_event.post_on_own_pod(Api(self.creds), self.namespace, os.environ, verdict)
+        return True
+
+    def on_worker(self, worker: str, reason: str, text: str) -> bool:
+        from .. import hang_event
+
+        Api(self.creds).create(hang_event.hang_event(self.namespace, self.pod_of(worker), text, reason=reason))
+        return True
+
+
+class ReadyPods(BaseBackend):
     """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or deleted."""
 
     name = "k8s"
@@ -169,6 +197,9 @@ class ReadyPods(BaseBackend, ReportsToCluster):
         self.pods: dict[str, dict] = {}  # worker -> the pod that serves it
         # --spares: the spare pod serving a worker, as the submitting side swapped them (k8s/spares.py)
         self.serving: dict[str, str] = serving_of(os.environ)
+        self.cluster_notes = LauncherEvents(
+            self.creds, launch.cluster["namespace"], lambda worker: self.pods[worker], launch.detach
+        )
 
     def member(self, worker: str) -> str:
         return self.serving.get(worker, worker)
@@ -239,32 +270,6 @@ class ReadyPods(BaseBackend, ReportsToCluster):
     def describe_workers(self) -> dict[str, dict]:
         """The node each worker pod runs on, as waited for (the preflight's lines name it)."""
         return {name: {"node": (pod.get("spec") or {}).get("nodeName")} for name, pod in self.pods.items()}
-
-    def report_on_worker(self, worker: str, reason: str, text: str) -> bool:
-        """A Warning Event on a worker's pod (--preflight): the pod as waited for gives its uid, and the
-        job's Role may create events. The preflight runs here, where mpirun does, attached or not."""
-        from .. import hang_event
-
-        event = hang_event.hang_event(self.launch.cluster["namespace"], self.pods[worker], text, reason=reason)
-        Api(self.creds).create(event)
-        return True
-
-    def report_hang(self, verdict: str) -> bool:
-        """Attached: the submitting mpilaunch posts the verdict (one Event per hang), not here."""
-        return False
-
-
-class DetachedReadyPods(ReadyPods):
-    """A detached job's pods: nobody on the submitting side posts the hang verdict, so this launcher
-    posts it as an Event on its own pod."""
-
-    def report_hang(self, verdict: str) -> bool:
-        from .. import hang_event
-
-        # POD_NAME, POD_UID: the downward API's (k8s-launcher.yaml.j2); the pod's hostname is set for
-        # DNS instead, and the job's Role may not read this pod (the Job controller names it)
-        hang_event.post_on_own_pod(Api(self.creds), self.launch.cluster["namespace"], os.environ, verdict)
-        return True
 
 
 def serving_of(environ) -> dict[str, str]:
@@ -368,9 +373,8 @@ def main(argv=None) -> int:
         launch = this_attempt(launch.with_secrets(read_secret(launch)), os.environ)
         info = mpi.find_mpirun(launch.mpi, launch.mpirun, os.environ.get("PATH"))
         rundir = make_rundir(launch.job)
-        pods = DetachedReadyPods if launch.detach else ReadyPods
         result, workload = run_launch(
-            launch, info, rundir, lambda spec, plan: pods(spec, plan, rundir, launch, info), pass_through
+            launch, info, rundir, lambda spec, plan: ReadyPods(spec, plan, rundir, launch, info), pass_through
         )
         if not launch.detach:  # the submitting side ends on this line (pods.LAUNCHER_DONE)
             print(f"{LAUNCHER_DONE}{result.exit_code} token={workload.token}", file=sys.stderr, flush=True)
