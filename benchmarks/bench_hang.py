@@ -53,7 +53,7 @@ from pathlib import Path
 from floor import REPO
 
 from mpilaunch.core.exit_codes import EXIT_HUNG
-from mpilaunch.job.procs import kill_tree, processes_with_env
+from mpilaunch.runtime.procs import kill_tree, processes_with_env
 
 HANG = REPO / "tests" / "programs" / "hang.py"
 MODES = ("sleep", "busy", "stop", "recv")

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mpilaunch.core import phases as phases_of
-from mpilaunch.job import record, summary
+from mpilaunch.runtime import record, summary
 
 
 def model_report(workers: int, slots: int) -> dict:

@@ -45,7 +45,7 @@ from floor import REPO, floor_command
 
 from mpilaunch.core import mpi
 from mpilaunch.core.pylauncher import write_launcher
-from mpilaunch.job.procs import kill_tree, processes_with_env
+from mpilaunch.runtime.procs import kill_tree, processes_with_env
 
 TARGET_RATIO = 1.5  # issue 26: at most 1.5x the floor at 256 local workers
 MARK = "MPILAUNCH_BENCH_SCALE"  # every process of one launch carries MARK=<launch id>

@@ -288,8 +288,9 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    """``mpilaunch report [NAME|PATH [NAME|PATH]]``: the records every job keeps (job/record.py)."""
-    from .job import manage, record
+    """``mpilaunch report [NAME|PATH [NAME|PATH]]``: the records every job keeps (runtime/record.py)."""
+    from .job import manage
+    from .runtime import record
 
     p = _Parser(
         prog="mpilaunch report",

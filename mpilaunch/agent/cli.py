@@ -9,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-from mpilaunch.job.rundir import write_owner
+from mpilaunch.runtime.rundir import write_owner
 from mpilaunch.wire import protocol as P
 from mpilaunch.wire import tls
 

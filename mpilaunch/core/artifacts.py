@@ -1,7 +1,7 @@
 """--collect and --timeline, the pure part: sizes, the caps, and where each file goes.
 
 The files come out of the workers through the channel the job already has
-(``job/artifacts.py``); what to take is decided here, from the workers' listings
+(``runtime/artifacts.py``); what to take is decided here, from the workers' listings
 alone, so that every skipped file gets its one line and the caps hold for the
 whole job, whatever order the workers answer in.
 """

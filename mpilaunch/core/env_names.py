@@ -8,8 +8,8 @@ the rank wrapper, the shim and the agent import them on their hot paths.
 
 # ---- what a user sets --------------------------------------------------------------------------
 BACKEND = "MPILAUNCH_BACKEND"  # --backend's default (cli, core/spec.py)
-STATE_DIR = "MPILAUNCH_STATE_DIR"  # where job records go, instead of $XDG_STATE_HOME/mpilaunch (job/record.py)
-KEEP_RECORDS = "MPILAUNCH_KEEP_RECORDS"  # how many job records to keep (job/record.py)
+STATE_DIR = "MPILAUNCH_STATE_DIR"  # where job records go, instead of $XDG_STATE_HOME/mpilaunch (runtime/record.py)
+KEEP_RECORDS = "MPILAUNCH_KEEP_RECORDS"  # how many job records to keep (runtime/record.py)
 PY_SPY = "MPILAUNCH_PY_SPY"  # the hang probe's py-spy, or "none" for the fallback (hang/probe.py, hang/collect.py)
 # the submitting side's knobs of the Kubernetes backend
 K8S_RELAY = "MPILAUNCH_K8S_RELAY"  # 0: every shim opens its own exec stream (no relay; k8s/exec_path/relay.py)
@@ -36,7 +36,7 @@ MASTER_PORT = "MPILAUNCH_MASTER_PORT"
 MPI_LIBDIR = "MPILAUNCH_MPI_LIBDIR"  # Intel MPI's <prefix>/lib, put on the rank's library path (rank.py)
 
 # ---- set by a backend for its own pieces in a worker, container or pod ------------------------
-IMAGE = "MPILAUNCH_IMAGE"  # a pod's image, named by `mpilaunch check-image` (job/image_tools.py)
+IMAGE = "MPILAUNCH_IMAGE"  # a pod's image, named by `mpilaunch check-image` (runtime/image_tools.py)
 POD_NAME = "MPILAUNCH_POD_NAME"  # the downward API's metadata.name, where the hostname is not it
 MESH_SIDECARS = "MPILAUNCH_MESH_SIDECARS"  # 1: a service mesh's sidecars are kept (k8s/mesh.py)
 SSH_ZIP = "MPILAUNCH_SSH_ZIP"  # the ssh backend's package zip on a host (ssh/remote.py)

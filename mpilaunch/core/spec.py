@@ -318,7 +318,7 @@ class JobSpec:
         "its --output-dir log; mpilaunch's own lines always show)",
     )
     # --collect GLOB: files out of the workers after the ranks end, into --output-dir or the record
-    # (job/artifacts.py), by the mpilaunch that stays to the end: a detached job's launcher has
+    # (runtime/artifacts.py), by the mpilaunch that stays to the end: a detached job's launcher has
     # nowhere `mpilaunch logs`/`wait` could fetch them from
     collect: tuple[str, ...] = option(
         (),

@@ -24,7 +24,7 @@ import json
 import os
 import tempfile
 
-from ..job.rundir import OWNER_FILE, open_own_rundir, owner_alive, read_own_file
+from ..runtime.rundir import OWNER_FILE, open_own_rundir, owner_alive, read_own_file
 
 AGENT = "agent"  # mpilaunch.rsh_agent.transports.agent: local, ssh, YARN, Kubernetes --transport agent
 K8S_EXEC = "mpilaunch.backends.k8s.exec_path.transport"  # backends/k8s/launch.TRANSPORT: the exec API

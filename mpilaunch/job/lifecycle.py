@@ -27,19 +27,20 @@ from ..core.errors import Interrupted, MpilaunchError, PreflightFailed, UsageErr
 from ..core.exit_codes import EXIT_FAILED, EXIT_HUNG, EXIT_PLACEMENT, EXIT_TIMEOUT, EXIT_WORKER_LOST
 from ..core.result import JobResult, LostWorker, lost_workers_failure, worker_location
 from ..core.spec import JobSpec
-from ..workloads import hang_watch, workload_class
-from ..workloads.base import RunContext, Workload
-from ..workloads.straggler_watch import StragglerWatch
-from . import artifacts, record, spares, summary
-from .interrupts import (  # noqa: F401  (INTERRUPT_SIGNALS: the lifecycle's tests read it here)
+from ..runtime import artifacts, record, summary
+from ..runtime.interrupts import (  # noqa: F401  (INTERRUPT_SIGNALS: the lifecycle's tests read it here)
     INTERRUPT_SIGNALS,
     ignore_interrupts,
     interrupts_raise,
     keeps_caller_signal_handlers,
 )
-from .progress import WaitProgress
-from .record import write_report  # here too: lifecycle.write_report, its old home
-from .rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
+from ..runtime.progress import WaitProgress
+from ..runtime.record import write_report  # here too: lifecycle.write_report, its old home
+from ..runtime.rundir import make_rundir, remove_tree, sweep_stale_rundirs  # launchers import them here too
+from ..workloads import hang_watch, workload_class
+from ..workloads.base import RunContext, Workload
+from ..workloads.straggler_watch import StragglerWatch
+from . import spares
 
 # How often the run asks the backend whether a worker disappeared: one API
 # list per interval on a cluster, a waitpid per agent locally.

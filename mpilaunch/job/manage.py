@@ -37,7 +37,7 @@ def report(what: list[str], environ, stream, html: str | None = None) -> int:
     """``mpilaunch report [NAME|PATH [NAME|PATH]]``: a job's record summarized again (the newest
     of all, the newest of a job, or a given report.json), or two records side by side. The same
     job name twice compares its last two runs. ``html``: write the one record's timeline page there."""
-    from . import record, summary
+    from ..runtime import record, summary
 
     if not what:
         found = [record.newest(environ)]
@@ -60,7 +60,8 @@ def report(what: list[str], environ, stream, html: str | None = None) -> int:
 
 def write_timeline(report: dict, path: Path) -> None:
     """The record's timeline page (``timeline.py``), written whole or not at all."""
-    from . import record, timeline, timeline_page
+    from ..runtime import record
+    from . import timeline, timeline_page
 
     try:
         text = timeline_page.page(timeline.model(report))
@@ -126,7 +127,7 @@ def print_status(status: JobStatus, stream) -> None:
 def wait(job: NamedJob, timeout: float | None, stream, errors) -> int:
     """Until the job ends: its exit code becomes ours, its failure and closing summary are shown
     as its mpilaunch would have; ``timeout``: EXIT_TIMEOUT once that many seconds passed first."""
-    from . import summary
+    from ..runtime import summary
 
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:

@@ -15,9 +15,9 @@ from typing import Callable
 
 from ..backends.protocols import ReplacesWorkers
 from ..core.errors import PreflightFailed
+from ..runtime.progress import WaitProgress
 from ..workloads import preflight_run
 from ..workloads.base import RunContext, Workload
-from .progress import WaitProgress
 
 #: the most preflight checks one job runs: the first, and one after each swap
 MAX_PREFLIGHT_ROUNDS = 3

@@ -24,7 +24,7 @@ import calendar
 import math
 import time
 
-from . import summary
+from ..runtime import summary
 
 WIDTH = 1200  # the drawing, in pixels
 LEFT = 190  # the labels' column

@@ -26,10 +26,10 @@ from ..core.rank_lines import new_token
 from ..core.result import JobResult, number_ranges, timeout_failure
 from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
 from ..hang import collect
-from ..job import record
-from ..job.output import RankOutput
-from ..job.procs import end_leftover_group, terminate_group, wait_exit
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
+from ..runtime import record
+from ..runtime.output import RankOutput
+from ..runtime.procs import end_leftover_group, terminate_group, wait_exit
 from . import program_probe
 from .base import RunContext, Workload, print_manifests
 from .mpirun_command import build_launch, expected_environment, without_stale_session

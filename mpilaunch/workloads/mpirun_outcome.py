@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..core import mpi
 from ..core.result import RankStatus
 from ..core.spec import Plan
-from ..job.output import RankOutput
+from ..runtime.output import RankOutput
 
 # After a daemon failed, mpirun gets this long to end the job itself (mpirun._wait).
 FAIL_FAST_GRACE_S = 5.0

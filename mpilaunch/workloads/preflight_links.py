@@ -17,9 +17,9 @@ import sys
 import time
 
 from ..core import mpi
-from ..job.procs import terminate_group
 from ..preflight.checks import MIN_LINK_SLOWER_S
 from ..preflight.link_probe import MARK, SONAMES
+from ..runtime.procs import terminate_group
 from .mpirun_command import build_launch, without_stale_session
 
 #: the message each link carries (and each rank gives the allreduce), and how often (best of)

@@ -39,10 +39,10 @@ from ..core.errors import AllocationError, UsageError
 from ..core.exit_codes import EXIT_TIMEOUT
 from ..core.result import JobResult, timeout_failure
 from ..core.spec import MAX_WORKERS, JobSpec, Plan, WorkerPlan
-from ..job.output import echo_line
-from ..job.procs import kill_tree
-from ..job.progress import WaitProgress
 from ..rank import TASK_STARTER
+from ..runtime.output import echo_line
+from ..runtime.procs import kill_tree
+from ..runtime.progress import WaitProgress
 from ..task_starter import ADDRESS_PREFIX
 from .base import RunContext, Workload, print_manifests, shim_path
 

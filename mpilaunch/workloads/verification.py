@@ -12,7 +12,7 @@ import time
 
 from ..core import envcheck, placement
 from ..core.spec import JobSpec, Plan
-from ..job.output import RankOutput
+from ..runtime.output import RankOutput
 
 MISPLACED_GRACE_S = 1.0  # after a misplaced rank, how long to collect the other ranks' start lines
 

@@ -28,7 +28,7 @@ from mpilaunch.core import placement
 from mpilaunch.core.exit_codes import EXIT_PLACEMENT, EXIT_TIMEOUT
 from mpilaunch.core.rank_lines import NO_WORKER
 from mpilaunch.core.result import number_ranges, timeout_failure
-from mpilaunch.job.output import RankOutput
+from mpilaunch.runtime.output import RankOutput
 from mpilaunch.workloads.base import Workload
 from mpilaunch.workloads.mpirun_outcome import decide_outcome, failure_message, rank_statuses
 from support.fake_backend import CallLog, Script, perform

@@ -1,4 +1,4 @@
-"""--collect's pure rules (core/artifacts.py) and its transfer (job/artifacts.py) with the worker
+"""--collect's pure rules (core/artifacts.py) and its transfer (runtime/artifacts.py) with the worker
 side for real: the probe script runs under ``/bin/sh -c`` in a directory standing for a worker's,
 and only the channel between the two (the agents, the exec API) is a pipe here. The whole path
 through real agents, pods and YARN containers is tests/e2e/*/test_*collect_files*.py.
@@ -17,7 +17,7 @@ from mpilaunch.core import artifacts as plan
 from mpilaunch.core import rank_lines
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.spec import JobSpec
-from mpilaunch.job import artifacts
+from mpilaunch.runtime import artifacts
 
 
 def shell_in(directory):

@@ -24,7 +24,7 @@ NAME = re.compile(r"MPILAUNCH_[A-Z0-9_]*")
 STANDALONE = {
     "hang/probe.py": "the stacks probe, run in a worker as python3 -c <its text> (hang/collect.py)",
     "backends/ssh/remote.py": "stage 1 on an ssh host, sent over the session's stdin (ssh/backend.py)",
-    "job/artifact_probe.py": "--collect's lister and sender, run in a worker as python3 -c <its text>",
+    "runtime/artifact_probe.py": "--collect's lister and sender, run in a worker as python3 -c <its text>",
     "preflight/link_probe.py": "--preflight's link test, each rank python3 -c <its text> (workloads/preflight_links.py)",
 }
 

@@ -23,7 +23,7 @@ import tomllib
 from mpilaunch.backends.k8s import tools as k8s_tools
 from mpilaunch.core import env_names
 from mpilaunch.core.version import __version__
-from mpilaunch.job import image_tools
+from mpilaunch.runtime import image_tools
 from support.helpers import REPO
 
 SYSTEM_PYTHON = "/usr/bin/python3"

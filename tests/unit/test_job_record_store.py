@@ -1,4 +1,4 @@
-"""Where records are kept and how many (mpilaunch/job/record.py), and `mpilaunch report` on bad input.
+"""Where records are kept and how many (mpilaunch/runtime/record.py), and `mpilaunch report` on bad input.
 
 The jobs that write them for real are tests/e2e/local/test_job_record.py.
 """
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from mpilaunch.core.errors import UsageError
-from mpilaunch.job import record
+from mpilaunch.runtime import record
 
 
 def test_job_record_state_dir_follows_xdg_and_the_override():

@@ -6,7 +6,7 @@ import pytest
 
 from mpilaunch.core import launcher_lines
 from mpilaunch.core.errors import MpilaunchError, PreflightFailed, UsageError
-from mpilaunch.job.output import RankOutput
+from mpilaunch.runtime.output import RankOutput
 
 
 def test_silent_trap_a_launchers_usage_error_is_raised_again_as_itself():

@@ -402,7 +402,7 @@ def test_a_launch_across_two_hydra_releases_gets_a_hint_that_says_so():
 
 
 def test_the_failure_message_of_a_launch_that_never_started_a_rank_ends_with_the_hint():
-    from mpilaunch.job.output import RankOutput
+    from mpilaunch.runtime.output import RankOutput
     from mpilaunch.workloads.mpirun_outcome import failure_message
 
     output = RankOutput(echo_out=False, echo_err=False)

@@ -5,7 +5,7 @@ import io
 import pytest
 
 from mpilaunch.core.rank_lines import format_status, parse_status
-from mpilaunch.job.output import RankOutput
+from mpilaunch.runtime.output import RankOutput
 from support.mpi_outputs import OPENMPI4_ABORT, OPENMPI5_ABORT
 
 

@@ -12,7 +12,7 @@ import pytest
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.rank_filter import check_against_plan, parse_rank_list
 from mpilaunch.core.rank_lines import format_status
-from mpilaunch.job.output import RankOutput
+from mpilaunch.runtime.output import RankOutput
 from support.helpers import REPO
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import zipfile
 
-from mpilaunch.job import image_tools
+from mpilaunch.runtime import image_tools
 
 
 def test_package_zip_is_kept_until_a_file_changes(tmp_path, monkeypatch):

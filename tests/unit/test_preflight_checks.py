@@ -128,7 +128,7 @@ def test_preflight_probe_reads_only_the_workers_own_gpus(tmp_path):
 
 def test_preflight_has_its_own_share_of_the_ledger_and_the_time_line():
     """The seconds spent checking the workers are the preflight's, not the start's or wire-up's."""
-    from mpilaunch.job import summary
+    from mpilaunch.runtime import summary
 
     phases = {"allocated": 0.0, "workers_ready": 2.0, "preflight_done": 3.0, "first_rank_start": 3.5,
               "ranks_done": 9.5, "workload_done": 9.6, "released": 10.0}  # fmt: skip

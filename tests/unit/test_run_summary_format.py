@@ -1,9 +1,9 @@
-"""The closing summary's text, from a report alone (mpilaunch/job/summary.py): pure functions.
+"""The closing summary's text, from a report alone (mpilaunch/runtime/summary.py): pure functions.
 
 The jobs that print it for real are tests/e2e/local/test_run_summary.py.
 """
 
-from mpilaunch.job import summary
+from mpilaunch.runtime import summary
 
 PHASES = {
     "allocated": 0.31,

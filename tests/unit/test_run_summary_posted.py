@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from mpilaunch.backends.yarn import outcome as yo
-from mpilaunch.job import summary
+from mpilaunch.runtime import summary
 
 PHASES = {"allocated": 0.1, "workers_ready": 1.5, "first_rank_start": 2.0, "ranks_done": 9.0, "released": 9.5}
 

@@ -24,8 +24,8 @@ from mpilaunch.backends.k8s.pods import unschedulable_note
 from mpilaunch.core import gpu_slots, hostfile, program_check
 from mpilaunch.core.errors import UsageError
 from mpilaunch.core.rank_lines import format_status
-from mpilaunch.job.output import RankOutput
-from mpilaunch.job.progress import WaitProgress
+from mpilaunch.runtime.output import RankOutput
+from mpilaunch.runtime.progress import WaitProgress
 from support.helpers import REPO
 
 

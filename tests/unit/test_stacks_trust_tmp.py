@@ -22,7 +22,8 @@ from argparse import Namespace
 import pytest
 
 from mpilaunch.hang import collect, local_job
-from mpilaunch.job import manage, rundir
+from mpilaunch.job import manage
+from mpilaunch.runtime import rundir
 
 OTHER_UID = 1001  # scripts/nonroot-user.sh's mpilaunch-user on the test machines; any uid not ours will do
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="hands a directory to another uid (chown): needs root")

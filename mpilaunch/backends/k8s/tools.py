@@ -24,7 +24,7 @@ import functools
 import os
 
 from ...core import env_names
-from ...job.image_tools import CHECK_EXIT, CHECK_MARK, TOOLS_DIR, ZIP_NAME, entry_point, tools_files
+from ...runtime.image_tools import CHECK_EXIT, CHECK_MARK, TOOLS_DIR, ZIP_NAME, entry_point, tools_files
 
 VOLUME = "mpilaunch-tools"
 # the launch description in the launcher pod: the job Secret's volume (launch.SECRET_DIR)

@@ -21,7 +21,7 @@ from ...agent.hostname import can_take_hostname
 from ...core import env_names, gpu_slots, phases
 from ...core.errors import AllocationError
 from ...core.pylauncher import write_launcher
-from ...job.procs import kill_tree, processes_with_env, wait_exit, wait_killed
+from ...runtime.procs import kill_tree, processes_with_env, wait_exit, wait_killed
 from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers

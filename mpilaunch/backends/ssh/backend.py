@@ -38,7 +38,7 @@ from pathlib import Path
 from ...core import hostfile, phases
 from ...core.errors import AllocationError, UsageError
 from ...core.pylauncher import run_module_code
-from ...job.image_tools import package_zip
+from ...runtime.image_tools import package_zip
 from ..agent_workers import FORWARD_ENV, how_it_ended, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers

@@ -61,7 +61,7 @@ def main(name: str) -> int:
         sys.path.insert(0, package)
         from pathlib import Path
 
-        from mpilaunch.job.rundir import sweep_stale_rundirs, write_owner
+        from mpilaunch.runtime.rundir import sweep_stale_rundirs, write_owner
 
         write_owner(Path(tools))  # should this process be SIGKILLed, the next job here removes the directory
         sweep_stale_rundirs()  # ... as this one removes those of earlier such jobs (and their agents')

@@ -116,7 +116,7 @@ def tools_zip(rundir: Path) -> Path:
 
 def build(rundir: Path) -> str:
     """The job's copy of mpilaunch's pieces (before the application is submitted: skein uploads it then)."""
-    from ...job.image_tools import zip_tools
+    from ...runtime.image_tools import zip_tools
 
     return zip_tools(str(tools_zip(rundir)), {RUNNER: runner_text()})
 

@@ -27,8 +27,9 @@ import pytest
 from mpilaunch import rank
 from mpilaunch.backends.k8s.exec_path import transport as k8s_transport
 from mpilaunch.core import env_names, rank_lines
-from mpilaunch.job import lifecycle, rundir
-from mpilaunch.job.output import LOG_FLUSH_S, RankOutput
+from mpilaunch.job import lifecycle
+from mpilaunch.runtime import rundir
+from mpilaunch.runtime.output import LOG_FLUSH_S, RankOutput
 from support.helpers import REPO, leftover_processes, mpilaunch_env, run_mpilaunch, wait_for, wait_started
 
 # ------------------------------------------------------------------ rank logs

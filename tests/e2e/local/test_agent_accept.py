@@ -203,7 +203,7 @@ def test_agent_accept_local_agents_listen_in_the_private_run_directory(other_use
     """The local backend's agents: each a Unix socket, mode 0600, in the job's 0700 run directory; the
     other user cannot even connect."""
     from mpilaunch.backends.local.backend import UNIX_PATH_MAX, agent_socket_address, listening_socket
-    from mpilaunch.job.rundir import make_rundir
+    from mpilaunch.runtime.rundir import make_rundir
 
     rundir = make_rundir("accept-probe")
     try:

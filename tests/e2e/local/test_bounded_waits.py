@@ -1,6 +1,6 @@
 """Waits that had no deadline, and a signal that could reach the wrong process (issue 49, lows).
 
-- After SIGKILL mpilaunch waited for mpirun for ever (``job/procs.py``); a process stuck in the kernel
+- After SIGKILL mpilaunch waited for mpirun for ever (``runtime/procs.py``); a process stuck in the kernel
   outlives SIGKILL. Made real here with a frozen cgroup (v1 freezer: a frozen task keeps a pending
   SIGKILL until thawed, in state D), as root.
 - A YARN container waited for ever for its agent's address file (``yarn/in_cluster/container.py``); the agent
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mpilaunch.core import env_names
-from mpilaunch.job import procs
+from mpilaunch.runtime import procs
 
 REPO = Path(__file__).resolve().parents[3]
 FREEZER = Path("/sys/fs/cgroup/freezer")

@@ -4,7 +4,7 @@
 own (the ranks' working directory: relative globs start there) with a state directory of its own.
 
 The local backend's workers share this machine's directory: their files come once, under the
-first worker's name (job/artifacts.py).
+first worker's name (runtime/artifacts.py).
 """
 
 import json

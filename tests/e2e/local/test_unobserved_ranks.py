@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from mpilaunch.core.exit_codes import EXIT_WORKER_LOST
-from mpilaunch.job.procs import terminate_group, wait_exit
+from mpilaunch.runtime.procs import terminate_group, wait_exit
 from mpilaunch.workloads.mpirun import NEVER_STARTED, STOPPED, unobserved_reason
 from support.helpers import (
     PROGRAMS,

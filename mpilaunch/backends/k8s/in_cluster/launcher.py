@@ -39,9 +39,9 @@ from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
 from ....core.launcher_lines import error_line
 from ....core.result import JobResult
 from ....core.spec import JobSpec, Plan
-from ....job import summary
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
+from ....runtime import summary
 from ... import rendezvous
 from ...base import BaseBackend
 from ...cluster_notes import ClusterNotes

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from ....job import summary
+from ....runtime import summary
 from ..outcome import diagnostics
 
 

@@ -48,7 +48,7 @@ from ....core.launcher_lines import error_line
 from ....core.spec import JobSpec, Plan
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
-from ....job.procs import terminate_group
+from ....runtime.procs import terminate_group
 from ... import rendezvous
 from ...base import BaseBackend
 from ...launch_description import LaunchDescription

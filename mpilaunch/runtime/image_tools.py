@@ -13,7 +13,7 @@ On Kubernetes every job's pods mount them from a ConfigMap of the job
   the container's termination message and stderr, exit 3).
 
 On YARN an ``--env-archive``'s containers get the same zip as a localized
-archive (``backends/yarn/tools.py``). ``python3 -m mpilaunch.job.image_tools
+archive (``backends/yarn/tools.py``). ``python3 -m mpilaunch.runtime.image_tools
 write DEST`` writes the files into DEST (what a pod sees).
 
 Standard library only.
@@ -134,7 +134,7 @@ def package_files() -> list[tuple[str, Path]]:
 
     os.walk, pruning ``__pycache__``: a glob of the whole tree matched against patterns took 30 ms
     of each Kubernetes launch once the package was byte-compiled (a .pyc beside every module)."""
-    package = Path(__file__).resolve().parent.parent  # mpilaunch/, this file being mpilaunch/job/image_tools.py
+    package = Path(__file__).resolve().parent.parent  # mpilaunch/, this file being mpilaunch/runtime/image_tools.py
     parent = len(str(package.parent)) + 1
     out = []
     for root, dirs, names in os.walk(package):
@@ -214,7 +214,7 @@ def zip_tools(dest: str, extra: dict[str, str] | None = None) -> str:
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (2, 3) or args[0] != "write":
-        print("usage: python3 -m mpilaunch.job.image_tools write DEST [TOOLS_DIR]", file=sys.stderr)
+        print("usage: python3 -m mpilaunch.runtime.image_tools write DEST [TOOLS_DIR]", file=sys.stderr)
         return EXIT_USAGE
     written = write_tools(args[1], args[2] if len(args) == 3 else None)
     print(f"mpilaunch tools: {len(written)} files in {args[1]}", file=sys.stderr)
