@@ -50,6 +50,10 @@ def changes(api, namespace: str, selector: str, pods: int):
         yield None if events is None else events.changed
 
 
+# how long close() waits for the watch's thread to see its socket shut down (at once, normally)
+JOIN_S = 1.0
+
+
 class PodEvents:
     """A watch on the pods matching ``selector`` that sets an event on every change.
 
@@ -100,7 +104,15 @@ class PodEvents:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-            conn.close()
+            # The woken read closes the response itself at its EOF; closing it from here at the
+            # same moment races in http.client (both threads take its file, one finds None: seen,
+            # an AttributeError out of the job's wait for its pods on the real node). Let the
+            # thread end first; a close after it finds the response closed.
+            self._thread.join(timeout=JOIN_S)
+            try:
+                conn.close()
+            except (AttributeError, OSError):
+                pass  # the thread still closing it (a join that timed out): it ends as a daemon
 
 
 class FirstPendingWatch:
