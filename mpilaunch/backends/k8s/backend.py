@@ -254,7 +254,8 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         creation.create_objects(self, objects)
         if self.spec.spares:  # after the workers, never waited for: a spare must not hold the job back
             self.spare_template = k8s_spares.template_pod(objects, self.plan)
-            k8s_spares.ask(self, self.spec.spares)
+            if not k8s_spares.after_the_gang(self.opts):
+                k8s_spares.ask(self, self.spec.spares)
 
     def member(self, worker: str) -> str:
         """The pod that serves ``worker`` now: a spare's (--spares), else the worker's own."""
@@ -266,6 +267,8 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     def wait_ready(self, deadline: float, progress) -> None:
         with waiter(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers)) as wait:
             startup.wait_for_ready(self, deadline, progress, wait)
+        if self.spec.spares and k8s_spares.after_the_gang(self.opts) and not self.spares.asked:
+            k8s_spares.ask(self, self.spec.spares)
         self._let_in_submitter()
 
     def _let_in_submitter(self) -> None:

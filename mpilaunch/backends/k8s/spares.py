@@ -15,9 +15,14 @@ With the in-cluster launcher the swaps are this side's too (``--retries``: a
 relaunch's new launcher pod is told which spare serves which worker, in
 ``MPILAUNCH_SERVING``, and its Role names every spare pod it may be told of);
 ``--preflight enforce`` runs in that pod, which cannot swap, so a swap after a
-preflight needs ``--launcher local``. A gang or queue (whose group counts its
-pods) and an administrator's ``--service-account`` (whose Role names no spare)
-are refused for now.
+preflight needs ``--launcher local``. With ``--gang`` a spare, made from the
+workers' manifest, is a member of the job's PodGroup beyond its minMember
+(the worker count) and outside its minResources, asked for once the workers
+are placed (``after_the_gang``): the gang scheduler placed the workers as one,
+and places a spare when there is room, so a spare that cannot be placed never
+holds the job back. ``--queue`` (Kueue admits a group of a fixed
+count) and an administrator's ``--service-account`` (whose Role names no
+spare) are refused.
 """
 
 from __future__ import annotations
@@ -47,11 +52,20 @@ def check(spec, launcher: str, opts) -> None:
             "--spares with the launcher pod needs the job's own Role: one of --service-account names no spare pod",
             "drop --service-account, or use --launcher local",
         )
-    if opts.gang != "none" or opts.queue:
+    if opts.queue:
         raise UsageError(
-            "--spares cannot be used with --gang or --queue yet: the group counts the job's pods",
-            "drop --spares, or --gang/--queue",
+            "--spares cannot be used with --queue: Kueue admits the job's pods as one group of a fixed "
+            "count, so a spare would be held back with it, or hold it back",
+            "drop --spares (--gang gives spares outside the group's minimum), or --queue",
         )
+
+
+def after_the_gang(opts) -> bool:
+    """With --gang the spares are asked for once the workers are placed: the gang scheduler binds any
+    minMember of its group's pods, so a spare created with the workers could take a worker's place
+    in a full cluster and hold the job back (seen under Volcano: 2 workers of 8 GPUs and a spare on
+    16 GPUs; the spare and one worker bound, the other worker Pending, the job never ready)."""
+    return opts.gang != "none"
 
 
 def names_for_launcher(backend) -> list[str]:

@@ -56,8 +56,10 @@ def bound_by_job(kube, jobs: list[str]) -> dict[str, list[str]]:
     pods = kube.get_json("pods", "-l", f"mpilaunch/job in ({','.join(jobs)}),mpilaunch/role=worker")["items"]
     named = {job: [] for job in jobs}
     for p in pods:
-        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp"):
-            named[p["metadata"]["labels"]["mpilaunch/job"]].append(p["metadata"]["name"])
+        job = p["metadata"]["labels"]["mpilaunch/job"]
+        spare = p["metadata"]["name"].startswith(f"{job}-spare-")  # labelled like the workers it may serve
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp") and not spare:
+            named[job].append(p["metadata"]["name"])
     return {job: sorted(names) for job, names in named.items()}
 
 
@@ -290,3 +292,113 @@ def test_gang_on_real_pods_places_the_launcher_and_workers_as_one_group(real, tm
         assert real.leftovers(job) == []
     finally:
         volcano.stop()
+
+
+# ------------------------------------------------------------------ --spares with a gang (issue 52)
+
+
+def give_spare_its_env(kube, job: str, root) -> str:
+    """What give_pods_their_env gives a worker pod, for the job's first spare pod."""
+    from support.helpers import REPO
+
+    pod = f"{job}-spare-0"
+    d = root / pod
+    d.mkdir(parents=True, exist_ok=True)
+    env = {
+        "POD_NAME": pod,
+        "MPILAUNCH_WORKER": pod,
+        "TMPDIR": str(d),
+        "OMPI_MCA_btl_vader_backing_directory": str(d),
+        "OMPI_MCA_btl_sm_backing_directory": str(d),
+    }
+    kube.set_pod_exec(pod, workdir=str(REPO), env=env)
+    return pod
+
+
+def cluster_view(kube, job: str) -> str:
+    """What a failed wait shows: the job's pods and its PodGroup's state."""
+    pods = kube.kubectl("get", "pods", "-l", f"mpilaunch/job={job}", "-o", "wide", check=False).stdout
+    group = kube.kubectl("get", "podgroups.scheduling.volcano.sh", job, "-o", "jsonpath={.status}", check=False)
+    return f"{pods}\npodgroup: {group.stdout or group.stderr}"
+
+
+def podgroup_min_member(kube, job: str) -> str:
+    return kube.kubectl("get", "podgroups.scheduling.volcano.sh", job, "-o", "jsonpath={.spec.minMember}").stdout
+
+
+@pytest.mark.k8s
+def test_gang_spare_outside_the_minimum_never_holds_the_job_back(gang_pool, k8s_env, tmp_path):
+    """2 workers of 8 GPUs fill the pool's 16; the spare (8 more) cannot be placed. It is asked for
+    once Volcano bound the two workers as one (created with them, it was bound in a worker's place
+    and the job never started), stays Pending, and the job runs to its end; nothing is left."""
+    kube = gang_pool
+    job = "k8s-gang-sp-room"
+    release = tmp_path / "release"
+    give_pods_their_env(kube, job, 2, tmp_path / "pods")
+    proc = start(
+        ["--name", job, "--gpus", "16", "--gpus-per-node", "8", "--launcher", "local", "-q", *POOL,
+         "--gang", "volcano", "--spares", "1", "--retries", "1", "--", "sh", "-c", WAIT_FOR_FILE.format(release)],
+        k8s_env,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: len(bound(kube, job)) == 2,
+            120,
+            "the two workers bound by Volcano",
+            detail=lambda: cluster_view(kube, job),
+        )
+        assert podgroup_min_member(kube, job) == "2"
+        spare = wait_for(
+            lambda: kube.get_json(
+                "pods", "-l", f"mpilaunch/job={job}", "--field-selector", f"metadata.name={job}-spare-0"
+            )["items"],
+            60,
+            "the spare pod, asked for once the workers were placed",
+        )[0]
+        assert spare["spec"].get("schedulerName") == "volcano"
+        assert not spare["spec"].get("nodeName"), "the spare took a node: there was none free"
+        release.touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        stop(proc)
+        forget_pod_env(kube, job, 2)
+    assert proc.returncode == 0, err[-3000:]
+    ranks = re.findall(r"rank-on-(\S+)", out)  # 8 ranks a worker: one a GPU
+    assert len(ranks) == 16 and set(ranks) == {f"{job}-worker-0", f"{job}-worker-1"}, out
+    assert leftover_objects(kube, job) == []
+
+
+@pytest.mark.k8s
+def test_gang_spare_takes_a_lost_workers_place(gang_pool, k8s_env, tmp_path):
+    """1 worker of 8 GPUs and a spare of 8, under Volcano, --retries 1: the worker's pod is deleted
+    mid-run and the spare, bound beside it all along, serves the relaunch under the worker's name."""
+    from support.helpers import REPO
+
+    kube = gang_pool
+    job = "k8s-gang-sp-swap"
+    give_pods_their_env(kube, job, 1, tmp_path / "pods")
+    spare = give_spare_its_env(kube, job, tmp_path / "pods")
+    proc = start(
+        ["--name", job, "--gpus", "8", "--gpus-per-node", "8", "--launcher", "local", "-q", *POOL,
+         "--gang", "volcano", "--spares", "1", "--retries", "1", "-x", f"ATTEMPT_MARKER={tmp_path / 'marker'}",
+         "--", "python3", str(REPO / "tests" / "programs" / "attempts.py")],
+        k8s_env,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "started (first attempt)" in proc.stdout.readline(), 120, "the first attempt")
+        wait_for(lambda: bound(kube, job) == [f"{job}-worker-0"], 30, "the worker bound")
+        wait_for(
+            lambda: kube.kubectl("get", "pod", spare, "-o", "jsonpath={.status.phase}").stdout == "Running",
+            60,
+            "the spare running beside it",
+        )
+        kube.kubectl("delete", "pod", f"{job}-worker-0", "--wait=false")
+        out, err = proc.communicate(timeout=180)
+    finally:
+        stop(proc)
+        forget_pod_env(kube, job, 1)
+        kube.kubectl("delete", "--ignore-not-found", "--wait=false", f"exec/{spare}", check=False)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"mpilaunch: spare {spare} takes the place of worker {job}-worker-0 (lost)" in err, err[-3000:]
+    assert f"started (relaunch) on {job}-worker-0 as attempt 2" in out, out
+    assert leftover_objects(kube, job) == []
