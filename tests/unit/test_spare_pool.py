@@ -96,11 +96,12 @@ def test_spare_pod_is_the_workers_manifest_under_its_own_name():
         ("cluster", 1, "none", None, None, None),  # the relaunched launcher pod is told of the swaps
         ("cluster", 0, "none", None, None, "serves --retries only"),
         ("cluster", 1, "none", None, "mpilaunch", "--service-account names no spare pod"),
-        ("local", 1, "volcano", None, None, "--gang or --queue"),
-        ("local", 1, "none", "team-a", None, "--gang or --queue"),
+        # a gang: spares outside its minimum, asked for once the workers are placed (after_the_gang)
+        ("local", 1, "volcano", None, None, None),
+        ("local", 1, "none", "team-a", None, "--spares cannot be used with --queue"),
     ],
 )
-def test_spare_pods_are_kept_where_this_side_can_swap_and_no_group_counts_pods(
+def test_spare_pods_are_kept_where_this_side_can_swap_and_no_fixed_group_counts_pods(
     launcher, retries, gang, queue, account, refused
 ):
     from mpilaunch.backends.k8s import spares as k8s_spares

@@ -368,7 +368,12 @@ def test_detach_launcher_pod_never_created_under_a_quota_is_reaped_after_the_sta
         # a refusal here means another pod took the job's place: name them (the quota's usage is in stderr)
         assert submit.returncode == 0, submit.stderr + kube.kubectl("get", "pods", "--show-labels").stdout
         t0 = time.monotonic()
-        reaper = run_reaper_pod(kube, k8s_env, name, tmp_path)
+        try:
+            reaper = run_reaper_pod(kube, k8s_env, name, tmp_path)
+        except AssertionError as e:  # which pod took the reaper's place under the quota (seen once under load)
+            pods = kube.kubectl("get", "pods", "-o", "wide", "--show-labels", check=False).stdout
+            events = kube.kubectl("get", "events", "--field-selector", "reason=FailedCreate", check=False).stdout
+            raise AssertionError(f"{e}\npods:\n{pods}\nrefused creations:\n{events}") from None
         _, err = reaper.communicate(timeout=90)
         took = time.monotonic() - t0
         assert reaper.returncode == 0 and f"recorded the outcome of job {name}: exit 3: " in err, err

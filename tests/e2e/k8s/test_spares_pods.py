@@ -99,7 +99,10 @@ def test_spare_pod_replaces_the_worker_preflight_rejects_and_the_job_runs(real, 
     "args, said",
     [
         (("--launcher", "cluster", "--preflight", "enforce"), "--spares with the launcher pod serves --retries only"),
-        (HERE + ("--queue", "lq"), "--spares cannot be used with --queue: Kueue admits the job's pods as one group"),
+        (
+            HERE + ("--preflight", "enforce", "--queue", "lq"),
+            "--spares cannot be used with --queue: Kueue admits the job's pods as one group",
+        ),
     ],
 )
 def test_spare_pods_refused_where_not_kept_yet_with_nothing_created(real, args, said):
