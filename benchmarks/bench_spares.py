@@ -11,6 +11,11 @@ to the first rank line of the next attempt:
           started, and mpirun relaunched;
   spare   --retries 1 --spares 1: a spare pod, Ready beside the job, takes the worker's place.
 
+``--backend yarn``: the same job on the YARN testbed (a real ResourceManager and 3
+NodeManagers, started here) with Open MPI 5 from PyPI; worker 1 is lost by SIGKILLing its agent,
+which ends its container (as a lost NodeManager's container ends), and ``retry`` waits for a new
+container from the ResourceManager where ``spare`` takes the spare container already running.
+
 Runs alternate (retry, spare, ...); medians, the ratio and every run are printed. The target
 (issue 52): spare at most 0.3x retry.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,6 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # tests/support: the agents' pids (YARN)
 
 PROGRAM = "/opt/mpilaunch/tests/programs/attempts.py"  # where the image has it
 MPIRUN = "/usr/bin/mpirun.openmpi"  # the image's Open MPI 4.1, also this machine's
@@ -59,19 +66,9 @@ def wait_line(proc, text: str, timeout: float = 300) -> float | None:
     return None
 
 
-def one_run(cluster, image: str, kind: str, i: int, launcher: str = "local") -> dict:
-    from testbeds.k8s.node import JOB_ARGS
-
-    job = f"bench-sp-{launcher[0]}{kind}-{i}"
-    where = ["--launcher", "local", "--mpirun", MPIRUN] if launcher == "local" else ["--launcher", "cluster"]
-    out = Path(tempfile.mkdtemp(prefix="bench-sp-"))
-    argv = [
-        sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image, "--name", job, *JOB_ARGS,
-        *where, "--np", "2", "--slots-per-worker", "1", "-q",
-        "--retries", "1", *(["--spares", "1"] if kind == "spare" else []),
-        "--output-dir", str(out), "-x", "SLEEP=300", "--", "python3", PROGRAM,
-    ]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+def timed_loss(job: str, argv: list[str], env: dict, out: Path, kind: str, i: int, spare_waiting, lose) -> dict:
+    """Run ``argv`` (job ``job``, its record in ``out``); once both ranks started and (``spare``)
+    ``spare_waiting()`` holds, ``lose()`` worker 1; the time from then to the relaunch's first line."""
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(2):
@@ -79,13 +76,13 @@ def one_run(cluster, image: str, kind: str, i: int, launcher: str = "local") -> 
                 raise RuntimeError(f"{job}: the first attempt did not start: {proc.stderr.read()[-800:]}")
         if kind == "spare":  # the spare is never waited for by the job: a fair start waits for it here
             deadline = time.monotonic() + 120
-            while not pod_ready(cluster, f"{job}-spare-0"):
+            while not spare_waiting():
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{job}: the spare pod did not turn Ready")
+                    raise RuntimeError(f"{job}: the spare did not come up")
                 time.sleep(0.1)
         la = load()
         t0 = time.monotonic()
-        kubectl(cluster, "delete", "pod", f"{job}-worker-1", "--wait=false")
+        lose()
         relaunched = wait_line(proc, "started (relaunch)")
         err = proc.communicate(timeout=300)[1]
     finally:
@@ -104,39 +101,124 @@ def one_run(cluster, image: str, kind: str, i: int, launcher: str = "local") -> 
     }
 
 
+def one_run(cluster, image: str, kind: str, i: int, launcher: str = "local") -> dict:
+    from testbeds.k8s.node import JOB_ARGS
+
+    job = f"bench-sp-{launcher[0]}{kind}-{i}"
+    where = ["--launcher", "local", "--mpirun", MPIRUN] if launcher == "local" else ["--launcher", "cluster"]
+    out = Path(tempfile.mkdtemp(prefix="bench-sp-"))
+    argv = [
+        sys.executable, "-m", "mpilaunch", "--backend", "k8s", "--image", image, "--name", job, *JOB_ARGS,
+        *where, "--np", "2", "--slots-per-worker", "1", "-q",
+        "--retries", "1", *(["--spares", "1"] if kind == "spare" else []),
+        "--output-dir", str(out), "-x", "SLEEP=300", "--", "python3", PROGRAM,
+    ]  # fmt: skip
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    return timed_loss(
+        job,
+        argv,
+        env,
+        out,
+        kind,
+        i,
+        lambda: pod_ready(cluster, f"{job}-spare-0"),
+        lambda: kubectl(cluster, "delete", "pod", f"{job}-worker-1", "--wait=false"),
+    )
+
+
+def one_yarn_run(env: dict, mpirun: str, kind: str, i: int, launcher: str = "local") -> dict:
+    """One run on the YARN testbed: worker 1's agent SIGKILLed, which ends its container."""
+    from support.helpers import agent_workers
+
+    def agent_of(worker: str) -> int | None:
+        return next((pid for pid, served in agent_workers().items() if served == worker), None)
+
+    job = f"bench-sp-y{launcher[0]}{kind}-{i}"
+    out = Path(tempfile.mkdtemp(prefix="bench-sp-"))
+    marker = out / "marker"
+    argv = [
+        sys.executable, "-m", "mpilaunch", "--backend", "yarn", "--name", job, "--mpirun", mpirun,
+        "--launcher", launcher, "--memory", "256 MiB", "--np", "2", "--slots-per-worker", "1", "-q",
+        "--retries", "1", *(["--spares", "1"] if kind == "spare" else []), "--output-dir", str(out),
+        "-x", f"ATTEMPT_MARKER={marker}", "-x", "SLEEP=300", "--", sys.executable, str(REPO / "tests/programs/attempts.py"),
+    ]  # fmt: skip
+    return timed_loss(
+        job,
+        argv,
+        env,
+        out,
+        kind,
+        i,
+        lambda: agent_of(f"{job}-spare-0") is not None,
+        lambda: os.kill(agent_of(f"{job}-worker-1"), signal.SIGKILL),
+    )
+
+
+def interleaved(runs: int):
+    """(kind, run) in the order they run: retry first in even runs, spare first in odd ones."""
+    for i in range(runs):
+        for kind in ("retry", "spare") if i % 2 == 0 else ("spare", "retry"):
+            yield kind, i
+
+
+def k8s_runs(runs: int, launcher: str, workdir: str | None):
+    from testbeds.k8s.cluster import KubeCluster
+
+    own = None
+    cluster = KubeCluster.attach(workdir) if workdir else None
+    if cluster is None:
+        own = cluster = KubeCluster(real_node=True).start()
+    try:
+        image = cluster.node.project_image()
+        for kind, i in interleaved(runs):
+            yield kind, i, lambda kind, i: one_run(cluster, image, kind, i, launcher)
+    finally:
+        if own is not None:
+            own.stop()
+
+
+def yarn_runs(runs: int, launcher: str):
+    from support.helpers import mpilaunch_env
+    from support.mpi_installs import installs
+    from testbeds.yarn.cluster import YarnCluster
+
+    ompi = installs()["openmpi5"]
+    yarn = YarnCluster(num_nodemanagers=3).start()
+    env = mpilaunch_env(ompi, **yarn.env) | {
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), yarn.env["PATH"]])
+    }
+    try:
+        for kind, i in interleaved(runs):
+            yield kind, i, lambda kind, i: one_yarn_run(env, ompi.mpirun, kind, i, launcher)
+    finally:
+        yarn.stop(graceful=False)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5, help="runs of each kind (default 5)")
     ap.add_argument("--workdir", help="attach to a testbed started with `cluster up --real-node`")
     ap.add_argument("--json", help="also write every run's numbers here")
     ap.add_argument("--launcher", choices=("local", "cluster"), default="local", help="where mpirun runs")
+    ap.add_argument("--backend", choices=("k8s", "yarn"), default="k8s", help="the real node's pods, or YARN")
     args = ap.parse_args(argv)
-    from testbeds.k8s.cluster import KubeCluster
-
-    own = None
-    if args.workdir:
-        cluster = KubeCluster.attach(args.workdir)
-    else:
-        own = cluster = KubeCluster(real_node=True).start()
     rows = []
-    try:
-        image = cluster.node.project_image()
-        for i in range(args.runs):
-            for kind in ("retry", "spare") if i % 2 == 0 else ("spare", "retry"):
-                time.sleep(2.0)  # the node done tearing the last job down
-                row = one_run(cluster, image, kind, i, args.launcher)
-                rows.append(row)
-                print(f"# {kind} run {i}: {row['lost_to_first_line_s']:.2f} s (load {row['load']})", file=sys.stderr)
-    finally:
-        if own is not None:
-            own.stop()
+    if args.backend == "yarn":
+        runs = yarn_runs(args.runs, args.launcher)
+    else:
+        runs = k8s_runs(args.runs, args.launcher, args.workdir)
+    for kind, i, run in runs:
+        time.sleep(2.0)  # the last job's containers or pods done going
+        row = run(kind, i)
+        rows.append(row)
+        print(f"# {kind} run {i}: {row['lost_to_first_line_s']:.2f} s (load {row['load']})", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     med = {k: statistics.median(r["lost_to_first_line_s"] for r in rows if r["kind"] == k) for k in ("retry", "spare")}
-    print(f"--launcher {args.launcher}")
-    print("| from a deleted worker pod to the next attempt's first rank line | median | runs |")
+    print(f"--backend {args.backend} --launcher {args.launcher}")
+    print("| from a lost worker to the next attempt's first rank line | median | runs |")
     print("| --- | --- | --- |")
-    for kind, label in (("retry", "`--retries 1` (a new pod)"), ("spare", "`--retries 1 --spares 1` (a spare pod)")):
+    for kind, label in (("retry", "`--retries 1` (a new one)"), ("spare", "`--retries 1 --spares 1` (a spare)")):
         runs = ", ".join(f"{r['lost_to_first_line_s']:.2f}" for r in rows if r["kind"] == kind)
         print(f"| {label} | {med[kind]:.2f} s | {runs} |")
     print(f"\nspare / retry: {med['spare'] / med['retry']:.2f}x (target at most 0.3x)")

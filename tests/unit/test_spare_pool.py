@@ -104,12 +104,13 @@ def test_spare_pod_is_the_workers_manifest_under_its_own_name():
 def test_spare_pods_are_kept_where_this_side_can_swap_and_no_fixed_group_counts_pods(
     launcher, retries, gang, queue, account, refused
 ):
+    from mpilaunch.backends.k8s import launcher_placement
     from mpilaunch.backends.k8s import spares as k8s_spares
     from mpilaunch.backends.k8s.options import K8sOptions
 
     spec = JobSpec(command=("true",), spares=1, retries=retries, preflight="enforce")
     opts = K8sOptions(gang=gang, queue=queue, service_account=account)
-    check = lambda: k8s_spares.check(spec, launcher, opts)  # noqa: E731
+    check = lambda: k8s_spares.check(spec, launcher_placement.for_launcher(launcher), opts)  # noqa: E731
     if refused is None:
         check()
     else:
@@ -120,24 +121,25 @@ def test_spare_pods_are_kept_where_this_side_can_swap_and_no_fixed_group_counts_
 def test_spare_pods_a_launcher_pod_may_be_told_of_are_named_in_its_role_and_its_env():
     from types import SimpleNamespace
 
+    from mpilaunch.backends.k8s import launcher_placement
     from mpilaunch.backends.k8s import spares as k8s_spares
     from mpilaunch.backends.k8s.in_cluster.launcher import serving_of
 
     backend = SimpleNamespace(
         spec=JobSpec(command=("true",), spares=2, retries=2),
-        launcher="cluster",
+        launcher_placement=launcher_placement.for_launcher("cluster"),
         job="j",
         spares=spare_pool.SparePool.for_plan(plan()),
     )
     # each relaunch may take the 2 waiting spares and ask for 2 more: 2 x (1 + 2) names
-    assert k8s_spares.names_for_launcher(backend) == [f"j-spare-{i}" for i in range(6)]
+    assert backend.launcher_placement.spare_names_for_role(backend) == [f"j-spare-{i}" for i in range(6)]
     assert k8s_spares.serving_env(backend) == []
     backend.spares.serving["j-worker-1"] = "j-spare-0"
     (env,) = k8s_spares.serving_env(backend)
     assert serving_of({env["name"]: env["value"]}) == {"j-worker-1": "j-spare-0"}
     assert serving_of({"MPILAUNCH_SERVING": "not json"}) == {} and serving_of({}) == {}
-    backend.launcher = "local"
-    assert k8s_spares.names_for_launcher(backend) == []  # no launcher pod, no Role to name them in
+    backend.launcher_placement = launcher_placement.for_launcher("local")
+    assert backend.launcher_placement.spare_names_for_role(backend) == []  # no launcher pod, no Role to name them in
 
 
 def test_spare_pool_hands_out_given_names_in_order_and_none_once_they_ran_out():

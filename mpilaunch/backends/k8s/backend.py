@@ -64,11 +64,23 @@ from ...core import env_names, mpi, phases
 from ...core.errors import UsageError
 from .. import rendezvous
 from ..agent_credential import new_credential
-from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, JobsByName, ReplacesWorkers
-from ..spare_pool import SparePool, served
-from . import creation, follow, hang_event, launch, manage, manifests, pod_events, pod_template, replace, startup, tools
+from ..spare_pool import SparePool
+from . import (
+    creation,
+    follow,
+    hang_event,
+    launch,
+    launcher_placement,
+    manage,
+    manifests,
+    pod_events,
+    pod_template,
+    replace,
+    startup,
+    tools,
+)
 from . import spares as k8s_spares
 from .admission import AdmissionReader
 from .api import Api, ApiError, ApiOutage, resolve_with_tokens
@@ -77,6 +89,7 @@ from .options import K8sOptions
 from .pod_events import waiter
 from .pods import (
     JOB_LABEL,
+    pod_description,
     pod_loss,
 )
 
@@ -85,10 +98,6 @@ from .pods import (
 # mpilaunch's pieces) is reported at the kubelet's next relist, a second later, while mpirun
 # has already failed to reach it. Two relists and a margin.
 SETTLE_AFTER_READY_S = 2.5
-
-
-def use_relay() -> bool:
-    return os.environ.get(env_names.K8S_RELAY, "1") != "0"
 
 
 class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
@@ -131,8 +140,10 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         self.launcher_events_at = 0.0  # when the launcher Job's events may be read again (startup.py)
         # mpilaunch's pieces come with the job (its ConfigMap), not from the image (tools.py)
         self.tools = tools.from_configmap()
-        self.transport = launch.resolve_transport(self.opts.transport, self.launcher)
-        k8s_spares.check(spec, self.launcher, self.opts)
+        # where mpirun runs, chosen once: what differs between the two lives there (launcher_placement.py)
+        self.launcher_placement = launcher_placement.for_launcher(self.launcher)
+        self.transport = launch.resolve_transport(self.opts.transport, self.launcher_placement)
+        k8s_spares.check(spec, self.launcher_placement, self.opts)
         # --spares: spare worker pods (k8s/spares.py), and which one serves which worker
         self.spares = SparePool.for_plan(plan)
         # what the hang diagnosis and the preflight find, as Warning Events on the job's pods
@@ -175,7 +186,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
                 self._namespace = self.opts.namespace
             else:
                 try:
-                    self._namespace = self._credentials()["namespace"]
+                    self._namespace = self.credentials()["namespace"]
                 except UsageError:
                     self._namespace = "default"  # render without a cluster
         return self._namespace
@@ -183,11 +194,12 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     def api_server(self) -> str | None:
         """The kubeconfig's server URL, None where there is none (a render without a cluster)."""
         try:
-            return self._credentials().get("server")
+            return self.credentials().get("server")
         except UsageError:
             return None
 
-    def _credentials(self) -> dict:
+    def credentials(self) -> dict:
+        """The kubeconfig's server, CA and client credentials, resolved once (exec plugins run then)."""
         if self._creds is None:
             self._creds, self._tokens = resolve_with_tokens(
                 self.opts.kubeconfig, self.opts.context, self.opts.namespace, self.rundir
@@ -197,7 +209,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     @property
     def api(self) -> Api:
         if self._api is None:
-            self._api = Api(self._credentials(), tokens=self._tokens)
+            self._api = Api(self.credentials(), tokens=self._tokens)
             if self._tokens is not None:
                 self._tokens.start()  # refreshed from here on, for this process, the relay and the shims
         return self._api
@@ -205,7 +217,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     @classmethod
     def remote_mpi_info(cls, spec):
         """The mpirun workload asks when there is no mpirun here: the launcher pod brings its own."""
-        return launch.image_mpi_info(spec) if spec.launcher != "local" else None
+        return launch.image_mpi_info(spec) if launcher_placement.for_launcher(spec.launcher).in_cluster else None
 
     # ------------------------------------------------------------ manifests
 
@@ -249,8 +261,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
 
         # the job's NetworkPolicies as the cluster's answers shape them, asked beside admission's check
         objects = network_setup.with_policies(self, objects, lambda objs: creation.admission_check(self, objs))
-        if self.transport == "agent" and self.launcher == "local":  # this side's shims read it here
-            write_secret(self.agent_secret_file, self.agent_secret)
+        self.launcher_placement.before_create(self)
         creation.create_objects(self, objects)
         if self.spec.spares:  # after the workers, never waited for: a spare must not hold the job back
             self.spare_template = k8s_spares.template_pod(objects, self.plan)
@@ -277,49 +288,20 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         network_setup.let_in_submitter(self, self.control_address())  # --launcher local
 
     def exec_context(self) -> dict:
-        """How the shims reach the worker pods: their agents (``--transport agent``), or the exec API
-        with the credentials and the job's exec relay.
-
-        With the relay (default) an exec shim costs an interpreter start and a
-        unix-socket round trip; ``MPILAUNCH_K8S_RELAY=0`` makes every shim
-        open its own TLS connection instead.
-        """
-        if self.transport == "agent" and self.launcher == "local":
-            pods = {w.name: self.pods.get(self.member(w.name)) for w in self.plan.workers}
-            context = launch.agent_context(str(self.agent_secret_file), pods, in_pod=False)
-            context["workers"] = served(context["workers"], self.spares.serving)
-            return context
-        # The exec API: the shims' with --transport exec. With the cluster launcher no shim runs
-        # here (its pod holds the agents' secret): what this side reaches the pods with, the hang
-        # probe's channel (hang.collect), whatever the transport.
-        creds = dict(self._credentials())
-        creds.pop("token", None)  # in memory only when no rundir; never the case here
-        context = launch.exec_api_context(creds, [w.name for w in self.plan.workers])
-        pods_of = {w: {"pod": self.member(w)} for w in context["workers"]}
-        context["workers"] = served(pods_of, self.spares.serving)
-        if self.launcher == "local" and use_relay():
-            from .exec_path import relay
-
-            relay.stop(self.relay)  # a relaunch (--retries) starts a fresh one
-            self.relay, context["relay"] = relay.start(context, self.rundir)
-        return context
+        """How the shims reach the worker pods, and this side's channel to them (``launcher_placement.exec_context``)."""
+        return self.launcher_placement.exec_context(self)
 
     def rank_prefix(self) -> list[str]:
         return tools.rank_prefix(self.tools, os.environ.get(env_names.K8S_PYTHON, "python3"))
 
     def _hang_pod(self) -> str:
-        """The pod a hang verdict's Event goes on: the launcher's (worker 0's with --launcher local)."""
-        if self.launcher != "local" and self.launcher_pod:
-            return self.launcher_pod
-        return self.member(self.plan.workers[0].name)
+        return self.launcher_placement.hang_pod(self)
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
         return rendezvous.pod_rendezvous(self.member(worker), self.plan.job_name)
 
     def control_address(self) -> str | None:
-        """--launcher local: this machine's address on the route to the first worker pod."""
-        ip = ((self.pods.get(self.member(self.plan.workers[0].name)) or {}).get("status") or {}).get("podIP")
-        return rendezvous.source_address(ip) if ip and not self.launcher_in_cluster else None
+        return self.launcher_placement.control_address(self)
 
     # ------------------------------------------------------------ cluster launcher
 
@@ -363,7 +345,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         return k8s_spares.swap(self, names, why, lambda rest: replace.replace_workers(self, rest))
 
     def relaunch(self, attempt: int) -> None:
-        replace.relaunch(self, attempt)
+        self.launcher_placement.relaunch(self, attempt)
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         """Worker pods the cluster deleted, evicted or failed (one list call; kept for the report).
@@ -406,22 +388,10 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         return pod_events.changes(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers))
 
     def describe_workers(self) -> dict[str, dict]:
-        out = {}
-        for w in self.plan.workers:
-            pod = self.pods.get(self.member(w.name)) or {}
-            status = pod.get("status") or {}
-            out[w.name] = {
-                "pod": self.member(w.name),
-                "namespace": self.namespace,
-                "node": (pod.get("spec") or {}).get("nodeName"),
-                "pod_ip": status.get("podIP"),
-                "phase": status.get("phase"),
-                "gpus": w.gpus,
-                # the image run and its digest (report.json's image, image_digest: record.images_of)
-                "image": next(iter((pod.get("spec") or {}).get("containers") or []), {}).get("image"),
-                "image_id": next(iter(status.get("containerStatuses") or []), {}).get("imageID"),
-            }
-        return out
+        return {
+            w.name: pod_description(self.pods.get(self.member(w.name)), self.member(w.name), self.namespace, w.gpus)
+            for w in self.plan.workers
+        }
 
     def release(self) -> None:
         if self._tokens is not None:

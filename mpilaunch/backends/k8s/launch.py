@@ -62,11 +62,9 @@ def job_secret_names(job: str, transport: str) -> list[str]:
     return [secret_name(job)] + ([agent_secret_name(job)] if transport == "agent" else [])
 
 
-def resolve_transport(choice: str, launcher: str) -> str:
-    """--transport auto|agent|exec and where mpirun runs -> agent or exec."""
-    if choice != "auto":
-        return choice
-    return "agent" if launcher == "cluster" else "exec"
+def resolve_transport(choice: str, placement) -> str:
+    """--transport auto|agent|exec and where mpirun runs (a ``placement``) -> agent or exec."""
+    return placement.default_transport if choice == "auto" else choice
 
 
 def agent_address(pod_ip: str, port: int = AGENT_PORT) -> str:

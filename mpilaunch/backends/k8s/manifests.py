@@ -12,7 +12,7 @@ import json
 from itertools import groupby
 
 from ...core import hostfile, mpi
-from . import admission, launch, network_policy, orphan, pod_merge, resources, security, spares, tools
+from . import admission, launch, network_policy, orphan, pod_merge, resources, security, tools
 from .launch import AGENT_PORT, AGENT_SECRET_DIR, AGENT_SECRET_KEY, CLUSTER_DOMAIN, SECRET_DIR, parse_toleration
 from .pods import JOB_LABEL, ROLE_LABEL, WORKER_CONTAINER
 
@@ -116,7 +116,7 @@ def values(backend, reveal: bool = False) -> dict:
         "workers": list(plan.workers),
         "worker_names": [w.name for w in plan.workers],
         # the pods the launcher may read and exec into: the workers and every spare it may be told of
-        "pod_names": [w.name for w in plan.workers] + spares.names_for_launcher(backend),
+        "pod_names": [w.name for w in plan.workers] + backend.launcher_placement.spare_names_for_role(backend),
         "gpu_resource": opts.gpu_resource,
         "pod_memory": opts.pod_memory,
         "pod_cpu": opts.pod_cpu,
@@ -131,19 +131,11 @@ def values(backend, reveal: bool = False) -> dict:
         "launcher_command": tools.launcher_command(backend.tools, spec.mpirun),
         "hostfile": hostfile.render([(w.name, w.slots) for w in plan.workers], launch.image_mpi_info(spec).flavour),
         "plan_json": plan_summary(plan),
-        "launch_json": (
-            json.dumps(backend.launch_description().without_secrets().to_dict(), indent=1)
-            if backend.launcher == "cluster"
-            else ""
-        ),
+        "launch_json": backend.launcher_placement.launch_json(backend),
         "secret_name": launch.secret_name(job),
         "job_secret_names": launch.job_secret_names(job, backend.transport),
         "secret_dir": SECRET_DIR,
-        "secret_json": (
-            json.dumps(launch.secret_values(backend.launch_description(), reveal), indent=1)
-            if backend.launcher == "cluster"
-            else ""
-        ),
+        "secret_json": backend.launcher_placement.secret_json(backend, reveal),
         "detach": spec.detach,
         # the in-cluster launcher posts Events: a detached job's hang verdict, --preflight's findings
         "post_events": spec.detach or spec.preflight != "off",
@@ -176,10 +168,10 @@ def manifests(backend, reveal: bool = False) -> list[tuple[str, str]]:
     ]
     if vals["network_policy"] is not None:
         docs.append(("setup", env.get_template("k8s-network-policy.yaml.j2").render(vals)))
-    if backend.launcher == "cluster" and own_identities:
-        docs.append(("setup", env.get_template("k8s-rbac.yaml.j2").render(vals)))
-    if backend.launcher == "cluster":
-        docs.append(("setup", env.get_template("k8s-secret.yaml.j2").render(vals)))
+    docs += [
+        ("setup", env.get_template(name).render(vals))
+        for name in backend.launcher_placement.setup_templates(own_identities)
+    ]
     if vals["agent"]:
         docs.append(("setup", env.get_template("k8s-agent-secret.yaml.j2").render(vals)))
     docs.append(("setup", env.get_template("k8s-service.yaml.j2").render(vals)))
@@ -188,8 +180,9 @@ def manifests(backend, reveal: bool = False) -> list[tuple[str, str]]:
     worker = env.get_template("k8s-worker.yaml.j2")
     for w in backend.plan.workers:
         docs.append(("workers", worker.render({**vals, "worker": w})))
-    if backend.launcher == "cluster":
-        docs.append(("launcher", env.get_template("k8s-launcher.yaml.j2").render(vals)))
+    docs += [
+        ("launcher", env.get_template(name).render(vals)) for name in backend.launcher_placement.launcher_templates()
+    ]
     return docs
 
 

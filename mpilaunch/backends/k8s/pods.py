@@ -230,3 +230,20 @@ def launcher_exit(pod: dict) -> int | None:
     if phase == "Failed":
         return EXIT_FAILED
     return None
+
+
+def pod_description(pod: dict | None, name: str, namespace: str, gpus: int) -> dict:
+    """What the record keeps of the pod ``name`` serving a worker of ``gpus`` GPUs (report.json's
+    workers: its node, IP and phase, the image run and its digest for ``record.images_of``)."""
+    pod = pod or {}
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    return {
+        "pod": name,
+        "namespace": namespace,
+        "node": spec.get("nodeName"),
+        "pod_ip": status.get("podIP"),
+        "phase": status.get("phase"),
+        "gpus": gpus,
+        "image": next(iter(spec.get("containers") or []), {}).get("image"),
+        "image_id": next(iter(status.get("containerStatuses") or []), {}).get("imageID"),
+    }

@@ -58,10 +58,8 @@ def replace_workers(backend, names: list[str]) -> None:
         backend.pods.pop(name, None)
 
 
-def relaunch(backend, attempt: int) -> None:
+def relaunch_launcher(backend, attempt: int) -> None:
     """A new launcher Job for attempt ``attempt``; ``wait_ready`` then waits for its pod."""
-    if not backend.launcher_in_cluster:
-        return
     (job,) = [obj for group, obj in backend.objects() if group == "launcher"]
     container = job["spec"]["template"]["spec"]["containers"][0]
     container.setdefault("env", []).append({"name": env_names.ATTEMPT, "value": str(attempt)})

@@ -38,20 +38,11 @@ from .api import ApiError
 from .pods import pod_loss, pod_ready
 
 
-def check(spec, launcher: str, opts) -> None:
+def check(spec, placement, opts) -> None:
     """--spares where this backend cannot keep them: one line, exit 2, before anything is created."""
     if not spec.spares:
         return
-    if launcher == "cluster" and not spec.retries:
-        raise UsageError(
-            "--spares with the launcher pod serves --retries only (its preflight cannot swap a worker)",
-            "add --retries N, or --launcher local for --preflight enforce to swap rejected workers",
-        )
-    if launcher == "cluster" and opts.service_account:
-        raise UsageError(
-            "--spares with the launcher pod needs the job's own Role: one of --service-account names no spare pod",
-            "drop --service-account, or use --launcher local",
-        )
+    placement.check_spares(spec, opts)
     if opts.queue:
         raise UsageError(
             "--spares cannot be used with --queue: Kueue admits the job's pods as one group of a fixed "
@@ -66,15 +57,6 @@ def after_the_gang(opts) -> bool:
     in a full cluster and hold the job back (seen under Volcano: 2 workers of 8 GPUs and a spare on
     16 GPUs; the spare and one worker bound, the other worker Pending, the job never ready)."""
     return opts.gang != "none"
-
-
-def names_for_launcher(backend) -> list[str]:
-    """The spare pods a launcher pod may be told of, for its Role (names only: a Role names its
-    pods): the K spares, and one more for each a swap may take, K for each of --retries relaunches."""
-    spec = backend.spec
-    if not spec.spares or backend.launcher != "cluster":
-        return []
-    return [f"{backend.job}-spare-{i}" for i in range(spec.spares * (1 + spec.retries))]
 
 
 def serving_env(backend) -> list[dict]:
@@ -109,9 +91,9 @@ def template_pod(objects: list[tuple[str, dict]], plan) -> dict:
 
 def ask(backend, count: int) -> None:
     """Create ``count`` spare pods (owned by the root, as the workers); a refused one is a warning,
-    and so is one past what the launcher pod's Role names (``names_for_launcher``)."""
+    and so is one past what the launcher pod's Role names (``launcher_placement.PodLauncher.spare_names_for_role``)."""
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": backend.job, "uid": backend.root_uid}
-    allowed = names_for_launcher(backend)
+    allowed = backend.launcher_placement.spare_names_for_role(backend)
     for _ in range(count):
         if allowed and backend.spares.asked >= len(allowed):
             return  # the launcher pod could not reach it

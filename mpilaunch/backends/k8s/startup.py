@@ -20,7 +20,6 @@ from .pods import (
     JOB_LABEL,
     ROLE_LABEL,
     launcher_placement_hint,
-    launcher_started,
     pod_phases,
     pod_problem,
     pod_ready,
@@ -92,16 +91,7 @@ def wait_for_ready(backend, deadline: float, progress, wait) -> None:
                 continue
             message, is_fatal = pod_problem(by_name[n])
             (fatal if is_fatal else problems)[n] = message
-        launcher_ok = backend.launcher != "cluster"
-        if backend.launcher == "cluster" and launcher:
-            message, is_fatal = pod_problem(launcher[0])
-            launcher_ok = launcher_started(launcher[0])
-            if is_fatal and not launcher_ok:
-                fatal[backend.launcher_pod] = message
-            if launcher_ok:
-                phases.mark(backend.phase_times, "launcher_running")
-            if not launcher_ok and not is_fatal:
-                problems[backend.launcher_pod] = message
+        launcher_ok = backend.launcher_placement.check_launcher_pod(backend, launcher, fatal, problems)
         fail_on_image_check(fatal.values())
         if fatal:
             raise AllocationError(
@@ -111,10 +101,12 @@ def wait_for_ready(backend, deadline: float, progress, wait) -> None:
         if len(ready) == total and launcher_ok:
             backend.ready_at = time.monotonic()
             return
-        if backend.launcher == "cluster" and not launcher and len(ready) == total:
+        # every worker Ready, and the launcher pod the job waits for not made yet (a refusal?)
+        no_launcher_pod = backend.launcher_placement.own_pods and not launcher and len(ready) == total
+        if no_launcher_pod:
             fail_on_refused_launcher(backend)
         if time.monotonic() > deadline:
-            if backend.launcher == "cluster" and not launcher and len(ready) == total:
+            if no_launcher_pod:
                 problems[backend.launcher_name] = (
                     job_events(backend.api, backend.launcher_name) or "launcher pod not created"
                 )
@@ -129,7 +121,7 @@ def wait_for_ready(backend, deadline: float, progress, wait) -> None:
                 + launcher_placement_hint(problems.get(backend.launcher_pod))
                 + "ask for fewer GPUs, free capacity, or raise --start-timeout; nothing was left in the cluster",
             )
-        wait(ready_poll_s(time.monotonic() - started, total + (backend.launcher == "cluster")))
+        wait(ready_poll_s(time.monotonic() - started, total + backend.launcher_placement.own_pods))
 
 
 def events_for(api, pods: list[str]) -> str:

@@ -350,7 +350,7 @@ def read_secret(launch: LaunchDescription) -> dict:
 def this_attempt(launch: LaunchDescription, environ) -> LaunchDescription:
     """The description with this pod's attempt number. Every attempt's launcher Job mounts the
     same launch.json (the root ConfigMap's); a relaunch (``--retries``) makes a Job that says its
-    attempt in ``MPILAUNCH_ATTEMPT`` (``replace.relaunch``), and from here on it is the
+    attempt in ``MPILAUNCH_ATTEMPT`` (``replace.relaunch_launcher``), and from here on it is the
     description's field, as on YARN (whose launcher is handed a description per attempt)."""
     return dataclasses.replace(launch, attempt=int(environ.get(env_names.ATTEMPT, launch.attempt)))
 
