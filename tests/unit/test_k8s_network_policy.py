@@ -10,7 +10,6 @@ returns them; patches applied as a JSON merge patch does): the real API server's
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ import pytest
 from mpilaunch.backends.k8s import network_policy
 from mpilaunch.backends.k8s.api import ApiError
 from support.helpers import REPO
+from support.k8s_render import rendered_backend
 
 NP = "networking.k8s.io/v1"
 OWN = {"podSelector": {"matchLabels": {"mpilaunch/job": "j"}}}
@@ -49,37 +49,7 @@ class ScriptedApi:
 
 
 def backend_for(tmp_path, *args, mode: str = "mpi"):
-    from mpilaunch.backends.k8s.backend import K8sBackend
-    from mpilaunch.cli import parse_run
-    from mpilaunch.workloads.mpirun import MpirunWorkload
-    from mpilaunch.workloads.ps import PsWorkload
-
-    shape = (
-        ["--np", "4", "--slots-per-worker", "2"] if mode == "mpi" else ["--mode", "ps", "--ps", "1", "--workers", "1"]
-    )
-    spec, _ = parse_run(
-        [
-            "--backend",
-            "k8s",
-            "--image",
-            "img",
-            "--name",
-            "j",
-            "--namespace",
-            "ns",
-            *shape,
-            *args,
-            "--",
-            "python3",
-            "t.py",
-        ]
-    )
-    workload_cls = MpirunWorkload if mode == "mpi" else PsWorkload
-    workload = workload_cls.prepare(spec, K8sBackend, "j", dict(os.environ))
-    (tmp_path / "rundir").mkdir(parents=True, exist_ok=True)
-    return K8sBackend(
-        spec, workload.plan, tmp_path / "rundir", cluster_launcher_allowed=workload.can_use_cluster_launcher
-    )
+    return rendered_backend(tmp_path, "--namespace", "ns", *args, mode=mode, command=("python3", "t.py"))
 
 
 def job_policies(backend) -> dict:

@@ -9,17 +9,12 @@ piece's share, by name wherever a name is known."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 pytest.importorskip("yaml")
 pytest.importorskip("jinja2")
 
 from mpilaunch.backends.k8s import rbac
-from mpilaunch.backends.k8s.backend import K8sBackend
-from mpilaunch.cli import parse_run
-from mpilaunch.workloads.mpirun import MpirunWorkload
 
 # piece -> {(apiGroup, resource, verb): the call that needs it}
 USES = {
@@ -70,12 +65,9 @@ def test_rbac_role_lists_exactly_the_verbs_each_piece_uses():
 
 
 def per_job_roles(tmp_path, *args: str) -> dict[str, list[dict]]:
-    spec, _ = parse_run(
-        ["--backend", "k8s", "--image", "img", "--name", "rj", "--np", "4", "--slots-per-worker", "2", *args,
-         "--", "true"]
-    )  # fmt: skip
-    workload = MpirunWorkload.prepare(spec, K8sBackend, "rj", dict(os.environ))
-    backend = K8sBackend(spec, workload.plan, tmp_path, cluster_launcher_allowed=workload.can_use_cluster_launcher)
+    from support.k8s_render import rendered_backend
+
+    backend = rendered_backend(tmp_path, *args, name="rj", command=("true",))
     return {o["metadata"]["name"]: o["rules"] for _, o in backend.objects() if o["kind"] == "Role"}
 
 

@@ -361,18 +361,9 @@ def test_network_policy_open_egress_plan():
 
 
 def _backend(tmp_path, *args):
-    import os
+    from support.k8s_render import rendered_backend
 
-    from mpilaunch.backends.k8s.backend import K8sBackend
-    from mpilaunch.cli import parse_run
-    from mpilaunch.workloads.mpirun import MpirunWorkload
-
-    spec, _ = parse_run(
-        ["--backend", "k8s", "--image", "img", "--name", "j", "--np", "4", "--slots-per-worker", "2", *args]
-        + ["--", "python3", "train.py"]
-    )
-    workload = MpirunWorkload.prepare(spec, K8sBackend, "j", dict(os.environ))
-    return K8sBackend(spec, workload.plan, tmp_path, cluster_launcher_allowed=workload.can_use_cluster_launcher)
+    return rendered_backend(tmp_path, *args)
 
 
 @pytest.mark.parametrize(

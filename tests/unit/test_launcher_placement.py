@@ -7,11 +7,11 @@ placement makes and does is checked on the objects a render produces, no cluster
 from __future__ import annotations
 
 import ast
-import os
 
 import pytest
 
 from support.helpers import REPO
+from support.k8s_render import rendered_backend
 
 K8S = REPO / "mpilaunch" / "backends" / "k8s"
 
@@ -42,16 +42,7 @@ def test_the_branch_check_sees_one(tmp_path):
 
 
 def backend_for(tmp_path, *args):
-    from mpilaunch.backends.k8s.backend import K8sBackend
-    from mpilaunch.cli import parse_run
-    from mpilaunch.workloads.mpirun import MpirunWorkload
-
-    spec, _ = parse_run(
-        ["--backend", "k8s", "--image", "img", "--name", "j", "--np", "4", "--slots-per-worker", "2", *args]
-        + ["--", "python3", "train.py"]
-    )
-    workload = MpirunWorkload.prepare(spec, K8sBackend, "j", dict(os.environ))
-    return K8sBackend(spec, workload.plan, tmp_path, cluster_launcher_allowed=workload.can_use_cluster_launcher)
+    return rendered_backend(tmp_path, *args)
 
 
 def kinds(backend) -> list[tuple[str, str]]:
