@@ -54,3 +54,11 @@ def silent_agents(addresses: dict[str, str], secret_file, timeout: float = 2.0) 
 
     secret = read_secret(str(secret_file))
     return {name for name, address in addresses.items() if not ping(address, secret, timeout)}
+
+
+def gone_agents(addresses: dict[str, str]) -> set[str]:
+    """Workers where nothing listens at their agent's address any more (its process ended): asked of
+    the silent ones, a refused connection being an answer, unlike a slow one."""
+    from ..rsh_agent.agent_client import gone
+
+    return {name for name, address in addresses.items() if gone(address)}

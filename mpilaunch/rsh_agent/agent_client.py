@@ -296,6 +296,16 @@ def _open_session(address: str, secret: bytes, timeout: float, refused_wait: flo
             delay = min(delay * 2, 0.5)
 
 
+def gone(address: str, timeout: float = 1.0) -> bool:
+    """True when nothing listens at ``address`` (the connection is refused): the agent's process has
+    ended, or its host restarted. A connection that times out is not gone: a slow host is no verdict."""
+    try:
+        _connect(address, timeout).close()
+    except AgentError as exc:
+        return isinstance(exc.__cause__, (ConnectionRefusedError, FileNotFoundError))
+    return False
+
+
 def ping(address: str, secret: bytes, timeout: float = 5.0) -> bool:
     """True when an agent answers an authenticated no-op at ``address``."""
     try:
