@@ -1,5 +1,5 @@
 """A worker whose agent is gone is lost at once; a slow one is not (``agent_client.gone``,
-``yarn/report.container_loss``, ``yarn/container_watch``).
+``yarn/report.container_loss``).
 
 On YARN the container of a dead agent is reported ended 2-3 s after it died; a refused
 connection to the agent's address says so at once, while a connection that merely waits
@@ -10,7 +10,6 @@ from __future__ import annotations
 import socket
 
 from mpilaunch.backends.agent_workers import gone_agents
-from mpilaunch.backends.yarn.container_watch import newly_ended
 from mpilaunch.backends.yarn.report import container_loss
 from mpilaunch.rsh_agent.agent_client import gone
 
@@ -64,9 +63,3 @@ def test_a_gone_agent_s_worker_is_lost_with_yarn_s_word_first():
     )
     ended = {"state": "FAILED", "exit": "Container failed during execution"}
     assert container_loss(ended, silent=True, gone=True) == "container failed: Container failed during execution"
-
-
-def test_the_container_watch_fires_on_a_newly_ended_container_only():
-    assert not newly_ended(None, {"a"})  # the first answer: what ended before the watch is the looks' to find
-    assert not newly_ended({"a"}, {"a"})
-    assert newly_ended({"a"}, {"a", "b"})

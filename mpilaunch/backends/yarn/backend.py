@@ -475,13 +475,6 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
         return report.lost_workers(self, settle)
 
-    def worker_changes(self):
-        """A container of the job ended: asked of its ApplicationMaster a few times a second
-        (:mod:`.container_watch`), so a lost worker is replaced without waiting for the next look."""
-        from .container_watch import changes
-
-        return changes(self.app, SERVICE)
-
     def hand_off(self, deadline: float, progress) -> None:
         handoff.hand_off(self, deadline, progress)
 
