@@ -38,7 +38,15 @@ def exec_api_context(backend) -> dict:
     return context
 
 
-class SubmitterLauncher:
+class LauncherPlacement:
+    """What both placements answer alike."""
+
+    def worker0_pod(self, backend) -> str:
+        """The pod serving the plan's first worker, mpirun's first host."""
+        return backend.member(backend.plan.workers[0].name)
+
+
+class SubmitterLauncher(LauncherPlacement):
     """``--launcher local``: mpirun runs on this machine, its shims reach the pods from here."""
 
     in_cluster = False
@@ -89,11 +97,11 @@ class SubmitterLauncher:
 
     def hang_pod(self, backend) -> str:
         """The pod a hang verdict's Event goes on: worker 0's, mpirun's first host."""
-        return backend.member(backend.plan.workers[0].name)
+        return self.worker0_pod(backend)
 
     def control_address(self, backend) -> str | None:
         """This machine's address on the route to the first worker pod (the rendezvous the ranks call back)."""
-        pod = backend.pods.get(backend.member(backend.plan.workers[0].name)) or {}
+        pod = backend.pods.get(self.worker0_pod(backend)) or {}
         ip = (pod.get("status") or {}).get("podIP")
         return rendezvous.source_address(ip) if ip else None
 
@@ -101,7 +109,7 @@ class SubmitterLauncher:
         """Nothing to recreate: the next attempt's mpirun starts here."""
 
 
-class PodLauncher(SubmitterLauncher):
+class PodLauncher(LauncherPlacement):
     """``--launcher cluster``: mpirun runs in the job's launcher pod (a Job with its own Role and
     Secret); it waits for the workers itself and this process follows its log."""
 
@@ -164,7 +172,7 @@ class PodLauncher(SubmitterLauncher):
 
     def hang_pod(self, backend) -> str:
         """The launcher pod, where mpirun runs (worker 0's until it is known)."""
-        return backend.launcher_pod or super().hang_pod(backend)
+        return backend.launcher_pod or self.worker0_pod(backend)
 
     def control_address(self, backend) -> str | None:
         return None  # the ranks call the launcher pod, not this machine
@@ -176,7 +184,7 @@ class PodLauncher(SubmitterLauncher):
         replace.relaunch_launcher(backend, attempt)
 
 
-def for_launcher(launcher: str) -> SubmitterLauncher:
+def for_launcher(launcher: str) -> LauncherPlacement:
     """The placement of ``launcher``: "local" is this machine, anything else ("cluster", a spec's
     default) the launcher pod."""
     return SubmitterLauncher() if launcher == "local" else PodLauncher()
