@@ -32,6 +32,16 @@ def new_credential() -> str:
     return format_credential(os.urandom(32).hex(), cert, key)
 
 
+def new_mac_secret() -> str:
+    """A credential of a MAC secret alone (``tls.parse_credential``: no certificate, no TLS), for
+    agents on Unix sockets: such a socket is on no network, so there is no wire for TLS to hide
+    anything on (another user cannot read a Unix socket's traffic; one who could, root, can read the
+    secret file too), and the challenge-response still makes each side prove it holds the secret.
+    Making and loading a certificate was ~25 ms of CPU of a 4-rank local launch (the key, OpenSSL
+    in each shim and agent, a handshake per connection): BENCHMARKS.md, "End-to-end launch"."""
+    return os.urandom(32).hex()
+
+
 def self_signed_certificate(now: datetime.datetime | None = None) -> tuple[bytes, bytes]:
     """(DER certificate, DER PKCS#8 key): P-256 because a key is made in well under a millisecond
     (RSA takes tens) and every TLS 1.3 stack signs with it. The certificate is written out by

@@ -9,7 +9,6 @@ that host, through the worker's exec agent, once per launch.
 
 from __future__ import annotations
 
-import inspect
 import shlex
 
 from ..core.interpreter import CONTAINER_PYTHON, interpreter_word
@@ -42,7 +41,12 @@ def free_port_below_ephemeral(host: str = "") -> int:
 
 
 # what a worker's own python runs (it may not have mpilaunch installed)
-_FREE_PORT = inspect.getsource(free_port_below_ephemeral) + "\nprint(free_port_below_ephemeral())\n"
+def free_port_script() -> str:
+    """``free_port_below_ephemeral`` as a script (made when asked: reading its source is ~7 ms of
+    every launch's start, and only a job whose ranks rendezvous through an agent needs it)."""
+    import inspect
+
+    return inspect.getsource(free_port_below_ephemeral) + "\nprint(free_port_below_ephemeral())\n"
 
 
 def pod_rendezvous(worker: str, job: str) -> tuple[str, int]:
@@ -53,7 +57,7 @@ def free_port_through_agent(address: str, secret_file: str, python: str) -> tupl
     """(the agent's host, a port free there) asked through the agent at ``address``; None if it
     cannot tell (the ranks then get no MASTER_ADDR/MASTER_PORT rather than a wrong one)."""
     try:
-        command = f"exec {interpreter_word(python)} -c {shlex.quote(_FREE_PORT)}"
+        command = f"exec {interpreter_word(python)} -c {shlex.quote(free_port_script())}"
         secret = agent_client.read_secret(secret_file)
         status, out, _ = agent_client.run_capture(address, secret, command, timeout=30)
     except (OSError, TimeoutError, ValueError):

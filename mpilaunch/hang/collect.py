@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 
 from ..core import env_names
 from ..core.interpreter import interpreter_word
+from . import DEFAULT_DEADLINE_S
 from .verdict import EXITED, NOT_FOUND, RUNNING, STOPPED, UNREACHABLE, Frame, RankStack
 
-#: the bound on a whole collection (issue 42: at most 15 s at 64 ranks)
-DEFAULT_DEADLINE_S = 15.0
 # what a worker's probe leaves for its answer to travel back
 _PROBE_MARGIN_S = 1.5
 

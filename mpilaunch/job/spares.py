@@ -11,12 +11,11 @@ it does without spares.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..backends.protocols import ReplacesWorkers
 from ..core.errors import PreflightFailed
 from ..runtime.progress import WaitProgress
-from ..workloads import preflight_run
 from ..workloads.base import RunContext, Workload
 
 #: the most preflight checks one job runs: the first, and one after each swap
@@ -46,6 +45,8 @@ def preflight(
     earlier: list[dict] = []
     while True:
         try:
+            from ..workloads import preflight_run  # --preflight only: its checks and MPI probes
+
             found = preflight_run.run(run, workload)
         except PreflightFailed as e:
             failed = list((e.found or {}).get("failed_workers") or [])

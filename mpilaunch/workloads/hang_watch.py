@@ -14,11 +14,15 @@ import threading
 import time
 
 from ..backends.cluster_notes import post_hang
-from ..hang import collect, stall, verdict
+from ..hang import DEFAULT_DEADLINE_S
 from .base import RunContext, Workload
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~3 ms of every launch)
+if TYPE_CHECKING:
+    from ..hang import collect, verdict
+
 # --timeout: the diagnosis before the stop is bounded (issue 42: at most 15 s at 64 ranks)
-TIMEOUT_DIAGNOSIS_S = collect.DEFAULT_DEADLINE_S
+TIMEOUT_DIAGNOSIS_S = DEFAULT_DEADLINE_S
 
 
 def probe_python(backend) -> str:
@@ -42,6 +46,8 @@ def take_stacks(run: RunContext, workload: Workload, deadline_s: float) -> colle
         return None
     if not context.get("workers"):
         return None
+    from ..hang import collect  # a job that never takes stacks never imports the probe's side
+
     output = getattr(workload, "output", None)
     exits = {rank: code for rank, _, code in (output.statuses if output is not None else ())}
     expected = dict(enumerate(workload.plan.rank_to_worker()))
@@ -56,6 +62,8 @@ def take_stacks(run: RunContext, workload: Workload, deadline_s: float) -> colle
 
 def diagnose(run: RunContext, workload: Workload, deadline_s: float = TIMEOUT_DIAGNOSIS_S) -> dict | None:
     """Take the stacks, print the verdict line; report.json's ``hang`` and ``stacks`` (None: none taken)."""
+    from ..hang import verdict
+
     taken = take_stacks(run, workload, deadline_s)
     if taken is None:
         return None
@@ -68,6 +76,8 @@ def publish(run: RunContext, diagnosis: verdict.Diagnosis, seconds: float) -> di
         print(diagnosis.verdict, file=run.stderr, flush=True)
     except (OSError, ValueError):
         pass
+    from ..hang import verdict
+
     found = verdict.report(diagnosis, seconds)
     try:
         if post_hang(run.backend, diagnosis.verdict):
@@ -94,7 +104,7 @@ class SamplingWatch:
     def __exit__(self, *exc) -> None:
         self._done.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=collect.DEFAULT_DEADLINE_S + 5)
+            self._thread.join(timeout=DEFAULT_DEADLINE_S + 5)
 
     def _run(self) -> None:
         raise NotImplementedError
@@ -118,6 +128,8 @@ class StallWatch(SamplingWatch):
         return getattr(output, "last_line_at", None) or self._started
 
     def _run(self) -> None:
+        from ..hang import stall, verdict
+
         self._started = time.monotonic()
         clock = stall.StallClock(self.stall_s)
         interval = stall.sample_interval(self.stall_s)
@@ -127,7 +139,7 @@ class StallWatch(SamplingWatch):
                 continue
             # a sample gets the full deadline: one cut short by a loaded host (64 ranks on 2 cores) found
             # every worker unreachable, and three such samples looked like a hang that named nobody
-            taken = take_stacks(self.run, self.workload, collect.DEFAULT_DEADLINE_S)
+            taken = take_stacks(self.run, self.workload, DEFAULT_DEADLINE_S)
             if self._done.is_set() or self.workload.mode != "mpirun":
                 return
             if taken is None:  # this sample failed (said in a warning line): the next one may not

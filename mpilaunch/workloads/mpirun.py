@@ -25,7 +25,6 @@ from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_PREFLIGHT, 
 from ..core.rank_lines import new_token
 from ..core.result import JobResult, number_ranges, timeout_failure
 from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
-from ..hang import collect
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..runtime import record
 from ..runtime.output import RankOutput
@@ -347,6 +346,8 @@ class MpirunWorkload(Workload):
         backend = run.backend
         if self.attempt != 1 or backend.checks_program_here or backend.launcher_in_cluster or not self.spec.command:
             return
+        from ..hang import collect
+
         context = json.loads(run.context_file.read_text())
         try:
             captures = collect.captures_of(context)

@@ -3,7 +3,7 @@ collection), tallied by ``hang.stragglers``; the rank the others wait for named 
 
 from __future__ import annotations
 
-from ..hang import collect, stragglers
+from ..hang import DEFAULT_DEADLINE_S
 from .base import RunContext, Workload
 from .hang_watch import SamplingWatch, take_stacks
 
@@ -12,13 +12,16 @@ class StragglerWatch(SamplingWatch):
     def __init__(self, run: RunContext, workload: Workload, interval_s: float | None):
         super().__init__("straggler-watch", bool(interval_s) and workload.mode == "mpirun")
         self.run, self.workload, self.interval_s = run, workload, interval_s
-        self.tally = stragglers.Tally()
+        self.tally = None  # made by the sampling thread: a job without --straggler-report imports no tally
 
     def _run(self) -> None:
+        from ..hang import stragglers
+
+        self.tally = stragglers.Tally()
         while not self._done.wait(self.interval_s):
             # the full deadline, as the stall watch's samples: one cut short on a loaded host finds the
             # workers unreachable, and such a sample shows nobody waiting (seen at a 1 s deadline)
-            taken = take_stacks(self.run, self.workload, collect.DEFAULT_DEADLINE_S)
+            taken = take_stacks(self.run, self.workload, DEFAULT_DEADLINE_S)
             if self._done.is_set():  # the job ended during the sample: its stacks are of ranks exiting
                 return
             if taken is not None:
@@ -26,8 +29,10 @@ class StragglerWatch(SamplingWatch):
 
     def found(self) -> dict | None:
         """report.json's ``stragglers`` (and the line, printed), None when nothing was sampled."""
-        if not self.interval_s or self.tally.samples == 0:
+        if not self.interval_s or self.tally is None or self.tally.samples == 0:
             return None
+        from ..hang import stragglers
+
         found = stragglers.report(self.tally, self.interval_s)
         if found["line"]:
             try:

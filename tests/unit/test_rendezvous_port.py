@@ -32,7 +32,7 @@ def test_a_port_already_taken_is_skipped():
 def test_the_source_shipped_to_a_worker_runs_in_a_bare_python():
     """Workers' own python may lack mpilaunch: the script is the function's source, self-contained."""
     out = subprocess.run(
-        [sys.executable, "-I", "-c", rendezvous._FREE_PORT], capture_output=True, text=True, check=True
+        [sys.executable, "-I", "-c", rendezvous.free_port_script()], capture_output=True, text=True, check=True
     )
     assert 10000 <= int(out.stdout) < ephemeral_low()
 

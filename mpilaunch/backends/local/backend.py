@@ -22,6 +22,7 @@ from ...core import env_names, gpu_slots, phases
 from ...core.errors import AllocationError
 from ...core.pylauncher import write_launcher
 from ...runtime.procs import kill_tree, processes_with_env, wait_exit, wait_killed
+from ..agent_credential import new_mac_secret
 from ..agent_workers import FORWARD_ENV, how_it_ended, silent_agents, write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ReplacesWorkers
@@ -137,7 +138,8 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         if self.plan.gpus:
             devices = gpu_slots.discover_local_gpus()
             self.devices = gpu_slots.partition_devices(devices, self.plan, spares)
-        write_secret(self.secret_file)
+        # every agent here is on a Unix socket (agent_socket_address): the MACs, and no TLS
+        write_secret(self.secret_file, new_mac_secret())
         self.take_hostnames = self._can_take_hostnames(spares)
         for worker in self.plan.workers:
             self._start_agent(worker)
@@ -218,7 +220,6 @@ class LocalBackend(BaseBackend, ReplacesWorkers):
         if len(self.plan.workers) < FORK_AGENTS_FROM or threading.active_count() > 1:
             return False
         from ...agent import cli  # noqa: F401  (imported once here: every child has it)
-        from ...wire import tls_session  # noqa: F401  (likewise: OpenSSL, loaded once for all agents)
 
         return True
 
