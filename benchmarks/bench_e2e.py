@@ -5,7 +5,7 @@
     mpirun (same flags, same two-host hostfile) with a one-line /bin/sh agent
 
 Runs are interleaved (A, B, A, B, ...) so load on the machine hits both
-alike. Reports medians and the ratio; exits 1 above the target ratio (3).
+alike. Reports medians and the ratio; exits 1 above the target ratio (2, issue 53).
 ``--with-options OPTS`` (repeatable) adds mpilaunch with those options to
 the interleaving, reported against mpilaunch without them (e.g.
 ``--with-options "--stall-timeout 30"``: what its stall watch costs a launch).
@@ -30,7 +30,7 @@ from floor import REPO, compare_to_floor, floor_command
 
 from mpilaunch.core import mpi
 
-TARGET_RATIO = 2.0  # issue 53 item 4 (issue 11 asked 3x): at most 2x the floor
+TARGET_RATIO = 2.0  # issue 53 item 4: at most 2x the floor (issue 11 asked 3x)
 
 
 def timed(argv, env, cwd=REPO, cpu: list | None = None) -> float:
