@@ -329,6 +329,11 @@ def mpilaunch_run(cluster, op_pid, image, job, workers, slots, launcher, ns=None
     reqs = [a - b for a, b in zip(request_count(cluster), base)]
     if proc.returncode != 0:
         print(f"# mpilaunch {launcher} {job} failed: {err[-800:]}", file=sys.stderr)
+    try:  # where mpilaunch's own time went (report.json's timings: s since planning began)
+        timings = json.loads((out / "report.json").read_text())["timings"]
+        phases, pods = timings.get("phases") or {}, timings.get("workers") or {}
+    except (OSError, ValueError, KeyError):
+        phases, pods = {}, {}
     shutil.rmtree(out, ignore_errors=True)  # the ranks' logs: read from stdout above, not kept
     ranks = ranks_of("".join(lines))
     cpu = usage.ru_utime + usage.ru_stime
@@ -346,6 +351,8 @@ def mpilaunch_run(cluster, op_pid, image, job, workers, slots, launcher, ns=None
         "controller_cpu": proc_cpu(op_pid) - cpu0,
         "load": la,
         "error": err.strip().splitlines()[-1] if proc.returncode and err.strip() else None,
+        "phases": phases,
+        "worker_phases": pods,
     }
 
 

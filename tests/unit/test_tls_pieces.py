@@ -9,7 +9,7 @@ import datetime
 
 import pytest
 
-from mpilaunch.backends.agent_credential import new_credential, self_signed_certificate
+from mpilaunch.backends.agent_credential import new_credential, new_mac_secret, self_signed_certificate
 from mpilaunch.wire import tls, tls_session
 
 
@@ -62,6 +62,14 @@ def test_tls_credential_line_round_trips_and_a_plain_secret_has_no_tls():
     for bad in (b"a:b", b"a::c", b"a:b:c:d", b"s:not base64!:x"):
         with pytest.raises(ValueError, match="malformed agent credential"):
             tls.parse_credential(bad)
+
+
+def test_tls_unix_socket_agents_get_a_fresh_mac_secret_without_a_certificate():
+    """The local backend's agents (Unix sockets only): the MACs' 32 random bytes, no TLS to set up."""
+    first, second = new_mac_secret(), new_mac_secret()
+    credential = tls.parse_credential(first.encode())
+    assert (credential.tls, len(credential.mac_key)) == (False, 64) and first != second
+    int(first, 16)  # hex, as new_credential's MAC part
 
 
 def test_tls_each_job_gets_its_own_certificate_valid_across_clock_skew():
