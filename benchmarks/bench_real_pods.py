@@ -24,7 +24,8 @@ pods, cluster launcher, interleaved in one run: the project's image
 running its own mpilaunch (``MPILAUNCH_K8S_TOOLS=image``); the same image
 with the job's pieces (nothing else differs); the foreign Debian image
 with Open MPI and mpi4py (``build-foreign-images.sh openmpi``), which has
-no mpilaunch.
+no mpilaunch; both images also with a zip of sources alone
+(``MPILAUNCH_TOOLS_BYTECODE=0``: no bytecode, each piece compiles what it imports).
 
 Wall times are from the process start (mpilaunch) or the first kubectl call
 (baseline) to the first rank line and to exit (pods deleted). The phase
@@ -91,11 +92,13 @@ def stream_first(proc: subprocess.Popen, t0: float) -> float | None:
     return first
 
 
-def mpilaunch_run(cluster, image: str, n: int, job: str, launcher: str, tools: str = "configmap") -> dict:
+def mpilaunch_run(
+    cluster, image: str, n: int, job: str, launcher: str, tools: str = "configmap", env_extra: dict | None = None
+) -> dict:
     from testbeds.k8s.node import JOB_ARGS
 
     out = Path(tempfile.mkdtemp(prefix="bench-rp-"))
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "MPILAUNCH_K8S_TOOLS": tools}
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "MPILAUNCH_K8S_TOOLS": tools, **(env_extra or {})}
     extra = ["--launcher", "local", "--mpirun", MPIRUN] if launcher == "local" else ["--launcher", "cluster"]
     argv = [
         sys.executable,
@@ -286,15 +289,18 @@ def tools_overhead(cluster, repeat: int) -> None:
     """The --tools comparison (see the module doc): medians and every run."""
     project = cluster.node.project_image()
     foreign = cluster.node.foreign_image("openmpi")
+    no_bytecode = {"MPILAUNCH_TOOLS_BYTECODE": "0"}  # image_tools: the zip of sources alone, as before 2026-12-07
     variants = {
-        "project image, its own mpilaunch": (project, "image"),
-        "project image, the job's pieces (ConfigMap)": (project, "configmap"),
-        "Debian openmpi-bin + mpi4py, the job's pieces": (foreign, "configmap"),
+        "project image, its own mpilaunch": (project, "image", None),
+        "project image, the job's pieces (ConfigMap)": (project, "configmap", None),
+        "project image, the job's pieces without bytecode": (project, "configmap", no_bytecode),
+        "Debian openmpi-bin + mpi4py, the job's pieces": (foreign, "configmap", None),
+        "Debian openmpi-bin + mpi4py, the job's pieces without bytecode": (foreign, "configmap", no_bytecode),
     }
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for i in range(repeat):
-        for k, (name, (image, tools)) in enumerate(variants.items()):
-            r = mpilaunch_run(cluster, image, 2, f"bench-t{k}-{i}", "cluster", tools)
+        for k, (name, (image, tools, env_extra)) in enumerate(variants.items()):
+            r = mpilaunch_run(cluster, image, 2, f"bench-t{k}-{i}", "cluster", tools, env_extra)
             runs[name].append(r)
             print(
                 f"# {name} run {i}: first {fmt(r['first'])} exit {fmt(r['exit'])} load {r['load']}"

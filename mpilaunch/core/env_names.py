@@ -16,6 +16,7 @@ K8S_RELAY = "MPILAUNCH_K8S_RELAY"  # 0: every shim opens its own exec stream (no
 K8S_PYTHON = "MPILAUNCH_K8S_PYTHON"  # the worker pods' python (default python3)
 K8S_CLUSTER_DOMAIN = "MPILAUNCH_K8S_CLUSTER_DOMAIN"  # the cluster's DNS domain (default cluster.local)
 K8S_TOOLS = "MPILAUNCH_K8S_TOOLS"  # image: the image's own mpilaunch runs, not the job's ConfigMap (k8s/tools.py)
+TOOLS_BYTECODE = "MPILAUNCH_TOOLS_BYTECODE"  # 0: the package zip without bytecode (image_tools; for measuring)
 K8S_SA_DIR = "MPILAUNCH_K8S_SA_DIR"  # where an in-cluster client reads its ServiceAccount token (k8s/api.py)
 LOCAL_FORK_FROM = "MPILAUNCH_LOCAL_FORK_FROM"  # local backend: fork agents from this many workers on
 

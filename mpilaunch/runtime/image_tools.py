@@ -4,7 +4,10 @@ On Kubernetes every job's pods mount them from a ConfigMap of the job
 (``backends/k8s/tools.py``) at ``TOOLS_DIR``, as these files (``tools_files``):
 
 * ``mpilaunch.zip``: the package (Python sources; what runs in a pod is
-  standard library), imported from the zip (zipimport) by
+  standard library) and bytecode of the modules the pieces import as they
+  start, made by the submitting interpreter (``bytecode``: zipimport takes it
+  where the pod's Python is of the same version, the sources elsewhere),
+  imported from the zip (zipimport) by
 * ``<name>`` for each entry point (rank wrapper, shim, in-cluster launcher,
   reaper, task starter): ``/bin/sh`` starting the image's ``python3 -IS``
   with the zip on ``sys.path``. Only these processes import mpilaunch: the
@@ -123,6 +126,41 @@ def write_tools(dest: str, tools_dir: str | None = None) -> list[str]:
     return written
 
 
+#: the zip's size past which no more bytecode goes in: a ConfigMap holds at most 1 MiB (its
+#: binaryData counted raw), and the sources alone are ~0.5 MB
+BYTECODE_BUDGET = 1_000_000
+
+
+def started_modules() -> list[str]:
+    """The package's modules the entry points import as they start, in the order imported (the rank
+    wrapper's first: it starts once per rank), found by importing them in a bare interpreter."""
+    import subprocess
+
+    parent = str(Path(__file__).resolve().parent.parent.parent)
+    code = (
+        "import sys\nsys.path.insert(0, sys.argv[1])\n"
+        f"for name in {list(ENTRY_POINTS.values())!r}:\n    __import__(name)\n"
+        "print(' '.join(m for m in sys.modules if m == 'mpilaunch' or m.startswith('mpilaunch.')))\n"
+    )
+    try:
+        out = subprocess.run([sys.executable, "-IS", "-c", code, parent], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+def bytecode(source: bytes, filename: str) -> bytes:
+    """``source`` compiled by this interpreter, as a .pyc that is never checked against its source
+    (PEP 552's unchecked hash: the zip's entries have no usable mtime). An interpreter of another
+    version sees another magic number and compiles the source beside it instead."""
+    import importlib.util
+    import marshal
+
+    code = compile(source, filename, "exec", dont_inherit=True)
+    unchecked_hash = (1).to_bytes(4, "little")
+    return importlib.util.MAGIC_NUMBER + unchecked_hash + importlib.util.source_hash(source) + marshal.dumps(code)
+
+
 #: what a copy of the package leaves out: bytecode (made where it runs, by the python that runs it)
 #: and templates (rendered on the submitting side only)
 IGNORED_DIRS = ("__pycache__",)
@@ -146,22 +184,49 @@ def package_files() -> list[tuple[str, Path]]:
     return sorted(out)
 
 
-def zip_bytes(extra: dict[str, str] | None = None) -> bytes:
-    """A zip of the package (``mpilaunch/...`` at its top) plus ``extra`` files (name -> text); the
-    same bytes for the same sources (fixed timestamps)."""
+def zip_bytes() -> bytes:
+    """A zip of the package (``mpilaunch/...`` at its top) and the bytecode of its started modules;
+    the same bytes for the same sources and interpreter (fixed timestamps)."""
     import io
     import zipfile
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
-        entries = [(name, path.read_bytes()) for name, path in package_files()]
-        entries += [(name, text.encode()) for name, text in sorted((extra or {}).items())]
-        for name, data in entries:
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, data)
+        sources = {name: path.read_bytes() for name, path in package_files()}
+        for name, data in sources.items():
+            _write(z, name, data)
+        if os.environ.get(env_names.TOOLS_BYTECODE, "1") != "0":
+            _write_bytecode(z, buffer, sources)
     return buffer.getvalue()
+
+
+def _write(z, name: str, data: bytes) -> None:
+    import zipfile
+
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    z.writestr(info, data)
+
+
+def _write_bytecode(z, buffer, sources: dict[str, bytes]) -> None:
+    """``name.pyc`` beside each started module's ``name.py``, while the zip stays under the budget:
+    a piece imported from sources compiles each module it imports, every time (the in-cluster
+    launcher's imports: 0.29 s of CPU from sources, 0.11 s with bytecode)."""
+    import zlib
+
+    for module in started_modules():
+        path = module.replace(".", "/")
+        name = f"{path}/__init__.py" if f"{path}/__init__.py" in sources else f"{path}.py"
+        if name not in sources:
+            continue
+        pyc, pyc_name = bytecode(sources[name], name), name[:-3] + ".pyc"
+        # the entry (its local header, ~30 bytes) and the central directory, written at the end
+        # (46 bytes and the name per entry, and the end record's 22)
+        directory = sum(46 + len(i.filename) for i in z.infolist()) + 46 + len(pyc_name) + 22
+        if buffer.tell() + 30 + len(pyc_name) + len(zlib.compress(pyc)) + directory > BYTECODE_BUDGET:
+            return
+        _write(z, pyc_name, pyc)
 
 
 def package_zip() -> bytes:
@@ -173,9 +238,14 @@ def package_zip() -> bytes:
     from ..core.mpi import versions
 
     files = package_files()
+    # the bytecode is this interpreter's: another version (a venv rebuilt) makes another zip
+    made_by = (sys.implementation.cache_tag, os.environ.get(env_names.TOOLS_BYTECODE, "1") != "0")
     key = hashlib.sha256(
         repr(
-            [(name, st.st_size, st.st_mtime_ns) for name, st in ((name, path.stat()) for name, path in files)]
+            [
+                made_by,
+                *((name, st.st_size, st.st_mtime_ns) for name, st in ((name, path.stat()) for name, path in files)),
+            ]
         ).encode()
     ).hexdigest()[:24]
     try:
@@ -203,10 +273,18 @@ def package_zip() -> bytes:
 
 
 def zip_tools(dest: str, extra: dict[str, str] | None = None) -> str:
-    """``zip_bytes`` written to ``dest`` atomically."""
+    """``package_zip`` (the cached one) with ``extra`` files added, written to ``dest`` atomically."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO(package_zip())
+    buffer.seek(0, io.SEEK_END)
+    with zipfile.ZipFile(buffer, "a", zipfile.ZIP_DEFLATED) as z:
+        for name, text in sorted((extra or {}).items()):
+            _write(z, name, text.encode())
     tmp = f"{dest}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
-        f.write(zip_bytes(extra))
+        f.write(buffer.getvalue())
     os.replace(tmp, dest)
     return dest
 
