@@ -125,6 +125,18 @@ print("smoke ok", me, ip, api, answer.split(b"\r\n")[0].decode())
 # ------------------------------------------------------------------ the node
 
 
+def shared_netns_dir(path: str = "/run/netns") -> None:
+    """Make ``path`` a shared mount of its own before containerd mounts pods' network namespaces
+    in it, as ``ip netns add`` does the first time it runs. Where ``ip netns`` (the ssh testbed's
+    hosts) did that later, on a freshly booted machine, its bind mount covered the pods' namespace
+    files: the kubelet could neither unmount nor remove them ("failed to remove netns: unlinkat
+    /run/netns/cni-...: device or resource busy") and those pods were never deleted."""
+    os.makedirs(path, exist_ok=True)
+    if subprocess.run(["mountpoint", "-q", path]).returncode != 0:
+        subprocess.run(["mount", "--bind", path, path], check=True)
+    subprocess.run(["mount", "--make-shared", path], check=True)
+
+
 class RealNode:
     """The real node of a running :class:`~testbeds.k8s.cluster.KubeCluster`."""
 
@@ -154,6 +166,7 @@ class RealNode:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             self._make_bridge()
+            shared_netns_dir()
             self._start_containerd()
             self.ensure_image(self.cache / "images" / "pause.tar", PAUSE_IMAGE)
             self._route_to_apiserver()

@@ -40,6 +40,7 @@ import xml.etree.ElementTree as ET
 from ....core import env_names
 from ....core.exit_codes import EXIT_FAILED
 from ..keys import GPU_KEY, WORKER_KEY, WORKER_SECRET_KEY
+from ..kv_poll import wait_key
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -259,7 +260,7 @@ def main() -> int:
 
     started = time.time()
     app = skein.ApplicationClient.from_current()
-    secret = app.kv.wait(prefix + WORKER_SECRET_KEY)
+    secret = wait_key(app.kv, prefix + WORKER_SECRET_KEY)
     devices, source = container_gpus(app.kv, prefix, gpus, container_id)
     if gpus and len(devices) < gpus:
         log(f"warning: {gpus} GPUs allocated but only {len(devices)} found ({source})")

@@ -55,6 +55,7 @@ from ...launch_description import LaunchDescription
 from ...spare_pool import served
 from .. import stacks_kv
 from ..keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
+from ..kv_poll import wait_key
 from .detached import WorkerContainers, finish, to_container_log
 
 FLUSH_S = 0.1
@@ -232,7 +233,7 @@ def write_secret_file(rundir: Path, secret: bytes) -> Path:
 
 def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None, dict | None]:
     """Run mpirun as the launch description says; (exit code, failure line, the job's report or None)."""
-    secret = app.kv.wait(prefix + LAUNCHER_SECRET_KEY)
+    secret = wait_key(app.kv, prefix + LAUNCHER_SECRET_KEY)
     app.kv.discard(prefix + LAUNCHER_SECRET_KEY)
     detached = launch.detach
     # attached: chunks in the kv store for the submitting side; detached: this container's log
@@ -294,7 +295,7 @@ def started(app, prefix: str, info: mpi.MpiInfo, proc, note=log) -> None:
 
     def watch_stop():
         try:
-            app.kv.wait(prefix + STOP_KEY)
+            wait_key(app.kv, prefix + STOP_KEY)
         except Exception:
             return
         terminate_group(proc)  # through the Popen: the workload's wait reads mpirun's real status
@@ -311,7 +312,7 @@ def main() -> int:
     report = None
     launch = None
     try:
-        launch = LaunchDescription.from_dict(json.loads(app.kv.wait(prefix + SPEC_KEY).decode()))
+        launch = LaunchDescription.from_dict(json.loads(wait_key(app.kv, prefix + SPEC_KEY).decode()))
         detached = launch.detach
         code, failure, report = run(app, prefix, launch)
     except MpilaunchError as e:  # found here before mpirun (a program the workers lack): the user's error
