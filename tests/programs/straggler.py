@@ -8,6 +8,7 @@ MPI_Allreduce; then every rank joins the step's allreduce. A healthy job (SLOW_R
 same loop with nobody slow.
 """
 
+import select
 import sys
 import time
 from array import array
@@ -20,10 +21,12 @@ def load_batch(seconds):
 
 
 def compute(seconds):
-    # A sleep, not a busy loop: 8 ranks spinning on a 2-core machine that other tests load (CI, load
+    # A wait, not a busy loop: 8 ranks spinning on a 2-core machine that other tests load (CI, load
     # 12) made one rank really lag, 36% of samples (rank 4, 2026-12-07), so "nobody is slow" was
-    # not true of the healthy job. A rank slowed by its machine is a straggler mpilaunch should name.
-    time.sleep(seconds)
+    # not true of the healthy job (a rank slowed by its machine is a straggler mpilaunch should
+    # name). select, not time.sleep: the straggler's place is named by its innermost call, and
+    # load_batch's must stay the only time.sleep.
+    select.select([], [], [], seconds)
 
 
 def main():
