@@ -210,7 +210,7 @@ def _write(z, name: str, data: bytes) -> None:
 
 
 def _write_bytecode(z, buffer, sources: dict[str, bytes]) -> None:
-    """``name.pyc`` beside each started module's ``name.py``, while the zip stays under the budget:
+    """A .pyc beside the source of each started module, while the zip stays under the budget:
     a piece imported from sources compiles each module it imports, every time (the in-cluster
     launcher's imports: 0.29 s of CPU from sources, 0.11 s with bytecode)."""
     import zlib

@@ -3,7 +3,7 @@
 ``kv.wait`` subscribes to the store's events over a gRPC stream and waits for the
 ApplicationMaster to confirm the subscription. In a launcher container that had just
 waited for one key that way, the second ``kv.wait`` sometimes never returned: py-spy found
-it in ``KeyValueStore._add_subscription`` (skein/kv.py), on a confirmation that did not come,
+it in ``KeyValueStore._add_subscription`` (skein's kv module), on a confirmation that did not come,
 while the key was already in the store (twice: a bench run, 2026-12-07, and CI's
 ``test_torch_env_yarn_gloo_allreduce_4_ranks_in_2_containers[cluster]`` the same day, which then
 hung until its 240 s limit). A plain ``kv.get`` each poll has no subscription to lose; the
