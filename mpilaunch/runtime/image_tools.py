@@ -215,15 +215,16 @@ def _write_bytecode(z, buffer, sources: dict[str, bytes]) -> None:
     launcher's imports: 0.29 s of CPU from sources, 0.11 s with bytecode)."""
     import zlib
 
+    # the central directory, written at the end: 46 bytes and the name per entry, and the end record's 22
+    directory = sum(46 + len(i.filename) for i in z.infolist()) + 22
     for module in started_modules():
         path = module.replace(".", "/")
         name = f"{path}/__init__.py" if f"{path}/__init__.py" in sources else f"{path}.py"
         if name not in sources:
             continue
         pyc, pyc_name = bytecode(sources[name], name), name[:-3] + ".pyc"
-        # the entry (its local header, ~30 bytes) and the central directory, written at the end
-        # (46 bytes and the name per entry, and the end record's 22)
-        directory = sum(46 + len(i.filename) for i in z.infolist()) + 46 + len(pyc_name) + 22
+        directory += 46 + len(pyc_name)
+        # the entry itself: its local header (~30 bytes and the name) and the compressed bytecode
         if buffer.tell() + 30 + len(pyc_name) + len(zlib.compress(pyc)) + directory > BYTECODE_BUDGET:
             return
         _write(z, pyc_name, pyc)

@@ -72,12 +72,12 @@ def diagnose(run: RunContext, workload: Workload, deadline_s: float = TIMEOUT_DI
 
 def publish(run: RunContext, diagnosis: verdict.Diagnosis, seconds: float) -> dict:
     """The verdict on stderr, and where the backend keeps such news (Kubernetes: an Event)."""
+    from ..hang import verdict
+
     try:
         print(diagnosis.verdict, file=run.stderr, flush=True)
     except (OSError, ValueError):
         pass
-    from ..hang import verdict
-
     found = verdict.report(diagnosis, seconds)
     try:
         if post_hang(run.backend, diagnosis.verdict):
