@@ -3,9 +3,19 @@ collection), tallied by ``hang.stragglers``; the rank the others wait for named 
 
 from __future__ import annotations
 
+import random
+
 from ..hang import DEFAULT_DEADLINE_S
 from .base import RunContext, Workload
 from .hang_watch import SamplingWatch, take_stacks
+
+
+def sampling_gap(interval_s: float, draw: float) -> float:
+    """The wait before the next sample: ``interval_s`` on average, anywhere from half of it to one and a
+    half (``draw`` in [0, 1)). A fixed period locks onto a training loop's period: a 1.0 s step sampled
+    every 0.5 s shows every step at the same two moments, and CI saw the straggler named at its short
+    compute call (67% of samples) instead of its long data loading (2026-12-07)."""
+    return interval_s * (0.5 + draw)
 
 
 class StragglerWatch(SamplingWatch):
@@ -18,7 +28,7 @@ class StragglerWatch(SamplingWatch):
         from ..hang import stragglers
 
         self.tally = stragglers.Tally()
-        while not self._done.wait(self.interval_s):
+        while not self._done.wait(sampling_gap(self.interval_s, random.random())):
             # the full deadline, as the stall watch's samples: one cut short on a loaded host finds the
             # workers unreachable, and such a sample shows nobody waiting (seen at a 1 s deadline)
             taken = take_stacks(self.run, self.workload, DEFAULT_DEADLINE_S)

@@ -13,8 +13,9 @@ from support.helpers import REPO
 
 RULE_SINCE = "fe2c664"  # the last commit before the rule
 MAX_SUBJECT = 72
-# made while the rule was being set up, before this check ran: history is not rewritten
-KNOWN_LONG = {"eac775a"}
+# history is not rewritten: eac775a was made while the rule was being set up, before this check
+# ran; 9ec4d2f (77 characters) landed on main before the check saw it (2026-12-07's CI)
+KNOWN_LONG = {"eac775a", "9ec4d2f"}
 
 
 def subjects_since(base: str) -> list[str]:

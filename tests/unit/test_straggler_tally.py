@@ -55,3 +55,17 @@ def test_straggler_no_verdict_from_too_few_samples_or_when_most_ranks_are_outsid
     for _ in range(10):
         stragglers.add_sample(busy, sample({r: COMPUTING if r < 5 else IN_ALLREDUCE for r in range(8)}))
     assert busy.waited == 0 and stragglers.straggler(busy) is None
+
+
+def test_straggler_sampling_gaps_vary_so_a_periodic_step_is_not_seen_at_the_same_moments():
+    from mpilaunch.workloads.straggler_watch import sampling_gap
+
+    gaps = [sampling_gap(0.5, random.random()) for _ in range(2000)]
+    assert 0.25 <= min(gaps) < 0.3 and 0.7 < max(gaps) < 0.75
+    assert abs(sum(gaps) / len(gaps) - 0.5) < 0.02  # the rate asked for, on average
+    # a 1.0 s step sampled from t=0: the moments within the step spread over it, not two points
+    moments, t = set(), 0.0
+    for gap in gaps[:200]:
+        t += gap
+        moments.add(int((t % 1.0) * 10))
+    assert len(moments) == 10, moments

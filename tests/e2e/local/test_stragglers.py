@@ -37,7 +37,7 @@ def straggler_lines(stderr: str) -> list[str]:
 
 
 def test_straggler_the_slow_rank_among_8_is_named_with_where_it_was(openmpi4, tmp_path):
-    proc = run_loop(openmpi4, tmp_path, "st-slow", slow=5)
+    proc = run_loop(openmpi4, tmp_path, "st-slow", slow=5, steps=10)  # 10 steps of 1.8 s
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = straggler_lines(proc.stderr)
     assert line.startswith("mpilaunch: straggler: rank 5 (st-slow-worker-2) spent "), line
