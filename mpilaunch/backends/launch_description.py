@@ -65,6 +65,9 @@ class LaunchDescription:
     mpirun: str | None = None  # the launcher's mpirun (the image's, the container's); None: found on PATH
     env: tuple[str, ...] = ()  # -x NAME=VALUE for every rank, values taken on the submitting side
     attempt: int = 1  # --retries: the ranks see it as MPILAUNCH_ATTEMPT
+    # --retries the launcher may make itself, counted from the job's first attempt (k8s: a lost
+    # worker's place swapped to a spare pod it sees Ready); the submitting side makes the others
+    relaunches: int = 0
     # the rank wrappers' lines count only with the submitting side's token (rank.py)
     status_token: str | None = None
     cwd: str | None = None  # mpirun's working directory where it exists there; None: the launcher's own
@@ -75,8 +78,16 @@ class LaunchDescription:
 
     def __post_init__(self):
         # what from_dict's generic read cannot tell from the JSON types alone
-        if not isinstance(self.job, str) or not isinstance(self.attempt, int) or not isinstance(self.cluster, dict):
-            raise TypeError(f"job {self.job!r}, attempt {self.attempt!r}, cluster: {type(self.cluster).__name__}")
+        if (
+            not isinstance(self.job, str)
+            or not isinstance(self.attempt, int)
+            or not isinstance(self.relaunches, int)
+            or not isinstance(self.cluster, dict)
+        ):
+            raise TypeError(
+                f"job {self.job!r}, attempt {self.attempt!r}, relaunches {self.relaunches!r}, "
+                f"cluster: {type(self.cluster).__name__}"
+            )
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -142,7 +153,7 @@ class LaunchDescription:
         """The spec the launcher's lifecycle runs: what the submitting side's would have been."""
         # detach=False: the launcher runs the job to its end (a detached spec would submit it again);
         # its mpirun is found from ``mpirun`` (find_mpirun), as before
-        return JobSpec(**(self.spec | {"detach": False}), name=self.job, env=self.env)
+        return JobSpec(**(self.spec | {"detach": False}), name=self.job, env=self.env, retries=self.relaunches)
 
     def plan(self) -> Plan:
         return Plan(

@@ -64,6 +64,20 @@ class ClusterLauncher(ABC):
     def manage_flags(self) -> str:
         """The options that find this job again, printed after --detach: ``--backend k8s --namespace ns``."""
 
+    def launcher_takes_lost_workers(self) -> bool:
+        """Whether the launcher in the cluster replaces a lost worker itself (k8s: ``--retries`` with
+        ``--spares``, a waiting spare pod swapped in without a new launcher pod): then this side
+        does not stop it when a worker is lost, and its relaunches come as ``relaunched_in_launcher``."""
+        return False
+
+    def relaunched_in_launcher(self) -> list[dict]:
+        """The attempts the launcher in the cluster ended and started again itself since last asked,
+        in order: each ``{"at": monotonic, "ended": bool, "exit_code", "failure", "swaps": [{"worker",
+        "spare", "why"}], "ranks": {"rank_times", "statuses"} or None}`` (``launcher_lines.swap_line``;
+        ``ended``: an attempt ended (a lost worker), not a swap before the program (--preflight
+        enforce); ``ranks``: the rank lines seen of the ended attempt, ``RankOutput.next_attempt``)."""
+        return []
+
 
 class JobsByName(ABC):
     """`mpilaunch render`, and everything a user does to a job by its name (`mpilaunch status|logs|
@@ -95,6 +109,17 @@ class ReplacesWorkers(ABC):
     def spares_waiting(self) -> int:
         """How many spares wait for a worker's place now (capability ``spares``)."""
         return 0
+
+    def can_replace(self, names: list[str]) -> bool:
+        """Whether ``replace_workers(names)`` can serve them all now; a backend that only swaps in
+        spares (the k8s launcher pod: it may create no pod) says no when too few wait."""
+        return True
+
+    def swapped(self, taken: dict[str, str], why: str, ended) -> None:
+        """Told after each swap (worker -> spare), with the ended attempt's ``JobResult`` where ``why``
+        is "lost" (None before the program): where the swap must be known beyond this process (the
+        k8s launcher pod tells the submitting side, which deletes the replaced pods and asks for
+        new spares)."""
 
     def worker_changes(self):
         """A context manager giving a ``threading.Event`` set whenever a worker may have changed (k8s:

@@ -19,8 +19,17 @@ import json
 from .errors import AllocationError, MpilaunchError, PreflightFailed, UsageError
 
 ERROR_PREFIX = "mpilaunch: launcher: error "
-#: the launcher's own verdicts and errors, never mpirun's output
-NOTES = ("mpilaunch: preflight:", "mpilaunch: straggler:", ERROR_PREFIX)
+#: a swap the launcher made itself (``swap_line``): the submitting side's bookkeeping, not shown
+SWAP_PREFIX = "mpilaunch: launcher: swap "
+#: the launcher's own verdicts and errors, and its own relaunches (a spare swapped in), never
+#: mpirun's output
+NOTES = (
+    "mpilaunch: preflight:",
+    "mpilaunch: straggler:",
+    "mpilaunch: spare ",
+    "mpilaunch: attempt ",
+    ERROR_PREFIX,
+)
 
 _CLASSES = {cls.exit_code: cls for cls in (UsageError, AllocationError, PreflightFailed)}
 
@@ -46,3 +55,38 @@ def parse_error(text: str, token: str | None) -> MpilaunchError | None:
     error = _CLASSES.get(code, MpilaunchError)(message, hint if isinstance(hint, str) else None)
     error.exit_code = code
     return error
+
+
+def swap_line(taken: dict[str, str], why: str, failure: str | None, exit_code: int | None, token: str | None) -> str:
+    """The one line (no newline) that tells the submitting side of the launcher's swap: which spare
+    now serves which worker, and why; where ``why`` is "lost", the exit code and failure of the
+    attempt it ended. Signed as ``error_line``: the submitting side deletes pods on its word."""
+    said = {
+        "swaps": [{"worker": w, "spare": s, "why": why} for w, s in taken.items()],
+        "failure": failure,
+        "exit_code": exit_code,
+    }
+    return f"{SWAP_PREFIX}token={token or ''} {json.dumps(said)}"
+
+
+def parse_swap(text: str, token: str | None) -> dict | None:
+    """What a ``swap_line`` signed with ``token`` says (``swaps``: [{worker, spare, why}], ``failure``,
+    ``exit_code``);
+    None for any other line, a malformed one, or any line without a token to check it by (it
+    moves pods: unlike an error, it is never taken on trust)."""
+    if not text.startswith(SWAP_PREFIX):
+        return None
+    signed, _, body = text[len(SWAP_PREFIX) :].strip().partition(" ")
+    if not token or signed != f"token={token}":
+        return None
+    try:
+        said = json.loads(body)
+        swaps = [{key: str(entry[key]) for key in ("worker", "spare", "why")} for entry in said["swaps"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+    failure, code = said.get("failure"), said.get("exit_code")
+    return {
+        "swaps": swaps,
+        "failure": failure if isinstance(failure, str) else None,
+        "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else None,
+    }

@@ -168,6 +168,7 @@ def run_job(
             # with --retries, replace lost workers and start it again
             t_run = time.monotonic()
             deadline = None if spec.timeout is None else t_run + spec.timeout
+            first = workload.attempt  # a relaunched launcher in the cluster counts on from its own
             workload.start(run)
             while True:
                 with (
@@ -194,12 +195,14 @@ def run_job(
                     phases.mark(seen, "timed_out")
                     hang.update(stop_at_timeout(run, workload) or {})
                 phases.mark(seen, "workload_done")
+                # what a launcher in the cluster relaunched itself (a spare swapped in)
+                t_run = spares.launcher_relaunches(backend, attempts, swaps, origin, t_run, first)
                 lost = diagnose_lost_workers(backend, workload, result, watch.lost)
-                attempts.append(record.attempt_record(len(attempts) + 1, origin, t_run, result, lost, workload))
-                if not should_retry(spec, len(attempts), result.exit_code, lost):
+                attempts.append(record.attempt_record(len(attempts) + first, origin, t_run, result, lost, workload))
+                if not should_retry(spec, len(attempts) + first - 1, result.exit_code, lost, backend):
                     break
                 t_run = time.monotonic()
-                retry(run, workload, backend, lost, len(attempts) + 1, swaps, origin)
+                retry(run, workload, backend, lost, len(attempts) + first, swaps, origin)
             timings["run_s"] = round(time.monotonic() - t_run, 3)
     except MpilaunchError as e:
         result.exit_code = e.exit_code
@@ -413,10 +416,14 @@ def diagnose_lost_workers(backend, workload: Workload, result: JobResult, seen: 
     return lost
 
 
-def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[LostWorker]) -> bool:
-    """Relaunch on the same allocation? After a lost worker, or a failed rank with --retry-rank-failures."""
+def should_retry(spec: JobSpec, attempts_done: int, exit_code: int, lost: list[LostWorker], backend=None) -> bool:
+    """Relaunch on the same allocation? After a lost worker the backend can replace now (a launcher pod
+    with no spare Ready cannot: it ends, and the submitting side relaunches), or a failed rank with
+    --retry-rank-failures."""
     if attempts_done > spec.retries or exit_code in (0, EXIT_TIMEOUT, EXIT_HUNG, EXIT_PLACEMENT):
         return False
+    if lost and isinstance(backend, ReplacesWorkers):
+        return backend.can_replace([w.worker for w in lost])
     return bool(lost) or spec.retry_rank_failures
 
 
@@ -472,12 +479,15 @@ class LostWorkerWatch:
         self._thread = threading.Thread(target=self._run, name="lost-worker-watch", daemon=True)
 
     def __enter__(self) -> "LostWorkerWatch":
-        self._thread.start()
+        takes_them = isinstance(self.backend, ClusterLauncher) and self.backend.launcher_takes_lost_workers()
+        if not takes_them:  # else the launcher in the cluster watches, swaps a spare in and goes on
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._done.set()
-        self._thread.join(timeout=self.interval + 30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.interval + 30)
 
     def _run(self) -> None:
         changes = self.backend.worker_changes if isinstance(self.backend, ReplacesWorkers) else contextlib.nullcontext

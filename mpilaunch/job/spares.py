@@ -6,6 +6,10 @@ Before the program: the rejected workers are swapped and every worker is checked
 test needs them all, and a spare may be bad too), for as long as spares wait and at most
 ``MAX_PREFLIGHT_ROUNDS`` checks; when the spares run out, ``--preflight enforce`` stops the job as
 it does without spares.
+
+A launcher in the cluster that swaps spares in itself (k8s: the launcher pod, ``--retries`` with
+``--spares``) runs this same lifecycle there; the submitting side, which follows it, takes its
+ended attempts and swaps into the record afterwards (``launcher_relaunches``).
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..backends.protocols import ReplacesWorkers
+from ..backends.protocols import ClusterLauncher, ReplacesWorkers
+from ..core import phases
 from ..core.errors import PreflightFailed
+from ..runtime import record
 from ..runtime.progress import WaitProgress
 from ..workloads.base import RunContext, Workload
 
@@ -29,6 +35,8 @@ def waiting(backend) -> int:
 def swap(run: RunContext, backend, names: list[str], why: str, swaps: list[dict], t0: float) -> dict[str, str]:
     """Replace ``names`` (spares first); say which spare serves which worker; keep it in ``swaps``."""
     taken = backend.replace_workers(names, why=why) or {}
+    if taken:  # a launcher in the cluster tells the submitting side (ReplacesWorkers.swapped)
+        backend.swapped(taken, why, run.result if why == "lost" else None)
     for worker, spare in taken.items():
         print(f"mpilaunch: spare {spare} takes the place of worker {worker} ({why})", file=run.stderr, flush=True)
         swaps.append({"worker": worker, "spare": spare, "why": why, "at_s": round(time.monotonic() - t0, 3)})
@@ -70,3 +78,29 @@ def preflight(
         if earlier:
             found["swapped_rounds"] = earlier
         return found
+
+
+def launcher_relaunches(backend, attempts: list, swaps: list, origin: float, t_run: float, first: int) -> float:
+    """The attempts a launcher in the cluster ended and ran again itself during this one (a spare
+    swapped in for a lost worker: ``ClusterLauncher.relaunched_in_launcher``), into the record's
+    ``attempts`` and ``spares`` (``record_relaunches``); returns when the attempt still going started."""
+    if not isinstance(backend, ClusterLauncher):
+        return t_run
+    done = backend.relaunched_in_launcher()
+    return record_relaunches(done, attempts, swaps, backend.worker_times, origin, t_run, first)
+
+
+def record_relaunches(
+    relaunched: list[dict], attempts: list, swaps: list, worker_times: dict, origin: float, t_run: float, first: int
+) -> float:
+    """``launcher_relaunches``' bookkeeping (pure but for the lists it extends), in order."""
+    for taken in relaunched:
+        swaps.extend({**entry, "at_s": round(taken["at"] - origin, 3)} for entry in taken["swaps"])
+        if not taken["ended"]:
+            continue  # --preflight enforce's swap, before the program: no attempt ended
+        number = len(attempts) + first
+        for entry in taken["swaps"]:  # the lost worker's phases keep their attempt
+            phases.retire_worker(worker_times, entry["worker"], number)
+        attempts.append(record.launcher_attempt_record(number, origin, t_run, taken))
+        t_run = taken["at"]
+    return t_run

@@ -197,6 +197,16 @@ class RankOutput:
             stream.write(line if line.endswith("\n") else line + "\n")
             stream.flush()
 
+    def next_attempt(self) -> dict:
+        """An in-cluster launcher ran mpirun again itself (a spare swapped in for a lost worker): the
+        ended attempt's rank lines seen so far (``rank_times``, ``statuses``: its record), forgotten
+        here so that the ranks' outcome is the new attempt's alone. Logs and tails go on."""
+        with self._lock:
+            ended = {"rank_times": self.rank_times, "statuses": self.statuses}
+            self.rank_times, self.statuses, self.starts = {}, [], []
+            self.oom_killed, self.unstarted = set(), {}
+        return ended
+
     def feed(self, stream: str, line: str) -> None:
         """Take one line of mpirun output (tags and all) and emit every rank line it completes."""
         complete = line.endswith("\n")

@@ -190,8 +190,6 @@ def attempt_record(number: int, t0: float, t_start: float, result, lost, workloa
     ended, and each rank's run in it (``ranks``: [rank, started_s, ended_s, exit code], None where its
     wrapper's line never came; the timeline draws an earlier attempt's ranks from these)."""
     output = getattr(workload, "output", None)
-    times = getattr(output, "rank_times", None) or {}
-    codes = {rank: code for rank, _, code in getattr(output, "statuses", None) or ()}
     return {
         "attempt": number,
         "started_s": round(t_start - t0, 3),
@@ -199,11 +197,32 @@ def attempt_record(number: int, t0: float, t_start: float, result, lost, workloa
         "exit_code": result.exit_code,
         "failure": (result.failure or "").split("\n", 1)[0] or None,
         "lost_workers": [w.worker for w in lost],
-        "ranks": [
-            [rank, *(None if at is None else round(at - t0, 3) for at in span), codes.get(rank)]
-            for rank, span in sorted(times.items())
-        ],
+        "ranks": rank_runs(t0, getattr(output, "rank_times", None), getattr(output, "statuses", None)),
     }
+
+
+def launcher_attempt_record(number: int, t0: float, t_start: float, ended: dict) -> dict:
+    """``attempt_record`` of an attempt an in-cluster launcher ended and ran again itself
+    (``ClusterLauncher.relaunched_in_launcher``: a spare swapped in for a lost worker)."""
+    ranks = ended.get("ranks") or {}
+    return {
+        "attempt": number,
+        "started_s": round(t_start - t0, 3),
+        "ended_s": round(ended["at"] - t0, 3),
+        "exit_code": ended.get("exit_code"),
+        "failure": ended.get("failure"),
+        "lost_workers": [entry["worker"] for entry in ended["swaps"] if entry["why"] == "lost"],
+        "ranks": rank_runs(t0, ranks.get("rank_times"), ranks.get("statuses")),
+    }
+
+
+def rank_runs(t0: float, rank_times: dict | None, statuses) -> list:
+    """[rank, started_s, ended_s, exit code] of each rank seen (None where its line never came)."""
+    codes = {rank: code for rank, _, code in statuses or ()}
+    return [
+        [rank, *(None if at is None else round(at - t0, 3) for at in span), codes.get(rank)]
+        for rank, span in sorted((rank_times or {}).items())
+    ]
 
 
 # ------------------------------------------------------------------ write

@@ -39,6 +39,8 @@ class Workload(ABC):
     # whether the backend may run this workload's driver in the cluster (a launcher pod/container):
     # mpirun can; a PS job's registry is this mpilaunch itself, so its backend keeps everything here
     can_use_cluster_launcher: bool = True
+    # --retries: which run of the workload this is (bind's; a relaunched launcher starts at its own)
+    attempt: int = 1
 
     def __init__(self, spec: JobSpec, job_name: str, plan: Plan):
         self.spec = spec

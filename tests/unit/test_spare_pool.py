@@ -93,8 +93,8 @@ def test_spare_pod_is_the_workers_manifest_under_its_own_name():
     [
         ("local", 1, "none", None, None, None),
         ("local", 0, "none", None, None, None),  # --preflight enforce swaps on this side
-        ("cluster", 1, "none", None, None, None),  # the relaunched launcher pod is told of the swaps
-        ("cluster", 0, "none", None, None, "serves --retries only"),
+        ("cluster", 1, "none", None, None, None),  # the launcher pod swaps a Ready spare in itself
+        ("cluster", 0, "none", None, None, None),  # ... for --preflight enforce too
         ("cluster", 1, "none", None, "mpilaunch", "--service-account names no spare pod"),
         # a gang: spares outside its minimum, asked for once the workers are placed (after_the_gang)
         ("local", 1, "volcano", None, None, None),

@@ -15,7 +15,15 @@ from ...core.exit_codes import EXIT_FAILED
 from . import tools
 from .api import ApiError, ApiOutage
 from .credentials import refused
-from .pods import LAUNCHER_CONTAINER, LAUNCHER_DONE, LAUNCHER_NOTES, LAUNCHER_READY, launcher_exit, parse_launcher_done
+from .pods import (
+    LAUNCHER_CONTAINER,
+    LAUNCHER_DONE,
+    LAUNCHER_NOTES,
+    LAUNCHER_READY,
+    LAUNCHER_SWAP,
+    launcher_exit,
+    parse_launcher_done,
+)
 
 # How far before the newest line seen a reconnection asks to start: the kubelet
 # stamps stdout and stderr lines as each stream is read, so its file is not
@@ -57,13 +65,22 @@ def resume_point(seen_ns) -> tuple[str, int]:
 
 
 def follow_log(
-    api, namespace: str, pod: str, output, stop: threading.Event, on_launcher_ready=None, on_launcher_done=None
+    api,
+    namespace: str,
+    pod: str,
+    output,
+    stop: threading.Event,
+    on_launcher_ready=None,
+    on_launcher_done=None,
+    on_launcher_swap=None,
 ) -> None:
     """Stream the launcher's log, reconnecting after drops without repeating or losing lines.
 
     ``on_launcher_ready()`` is called when the launcher says it starts mpirun
     (its ``LAUNCHER_READY`` line): the submitting side's ``mpirun_started`` phase;
-    ``on_launcher_done(text)`` with its last line (``LAUNCHER_DONE``), which is not output.
+    ``on_launcher_done(text)`` with its last line (``LAUNCHER_DONE``), which is not output;
+    ``on_launcher_swap(text)`` with a swap it made itself (``LAUNCHER_SWAP``), in the order of
+    the lines around it: the ended attempt's lines come before it.
     """
     seen_ns: collections.deque = collections.deque(maxlen=_SEEN_KEPT)
     warned = resumed = done_seen = False
@@ -105,6 +122,9 @@ def follow_log(
                     if getattr(conn, "sock", None) is not None:
                         conn.sock.settimeout(AFTER_DONE_S)
                     continue
+                if on_launcher_swap is not None and text.startswith(LAUNCHER_SWAP):
+                    on_launcher_swap(text)  # bookkeeping, not output
+                    continue
                 if on_launcher_ready is not None and text.startswith(LAUNCHER_READY):
                     on_launcher_ready(text[len(LAUNCHER_READY) :])
                 if text.startswith(LAUNCHER_NOTES):  # its own verdicts: not mpirun's output
@@ -124,10 +144,10 @@ def follow_log(
 
 
 def run_launcher(
-    api, namespace: str, pod: str, status_token: str, output, deadline: float | None, on_ready
+    api, namespace: str, pod: str, status_token: str, output, deadline: float | None, on_ready, on_swap=None
 ) -> int | None:
     """Follow the launcher pod: its log into ``output``, its exit code back; ``on_ready(said)`` when
-    the launcher says it starts mpirun.
+    the launcher says it starts mpirun, ``on_swap(text)`` when it swapped a spare in itself.
 
     None when ``deadline`` passed first (the workload reports the timeout).
     """
@@ -143,7 +163,7 @@ def run_launcher(
     follower = threading.Thread(
         target=follow_log,
         args=(api, namespace, pod, output, stop),
-        kwargs={"on_launcher_ready": on_ready, "on_launcher_done": on_done},
+        kwargs={"on_launcher_ready": on_ready, "on_launcher_done": on_done, "on_launcher_swap": on_swap},
         daemon=True,
     )
     follower.start()

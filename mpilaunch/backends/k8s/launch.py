@@ -151,9 +151,12 @@ def launch_description(
     status_token: str | None,
     environ,
     transport: str = "exec",
+    spares: tuple[str, ...] = (),
 ) -> LaunchDescription:
     """What the launcher pod needs to run mpirun. Its ConfigMap (launch.json) gets it without the
-    secrets (``without_secrets``); the job's Secret gets those (``secret_values``)."""
+    secrets (``without_secrets``); the job's Secret gets those (``secret_values``). ``spares``: the
+    spare pods the launcher may swap in itself (``--retries`` with ``--spares``: it relaunches
+    mpirun then, up to --retries times)."""
     return LaunchDescription(
         job=job,
         workers=tuple(LaunchWorker(w.name, w.slots) for w in plan.workers),
@@ -171,7 +174,9 @@ def launch_description(
             "secret_file": f"{SECRET_DIR}/{SECRET_KEY}",
             "transport": transport,
             "agent_secret_file": f"{AGENT_SECRET_DIR}/{AGENT_SECRET_KEY}",
+            **({"spares": list(spares)} if spares else {}),
         },
+        relaunches=spec.retries if spares else 0,
     )
 
 

@@ -118,11 +118,6 @@ class PodLauncher(LauncherPlacement):
     own_pods = 1
 
     def check_spares(self, spec, opts) -> None:
-        if spec.spares and not spec.retries:
-            raise UsageError(
-                "--spares with the launcher pod serves --retries only (its preflight cannot swap a worker)",
-                "add --retries N, or --launcher local for --preflight enforce to swap rejected workers",
-            )
         if spec.spares and opts.service_account:
             raise UsageError(
                 "--spares with the launcher pod needs the job's own Role: one of --service-account names no spare pod",
@@ -143,10 +138,12 @@ class PodLauncher(LauncherPlacement):
         return ["k8s-launcher.yaml.j2"]
 
     def spare_names_for_role(self, backend) -> list[str]:
-        """The spare pods a launcher pod may be told of (a Role names its pods): the K spares, and one
-        more for each a swap may take, K for each of --retries relaunches."""
+        """The spare pods a launcher pod may take or be told of (a Role names its pods): the K spares,
+        and one more for each a swap may take: K for each of --retries relaunches and, with
+        --preflight enforce, for each of its two swap rounds (job/spares.py MAX_PREFLIGHT_ROUNDS)."""
         spec = backend.spec
-        return [f"{backend.job}-spare-{i}" for i in range(spec.spares * (1 + spec.retries))]
+        rounds = 1 + spec.retries + (2 if spec.preflight == "enforce" else 0)
+        return [f"{backend.job}-spare-{i}" for i in range(spec.spares * rounds)]
 
     def before_create(self, backend) -> None:
         """The agents' secret goes to the launcher pod only, in the job's Secret."""

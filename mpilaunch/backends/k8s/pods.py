@@ -164,6 +164,8 @@ LAUNCHER_READY = "mpilaunch: launcher: "
 LAUNCHER_DONE = "mpilaunch: launcher: done exit="
 # the launcher's own verdicts on the workers (--preflight, --straggler-report) and its errors
 LAUNCHER_NOTES = launcher_lines.NOTES
+# a spare it swapped in itself (--retries with --spares): the submitting side's bookkeeping
+LAUNCHER_SWAP = launcher_lines.SWAP_PREFIX
 
 
 def parse_launcher_done(text: str, token: str | None) -> int | None:

@@ -11,11 +11,15 @@ worker's name) and asks for another spare; a pod that scheduling, image pull
 and container start keep from a relaunch for seconds (minutes on a busy
 cluster) is ready at once.
 
-With the in-cluster launcher the swaps are this side's too (``--retries``: a
-relaunch's new launcher pod is told which spare serves which worker, in
-``MPILAUNCH_SERVING``, and its Role names every spare pod it may be told of);
-``--preflight enforce`` runs in that pod, which cannot swap, so a swap after a
-preflight needs ``--launcher local``. With ``--gang`` a spare, made from the
+With the in-cluster launcher the launcher pod swaps itself: its Role names every
+spare pod it may take (``get``), its description names them and carries --retries
+(``launch.relaunches``), and when a worker is lost (or ``--preflight enforce``
+rejects one) and a spare is Ready, it runs mpirun again from the same pod, with no
+new launcher pod to schedule and start, and tells this side in a signed line
+(``taken_by_launcher``: the replaced pod deleted, a new spare asked for, the
+ended attempt kept for the record). Without a spare waiting it ends as before
+and this side relaunches: a new launcher pod, told which spare serves which
+worker in ``MPILAUNCH_SERVING``. With ``--gang`` a spare, made from the
 workers' manifest, is a member of the job's PodGroup beyond its minMember
 (the worker count) and outside its minResources, asked for once the workers
 are placed (``after_the_gang``): the gang scheduler placed the workers as one,
@@ -150,6 +154,33 @@ def swap(backend, names: list[str], why: str, recreate) -> dict[str, str]:
         recreate(rest)
     ask(backend, len(taken))
     return taken
+
+
+def taken_by_launcher(backend, swaps: list[dict]) -> list[dict]:
+    """The launcher pod's own swaps (its signed line, ``launcher_lines.swap_line``), kept here too:
+    the spare serves the worker, the pod that served it is deleted, a new spare is asked for. A
+    swap that names a worker not of the plan or a pod this side did not make as a spare is left
+    out (a warning): the launcher can only see the spares made here. Returns the swaps kept."""
+    workers, kept = {w.name for w in backend.plan.workers}, []
+    for entry in swaps:
+        worker, spare = entry["worker"], entry["spare"]
+        if worker not in workers or spare not in backend.spare_pods:
+            print(
+                f"mpilaunch: warning: the launcher pod swapped {spare} for {worker}, not a spare of this job; ignored"
+            )
+            continue
+        before = backend.member(worker)
+        backend.spare_pods.remove(spare)
+        backend.spares.lost(spare)  # waits no more
+        backend.spares.serving[worker] = spare
+        try:
+            backend.pods[spare] = backend.api.get("v1", "pods", spare)  # its node and IP, for the record
+        except (ApiError, OSError):
+            pass
+        delete_pod(backend, before)
+        kept.append(entry)
+    ask(backend, len(kept))
+    return kept
 
 
 def delete_pod(backend, name: str) -> None:

@@ -11,6 +11,7 @@ host name is worker 1's, and a healthy one elsewhere (said so, as the project's 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -38,11 +39,22 @@ def uid_of(real, pod: str) -> str:
     return real.kubectl("get", "pod", pod, "-o", "jsonpath={.metadata.uid}", check=False).stdout.strip()
 
 
+def launcher_pods_made(real, job: str, since: str) -> list[str]:
+    """The pods the launcher Job's controller made since ``since`` (UTC, "%Y-%m-%dT%H:%M:%SZ"), from
+    its Events, which outlive the job (and an earlier run's job of the same name)."""
+    said = real.kubectl(
+        "get", "events", "--field-selector", f"involvedObject.name={job}-launcher,reason=SuccessfulCreate",
+        "-o", "jsonpath={range .items[*]}{.firstTimestamp} {.message}{'\\n'}{end}", check=False,
+    ).stdout  # fmt: skip
+    return [line.rsplit(" ", 1)[-1] for line in said.splitlines() if line.strip() and line.split(" ", 1)[0] >= since]
+
+
 @pytest.mark.parametrize("launcher", ["local", "cluster"])
 def test_spare_pod_takes_the_place_of_a_deleted_worker_pod_at_once(real, tmp_path, launcher):
-    # cluster: the relaunched launcher pod is told which spare serves the worker (MPILAUNCH_SERVING)
+    # cluster: the launcher pod swaps the spare in itself and runs mpirun again (no new launcher pod)
     job = f"sp-pods-lost-{launcher}"
     here = HERE if launcher == "local" else ("--launcher", "cluster")
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
     proc = real.start(
         job, "--np", "2", "--slots-per-worker", "1", *here, "--retries", "1", "--spares", "1",
         "--output-dir", str(tmp_path), "-x", "SLEEP=300", "--", "python3", f"{PROGRAMS}/attempts.py",
@@ -69,11 +81,16 @@ def test_spare_pod_takes_the_place_of_a_deleted_worker_pod_at_once(real, tmp_pat
         (f"{job}-worker-1", f"{job}-spare-0", "lost")
     ]
     assert spare_uid and report["ranks"]  # the spare that waited is the pod that served
+    if launcher == "cluster":  # the launcher pod lived on: one pod made by its Job in the whole job
+        assert len(launcher_pods_made(real, job, since)) == 1, launcher_pods_made(real, job, since)
     assert real.leftovers(job) == [], err[-2000:]  # spare-1, asked for after the swap, is gone too
 
 
-def test_spare_pod_replaces_the_worker_preflight_rejects_and_the_job_runs(real, tmp_path):
-    job = "sp-pods-pf"
+@pytest.mark.parametrize("launcher", ["local", "cluster"])
+def test_spare_pod_replaces_the_worker_preflight_rejects_and_the_job_runs(real, tmp_path, launcher):
+    # cluster: the preflight runs in the launcher pod, which swaps the spare in itself
+    job = f"sp-pods-pf-{launcher}"
+    here = HERE if launcher == "local" else ("--launcher", "cluster")
     smi = tmp_path / "nvidia-smi"
     smi.write_text(BAD_ON_WORKER_1)
     real.kubectl("delete", "configmap", "spare-fake-smi", "--ignore-not-found")
@@ -81,7 +98,7 @@ def test_spare_pod_replaces_the_worker_preflight_rejects_and_the_job_runs(real, 
     template = tmp_path / "pods.yaml"
     template.write_text(FAKE_SMI_TEMPLATE)
     p = real.run(
-        job, "--np", "2", "--slots-per-worker", "1", *HERE, "--pod-template", str(template),
+        job, "--np", "2", "--slots-per-worker", "1", *here, "--pod-template", str(template),
         "--spares", "1", "--preflight", "enforce", "--output-dir", str(tmp_path / "out"),
         "--", "python3", "-c", "import os; print('RAN', os.environ['MPILAUNCH_WORKER'], os.uname().nodename)",
     )  # fmt: skip
@@ -90,15 +107,23 @@ def test_spare_pod_replaces_the_worker_preflight_rejects_and_the_job_runs(real, 
     ran = sorted(line.split("] ", 1)[-1] for line in p.stdout.splitlines() if "RAN" in line)
     assert ran == [f"RAN {job}-worker-0 {job}-worker-0", f"RAN {job}-worker-1 {job}-spare-0"], p.stdout
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert [r["failed_workers"] for r in report["preflight"]["swapped_rounds"]] == [[f"{job}-worker-1"]]
-    assert report["preflight"]["failed_workers"] == []
+    assert [(s["worker"], s["spare"], s["why"]) for s in report["spares"]["swaps"]] == [
+        (f"{job}-worker-1", f"{job}-spare-0", "preflight")
+    ]
+    assert report["workers"][f"{job}-worker-1"]["pod"] == f"{job}-spare-0"
+    if launcher == "local":  # the findings of each check (the launcher pod's are its lines, above)
+        assert [r["failed_workers"] for r in report["preflight"]["swapped_rounds"]] == [[f"{job}-worker-1"]]
+        assert report["preflight"]["failed_workers"] == []
     assert real.leftovers(job) == [], p.stderr[-2000:]
 
 
 @pytest.mark.parametrize(
     "args, said",
     [
-        (("--launcher", "cluster", "--preflight", "enforce"), "--spares with the launcher pod serves --retries only"),
+        (
+            ("--launcher", "cluster", "--preflight", "enforce", "--service-account", "default"),
+            "--spares with the launcher pod needs the job's own Role",
+        ),
         (
             HERE + ("--preflight", "enforce", "--queue", "lq"),
             "--spares cannot be used with --queue: Kueue admits the job's pods as one group",

@@ -34,18 +34,19 @@ import time
 from pathlib import Path
 
 from ....core import env_names, mpi
-from ....core.errors import MpilaunchError, UsageError
+from ....core.errors import AllocationError, MpilaunchError, UsageError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from ....core.launcher_lines import error_line
+from ....core.launcher_lines import error_line, swap_line
 from ....core.result import JobResult
 from ....core.spec import JobSpec, Plan
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
 from ....runtime import summary
 from ... import rendezvous
-from ...base import BaseBackend
+from ...base import BaseBackend, Capabilities
 from ...cluster_notes import ClusterNotes
 from ...launch_description import LaunchDescription
+from ...protocols import ReplacesWorkers
 from ...spare_pool import served
 from .. import mesh
 from ..api import Api, ApiError, sa_dir
@@ -183,10 +184,16 @@ class LauncherEvents(ClusterNotes):
         return True
 
 
-class ReadyPods(BaseBackend):
-    """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or deleted."""
+class ReadyPods(BaseBackend, ReplacesWorkers):
+    """The job's worker pods, seen from inside the cluster: waited for, exec'd into, never created or
+    deleted. With ``--retries`` and ``--spares`` it swaps a lost worker's place to a spare pod that
+    is Ready (``launch.relaunches``, ``cluster["spares"]``): mpirun runs again from this same pod,
+    with no new launcher pod to schedule and start; the submitting side, told by a signed line
+    (``swapped``), deletes the lost pod and asks for a new spare. Without a spare waiting the job
+    ends here as before, and the submitting side relaunches with a new launcher pod."""
 
     name = "k8s"
+    capabilities = Capabilities(replace_workers=True, spares=True)
 
     def __init__(self, spec: JobSpec, plan: Plan, rundir: Path, launch: LaunchDescription, info: mpi.MpiInfo):
         super().__init__(spec, plan, rundir)
@@ -197,6 +204,8 @@ class ReadyPods(BaseBackend):
         self.pods: dict[str, dict] = {}  # worker -> the pod that serves it
         # --spares: the spare pod serving a worker, as the submitting side swapped them (k8s/spares.py)
         self.serving: dict[str, str] = serving_of(os.environ)
+        # the spare pods this launcher may swap in (its Role names them; some may not exist yet)
+        self.spare_names: tuple[str, ...] = tuple(launch.cluster.get("spares") or ())
         self.cluster_notes = LauncherEvents(
             self.creds, launch.cluster["namespace"], lambda worker: self.pods[worker], launch.detach
         )
@@ -233,6 +242,7 @@ class ReadyPods(BaseBackend):
         if self.launch.cluster.get("transport") == "agent":
             return context
         if os.environ.get(env_names.K8S_RELAY, "1") != "0":
+            self.release()  # a relaunch's context (a spare swapped in): one relay, for the new pods
             self.relay, context["relay"] = relay.start(dict(context), self.rundir)
         return context
 
@@ -252,6 +262,49 @@ class ReadyPods(BaseBackend):
             if reason is not None:
                 lost[w.name] = reason
         return lost
+
+    def waiting_spares(self) -> list[str]:
+        """The spare pods Ready now and serving no worker, in the order they were asked for (a get
+        each, by name: all the Role allows; one not made yet, or not answered, waits for nobody)."""
+        api, serving, found = Api(self.creds), set(self.serving.values()), []
+        for name in self.spare_names:
+            if name in serving:
+                continue
+            try:
+                pod = api.get("v1", "pods", name)
+            except (ApiError, OSError):
+                continue
+            if _ready(pod) and pod_loss(pod) is None:
+                found.append(name)
+        return found
+
+    def spares_waiting(self) -> int:
+        return len(self.waiting_spares()) if self.spare_names else 0
+
+    def can_replace(self, names: list[str]) -> bool:
+        """Only a spare that waits: this pod may create no pod (its Role is read and exec only)."""
+        return self.spares_waiting() >= len(names)
+
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
+        waiting = self.waiting_spares()
+        if len(waiting) < len(names):  # can_replace said yes a moment ago: a spare was lost since
+            raise AllocationError(
+                f"{len(names)} worker{'s' if len(names) > 1 else ''} to replace and {len(waiting)} spare pod"
+                f"{'s' if len(waiting) != 1 else ''} Ready",
+                "run again; add --spares for more room",
+            )
+        taken = {}
+        for name in names:
+            taken[name] = self.serving[name] = waiting.pop(0)
+            self.pods.pop(name, None)  # wait_ready reads the spare's pod
+        return taken
+
+    def swapped(self, taken: dict[str, str], why: str, ended) -> None:
+        """The submitting side's word (pods.LAUNCHER_SWAP's signed line): it deletes the replaced pods
+        and asks for new spares, and keeps the ended attempt in the job's record."""
+        failure = ended.failure.split("\n", 1)[0] if ended is not None and ended.failure else None
+        code = ended.exit_code if ended is not None else None
+        print(swap_line(taken, why, failure, code, self.launch.status_token), file=sys.stderr, flush=True)
 
     def rank_prefix(self) -> list[str]:
         python = os.environ.get(env_names.K8S_PYTHON)
