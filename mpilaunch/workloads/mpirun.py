@@ -554,7 +554,11 @@ class MpirunWorkload(Workload):
     def reset(self, attempt: int) -> None:
         # rank logs are opened for appending: the next attempt's lines follow this one's
         self.close()
+        # a launcher in the cluster that relaunches (a spare swapped in) hands its lines on as before
+        relay = self.output.relay if isinstance(self.output, RelayedOutput) else None
         self.output = self.proc = self.mpirun_code = self.placement = self.environment = None
+        if relay is not None:
+            self.output = RelayedOutput(relay)
         self.pumps = []
         self.stopped = self.stop_reason = None
         self.stop_grace = STOP_GRACE_S
