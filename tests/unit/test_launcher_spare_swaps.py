@@ -98,3 +98,19 @@ def test_spare_record_of_a_relaunched_launcher_counts_on_from_its_attempt():
     ended["swaps"] = [{"worker": "w", "spare": "s", "why": "lost"}]
     spares.record_relaunches([ended], attempts, [], {}, 0.0, 1.0, first=3)
     assert attempts[0]["attempt"] == 3 and attempts[0]["ranks"] == []
+
+
+def test_spare_yarn_launcher_reads_the_spares_registrations_oldest_first_and_skips_serving_ones():
+    from mpilaunch.backends.yarn.in_cluster import spare_swaps
+
+    reg = {
+        "mpilaunch/worker/j-worker-0": b'{"address": "10.0.0.1:7000"}',  # a worker: no spare
+        "mpilaunch/worker/j-spare-10": b'{"address": "10.0.0.9:7000"}',
+        "mpilaunch/worker/j-spare-2": b'{"address": "10.0.0.3:7000"}',
+        "mpilaunch/worker/j-spare-1": b'{"address": "10.0.0.2:7000"}',  # serving already
+        "mpilaunch/worker/j-spare-3": b"{half written",
+        "mpilaunch/worker/jx-spare-0": b'{"address": "10.0.0.5:7000"}',  # another job's name
+    }
+    found = spare_swaps.registered_spares(reg, "mpilaunch/", "j", {"j-spare-1"})
+    assert found == [("j-spare-2", "10.0.0.3:7000"), ("j-spare-10", "10.0.0.9:7000")]
+    assert spare_swaps.spare_index("j", "j-spare-7") == 7 and spare_swaps.spare_index("j", "j-spare-x") is None

@@ -29,6 +29,7 @@ def run_launcher(backend, output, deadline: float | None) -> int | None:
     kv = backend.app.kv
     backend.put_launch()
     failed_at = None
+    relaunched = len(backend.launcher_relaunches)
     stop_sent = False
     next_check = 0.0
     while True:
@@ -64,6 +65,8 @@ def run_launcher(backend, output, deadline: float | None) -> int | None:
                             backend.launcher_info.get("flavour", ""), str(backend.launcher_info.get("version", "")), ""
                         )
                     )
+            if relaunched != len(backend.launcher_relaunches):  # it ran mpirun again itself (a spare)
+                relaunched, failed_at = len(backend.launcher_relaunches), None
             if not stop_sent:
                 if failed_at is None and any(c != 0 for _, _, c in output.statuses):
                     failed_at = now
@@ -97,7 +100,9 @@ def drain_output(backend, output) -> None:
     keys = sorted(k for k in chunks if k > backend.out_last)
     for key in keys:
         for stream, line in json.loads(chunks[key]):
-            if line.startswith(launcher_lines.NOTES):  # the launcher's own lines: not mpirun's output
+            if line.startswith(launcher_lines.SWAP_PREFIX):  # a spare it swapped in: bookkeeping, not output
+                backend.launcher_swapped(output, line)
+            elif line.startswith(launcher_lines.NOTES):  # the launcher's own lines: not mpirun's output
                 output.note(line)
             else:
                 output.feed(stream, line)

@@ -71,9 +71,12 @@ def launch_description(backend) -> LaunchDescription:
         # mpirun's working directory (ranks start there where it exists),
         # as with the local launcher; the container's own where it does not.
         cwd=os.getcwd(),
+        # --retries with --spares: the launcher container swaps a spare in itself (spare_swaps.py)
+        relaunches=spec.retries if spec.spares else 0,
         cluster={
             # --spares: the spare container serving a worker (its address is the worker's above)
             "serving": dict(backend.spares.serving),
+            "spares": bool(spec.spares),
             "forward_env": list(backend.exec_context()["forward_env"]),
             "environ": {} if archive else {k: environ[k] for k in FORWARD_ENV if k in environ},
         },

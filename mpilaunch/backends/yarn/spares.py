@@ -12,9 +12,13 @@ worker's name, so the lost-worker watch and the report follow it), and asks
 skein's ApplicationMaster for another spare container. The job secret stays
 in the key-value store while a spare has not read it yet.
 
-With the launcher container the swaps serve ``--retries``: the relaunch's
-description carries the spares' addresses under the workers' names, and
-``cluster["serving"]`` names the spares (``spare_pool.SPARE_KEY``).
+With the launcher container it swaps itself (``in_cluster/spare_swaps.py``):
+its description carries --retries (``relaunches``) and says spares are kept
+(``cluster["spares"]``); when a worker's agent is gone and a spare's answers,
+it runs mpirun again from the same container and tells this side in a signed
+line (``taken_by_launcher``). Without a spare answering it ends as before, and
+the relaunch's new launcher container is given the spares' addresses under the
+workers' names, ``cluster["serving"]`` naming the spares (``spare_pool.SPARE_KEY``).
 """
 
 from __future__ import annotations
@@ -112,15 +116,43 @@ def swap(backend, names: list[str], why: str, recreate) -> dict[str, str]:
         if spare is None:
             rest.append(name)
             continue
-        replace.retire(backend, name)
-        facts = backend.containers.pop(spare, {})
-        if facts.get("instance") is not None:  # that container is the worker's from now on
-            backend.replacements[facts["instance"]] = name
-        backend.containers[name] = facts
-        backend.addresses[name] = backend.spare_addresses.pop(spare)
-        backend.workers_info[name] = backend.spare_info.pop(spare, {})
+        serve(backend, name, spare)
         taken[name] = spare
     if rest:
         recreate(rest)
     ask(backend, len(taken))
     return taken
+
+
+def serve(backend, worker: str, spare: str) -> None:
+    """Spare container ``spare`` is worker ``worker``'s from now on; the one that served it retired."""
+    replace.retire(backend, worker)
+    facts = backend.containers.pop(spare, {})
+    if facts.get("instance") is not None:
+        backend.replacements[facts["instance"]] = worker
+    backend.containers[worker] = facts
+    if spare in backend.spare_addresses:
+        backend.addresses[worker] = backend.spare_addresses.pop(spare)
+    backend.workers_info[worker] = backend.spare_info.pop(spare, {})
+
+
+def taken_by_launcher(backend, swaps: list[dict]) -> list[dict]:
+    """The launcher container's own swaps (its signed line, ``launcher_lines.swap_line``), kept here
+    too: the spare container serves the worker, the one that served it is retired, a new spare is
+    asked for. A swap naming a worker not of the plan or a spare this side did not ask for, or one
+    that already serves, is left out (a warning). Returns the swaps kept."""
+    waiting(backend)  # the spares' registrations and containers, as this side sees them now
+    workers, kept = {w.name for w in backend.plan.workers}, []
+    for entry in swaps:
+        worker, spare = entry["worker"], entry["spare"]
+        if worker not in workers or spare not in backend.spare_names or spare in backend.spares.serving.values():
+            print(
+                f"mpilaunch: warning: the launcher container swapped {spare} for {worker}, not a spare of this job; ignored"
+            )
+            continue
+        backend.spares.lost(spare)  # waits no more
+        backend.spares.serving[worker] = spare
+        serve(backend, worker, spare)
+        kept.append(entry)
+    ask(backend, len(kept))
+    return kept

@@ -42,20 +42,22 @@ import time
 from pathlib import Path
 
 from ....core import env_names, mpi
-from ....core.errors import MpilaunchError
+from ....core.errors import AllocationError, MpilaunchError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from ....core.launcher_lines import error_line
+from ....core.launcher_lines import error_line, swap_line
 from ....core.spec import JobSpec, Plan
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
 from ....runtime.procs import terminate_group
 from ... import rendezvous
-from ...base import BaseBackend
+from ...base import BaseBackend, Capabilities
 from ...launch_description import LaunchDescription
+from ...protocols import ReplacesWorkers
 from ...spare_pool import served
 from .. import stacks_kv
-from ..keys import EXIT_KEY, INFO_KEY, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
+from ..keys import EXIT_KEY, INFO_KEY, KV_PREFIX, LAUNCHER_SECRET_KEY, OUT_KEY, SPEC_KEY, STOP_KEY
 from ..kv_poll import wait_key
+from . import spare_swaps
 from .detached import WorkerContainers, finish, to_container_log
 
 FLUSH_S = 0.1
@@ -154,10 +156,16 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} mpilaunch-yarn-launcher: {message}", file=sys.stderr, flush=True)
 
 
-class PublishedContainers(BaseBackend):
-    """The job's worker containers, seen from the launcher container: their agents answer already."""
+class PublishedContainers(BaseBackend, ReplacesWorkers):
+    """The job's worker containers, seen from the launcher container: their agents answer already.
+
+    With ``--retries`` and ``--spares`` (``launch.relaunches``, ``cluster["spares"]``) a worker
+    whose agent is gone is swapped for a spare container whose agent answers, and mpirun runs
+    again from this container (``spare_swaps.py``); the submitting side, told by a signed line
+    relayed with mpirun's output (``swapped``), retires the lost container and asks for a new spare."""
 
     name = "yarn"
+    capabilities = Capabilities(replace_workers=True, spares=True)
 
     def __init__(
         self,
@@ -167,6 +175,9 @@ class PublishedContainers(BaseBackend):
         launch: LaunchDescription,
         secret_file: Path,
         watch: WorkerContainers | None = None,
+        kv=None,
+        relay=None,
+        kv_prefix: str = KV_PREFIX,
     ):
         super().__init__(spec, plan, rundir)
         self.launch = launch
@@ -174,6 +185,53 @@ class PublishedContainers(BaseBackend):
         self.watch = watch  # detached only: nobody on the submitting side watches the containers
         # the workers got the submitting side's PATH where it forwards it (no --env-archive)
         self.forwards_path = "PATH" in (launch.cluster.get("forward_env") or ())
+        # --spares: which spare container serves which worker, and each worker's agent address now
+        self.serving: dict[str, str] = dict(launch.cluster.get("serving") or {})
+        self.addresses: dict[str, str] = dict(launch.addresses())
+        # where the spares register (the application's key-value store) when this container swaps them in
+        self.kv = kv if launch.cluster.get("spares") else None
+        self.kv_prefix, self.relay = kv_prefix, relay
+
+    def _waiting_spares(self) -> list[tuple[str, str]]:
+        from ....rsh_agent.agent_client import read_secret
+
+        if self.kv is None:
+            return []
+        secret = read_secret(str(self.secret_file))
+        try:
+            return spare_swaps.waiting_spares(
+                self.kv, self.kv_prefix, self.launch.job, set(self.serving.values()), secret
+            )
+        except Exception:  # the key-value store did not answer: no spare now
+            return []
+
+    def spares_waiting(self) -> int:
+        return len(self._waiting_spares())
+
+    def can_replace(self, names: list[str]) -> bool:
+        """Only a spare whose agent answers: this container may ask YARN for no container."""
+        return self.spares_waiting() >= len(names)
+
+    def replace_workers(self, names: list[str], why: str = "lost") -> dict[str, str]:
+        waiting = self._waiting_spares()
+        if len(waiting) < len(names):
+            raise AllocationError(
+                f"{len(names)} worker{'s' if len(names) > 1 else ''} to replace and {len(waiting)} spare "
+                f"container{'s' if len(waiting) != 1 else ''} answering",
+                "run again; add --spares for more room",
+            )
+        taken = {}
+        for name in names:
+            spare, self.addresses[name] = waiting.pop(0)
+            taken[name] = self.serving[name] = spare
+        return taken
+
+    def swapped(self, taken: dict[str, str], why: str, ended) -> None:
+        """The submitting side's word, with mpirun's output (a signed line it does not show)."""
+        failure = ended.failure.split("\n", 1)[0] if ended is not None and ended.failure else None
+        code = ended.exit_code if ended is not None else None
+        if self.relay is not None:
+            self.relay("stderr", swap_line(taken, why, failure, code, self.launch.status_token) + "\n")
 
     def allocate(self) -> None:
         pass  # the submitting side requested the containers
@@ -182,26 +240,29 @@ class PublishedContainers(BaseBackend):
         pass  # the launch description is put only once every worker's agent answered
 
     def exec_context(self) -> dict:
-        serving = self.launch.cluster.get("serving") or {}  # --spares: which spare serves which worker
         return {
             "transport": "agent",
             "secret_file": str(self.secret_file),
             "forward_env": list(self.launch.cluster.get("forward_env") or ()),
             "cwd": None,
-            "workers": served({name: {"address": a} for name, a in self.launch.addresses().items()}, serving),
+            # --spares: which spare serves which worker
+            "workers": served({name: {"address": a} for name, a in self.addresses.items()}, self.serving),
         }
 
     def rank_prefix(self) -> list[str]:
         return list(self.launch.rank_prefix)
 
     def rendezvous(self, worker: str) -> tuple[str, int] | None:
-        address = self.launch.addresses()[worker]
+        address = self.addresses[worker]
         return rendezvous.free_port_through_agent(
             address, str(self.secret_file), rendezvous.rank_python(self.rank_prefix())
         )
 
     def lost_workers(self, settle: bool = False) -> dict[str, str]:
-        return self.watch.lost(settle) if self.watch is not None else {}
+        if self.watch is not None:
+            return self.watch.lost(settle)
+        # attached, the submitting side watches; where this container swaps spares in, it looks too
+        return spare_swaps.gone_workers(self.addresses) if self.kv is not None else {}
 
     def describe_workers(self) -> dict[str, dict]:
         if self.watch is None:
@@ -262,7 +323,7 @@ def run(app, prefix: str, launch: LaunchDescription) -> tuple[int, str | None, d
             threading.Thread(
                 target=stacks_kv.serve, args=(app.kv, prefix, take, note), daemon=True, name="stacks-requests"
             ).start()
-            return PublishedContainers(spec, plan, rundir, launch, secret_file, watch)
+            return PublishedContainers(spec, plan, rundir, launch, secret_file, watch, app.kv, relay, prefix)
 
         def on_started(workload) -> None:
             workload.on_started = lambda proc: started(app, prefix, info, proc, note)
