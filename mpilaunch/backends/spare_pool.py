@@ -15,6 +15,7 @@ Pure bookkeeping; the backends start and stop the members.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ..core.spec import Plan, WorkerPlan
@@ -91,3 +92,32 @@ class SparePool:
     def to_dict(self) -> dict:
         """report.json's ``spares``."""
         return {"asked": self.asked, "waiting": list(self.waiting), "swaps": list(self.swaps)}
+
+
+class LauncherSwaps:
+    """The swaps a launcher in the cluster made itself (k8s: the launcher pod; YARN: the launcher
+    container), read from its lines signed with the job's token (``launcher_lines.swap_line``),
+    kept until the lifecycle asks (``ClusterLauncher.relaunched_in_launcher``)."""
+
+    def __init__(self):
+        self.relaunches: list[dict] = []
+        self.count = 0  # how many were read in all: the fail-fast clock starts again at each
+
+    def take(self, text: str, token: str | None, output, keep) -> None:
+        """One swap line: ``keep(swaps)`` does the backend's part (the replaced member released, a
+        new spare asked for) and returns the swaps it kept; where one ended an attempt (a lost
+        worker), the output hands back that attempt's rank lines and counts the relaunch's alone."""
+        from ..core import launcher_lines
+
+        said = launcher_lines.parse_swap(text.rstrip("\n"), token)
+        if said is None:
+            return  # not signed with this job's token: nothing is moved on its word
+        said["swaps"] = keep(said["swaps"])
+        ended = any(entry["why"] == "lost" for entry in said["swaps"])
+        ranks = output.next_attempt() if ended else None
+        self.relaunches.append({**said, "at": time.monotonic(), "ended": ended, "ranks": ranks})
+        self.count += 1
+
+    def drain(self) -> list[dict]:
+        taken, self.relaunches = self.relaunches, []
+        return taken

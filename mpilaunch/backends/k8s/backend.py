@@ -60,13 +60,13 @@ import secrets
 import sys
 import time
 
-from ...core import env_names, launcher_lines, mpi, phases
+from ...core import env_names, mpi, phases
 from ...core.errors import UsageError
 from .. import rendezvous
 from ..agent_credential import new_credential
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, JobsByName, ReplacesWorkers
-from ..spare_pool import SparePool
+from ..spare_pool import LauncherSwaps, SparePool
 from . import (
     creation,
     follow,
@@ -149,7 +149,7 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         # what the hang diagnosis and the preflight find, as Warning Events on the job's pods
         self.cluster_notes = hang_event.PodEvents(lambda: (self.api, self.namespace), self._hang_pod, self.member)
         self.spare_pods: list[str] = []  # created, serving no worker yet
-        self.launcher_relaunches: list[dict] = []  # the launcher pod's own swaps (relaunched_in_launcher)
+        self.launcher_swaps = LauncherSwaps()  # the launcher pod's own swaps (relaunched_in_launcher)
         self.spare_template: dict | None = None
         if self.opts.queue and spec.retries:
             raise UsageError(
@@ -332,18 +332,10 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         return self.launcher_in_cluster and bool(self.spec.spares) and bool(self.spec.retries)
 
     def _launcher_swapped(self, output, text: str) -> None:
-        said = launcher_lines.parse_swap(text.rstrip("\n"), self.status_token)
-        if said is None:
-            return  # not signed with this job's token: no pod is moved on its word
-        said["swaps"] = k8s_spares.taken_by_launcher(self, said["swaps"])
-        ended = any(entry["why"] == "lost" for entry in said["swaps"])
-        # the ended attempt's rank lines are its own; the relaunch's count from here
-        ranks = output.next_attempt() if ended else None
-        self.launcher_relaunches.append({**said, "at": time.monotonic(), "ended": ended, "ranks": ranks})
+        self.launcher_swaps.take(text, self.status_token, output, lambda s: k8s_spares.taken_by_launcher(self, s))
 
     def relaunched_in_launcher(self) -> list[dict]:
-        taken, self.launcher_relaunches = self.launcher_relaunches, []
-        return taken
+        return self.launcher_swaps.drain()
 
     # ------------------------------------------------------------ reports, teardown
 

@@ -39,14 +39,14 @@ import time
 
 import skein
 
-from ...core import env_names, launcher_lines, phases
+from ...core import env_names, phases
 from ...core.errors import AllocationError, UsageError
 from ...core.pylauncher import PACKAGE_PARENT
 from .. import rendezvous
 from ..agent_workers import write_secret
 from ..base import BaseBackend, Capabilities
 from ..protocols import ClusterLauncher, JobsByName, ReplacesWorkers
-from ..spare_pool import SparePool, served
+from ..spare_pool import LauncherSwaps, SparePool, served
 from . import follow, handoff, launch, manage, orphan, outcome, replace, report, tools
 from . import spares as yarn_spares
 from .client import TERMINAL_STATES, shorten, skein_client, state_name
@@ -99,7 +99,7 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
         self.first_spares = list(self.spare_names)  # the worker service's own instances N, N+1, ...
         self.spare_addresses: dict[str, str] = {}
         self.spare_info: dict[str, dict] = {}
-        self.launcher_relaunches: list[dict] = []  # the launcher container's own swaps (relaunched_in_launcher)
+        self.launcher_swaps = LauncherSwaps()  # the launcher container's own swaps (relaunched_in_launcher)
         self.slot_names = {w.name for w in plan.workers}
         self.secret_file = rundir / "secret"
         self.client = None
@@ -433,17 +433,10 @@ class YarnBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
 
     def launcher_swapped(self, output, text: str) -> None:
         """A swap the launcher container made (``follow.drain_output``): kept here, as k8s does."""
-        said = launcher_lines.parse_swap(text.rstrip("\n"), self.status_token)
-        if said is None:
-            return  # not signed with this job's token: no container is moved on its word
-        said["swaps"] = yarn_spares.taken_by_launcher(self, said["swaps"])
-        ended = any(entry["why"] == "lost" for entry in said["swaps"])
-        ranks = output.next_attempt() if ended else None
-        self.launcher_relaunches.append({**said, "at": time.monotonic(), "ended": ended, "ranks": ranks})
+        self.launcher_swaps.take(text, self.status_token, output, lambda s: yarn_spares.taken_by_launcher(self, s))
 
     def relaunched_in_launcher(self) -> list[dict]:
-        taken, self.launcher_relaunches = self.launcher_relaunches, []
-        return taken
+        return self.launcher_swaps.drain()
 
     def run_launcher(self, output, deadline: float | None) -> int | None:
         """Start the launcher container, feed its mpirun output to ``output``, return mpirun's code

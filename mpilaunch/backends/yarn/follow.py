@@ -29,7 +29,7 @@ def run_launcher(backend, output, deadline: float | None) -> int | None:
     kv = backend.app.kv
     backend.put_launch()
     failed_at = None
-    relaunched = len(backend.launcher_relaunches)
+    relaunched = backend.launcher_swaps.count
     stop_sent = False
     next_check = 0.0
     while True:
@@ -65,8 +65,8 @@ def run_launcher(backend, output, deadline: float | None) -> int | None:
                             backend.launcher_info.get("flavour", ""), str(backend.launcher_info.get("version", "")), ""
                         )
                     )
-            if relaunched != len(backend.launcher_relaunches):  # it ran mpirun again itself (a spare)
-                relaunched, failed_at = len(backend.launcher_relaunches), None
+            if relaunched != backend.launcher_swaps.count:  # it ran mpirun again itself (a spare)
+                relaunched, failed_at = backend.launcher_swaps.count, None
             if not stop_sent:
                 if failed_at is None and any(c != 0 for _, _, c in output.statuses):
                     failed_at = now
