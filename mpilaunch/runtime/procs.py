@@ -93,6 +93,38 @@ def end_leftover_group(pgid: int, grace: float = 1.0) -> None:
         pass
 
 
+def session_members(sid: int) -> list[int]:
+    """The processes of session ``sid`` but its leader (Linux's /proc; none where there is none)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if not name.isdigit() or int(name) == sid:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        fields = text[text.rfind(")") + 2 :].split()  # the command may hold spaces and parentheses
+        if len(fields) > 3 and fields[3] == str(sid):  # state ppid pgrp session
+            found.append(int(name))
+    return found
+
+
+def kill_session_leftovers(sid: int) -> None:
+    """SIGKILL what is left of session ``sid`` once its leader has ended: the processes that made
+    groups of their own in it (Open MPI's mpirun puts each rsh agent it starts in its own process
+    group, so a group's kill misses them)."""
+    for pid in session_members(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 #: how long a SIGKILLed process may take to be gone: only one stuck in the kernel takes longer (state
 #: D: a hung network filesystem or device driver; a frozen cgroup), and no signal ends it then
 KILL_WAIT_S = 10.0

@@ -28,7 +28,7 @@ from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
 from ..rsh_agent.shim import EXITS_DIR, failed_agents
 from ..runtime import record
 from ..runtime.output import RankOutput
-from ..runtime.procs import end_leftover_group, terminate_group, wait_exit
+from ..runtime.procs import end_leftover_group, kill_session_leftovers, terminate_group, wait_exit
 from . import program_probe
 from .base import RunContext, Workload, print_manifests
 from .mpirun_command import build_launch, expected_environment, without_stale_session
@@ -50,7 +50,11 @@ DONE_GRACE_S = 15.0
 # How long mpirun's output threads may take to reach EOF once mpirun has ended (each):
 # a process that left mpirun's group may still hold a pipe
 PUMP_DRAIN_S = 10.0
-# how long mpirun's process group may hold its pipes open after mpirun ended (its shims' last words)
+# how long mpirun's process group may hold its pipes open after mpirun ended (its shims' last words);
+# none after a lost worker: the shims left then wait on the daemons of a broken run (in process
+# groups of their own: Open MPI's doing) and held the relaunch onto a spare back 1.05 s (seen in a
+# launcher pod's log: the surviving worker's shim, its pgid its own, held mpirun's pipes until its
+# orted noticed mpirun was gone). SIGKILLed, a shim's agent ends its session all the same.
 GROUP_LINGER_S = 0.5
 # how long a stopped mpirun has to end on SIGTERM (its ranks that handle it get it), before SIGKILL;
 # after a lost worker much less: Open MPI 4.1's mpirun then waits for the lost daemon and used all
@@ -290,7 +294,7 @@ class MpirunWorkload(Workload):
         self.environment: dict | None = None  # report.json's "environment"
         self.stopped: str | None = None  # why mpilaunch stopped mpirun before every rank reported (report.json)
         self.stop_reason: str | None = None  # the cause the next stop() records (note_stop)
-        self.stop_grace = STOP_GRACE_S
+        self.stop_grace, self.broken = STOP_GRACE_S, False
         # the rank wrappers sign their start and status lines with it (rank.py); an in-cluster
         # launcher takes the submitting side's from its launch description instead
         self.token = new_token()
@@ -518,6 +522,7 @@ class MpirunWorkload(Workload):
     def note_stop(self, why: str, broken: bool = False) -> None:
         self.stop_reason = why
         self.stop_grace = BROKEN_STOP_GRACE_S if broken else STOP_GRACE_S
+        self.broken = broken
 
     def stop(self) -> None:
         # recorded before the signal: the watch's wait may see mpirun end before terminate_group returns
@@ -539,11 +544,13 @@ class MpirunWorkload(Workload):
         shim whose exec stream goes to a pod being deleted holds the pipes open for the pod's
         grace period (seen on real pods: a lost worker's relaunch, with or without a spare, held
         back 4-5 s in one run of three, once 68 s)."""
-        until = time.monotonic() + GROUP_LINGER_S
+        until = time.monotonic() + (0.0 if self.broken else GROUP_LINGER_S)
         for p in self.pumps:
             p.join(timeout=max(0.0, until - time.monotonic()))
         if any(p.is_alive() for p in self.pumps) and self.proc is not None and self.proc.poll() is not None:
-            end_leftover_group(self.proc.pid)
+            end_leftover_group(self.proc.pid, grace=0.0 if self.broken else 1.0)
+            if self.broken:  # and the shims in groups of their own, which a group's kill misses
+                kill_session_leftovers(self.proc.pid)
         for p in self.pumps:
             p.join(timeout=PUMP_DRAIN_S)
 
@@ -561,7 +568,7 @@ class MpirunWorkload(Workload):
             self.output = RelayedOutput(relay)
         self.pumps = []
         self.stopped = self.stop_reason = None
-        self.stop_grace = STOP_GRACE_S
+        self.stop_grace, self.broken = STOP_GRACE_S, False
         self.bind(*self.bound, attempt=attempt)
 
     def collect(self, run: RunContext) -> None:

@@ -281,6 +281,13 @@ class ReadyPods(BaseBackend, ReplacesWorkers):
     def spares_waiting(self) -> int:
         return len(self.waiting_spares()) if self.spare_names else 0
 
+    def worker_changes(self):
+        """Set when a shim's agent session ends (``runtime/exit_notes.py``): the lost-worker watch reads
+        the pods at once instead of at its next look, 2 s apart (a relaunch onto a spare waited)."""
+        from ....runtime.exit_notes import noted_exits
+
+        return noted_exits(self.rundir)
+
     def can_replace(self, names: list[str]) -> bool:
         """Only a spare that waits: this pod may create no pod (its Role is read and exec only)."""
         return self.spares_waiting() >= len(names)

@@ -33,6 +33,7 @@ writes mpirun's output to its own container log instead, enforces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -207,6 +208,13 @@ class PublishedContainers(BaseBackend, ReplacesWorkers):
 
     def spares_waiting(self) -> int:
         return len(self._waiting_spares())
+
+    def worker_changes(self):
+        """Set when a shim's agent session ends (``runtime/exit_notes.py``): a gone agent is looked
+        for at once, not at the watch's next look."""
+        from ....runtime.exit_notes import noted_exits
+
+        return noted_exits(self.rundir) if self.kv is not None else contextlib.nullcontext()
 
     def can_replace(self, names: list[str]) -> bool:
         """Only a spare whose agent answers: this container may ask YARN for no container."""
