@@ -289,6 +289,17 @@ def record_exit(context_path: str, host: str, status: int) -> None:
         pass  # best effort: the job's --timeout still bounds it
 
 
+def uses_agents(context_path) -> bool:
+    """Whether the job's shims reach mpilaunch's agents, which end a session's processes when its
+    shim's connection drops (a SIGKILLed shim leaves nothing running); an exec-API stream that is
+    cut leaves its command running in the pod."""
+    try:
+        with open(context_path, encoding="utf-8") as f:
+            return (loads_json(f.read()).get("transport") or "agent") == "agent"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def failed_agents(rundir: str) -> list[tuple[str, int]]:
     """``(worker, exit code)`` of every agent of the job that ended non-zero so far, earliest first."""
     directory = os.path.join(rundir, EXITS_DIR)

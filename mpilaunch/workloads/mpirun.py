@@ -25,7 +25,7 @@ from ..core.exit_codes import EXIT_INTERRUPTED, EXIT_PLACEMENT, EXIT_PREFLIGHT, 
 from ..core.rank_lines import new_token
 from ..core.result import JobResult, number_ranges, timeout_failure
 from ..core.spec import JobSpec, Plan, WorkerPlan, check_plan_size
-from ..rsh_agent.shim import EXITS_DIR, failed_agents
+from ..rsh_agent.shim import EXITS_DIR, failed_agents, uses_agents
 from ..runtime import record
 from ..runtime.output import RankOutput
 from ..runtime.procs import end_leftover_group, kill_session_leftovers, terminate_group, wait_exit
@@ -294,7 +294,7 @@ class MpirunWorkload(Workload):
         self.environment: dict | None = None  # report.json's "environment"
         self.stopped: str | None = None  # why mpilaunch stopped mpirun before every rank reported (report.json)
         self.stop_reason: str | None = None  # the cause the next stop() records (note_stop)
-        self.stop_grace, self.broken = STOP_GRACE_S, False
+        self.stop_grace, self.broken, self.agent_transport = STOP_GRACE_S, False, False  # (uses_agents)
         # the rank wrappers sign their start and status lines with it (rank.py); an in-cluster
         # launcher takes the submitting side's from its launch description instead
         self.token = new_token()
@@ -417,6 +417,7 @@ class MpirunWorkload(Workload):
             )
         # a relaunch (--retries) must not be ended for the last attempt's failed daemons
         shutil.rmtree(run.rundir / EXITS_DIR, ignore_errors=True)
+        self.agent_transport = uses_agents(run.context_file)
         self.proc = subprocess.Popen(
             without_stale_session(self.command.argv, self.info),
             env={**run.environ, **self.command.env},
@@ -549,8 +550,8 @@ class MpirunWorkload(Workload):
             p.join(timeout=max(0.0, until - time.monotonic()))
         if any(p.is_alive() for p in self.pumps) and self.proc is not None and self.proc.poll() is not None:
             end_leftover_group(self.proc.pid, grace=0.0 if self.broken else 1.0)
-            if self.broken:  # and the shims in groups of their own, which a group's kill misses
-                kill_session_leftovers(self.proc.pid)
+            if self.broken and self.agent_transport:  # and the shims in groups of their own, which
+                kill_session_leftovers(self.proc.pid)  # a group's kill misses: their agents end the rest
         for p in self.pumps:
             p.join(timeout=PUMP_DRAIN_S)
 
