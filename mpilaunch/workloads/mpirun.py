@@ -273,6 +273,8 @@ class MpirunWorkload(Workload):
     """One mpirun (here, or in the cluster's launcher) over every worker's slots."""
 
     mode = "mpirun"
+    broken = False  # the last stop was a broken run's (a lost worker): no linger for its leftovers
+    agent_transport = False  # the shims reach mpilaunch's agents (rsh_agent/shim.py uses_agents)
 
     def __init__(self, spec: JobSpec, job_name: str, plan: Plan, info: mpi.MpiInfo):
         super().__init__(spec, job_name, plan)
@@ -294,7 +296,7 @@ class MpirunWorkload(Workload):
         self.environment: dict | None = None  # report.json's "environment"
         self.stopped: str | None = None  # why mpilaunch stopped mpirun before every rank reported (report.json)
         self.stop_reason: str | None = None  # the cause the next stop() records (note_stop)
-        self.stop_grace, self.broken, self.agent_transport = STOP_GRACE_S, False, False  # (uses_agents)
+        self.stop_grace = STOP_GRACE_S
         # the rank wrappers sign their start and status lines with it (rank.py); an in-cluster
         # launcher takes the submitting side's from its launch description instead
         self.token = new_token()
