@@ -38,6 +38,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # tests/support: the agents' pids (YARN)
 
 PROGRAM = "/opt/mpilaunch/tests/programs/attempts.py"  # where the image has it
+# --settle: seconds between the job being ready to lose a worker (both ranks started; the spare
+# Ready) and the loss. 0 puts the loss the moment a spare turns Ready, a worst case for it: its
+# agent's first session is then ~0.2 s slower (seen on real pods); a real job loses a worker
+# minutes in, its spare long warm.
+SETTLE_S = 0.0
 MPIRUN = "/usr/bin/mpirun.openmpi"  # the image's Open MPI 4.1, also this machine's
 
 
@@ -80,6 +85,7 @@ def timed_loss(job: str, argv: list[str], env: dict, out: Path, kind: str, i: in
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{job}: the spare did not come up")
                 time.sleep(0.1)
+        time.sleep(SETTLE_S)  # --settle: the loss comes this far into the run, for both kinds
         la = load()
         t0 = time.monotonic()
         lose()
@@ -201,7 +207,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write every run's numbers here")
     ap.add_argument("--launcher", choices=("local", "cluster"), default="local", help="where mpirun runs")
     ap.add_argument("--backend", choices=("k8s", "yarn"), default="k8s", help="the real node's pods, or YARN")
+    ap.add_argument(
+        "--settle", type=float, default=0.0, help="seconds into the ready job before the loss, both kinds (default 0)"
+    )
     args = ap.parse_args(argv)
+    global SETTLE_S
+    SETTLE_S = args.settle
     rows = []
     if args.backend == "yarn":
         runs = yarn_runs(args.runs, args.launcher)
@@ -215,7 +226,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     med = {k: statistics.median(r["lost_to_first_line_s"] for r in rows if r["kind"] == k) for k in ("retry", "spare")}
-    print(f"--backend {args.backend} --launcher {args.launcher}")
+    print(f"--backend {args.backend} --launcher {args.launcher} --settle {args.settle:g}")
     print("| from a lost worker to the next attempt's first rank line | median | runs |")
     print("| --- | --- | --- |")
     for kind, label in (("retry", "`--retries 1` (a new one)"), ("spare", "`--retries 1 --spares 1` (a spare)")):
