@@ -69,6 +69,13 @@ def swap_line(taken: dict[str, str], why: str, failure: str | None, exit_code: i
     return f"{SWAP_PREFIX}token={token or ''} {json.dumps(said)}"
 
 
+def swap_line_after(taken: dict[str, str], why: str, ended, token: str | None) -> str:
+    """``swap_line`` with the failure (its first line) and exit code of ``ended``, the ``JobResult``
+    of the attempt the swap ends (None: a swap before the program, --preflight enforce's)."""
+    failure = ended.failure.split("\n", 1)[0] if ended is not None and ended.failure else None
+    return swap_line(taken, why, failure, ended.exit_code if ended is not None else None, token)
+
+
 def parse_swap(text: str, token: str | None) -> dict | None:
     """What a ``swap_line`` signed with ``token`` says (``swaps``: [{worker, spare, why}], ``failure``,
     ``exit_code``);

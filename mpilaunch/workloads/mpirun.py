@@ -296,7 +296,6 @@ class MpirunWorkload(Workload):
         self.environment: dict | None = None  # report.json's "environment"
         self.stopped: str | None = None  # why mpilaunch stopped mpirun before every rank reported (report.json)
         self.stop_reason: str | None = None  # the cause the next stop() records (note_stop)
-        self.stop_grace = STOP_GRACE_S
         # the rank wrappers sign their start and status lines with it (rank.py); an in-cluster
         # launcher takes the submitting side's from its launch description instead
         self.token = new_token()
@@ -524,7 +523,6 @@ class MpirunWorkload(Workload):
 
     def note_stop(self, why: str, broken: bool = False) -> None:
         self.stop_reason = why
-        self.stop_grace = BROKEN_STOP_GRACE_S if broken else STOP_GRACE_S
         self.broken = broken
 
     def stop(self) -> None:
@@ -537,7 +535,7 @@ class MpirunWorkload(Workload):
             self.output.cancel()  # a launcher in the cluster: stop following it
         if self.proc is not None and self.proc.poll() is None:
             self.stopped = self.stopped or why
-            terminate_group(self.proc, grace=self.stop_grace)
+            terminate_group(self.proc, grace=BROKEN_STOP_GRACE_S if self.broken else STOP_GRACE_S)
         self._drain_pumps()
 
     def _drain_pumps(self) -> None:
@@ -571,7 +569,7 @@ class MpirunWorkload(Workload):
             self.output = RelayedOutput(relay)
         self.pumps = []
         self.stopped = self.stop_reason = None
-        self.stop_grace, self.broken = STOP_GRACE_S, False
+        self.broken = False
         self.bind(*self.bound, attempt=attempt)
 
     def collect(self, run: RunContext) -> None:

@@ -45,7 +45,7 @@ from pathlib import Path
 from ....core import env_names, mpi
 from ....core.errors import AllocationError, MpilaunchError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from ....core.launcher_lines import error_line, swap_line
+from ....core.launcher_lines import error_line, swap_line_after
 from ....core.spec import JobSpec, Plan
 from ....job.in_cluster import run_launch
 from ....job.lifecycle import make_rundir
@@ -236,10 +236,8 @@ class PublishedContainers(BaseBackend, ReplacesWorkers):
 
     def swapped(self, taken: dict[str, str], why: str, ended) -> None:
         """The submitting side's word, with mpirun's output (a signed line it does not show)."""
-        failure = ended.failure.split("\n", 1)[0] if ended is not None and ended.failure else None
-        code = ended.exit_code if ended is not None else None
         if self.relay is not None:
-            self.relay("stderr", swap_line(taken, why, failure, code, self.launch.status_token) + "\n")
+            self.relay("stderr", swap_line_after(taken, why, ended, self.launch.status_token) + "\n")
 
     def allocate(self) -> None:
         pass  # the submitting side requested the containers
