@@ -110,6 +110,11 @@ class ReplacesWorkers(ABC):
         """How many spares wait for a worker's place now (capability ``spares``)."""
         return 0
 
+    def spares_coming(self) -> int:
+        """How many spares are still starting (asked for, not lost, not ready yet): worth waiting
+        for before a swap gives up (capability ``spares``)."""
+        return 0
+
     def can_replace(self, names: list[str]) -> bool:
         """Whether ``replace_workers(names)`` can serve them all now; a backend that only swaps in
         spares (the k8s launcher pod: it may create no pod) says no when too few wait."""

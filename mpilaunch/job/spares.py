@@ -26,10 +26,28 @@ from ..workloads.base import RunContext, Workload
 
 #: the most preflight checks one job runs: the first, and one after each swap
 MAX_PREFLIGHT_ROUNDS = 3
+#: how long a rejected worker's swap waits for spares still starting, and how often it looks
+SPARE_START_S = 60.0
+SPARE_LOOK_S = 0.25
 
 
 def waiting(backend) -> int:
     return backend.spares_waiting() if isinstance(backend, ReplacesWorkers) else 0
+
+
+def wait_for_spares(run: RunContext, backend, needed: int) -> int:
+    """Until ``needed`` spares wait, while enough are still starting (the backend's
+    ``spares_coming``), at most SPARE_START_S; how many wait then. The spares are made after the
+    workers and never waited for, so a preflight done fast (the launcher pod's, beside the workers)
+    could end the job while the spare it needed was a second from Ready (seen on real pods)."""
+    if not isinstance(backend, ReplacesWorkers):
+        return 0
+    until = time.monotonic() + SPARE_START_S
+    left = backend.spares_waiting()
+    while left < needed and left + backend.spares_coming() >= needed and time.monotonic() < until:
+        time.sleep(SPARE_LOOK_S)
+        left = backend.spares_waiting()
+    return left
 
 
 def swap(run: RunContext, backend, names: list[str], why: str, swaps: list[dict], t0: float) -> dict[str, str]:
@@ -61,6 +79,8 @@ def preflight(
             if earlier and e.found is not None:
                 e.found["swapped_rounds"] = earlier
             left = waiting(backend)
+            if failed and len(failed) > left:  # spares still starting (made after the workers): wait
+                left = wait_for_spares(run, backend, len(failed))
             if not failed or len(earlier) + 1 >= MAX_PREFLIGHT_ROUNDS or len(failed) > left:
                 if run.spec.spares:
                     e.hint = (

@@ -278,6 +278,9 @@ class K8sBackend(BaseBackend, ClusterLauncher, JobsByName, ReplacesWorkers):
     def spares_waiting(self) -> int:
         return k8s_spares.waiting(self)
 
+    def spares_coming(self) -> int:
+        return k8s_spares.coming(self)
+
     def wait_ready(self, deadline: float, progress) -> None:
         with waiter(self.api, self.namespace, f"{JOB_LABEL}={self.job}", len(self.plan.workers)) as wait:
             startup.wait_for_ready(self, deadline, progress, wait)

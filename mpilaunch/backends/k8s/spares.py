@@ -134,6 +134,21 @@ def waiting(backend) -> int:
     return len(backend.spares.waiting)
 
 
+def coming(backend) -> int:
+    """Spare pods made and still starting: not Ready yet, not lost (``ReplacesWorkers.spares_coming``)."""
+    if not backend.spare_pods:
+        return 0
+    try:
+        pods = {p["metadata"]["name"]: p for p in startup.list_pods(backend.api, backend.job)}
+    except (ApiError, OSError):
+        return 0
+    return sum(
+        1
+        for name in backend.spare_pods
+        if (pod := pods.get(name)) is not None and pod_loss(pod) is None and not pod_ready(pod)
+    )
+
+
 def swap(backend, names: list[str], why: str, recreate) -> dict[str, str]:
     """A Ready spare serves each of ``names`` (the pod that served it deleted, another spare asked
     for); ``recreate(names)`` for those no spare waits for. Returns worker -> spare."""

@@ -36,7 +36,7 @@ from pathlib import Path
 from ....core import env_names, mpi
 from ....core.errors import AllocationError, MpilaunchError, UsageError
 from ....core.exit_codes import EXIT_FAILED, EXIT_USAGE
-from ....core.launcher_lines import error_line, swap_line
+from ....core.launcher_lines import error_line, swap_line_after
 from ....core.result import JobResult
 from ....core.spec import JobSpec, Plan
 from ....job.in_cluster import run_launch
@@ -263,23 +263,28 @@ class ReadyPods(BaseBackend, ReplacesWorkers):
                 lost[w.name] = reason
         return lost
 
-    def waiting_spares(self) -> list[str]:
-        """The spare pods Ready now and serving no worker, in the order they were asked for (a get
-        each, by name: all the Role allows; one not made yet, or not answered, waits for nobody)."""
+    def spare_pods(self) -> list[tuple[str, dict]]:
+        """(name, pod) of the spare pods made and serving no worker, in the order they were asked for
+        (a get each, by name: all the Role allows; one not made yet, or not answered, is left out)."""
         api, serving, found = Api(self.creds), set(self.serving.values()), []
         for name in self.spare_names:
             if name in serving:
                 continue
             try:
-                pod = api.get("v1", "pods", name)
+                found.append((name, api.get("v1", "pods", name)))
             except (ApiError, OSError):
                 continue
-            if _ready(pod) and pod_loss(pod) is None:
-                found.append(name)
         return found
 
+    def waiting_spares(self) -> list[str]:
+        """The spare pods Ready now and serving no worker, oldest first."""
+        return [name for name, pod in self.spare_pods() if _ready(pod) and pod_loss(pod) is None]
+
     def spares_waiting(self) -> int:
-        return len(self.waiting_spares()) if self.spare_names else 0
+        return len(self.waiting_spares())
+
+    def spares_coming(self) -> int:
+        return sum(1 for _, pod in self.spare_pods() if not _ready(pod) and pod_loss(pod) is None)
 
     def worker_changes(self):
         """Set when a shim's agent session ends (``runtime/exit_notes.py``): the lost-worker watch reads
@@ -309,9 +314,7 @@ class ReadyPods(BaseBackend, ReplacesWorkers):
     def swapped(self, taken: dict[str, str], why: str, ended) -> None:
         """The submitting side's word (pods.LAUNCHER_SWAP's signed line): it deletes the replaced pods
         and asks for new spares, and keeps the ended attempt in the job's record."""
-        failure = ended.failure.split("\n", 1)[0] if ended is not None and ended.failure else None
-        code = ended.exit_code if ended is not None else None
-        print(swap_line(taken, why, failure, code, self.launch.status_token), file=sys.stderr, flush=True)
+        print(swap_line_after(taken, why, ended, self.launch.status_token), file=sys.stderr, flush=True)
 
     def rank_prefix(self) -> list[str]:
         python = os.environ.get(env_names.K8S_PYTHON)
